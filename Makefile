@@ -1,0 +1,43 @@
+# Set-up in two commands: `make demo` and `make test`. Everything is installed by this file.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint bench postgres-server clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test,train]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# PostgreSQL binaries from Debian's packages; the tests start a throwaway server themselves.
+postgres-server:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || \
+		{ echo "installing PostgreSQL (Debian package)"; \
+		  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+		  || echo "could not install PostgreSQL: the PostgreSQL tests will fail"; }
+	@command -v promtool >/dev/null 2>&1 || \
+		{ echo "installing promtool (Debian package prometheus)"; \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+		  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
+		  || echo "could not install promtool: the metrics test will fail"; }
+
+demo: $(STAMP)
+	$(VENV)/bin/voda demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+test: $(STAMP) postgres-server lint
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	for b in bench/*.py; do $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Backends carry out the scheduler's actions and report what happens."""

@@ -1,0 +1,38 @@
+"""The Backend protocol: about five methods, optional capabilities apart."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from voda.core.model import Job, JobPlacement, Node
+from voda.engine.events import Event
+
+
+@runtime_checkable
+class Backend(Protocol):
+    def start(self, job: Job, placement: JobPlacement) -> None:
+        """Start (or resume from checkpoint) a job on these workers."""
+
+    def scale(self, job: Job, placement: JobPlacement) -> None:
+        """Change a running job's workers: scale in, scale out or migrate."""
+
+    def halt(self, job: Job) -> None:
+        """Stop a job, keeping its checkpoint (preemption)."""
+
+    def nodes(self) -> list[Node]:
+        """The nodes the backend offers now."""
+
+    def events(self) -> list[Event]:
+        """Events since the last call: completions, failures, epoch reports, node changes."""
+
+
+@runtime_checkable
+class SupportsDelete(Protocol):
+    def delete(self, job: str) -> None:
+        """Forget a job for good (stop it and drop its checkpoint)."""
+
+
+@runtime_checkable
+class SupportsAdoption(Protocol):
+    def running(self) -> dict[str, JobPlacement]:
+        """Jobs the backend is running right now, for adoption after a restart."""

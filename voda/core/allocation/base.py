@@ -1,0 +1,83 @@
+"""The allocation contract shared by every algorithm, built in or custom.
+
+An algorithm is a callable `(jobs, capacity) -> {job name: GPUs}` over the
+active jobs of one GPU type. It must give every job 0 or a count in
+[min, max], never hand out more than `capacity` in total, and be deterministic.
+`checked_allocate` enforces that on every result, so a broken custom algorithm
+is refused instead of reaching the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from voda.core.model import Job
+
+
+@runtime_checkable
+class AllocationAlgorithm(Protocol):
+    name: str
+
+    def __call__(self, jobs: Sequence[Job], capacity: int) -> Mapping[str, int]: ...
+
+
+class AllocationRejected(ValueError):
+    """An algorithm returned an allocation that breaks the contract."""
+
+    def __init__(self, algorithm: str, problems: list[str]) -> None:
+        self.algorithm = algorithm
+        self.problems = problems
+        super().__init__(f"allocation from {algorithm!r} refused: " + "; ".join(problems))
+
+
+def allocation_problems(
+    jobs: Sequence[Job], capacity: int, allocation: Mapping[str, int]
+) -> list[str]:
+    """Every way `allocation` breaks the contract (empty when it is valid)."""
+    problems: list[str] = []
+    by_name = {j.name: j for j in jobs}
+    total = 0
+    for name, gpus in allocation.items():
+        job = by_name.get(name)
+        if job is None:
+            problems.append(f"job {name!r}: not among the jobs given")
+            continue
+        if not isinstance(gpus, int) or isinstance(gpus, bool):
+            problems.append(f"job {name!r}: GPU count {gpus!r} is not an integer")
+            continue
+        if gpus != 0 and not (job.min_workers <= gpus <= job.max_workers):
+            problems.append(
+                f"job {name!r}: {gpus} GPUs is neither 0 nor within "
+                f"[min, max] = [{job.min_workers}, {job.max_workers}]"
+            )
+        total += max(gpus, 0)
+    if total > capacity:
+        problems.append(f"{total} GPUs allocated but the capacity is {capacity}")
+    return problems
+
+
+def checked_allocate(
+    algorithm: AllocationAlgorithm, jobs: Sequence[Job], capacity: int
+) -> dict[str, int]:
+    """Run `algorithm` and return its allocation with every job present (0 if none).
+
+    Raises AllocationRejected when the result breaks the contract, or when the
+    algorithm itself raises.
+    """
+    name = getattr(algorithm, "name", type(algorithm).__name__)
+    try:
+        raw = algorithm(jobs, capacity)
+    except Exception as exc:  # a custom algorithm may fail in any way
+        raise AllocationRejected(name, [f"raised {type(exc).__name__}: {exc}"]) from exc
+    if not isinstance(raw, Mapping):
+        raise AllocationRejected(name, [f"returned {type(raw).__name__}, not a mapping"])
+    problems = allocation_problems(jobs, capacity, raw)
+    if problems:
+        raise AllocationRejected(name, problems)
+    return {j.name: int(raw.get(j.name, 0)) for j in jobs}
+
+
+def by_submit(jobs: Sequence[Job]) -> list[Job]:
+    """Jobs in submit order, ties by name: the order every algorithm breaks ties in."""
+    return sorted(jobs, key=lambda j: j.sort_key)

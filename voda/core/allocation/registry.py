@@ -1,0 +1,123 @@
+"""Algorithms by name: the eight built in, plus custom ones.
+
+A custom algorithm is found, in this order, in what was registered at run time
+(`register`), in the `voda.algorithms` entry-point group, or by import path
+`package.module:attribute`. The attribute may be an algorithm class/factory
+(called with the parameters) or a ready algorithm object.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
+from typing import Any
+
+from voda.core.allocation.base import AllocationAlgorithm
+
+Factory = Callable[..., AllocationAlgorithm]
+
+DEFAULT_ALGORITHM = "ElasticFIFO"
+
+_BUILTIN: dict[str, str] = {
+    "FIFO": "voda.core.allocation.fifo:FIFO",
+    "ElasticFIFO": "voda.core.allocation.fifo:ElasticFIFO",
+    "SRJF": "voda.core.allocation.srjf:SRJF",
+    "ElasticSRJF": "voda.core.allocation.srjf:ElasticSRJF",
+    "Tiresias": "voda.core.allocation.tiresias:Tiresias",
+    "ElasticTiresias": "voda.core.allocation.tiresias:ElasticTiresias",
+    "FfDLOptimizer": "voda.core.allocation.ffdl:FfDLOptimizer",
+    "AFS-L": "voda.core.allocation.afs:AFSL",
+}
+BUILTIN_NAMES: tuple[str, ...] = tuple(_BUILTIN)
+
+_registered: dict[str, Factory] = {}
+
+
+class UnknownAlgorithm(KeyError):
+    def __init__(self, name: str, valid: list[str]) -> None:
+        self.name = name
+        self.valid = valid
+        super().__init__(f"unknown algorithm {name!r}; valid names: {', '.join(valid)}")
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return self.args[0]
+
+
+def register(name: str, factory: Factory) -> None:
+    """Register a custom algorithm under `name` (built-in names cannot be replaced)."""
+    if name in _BUILTIN:
+        raise ValueError(f"{name!r} is a built-in algorithm and cannot be replaced")
+    _registered[name] = factory
+
+
+def unregister(name: str) -> None:
+    _registered.pop(name, None)
+
+
+def _entry_point_names() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group="voda.algorithms")}
+
+
+def available() -> list[str]:
+    """Names that `create` accepts (import paths aside)."""
+    return [*BUILTIN_NAMES, *sorted(_registered), *sorted(_entry_point_names())]
+
+
+def _load_path(path: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _resolve(name: str) -> Any:
+    if name in _BUILTIN:
+        return _load_path(_BUILTIN[name])
+    if name in _registered:
+        return _registered[name]
+    eps = _entry_point_names()
+    if name in eps:
+        return eps[name].load()
+    if ":" in name:
+        try:
+            return _load_path(name)
+        except (ImportError, AttributeError) as exc:
+            raise UnknownAlgorithm(name, available()) from exc
+    raise UnknownAlgorithm(name, available())
+
+
+def is_known(name: str) -> bool:
+    try:
+        _resolve(name)
+    except UnknownAlgorithm:
+        return False
+    return True
+
+
+def create(name: str, params: Mapping[str, Any] | None = None) -> AllocationAlgorithm:
+    """Build the algorithm called `name` with `params` (its configurable knobs).
+
+    Raises UnknownAlgorithm (listing the valid names) or ValueError for bad params.
+    """
+    target = _resolve(name)
+    params = dict(params or {})
+    if isinstance(target, type) or (callable(target) and not hasattr(target, "name")):
+        try:
+            algorithm = target(**params)
+        except TypeError as exc:
+            raise ValueError(f"bad parameters for algorithm {name!r}: {exc}") from exc
+    else:
+        if params:
+            raise ValueError(f"algorithm {name!r} is a ready object and takes no parameters")
+        algorithm = target
+    if not callable(algorithm):
+        raise ValueError(f"{name!r} does not resolve to a callable algorithm")
+    if not getattr(algorithm, "name", None):
+        try:
+            algorithm.name = name  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+    return algorithm

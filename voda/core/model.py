@@ -1,0 +1,253 @@
+"""Value types of the decision path.
+
+All types are frozen: policies and placers receive snapshots and return new
+values, they never mutate what they are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import NewType
+
+JobName = NewType("JobName", str)
+NodeName = NewType("NodeName", str)
+
+DEFAULT_GPU_TYPE = "default"
+
+
+class JobStatus(StrEnum):
+    SUBMITTED = "Submitted"
+    WAITING = "Waiting"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+    @property
+    def is_active(self) -> bool:
+        """Active jobs are the ones the allocation algorithm sees."""
+        return not self.is_terminal
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELED})
+
+# The one table of allowed status changes; see transition() in voda.core.lifecycle.
+ALLOWED_TRANSITIONS: Mapping[JobStatus, frozenset[JobStatus]] = MappingProxyType(
+    {
+        JobStatus.SUBMITTED: frozenset(
+            {JobStatus.WAITING, JobStatus.RUNNING, JobStatus.CANCELED, JobStatus.FAILED}
+        ),
+        JobStatus.WAITING: frozenset({JobStatus.RUNNING, JobStatus.CANCELED, JobStatus.FAILED}),
+        JobStatus.RUNNING: frozenset(
+            {JobStatus.WAITING, JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELED}
+        ),
+        JobStatus.COMPLETED: frozenset(),
+        JobStatus.FAILED: frozenset(),
+        JobStatus.CANCELED: frozenset(),
+    }
+)
+
+
+class InvalidTransition(ValueError):
+    pass
+
+
+def transition(current: JobStatus, to: JobStatus) -> JobStatus:
+    """Check a status change against ALLOWED_TRANSITIONS and return the new status."""
+    if to == current:
+        return to
+    if to not in ALLOWED_TRANSITIONS[current]:
+        raise InvalidTransition(f"a job cannot go from {current} to {to}")
+    return to
+
+
+def _frozen_map(m: Mapping | None) -> Mapping:
+    return MappingProxyType(dict(m or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What the allocation algorithms see of one active job.
+
+    Workers are GPUs: one worker holds one GPU. `epoch_time_by_workers` holds
+    observed (or category-history) seconds per epoch for a worker count; the
+    estimators in voda.core.estimate turn it into speedup and remaining time.
+    Unknown speed means linear speedup.
+    """
+
+    name: str
+    min_workers: int = 1
+    max_workers: int = 1
+    preferred_workers: int | None = None
+    priority: int = 0  # 0 is highest
+    submit_time: float = 0.0
+    epochs: int = 1
+    completed_epochs: float = 0.0
+    category: str = ""
+    gpu_type: str = DEFAULT_GPU_TYPE
+    status: JobStatus = JobStatus.SUBMITTED
+    # Current allocation (GPUs held right now); 0 when waiting.
+    current_workers: int = 0
+    # Attained service. "since start" counts from the last (re)start of the job.
+    attained_gpu_seconds: float = 0.0
+    attained_gpu_seconds_since_start: float = 0.0
+    running_seconds: float = 0.0
+    running_seconds_since_start: float = 0.0
+    waiting_seconds: float = 0.0
+    waiting_seconds_since_start: float = 0.0  # waiting since it was last preempted/queued
+    first_start_time: float | None = None
+    epoch_time_by_workers: Mapping[int, float] = field(default_factory=dict)
+    # Placement hints, consumed by the placement manager.
+    placement_strategy: str = "consolidated"
+    preferred_domain: str | None = None
+    network_bandwidth: float | None = None
+    latency_sensitive: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epoch_time_by_workers", _frozen_map(self.epoch_time_by_workers))
+
+    @property
+    def preferred(self) -> int:
+        """Preferred size, falling back to min when none was given."""
+        return self.preferred_workers if self.preferred_workers is not None else self.min_workers
+
+    @property
+    def remaining_epochs(self) -> float:
+        return max(0.0, self.epochs - self.completed_epochs)
+
+    @property
+    def sort_key(self) -> tuple[float, str]:
+        """The tie-breaker every algorithm uses: submit time, then name."""
+        return (self.submit_time, self.name)
+
+
+def validate_job(job: Job) -> list[str]:
+    """Reasons a job is malformed, as 'field: reason' strings (empty when valid)."""
+    errors: list[str] = []
+    if not job.name:
+        errors.append("name: must not be empty")
+    if job.min_workers < 1:
+        errors.append(f"min: must be at least 1, got {job.min_workers}")
+    if job.max_workers < job.min_workers:
+        errors.append(f"max: must be at least min ({job.min_workers}), got {job.max_workers}")
+    if job.preferred_workers is not None and not (
+        job.min_workers <= job.preferred_workers <= job.max_workers
+    ):
+        errors.append(
+            f"preferred: must lie in [min, max] = [{job.min_workers}, {job.max_workers}], "
+            f"got {job.preferred_workers}"
+        )
+    if job.epochs < 1:
+        errors.append(f"epochs: must be at least 1, got {job.epochs}")
+    if job.completed_epochs < 0:
+        errors.append(f"completed_epochs: must not be negative, got {job.completed_epochs}")
+    if job.priority < 0:
+        errors.append(f"priority: must not be negative (0 is highest), got {job.priority}")
+    for workers, seconds in job.epoch_time_by_workers.items():
+        if workers < 1 or not seconds > 0:
+            errors.append(
+                f"epoch_time_by_workers: {workers} workers -> {seconds} s; "
+                "workers must be >= 1 and seconds > 0"
+            )
+    return errors
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    gpus: int
+    gpu_type: str = DEFAULT_GPU_TYPE
+    leaf: str | None = None  # network domain (leaf switch); None: the node is its own leaf
+    spine: str | None = None  # None: the one default spine
+
+    @property
+    def leaf_name(self) -> str:
+        return self.leaf if self.leaf is not None else f"leaf-{self.name}"
+
+    @property
+    def spine_name(self) -> str:
+        return self.spine if self.spine is not None else "spine"
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    nodes: tuple[Node, ...] = ()
+
+    def gpu_types(self) -> list[str]:
+        return sorted({n.gpu_type for n in self.nodes})
+
+    def of_type(self, gpu_type: str) -> Cluster:
+        return Cluster(tuple(n for n in self.nodes if n.gpu_type == gpu_type))
+
+    def capacity(self, gpu_type: str | None = None) -> int:
+        return sum(n.gpus for n in self.nodes if gpu_type is None or n.gpu_type == gpu_type)
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @staticmethod
+    def uniform(nodes: int, gpus_per_node: int, gpu_type: str = DEFAULT_GPU_TYPE) -> Cluster:
+        return Cluster(
+            tuple(Node(f"node-{i}", gpus_per_node, gpu_type) for i in range(nodes))
+        )
+
+
+# {job: GPUs}. Jobs absent or at 0 get nothing.
+Allocation = Mapping[str, int]
+
+# {job: ((node, workers), ...)}, nodes in a deterministic order.
+JobPlacement = tuple[tuple[str, int], ...]
+Placement = Mapping[str, JobPlacement]
+
+
+def placement_workers(p: JobPlacement) -> int:
+    return sum(count for _, count in p)
+
+
+class ActionKind(StrEnum):
+    """Applied in this order, so GPUs are freed before they are taken."""
+
+    HALT = "halt"
+    SCALE_IN = "scale-in"
+    MIGRATE = "migrate"
+    START = "start"
+    SCALE_OUT = "scale-out"
+
+
+ACTION_ORDER: tuple[ActionKind, ...] = tuple(ActionKind)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    kind: ActionKind
+    job: str
+    old: JobPlacement
+    new: JobPlacement
+
+    @property
+    def workers_before(self) -> int:
+        return placement_workers(self.old)
+
+    @property
+    def workers_after(self) -> int:
+        return placement_workers(self.new)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The outcome of one decision: allocation, placement and the actions to get there."""
+
+    allocation: Allocation
+    placement: Placement
+    actions: tuple[Action, ...] = ()
+    migrated_workers: int = 0

@@ -1,0 +1,73 @@
+"""The placer contract and its checks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from voda.core.model import Allocation, Cluster, Job, JobPlacement, Placement
+
+
+class Placer(Protocol):
+    def __call__(
+        self,
+        allocation: Allocation,
+        jobs: Mapping[str, Job],
+        cluster: Cluster,
+        previous: Placement,
+    ) -> Placement:
+        """Place every job with a non-zero allocation on nodes of its GPU type.
+
+        `previous` is the placement in force; a good placer keeps workers where
+        they are whenever it can. Jobs at 0 are absent from the result.
+        """
+        ...
+
+
+def used_per_node(placement: Placement) -> dict[str, int]:
+    used: dict[str, int] = {}
+    for job_placement in placement.values():
+        for node, count in job_placement:
+            used[node] = used.get(node, 0) + count
+    return used
+
+
+def normalize(workers_by_node: Mapping[str, int], node_order: Mapping[str, int]) -> JobPlacement:
+    """A JobPlacement in cluster node order, without empty entries."""
+    return tuple(
+        (node, count)
+        for node, count in sorted(workers_by_node.items(), key=lambda kv: node_order[kv[0]])
+        if count > 0
+    )
+
+
+def placement_problems(
+    allocation: Allocation, jobs: Mapping[str, Job], cluster: Cluster, placement: Placement
+) -> list[str]:
+    """Every way a placement breaks the rules (empty when valid)."""
+    problems: list[str] = []
+    nodes = {n.name: n for n in cluster.nodes}
+    for name, gpus in allocation.items():
+        placed = sum(c for _, c in placement.get(name, ()))
+        if placed != gpus:
+            problems.append(f"job {name!r}: allocated {gpus} GPUs but placed {placed}")
+    for name, job_placement in placement.items():
+        if allocation.get(name, 0) == 0:
+            problems.append(f"job {name!r}: placed but not allocated")
+        job = jobs.get(name)
+        for node_name, count in job_placement:
+            node = nodes.get(node_name)
+            if node is None:
+                problems.append(f"job {name!r}: unknown node {node_name!r}")
+            elif job is not None and node.gpu_type != job.gpu_type:
+                problems.append(
+                    f"job {name!r}: node {node_name!r} has GPU type {node.gpu_type}, "
+                    f"the job needs {job.gpu_type}"
+                )
+            if count <= 0:
+                problems.append(f"job {name!r}: non-positive count {count} on {node_name!r}")
+    for node_name, used in used_per_node(placement).items():
+        node = nodes.get(node_name)
+        if node is not None and used > node.gpus:
+            problems.append(f"node {node_name!r}: {used} GPUs used of {node.gpus}")
+    return problems

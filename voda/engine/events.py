@@ -1,0 +1,38 @@
+"""Events the scheduler reacts to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from voda.core.model import Node
+
+
+class EventKind(StrEnum):
+    JOB_SUBMITTED = "job-submitted"
+    JOB_COMPLETED = "job-completed"
+    JOB_FAILED = "job-failed"
+    JOB_DELETED = "job-deleted"
+    NODE_ADDED = "node-added"
+    NODE_REMOVED = "node-removed"
+    PRIORITY_CHANGED = "priority-changed"
+    ALGORITHM_CHANGED = "algorithm-changed"
+    EPOCH_REPORTED = "epoch-reported"  # a running job finished an epoch
+    QUEUE_CHANGED = "queue-changed"  # attained service moved a job to another priority queue
+
+
+# Events that change what the allocation should be. An epoch report only refines
+# estimates; it does not force a rescheduling by itself.
+RESCHEDULING_EVENTS = frozenset(set(EventKind) - {EventKind.EPOCH_REPORTED})
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    kind: EventKind
+    time: float
+    job: str | None = None
+    node: Node | None = None
+    # EPOCH_REPORTED: epoch (int), epoch_seconds (float), workers (int).
+    # JOB_FAILED: exit_code, reason. PRIORITY_CHANGED: priority.
+    data: dict[str, Any] = field(default_factory=dict)
