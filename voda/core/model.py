@@ -76,7 +76,15 @@ def _frozen_map(m: Mapping | None) -> Mapping:
 class Job:
     """What the allocation algorithms see of one active job.
 
-    Workers are GPUs: one worker holds one GPU. `epoch_time_by_workers` holds
+    Workers are GPUs: one worker holds one GPU.
+
+    Attained service: totals count the job's whole life; the "since_start"
+    counters are reset by the engine when the job (re)starts from waiting
+    (running and GPU-seconds) and when it is halted (waiting), so for a waiting
+    job `running_seconds_since_start` is the length of its last run and
+    `waiting_seconds_since_start` the time since it was preempted or queued.
+
+    `epoch_time_by_workers` holds
     observed (or category-history) seconds per epoch for a worker count; the
     estimators in voda.core.estimate turn it into speedup and remaining time.
     Unknown speed means linear speedup.
@@ -103,6 +111,9 @@ class Job:
     waiting_seconds: float = 0.0
     waiting_seconds_since_start: float = 0.0  # waiting since it was last preempted/queued
     first_start_time: float | None = None
+    # When the job entered its current priority class (e.g. Tiresias queue), as
+    # noted by the engine at a scheduling step; None before the engine saw it.
+    queue_since: float | None = None
     epoch_time_by_workers: Mapping[int, float] = field(default_factory=dict)
     # Placement hints, consumed by the placement manager.
     placement_strategy: str = "consolidated"

@@ -78,6 +78,7 @@ class JobRecord:
     waiting_seconds: float = 0.0
     waiting_seconds_since_start: float = 0.0
     first_start_time: float | None = None
+    queue_since: float | None = None
     epoch_time_by_workers: dict[int, float] = field(default_factory=dict)
     placement_strategy: str = "consolidated"
     preferred_domain: str | None = None
@@ -203,6 +204,16 @@ class Scheduler:
         self._mark(EventKind.JOB_SUBMITTED)
         return record
 
+    def adopt(self, record: JobRecord) -> None:
+        """Take back a job as it was (after a restart): status, service and placement kept.
+
+        Running jobs are adopted, not restarted; the next rescheduling decides afresh.
+        """
+        self.jobs[record.name] = record
+        if not record.status.is_terminal:
+            self.active[record.name] = record
+        self._mark(EventKind.JOB_SUBMITTED)
+
     def delete(self, name: str, now: float) -> JobRecord:
         record = self.jobs[name]
         if record.status.is_terminal:
@@ -286,7 +297,8 @@ class Scheduler:
                 record.waiting_seconds_since_start += dt
         self._last_accounted = now
 
-    def _check_priority_classes(self) -> None:
+    def _check_priority_classes(self, now: float) -> None:
+        """Note jobs whose priority class (e.g. Tiresias queue) changed; a change reschedules."""
         changed = False
         classes: dict[str, Hashable] = {}
         for name, record in self.active.items():
@@ -294,9 +306,14 @@ class Scheduler:
             priority_class = getattr(algorithm, "priority_class", None)
             if priority_class is None:
                 continue
+            if record.status is JobStatus.SUBMITTED and record.submit_time > now:
+                continue
             cls = priority_class(record.snapshot())
             classes[name] = cls
-            if self._priority_classes.get(name, cls) != cls:
+            if name not in self._priority_classes:
+                record.queue_since = now if record.queue_since is None else record.queue_since
+            elif self._priority_classes[name] != cls:
+                record.queue_since = now
                 changed = True
         self._priority_classes = classes
         if changed:
@@ -327,7 +344,7 @@ class Scheduler:
         self._account(now)
         for event in self.backend.events():
             self.handle(event)
-        self._check_priority_classes()
+        self._check_priority_classes(now)
         if not self._dirty:
             return None
         if not force and self._earliest_reschedule(now) > now:

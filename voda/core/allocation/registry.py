@@ -8,6 +8,7 @@ A custom algorithm is found, in this order, in what was registered at run time
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
@@ -116,8 +117,6 @@ def create(name: str, params: Mapping[str, Any] | None = None) -> AllocationAlgo
     if not callable(algorithm):
         raise ValueError(f"{name!r} does not resolve to a callable algorithm")
     if not getattr(algorithm, "name", None):
-        try:
+        with contextlib.suppress(AttributeError):
             algorithm.name = name  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
     return algorithm
