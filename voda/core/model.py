@@ -134,9 +134,13 @@ class Job:
         return max(0.0, self.epochs - self.completed_epochs)
 
     @property
-    def sort_key(self) -> tuple[float, str]:
-        """The tie-breaker every algorithm uses: submit time, then name."""
-        return (self.submit_time, self.name)
+    def sort_key(self) -> tuple[int, float, str]:
+        """The order every algorithm falls back on: priority (0 first), submit time, name.
+
+        FIFO-like algorithms walk jobs in this order, so raising a job's priority
+        moves it ahead of the queue; within one priority it is plain submit order.
+        """
+        return (self.priority, self.submit_time, self.name)
 
 
 def validate_job(job: Job) -> list[str]:

@@ -79,5 +79,5 @@ def checked_allocate(
 
 
 def by_submit(jobs: Sequence[Job]) -> list[Job]:
-    """Jobs in submit order, ties by name: the order every algorithm breaks ties in."""
+    """Jobs by priority, then submit order, then name: the order every algorithm breaks ties in."""
     return sorted(jobs, key=lambda j: j.sort_key)

@@ -1,0 +1,128 @@
+"""Time one allocation of every built-in algorithm at several sizes.
+
+    .venv/bin/python bench/allocate.py [--repeats N] [--seed S]
+
+Prints, per algorithm, the median seconds of one call at 100, 1,000 and 10,000
+active jobs on 64, 512 and 4,096 GPUs, and the ratio of the 10,000-job to the
+1,000-job time at each capacity (10 would be linear growth; n log n is about 13).
+The jobs are seeded and mixed: elastic and rigid, with and without measured
+epoch times, running and waiting, with attained service on both sides of the
+Tiresias threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+from voda.core.allocation import registry
+from voda.core.model import Job, JobStatus
+
+JOB_COUNTS = (100, 1_000, 10_000)
+CAPACITIES = (64, 512, 4_096)
+TARGET_SECONDS = {"FfDLOptimizer": 0.100}
+DEFAULT_TARGET_SECONDS = 0.010  # 1,000 jobs on 4,096 GPUs
+
+
+def make_jobs(count: int, seed: int) -> list[Job]:
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(count):
+        lo = rng.choice((1, 1, 2, 4))
+        hi = lo if rng.random() < 0.3 else lo * rng.choice((2, 4))
+        known = rng.random() < 0.7
+        times = {}
+        if known:
+            one = rng.uniform(30.0, 600.0)
+            serial = rng.uniform(0.0, 0.3)
+            times = {k: one * (serial + (1 - serial) / k) for k in sorted({1, lo, hi})}
+        running = rng.random() < 0.4
+        attained = rng.uniform(0.0, 8_000.0)
+        jobs.append(
+            Job(
+                name=f"job-{i:05d}",
+                min_workers=lo,
+                max_workers=hi,
+                preferred_workers=rng.randint(lo, hi) if rng.random() < 0.5 else None,
+                submit_time=float(rng.randint(0, count)),
+                epochs=rng.randint(1, 100),
+                completed_epochs=0.0,
+                status=JobStatus.RUNNING if running else JobStatus.WAITING,
+                current_workers=lo if running else 0,
+                attained_gpu_seconds=attained,
+                attained_gpu_seconds_since_start=attained / 2,
+                running_seconds=attained / lo,
+                running_seconds_since_start=attained / lo / 2,
+                waiting_seconds_since_start=0.0 if running else rng.uniform(0.0, 50_000.0),
+                first_start_time=float(i) if attained > 0 else None,
+                epoch_time_by_workers=times,
+            )
+        )
+    return jobs
+
+
+def median_seconds(algorithm, jobs: Sequence[Job], capacity: int, repeats: int) -> float:
+    """Median wall time of one call; garbage collection off while timing, as timeit does."""
+    samples = []
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            started = time.perf_counter()
+            algorithm(jobs, capacity)
+            samples.append(time.perf_counter() - started)
+    finally:
+        gc.enable()
+    return statistics.median(samples)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    workloads = {n: make_jobs(n, args.seed) for n in JOB_COUNTS}
+    header = f"{'algorithm':<16}" + "".join(
+        f"{f'{n}j/{c}g':>13}" for n in JOB_COUNTS for c in CAPACITIES
+    )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"median seconds of one allocation ({os.cpu_count()} CPUs, load average {load:.1f})")
+    print(header)
+    results: dict[str, dict[tuple[int, int], float]] = {}
+    for name in registry.BUILTIN_NAMES:
+        algorithm = registry.create(name)
+        row = {}
+        for n in JOB_COUNTS:
+            for c in CAPACITIES:
+                repeats = args.repeats if n < 10_000 else max(1, args.repeats // 2)
+                row[(n, c)] = median_seconds(algorithm, workloads[n], c, repeats)
+        results[name] = row
+        print(f"{name:<16}" + "".join(f"{row[(n, c)]:>13.5f}" for n in JOB_COUNTS
+                                       for c in CAPACITIES))
+    print()
+    print("ratio of 10,000-job to 1,000-job time (n log n ~ 13)")
+    print(f"{'algorithm':<16}" + "".join(f"{f'{c} GPUs':>12}" for c in CAPACITIES))
+    for name, row in results.items():
+        print(f"{name:<16}" + "".join(
+            f"{row[(10_000, c)] / row[(1_000, c)]:>12.1f}" for c in CAPACITIES))
+    print()
+    print("1,000 jobs on 4,096 GPUs against the target")
+    failed = 0
+    for name, row in results.items():
+        target = TARGET_SECONDS.get(name, DEFAULT_TARGET_SECONDS)
+        seconds = row[(1_000, 4_096)]
+        verdict = "ok" if seconds <= target else "OVER"
+        failed += seconds > target
+        print(f"{name:<16}{seconds * 1000:>9.2f} ms  (target {target * 1000:.0f} ms)  {verdict}")
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

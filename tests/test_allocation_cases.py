@@ -1,0 +1,376 @@
+"""Hand-worked allocations: each case states the jobs, the capacity and the answer.
+
+Speeds: with no epoch times a job scales linearly (60 s per epoch on one GPU).
+POOR scales badly (1.11x on 2 GPUs, 1.18x on 4); LINEAR doubles with each doubling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from builders import make_job
+
+from voda.core.allocation import registry
+from voda.core.model import Job
+
+POOR = {1: 100.0, 2: 90.0, 4: 85.0}
+LINEAR = {1: 100.0, 2: 50.0, 4: 25.0}
+
+
+def case(
+    id: str, algorithm: str, jobs: Sequence[Job], capacity: int, expected: dict[str, int],
+    **params: object,
+):
+    return pytest.param(algorithm, params, list(jobs), capacity, expected, id=id)
+
+
+CASES = [
+    # ----- FIFO and ElasticFIFO
+    case(
+        "FIFO gives each job its preferred size in submit order",
+        "FIFO",
+        [
+            make_job("a").workers(1, 4).preferred(2).submitted_at(0).obj(),
+            make_job("b").rigid(2).submitted_at(1).obj(),
+            make_job("c").rigid(1).submitted_at(2).obj(),
+        ],
+        4, {"a": 2, "b": 2, "c": 0},
+    ),
+    case(
+        "FIFO lets a later smaller job fill the gap a larger one leaves",
+        "FIFO",
+        [
+            make_job("a").rigid(3).submitted_at(0).obj(),
+            make_job("b").rigid(2).submitted_at(1).obj(),
+            make_job("c").rigid(1).submitted_at(2).obj(),
+        ],
+        4, {"a": 3, "b": 0, "c": 1},
+    ),
+    case(
+        "ElasticFIFO starts jobs at min then grows the earliest to max",
+        "ElasticFIFO",
+        [
+            make_job("b").workers(1, 4).submitted_at(1).obj(),
+            make_job("a").workers(1, 4).submitted_at(0).obj(),
+        ],
+        6, {"a": 4, "b": 2},
+    ),
+    # ----- SRJF and ElasticSRJF
+    case(
+        "SRJF serves the shortest estimated remaining time first",
+        "SRJF",
+        [
+            make_job("a").rigid(2).epochs(10).submitted_at(0).obj(),  # 300 s
+            make_job("b").rigid(2).epochs(2).submitted_at(1).obj(),  # 60 s
+            make_job("c").rigid(2).epochs(4).submitted_at(2).obj(),  # 120 s
+        ],
+        4, {"a": 0, "b": 2, "c": 2},
+    ),
+    case(
+        "SRJF breaks equal estimates by submit time",
+        "SRJF",
+        [
+            make_job("a").rigid(1).epochs(2).submitted_at(1).obj(),
+            make_job("b").rigid(1).epochs(2).submitted_at(0).obj(),
+        ],
+        1, {"a": 0, "b": 1},
+    ),
+    case(
+        "SRJF uses measured epoch times over the default estimate",
+        "SRJF",
+        [
+            make_job("a").rigid(2).epochs(10).epoch_times({2: 10.0}).submitted_at(0).obj(),
+            make_job("b").rigid(2).epochs(5).submitted_at(1).obj(),  # 5 x 30 s = 150 s
+        ],
+        2, {"a": 2, "b": 0},
+    ),
+    case(
+        "ElasticSRJF grows the shortest job to max before the longer one",
+        "ElasticSRJF",
+        [
+            make_job("a").workers(1, 4).epochs(10).submitted_at(0).obj(),
+            make_job("b").workers(1, 4).epochs(1).submitted_at(1).obj(),
+        ],
+        6, {"a": 2, "b": 4},
+    ),
+    case(
+        "ElasticSRJF counts only the epochs left",
+        "ElasticSRJF",
+        [
+            make_job("a").workers(1, 2).epochs(10, completed=9).submitted_at(0).obj(),
+            make_job("b").workers(1, 2).epochs(5).submitted_at(1).obj(),
+        ],
+        3, {"a": 2, "b": 1},
+    ),
+    # ----- Tiresias
+    case(
+        "Tiresias puts a job past the threshold behind a new job",
+        "Tiresias",
+        [
+            make_job("a").rigid(4).submitted_at(0).running(4).attained(4000.0).obj(),
+            make_job("b").rigid(4).submitted_at(1).obj(),
+        ],
+        4, {"a": 0, "b": 4},
+    ),
+    case(
+        "Tiresias serves a started job before a never-started one of the same queue",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).obj(),
+            make_job("b").rigid(2).submitted_at(1).running(2, since=5).attained(100.0).obj(),
+        ],
+        2, {"a": 0, "b": 2},
+    ),
+    case(
+        "Tiresias promotes a job that waited 8 times its last run to the top queue",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
+            .attained(5000.0).ran_for(2500.0).waited_for(20000.0).obj(),
+            make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
+        ],
+        2, {"a": 2, "b": 0},
+    ),
+    case(
+        "Tiresias does not promote a job that waited less than 8 times its last run",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
+            .attained(5000.0).ran_for(2500.0).waited_for(19999.0).obj(),
+            make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
+        ],
+        2, {"a": 0, "b": 2},
+    ),
+    case(
+        "Tiresias with the starvation knob off never promotes",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
+            .attained(5000.0).ran_for(2500.0).waited_for(90000.0).obj(),
+            make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
+        ],
+        2, {"a": 0, "b": 2},
+        starvation_knob=None,
+    ),
+    case(
+        "Tiresias counts service since the last start by default",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).running(2, since=0)
+            .attained(5000.0, since_start=100.0).obj(),
+            make_job("b").rigid(2).submitted_at(1).obj(),
+        ],
+        2, {"a": 2, "b": 0},
+    ),
+    case(
+        "Tiresias with total service puts a long-lived job in the lower queue",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).running(2, since=0)
+            .attained(5000.0, since_start=100.0).obj(),
+            make_job("b").rigid(2).submitted_at(1).obj(),
+        ],
+        2, {"a": 0, "b": 2},
+        service="total",
+    ),
+    case(
+        "Tiresias in queue-entry order serves the job that entered its queue first",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).queue_since(50.0).obj(),
+            make_job("b").rigid(2).submitted_at(1).queue_since(20.0).obj(),
+        ],
+        2, {"a": 0, "b": 2},
+        queue_order="queue_entry",
+    ),
+    case(
+        "Tiresias with two thresholds serves three queues top down",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).running(2).attained(2000.0).obj(),
+            make_job("b").rigid(2).submitted_at(1).running(2).attained(500.0).obj(),
+            make_job("c").rigid(2).submitted_at(2).obj(),
+        ],
+        4, {"a": 0, "b": 2, "c": 2},
+        queue_thresholds=(100.0, 1000.0),
+    ),
+    case(
+        "Tiresias lets a smaller job of a lower queue fill the gap",
+        "Tiresias",
+        [
+            make_job("a").rigid(3).submitted_at(0).obj(),
+            make_job("b").rigid(2).submitted_at(1).obj(),
+            make_job("c").rigid(1).submitted_at(2).running(1).attained(4000.0).obj(),
+        ],
+        4, {"a": 3, "b": 0, "c": 1},
+    ),
+    case(
+        "The Pollux preset moves a job to the tail of the second queue at 16 GPU-hours",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).queue_since(0.0).running(2)
+            .attained(57600.0, since_start=10.0).obj(),
+            make_job("b").rigid(2).submitted_at(5).queue_since(5.0).obj(),
+            make_job("c").rigid(2).submitted_at(6).queue_since(6.0).obj(),
+        ],
+        4, {"a": 0, "b": 2, "c": 2},
+        queue_thresholds=(57600.0,), starvation_knob=None, service="total",
+        queue_order="queue_entry",
+    ),
+    # ----- ElasticTiresias
+    case(
+        "ElasticTiresias hands leftover GPUs to the job with the largest marginal speedup",
+        "ElasticTiresias",
+        [
+            make_job("a").workers(1, 4).submitted_at(0).epoch_times(POOR).obj(),
+            make_job("b").workers(1, 4).submitted_at(1).epoch_times(LINEAR).obj(),
+        ],
+        5, {"a": 1, "b": 4},
+    ),
+    case(
+        "ElasticTiresias grows the earlier job in queue order when gains are equal",
+        "ElasticTiresias",
+        [
+            make_job("a").workers(1, 3).submitted_at(0).obj(),
+            make_job("b").workers(1, 3).submitted_at(1).obj(),
+        ],
+        5, {"a": 3, "b": 2},
+    ),
+    case(
+        "ElasticTiresias shrinks lower queues to min when too many jobs are pending",
+        "ElasticTiresias",
+        [
+            make_job("q").workers(1, 2).preferred(2).submitted_at(5).obj(),
+            make_job("l1").workers(1, 4).preferred(4).submitted_at(0)
+            .running(4, since=0).attained(4000.0).obj(),
+            make_job("l2").workers(1, 4).preferred(4).submitted_at(1)
+            .running(4, since=1).attained(4000.0).obj(),
+            make_job("l3").workers(1, 4).preferred(4).submitted_at(2)
+            .running(4, since=2).attained(4000.0).obj(),
+        ],
+        4, {"q": 2, "l1": 1, "l2": 1, "l3": 0},
+        compaction_threshold=1,
+    ),
+    case(
+        "ElasticTiresias keeps preferred sizes while few jobs are pending",
+        "ElasticTiresias",
+        [
+            make_job("q").workers(1, 2).preferred(2).submitted_at(5).obj(),
+            make_job("l1").workers(1, 4).preferred(4).submitted_at(0)
+            .running(4, since=0).attained(4000.0).obj(),
+            make_job("l2").workers(1, 4).preferred(4).submitted_at(1)
+            .running(4, since=1).attained(4000.0).obj(),
+            make_job("l3").workers(1, 4).preferred(4).submitted_at(2)
+            .running(4, since=2).attained(4000.0).obj(),
+        ],
+        4, {"q": 2, "l1": 0, "l2": 0, "l3": 0},
+    ),
+    # ----- FfDLOptimizer
+    case(
+        "FfDLOptimizer gives earlier jobs more when the total speedup is the same",
+        "FfDLOptimizer",
+        [
+            make_job("b").workers(1, 4).submitted_at(1).obj(),
+            make_job("a").workers(1, 4).submitted_at(0).obj(),
+        ],
+        6, {"a": 4, "b": 2},
+    ),
+    case(
+        "FfDLOptimizer gives the GPUs to the job that scales well",
+        "FfDLOptimizer",
+        [
+            make_job("a").workers(2, 4).submitted_at(0).epoch_times(POOR).obj(),
+            make_job("b").workers(1, 4).submitted_at(1).epoch_times(LINEAR).obj(),
+        ],
+        4, {"a": 0, "b": 4},
+    ),
+    case(
+        "FfDLOptimizer starts a poorly scaling job on the GPUs left over",
+        "FfDLOptimizer",
+        [
+            make_job("a").workers(2, 4).submitted_at(0).epoch_times(POOR).obj(),
+            make_job("b").workers(1, 4).submitted_at(1).epoch_times(LINEAR).obj(),
+        ],
+        6, {"a": 2, "b": 4},
+    ),
+    case(
+        "FfDLOptimizer skips a job larger than the cluster",
+        "FfDLOptimizer",
+        [
+            make_job("a").rigid(8).submitted_at(0).obj(),
+            make_job("b").workers(1, 2).submitted_at(1).obj(),
+        ],
+        4, {"a": 0, "b": 2},
+    ),
+    case(
+        "FfDLOptimizer considers only max_jobs jobs in submit order",
+        "FfDLOptimizer",
+        [
+            make_job("a").rigid(1).submitted_at(0).obj(),
+            make_job("b").rigid(1).submitted_at(1).obj(),
+        ],
+        2, {"a": 1, "b": 0},
+        max_jobs=1,
+    ),
+    # ----- AFS-L
+    case(
+        "AFS-L starts every job before any job grows",
+        "AFS-L",
+        [
+            make_job("a").workers(1, 4).submitted_at(0).obj(),
+            make_job("b").workers(1, 4).submitted_at(1).obj(),
+            make_job("c").workers(1, 4).submitted_at(2).obj(),
+        ],
+        3, {"a": 1, "b": 1, "c": 1},
+    ),
+    case(
+        "AFS-L gives the GPU to the shorter job when relative gains are equal",
+        "AFS-L",
+        [
+            make_job("a").workers(1, 4).epochs(10).submitted_at(0).obj(),
+            make_job("b").workers(1, 4).epochs(1).submitted_at(1).obj(),
+        ],
+        3, {"a": 1, "b": 2},
+    ),
+    case(
+        "AFS-L gives the GPUs to a longer job with a larger relative gain",
+        "AFS-L",
+        [
+            make_job("a").workers(1, 4).epochs(1).submitted_at(0).epoch_times(POOR).obj(),
+            make_job("b").workers(1, 4).epochs(10).submitted_at(1).epoch_times(LINEAR).obj(),
+        ],
+        5, {"a": 1, "b": 4},
+    ),
+    case(
+        "AFS-L grows the poorly scaling job once the other is at max",
+        "AFS-L",
+        [
+            make_job("a").workers(1, 4).epochs(1).submitted_at(0).epoch_times(POOR).obj(),
+            make_job("b").workers(1, 4).epochs(10).submitted_at(1).epoch_times(LINEAR).obj(),
+        ],
+        6, {"a": 2, "b": 4},
+    ),
+    case(
+        "AFS-L skips a starting block that does not fit for a smaller one",
+        "AFS-L",
+        [
+            make_job("a").rigid(4).epochs(1).submitted_at(0).obj(),  # 15 s at 4
+            make_job("b").rigid(2).epochs(1).submitted_at(1).obj(),  # 30 s at 2
+            make_job("c").rigid(1).epochs(10).submitted_at(2).obj(),  # 600 s at 1
+        ],
+        5, {"a": 4, "b": 0, "c": 1},
+    ),
+]
+
+
+@pytest.mark.parametrize(("algorithm", "params", "jobs", "capacity", "expected"), CASES)
+def test_allocation(
+    algorithm: str, params: dict, jobs: list[Job], capacity: int, expected: dict[str, int]
+) -> None:
+    assert registry.create(algorithm, params)(jobs, capacity) == expected
+
+
+def test_every_built_in_algorithm_has_hand_worked_cases() -> None:
+    covered = {p.values[0] for p in CASES}
+    assert covered == set(registry.BUILTIN_NAMES)

@@ -1,0 +1,233 @@
+"""Invariants every built-in allocation algorithm keeps, on generated jobs."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from voda.core.allocation import registry
+from voda.core.allocation.base import allocation_problems
+from voda.core.allocation.ffdl import SPEEDUP_SCALE, FfDLOptimizer
+from voda.core.allocation.srjf import EpochTimes
+from voda.core.allocation.tiresias import Tiresias
+from voda.core.estimate import speed_model
+from voda.core.model import Job, JobStatus
+
+ALL = list(registry.BUILTIN_NAMES)
+# Elastic algorithms that never leave a GPU idle while an allocated job is below max.
+WORK_CONSERVING = ["ElasticFIFO", "ElasticSRJF", "ElasticTiresias", "AFS-L"]
+# Rigid-size algorithms: each job gets its preferred size or nothing.
+AT_PREFERRED = ["FIFO", "SRJF", "Tiresias"]
+# A job left with nothing needs more than the GPUs left idle.
+NON_BLOCKING = [*AT_PREFERRED, "ElasticFIFO", "ElasticSRJF", "AFS-L"]
+
+PROPERTY_SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@st.composite
+def job_strategy(draw: st.DrawFn, name: str) -> Job:
+    lo = draw(st.integers(1, 8))
+    hi = draw(st.integers(lo, lo + 8))
+    preferred = draw(st.none() | st.integers(lo, hi))
+    epochs = draw(st.integers(1, 50))
+    running = draw(st.booleans())
+    attained = draw(st.sampled_from([0.0, 100.0, 3599.0, 3600.0, 7200.0, 60000.0]))
+    run_since = draw(st.sampled_from([0.0, 10.0, 500.0]))
+    wait_since = draw(st.sampled_from([0.0, 80.0, 4000.0, 10000.0]))
+    started = draw(st.none() | st.sampled_from([0.0, 5.0, 5.0, 50.0]))
+    times = draw(
+        st.dictionaries(st.integers(1, 16), st.sampled_from([10.0, 20.0, 35.0, 60.0, 90.0]),
+                        max_size=3)
+    )
+    return Job(
+        name=name,
+        min_workers=lo,
+        max_workers=hi,
+        preferred_workers=preferred,
+        priority=draw(st.integers(0, 3)),
+        submit_time=draw(st.sampled_from([0.0, 0.0, 1.0, 2.0, 10.0])),
+        epochs=epochs,
+        completed_epochs=float(draw(st.integers(0, epochs))),
+        status=JobStatus.RUNNING if running else JobStatus.WAITING,
+        current_workers=draw(st.integers(lo, hi)) if running else 0,
+        attained_gpu_seconds=attained * 2,
+        attained_gpu_seconds_since_start=attained,
+        running_seconds=run_since * 2,
+        running_seconds_since_start=run_since,
+        waiting_seconds_since_start=0.0 if running else wait_since,
+        first_start_time=started if started is not None or not running else 0.0,
+        queue_since=draw(st.none() | st.sampled_from([0.0, 3.0, 3.0, 20.0])),
+        epoch_time_by_workers=times,
+    )
+
+
+@st.composite
+def jobs_strategy(draw: st.DrawFn, max_jobs: int = 12) -> list[Job]:
+    count = draw(st.integers(0, max_jobs))
+    return [draw(job_strategy(f"j{i}")) for i in range(count)]
+
+
+def shuffled(jobs: list[Job], seed: int) -> list[Job]:
+    copy = list(jobs)
+    random.Random(seed).shuffle(copy)
+    return copy
+
+
+def check_work_conserving(jobs: list[Job], capacity: int, result: dict[str, int]) -> None:
+    """No GPU idle while an allocated job is below max."""
+    if any(0 < result[j.name] < j.max_workers for j in jobs):
+        assert sum(result.values()) == capacity
+
+
+def check_left_out_does_not_fit(
+    jobs: list[Job], capacity: int, result: dict[str, int], at_preferred: bool
+) -> None:
+    """A job with nothing needs more (its starting size) than the GPUs left idle."""
+    left = capacity - sum(result.values())
+    for job in jobs:
+        if result[job.name] == 0:
+            start = job.preferred if at_preferred else job.min_workers
+            assert start > left, f"{job.name} needs {start} and {left} GPUs are idle"
+
+
+@pytest.mark.parametrize("name", ALL)
+@PROPERTY_SETTINGS
+@given(jobs=jobs_strategy(), capacity=st.integers(0, 64), seed=st.integers(0, 1000))
+def test_every_algorithm_keeps_the_contract_and_its_promises(
+    name: str, jobs: list[Job], capacity: int, seed: int
+) -> None:
+    algorithm = registry.create(name)
+    result = algorithm(jobs, capacity)
+    assert allocation_problems(jobs, capacity, result) == []
+    assert set(result) == {j.name for j in jobs}, "every job is present in the result"
+    assert sum(result.values()) <= capacity
+    for job in jobs:
+        assert result[job.name] == 0 or job.min_workers <= result[job.name] <= job.max_workers
+    # deterministic: the same answer again, and whatever order the jobs come in
+    assert algorithm(jobs, capacity) == result
+    assert algorithm(shuffled(jobs, seed), capacity) == result
+    assert algorithm(list(reversed(jobs)), capacity) == result
+    if name in WORK_CONSERVING:
+        check_work_conserving(jobs, capacity, result)
+    if name in AT_PREFERRED:
+        assert all(result[j.name] in (0, j.preferred) for j in jobs), "preferred size or 0"
+    if name in NON_BLOCKING:
+        check_left_out_does_not_fit(jobs, capacity, result, at_preferred=name in AT_PREFERRED)
+
+
+@PROPERTY_SETTINGS
+@given(jobs=jobs_strategy(), capacity=st.integers(0, 64))
+def test_tiresias_never_serves_a_lower_queue_before_a_higher_one_that_fits(
+    jobs: list[Job], capacity: int
+) -> None:
+    tiresias = Tiresias()
+    result = tiresias(jobs, capacity)
+    ordered = tiresias.order(jobs)
+    free = capacity
+    for job in ordered:  # replay: each job took its size exactly when it fitted
+        if job.preferred <= free:
+            assert result[job.name] == job.preferred
+            free -= job.preferred
+        else:
+            assert result[job.name] == 0
+
+
+def _total_speedup(jobs: list[Job], counts: dict[str, int]) -> int:
+    return sum(
+        round(speed_model(j).speedup(counts[j.name]) * SPEEDUP_SCALE) for j in jobs
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(jobs=jobs_strategy(max_jobs=4), capacity=st.integers(0, 14))
+def test_ffdl_finds_the_best_total_speedup_of_all_allocations(
+    jobs: list[Job], capacity: int
+) -> None:
+    small = [
+        Job(
+            name=j.name,
+            min_workers=min(j.min_workers, 3),
+            max_workers=min(j.max_workers, 5),
+            submit_time=j.submit_time,
+            epoch_time_by_workers=j.epoch_time_by_workers,
+        )
+        for j in jobs
+        if min(j.min_workers, 3) <= min(j.max_workers, 5)
+    ]
+    # a horizon wide enough that every job is in the program: the exact optimum
+    result = FfDLOptimizer(horizon_factor=100.0)(small, capacity)
+    choices = [[0, *range(j.min_workers, j.max_workers + 1)] for j in small]
+    best = max(
+        (
+            _total_speedup(small, dict(zip([j.name for j in small], combo, strict=True)))
+            for combo in itertools.product(*choices)
+            if sum(combo) <= capacity
+        ),
+        default=0,
+    )
+    assert _total_speedup(small, result) == best
+
+
+def _pollux_reference(jobs: list[Job], capacity: int, threshold: float) -> dict[str, int]:
+    """Two FIFO queues, walked Q0 then Q1, any job that fits admitted."""
+    def entry(job: Job) -> tuple:
+        since = job.queue_since if job.queue_since is not None else job.submit_time
+        return (since, job.submit_time, job.name)
+
+    q0 = sorted((j for j in jobs if j.attained_gpu_seconds < threshold), key=entry)
+    q1 = sorted((j for j in jobs if j.attained_gpu_seconds >= threshold), key=entry)
+    free, result = capacity, {}
+    for job in [*q0, *q1]:
+        take = job.min_workers if job.min_workers <= free else 0
+        result[job.name] = take
+        free -= take
+    return result
+
+
+@PROPERTY_SETTINGS
+@given(jobs=jobs_strategy(), capacity=st.integers(0, 64))
+def test_the_pollux_preset_is_two_fifo_queues_on_rigid_jobs(
+    jobs: list[Job], capacity: int
+) -> None:
+    rigid = [
+        Job(
+            name=j.name,
+            min_workers=j.min_workers,
+            max_workers=j.min_workers,
+            preferred_workers=j.min_workers,
+            submit_time=j.submit_time,
+            attained_gpu_seconds=j.attained_gpu_seconds * 10,
+            attained_gpu_seconds_since_start=j.attained_gpu_seconds_since_start,
+            current_workers=j.current_workers and j.min_workers,
+            running_seconds_since_start=j.running_seconds_since_start,
+            waiting_seconds_since_start=j.waiting_seconds_since_start,
+            first_start_time=j.first_start_time,
+            queue_since=j.queue_since,
+        )
+        for j in jobs
+    ]
+    preset = Tiresias(
+        queue_thresholds=(57600.0,), starvation_knob=None, service="total",
+        queue_order="queue_entry",
+    )
+    assert preset(rigid, capacity) == _pollux_reference(rigid, capacity, 57600.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    times=st.dictionaries(
+        st.integers(-1, 12), st.sampled_from([-1.0, 0.0, 7.0, 10.0, 35.0, 60.0]), max_size=4
+    ),
+    workers=st.integers(0, 20),
+)
+def test_epoch_times_read_off_agree_with_the_fitted_model(
+    times: dict[int, float], workers: int
+) -> None:
+    job = Job(name="j", epoch_time_by_workers=times)
+    assert EpochTimes(job)(workers) == speed_model(job).epoch_time(workers)

@@ -1,0 +1,140 @@
+"""Finding algorithms by name: built in, registered, by entry point, by import path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from builders import make_job
+
+from voda.core.allocation import registry
+from voda.core.allocation.base import checked_allocate
+from voda.core.allocation.registry import UnknownAlgorithm
+
+JOBS = [
+    make_job("a").workers(1, 4).submitted_at(0).obj(),
+    make_job("b").workers(2, 4).submitted_at(1).obj(),
+]
+
+
+@pytest.fixture
+def registered() -> Iterator[list[str]]:
+    names: list[str] = []
+    yield names
+    for name in names:
+        registry.unregister(name)
+
+
+@pytest.mark.parametrize("name", registry.BUILTIN_NAMES)
+def test_each_built_in_algorithm_is_created_by_its_name_and_keeps_it(name: str) -> None:
+    algorithm = registry.create(name)
+    assert algorithm.name == name
+    assert sum(checked_allocate(algorithm, JOBS, 4).values()) <= 4
+
+
+def test_a_registered_algorithm_is_created_by_name_with_its_parameters(
+    registered: list[str],
+) -> None:
+    from custom_algorithm import MinForAll
+
+    registry.register("MinForAll", MinForAll)
+    registered.append("MinForAll")
+    assert "MinForAll" in registry.available()
+    algorithm = registry.create("MinForAll", {"extra": 2})
+    assert algorithm(JOBS, 5) == {"a": 3, "b": 2}
+
+
+def test_a_built_in_name_cannot_be_replaced() -> None:
+    with pytest.raises(ValueError, match="built-in"):
+        registry.register("FIFO", lambda: None)  # type: ignore[arg-type,return-value]
+
+
+def test_an_algorithm_class_is_created_by_import_path() -> None:
+    algorithm = registry.create("custom_algorithm:MinForAll", {"extra": 1})
+    assert algorithm.name == "MinForAll"
+    assert algorithm(JOBS, 4) == {"a": 2, "b": 2}
+
+
+def test_a_ready_algorithm_object_is_used_as_is_by_import_path() -> None:
+    algorithm = registry.create("custom_algorithm:nothing_for_anyone")
+    assert algorithm.name == "NothingForAnyone"
+    assert algorithm(JOBS, 4) == {"a": 0, "b": 0}
+
+
+def test_a_ready_algorithm_object_refuses_parameters() -> None:
+    with pytest.raises(ValueError, match="takes no parameters"):
+        registry.create("custom_algorithm:nothing_for_anyone", {"extra": 1})
+
+
+def test_an_algorithm_is_found_through_the_entry_point_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dist = tmp_path / "voda_plugin_example-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: voda-plugin-example\nVersion: 0.1\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        "[voda.algorithms]\nPluginMinForAll = custom_algorithm:MinForAll\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "PluginMinForAll" in registry.available()
+    algorithm = registry.create("PluginMinForAll", {"extra": 2})
+    assert algorithm(JOBS, 5) == {"a": 3, "b": 2}
+
+
+def test_an_unknown_name_is_refused_with_the_valid_names() -> None:
+    with pytest.raises(UnknownAlgorithm) as caught:
+        registry.create("Lottery")
+    message = str(caught.value)
+    assert "'Lottery'" in message
+    for name in registry.BUILTIN_NAMES:
+        assert name in message
+    assert caught.value.valid == registry.available()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["no_such_module_anywhere:Algo", "custom_algorithm:NoSuchAttribute"],
+    ids=["a module that does not exist", "an attribute the module lacks"],
+)
+def test_an_import_path_that_does_not_resolve_is_an_unknown_algorithm(path: str) -> None:
+    with pytest.raises(UnknownAlgorithm, match="valid names: FIFO"):
+        registry.create(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "reason"),
+    [
+        ("FIFO", {"speed": 2}, "bad parameters for algorithm 'FIFO'"),
+        ("Tiresias", {"service": "forever"}, "service: must be one of"),
+        ("Tiresias", {"queue_thresholds": [10.0, 5.0]}, "queue_thresholds: must be strictly"),
+        ("Tiresias", {"starvation_knob": 0}, "starvation_knob: must be positive"),
+        ("Tiresias", {"queue_order": "random"}, "queue_order: must be one of"),
+        ("ElasticTiresias", {"compaction_threshold": -1}, "compaction_threshold"),
+        ("FfDLOptimizer", {"max_jobs": 0}, "max_jobs: must be at least 1"),
+        ("FfDLOptimizer", {"horizon_factor": 0}, "horizon_factor: must be positive"),
+    ],
+    ids=[
+        "an unknown knob",
+        "an unknown service measure",
+        "thresholds out of order",
+        "a starvation knob of zero",
+        "an unknown queue order",
+        "a negative compaction threshold",
+        "a horizon of no jobs",
+        "a horizon factor of zero",
+    ],
+)
+def test_bad_parameters_are_refused_naming_the_knob(
+    name: str, params: dict, reason: str
+) -> None:
+    with pytest.raises(ValueError, match=reason):
+        registry.create(name, params)
+
+
+def test_thresholds_given_as_a_list_become_a_tuple() -> None:
+    algorithm = registry.create("Tiresias", {"queue_thresholds": [100, 1000]})
+    assert algorithm.queue_thresholds == (100.0, 1000.0)  # type: ignore[attr-defined]
+    assert hash(algorithm)

@@ -1,0 +1,310 @@
+"""The scheduler loop on the in-memory backend: coalescing, rate limit, action order,
+refused allocations, algorithm switches and Tiresias queue changes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from builders import make_cluster, make_job
+
+from voda.backends.memory import InMemoryBackend
+from voda.core.allocation import registry
+from voda.core.allocation.base import AllocationRejected
+from voda.core.allocation.registry import UnknownAlgorithm
+from voda.core.model import ActionKind, Allocation, Cluster, Job, JobStatus, Placement
+from voda.engine.scheduler import Scheduler, SchedulerSettings
+
+
+def scheduler(
+    nodes: int = 2, gpus: int = 4, rate_limit: float = 30.0, algorithm: str = "ElasticFIFO",
+    params: Mapping[str, object] | None = None, **kwargs: object,
+) -> tuple[Scheduler, InMemoryBackend]:
+    backend = InMemoryBackend(make_cluster().nodes(nodes, gpus=gpus).node_list())
+    settings = SchedulerSettings(
+        algorithm=algorithm, algorithm_params=dict(params or {}), rate_limit_seconds=rate_limit
+    )
+    return Scheduler(backend, settings, **kwargs), backend  # type: ignore[arg-type]
+
+
+# ----- coalescing and rate limit --------------------------------------------------
+
+
+def test_a_burst_of_submissions_is_one_rescheduling() -> None:
+    sched, backend = scheduler()
+    for name in "abc":
+        sched.submit(make_job(name).workers(1, 2).submitted_at(0).obj())
+    plan = sched.step(0.0)
+    assert plan is not None
+    assert sched.reschedules == 1
+    assert [c.verb for c in backend.calls] == ["start", "start", "start"]
+    assert sched.step(0.0) is None, "nothing changed since"
+    assert sched.reschedules == 1
+
+
+def test_a_burst_of_completions_is_one_rescheduling() -> None:
+    sched, backend = scheduler(rate_limit=0.0)
+    for name in "abcd":
+        sched.submit(make_job(name).rigid(2).submitted_at(0).obj())
+    sched.step(0.0)
+    backend.complete("a", 10.0)
+    backend.complete("b", 10.0)
+    backend.fail("c", 10.0)
+    sched.step(10.0)
+    assert sched.reschedules == 2
+    assert {n: r.status for n, r in sched.jobs.items()} == {
+        "a": JobStatus.COMPLETED, "b": JobStatus.COMPLETED, "c": JobStatus.FAILED,
+        "d": JobStatus.RUNNING,
+    }
+
+
+def test_the_rate_limit_delays_a_second_rescheduling() -> None:
+    sched, backend = scheduler()  # 30 s by default
+    assert sched.settings.rate_limit_seconds == 30.0
+    sched.submit(make_job("a").rigid(2).submitted_at(0).obj())
+    sched.step(0.0)
+    sched.submit(make_job("b").rigid(2).submitted_at(5).obj())
+    sched.submit(make_job("c").rigid(2).submitted_at(6).obj())
+    assert sched.step(5.0) is None
+    assert sched.step(6.0) is None
+    assert sched.next_wakeup(6.0) == 30.0
+    assert sched.step(29.9) is None
+    assert sched.reschedules == 1
+    assert sched.step(30.0) is not None
+    assert sched.reschedules == 2, "both submissions are taken in one rescheduling"
+    assert sorted(backend.running) == ["a", "b", "c"]
+
+
+def test_a_rate_limit_of_zero_reschedules_at_once() -> None:
+    sched, backend = scheduler(rate_limit=0.0)
+    sched.submit(make_job("a").rigid(2).submitted_at(0).obj())
+    sched.step(0.0)
+    sched.submit(make_job("b").rigid(2).submitted_at(1).obj())
+    assert sched.step(1.0) is not None
+    assert sched.reschedules == 2
+    assert sorted(backend.running) == ["a", "b"]
+
+
+def test_a_negative_rate_limit_is_refused() -> None:
+    sched, _ = scheduler()
+    with pytest.raises(ValueError, match="rate_limit_seconds: must not be negative"):
+        sched.set_rate_limit(-1.0)
+    assert sched.settings.rate_limit_seconds == 30.0
+
+
+# ----- scripted algorithm and placer -----------------------------------------------
+
+
+@dataclass
+class Scripted:
+    """An algorithm that answers what the test says (or raises what it says)."""
+
+    name: str = "Scripted"
+    answer: dict[str, int] = field(default_factory=dict)
+    error: Exception | None = None
+
+    def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        if self.error is not None:
+            raise self.error
+        return dict(self.answer)
+
+
+@dataclass
+class ScriptedPlacer:
+    wanted: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+
+    def __call__(
+        self, allocation: Allocation, jobs: Mapping[str, Job], cluster: Cluster,
+        previous: Placement,
+    ) -> Placement:
+        return {name: self.wanted[name] for name, gpus in allocation.items() if gpus > 0}
+
+
+@pytest.fixture
+def scripted() -> Iterator[Scripted]:
+    algorithm = Scripted()
+    registry.register("Scripted", lambda: algorithm)
+    yield algorithm
+    registry.unregister("Scripted")
+
+
+def test_actions_are_applied_halt_scale_in_migrate_start_scale_out(scripted: Scripted) -> None:
+    placer = ScriptedPlacer()
+    sched, backend = scheduler(nodes=4, gpus=2, rate_limit=0.0, algorithm="Scripted",
+                               placer=placer)
+    for name in "hsmg":
+        sched.submit(make_job(name).workers(1, 2).submitted_at(0).obj())
+    scripted.answer = {"h": 2, "s": 2, "m": 1, "g": 1}
+    placer.wanted = {"h": (("node-0", 2),), "s": (("node-1", 2),), "m": (("node-2", 1),),
+                     "g": (("node-3", 1),)}
+    sched.step(0.0)
+    backend.calls.clear()
+
+    sched.submit(make_job("t").rigid(2).submitted_at(1).obj())
+    scripted.answer = {"h": 0, "s": 1, "m": 1, "g": 2, "t": 2}
+    placer.wanted = {"s": (("node-1", 1),), "m": (("node-3", 1),),
+                     "g": (("node-2", 1), ("node-3", 1)), "t": (("node-0", 2),)}
+    plan = sched.step(1.0)
+
+    assert plan is not None
+    assert [(a.kind, a.job) for a in plan.actions] == [
+        (ActionKind.HALT, "h"), (ActionKind.SCALE_IN, "s"), (ActionKind.MIGRATE, "m"),
+        (ActionKind.START, "t"), (ActionKind.SCALE_OUT, "g"),
+    ]
+    assert [(c.verb, c.job) for c in backend.calls] == [
+        ("halt", "h"), ("scale", "s"), ("scale", "m"), ("start", "t"), ("scale", "g"),
+    ]
+    assert sched.jobs["h"].status is JobStatus.WAITING
+    assert sched.jobs["m"].migrations == 1
+
+
+# ----- refused allocations -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "reason"),
+    [
+        ({"a": 2, "b": 1}, None, "job 'b': 1 GPUs is neither 0 nor within [min, max] = [2, 4]"),
+        ({"a": 4, "b": 4, "c": 2}, None, "10 GPUs allocated but the capacity is 8"),
+        ({"a": 2, "z": 2}, None, "job 'z': not among the jobs given"),
+        ({"a": 2.5}, None, "job 'a': GPU count 2.5 is not an integer"),
+        ({}, RuntimeError("model server down"), "raised RuntimeError: model server down"),
+    ],
+    ids=[
+        "an allocation below a job's min",
+        "an allocation over the capacity",
+        "an allocation for a job that does not exist",
+        "a fractional GPU count",
+        "an algorithm that raises",
+    ],
+)
+def test_a_broken_allocation_is_refused_and_the_plan_in_force_stays(
+    scripted: Scripted, answer: dict[str, int], error: Exception | None, reason: str
+) -> None:
+    sched, backend = scheduler(rate_limit=0.0, algorithm="Scripted")
+    for name in "abc":
+        sched.submit(make_job(name).workers(2, 4).submitted_at(0).obj())
+    scripted.answer = {"a": 4, "b": 2, "c": 2}
+    good = sched.step(0.0)
+    assert good is not None
+    calls, running = list(backend.calls), dict(backend.running)
+    placements = {n: r.placement for n, r in sched.jobs.items()}
+
+    scripted.answer, scripted.error = answer, error
+    sched.submit(make_job("d").workers(2, 4).submitted_at(1).obj())
+    assert sched.step(1.0) is None
+
+    assert isinstance(sched.last_error, AllocationRejected)
+    assert "refused" in str(sched.last_error)
+    assert reason in str(sched.last_error)
+    assert sched.last_plan is good
+    assert backend.calls == calls
+    assert backend.running == running
+    assert {n: r.placement for n, r in sched.jobs.items() if n != "d"} == placements
+
+    scripted.answer, scripted.error = {"a": 2, "b": 2, "c": 2, "d": 2}, None
+    sched.submit(make_job("e").workers(2, 4).submitted_at(2).obj())
+    assert sched.step(2.0) is not None
+    assert sched.last_error is None, "a good allocation clears the error"
+
+
+# ----- switching algorithms -----------------------------------------------------
+
+
+def test_switching_to_an_unknown_algorithm_changes_nothing() -> None:
+    sched, _ = scheduler(rate_limit=0.0)
+    sched.submit(make_job("a").workers(1, 8).submitted_at(0).obj())
+    sched.step(0.0)
+    before = sched.algorithm_for("default")
+    with pytest.raises(UnknownAlgorithm) as caught:
+        sched.set_algorithm("Lottery")
+    assert "valid names: FIFO, ElasticFIFO" in str(caught.value)
+    assert "AFS-L" in str(caught.value)
+    assert sched.settings.algorithm == "ElasticFIFO"
+    assert sched.algorithm_for("default") is before
+    assert not sched.dirty
+    assert sched.step(1.0) is None
+
+
+def test_switching_algorithm_reschedules_with_the_new_one() -> None:
+    sched, _ = scheduler(rate_limit=0.0)
+    sched.submit(make_job("a").workers(1, 8).submitted_at(0).obj())
+    sched.submit(make_job("b").workers(1, 8).submitted_at(0).obj())
+    sched.step(0.0)
+    assert sched.last_plan is not None and dict(sched.last_plan.allocation) == {"a": 7, "b": 1}
+    sched.set_algorithm("AFS-L")
+    assert sched.dirty
+    plan = sched.step(1.0)
+    assert plan is not None and dict(plan.allocation) == {"a": 4, "b": 4}
+
+
+# ----- Tiresias queues ----------------------------------------------------------
+
+
+def test_a_tiresias_queue_change_from_time_passing_triggers_a_rescheduling() -> None:
+    sched, backend = scheduler(nodes=1, gpus=2, rate_limit=0.0, algorithm="Tiresias",
+                               params={"queue_thresholds": (100.0,)})
+    sched.submit(make_job("a").rigid(2).submitted_at(0).obj())
+    sched.step(0.0)
+    sched.submit(make_job("b").rigid(2).submitted_at(1).obj())
+    sched.step(1.0)
+    assert sched.reschedules == 2
+    assert backend.running == {"a": (("node-0", 2),)}, "b waits: a started first"
+    # a has 2 GPU-s of 100 after 1 s on 2 GPUs: it leaves the top queue at 50 s.
+    assert sched.next_wakeup(1.0) == pytest.approx(50.0)
+    assert sched.step(49.0) is None
+    assert sched.reschedules == 2
+
+    calls_before = len(backend.calls)
+    plan = sched.step(50.0)
+
+    assert plan is not None, "the queue change alone reschedules"
+    assert sched.reschedules == 3
+    assert [(c.verb, c.job) for c in backend.calls[calls_before:]] == [
+        ("halt", "a"), ("start", "b"),
+    ]
+    assert sched.jobs["a"].queue_since == 50.0
+    assert sched.jobs["b"].queue_since == 1.0
+
+
+def test_a_starved_tiresias_job_is_promoted_when_its_wait_is_long_enough() -> None:
+    sched, backend = scheduler(nodes=1, gpus=2, rate_limit=0.0, algorithm="Tiresias",
+                               params={"queue_thresholds": (100.0,), "starvation_knob": 2.0})
+    sched.submit(make_job("a").rigid(2).submitted_at(0).obj())
+    sched.step(0.0)
+    sched.submit(make_job("b").rigid(2).submitted_at(1).obj())
+    sched.step(1.0)
+    sched.step(50.0)  # a demoted after a 50 s run; b starts
+    assert backend.running == {"b": (("node-0", 2),)}
+    # b: 50 s to its own threshold; a: promoted after waiting 2 x 50 s = at 150 s.
+    assert sched.next_wakeup(50.0) == pytest.approx(100.0)
+    sched.step(100.0)  # b demoted too: both in queue 1, a (started first) runs
+    assert backend.running == {"a": (("node-0", 2),)}
+
+
+@pytest.mark.parametrize("name", registry.BUILTIN_NAMES)
+def test_every_built_in_algorithm_drives_the_loop_within_the_cluster(name: str) -> None:
+    sched, backend = scheduler(nodes=3, gpus=4, rate_limit=10.0, algorithm=name)
+    sizes = [(1, 4), (2, 2), (1, 8), (4, 4), (2, 6), (1, 1), (3, 5)]
+    for i, (lo, hi) in enumerate(sizes):
+        sched.submit(make_job(f"j{i}").workers(lo, hi).epochs(5).submitted_at(i * 7).obj())
+    now = 0.0
+    finished: list[str] = []
+    while now <= 400.0:
+        sched.step(now)
+        assert sched.last_error is None
+        assert sum(sum(c for _, c in p) for p in backend.running.values()) <= 12
+        for node, used in backend.used().items():
+            assert used <= 4, f"{node} over capacity"
+        for job, placement in sorted(backend.running.items()):
+            record = sched.jobs[job]
+            assert record.min_workers <= sum(c for _, c in placement) <= record.max_workers
+        if now in (60.0, 150.0, 240.0) and backend.running:
+            done = sorted(backend.running)[0]
+            backend.complete(done, now)
+            finished.append(done)
+        now += 5.0
+    assert sched.reschedules >= 4
+    assert all(sched.jobs[j].status is JobStatus.COMPLETED for j in finished)
+    assert len(finished) == 3
