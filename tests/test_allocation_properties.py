@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 from voda.core.allocation import registry
 from voda.core.allocation.base import allocation_problems
 from voda.core.allocation.ffdl import SPEEDUP_SCALE, FfDLOptimizer
-from voda.core.allocation.srjf import EpochTimes
 from voda.core.allocation.tiresias import Tiresias
-from voda.core.estimate import speed_model
+from voda.core.estimate import EpochTimes, speed_model
 from voda.core.model import Job, JobStatus
 
 ALL = list(registry.BUILTIN_NAMES)

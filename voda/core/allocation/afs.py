@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from voda.core.allocation.base import by_submit
-from voda.core.allocation.srjf import EpochTimes
+from voda.core.estimate import EpochTimes
 from voda.core.model import Job
 
 

@@ -13,38 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from voda.core.allocation.fifo import fill_in_order, grow_in_order
-from voda.core.estimate import DEFAULT_EPOCH_SECONDS, SpeedModel, speed_model
+from voda.core.estimate import epoch_time_at
 from voda.core.model import Job
-
-
-class EpochTimes:
-    """A job's epoch time by worker count, equal to `speed_model(job).epoch_time`.
-
-    Observed counts return their observation and a job with no observation the
-    default time over the workers, as the fitted model would; the model is
-    fitted only when another count is asked for, and then once.
-    """
-
-    __slots__ = ("_job", "_model")
-
-    def __init__(self, job: Job) -> None:
-        self._job = job
-        self._model: SpeedModel | None = None
-
-    def __call__(self, workers: int) -> float:
-        observed = self._job.epoch_time_by_workers
-        if not observed:
-            return DEFAULT_EPOCH_SECONDS / workers if workers > 0 else float("inf")
-        seconds = observed.get(workers)
-        if seconds is not None and workers >= 1 and seconds > 0:
-            return seconds
-        if self._model is None:
-            self._model = speed_model(self._job)
-        return self._model.epoch_time(workers)
-
-
-def epoch_time_at(job: Job, workers: int) -> float:
-    return EpochTimes(job)(workers)
 
 
 def shortest_first(jobs: Sequence[Job], size_of: Callable[[Job], int]) -> list[Job]:

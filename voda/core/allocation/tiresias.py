@@ -18,7 +18,7 @@ from itertools import pairwise
 from typing import Literal
 
 from voda.core.allocation.fifo import fill_in_order
-from voda.core.allocation.srjf import EpochTimes
+from voda.core.estimate import EpochTimes
 from voda.core.model import Job
 
 Service = Literal["since_start", "total"]

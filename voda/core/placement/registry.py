@@ -6,10 +6,17 @@ from collections.abc import Callable
 
 from voda.core.placement.base import Placer
 from voda.core.placement.first_fit import first_fit
+from voda.core.placement.manager import TopologyPlacer, counts_only
 
-# name -> factory returning a Placer. The topology-aware manager registers "topology".
+DEFAULT_PLACER = "topology"
+
+# name -> factory returning a Placer. "off" keeps only the counts meaningful: see
+# voda.core.placement.manager.counts_only and docs/design/003-placement.md.
 _PLACERS: dict[str, Callable[[], Placer]] = {
+    "topology": TopologyPlacer,
+    "off": lambda: counts_only,
     "naive": lambda: first_fit,
+    "most-free": lambda: __import__("voda.core.placement.most_free", fromlist=["x"]).most_free,
 }
 
 

@@ -1,0 +1,189 @@
+"""The network topology of a cluster: nodes under leaf switches under spine switches.
+
+`Topology` is the immutable model built from the nodes (their `leaf`/`spine`
+fields, filled from the node labels `voda.io/leaf` and `voda.io/spine`).
+`FreeIndex` is the mutable working view a placer builds for one GPU type: free
+GPUs per node, per leaf and per spine, with nodes bucketed by free GPUs so the
+best-fit node for a request is found without scanning the cluster.
+See docs/design/003-placement.md.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from voda.core.model import DEFAULT_GPU_TYPE, Cluster, Node
+
+LEAF_LABEL = "voda.io/leaf"
+SPINE_LABEL = "voda.io/spine"
+
+# distance() values: same node, same leaf, same spine, different spines.
+SAME_NODE, SAME_LEAF, SAME_SPINE, ACROSS_SPINES = 0, 1, 2, 3
+
+
+def node_from_labels(
+    name: str, gpus: int, labels: Mapping[str, str], gpu_type: str = DEFAULT_GPU_TYPE
+) -> Node:
+    """A Node whose leaf and spine come from its labels (absent: the defaults of Node)."""
+    leaf = labels.get(LEAF_LABEL) or None
+    spine = labels.get(SPINE_LABEL) or None
+    return Node(name=name, gpus=gpus, gpu_type=gpu_type, leaf=leaf, spine=spine)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Leaves and spines of a set of nodes, in the order the nodes come."""
+
+    leaf_nodes: Mapping[str, tuple[str, ...]]
+    spine_leaves: Mapping[str, tuple[str, ...]]
+    leaf_of: Mapping[str, str]
+    spine_of_leaf: Mapping[str, str]
+
+    @classmethod
+    def of(cls, nodes: Cluster | Iterable[Node]) -> Topology:
+        """Build the topology; a leaf placed under two different spines is an error."""
+        node_list = nodes.nodes if isinstance(nodes, Cluster) else tuple(nodes)
+        leaf_nodes: dict[str, list[str]] = {}
+        spine_leaves: dict[str, list[str]] = {}
+        leaf_of: dict[str, str] = {}
+        spine_of_leaf: dict[str, str] = {}
+        for node in node_list:
+            leaf, spine = node.leaf_name, node.spine_name
+            known = spine_of_leaf.get(leaf)
+            if known is None:
+                spine_of_leaf[leaf] = spine
+                spine_leaves.setdefault(spine, []).append(leaf)
+            elif known != spine:
+                raise ValueError(
+                    f"node {node.name!r}: spine: leaf {leaf!r} is under spine {known!r}, "
+                    f"not {spine!r}"
+                )
+            leaf_nodes.setdefault(leaf, []).append(node.name)
+            leaf_of[node.name] = leaf
+        return cls(
+            leaf_nodes=MappingProxyType({k: tuple(v) for k, v in leaf_nodes.items()}),
+            spine_leaves=MappingProxyType({k: tuple(v) for k, v in spine_leaves.items()}),
+            leaf_of=MappingProxyType(leaf_of),
+            spine_of_leaf=MappingProxyType(spine_of_leaf),
+        )
+
+    def spine_of(self, node: str) -> str:
+        return self.spine_of_leaf[self.leaf_of[node]]
+
+    def distance(self, a: str, b: str) -> int:
+        """0 same node, 1 same leaf, 2 same spine, 3 across spines."""
+        if a == b:
+            return SAME_NODE
+        if self.leaf_of[a] == self.leaf_of[b]:
+            return SAME_LEAF
+        if self.spine_of(a) == self.spine_of(b):
+            return SAME_SPINE
+        return ACROSS_SPINES
+
+    def nodes_in(self, domain: str) -> tuple[str, ...]:
+        """Nodes of a leaf, a spine or a node, by name (leaf names first); () when unknown."""
+        if domain in self.leaf_nodes:
+            return self.leaf_nodes[domain]
+        if domain in self.spine_leaves:
+            return tuple(n for leaf in self.spine_leaves[domain] for n in self.leaf_nodes[leaf])
+        if domain in self.leaf_of:
+            return (domain,)
+        return ()
+
+
+class FreeIndex:
+    """Free GPUs of the nodes of one GPU type, by node, leaf and spine.
+
+    Nodes, leaves and spines are numbered in cluster order; every query breaks
+    ties by these numbers, so whatever uses the index is deterministic.
+    """
+
+    def __init__(self, nodes: Sequence[Node], topology: Topology) -> None:
+        self.nodes = tuple(nodes)
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.cap = [n.gpus for n in self.nodes]
+        self.free = list(self.cap)
+        self.max_cap = max(self.cap, default=0)
+        leaf_ids: dict[str, int] = {}
+        spine_ids: dict[str, int] = {}
+        self.leaf: list[int] = []
+        self.leaf_names: list[str] = []
+        self.leaf_nodes: list[list[int]] = []
+        self.leaf_spine: list[int] = []
+        self.spine_names: list[str] = []
+        self.spine_leaves: list[list[int]] = []
+        for i, node in enumerate(self.nodes):
+            leaf_name = topology.leaf_of[node.name]
+            if leaf_name not in leaf_ids:
+                spine_name = topology.spine_of_leaf[leaf_name]
+                if spine_name not in spine_ids:
+                    spine_ids[spine_name] = len(self.spine_names)
+                    self.spine_names.append(spine_name)
+                    self.spine_leaves.append([])
+                leaf_ids[leaf_name] = len(self.leaf_names)
+                self.leaf_names.append(leaf_name)
+                self.leaf_nodes.append([])
+                self.leaf_spine.append(spine_ids[spine_name])
+                self.spine_leaves[spine_ids[spine_name]].append(leaf_ids[leaf_name])
+            self.leaf.append(leaf_ids[leaf_name])
+            self.leaf_nodes[leaf_ids[leaf_name]].append(i)
+        self.leaf_ids = leaf_ids
+        self.spine_ids = spine_ids
+        self.leaf_cap = [sum(self.cap[i] for i in ns) for ns in self.leaf_nodes]
+        self.leaf_free = list(self.leaf_cap)
+        self.spine_cap = [sum(self.leaf_cap[leaf] for leaf in ls) for ls in self.spine_leaves]
+        self.spine_free = list(self.spine_cap)
+        # buckets[f]: ids of the nodes with exactly f free GPUs, ascending.
+        self.buckets: list[list[int]] = [[] for _ in range(self.max_cap + 1)]
+        for i, c in enumerate(self.cap):
+            self.buckets[c].append(i)
+        # Latency-sensitive workers per node (for the "never co-located" rule).
+        self.sensitive = [0] * len(self.nodes)
+        # Bumped on every change of a leaf's free GPUs, for caches keyed by leaf.
+        self.leaf_version = [0] * len(self.leaf_names)
+
+    @property
+    def total_free(self) -> int:
+        return sum(self.spine_free)
+
+    def take(self, i: int, count: int, sensitive: bool = False) -> None:
+        self._move(i, -count)
+        if sensitive:
+            self.sensitive[i] += count
+
+    def release(self, i: int, count: int, sensitive: bool = False) -> None:
+        self._move(i, count)
+        if sensitive:
+            self.sensitive[i] -= count
+
+    def _move(self, i: int, delta: int) -> None:
+        old = self.free[i]
+        new = old + delta
+        if new < 0 or new > self.cap[i]:
+            raise ValueError(f"node {self.nodes[i].name!r}: {-delta} GPUs asked, {old} free")
+        bucket = self.buckets[old]
+        del bucket[bisect.bisect_left(bucket, i)]
+        bisect.insort(self.buckets[new], i)
+        self.free[i] = new
+        leaf = self.leaf[i]
+        self.leaf_free[leaf] += delta
+        self.leaf_version[leaf] += 1
+        self.spine_free[self.leaf_spine[leaf]] += delta
+
+    def nodes_with_free(self, at_least: int) -> Iterable[int]:
+        """Node ids with at least `at_least` free GPUs, tightest first (best fit)."""
+        for f in range(max(at_least, 0), self.max_cap + 1):
+            yield from self.buckets[f]
+
+    def domain_leaves(self, domain: str) -> list[int]:
+        """Leaf ids of a leaf or spine name (leaf names first); [] when not of this type."""
+        if domain in self.leaf_ids:
+            return [self.leaf_ids[domain]]
+        if domain in self.spine_ids:
+            return list(self.spine_leaves[self.spine_ids[domain]])
+        if domain in self.index:
+            return [self.leaf[self.index[domain]]]
+        return []
