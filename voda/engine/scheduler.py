@@ -439,6 +439,15 @@ class Scheduler:
     def dirty(self) -> bool:
         return self._dirty
 
+    @property
+    def accounted_until(self) -> float:
+        """The time up to which attained service has been counted."""
+        return self._last_accounted
+
+    @property
+    def last_reschedule(self) -> float | None:
+        return self._last_reschedule
+
     def placement(self) -> dict[str, JobPlacement]:
         return {name: r.placement for name, r in self.active.items() if r.placement}
 

@@ -1,0 +1,212 @@
+"""Shared fixtures: a throwaway PostgreSQL server, store URLs, and `voda serve` subprocesses.
+
+The PostgreSQL server is real: initdb into a temporary folder as the `postgres`
+user, pg_ctl on a free loopback port with its socket in that folder; one server
+per test session, one fresh database per use.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_db_counter = itertools.count()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pg_bin(name: str) -> str:
+    for candidate in sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True):
+        return candidate
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"PostgreSQL program {name!r} not found")
+    return found
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return args
+    runuser = shutil.which("runuser")
+    if runuser:
+        return [runuser, "-u", "postgres", "--", *args]
+    return ["su", "postgres", "-c", " ".join(args)]
+
+
+@dataclass
+class PostgresServer:
+    port: int
+    socket_dir: str
+    base: str
+
+    def url(self, database: str) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self) -> str:
+        name = f"voda_{os.getpid()}_{next(_db_counter)}"
+        subprocess.run(_as_postgres([_pg_bin("createdb"), "-h", self.socket_dir, "-p",
+                                     str(self.port), name]), check=True, capture_output=True)
+        return self.url(name)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    base = tempfile.mkdtemp(prefix="voda-pg-")
+    os.chmod(base, 0o755)
+    data = os.path.join(base, "data")
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+    port = free_port()
+    subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", data, "-U", "postgres",
+                                 "--auth=trust", "-E", "UTF8", "--no-sync"]),
+                   check=True, capture_output=True)
+    log = os.path.join(base, "log")
+    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -F"
+    subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", data, "-l", log, "-o", options,
+                                 "-w", "start"]), check=True, capture_output=True)
+    try:
+        yield PostgresServer(port, base, base)
+    finally:
+        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", data, "-m", "immediate", "-w",
+                                     "stop"]), capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+STORES = ["sqlite", "postgres"]
+
+
+def make_store_url(kind: str, request: pytest.FixtureRequest, folder: Path) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{folder / f'voda-{next(_db_counter)}.db'}"
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.create_database()
+
+
+@pytest.fixture(params=STORES)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty store: a SQLite file, then a database on the real PostgreSQL server."""
+    return make_store_url(request.param, request, tmp_path)
+
+
+# ----- `voda serve` as a real subprocess ---------------------------------------------------
+@dataclass
+class ServeProcess:
+    url: str
+    port: int
+    args: list[str]
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    started_in: float = 0.0
+    tokens: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+
+    def start(self, timeout: float = 60.0) -> ServeProcess:
+        began = time.monotonic()
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "voda.cli.main", "serve", *self.args,
+             "--host", self.host, "--port", str(self.port)],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        while time.monotonic() - began < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"voda serve exited: {self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    self.started_in = time.monotonic() - began
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"voda serve did not answer: {self.log_path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def client(self, user: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
+
+
+TOKENS = {"alice": "tok-alice", "bob": "tok-bob", "root": "tok-root"}
+TOKENS_ENV = "alice:tok-alice,bob:tok-bob,root:tok-root:admin"
+
+ServeFactory = Callable[..., ServeProcess]
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[ServeFactory]:
+    """Start `voda serve` subprocesses; every one is killed at teardown."""
+    started: list[ServeProcess] = []
+
+    def factory(db: str, *extra: str, tokens: bool = False, port: int | None = None,
+                host: str = "127.0.0.1") -> ServeProcess:
+        port = port or free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
+        env["VODA_CONFIG"] = str(tmp_path / "no-config.toml")
+        if tokens:
+            env["VODA_TOKENS"] = TOKENS_ENV
+        process = ServeProcess(url=f"http://127.0.0.1:{port}", port=port,
+                               args=["--db", db, *extra], env=env,
+                               log_path=tmp_path / f"serve-{port}.log",
+                               tokens=TOKENS if tokens else {}, host=host)
+        started.append(process)
+        return process.start()
+
+    yield factory
+    for process in started:
+        process.kill()
+
+
+@pytest.fixture(scope="session", params=STORES)
+def api_server(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """One long-lived `voda serve` (with tokens) per store kind, shared by the API tests."""
+    folder = tmp_path_factory.mktemp("api")
+    url = make_store_url(request.param, request, folder)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
+    env["VODA_CONFIG"] = str(folder / "no-config.toml")
+    env["VODA_TOKENS"] = TOKENS_ENV
+    port = free_port()
+    process = ServeProcess(url=f"http://127.0.0.1:{port}", port=port,
+                           args=["--db", url, "--cluster", "4x4,2x8:a100", "--time-scale", "1",
+                                 "--rate-limit", "0.2", "--step-interval", "0.2"],
+                           env=env, log_path=folder / "serve.log", tokens=TOKENS)
+    process.start()
+    yield process
+    process.kill()
+
+
+def read_example(name: str) -> bytes:
+    return (ROOT / "examples" / "jobs" / name).read_bytes()

@@ -1,0 +1,53 @@
+"""Settings from defaults, config.toml, environment and flags; tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from voda.config import (
+    ConfigError,
+    User,
+    load_client_settings,
+    load_server_settings,
+    parse_tokens,
+)
+
+
+def test_tokens() -> None:
+    assert parse_tokens("alice:t1, admin:t2:admin") == {
+        "t1": User("alice"), "t2": User("admin", admin=True)}
+    for bad in ("alice", "alice:t1:root", ":t1"):
+        with pytest.raises(ConfigError, match="tokens"):
+            parse_tokens(bad)
+
+
+def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[server]\nport = 9000\ncluster = "2x2"\ntime_scale = 5.0\n'
+                    'tokens = "a:t:admin"\n[client]\nurl = "http://h:1/"\ntoken = "t"\n')
+    env = {"VODA_CLUSTER": "8x8", "VODA_PORT": "9100"}
+    settings = load_server_settings({"port": 9200}, env=env, path=path)
+    assert (settings.port, settings.cluster, settings.time_scale) == (9200, "8x8", 5.0)
+    assert not settings.open_access and settings.tokens["t"].admin
+    client = load_client_settings(env={}, path=path)
+    assert (client.url, client.token) == ("http://h:1", "t")
+    assert load_client_settings(token="x", env={"VODA_URL": "http://e:2"}, path=path).url == (
+        "http://e:2")
+
+
+def test_no_tokens_means_open_access(tmp_path: Path) -> None:
+    assert load_server_settings(env={}, path=tmp_path / "none.toml").open_access
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("[server]\nport = 'x'\n", "port"),
+    ("[server]\ncolour = 1\n", "colour"),
+    ("[server\n", "TOML"),
+], ids=["a port that is not a number", "an unknown setting", "a file that is not TOML"])
+def test_bad_settings_name_the_problem(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_server_settings(env={}, path=path)

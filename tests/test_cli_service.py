@@ -1,0 +1,97 @@
+"""The client commands against a real `voda serve` over HTTP (the CLI runs in-process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import ROOT, ServeFactory, ServeProcess, free_port
+from voda.cli.main import app
+
+runner = CliRunner()
+
+
+def voda(server: ServeProcess | None, *args: str, user: str = "alice",
+         url: str | None = None) -> tuple[int, str]:
+    env = {"VODA_CONFIG": "/nonexistent/config.toml",
+           "VODA_URL": url or (server.url if server else ""),
+           "VODA_TOKEN": server.tokens[user] if server else ""}
+    result = runner.invoke(app, list(args), env=env)
+    return result.exit_code, result.output
+
+
+def test_submit_list_describe_priority_delete(api_server: ServeProcess) -> None:
+    names = []
+    for example in ("compact.yaml", "mpijob.yaml", "pytorchjob.yaml"):
+        code, out = voda(api_server, "submit", "-f", str(ROOT / "examples" / "jobs" / example),
+                         "--json")
+        assert code == 0, out
+        names.append(json.loads(out)["name"])
+    code, out = voda(api_server, "jobs", "--json", "--limit", "1000")
+    assert code == 0 and set(names) <= {j["name"] for j in json.loads(out)["items"]}
+    code, out = voda(api_server, "jobs")
+    assert code == 0 and "STATUS" in out and names[0][:12] in out
+    code, out = voda(api_server, "describe", names[0], "--json")
+    assert code == 0 and json.loads(out)["kind"] == "VodaJob"
+    code, out = voda(api_server, "describe", names[1])
+    assert code == 0 and "MPIJob" in out and "Speedup" in out
+    code, out = voda(api_server, "priority", names[2], "7", "--json")
+    assert code == 0 and json.loads(out)["priority"] == 7
+    code, out = voda(api_server, "delete", *names, "--json")
+    assert code == 0 and {j["status"] for j in json.loads(out)} == {"Canceled"}
+    code, out = voda(api_server, "cluster", "--json")
+    assert code == 0 and {t["gpu_type"] for t in json.loads(out)["gpu_types"]} == {
+        "default", "a100"}
+    code, out = voda(api_server, "cluster")
+    assert code == 0 and "ALGORITHM" in out
+
+
+def test_algorithm_set_and_get(api_server: ServeProcess) -> None:
+    code, out = voda(api_server, "algorithm", "get", "--gpu-type", "default", "--json",
+                     user="root")
+    assert code == 0
+    current = json.loads(out)["algorithm"]
+    code, out = voda(api_server, "algorithm", "set", "Unknown", "--gpu-type", "default",
+                     user="root")
+    assert code == 1 and "ElasticFIFO" in out
+    code, out = voda(api_server, "algorithm", "set", current, "--gpu-type", "default", "--json",
+                     user="root")
+    assert code == 0 and json.loads(out)["algorithm"] == current
+    code, out = voda(api_server, "algorithm", "set", current, "--gpu-type", "default")
+    assert code == 1 and "administrator" in out
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (("describe", "no-such-job"), 4),
+    (("delete", "no-such-job"), 4),
+    (("submit", "-f", "/nonexistent/job.yaml"), 2),
+    (("priority", "no-such-job", "--", "-1"), 1),
+], ids=["describe of an unknown job", "delete of an unknown job", "a missing job file",
+        "a negative priority"])
+def test_clear_exit_codes(api_server: ServeProcess, args: tuple[str, ...], code: int) -> None:
+    got, out = voda(api_server, *args)
+    assert got == code, out
+    assert out.strip()
+
+
+def test_refused_submission_names_the_field(api_server: ServeProcess, tmp_path: Path) -> None:
+    job = tmp_path / "bad.yaml"
+    job.write_text("name: a\ncommand: x\nmin: 3\nmax: 1\n")
+    code, out = voda(api_server, "submit", "-f", str(job))
+    assert code == 1 and "max" in out
+
+
+def test_unreachable_service() -> None:
+    code, out = voda(None, "jobs", url=f"http://127.0.0.1:{free_port()}")
+    assert code == 3 and "cannot reach" in out
+
+
+def test_without_tokens_the_service_serves_loopback_only(serve: ServeFactory,
+                                                         tmp_path: Path) -> None:
+    server = serve(f"sqlite:///{tmp_path / 'open.db'}", host="0.0.0.0")
+    assert "loopback only" in server.log_path.read_text()
+    code, out = voda(None, "jobs", "--json", url=server.url)  # no token needed
+    assert code == 0 and json.loads(out)["total"] == 0

@@ -1,0 +1,73 @@
+"""/metrics: Prometheus text that promtool accepts, with the service's figures in it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import ServeProcess
+from voda.api.metrics import fragmentation
+
+EXPECTED = [
+    "voda_jobs_created", "voda_jobs_deleted", "voda_jobs_completed", "voda_jobs_failed",
+    "voda_reschedules", "voda_reschedule_duration_seconds", "voda_allocation_duration_seconds",
+    "voda_placement_duration_seconds", "voda_jobs_ready", "voda_jobs_waiting",
+    "voda_jobs_running", "voda_gpus", "voda_gpus_in_use", "voda_workers_migrated",
+    "voda_jobs_spanning_nodes", "voda_domain_utilization_ratio", "voda_fragmentation_ratio",
+]
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_promtool_accepts_the_metrics(api_server: ServeProcess) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is needed (Debian package prometheus)"
+    with api_server.client("alice") as client:
+        name = client.post("/v1/jobs", json={"name": "metered", "command": "x",
+                                             "epochs": 100}).json()["name"]
+        time.sleep(0.5)
+        text = client.get("/metrics").text
+        client.delete(f"/v1/jobs/{name}")
+    result = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
+                            capture_output=True, timeout=30)
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert set(EXPECTED) <= names, set(EXPECTED) - names
+
+
+def test_counters_and_gauges_follow_the_jobs(api_server: ServeProcess) -> None:
+    with api_server.client("alice") as client:
+        before = samples(client.get("/metrics").text)
+        name = client.post("/v1/jobs", json={"name": "counted", "command": "x",
+                                             "gpu_type": "a100", "epochs": 100}).json()["name"]
+        client.delete(f"/v1/jobs/{name}")
+        time.sleep(0.5)
+        after = samples(client.get("/metrics").text)
+    key = (("gpu_type", "a100"),)
+    assert after[("voda_jobs_created_total", key)] == before.get(
+        ("voda_jobs_created_total", key), 0) + 1
+    assert after[("voda_jobs_deleted_total", key)] == before.get(
+        ("voda_jobs_deleted_total", key), 0) + 1
+    assert after[("voda_gpus", key)] == 16
+    assert 0 <= after[("voda_gpus_in_use", key)] <= 16
+    assert after[("voda_reschedules_total", key)] >= 1
+
+
+@pytest.mark.parametrize(("free", "expected"), [
+    ([0, 0, 0], 0.0),
+    ([4, 0, 0], 0.0),
+    ([2, 2], 0.5),
+    ([1, 1, 1, 1], 0.75),
+], ids=["nothing free", "all free GPUs on one node", "two halves", "one GPU on each of four"])
+def test_fragmentation(free: list[int], expected: float) -> None:
+    assert fragmentation(free) == pytest.approx(expected)

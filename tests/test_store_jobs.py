@@ -1,0 +1,112 @@
+"""The store on SQLite and on a real PostgreSQL server: migrations and round trips."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from voda.core.model import JobStatus
+from voda.engine.scheduler import JobRecord
+from voda.store import jobs as store
+from voda.store.db import (
+    HEAD_REVISION,
+    MIGRATIONS,
+    current_revision,
+    make_engine,
+    migrate,
+    session_factory,
+)
+
+META = {"user": "alice", "kind": "VodaJob", "spec": {"name": "a", "command": "x"},
+        "command": "x", "image": None, "profile": "ncf"}
+
+
+def _record(name: str, **changes: object) -> JobRecord:
+    values: dict = {"name": name, "min_workers": 1, "max_workers": 4, "epochs": 10,
+                    "submit_time": 100.0, "category": "cat", "gpu_type": "default"}
+    values.update(changes)
+    return JobRecord(**values)
+
+
+def test_migrations_create_the_tables_and_run_twice(store_url: str) -> None:
+    engine = make_engine(store_url)
+    migrate(engine)
+    migrate(engine)  # already at head: nothing to do, no error
+    assert current_revision(engine) == HEAD_REVISION
+    tables = set(sa.inspect(engine).get_table_names())
+    assert {"jobs", "job_history", "category_speed", "scheduler_settings",
+            "backend_state", "alembic_version"} <= tables
+    engine.dispose()
+
+
+def test_jobs_round_trip_with_state_updates(store_url: str) -> None:
+    engine = make_engine(store_url)
+    migrate(engine)
+    sessions = session_factory(engine)
+    record = _record("a-1", priority=2)
+    with sessions.begin() as session:
+        store.insert_jobs(session, [store.new_job_values(record, META, 100.0)])
+        store.add_history(session, [{"job": "a-1", "time": 100.0, "field": "status",
+                                     "old": None, "new": "Submitted"}])
+    record.status = JobStatus.RUNNING
+    record.placement = (("node-0", 2), ("node-1", 1))
+    record.current_workers = 3
+    record.attained_gpu_seconds = 42.5
+    record.epoch_time_by_workers = {3: 7.5}
+    record.priority = 0
+    with sessions.begin() as session:
+        store.save_states(session, [store.state_values(record, 120.0)])
+    with sessions() as session:
+        rows = store.load_jobs(session)
+        assert len(rows) == 1 and rows[0].accounted_at == 120.0
+        back = store.row_to_record(rows[0])
+        assert len(store.history(session, "a-1")) == 1
+    assert back.status is JobStatus.RUNNING
+    assert back.placement == (("node-0", 2), ("node-1", 1))
+    assert (back.attained_gpu_seconds, back.priority) == (42.5, 0)
+    assert back.epoch_time_by_workers == {3: 7.5}
+    assert back.extra["user"] == "alice" and back.extra["profile"] == "ncf"
+    engine.dispose()
+
+
+def test_category_speed_settings_and_backend_state(store_url: str) -> None:
+    engine = make_engine(store_url)
+    migrate(engine)
+    sessions = session_factory(engine)
+    with sessions.begin() as session:
+        store.save_category_speed(session, "resnet", 2, 10.0, 1.0)
+        store.save_category_speed(session, "resnet", 4, 6.0, 1.0)
+        store.save_algorithm(session, "a100", "FIFO", {})
+        store.save_rate_limit(session, 3.0, "ElasticFIFO")
+        store.save_backend_state(session, "emulated", {"runs": {"x": 1}}, 5.0)
+    with sessions.begin() as session:  # updates replace, they do not add
+        store.save_category_speed(session, "resnet", 2, 9.0, 2.0)
+        store.save_algorithm(session, "a100", "ElasticFIFO", {})
+    with sessions() as session:
+        assert store.load_category_history(session) == {"resnet": {2: 9.0, 4: 6.0}}
+        settings = {row.gpu_type: row for row in store.load_settings(session)}
+        assert settings["a100"].algorithm == "ElasticFIFO"
+        assert settings[store.DEFAULT_SETTINGS_KEY].rate_limit_seconds == 3.0
+        assert store.load_backend_state(session, "emulated") == {"runs": {"x": 1}}
+        assert store.load_backend_state(session, "other") is None
+    engine.dispose()
+
+
+def test_store_functions_never_commit(store_url: str) -> None:
+    engine = make_engine(store_url)
+    migrate(engine)
+    sessions = session_factory(engine)
+    with sessions() as session:
+        store.insert_jobs(session, [store.new_job_values(_record("b-1"), META, 1.0)])
+        session.rollback()
+    with sessions() as session:
+        assert store.load_jobs(session) == []
+    engine.dispose()
+
+
+def test_head_revision_is_alembics_head() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION

@@ -1,0 +1,1 @@
+"""The REST service: app factory, routes, schemas, auth, metrics and the scheduling loop."""

@@ -1,0 +1,146 @@
+"""Prometheus metrics of the service, in a private registry (served at /metrics)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from voda.core.model import Cluster, JobStatus, Plan
+from voda.core.plan import moved_workers
+from voda.engine.scheduler import JobRecord
+
+DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    5.0, 10.0)
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        label = ["gpu_type"]
+        self.created = Counter("voda_jobs_created", "Jobs submitted.", label, registry=r)
+        self.deleted = Counter("voda_jobs_deleted", "Jobs deleted (canceled).", label, registry=r)
+        self.completed = Counter("voda_jobs_completed", "Jobs completed.", label, registry=r)
+        self.failed = Counter("voda_jobs_failed", "Jobs failed.", label, registry=r)
+        self.reschedules = Counter("voda_reschedules", "Rescheduling decisions applied.", label,
+                                   registry=r)
+        self.migrated = Counter("voda_workers_migrated", "Workers moved to another node.", label,
+                                registry=r)
+        self.reschedule_seconds = Histogram(
+            "voda_reschedule_duration_seconds",
+            "Time to decide and apply one rescheduling.", buckets=DURATION_BUCKETS, registry=r)
+        self.allocation_seconds = Histogram(
+            "voda_allocation_duration_seconds",
+            "Time the allocation algorithms took in one rescheduling.", buckets=DURATION_BUCKETS,
+            registry=r)
+        self.placement_seconds = Histogram(
+            "voda_placement_duration_seconds",
+            "Time the placer took in one rescheduling.", buckets=DURATION_BUCKETS, registry=r)
+        self.ready = Gauge("voda_jobs_ready", "Jobs submitted, not yet seen by a decision.", label,
+                           registry=r)
+        self.waiting = Gauge("voda_jobs_waiting", "Jobs waiting for GPUs.", label, registry=r)
+        self.running = Gauge("voda_jobs_running", "Jobs running.", label, registry=r)
+        self.gpus_total = Gauge("voda_gpus", "GPUs in the cluster.", label, registry=r)
+        self.gpus_used = Gauge("voda_gpus_in_use", "GPUs held by running jobs.", label, registry=r)
+        self.spanning = Gauge("voda_jobs_spanning_nodes", "Running jobs placed on several nodes.",
+                              label, registry=r)
+        self.domain_utilization = Gauge(
+            "voda_domain_utilization_ratio", "Share of a network domain's GPUs in use.",
+            ["gpu_type", "domain"], registry=r)
+        self.fragmentation = Gauge(
+            "voda_fragmentation_ratio",
+            "Share of free GPUs that waiting jobs cannot use because of how they are scattered.",
+            label, registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # ----- events ----------------------------------------------------------------------
+    def job_created(self, gpu_type: str) -> None:
+        self.created.labels(gpu_type).inc()
+
+    def job_finished(self, gpu_type: str, status: JobStatus) -> None:
+        counter = {JobStatus.COMPLETED: self.completed, JobStatus.FAILED: self.failed,
+                   JobStatus.CANCELED: self.deleted}.get(status)
+        if counter is not None:
+            counter.labels(gpu_type).inc()
+
+    def plan_applied(self, plan: Plan, gpu_types: Mapping[str, str], cluster: Cluster,
+                     seconds: float, decide_seconds: float, placement_seconds: float) -> None:
+        for gpu_type in cluster.gpu_types():
+            self.reschedules.labels(gpu_type).inc()
+        for action in plan.actions:
+            moved = moved_workers(action.old, action.new)
+            if moved:
+                self.migrated.labels(gpu_types.get(action.job, "")).inc(moved)
+        self.reschedule_seconds.observe(seconds)
+        self.placement_seconds.observe(placement_seconds)
+        self.allocation_seconds.observe(max(0.0, decide_seconds - placement_seconds))
+
+    # ----- state -----------------------------------------------------------------------
+    def set_state(self, cluster: Cluster, jobs: Sequence[JobRecord]) -> None:
+        """Refresh the gauges from the active jobs and the cluster."""
+        types = cluster.gpu_types()
+        counts = {t: {"ready": 0, "waiting": 0, "running": 0, "spanning": 0} for t in types}
+        used_by_node: dict[str, int] = {}
+        for job in jobs:
+            c = counts.setdefault(job.gpu_type, {"ready": 0, "waiting": 0, "running": 0,
+                                                 "spanning": 0})
+            if job.status is JobStatus.SUBMITTED:
+                c["ready"] += 1
+            elif job.status is JobStatus.WAITING:
+                c["waiting"] += 1
+            elif job.status is JobStatus.RUNNING:
+                c["running"] += 1
+                if len(job.placement) > 1:
+                    c["spanning"] += 1
+            for node, count in job.placement:
+                used_by_node[node] = used_by_node.get(node, 0) + count
+        for gpu_type, c in counts.items():
+            self.ready.labels(gpu_type).set(c["ready"])
+            self.waiting.labels(gpu_type).set(c["waiting"])
+            self.running.labels(gpu_type).set(c["running"])
+            self.spanning.labels(gpu_type).set(c["spanning"])
+        for gpu_type in types:
+            of_type = cluster.of_type(gpu_type)
+            nodes = of_type.nodes
+            total = sum(n.gpus for n in nodes)
+            used = sum(min(n.gpus, used_by_node.get(n.name, 0)) for n in nodes)
+            self.gpus_total.labels(gpu_type).set(total)
+            self.gpus_used.labels(gpu_type).set(used)
+            self.fragmentation.labels(gpu_type).set(
+                _fragmentation_of(of_type, [j for j in jobs if j.gpu_type == gpu_type],
+                                  used_by_node))
+            domains: dict[str, list[int]] = {}
+            for n in nodes:
+                d = domains.setdefault(n.leaf_name, [0, 0])
+                d[0] += min(n.gpus, used_by_node.get(n.name, 0))
+                d[1] += n.gpus
+            for domain, (d_used, d_total) in domains.items():
+                self.domain_utilization.labels(gpu_type, domain).set(
+                    d_used / d_total if d_total else 0.0)
+
+
+def _fragmentation_of(cluster: Cluster, jobs: Sequence[JobRecord],
+                      used_by_node: Mapping[str, int]) -> float:
+    """The placement package's measure (free GPUs no waiting job can use), when it is there;
+    else the share of free GPUs outside the node with the most free GPUs."""
+    try:
+        from voda.core.placement.metrics import fragmentation_ratio
+    except ImportError:
+        fragmentation_ratio = None
+    if fragmentation_ratio is not None:
+        placement = {j.name: j.placement for j in jobs if j.placement}
+        waiting = [j.snapshot() for j in jobs if j.current_workers == 0]
+        return float(fragmentation_ratio(cluster, placement, waiting))
+    free = [n.gpus - min(n.gpus, used_by_node.get(n.name, 0)) for n in cluster.nodes]
+    return fragmentation(free)
+
+
+def fragmentation(free_per_node: list[int]) -> float:
+    """1 - (largest free block on one node / all free GPUs); 0 when nothing is free."""
+    total = sum(free_per_node)
+    if total <= 0:
+        return 0.0
+    return 1.0 - max(free_per_node) / total

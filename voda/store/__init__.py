@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, migrations and session-taking store functions."""

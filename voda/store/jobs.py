@@ -1,0 +1,223 @@
+"""Store functions. Each takes a session and never commits: callers own transactions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from voda.core.model import JobStatus
+from voda.engine.scheduler import JobRecord
+from voda.store.models import (
+    BackendStateRow,
+    CategorySpeedRow,
+    JobHistoryRow,
+    JobRow,
+    SchedulerSettingsRow,
+)
+
+DEFAULT_SETTINGS_KEY = "*"
+
+# JobRecord fields that change while the job lives (written on every state save).
+STATE_FIELDS: tuple[str, ...] = (
+    "priority",
+    "completed_epochs",
+    "status",
+    "current_workers",
+    "attained_gpu_seconds",
+    "attained_gpu_seconds_since_start",
+    "running_seconds",
+    "running_seconds_since_start",
+    "waiting_seconds",
+    "waiting_seconds_since_start",
+    "first_start_time",
+    "finish_time",
+    "queue_since",
+    "failure_reason",
+    "rescales",
+    "migrations",
+    "preemptions",
+)
+
+
+def state_values(record: JobRecord, accounted_at: float) -> dict[str, Any]:
+    """The changing part of a job row, taken from the engine's record."""
+    values: dict[str, Any] = {name: getattr(record, name) for name in STATE_FIELDS}
+    values["status"] = str(record.status)
+    values["placement"] = [[node, count] for node, count in record.placement]
+    values["epoch_time_by_workers"] = {str(k): v for k, v in record.epoch_time_by_workers.items()}
+    values["accounted_at"] = accounted_at
+    values["name"] = record.name
+    return values
+
+
+def new_job_values(record: JobRecord, meta: Mapping[str, Any], accounted_at: float) -> dict:
+    values = state_values(record, accounted_at)
+    values.update(
+        user=meta["user"],
+        kind=meta["kind"],
+        spec=meta["spec"],
+        command=meta.get("command"),
+        image=meta.get("image"),
+        profile=meta.get("profile"),
+        category=record.category,
+        gpu_type=record.gpu_type,
+        min_workers=record.min_workers,
+        max_workers=record.max_workers,
+        preferred_workers=record.preferred_workers,
+        epochs=record.epochs,
+        submit_time=record.submit_time,
+        placement_strategy=record.placement_strategy,
+        preferred_domain=record.preferred_domain,
+    )
+    return values
+
+
+_JOBS = JobRow.__table__
+
+
+def insert_jobs(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        session.execute(insert(_JOBS), [dict(r) for r in rows])
+
+
+def job_exists(session: Session, name: str) -> bool:
+    return session.get(JobRow, name) is not None
+
+
+def save_states(session: Session, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Bulk update of job state rows by name (all rows carry the same columns)."""
+    if not rows:
+        return
+    columns = [c for c in rows[0] if c != "name"]
+    statement = update(_JOBS).where(_JOBS.c.name == bindparam("b_name")).values(
+        {c: bindparam(c) for c in columns})
+    session.execute(statement, [{**r, "b_name": r["name"]} for r in rows])
+
+
+def mark_status(session: Session, names: Sequence[str], status: str, chunk: int = 500) -> None:
+    """Set the status of many jobs, nothing else."""
+    for i in range(0, len(names), chunk):
+        part = list(names[i:i + chunk])
+        session.execute(update(_JOBS).where(_JOBS.c.name.in_(part)).values(status=status))
+
+
+def add_history(session: Session, entries: Sequence[Mapping[str, Any]]) -> None:
+    if entries:
+        session.execute(insert(JobHistoryRow.__table__), [dict(e) for e in entries])
+
+
+def history(session: Session, job: str) -> list[JobHistoryRow]:
+    query = select(JobHistoryRow).where(JobHistoryRow.job == job).order_by(JobHistoryRow.id)
+    return list(session.scalars(query))
+
+
+def load_jobs(session: Session) -> list[JobRow]:
+    return list(session.scalars(select(JobRow).order_by(JobRow.submit_time, JobRow.name)))
+
+
+def count_jobs(session: Session) -> int:
+    return len(session.scalars(select(JobRow.name)).all())
+
+
+def row_to_record(row: JobRow) -> JobRecord:
+    """The engine's record of a stored job, with its counters as of `row.accounted_at`."""
+    return JobRecord(
+        name=row.name,
+        min_workers=row.min_workers,
+        max_workers=row.max_workers,
+        preferred_workers=row.preferred_workers,
+        priority=row.priority,
+        submit_time=row.submit_time,
+        epochs=row.epochs,
+        completed_epochs=row.completed_epochs,
+        category=row.category,
+        gpu_type=row.gpu_type,
+        status=JobStatus(row.status),
+        current_workers=row.current_workers,
+        attained_gpu_seconds=row.attained_gpu_seconds,
+        attained_gpu_seconds_since_start=row.attained_gpu_seconds_since_start,
+        running_seconds=row.running_seconds,
+        running_seconds_since_start=row.running_seconds_since_start,
+        waiting_seconds=row.waiting_seconds,
+        waiting_seconds_since_start=row.waiting_seconds_since_start,
+        first_start_time=row.first_start_time,
+        queue_since=row.queue_since,
+        epoch_time_by_workers={int(k): float(v) for k, v in row.epoch_time_by_workers.items()},
+        placement_strategy=row.placement_strategy,
+        preferred_domain=row.preferred_domain,
+        placement=tuple((str(node), int(count)) for node, count in row.placement),
+        finish_time=row.finish_time,
+        rescales=row.rescales,
+        migrations=row.migrations,
+        preemptions=row.preemptions,
+        failure_reason=row.failure_reason,
+        extra={
+            "user": row.user,
+            "kind": row.kind,
+            "command": row.command,
+            "image": row.image,
+            "profile": row.profile,
+        },
+    )
+
+
+# ----- category speed history ---------------------------------------------------
+def save_category_speed(
+    session: Session, category: str, workers: int, seconds: float, now: float
+) -> None:
+    session.merge(CategorySpeedRow(category=category, workers=workers, epoch_seconds=seconds,
+                                   updated_at=now))
+
+
+def load_category_history(session: Session) -> dict[str, dict[int, float]]:
+    history_: dict[str, dict[int, float]] = {}
+    for row in session.scalars(select(CategorySpeedRow)):
+        history_.setdefault(row.category, {})[row.workers] = row.epoch_seconds
+    return history_
+
+
+# ----- scheduler settings ---------------------------------------------------------
+def save_algorithm(
+    session: Session, gpu_type: str | None, algorithm: str, params: Mapping[str, Any]
+) -> None:
+    key = gpu_type or DEFAULT_SETTINGS_KEY
+    row = session.get(SchedulerSettingsRow, key)
+    if row is None:
+        session.add(SchedulerSettingsRow(gpu_type=key, algorithm=algorithm, params=dict(params)))
+    else:
+        row.algorithm = algorithm
+        row.params = dict(params)
+
+
+def save_rate_limit(session: Session, seconds: float, default_algorithm: str) -> None:
+    row = session.get(SchedulerSettingsRow, DEFAULT_SETTINGS_KEY)
+    if row is None:
+        session.add(SchedulerSettingsRow(gpu_type=DEFAULT_SETTINGS_KEY,
+                                         algorithm=default_algorithm, params={},
+                                         rate_limit_seconds=seconds))
+    else:
+        row.rate_limit_seconds = seconds
+
+
+def load_settings(session: Session) -> list[SchedulerSettingsRow]:
+    return list(session.scalars(select(SchedulerSettingsRow)))
+
+
+# ----- backend state ---------------------------------------------------------------
+def save_backend_state(session: Session, name: str, data: Mapping[str, Any], now: float) -> None:
+    session.merge(BackendStateRow(name=name, data=dict(data), updated_at=now))
+
+
+def load_backend_state(session: Session, name: str) -> dict[str, Any] | None:
+    row = session.get(BackendStateRow, name)
+    return dict(row.data) if row is not None else None
+
+
+def delete_jobs(session: Session, names: Iterable[str]) -> None:
+    """Remove jobs and their history for good (not used by DELETE, which cancels)."""
+    names = list(names)
+    session.execute(delete(JobHistoryRow).where(JobHistoryRow.job.in_(names)))
+    session.execute(delete(JobRow).where(JobRow.name.in_(names)))

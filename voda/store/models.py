@@ -1,0 +1,102 @@
+"""Tables of the job store. Alembic migrations in voda/store/migrations create them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Float, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    """One job: its submission, its state, its attained service and its priority."""
+
+    __tablename__ = "jobs"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    user: Mapped[str] = mapped_column(String(100), index=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    command: Mapped[str | None] = mapped_column(Text, nullable=True)
+    image: Mapped[str | None] = mapped_column(Text, nullable=True)
+    profile: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    category: Mapped[str] = mapped_column(String(200), default="")
+    gpu_type: Mapped[str] = mapped_column(String(100), index=True)
+    min_workers: Mapped[int] = mapped_column(Integer)
+    max_workers: Mapped[int] = mapped_column(Integer)
+    preferred_workers: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    epochs: Mapped[int] = mapped_column(Integer)
+    completed_epochs: Mapped[float] = mapped_column(Float, default=0.0)
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    submit_time: Mapped[float] = mapped_column(Float)
+    current_workers: Mapped[int] = mapped_column(Integer, default=0)
+    placement: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    attained_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    attained_gpu_seconds_since_start: Mapped[float] = mapped_column(Float, default=0.0)
+    running_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    running_seconds_since_start: Mapped[float] = mapped_column(Float, default=0.0)
+    waiting_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    waiting_seconds_since_start: Mapped[float] = mapped_column(Float, default=0.0)
+    first_start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finish_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    queue_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    epoch_time_by_workers: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)
+    placement_strategy: Mapped[str] = mapped_column(String(40), default="consolidated")
+    preferred_domain: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    rescales: Mapped[int] = mapped_column(Integer, default=0)
+    migrations: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    # The time up to which the service counters above are accounted.
+    accounted_at: Mapped[float] = mapped_column(Float)
+
+
+class JobHistoryRow(Base):
+    """Status and priority changes of a job, in order."""
+
+    __tablename__ = "job_history"
+    __table_args__ = (Index("ix_job_history_job_id", "job", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job: Mapped[str] = mapped_column(String(200))
+    time: Mapped[float] = mapped_column(Float)
+    field: Mapped[str] = mapped_column(String(20))  # "status" or "priority"
+    old: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    new: Mapped[str] = mapped_column(String(40))
+
+
+class CategorySpeedRow(Base):
+    """Seconds per epoch of a job category at a worker count (smoothed)."""
+
+    __tablename__ = "category_speed"
+
+    category: Mapped[str] = mapped_column(String(200), primary_key=True)
+    workers: Mapped[int] = mapped_column(Integer, primary_key=True)
+    epoch_seconds: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class SchedulerSettingsRow(Base):
+    """Algorithm per GPU type; gpu_type '*' holds the default and the rate limit."""
+
+    __tablename__ = "scheduler_settings"
+
+    gpu_type: Mapped[str] = mapped_column(String(100), primary_key=True)
+    algorithm: Mapped[str] = mapped_column(String(200))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    rate_limit_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class BackendStateRow(Base):
+    """State a backend needs to survive a restart (the emulated cluster's running jobs)."""
+
+    __tablename__ = "backend_state"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)
