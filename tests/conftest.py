@@ -124,7 +124,7 @@ class ServeProcess:
         began = time.monotonic()
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "voda.cli.main", "serve", *self.args,
+            [sys.executable, "-m", "voda.cli.main", "serve", *self._backend_args(), *self.args,
              "--host", self.host, "--port", str(self.port)],
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         while time.monotonic() - began < timeout:
@@ -139,6 +139,10 @@ class ServeProcess:
             time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"voda serve did not answer: {self.log_path.read_text()[-3000:]}")
+
+    def _backend_args(self) -> list[str]:
+        """These servers run the emulated backend unless a test names another."""
+        return [] if "--backend" in self.args else ["--backend", "emulated"]
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""

@@ -9,8 +9,10 @@ config.toml:
     host = "127.0.0.1"
     port = 8470
     db = "sqlite:////var/lib/voda/voda.db"
-    backend = "emulated"
-    cluster = "4x4"
+    backend = "local"          # or "emulated"
+    slots = 4                  # local: worker slots (default: one per GPU, else per CPU)
+    nodes = "2x2"              # local: virtual nodes (optional)
+    cluster = "4x4"            # emulated: NODESxGPUS[:TYPE],... or a cluster file
     time_scale = 60.0
     algorithm = "ElasticFIFO"
     rate_limit_seconds = 5.0
@@ -71,7 +73,10 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     db: str = field(default_factory=default_db_url)
-    backend: str = "emulated"
+    backend: str = "local"
+    slots: int = 0  # local backend: 0 means one per GPU, else one per CPU
+    nodes: str = ""  # local backend: virtual nodes such as "2x2"; empty: one node
+    run_dir: str = ""  # local backend: per-job logs and checkpoints; empty: user state dir
     cluster: str = "4x4"
     time_scale: float = 60.0
     algorithm: str = "ElasticFIFO"
@@ -113,6 +118,9 @@ _SERVER_ENV = {
     "port": "VODA_PORT",
     "db": "VODA_DB",
     "backend": "VODA_BACKEND",
+    "slots": "VODA_SLOTS",
+    "nodes": "VODA_NODES",
+    "run_dir": "VODA_RUN_DIR",
     "cluster": "VODA_CLUSTER",
     "time_scale": "VODA_TIME_SCALE",
     "algorithm": "VODA_ALGORITHM",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from voda.cli import demo, plan, service, simulate
+from voda.cli import demo, logs, plan, service, simulate
 
 app = typer.Typer(
     name="voda",
@@ -21,7 +21,7 @@ def _root() -> None:
     """Voda: a GPU scheduler for elastic deep-learning training."""
 
 
-for module in (plan, simulate, service, demo):
+for module in (plan, simulate, service, logs, demo):
     module.register(app)
 
 

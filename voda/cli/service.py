@@ -116,7 +116,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def serve(
-        backend: Annotated[str | None, typer.Option(help="Backend: emulated.")] = None,
+        backend: Annotated[str | None, typer.Option(
+            help="Backend: local (real training processes, the default) or emulated.")] = None,
+        slots: Annotated[int | None, typer.Option(
+            help="Local backend: worker slots (default: one per GPU, else one per CPU).")] = None,
+        nodes: Annotated[str | None, typer.Option(
+            help="Local backend: show the slots as virtual nodes, e.g. 2x2.")] = None,
+        run_dir: Annotated[str | None, typer.Option(
+            help="Local backend: directory for per-job logs and checkpoints.")] = None,
         cluster: Annotated[str | None, typer.Option(
             help="Emulated cluster: NODESxGPUS[:TYPE],... or a cluster YAML file.")] = None,
         time_scale: Annotated[float | None, typer.Option(
@@ -143,7 +150,8 @@ def register(app: typer.Typer) -> None:
 
         try:
             settings = load_server_settings({
-                "backend": backend, "cluster": cluster, "time_scale": time_scale, "db": db,
+                "backend": backend, "slots": slots, "nodes": nodes, "run_dir": run_dir,
+                "cluster": cluster, "time_scale": time_scale, "db": db,
                 "host": host, "port": port, "algorithm": algorithm,
                 "rate_limit_seconds": rate_limit, "step_interval": step_interval,
             })

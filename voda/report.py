@@ -1,0 +1,115 @@
+"""What a training script calls to tell Voda about its progress.
+
+    import voda.report
+    voda.report.epoch(epoch=3, seconds=41.7, workers=4)
+
+Only rank 0 reports (the rank is read from RANK, as set by torchrun and by the
+local backend). The channel is named by the environment variable VODA_REPORT:
+
+- a file path: one JSON object per line, {"epoch", "epoch_seconds", "workers",
+  "time"}; the local backend tails this file and turns lines into
+  EPOCH_REPORTED events;
+- an http(s) URL of the service: the report is POSTed as JSON to
+  `<url>/v1/jobs/<VODA_JOB>/metrics` with the bearer token from VODA_TOKEN
+  (an URL that already ends in `/metrics` is used as it is).
+
+Standard library only, and a report failure never stops training: it is
+written to stderr once and the call returns False.
+
+A script stopped on purpose (SIGTERM from the backend, after checkpointing)
+exits with STOPPED_EXIT_CODE so the backend can tell a graceful stop from a
+crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+
+# EX_TEMPFAIL from sysexits.h: "try again later" - the job checkpointed and stopped.
+STOPPED_EXIT_CODE = 75
+
+REPORT_ENV = "VODA_REPORT"
+JOB_ENV = "VODA_JOB"
+TOKEN_ENV = "VODA_TOKEN"
+HTTP_TIMEOUT_SECONDS = 5.0
+
+_warned: set[str] = set()
+
+
+def epoch(epoch: int, seconds: float, workers: int) -> bool:
+    """Report that `epoch` (1-based) took `seconds` on `workers` workers.
+
+    Returns True when the report was written or accepted; False when this rank
+    does not report, no channel is configured, or the report failed.
+    """
+    if not is_reporting_rank():
+        return False
+    channel = os.environ.get(REPORT_ENV, "").strip()
+    if not channel:
+        return False
+    payload = {"epoch": int(epoch), "epoch_seconds": float(seconds), "workers": int(workers)}
+    try:
+        if channel.startswith(("http://", "https://")):
+            _post(channel, payload)
+        else:
+            _append(channel, {**payload, "time": time.time()})
+    except Exception as exc:  # any failure to report must leave training running
+        _warn_once(channel, f"voda.report: could not report epoch {epoch} to {channel}: {exc}")
+        return False
+    return True
+
+
+def is_reporting_rank(environ: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return env.get("RANK", "0").strip() in ("", "0")
+
+
+def metrics_url(base: str, job: str) -> str:
+    """The service's metrics endpoint for `job` under the base URL `base`."""
+    base = base.rstrip("/")
+    if base.endswith("/metrics"):
+        return base
+    return f"{base}/v1/jobs/{urllib.parse.quote(job, safe='')}/metrics"
+
+
+def _post(base: str, payload: dict[str, float | int]) -> None:
+    job = os.environ.get(JOB_ENV, "")
+    url = metrics_url(base, job)
+    if not job and not base.rstrip("/").endswith("/metrics"):
+        raise ValueError(f"{JOB_ENV} is not set, so the job's metrics URL is unknown")
+    headers = {"Content-Type": "application/json"}
+    token = os.environ.get(TOKEN_ENV, "")
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers=headers, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_SECONDS) as response:
+        if response.status >= 300:
+            raise OSError(f"HTTP {response.status}")
+
+
+def _append(path: str, record: dict[str, float | int]) -> None:
+    # One write of one whole line to a file opened for appending: readers never see half a line
+    # followed by someone else's line.
+    line = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def _warn_once(channel: str, message: str) -> None:
+    if channel in _warned:
+        return
+    _warned.add(channel)
+    with contextlib.suppress(OSError):
+        print(message, file=sys.stderr, flush=True)
