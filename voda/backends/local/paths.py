@@ -1,0 +1,50 @@
+"""Where the local backend keeps its files: the run dir, one directory per job, and its files."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import platformdirs
+
+# The checkout's root: put on the ranks' PYTHONPATH so they can import voda.
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE_TRAIN_SCRIPT = PROJECT_ROOT / "examples" / "local" / "train.py"
+# Per job, under <run_dir>/<job>/:
+LOG_FILE = "log.txt"  # all ranks, appended across restarts
+REPORT_FILE = "reports.jsonl"  # epoch reports (see voda.report)
+STATE_FILE = "state.json"  # while processes run: what a later backend adopts
+CHECKPOINT_DIR = "checkpoint"
+# Directly under <run_dir>: the fork launcher's own output.
+LAUNCHER_LOG = "launcher.log"
+LOG_TAIL_LINES = 20
+LOG_TAIL_CHARS = 4000
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def default_run_dir() -> Path:
+    """VODA_RUN_DIR, else the user's state directory (…/voda/local)."""
+    configured = os.environ.get("VODA_RUN_DIR")
+    if configured:
+        return Path(configured)
+    return Path(platformdirs.user_state_dir("voda")) / "local"
+
+
+def job_dir(run_dir: Path | str, job: str) -> Path:
+    if not SAFE_NAME.match(job):
+        raise ValueError(f"job name {job!r}: not usable as a directory name")
+    return Path(run_dir) / job
+
+
+def read_tail(path: Path, lines: int = LOG_TAIL_LINES, chars: int = LOG_TAIL_CHARS) -> str:
+    """The last `lines` lines of a text file (at most `chars` characters), '' if absent."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - chars))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
