@@ -6,11 +6,9 @@ import shutil
 import subprocess
 import time
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ServeProcess
-from voda.api.metrics import fragmentation
 
 EXPECTED = [
     "voda_jobs_created", "voda_jobs_deleted", "voda_jobs_completed", "voda_jobs_failed",
@@ -61,13 +59,3 @@ def test_counters_and_gauges_follow_the_jobs(api_server: ServeProcess) -> None:
     assert after[("voda_gpus", key)] == 16
     assert 0 <= after[("voda_gpus_in_use", key)] <= 16
     assert after[("voda_reschedules_total", key)] >= 1
-
-
-@pytest.mark.parametrize(("free", "expected"), [
-    ([0, 0, 0], 0.0),
-    ([4, 0, 0], 0.0),
-    ([2, 2], 0.5),
-    ([1, 1, 1, 1], 0.75),
-], ids=["nothing free", "all free GPUs on one node", "two halves", "one GPU on each of four"])
-def test_fragmentation(free: list[int], expected: float) -> None:
-    assert fragmentation(free) == pytest.approx(expected)

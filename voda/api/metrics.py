@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from voda.core.model import Cluster, JobStatus, Plan
+from voda.core.placement.metrics import fragmentation_ratio
 from voda.core.plan import moved_workers
 from voda.engine.scheduler import JobRecord
 
@@ -110,8 +111,7 @@ class ServiceMetrics:
             self.gpus_total.labels(gpu_type).set(total)
             self.gpus_used.labels(gpu_type).set(used)
             self.fragmentation.labels(gpu_type).set(
-                _fragmentation_of(of_type, [j for j in jobs if j.gpu_type == gpu_type],
-                                  used_by_node))
+                _fragmentation_of(of_type, [j for j in jobs if j.gpu_type == gpu_type]))
             domains: dict[str, list[int]] = {}
             for n in nodes:
                 d = domains.setdefault(n.leaf_name, [0, 0])
@@ -122,25 +122,8 @@ class ServiceMetrics:
                     d_used / d_total if d_total else 0.0)
 
 
-def _fragmentation_of(cluster: Cluster, jobs: Sequence[JobRecord],
-                      used_by_node: Mapping[str, int]) -> float:
-    """The placement package's measure (free GPUs no waiting job can use), when it is there;
-    else the share of free GPUs outside the node with the most free GPUs."""
-    try:
-        from voda.core.placement.metrics import fragmentation_ratio
-    except ImportError:
-        fragmentation_ratio = None
-    if fragmentation_ratio is not None:
-        placement = {j.name: j.placement for j in jobs if j.placement}
-        waiting = [j.snapshot() for j in jobs if j.current_workers == 0]
-        return float(fragmentation_ratio(cluster, placement, waiting))
-    free = [n.gpus - min(n.gpus, used_by_node.get(n.name, 0)) for n in cluster.nodes]
-    return fragmentation(free)
-
-
-def fragmentation(free_per_node: list[int]) -> float:
-    """1 - (largest free block on one node / all free GPUs); 0 when nothing is free."""
-    total = sum(free_per_node)
-    if total <= 0:
-        return 0.0
-    return 1.0 - max(free_per_node) / total
+def _fragmentation_of(cluster: Cluster, jobs: Sequence[JobRecord]) -> float:
+    """Free GPUs that no waiting job can use because of how they are scattered, over free GPUs."""
+    placement = {j.name: j.placement for j in jobs if j.placement}
+    waiting = [j.snapshot() for j in jobs if j.current_workers == 0]
+    return float(fragmentation_ratio(cluster, placement, waiting))

@@ -36,7 +36,7 @@ from voda.core.model import (
     validate_job,
 )
 from voda.core.placement.base import Placer
-from voda.core.placement.first_fit import first_fit
+from voda.core.placement.registry import DEFAULT_PLACER, get_placer
 from voda.core.plan import PlacementFailed, decide
 from voda.engine.events import RESCHEDULING_EVENTS, Event, EventKind
 
@@ -127,14 +127,14 @@ class Scheduler:
         self,
         backend: Backend,
         settings: SchedulerSettings | None = None,
-        placer: Placer = first_fit,
+        placer: Placer | None = None,
         observers: Iterable[SchedulerObserver] = (),
         category_history: Mapping[str, Mapping[int, float]] | None = None,
         now: float = 0.0,
     ) -> None:
         self.backend = backend
         self.settings = settings or SchedulerSettings()
-        self.placer = placer
+        self.placer = placer if placer is not None else get_placer(DEFAULT_PLACER)
         self.observers = list(observers)
         self.jobs: dict[str, JobRecord] = {}
         self.active: dict[str, JobRecord] = {}  # not terminal

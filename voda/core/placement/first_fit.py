@@ -29,13 +29,18 @@ def first_fit(
 ) -> Placement:
     order = {n.name: i for i, n in enumerate(cluster.nodes)}
     free = {n.name: n.gpus for n in cluster.nodes}
+    node_type = {n.name: n.gpu_type for n in cluster.nodes}
     kept: dict[str, dict[str, int]] = {}
     # 1. Keep every surviving worker in place (shrinking jobs lose their smallest shards).
     for name in sorted(allocation):
         gpus = allocation[name]
         if gpus <= 0:
             continue
-        current = {n: c for n, c in previous.get(name, ()) if n in free}
+        gpu_type = jobs[name].gpu_type if name in jobs else None
+        current = {
+            n: c for n, c in previous.get(name, ())
+            if n in free and (gpu_type is None or node_type[n] == gpu_type)
+        }
         mine = shrink(current, gpus)
         for node, count in mine.items():
             take = min(count, free[node])

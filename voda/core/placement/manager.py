@@ -9,13 +9,21 @@ Per GPU type, one call:
    them; if that spans more nodes or leaves than the job needs, the whole job
    is placed afresh when that is tighter;
 3. defragment, only when step 2 left a consolidated job wider than it needs:
-   a. when at least `rebuild_changed_share` of the jobs changed (most of them
-      restart anyway), the ideal layout is packed from scratch and matched onto
-      the current nodes with voda.core.placement.matching (linear sum
-      assignment, most workers kept in place); it is taken when it is tighter
-      and moves at most `defragment_max_moved_jobs` unchanged jobs;
+   a. when at least `rebuild_changed_share` of the jobs changed, the ideal
+      layout of the jobs that start or keep their size is packed from scratch
+      around the resized ones and matched onto the current nodes with
+      voda.core.placement.matching (linear sum assignment, most workers kept in
+      place); it is taken when it is tighter, reachable (below) and moves at
+      most `defragment_max_moved_jobs` jobs that ran before;
    b. otherwise each such job that fits on one node gets one, by moving at most
       `defragment_max_moved_jobs` unchanged one-node jobs elsewhere.
+
+The result must also be reachable: a plan applies halts, scale-ins and
+migrations before starts and scale-outs, one at a time, and no node may go
+over capacity on the way (`sequence_problems`). GPUs that a resized job leaves
+stay reserved for the rest of the call, and when a result is still not
+reachable the call is redone with less freedom (MODES), down to "running jobs
+only grow in place", which always is.
 
 Packing a request of k GPUs (consolidated): one node when one has room (best
 fit: the fullest node that fits), else one leaf (fewest nodes: largest free
@@ -30,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -38,6 +46,7 @@ from voda.core.model import Allocation, Cluster, Job, JobPlacement, Node, Placem
 from voda.core.placement.first_fit import first_fit, shrink
 from voda.core.placement.matching import apply_mapping, match_layouts
 from voda.core.placement.topology import FreeIndex, Topology
+from voda.core.plan import diff
 
 CONSOLIDATED, DISTRIBUTED, BALANCED = "consolidated", "distributed", "balanced"
 STRATEGIES = (CONSOLIDATED, DISTRIBUTED, BALANCED)
@@ -157,6 +166,9 @@ class _Packer:
         self._leaf_prefix = _prefix(sorted(ix.leaf_cap, reverse=True))
         # Free nodes of a leaf, largest first, for requests without per-node limits.
         self._rooms: dict[int, tuple[int, list[tuple[int, int]]]] = {}
+        self._reserved: list[tuple[Job, NodeCounts]] = []
+        self.released = False  # whether reservations had to be given back
+        self.defragmented = False  # whether step 3b moved a job
         self._history = [
             settings.history(name, ix.spine_names[ix.leaf_spine[leaf]])
             for leaf, name in enumerate(ix.leaf_names)
@@ -202,8 +214,26 @@ class _Packer:
             max_gpus_per_leaf=s.max_gpus_per_leaf,
         )
 
+    def reserve(self, job: Job, counts: NodeCounts) -> None:
+        """Keep GPUs taken for the rest of the call (see _add), unless room runs out."""
+        self.take(job, counts)
+        self._reserved.append((job, counts))
+
+    def unreserve(self, job: Job, counts: NodeCounts) -> None:
+        """Give back a reservation, if `place` has not given it back already."""
+        for pos, (other, reserved) in enumerate(self._reserved):
+            if other is job and reserved is counts:
+                self.release(job, counts)
+                del self._reserved[pos]
+                return
+
     def place(self, ask: _Ask) -> NodeCounts:
         """Where the request goes (nothing is taken): constraints first, then relaxed."""
+        if self.ix.total_free < ask.k:
+            for job, counts in self._reserved:
+                self.release(job, counts)
+            self._reserved.clear()
+            self.released = True
         attempts = [ask]
         if ask.allowed is not None:
             attempts.append(_without_domain(ask))
@@ -562,21 +592,99 @@ class TopologyPlacer:
                     f"allocation: jobs of GPU type {gpu_type!r} get {need} GPUs, "
                     f"the cluster has {have}"
                 )
-            placed = _place_type(typed, allocation, nodes, topology, previous, self.settings)
-            for name, counts in placed.items():
-                result[name] = tuple(sorted(counts.items(), key=lambda kv: order[kv[0]]))
+            result.update(self._place_type(typed, allocation, jobs, nodes, topology, order,
+                                           previous))
         return dict(sorted(result.items()))
 
+    def _place_type(
+        self,
+        typed: Sequence[Job],
+        allocation: Allocation,
+        jobs: Mapping[str, Job],
+        nodes: Sequence[Node],
+        topology: Topology,
+        order: Mapping[str, int],
+        previous: Placement,
+    ) -> dict[str, JobPlacement]:
+        """One GPU type: steps 1-3, redone with less freedom until applicable (MODES)."""
+        gpu_type = nodes[0].gpu_type
+        capacity = {n.name: n.gpus for n in nodes}
+        before = {
+            name: shards for name, shards in previous.items()
+            if jobs.get(name, Job(name)).gpu_type == gpu_type
+        }
 
-def _place_type(
+        def as_placement(placed: Mapping[str, Mapping[str, int]]) -> dict[str, JobPlacement]:
+            return {
+                name: tuple(sorted(counts.items(), key=lambda kv: order[kv[0]]))
+                for name, counts in placed.items()
+            }
+
+        def reachable(placed: Mapping[str, Mapping[str, int]]) -> bool:
+            return not sequence_problems(before, as_placement(placed), capacity)
+
+        mode = FULL
+        while True:
+            placed, packer = _run_steps(typed, allocation, nodes, topology, previous,
+                                        self.settings, mode, reachable)
+            if mode == IN_PLACE or reachable(placed):
+                return as_placement(placed)
+            # Less freedom: without step 3b if it acted (and nothing else was forced).
+            defragmented = packer.defragmented and not packer.released
+            mode = NO_DEFRAGMENT if mode == FULL and defragmented else IN_PLACE
+
+
+# How much of steps 2-3 a call may use, in this order, until the actions that lead
+# from the previous placement to the new one can be applied one by one (see
+# sequence_problems): everything; no defragmentation; running jobs only grow in
+# place. The last one is always applicable when the previous placement is valid:
+# its actions only free GPUs before they only take free ones. (A rebuild, 3a, is
+# checked where it is made and dropped when it is not applicable.)
+FULL, NO_DEFRAGMENT, IN_PLACE = "full", "no-defragment", "in-place"
+MODES = (FULL, NO_DEFRAGMENT, IN_PLACE)
+
+
+def sequence_problems(
+    previous: Placement, placement: Placement, capacity: Mapping[str, int]
+) -> list[str]:
+    """Nodes that go over capacity while the actions of voda.core.plan.diff are applied in order.
+
+    Backends apply a plan's actions one at a time (halts, scale-ins and
+    migrations first), so a placement whose end state fits can still be
+    unusable, e.g. when a job starts on GPUs that a later scale-out frees.
+    """
+    used: dict[str, int] = {}
+    for shards in previous.values():
+        for node, count in shards:
+            used[node] = used.get(node, 0) + count
+    problems = []
+    for action in diff(previous, placement):
+        for node, count in action.old:
+            used[node] -= count
+        for node, count in action.new:
+            used[node] = used.get(node, 0) + count
+            if node in capacity and used[node] > capacity[node]:
+                problems.append(
+                    f"node {node!r}: {used[node]} GPUs used of {capacity[node]} "
+                    f"after {action.kind} {action.job}"
+                )
+    return problems
+
+
+def _run_steps(
     jobs: Sequence[Job],
     allocation: Allocation,
     nodes: Sequence[Node],
     topology: Topology,
     previous: Placement,
     settings: PlacementSettings,
-) -> dict[str, dict[str, int]]:
-    """Steps 1-3 of the module doc for the jobs and nodes of one GPU type."""
+    mode: str,
+    reachable: Callable[[Mapping[str, Mapping[str, int]]], bool],
+) -> tuple[dict[str, dict[str, int]], _Packer]:
+    """Steps 1-3 of the module doc for the jobs and nodes of one GPU type.
+
+    Returns {job: {node: workers}} and the packer, whose flags tell what it did.
+    """
     packer = _Packer(FreeIndex(nodes, topology), settings, {j.name: j for j in jobs})
     ix = packer.ix
     current: dict[str, NodeCounts] = {}
@@ -597,15 +705,25 @@ def _place_type(
     # 2. add
     short = [j for j in jobs if sum(current[j.name].values()) < allocation[j.name]]
     short.sort(key=lambda j: (-(allocation[j.name] - sum(current[j.name].values())), j.sort_key))
+    started = {j.name for j in short if not current[j.name]}
+    # Jobs whose count stays: moving them is a migration, applied before any start.
+    steady = {
+        j.name for j in jobs
+        if sum(c for n, c in previous.get(j.name, ()) if n in ix.index) == allocation[j.name]
+    }
     for job in short:
-        current[job.name] = _add(packer, job, allocation[job.name], current[job.name])
+        current[job.name] = _add(packer, job, allocation[job.name], current[job.name],
+                                 afresh=mode != IN_PLACE)
     # 3. defragment: many changes -> rebuild and match; else make room on one node
     changed = {j.name for j in short}
-    if changed and settings.defragment:
+    if changed and settings.defragment and mode == FULL:
         penalty = sum(packer.penalty(j, current[j.name]) for j in short)
         rebuilt = None
         if penalty > 0 and len(changed) >= settings.rebuild_changed_share * len(jobs):
-            rebuilt = _rebuild(packer, jobs, allocation, current, previous, changed, topology)
+            rebuilt = _rebuild(packer, jobs, allocation, current, previous,
+                               started | (steady - changed), started, topology)
+            if rebuilt is not None and not reachable(_named(rebuilt, ix)):
+                rebuilt = None
         if rebuilt is not None:
             current = rebuilt
         elif penalty > 0:
@@ -613,14 +731,22 @@ def _place_type(
             for job in sorted(short, key=lambda j: (-allocation[j.name], j.sort_key)):
                 k = allocation[job.name]
                 if k <= ix.max_cap and packer.penalty(job, current[job.name]) > 0:
-                    _make_room(packer, job, current, residents, changed, settings)
-    names = ix.nodes
-    return {name: {names[i].name: c for i, c in counts.items()} for name, counts in
-            current.items()}
+                    movable = started | (steady - changed)
+                    _make_room(packer, job, current, residents, movable, started, settings)
+    return _named(current, ix), packer
 
 
-def _add(packer: _Packer, job: Job, k: int, have: NodeCounts) -> NodeCounts:
-    """Bring a job to k workers: grow on and near its nodes, or place it afresh if tighter."""
+def _named(current: Mapping[str, NodeCounts], ix: FreeIndex) -> dict[str, dict[str, int]]:
+    return {name: {ix.nodes[i].name: c for i, c in counts.items()}
+            for name, counts in current.items()}
+
+
+def _add(packer: _Packer, job: Job, k: int, have: NodeCounts, afresh: bool = True) -> NodeCounts:
+    """Bring a job to k workers: grow on and near its nodes, or place it afresh if tighter.
+
+    The GPUs a job placed afresh leaves stay taken for the rest of the call: they
+    are freed only when its scale-out is applied, after every other start.
+    """
     ix = packer.ix
     counts = dict(have)
     missing = k - sum(counts.values())
@@ -637,11 +763,13 @@ def _add(packer: _Packer, job: Job, k: int, have: NodeCounts) -> NodeCounts:
         packer.take(job, more)
         for i, c in more.items():
             counts[i] = counts.get(i, 0) + c
-    if have and packer.penalty(job, counts) > 0:
+    if afresh and have and packer.penalty(job, counts) > 0:
         packer.release(job, counts)
         fresh = packer.place(packer.ask(job, k, {}))
         if packer.penalty(job, fresh) < packer.penalty(job, counts):
+            left = {i: c - fresh.get(i, 0) for i, c in have.items() if c > fresh.get(i, 0)}
             counts = fresh
+            packer.reserve(job, left)
         packer.take(job, counts)
     return counts
 
@@ -660,14 +788,17 @@ def _make_room(
     job: Job,
     current: dict[str, NodeCounts],
     residents: list[dict[str, int]],
-    changed: set[str],
+    movable: set[str],
+    started: set[str],
     settings: PlacementSettings,
 ) -> None:
-    """Step 3a: put a job that fits on one node on one node, moving a few one-node jobs.
+    """Step 3b: put a job that fits on one node on one node, moving a few one-node jobs.
 
     The candidate nodes are the freest ones; on each, the fewest one-node jobs
-    to move away are the largest. Jobs placed in this call (`changed`) move for
-    free; at most `defragment_max_moved_jobs` others move, each to a single node.
+    to move away are the largest. Only `movable` jobs move: jobs started in
+    this call (for free) and at most `defragment_max_moved_jobs` jobs that keep
+    their size, each to a single node; resized jobs never move (a plan frees
+    their GPUs too late).
     Changes `current`, `residents` and the index only when it succeeds.
     """
     ix = packer.ix
@@ -684,8 +815,11 @@ def _make_room(
                 continue
             scanned += 1
             movable = sorted(
-                (name for name, c in residents[i].items() if len(current[name]) == 1),
-                key=lambda n: (n not in changed, -residents[i][n], n),
+                (
+                    name for name in residents[i]
+                    if len(current[name]) == 1 and name in movable
+                ),
+                key=lambda n: (n not in started, -residents[i][n], n),
             )
             chosen, room = [], free
             for name in movable:
@@ -693,7 +827,7 @@ def _make_room(
                     break
                 chosen.append(name)
                 room += residents[i][name]
-            paid = sum(1 for name in chosen if name not in changed)
+            paid = sum(1 for name in chosen if name not in started)
             if room >= k and paid <= settings.defragment_max_moved_jobs:
                 key = (paid, len(chosen), i)
                 if best is None or key < best[0]:
@@ -708,6 +842,11 @@ def _make_room(
     for name in evicted:
         packer.release(packer.jobs[name], old[name])
     packer.take(job, {node: k})
+    # A resized job frees its old GPUs only when its scale-out is applied: keep them.
+    held = {} if job.name in started else {
+        i: c - (k if i == node else 0) for i, c in mine.items() if c > (k if i == node else 0)
+    }
+    packer.reserve(job, held)
     moved: dict[str, NodeCounts] = {}
     for name in sorted(evicted, key=lambda n: (-sum(old[n].values()), n)):
         other = packer.jobs[name]
@@ -718,10 +857,12 @@ def _make_room(
             for n, c in moved.items():
                 packer.release(packer.jobs[n], c)
             packer.release(job, {node: k})
+            packer.unreserve(job, held)
             for n, c in old.items():
                 packer.take(packer.jobs[n], c)
             packer.take(job, mine)
             return
+    packer.defragmented = True
     for name, counts in [*moved.items(), (job.name, {node: k})]:
         for i in current[name]:
             residents[i].pop(name, None)
@@ -736,19 +877,34 @@ def _rebuild(
     allocation: Allocation,
     current: Mapping[str, NodeCounts],
     previous: Placement,
-    changed: set[str],
+    movable: set[str],
+    started: set[str],
     topology: Topology,
 ) -> dict[str, NodeCounts] | None:
-    """Step 3b: the ideal layout packed from scratch, matched onto the current nodes.
+    """Step 3a: the ideal layout packed from scratch, matched onto the current nodes.
 
-    Returns the new node counts when they are tighter than `current` and move
-    at most `defragment_max_moved_jobs` jobs outside `changed`; else None.
+    Only `movable` jobs (started in this call, or keeping their size) are
+    rebuilt: resized jobs and the GPUs reserved for them stay as step 2 left
+    them, since a plan frees their old GPUs too late for others to use. Returns
+    the new node counts when they are tighter than `current` and move at most
+    `defragment_max_moved_jobs` jobs that ran before; else None.
     """
     ix, settings = packer.ix, packer.s
     fresh = _Packer(FreeIndex(ix.nodes, topology), settings, packer.jobs)
+    fixed_used = [0] * len(ix.nodes)
+    for job in jobs:
+        if job.name not in movable:
+            fresh.take(job, current[job.name])
+            for i, c in current[job.name].items():
+                fixed_used[i] += c
+    for job, counts in packer._reserved:
+        fresh.take(job, counts)
+        for i, c in counts.items():
+            fixed_used[i] += c
     ideal: dict[str, dict[str, int]] = {}
     pinned: set[str] = set()
-    for job in sorted(jobs, key=lambda j: (-allocation[j.name], j.sort_key)):
+    rebuilt = [j for j in jobs if j.name in movable]
+    for job in sorted(rebuilt, key=lambda j: (-allocation[j.name], j.sort_key)):
         counts = fresh.place(fresh.ask(job, allocation[job.name], {}))
         fresh.take(job, counts)
         for i, c in counts.items():
@@ -756,19 +912,23 @@ def _rebuild(
         if job.preferred_domain in ix.leaf_ids:
             pinned.add(job.preferred_domain)
     now: dict[str, dict[str, int]] = {}
-    for job in jobs:
+    for job in rebuilt:
         for node, count in previous.get(job.name, ()):
             if node in ix.index and count > 0:
                 per_node = now.setdefault(node, {})
                 per_node[job.name] = per_node.get(job.name, 0) + count
-    mapping = match_layouts(ideal, now, ix.nodes, topology, frozenset(pinned))
-    result: dict[str, NodeCounts] = {j.name: {} for j in jobs}
+    room = [Node(n.name, n.gpus - fixed_used[i], n.gpu_type, n.leaf, n.spine)
+            for i, n in enumerate(ix.nodes)]
+    mapping = match_layouts(ideal, now, room, topology, frozenset(pinned))
+    result: dict[str, NodeCounts] = {
+        j.name: ({} if j.name in movable else dict(current[j.name])) for j in jobs
+    }
     for node, per_job in apply_mapping(ideal, mapping).items():
         for name, c in per_job.items():
             result[name][ix.index[node]] = c
     before = sum(packer.penalty(j, current[j.name]) for j in jobs)
     after = sum(packer.penalty(j, result[j.name]) for j in jobs)
-    paid = sum(1 for j in jobs if j.name not in changed and result[j.name] != current[j.name])
+    paid = sum(1 for j in rebuilt if j.name not in started and result[j.name] != current[j.name])
     if after < before and paid <= settings.defragment_max_moved_jobs:
         return result
     return None
