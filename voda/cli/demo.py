@@ -1,4 +1,14 @@
-"""`voda demo`: a scripted scenario on the in-memory backend, printing the plan after each event."""
+"""`voda demo`: what `make demo` runs.
+
+1. Simulate workload 1 (160 Philly-sampled jobs) on 16 nodes x 4 GPUs with all
+   eight allocation algorithms and print the comparison table.
+2. Start `voda serve` with the local backend and its default SQLite store, submit
+   the four example jobs of examples/local onto 4 slots, show them start, scale
+   and complete, and print each job's JCT and rescales.
+
+`--scripted` instead runs a short scenario on the in-memory backend and prints
+the plan after each event.
+"""
 
 from __future__ import annotations
 
@@ -45,7 +55,29 @@ def run_scripted_scenario(console: Console, algorithm: str = "ElasticFIFO") -> S
 def register(app: typer.Typer) -> None:
     @app.command()
     def demo(
-        algorithm: str = typer.Option("ElasticFIFO", help="Allocation algorithm to use."),
+        simulation: bool = typer.Option(True, help="Run the simulated comparison."),
+        local: bool = typer.Option(True, help="Run real jobs on the local backend."),
+        scripted: bool = typer.Option(False, help="Only the in-memory scripted scenario."),
+        slots: int = typer.Option(4, help="Worker slots for the local jobs."),
+        algorithm: str = typer.Option("ElasticFIFO", help="Algorithm for the local jobs."),
     ) -> None:
-        """Run the demonstration scenario and print what happened."""
-        run_scripted_scenario(Console(), algorithm)
+        """Simulate workload 1 with all eight algorithms, then run real elastic jobs locally."""
+        console = Console()
+        if scripted:
+            run_scripted_scenario(console, algorithm)
+            return
+        if simulation:
+            from voda.cli.simulate import run_simulation
+
+            console.rule("Simulation: workload-1 (160 jobs) on 16 nodes x 4 GPUs, all algorithms")
+            run_simulation("workload-1", "16x4", "all", rigid=False, preset=None, placement=None,
+                           penalty=None, interval=None, as_json=False, plot=None)
+        if local:
+            from voda.demo_local import run_local_demo
+
+            console.rule(f"Real elastic training: voda serve --backend local, {slots} slots")
+            results = run_local_demo(console, slots=slots, algorithm=algorithm)
+            unfinished = [name for name, r in results.items() if r.get("status") != "Completed"]
+            if unfinished:
+                console.print(f"[red]not completed:[/red] {', '.join(unfinished)}")
+                raise typer.Exit(1)

@@ -1,9 +1,137 @@
-"""`voda simulate` commands (being written)."""
+"""`voda simulate`: run a workload through the real scheduler on a simulated cluster."""
 
 from __future__ import annotations
 
+import json
+import math
+import sys
+from typing import TYPE_CHECKING, Any
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from voda.core.allocation import registry
+
+if TYPE_CHECKING:  # the simulator loads numpy and scipy: only when a simulation runs
+    from voda.sim.report import SimResult
+
+ALL = "all"
+
+
+def _fmt(x: float, digits: int = 0) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.{digits}f}"
+
+
+def results_table(results: list[SimResult]) -> Table:
+    """One row per algorithm; narrow enough for an 80-column terminal."""
+    table = Table(title="JCT and makespan in seconds", box=None, padding=(0, 1),
+                  collapse_padding=True, pad_edge=False, header_style="bold")
+    table.add_column("algorithm", no_wrap=True)
+    for column in ("jobs", "avg JCT", "p50", "p99", "makespan", "util", "resc", "migr",
+                   "preempt"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for r in results:
+        jobs = str(len(r.jobs)) + (f" ({r.unfinished} left)" if r.unfinished else "")
+        table.add_row(r.algorithm, jobs, _fmt(r.avg_jct), _fmt(r.p50_jct), _fmt(r.p99_jct),
+                      _fmt(r.makespan), f"{r.utilization:.0%}", str(r.rescales),
+                      str(r.migrations), str(r.preemptions))
+    return table
+
+
+def _fail(message: str) -> None:
+    Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def run_simulation(
+    workload: str,
+    cluster: str,
+    algorithm: str,
+    rigid: bool,
+    preset: str | None,
+    placement: str | None,
+    penalty: float | None,
+    interval: float | None,
+    as_json: bool,
+    plot: str | None,
+) -> list[SimResult]:
+    from voda.sim.cluster_file import ClusterFileError
+    from voda.sim.compare import RunRequest, check_request, run_many, run_one
+    from voda.sim.profiles import ProfileError
+    from voda.sim.workloads import WorkloadError
+
+    names = list(registry.BUILTIN_NAMES) if algorithm == ALL else [algorithm]
+    requests = [RunRequest(workload, cluster, name, rigid, preset, placement, penalty, interval)
+                for name in names]
+    try:
+        for r in requests:
+            check_request(r)
+    except (WorkloadError, ClusterFileError, ProfileError, registry.UnknownAlgorithm,
+            ValueError) as exc:
+        _fail(str(exc))
+    err = Console(stderr=True)
+    show = not as_json and sys.stderr.isatty()
+    columns = (TextColumn("{task.description}"), BarColumn(),
+               TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
+    with Progress(*columns, console=err, disable=not show, transient=True) as bar:
+        if len(requests) == 1:
+            task = bar.add_task(f"simulating {names[0]}", total=1.0)
+            results = [run_one(requests[0], progress=lambda f: bar.update(task, completed=f))]
+        else:
+            task = bar.add_task(f"simulating {len(requests)} algorithms", total=len(requests))
+            results = run_many(requests, done=lambda _r, _res: bar.advance(task))
+    if plot:
+        from voda.sim.plots import write_plots
+
+        try:
+            write_plots(results, plot)
+        except OSError as exc:
+            _fail(f"plot: cannot write to {plot}: {exc}")
+    if as_json:
+        typer.echo(json.dumps({"results": [_json_ready(r.to_dict()) for r in results]}))
+    else:
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=160)  # a table in a pipe or file is not cut to 80 columns
+        out.print(results_table(results))
+        if plot:
+            out.print(f"plots written to {plot}", soft_wrap=True)
+    return results
+
+
+def _json_ready(d: dict[str, Any]) -> dict[str, Any]:
+    """NaN is not JSON: report it as null."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the `voda` app."""
+    @app.command("simulate")
+    def simulate(
+        workload: str = typer.Option(..., "--workload", "-w",
+                                     help="Workload file (Pollux CSV, Philly CSV, native YAML/CSV)"
+                                          " or a built-in name: workload-1..4, philly."),
+        cluster: str = typer.Option("16x4", "--cluster", "-c",
+                                    help="NODESxGPUS (e.g. 16x4) or a cluster YAML file."),
+        algorithm: str = typer.Option(registry.DEFAULT_ALGORITHM, "--algorithm", "-a",
+                                      help="Allocation algorithm, or 'all' for all eight."),
+        rigid: bool = typer.Option(False, "--rigid",
+                                   help="Every job at exactly its requested GPUs and batch."),
+        preset: str | None = typer.Option(None, "--preset",
+                                          help="'pollux': the Pollux artifact's simulator."),
+        placement: str | None = typer.Option(None, "--placement",
+                                             help="Placer name (default: the service's default "
+                                                  "placer; most-free with --preset pollux)."),
+        penalty: float | None = typer.Option(None, "--penalty",
+                                             help="Seconds lost on every allocation change "
+                                                  "(default 30)."),
+        interval: float | None = typer.Option(None, "--interval",
+                                              help="Seconds between rescheduling decisions "
+                                                   "(default 60)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+        plot: str | None = typer.Option(None, "--plot", help="Write PNG plots to this directory."),
+    ) -> None:
+        """Simulate a workload on a cluster with one or all allocation algorithms."""
+        run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
+                       as_json, plot)

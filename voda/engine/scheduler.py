@@ -15,6 +15,7 @@ Per step:
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -94,7 +95,7 @@ class JobRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def snapshot(self) -> Job:
-        return Job(**{name: getattr(self, name) for name in _JOB_FIELDS})
+        return Job(*_JOB_VALUES(self))
 
     @classmethod
     def from_job(cls, job: Job) -> JobRecord:
@@ -104,6 +105,7 @@ class JobRecord:
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
+_JOB_VALUES = operator.attrgetter(*_JOB_FIELDS)  # positional, in Job's field order
 
 
 class SchedulerObserver:
@@ -308,7 +310,9 @@ class Scheduler:
                 continue
             if record.status is JobStatus.SUBMITTED and record.submit_time > now:
                 continue
-            cls = priority_class(record.snapshot())
+            # The read-only hooks get the live record (it has every Job field): a frozen
+            # copy per job per step was most of the cost of long simulations.
+            cls = priority_class(record)
             classes[name] = cls
             if name not in self._priority_classes:
                 record.queue_since = now if record.queue_since is None else record.queue_since
@@ -328,7 +332,7 @@ class Scheduler:
             algorithm = self.algorithm_for(record.gpu_type)
             until = getattr(algorithm, "seconds_until_class_change", None)
             if until is not None:
-                seconds = until(record.snapshot())
+                seconds = until(record)  # read-only hook: the live record, as above
                 if seconds is not None and seconds >= 0:
                     candidates.append(now + max(seconds, 1e-6))
         return min(candidates) if candidates else None

@@ -1,0 +1,1 @@
+"""Trace-driven simulation: profiles, workloads, a simulated backend and the runner."""

@@ -1,0 +1,86 @@
+"""Run one workload under several algorithms, each in its own process."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from voda.core.allocation import registry
+from voda.sim.cluster_file import parse_cluster
+from voda.sim.presets import apply_preset
+from voda.sim.report import SimResult
+from voda.sim.runner import simulate
+from voda.sim.throughput import warm
+from voda.sim.workloads import load_workload
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything one simulation needs, as plain values (so it crosses process boundaries)."""
+
+    workload: str
+    cluster: str
+    algorithm: str
+    rigid: bool = False
+    preset: str | None = None
+    placement: str | None = None
+    penalty: float | None = None
+    interval: float | None = None
+
+
+def run_one(request: RunRequest, progress: Callable[[float], None] | None = None) -> SimResult:
+    workload = load_workload(request.workload, rigid=request.rigid)
+    cluster = parse_cluster(request.cluster)
+    settings = apply_preset(
+        request.preset, request.algorithm,
+        placement=request.placement, penalty=request.penalty, interval=request.interval,
+    )
+    return simulate(workload, cluster, settings, progress=progress)
+
+
+def check_request(request: RunRequest) -> None:
+    """Fail early (ValueError and friends) on inputs every run would refuse."""
+    load_workload(request.workload, rigid=request.rigid)
+    parse_cluster(request.cluster)
+    if not registry.is_known(request.algorithm):
+        raise registry.UnknownAlgorithm(request.algorithm, registry.available())
+    apply_preset(request.preset, request.algorithm, placement=request.placement,
+                 penalty=request.penalty, interval=request.interval)
+    if request.placement is not None:
+        from voda.core.placement.registry import get_placer
+
+        get_placer(request.placement)
+    if request.penalty is not None and request.penalty < 0:
+        raise ValueError(f"penalty: must not be negative, got {request.penalty}")
+    if request.interval is not None and request.interval <= 0:
+        raise ValueError(f"interval: must be positive, got {request.interval}")
+
+
+def run_many(
+    requests: Sequence[RunRequest],
+    workers: int | None = None,
+    done: Callable[[RunRequest, SimResult], None] | None = None,
+) -> list[SimResult]:
+    """Run the requests in parallel processes; results come back in request order."""
+    if len(requests) == 1 or workers == 1:
+        results = []
+        for r in requests:
+            result = run_one(r)
+            if done is not None:
+                done(r, result)
+            results.append(result)
+        return results
+    for r in requests:  # build the throughput tables once; forked workers inherit them
+        warm(load_workload(r.workload, rigid=r.rigid))
+    out: dict[int, SimResult] = {}
+    workers = workers or min(len(requests), os.cpu_count() or 1)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_one, r): i for i, r in enumerate(requests)}
+        for future in as_completed(futures):
+            i = futures[future]
+            out[i] = future.result()
+            if done is not None:
+                done(requests[i], out[i])
+    return [out[i] for i in range(len(requests))]

@@ -1,0 +1,53 @@
+"""Statistical efficiency and rate of progress (SIMULATION.md §3).
+
+Progress is counted in "M0-equivalent iterations". The boundary of epoch k is
+the same whatever batch a job uses (Profile.boundaries); a job at effective
+batch B on placement P advances at r = gain / T progress units per second,
+where gain = (var + sqr) / (var / s + sqr), s = B / M0, and T is the step time.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from voda.sim.profiles import Profile, load_profile
+from voda.sim.throughput import BatchSplit, step_time
+
+
+@functools.cache
+def grad_stats(profile_name: str, batch_size: int, epoch: int) -> tuple[float, float]:
+    """(grad_sqr, grad_var) during `epoch`, linear in the batch between validated files."""
+    profile = load_profile(profile_name)
+    validation = profile.validation
+    lower = upper = None
+    for v in validation:
+        if v.batch_size <= batch_size:
+            lower = v
+        if v.batch_size >= batch_size:
+            upper = v
+            break
+    if lower is None or upper is None:
+        raise ValueError(
+            f"profile {profile_name!r}: batch {batch_size} outside the validated "
+            f"range {validation[0].batch_size}..{validation[-1].batch_size}"
+        )
+    e = min(epoch, len(lower.grad_sqr) - 1, len(upper.grad_sqr) - 1)
+    if lower is upper:
+        return lower.grad_sqr[e], lower.grad_var[e]
+    lo, up = lower.batch_size, upper.batch_size
+    b = batch_size
+    sqr = ((b - lo) * upper.grad_sqr[e] + (up - b) * lower.grad_sqr[e]) / (up - lo)
+    var = ((b - lo) * upper.grad_var[e] + (up - b) * lower.grad_var[e]) / (up - lo)
+    return sqr, var
+
+
+def gain(profile: Profile, batch_size: int, epoch: int) -> float:
+    sqr, var = grad_stats(profile.name, batch_size, epoch)
+    scale = batch_size / profile.init_batch_size
+    return (var + sqr) / (var / scale + sqr)
+
+
+def rate(profile: Profile, placement: tuple[int, ...], split: BatchSplit, epoch: int) -> float:
+    """Progress units per second."""
+    g = gain(profile, split.effective_batch, epoch)
+    return g / step_time(profile, placement, split)

@@ -1,0 +1,106 @@
+"""What a simulation measured: JCTs, makespan, utilization and allocation changes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from voda.engine.scheduler import Scheduler
+    from voda.sim.backend import SimBackend
+    from voda.sim.workloads import Workload
+
+
+@dataclass(frozen=True)
+class JobResult:
+    name: str
+    submit: float
+    finish: float | None
+    jct: float | None
+
+
+@dataclass(frozen=True)
+class SimResult:
+    algorithm: str
+    workload: str
+    jobs: tuple[JobResult, ...]
+    avg_jct: float
+    p50_jct: float
+    p99_jct: float
+    makespan: float
+    utilization: float  # GPUs held / GPUs present, from the first submission to the last finish
+    rescales: int
+    migrations: int
+    preemptions: int
+    unfinished: int
+    timeline: tuple[tuple[float, str, int], ...] = field(default=(), repr=False)
+    queue: tuple[tuple[float, int, int], ...] = field(default=(), repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "workload": self.workload,
+            "avg_jct": self.avg_jct,
+            "p50_jct": self.p50_jct,
+            "p99_jct": self.p99_jct,
+            "makespan": self.makespan,
+            "utilization": self.utilization,
+            "rescales": self.rescales,
+            "migrations": self.migrations,
+            "preemptions": self.preemptions,
+            "unfinished": self.unfinished,
+            "jobs": [
+                {"name": j.name, "submit": j.submit, "finish": j.finish, "jct": j.jct}
+                for j in self.jobs
+            ],
+        }
+
+
+def _capacity_seconds(changes: list[tuple[float, int]], start: float, end: float) -> float:
+    total = 0.0
+    for i, (t, capacity) in enumerate(changes):
+        t_next = changes[i + 1][0] if i + 1 < len(changes) else end
+        lo, hi = max(t, start), min(t_next, end)
+        if hi > lo:
+            total += (hi - lo) * capacity
+    return total
+
+
+def build_result(
+    algorithm: str,
+    workload: Workload,
+    backend: SimBackend,
+    scheduler: Scheduler,
+    queue: list[tuple[float, int, int]],
+    end: float,
+) -> SimResult:
+    jobs = []
+    for spec in workload.jobs:
+        sim = backend.jobs.get(spec.name)
+        finish = sim.finished if sim is not None else None
+        jobs.append(JobResult(spec.name, spec.submit, finish,
+                              None if finish is None else finish - spec.submit))
+    jcts = np.array([j.jct for j in jobs if j.jct is not None], dtype=float)
+    finishes = [j.finish for j in jobs if j.finish is not None]
+    first = min(j.submit for j in jobs)
+    last = max(finishes) if finishes else end
+    capacity = _capacity_seconds(backend.capacity_changes, first, last)
+    records = scheduler.jobs.values()
+    return SimResult(
+        algorithm=algorithm,
+        workload=workload.source,
+        jobs=tuple(jobs),
+        avg_jct=float(jcts.mean()) if len(jcts) else float("nan"),
+        p50_jct=float(np.percentile(jcts, 50)) if len(jcts) else float("nan"),
+        p99_jct=float(np.percentile(jcts, 99)) if len(jcts) else float("nan"),
+        makespan=(last - first) if finishes else float("nan"),
+        utilization=backend.busy_gpu_seconds / capacity if capacity > 0 else 0.0,
+        rescales=sum(r.rescales for r in records),
+        migrations=sum(r.migrations for r in records),
+        preemptions=sum(r.preemptions for r in records),
+        unfinished=len(jobs) - len(finishes),
+        timeline=tuple(backend.timeline),
+        queue=tuple(queue),
+    )

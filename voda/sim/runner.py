@@ -1,0 +1,217 @@
+"""The simulation loop: the real Scheduler on a SimBackend and a ManualClock.
+
+Event-driven by default: the next instant is the earliest of the next job
+arrival, the next completion, the scheduler's next wake-up (rate limit, queue
+changes) and the next node event. With `fixed_rounds`, time moves in steps of
+`interval` seconds and the scheduler is stepped at every multiple of it, as in
+the Pollux artifact (SIMULATION.md §4).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from voda.core.allocation import registry
+from voda.core.model import Job
+from voda.core.placement import registry as placers
+from voda.core.placement.base import Placer
+from voda.engine.clock import ManualClock
+from voda.engine.scheduler import Scheduler, SchedulerSettings
+from voda.sim.backend import DEFAULT_PENALTY, SimBackend
+from voda.sim.cluster_file import SimCluster
+from voda.sim.report import SimResult, build_result
+from voda.sim.workloads import JobSpec, Workload
+
+DEFAULT_INTERVAL = 60.0
+DEFAULT_PLACEMENT: str = getattr(placers, "DEFAULT_PLACER", "naive")  # what production uses
+
+
+class SimulationStalled(RuntimeError):
+    pass
+
+
+@dataclass
+class SimSettings:
+    """How to simulate: algorithm, placement, penalty and the timing of decisions."""
+
+    algorithm: str = registry.DEFAULT_ALGORITHM
+    algorithm_params: Mapping[str, Any] = field(default_factory=dict)
+    placement: str | Placer = DEFAULT_PLACEMENT
+    penalty: float = DEFAULT_PENALTY
+    interval: float = DEFAULT_INTERVAL  # rate limit, or the round length with fixed_rounds
+    fixed_rounds: bool = False
+    integer_time: bool = False  # round epoch crossings to whole seconds (the artifact's rule)
+    report_epochs: bool = True
+    record_queue: bool = True
+
+
+def to_job(spec: JobSpec, workload: Workload) -> Job:
+    return Job(
+        name=spec.name,
+        min_workers=spec.min_workers,
+        max_workers=spec.max_workers,
+        preferred_workers=spec.preferred_workers,
+        priority=spec.priority,
+        submit_time=workload.engine_submit(spec),
+        epochs=spec.epochs,
+        category=spec.category,
+        gpu_type=spec.gpu_type,
+    )
+
+
+def simulate(
+    workload: Workload,
+    cluster: SimCluster,
+    settings: SimSettings | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> SimResult:
+    """Run `workload` on `cluster` to the end and return the result.
+
+    `progress`, if given, is called now and then with the fraction of jobs done.
+    """
+    s = settings or SimSettings()
+    if s.interval <= 0:
+        raise ValueError(f"interval: must be positive, got {s.interval}")
+    specs = {j.name: j for j in workload.jobs}
+    start = min(0.0, workload.jobs[0].submit)
+    clock = ManualClock(start)
+    backend = SimBackend(list(cluster.nodes), specs, penalty=s.penalty,
+                         integer_time=s.integer_time, start=start,
+                         report_epochs=s.report_epochs)
+    placer = placers.get_placer(s.placement) if isinstance(s.placement, str) else s.placement
+    scheduler = Scheduler(
+        backend,
+        SchedulerSettings(algorithm=s.algorithm, algorithm_params=dict(s.algorithm_params),
+                          rate_limit_seconds=0.0 if s.fixed_rounds else s.interval),
+        placer=placer,
+        now=start,
+    )
+    loop = _Loop(workload, cluster, s, clock, backend, scheduler, progress)
+    loop.run()
+    return build_result(
+        algorithm=s.algorithm, workload=workload, backend=backend, scheduler=scheduler,
+        queue=loop.queue, end=clock.now(),
+    )
+
+
+class _Loop:
+    def __init__(self, workload: Workload, cluster: SimCluster, s: SimSettings,
+                 clock: ManualClock, backend: SimBackend, scheduler: Scheduler,
+                 progress: Callable[[float], None] | None) -> None:
+        self.workload = workload
+        self.jobs = workload.jobs
+        self.node_events = list(cluster.events)
+        self.s = s
+        self.clock = clock
+        self.backend = backend
+        self.scheduler = scheduler
+        self.progress = progress
+        self.next_arrival = 0
+        self.next_node_event = 0
+        self.queue: list[tuple[float, int, int]] = []  # (time, waiting jobs, running jobs)
+        self._reported = -1.0
+
+    @property
+    def finished(self) -> bool:
+        return self.next_arrival >= len(self.jobs) and not self.scheduler.active
+
+    def _move_to(self, t: float) -> bool:
+        """Advance to `t`; True when something happened that calls for a decision."""
+        self.backend.advance(t)
+        changed = self.backend.take_changed()
+        self.clock.set(t)
+        while (self.next_node_event < len(self.node_events)
+               and self.node_events[self.next_node_event].time <= t):
+            event = self.node_events[self.next_node_event]
+            if event.kind == "fail":
+                if event.node.name in {n.name for n in self.backend.nodes()}:
+                    self.backend.fail_node(event.node.name)
+            else:
+                self.backend.join_node(event.node)
+            self.next_node_event += 1
+            changed = True
+        while self.next_arrival < len(self.jobs) and self.jobs[self.next_arrival].submit <= t:
+            self.scheduler.submit(to_job(self.jobs[self.next_arrival], self.workload))
+            self.next_arrival += 1
+            changed = True
+        return changed
+
+    def _after_step(self, t: float) -> None:
+        if self.s.record_queue:
+            running = len(self.backend.running)
+            waiting = len(self.scheduler.active) - running
+            if not self.queue or self.queue[-1][1:] != (waiting, running):
+                self.queue.append((t, waiting, running))
+        if self.progress is not None:
+            done = (self.next_arrival - len(self.scheduler.active)) / len(self.jobs)
+            if done - self._reported >= 0.01 or self.finished:
+                self._reported = done
+                self.progress(done)
+
+    def run(self) -> None:
+        if self.s.fixed_rounds:
+            self._run_rounds()
+        else:
+            self._run_events()
+
+    def _run_rounds(self) -> None:
+        interval = self.s.interval
+        t = self.clock.now()
+        while not self.finished:
+            if not self.scheduler.active and self.next_arrival < len(self.jobs):
+                # Nothing runs: jump to the round at or after the next arrival (or node event).
+                upcoming = self.jobs[self.next_arrival].submit
+                if self.next_node_event < len(self.node_events):
+                    upcoming = min(upcoming, self.node_events[self.next_node_event].time)
+                t = max(t, math.ceil(upcoming / interval) * interval - interval)
+            t += interval
+            self._move_to(t)
+            self.scheduler.step(t, force=True)
+            self._after_step(t)
+            if (not self.backend.running and self.next_arrival >= len(self.jobs)
+                    and self.next_node_event >= len(self.node_events)):
+                break  # jobs left that can never run (e.g. larger than the cluster)
+
+    def _run_events(self) -> None:
+        """Step the scheduler only when something is due: a change (arrival, completion,
+        node event) once the rate limit allows, or the scheduler's own next wake-up."""
+        interval = self.s.interval
+        now = self.clock.now()
+        pending: float | None = None  # earliest change the scheduler has not seen
+        last_reschedule: float | None = None
+        wake: float | None = None
+        stalled = 0
+        while not self.finished:
+            due = None
+            if pending is not None:
+                due = pending if last_reschedule is None else max(pending,
+                                                                  last_reschedule + interval)
+            candidates = [c for c in (due, wake) if c is not None]
+            if self.next_arrival < len(self.jobs):
+                candidates.append(self.jobs[self.next_arrival].submit)
+            if self.next_node_event < len(self.node_events):
+                candidates.append(self.node_events[self.next_node_event].time)
+            completion = self.backend.next_completion()
+            if completion is not None:
+                candidates.append(completion)
+            if not candidates:
+                break  # jobs left that can never run (e.g. larger than the cluster)
+            t = max(min(candidates), now)
+            stalled = stalled + 1 if t == now else 0
+            if stalled > 10_000:
+                raise SimulationStalled(f"the simulation makes no progress at t = {now}")
+            if self._move_to(t) and pending is None:
+                pending = t
+                due = t if last_reschedule is None else max(t, last_reschedule + interval)
+            if (due is not None and t >= due) or (wake is not None and t >= wake):
+                before = (self.scheduler.reschedules, self.scheduler.last_error)
+                self.scheduler.step(t)
+                if (self.scheduler.reschedules, self.scheduler.last_error) != before:
+                    last_reschedule = t
+                pending = None
+                wake = self.scheduler.next_wakeup(t)
+                self._after_step(t)
+            now = t

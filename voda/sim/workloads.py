@@ -1,0 +1,346 @@
+"""Workload files -> simulated jobs. See docs/design/002-simulator.md for the mapping.
+
+Three formats, told apart by extension and header:
+
+- Pollux CSV `name,time,application,num_replicas,batch_size`: a profiled job.
+  Rigid: exactly num_replicas GPUs at the global batch batch_size. Elastic:
+  1..max GPUs at a fixed per-GPU batch l = ceil(batch_size / num_replicas), where
+  max = min(2 x num_replicas, floor(max batch / l), 64).
+- Philly CSV `timestamp,duration,num_gpus,gpu_time,cluster`: a job of fixed work,
+  duration x num_gpus GPU-seconds at linear speedup, in 10 epochs. Rigid: exactly
+  num_gpus; elastic: 1..num_gpus. Arrival is seconds after the earliest timestamp.
+- Native YAML (a list, or {jobs: [...]}) or CSV with `arrival`: fields arrival,
+  name, model (a profile) with epochs, or duration (seconds at the preferred size),
+  min, max, preferred, priority, batch_size (per GPU), gpu_type.
+
+Every error names the file, the line and the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from voda.core.model import DEFAULT_GPU_TYPE
+from voda.sim.profiles import Profile, ProfileError, ceil_div, load_profile, profile_names
+
+POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus")
+PHILLY_EPOCHS = 10
+MAX_PROFILED_GPUS = 64
+# Row order is kept as a tie-break among equal arrival times: the engine sees
+# submit_time = arrival - (rows - row) * ORDER_EPSILON (see JobSpec.engine_submit).
+ORDER_EPSILON = 1e-7
+
+
+class WorkloadError(ValueError):
+    def __init__(self, path: str | Path, line: int | None, reason: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.reason = reason
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One simulated job: its request to the scheduler and the work it has to do."""
+
+    name: str
+    submit: float  # seconds from the start of the simulation
+    order: int  # row index in arrival order
+    min_workers: int
+    max_workers: int
+    preferred_workers: int | None
+    epochs: int
+    priority: int = 0
+    gpu_type: str = DEFAULT_GPU_TYPE
+    category: str = ""
+    # Profiled work: the application, and either a fixed global batch or a per-GPU batch.
+    profile: str | None = None
+    batch_size: int | None = None  # fixed global batch (rigid Pollux jobs)
+    per_gpu_batch: int | None = None  # elastic jobs: global batch = per-GPU batch x GPUs
+    # Duration-based work: GPU-seconds at linear speedup.
+    work: float | None = None
+
+    def batch_for(self, profile: Profile, replicas: int) -> int:
+        """The global batch on `replicas` GPUs, within the profile's validated range."""
+        if self.batch_size is not None:
+            return self.batch_size
+        per_gpu = self.per_gpu_batch or profile.init_batch_size
+        return min(max(per_gpu * replicas, profile.init_batch_size), profile.max_batch_size)
+
+
+@dataclass(frozen=True)
+class Workload:
+    source: str
+    jobs: tuple[JobSpec, ...]  # in arrival order
+
+    def engine_submit(self, spec: JobSpec) -> float:
+        """The submit time the engine sees: arrival, nudged so row order breaks ties."""
+        return spec.submit - (len(self.jobs) - spec.order) * ORDER_EPSILON
+
+
+def builtin_workload(name: str) -> Path | None:
+    """`workload-1`..`workload-4` (Pollux) and `philly` from the package data."""
+    base = Path(str(resources.files("voda") / "data"))
+    stem = name.removesuffix(".csv")
+    for candidate in (base / "pollux" / "workloads" / f"{stem}.csv",
+                      base / "philly" / f"{stem}.csv"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_workload(path: str | Path, rigid: bool = False) -> Workload:
+    """Read a workload file (or a built-in name); raises WorkloadError on bad input."""
+    p = Path(path)
+    if not p.exists():
+        found = builtin_workload(str(path))
+        if found is None:
+            raise WorkloadError(path, None, "no such file")
+        p = found
+    if p.is_dir():
+        raise WorkloadError(p, None, "is a directory, not a workload file")
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(p, None, f"cannot read: {exc}") from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        jobs = _native_yaml(p, text, rigid)
+    else:
+        jobs = _csv(p, text, rigid)
+    if not jobs:
+        raise WorkloadError(p, None, "no jobs")
+    jobs.sort(key=lambda j: (j.submit, j.order))
+    ordered = tuple(replace(j, order=i) for i, j in enumerate(jobs))
+    names: dict[str, int] = {}
+    for j in ordered:
+        if j.name in names:
+            raise WorkloadError(p, None, f"job name {j.name!r} appears twice")
+        names[j.name] = j.order
+    return Workload(str(p), ordered)
+
+
+# ----- CSV ------------------------------------------------------------------------
+def _csv(path: Path, text: str, rigid: bool) -> list[JobSpec]:
+    reader = csv.DictReader(text.splitlines())
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    if not header:
+        raise WorkloadError(path, 1, "empty file: expected a header row")
+    reader.fieldnames = header
+    if "timestamp" in header or "num_gpus" in header:
+        kind, needed = "philly", PHILLY_COLUMNS
+    elif "arrival" in header:
+        kind, needed = "native", ("arrival",)
+    else:
+        kind, needed = "pollux", POLLUX_COLUMNS
+    missing = [c for c in needed if c not in header]
+    if missing:
+        raise WorkloadError(
+            path, 1, f"missing column {missing[0]!r} (a {kind} workload needs {', '.join(needed)})"
+        )
+    rows = [(reader.line_num, row) for row in reader]  # blank lines are skipped
+    if kind == "pollux":
+        return [_pollux_row(path, line, row, i, rigid) for i, (line, row) in enumerate(rows)]
+    if kind == "philly":
+        return _philly(path, rows, rigid)
+    return [_native(path, line, row, i, rigid) for i, (line, row) in enumerate(rows)]
+
+
+def _field(path: Path, line: int, row: Mapping[str, Any], column: str) -> str:
+    value = row.get(column)
+    if value is None or str(value).strip() == "":
+        raise WorkloadError(path, line, f"{column}: missing value")
+    return str(value).strip()
+
+
+def _number(path: Path, line: int, row: Mapping[str, Any], column: str) -> float:
+    raw = _field(path, line, row, column)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise WorkloadError(path, line, f"{column}: {raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise WorkloadError(path, line, f"{column}: {raw!r} is not a finite number")
+    return value
+
+
+def _integer(path: Path, line: int, row: Mapping[str, Any], column: str, least: int) -> int:
+    value = _number(path, line, row, column)
+    if value != int(value):
+        raise WorkloadError(path, line, f"{column}: {value:g} is not a whole number")
+    if value < least:
+        raise WorkloadError(path, line, f"{column}: must be at least {least}, got {value:g}")
+    return int(value)
+
+
+def _time(path: Path, line: int, row: Mapping[str, Any], column: str) -> float:
+    value = _number(path, line, row, column)
+    if value < 0:
+        raise WorkloadError(path, line, f"{column}: must not be negative, got {value:g}")
+    return value
+
+
+def _profile(path: Path, line: int, name: str) -> Profile:
+    try:
+        return load_profile(name)
+    except ProfileError:
+        raise WorkloadError(
+            path, line,
+            f"unknown application {name!r}; known: {', '.join(profile_names())}",
+        ) from None
+
+
+def elastic_max(profile: Profile, replicas: int, per_gpu_batch: int) -> int:
+    """The elastic ceiling: twice the requested GPUs, within the batch limit and 64 GPUs."""
+    by_batch = max(1, profile.max_batch_size // per_gpu_batch)
+    return max(1, min(2 * replicas, by_batch, MAX_PROFILED_GPUS))
+
+
+def _pollux_row(path: Path, line: int, row: Mapping[str, Any], i: int, rigid: bool) -> JobSpec:
+    name = _field(path, line, row, "name")
+    submit = _time(path, line, row, "time")
+    profile = _profile(path, line, _field(path, line, row, "application"))
+    replicas = _integer(path, line, row, "num_replicas", 1)
+    batch = _integer(path, line, row, "batch_size", 1)
+    if not profile.init_batch_size <= batch <= profile.max_batch_size:
+        raise WorkloadError(
+            path, line,
+            f"batch_size: {batch} outside {profile.name}'s range "
+            f"{profile.init_batch_size}..{profile.max_batch_size}",
+        )
+    if rigid:
+        return JobSpec(name, submit, i, replicas, replicas, replicas, profile.epochs,
+                       category=profile.name, profile=profile.name, batch_size=batch)
+    per_gpu = ceil_div(batch, replicas)
+    top = elastic_max(profile, replicas, per_gpu)
+    return JobSpec(name, submit, i, 1, top, min(replicas, top), profile.epochs,
+                   category=profile.name, profile=profile.name, per_gpu_batch=per_gpu)
+
+
+def _parse_timestamp(path: Path, line: int, raw: str) -> float:
+    try:
+        stamp = datetime.fromisoformat(raw)
+        return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+    except ValueError:
+        raise WorkloadError(path, line, f"timestamp: {raw!r} is not a date and time") from None
+
+
+def _philly(path: Path, rows: list[tuple[int, dict[str, str]]], rigid: bool) -> list[JobSpec]:
+    parsed = []
+    for line, row in rows:
+        stamp = _parse_timestamp(path, line, _field(path, line, row, "timestamp"))
+        duration = _number(path, line, row, "duration")
+        if duration <= 0:
+            raise WorkloadError(path, line, f"duration: must be positive, got {duration:g}")
+        gpus = _integer(path, line, row, "num_gpus", 1)
+        parsed.append((line, stamp, duration, gpus))
+    start = min((p[1] for p in parsed), default=0.0)
+    jobs = []
+    for i, (line, stamp, duration, gpus) in enumerate(parsed):
+        low = gpus if rigid else 1
+        jobs.append(JobSpec(f"philly-{line - 1}", stamp - start, i, low, gpus, gpus,
+                            PHILLY_EPOCHS, category=f"philly-{gpus}", work=duration * gpus))
+    return jobs
+
+
+# ----- native ----------------------------------------------------------------------
+NATIVE_FIELDS = frozenset({"arrival", "name", "model", "profile", "epochs", "duration", "min",
+                           "max", "preferred", "priority", "batch_size", "gpu_type"})
+
+
+def _native_yaml(path: Path, text: str, rigid: bool) -> list[JobSpec]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise WorkloadError(path, line, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if isinstance(data, dict):
+        data = data.get("jobs")
+    if not isinstance(data, list):
+        raise WorkloadError(path, 1, "expected a list of jobs (or a mapping with 'jobs')")
+    lines = _yaml_item_lines(text, len(data))
+    jobs = []
+    for i, item in enumerate(data):
+        line = lines[i] if i < len(lines) else None
+        if not isinstance(item, dict):
+            raise WorkloadError(path, line, f"job {i + 1}: expected a mapping of fields")
+        jobs.append(_native(path, line, item, i, rigid))
+    return jobs
+
+
+def _yaml_item_lines(text: str, count: int) -> list[int]:
+    """Line numbers where each top-level list item starts."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return []
+    if isinstance(node, yaml.MappingNode):
+        node = next((v for k, v in node.value if getattr(k, "value", None) == "jobs"), None)
+    if not isinstance(node, yaml.SequenceNode):
+        return []
+    return [item.start_mark.line + 1 for item in node.value][:count]
+
+
+def _native(path: Path, line: int | None, row: Mapping[str, Any], i: int, rigid: bool) -> JobSpec:
+    ln = line if line is not None else 0
+    row = {k.strip() if isinstance(k, str) else k: v for k, v in row.items()}
+    row = {k: v for k, v in row.items() if not (isinstance(v, str) and v.strip() == "")}
+    unknown = sorted(str(k) for k in row if k not in NATIVE_FIELDS)
+    if unknown:
+        raise WorkloadError(path, line, f"unknown field {unknown[0]!r}")
+    submit = _time(path, ln, row, "arrival")
+    name = str(row.get("name") or f"job-{i}")
+    low = _integer(path, ln, row, "min", 1) if "min" in row else 1
+    high = _integer(path, ln, row, "max", 1) if "max" in row else low
+    if high < low:
+        raise WorkloadError(path, line, f"max: must be at least min ({low}), got {high}")
+    preferred = _integer(path, ln, row, "preferred", 1) if "preferred" in row else None
+    if preferred is not None and not low <= preferred <= high:
+        raise WorkloadError(path, line, f"preferred: must lie in [{low}, {high}], got {preferred}")
+    if rigid:
+        size = preferred if preferred is not None else high
+        low = high = preferred = size
+    priority = _integer(path, ln, row, "priority", 0) if "priority" in row else 0
+    gpu_type = str(row.get("gpu_type") or DEFAULT_GPU_TYPE)
+    model = row.get("model") or row.get("profile")
+    if model:
+        profile = _profile(path, line or 0, str(model))
+        if "duration" in row:
+            raise WorkloadError(path, line, "give epochs or duration, not both with a model")
+        epochs = _integer(path, ln, row, "epochs", 1) if "epochs" in row else profile.epochs
+        available = min(len(v.progress) for v in profile.validation)
+        if epochs > available:
+            raise WorkloadError(
+                path, line, f"epochs: {profile.name} is profiled for {available} epochs at most"
+            )
+        per_gpu = _integer(path, ln, row, "batch_size", 1) if "batch_size" in row else None
+        cap = min(MAX_PROFILED_GPUS, profile.max_batch_size // (per_gpu or profile.init_batch_size))
+        if high > max(cap, 1):
+            raise WorkloadError(path, line, f"max: {profile.name} runs on at most {cap} GPUs "
+                                            "at this batch size")
+        return JobSpec(name, submit, i, low, high, preferred, epochs, priority, gpu_type,
+                       category=profile.name, profile=profile.name, per_gpu_batch=per_gpu)
+    if "duration" not in row:
+        raise WorkloadError(path, line, "give a model (with epochs) or a duration")
+    duration = _number(path, ln, row, "duration")
+    if duration <= 0:
+        raise WorkloadError(path, line, f"duration: must be positive, got {duration:g}")
+    epochs = _integer(path, ln, row, "epochs", 1) if "epochs" in row else PHILLY_EPOCHS
+    size = preferred if preferred is not None else low
+    return JobSpec(name, submit, i, low, high, preferred, epochs, priority, gpu_type,
+                   category="", work=duration * size)
+
+
+def specs_by_name(jobs: Iterable[JobSpec]) -> dict[str, JobSpec]:
+    return {j.name: j for j in jobs}
