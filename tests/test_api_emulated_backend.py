@@ -32,7 +32,7 @@ def test_it_is_a_backend_that_deletes_and_adopts() -> None:
     assert isinstance(b, Backend) and isinstance(b, SupportsDelete)
     assert isinstance(b, SupportsAdoption)
     assert "emulated" in BACKENDS
-    made = create_backend(ServerSettings(cluster="3x2", db="sqlite://"))
+    made = create_backend(ServerSettings(backend="emulated", cluster="3x2", db="sqlite://"))
     assert sum(n.gpus for n in made.nodes()) == 6
 
 
