@@ -402,7 +402,9 @@ def test_under_torchrun_the_failed_worker_exit_code_is_reported(
     tmp_path: Path, clock: Callable[[], float]
 ) -> None:
     command = write_script(tmp_path, "fails.py",
-                           "import os, sys\nprint('rank', os.environ['RANK'], 'failing')\n"
+                           "import os, sys\n"
+                           # one write() per line, so the two ranks' lines cannot interleave
+                           "os.write(1, f\"rank {os.environ['RANK']} failing\\n\".encode())\n"
                            "sys.exit(3)\n")
     backend = LocalBackend(slots=2, run_dir=tmp_path / "runs", clock=clock,
                            commands={"tr": command}, launcher="torchrun")

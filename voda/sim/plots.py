@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -20,6 +21,18 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
+def _save(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def jct_cdf(results: Sequence[SimResult], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in results:
@@ -27,15 +40,7 @@ def jct_cdf(results: Sequence[SimResult], path: Path) -> Path:
         if len(jcts):
             ax.step(jcts, np.arange(1, len(jcts) + 1) / len(jcts), where="post", label=r.algorithm)
     ax.set_xscale("log")
-    ax.set_xlabel("job completion time (s)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title("JCT CDF")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, "job completion time (s)", "fraction of jobs", "JCT CDF")
 
 
 def gpus_per_job(result: SimResult, path: Path) -> Path:
@@ -78,15 +83,7 @@ def queue_length(results: Sequence[SimResult], path: Path) -> Path:
             t = [q[0] for q in r.queue]
             waiting = [q[1] for q in r.queue]
             ax.step(t, waiting, where="post", label=r.algorithm)
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("jobs waiting")
-    ax.set_title("Queue length over time")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, "time (s)", "jobs waiting", "Queue length over time")
 
 
 def write_plots(results: Sequence[SimResult], directory: str | Path) -> list[Path]:

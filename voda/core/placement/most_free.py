@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from voda.core.allocation.base import by_submit
 from voda.core.model import Allocation, Cluster, Job, Placement
 from voda.core.placement.base import Placer
 from voda.core.placement.first_fit import shrink
@@ -21,13 +22,9 @@ from voda.core.placement.first_fit import shrink
 Order = Callable[[Sequence[Job]], list[Job]]
 
 
-def _by_submit(jobs: Sequence[Job]) -> list[Job]:
-    return sorted(jobs, key=lambda j: j.sort_key)
-
-
 def make_most_free(order: Order | None = None) -> Placer:
     """A most-free placer; `order` sorts the jobs that need new GPUs (default: submit order)."""
-    order_jobs = order or _by_submit
+    order_jobs = order or by_submit
 
     def most_free(
         allocation: Allocation,
