@@ -62,6 +62,8 @@ def diff(old: Placement, new: Placement) -> tuple[Action, ...]:
     actions = []
     for job in sorted(set(old) | set(new)):
         o, n = tuple(old.get(job, ())), tuple(new.get(job, ()))
+        if o == n:
+            continue
         kind = classify(o, n)
         if kind is not None:
             actions.append(Action(kind, job, o, n))

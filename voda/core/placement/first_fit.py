@@ -41,7 +41,7 @@ def first_fit(
             n: c for n, c in previous.get(name, ())
             if n in free and (gpu_type is None or node_type[n] == gpu_type)
         }
-        mine = shrink(current, gpus)
+        mine = current if sum(current.values()) <= gpus else shrink(current, gpus)
         for node, count in mine.items():
             take = min(count, free[node])
             if take:
@@ -49,7 +49,7 @@ def first_fit(
                 free[node] -= take
     # 2. Fill what is still missing on the first nodes of the job's GPU type with room.
     result: dict[str, tuple] = {}
-    for name in sorted(allocation, key=lambda n: (jobs[n].sort_key if n in jobs else (0, n))):
+    for name in sorted(allocation, key=lambda n: jobs[n].sort_key if n in jobs else (0, 0.0, n)):
         gpus = allocation[name]
         if gpus <= 0:
             continue
@@ -68,5 +68,9 @@ def first_fit(
                 missing -= take
         if missing > 0:
             raise ValueError(f"job {name!r}: {missing} GPUs could not be placed")
-        result[name] = normalize(mine, order)
+        unchanged = previous.get(name, ())
+        if len(unchanged) == len(mine) and all(mine.get(n) == c for n, c in unchanged):
+            result[name] = tuple(unchanged)  # already in node order: skip the sort
+        else:
+            result[name] = normalize(mine, order)
     return result
