@@ -23,6 +23,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import settings
+
+# CI runs the same examples every time (a red CI must be reproducible); locally the
+# property tests draw new examples on every run and keep exploring.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parent.parent
 _db_counter = itertools.count()

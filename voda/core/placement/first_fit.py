@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import pairwise
 
-from voda.core.model import Allocation, Cluster, Job, Placement
+from voda.core.model import Allocation, Cluster, Job, JobPlacement, Placement
 from voda.core.placement.base import normalize
 
 
@@ -68,9 +69,18 @@ def first_fit(
                 missing -= take
         if missing > 0:
             raise ValueError(f"job {name!r}: {missing} GPUs could not be placed")
-        unchanged = previous.get(name, ())
-        if len(unchanged) == len(mine) and all(mine.get(n) == c for n, c in unchanged):
-            result[name] = tuple(unchanged)  # already in node order: skip the sort
-        else:
-            result[name] = normalize(mine, order)
+        result[name] = _reuse_if_unchanged(previous.get(name, ()), mine, order)
     return result
+
+
+def _reuse_if_unchanged(
+    before: JobPlacement, now: Mapping[str, int], order: Mapping[str, int]
+) -> JobPlacement:
+    """`before` itself when it already says `now` in node order (most jobs, most rounds)."""
+    if (
+        len(before) == len(now)
+        and all(now.get(node) == count for node, count in before)
+        and all(order[a] < order[b] for (a, _), (b, _) in pairwise(before))
+    ):
+        return tuple(before)
+    return normalize(now, order)
