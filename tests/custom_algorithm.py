@@ -34,3 +34,12 @@ def nothing_for_anyone(jobs: Sequence[Job], capacity: int) -> dict[str, int]:
 
 
 nothing_for_anyone.name = "NothingForAnyone"  # type: ignore[attr-defined]
+
+
+def everyone_at_min(jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+    """A plain function with no `name`: every job at min while they fit, in submit order."""
+    free, result = capacity, {}
+    for job in sorted(jobs, key=lambda j: j.sort_key):
+        result[job.name] = job.min_workers if job.min_workers <= free else 0
+        free -= result[job.name]
+    return result

@@ -138,3 +138,10 @@ def test_thresholds_given_as_a_list_become_a_tuple() -> None:
     algorithm = registry.create("Tiresias", {"queue_thresholds": [100, 1000]})
     assert algorithm.queue_thresholds == (100.0, 1000.0)  # type: ignore[attr-defined]
     assert hash(algorithm)
+
+
+def test_a_plain_function_of_jobs_and_capacity_is_used_as_an_algorithm() -> None:
+    algorithm = registry.create("tests.custom_algorithm:everyone_at_min")
+    jobs = [make_job("a").workers(2, 4).submitted_at(0).obj(),
+            make_job("b").workers(3, 3).submitted_at(1).obj()]
+    assert checked_allocate(algorithm, jobs, 4) == {"a": 2, "b": 0}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Any
@@ -98,6 +99,25 @@ def is_known(name: str) -> bool:
     return True
 
 
+def _is_factory(target: Any) -> bool:
+    """A class, or a callable that does not take (jobs, capacity): called to build the algorithm.
+
+    A ready algorithm (an object with `name`, or a plain function of jobs and
+    capacity) is used as it is.
+    """
+    if isinstance(target, type):
+        return True
+    if not callable(target) or hasattr(target, "name"):
+        return False
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in parameters if p.kind in positional and p.default is p.empty]
+    return len(required) != 2
+
+
 def create(name: str, params: Mapping[str, Any] | None = None) -> AllocationAlgorithm:
     """Build the algorithm called `name` with `params` (its configurable knobs).
 
@@ -105,7 +125,7 @@ def create(name: str, params: Mapping[str, Any] | None = None) -> AllocationAlgo
     """
     target = _resolve(name)
     params = dict(params or {})
-    if isinstance(target, type) or (callable(target) and not hasattr(target, "name")):
+    if _is_factory(target):
         try:
             algorithm = target(**params)
         except TypeError as exc:
