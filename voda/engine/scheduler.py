@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import operator
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -30,7 +30,6 @@ from voda.core.model import (
     Job,
     JobPlacement,
     JobStatus,
-    Node,
     Placement,
     Plan,
     transition,
@@ -172,7 +171,6 @@ class Scheduler:
         name: str,
         params: Mapping[str, Any] | None = None,
         gpu_type: str | None = None,
-        now: float | None = None,
     ) -> None:
         """Switch algorithm; an unknown name raises UnknownAlgorithm and changes nothing."""
         algorithm = registry.create(name, params)  # raises before anything changes
@@ -454,27 +452,3 @@ class Scheduler:
 
     def placement(self) -> dict[str, JobPlacement]:
         return {name: r.placement for name, r in self.active.items() if r.placement}
-
-    def add_node(self, node: Node, now: float) -> None:
-        self._account(now)
-        self.handle(Event(EventKind.NODE_ADDED, now, node=node))
-
-    def remove_node(self, name: str, now: float) -> None:
-        self._account(now)
-        self.handle(Event(EventKind.NODE_REMOVED, now, node=self.cluster.node(name)))
-
-
-def observe(callback: Callable[[str, dict[str, Any]], None]) -> SchedulerObserver:
-    """An observer that forwards every hook to one callback, for logs and demos."""
-
-    class _Forward(SchedulerObserver):
-        def on_status(self, record, old, new, now):  # type: ignore[no-untyped-def]
-            callback("status", {"job": record.name, "from": old, "to": new, "time": now})
-
-        def on_plan(self, plan, now, seconds, allocation_seconds):  # type: ignore[no-untyped-def]
-            callback("plan", {"plan": plan, "time": now})
-
-        def on_error(self, error, now):  # type: ignore[no-untyped-def]
-            callback("error", {"error": error, "time": now})
-
-    return _Forward()
