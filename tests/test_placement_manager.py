@@ -286,3 +286,35 @@ def test_sequence_problems_names_the_node_and_the_action() -> None:
         "node 'n0': 6 GPUs used of 4 after start s"
     ]
     assert sequence_problems(previous, {"g": (("n0", 3),), "x": (("n0", 1),)}, capacity) == []
+
+
+def one_leaf_of_four_nodes() -> Cluster:
+    builder = make_cluster()
+    for i in range(4):
+        builder.node(f"n{i}", 4, leaf="l0", spine="s0")
+    return builder.obj()
+
+
+@pytest.mark.parametrize(
+    ("spread", "expected"),
+    [
+        (False, {"wide": (("n0", 4), ("n1", 4)), "small": (("n2", 2),)}),
+        (True, {"wide": (("n0", 2), ("n1", 2), ("n2", 2), ("n3", 2)), "small": (("n0", 2),)}),
+    ],
+    ids=[
+        "by default a job wider than a node takes as few whole nodes as it can",
+        "with spread_multi_node it takes half of each node while a small job still packs",
+    ],
+)
+def test_spread_multi_node_halves_the_workers_per_node_of_wide_jobs(
+    spread: bool, expected: Placement
+) -> None:
+    placement = place({"wide": 8, "small": 2}, cluster=one_leaf_of_four_nodes(),
+                      settings=PlacementSettings(spread_multi_node=spread))
+    assert placement == expected
+
+
+def test_topology_spread_is_a_named_placer() -> None:
+    placer = get_placer("topology-spread")
+    assert isinstance(placer, TopologyPlacer)
+    assert placer.settings.spread_multi_node

@@ -85,6 +85,9 @@ class PlacementSettings:
     defragment: bool = True
     defragment_max_moved_jobs: int = 2
     rebuild_changed_share: float = 0.5
+    # A consolidated job too large for one node is spread over nodes at most half
+    # full of it, so fewer of its workers share each node's network link.
+    spread_multi_node: bool = False
 
     def __post_init__(self) -> None:
         problems = settings_problems(self)
@@ -190,7 +193,10 @@ class _Packer:
         ix, s = self.ix, self.s
         strategy = strategy_of(job)
         spread = strategy == DISTRIBUTED or job.latency_sensitive
-        node_cap = max(1, math.ceil(ix.max_cap / 2)) if strategy == BALANCED else ix.max_cap
+        half_node = max(1, math.ceil(ix.max_cap / 2))
+        node_cap = ix.max_cap
+        if strategy == BALANCED or (s.spread_multi_node and k + sum(own.values()) > ix.max_cap):
+            node_cap = half_node
         near_leaves = {ix.leaf[i] for i in own}
         allowed = None
         if job.preferred_domain:

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 from voda.core.placement.base import Placer
 from voda.core.placement.first_fit import first_fit
-from voda.core.placement.manager import TopologyPlacer, counts_only
+from voda.core.placement.manager import PlacementSettings, TopologyPlacer, counts_only
+from voda.core.placement.most_free import most_free
 
 DEFAULT_PLACER = "topology"
 
@@ -14,9 +15,12 @@ DEFAULT_PLACER = "topology"
 # voda.core.placement.manager.counts_only and docs/design/003-placement.md.
 _PLACERS: dict[str, Callable[[], Placer]] = {
     "topology": TopologyPlacer,
+    # Topology-aware, with jobs wider than a node spread over half-full nodes: for
+    # clusters whose nodes share one network link among their GPUs.
+    "topology-spread": lambda: TopologyPlacer(PlacementSettings(spread_multi_node=True)),
     "off": lambda: counts_only,
     "naive": lambda: first_fit,
-    "most-free": lambda: __import__("voda.core.placement.most_free", fromlist=["x"]).most_free,
+    "most-free": lambda: most_free,
 }
 
 
