@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -13,6 +12,7 @@ import pytest
 import yaml
 
 from tests.conftest import ServeProcess, read_example
+from tests.polling import wait_for
 
 NAME_RE = r"^{base}-\d{{14}}-[0-9a-f]{{6}}$"
 
@@ -22,15 +22,6 @@ def submit(client: httpx.Client, doc: dict | bytes) -> dict:
     response = client.post("/v1/jobs", content=body)
     assert response.status_code == 201, response.text
     return response.json()
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.mark.parametrize(("example", "kind", "base"), [

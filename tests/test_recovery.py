@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import httpx
 
 from tests.conftest import ServeFactory
+from tests.polling import wait_for
 from voda.core.model import JobStatus
 from voda.engine.scheduler import JobRecord
 from voda.store import jobs as store
 from voda.store.db import make_engine, migrate, session_factory
 
 ARGS = ("--cluster", "2x4", "--time-scale", "1", "--rate-limit", "0.2", "--step-interval", "0.2")
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def jobs_by_name(client: httpx.Client) -> dict[str, dict]:

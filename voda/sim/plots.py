@@ -21,12 +21,15 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
-def _save(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
+def _save(
+    fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str, legend: bool = True
+) -> Path:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    if legend:
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -67,13 +70,8 @@ def gpus_per_job(result: SimResult, path: Path) -> Path:
                 for name, gpus in held.items():
                     levels[row[name], i] = gpus
         ax.stackplot(times, levels, step="post", linewidth=0)
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("GPUs")
-    ax.set_title(f"GPUs per job over time ({result.algorithm})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, "time (s)", "GPUs",
+                 f"GPUs per job over time ({result.algorithm})", legend=False)
 
 
 def queue_length(results: Sequence[SimResult], path: Path) -> Path:
