@@ -30,6 +30,10 @@ PLACERS = {
     "topology with leaf limits": TopologyPlacer(
         PlacementSettings(max_nodes_per_leaf=2, max_gpus_per_leaf=6)
     ),
+    "topology-spread": TopologyPlacer(PlacementSettings(spread_multi_node=True)),
+    "topology, moves on any learned gain": TopologyPlacer(
+        PlacementSettings(spread_margin=0.0, relayout_margin=0.0)
+    ),
     "off": counts_only,
 }
 
@@ -50,6 +54,17 @@ def clusters(draw: st.DrawFn) -> Cluster:
         ))
     # A node with no leaf is its own leaf under the default spine "spine".
     return Cluster(tuple(nodes))
+
+
+@st.composite
+def layout_histories(draw: st.DrawFn) -> dict[tuple[int, int], float]:
+    """Learned throughput by (workers, nodes): empty, or favouring packed or spread."""
+    history = {}
+    for _ in range(draw(st.integers(0, 4))):
+        workers = draw(st.integers(2, 12))
+        nodes = draw(st.integers(1, workers))
+        history[(workers, nodes)] = draw(st.floats(1.0, 100.0))
+    return history
 
 
 @st.composite
@@ -78,6 +93,7 @@ def scenarios(draw: st.DrawFn) -> tuple[dict[str, int], dict[str, Job], Cluster,
             preferred_domain=draw(st.none() | st.sampled_from(domains)),
             network_bandwidth=draw(st.none() | st.sampled_from([10.0, 500.0])),
             latency_sensitive=draw(st.booleans()),
+            layout_throughput=draw(layout_histories()),
         )
     previous: dict[str, tuple[tuple[str, int], ...]] = {}
     for name in jobs:

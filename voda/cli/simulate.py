@@ -15,6 +15,7 @@ from rich.table import Table
 from voda.core.allocation import registry
 
 if TYPE_CHECKING:  # the simulator loads numpy and scipy: only when a simulation runs
+    from voda.sim.compare import RunRequest
     from voda.sim.report import SimResult
 
 ALL = "all"
@@ -56,6 +57,9 @@ def run_simulation(
     interval: float | None,
     as_json: bool,
     plot: str | None,
+    layout_speed: str = "actual",
+    jitter: float = 0.0,
+    seed: int = 0,
 ) -> list[SimResult]:
     from voda.sim.cluster_file import ClusterFileError
     from voda.sim.compare import RunRequest, check_request, run_many, run_one
@@ -63,7 +67,8 @@ def run_simulation(
     from voda.sim.workloads import WorkloadError
 
     names = list(registry.BUILTIN_NAMES) if algorithm == ALL else [algorithm]
-    requests = [RunRequest(workload, cluster, name, rigid, preset, placement, penalty, interval)
+    requests = [RunRequest(workload, cluster, name, rigid, preset, placement, penalty, interval,
+                           layout_speed, jitter, seed)
                 for name in names]
     try:
         for r in requests:
@@ -90,7 +95,9 @@ def run_simulation(
         except OSError as exc:
             _fail(f"plot: cannot write to {plot}: {exc}")
     if as_json:
-        typer.echo(json.dumps({"results": [_json_ready(r.to_dict()) for r in results]}))
+        speeds = [_layout_speed(r) for r in requests]
+        typer.echo(json.dumps({"results": [_json_ready({**r.to_dict(), "layout_speed": speed})
+                                           for r, speed in zip(results, speeds, strict=True)]}))
     else:
         out = Console()
         if not out.is_terminal:
@@ -99,6 +106,20 @@ def run_simulation(
         if plot:
             out.print(f"plots written to {plot}", soft_wrap=True)
     return results
+
+
+def _layout_speed(request: RunRequest) -> str:
+    """The layout speed a run used (`--placement off` runs at packed speed)."""
+    from voda.sim.compare import settings_for
+    from voda.sim.runner import effective_layout_speed
+
+    settings = settings_for(request)
+    placement = settings.placement
+    if isinstance(placement, str):
+        from voda.core.placement.registry import get_placer
+
+        return effective_layout_speed(request.layout_speed, get_placer(placement))
+    return effective_layout_speed(request.layout_speed, placement)
 
 
 def _json_ready(d: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +152,15 @@ def register(app: typer.Typer) -> None:
                                                    "(default 60)."),
         as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
         plot: str | None = typer.Option(None, "--plot", help="Write PNG plots to this directory."),
+        layout_speed: str = typer.Option("actual", "--layout-speed",
+                                         help="What a job's speed follows: actual (its "
+                                              "placement), packed (its GPUs on as few nodes as "
+                                              "possible) or best (the fastest layout)."),
+        jitter: float = typer.Option(0.0, "--jitter",
+                                     help="Move each arrival by up to this many seconds, "
+                                          "earlier or later (uniform, see --seed)."),
+        seed: int = typer.Option(0, "--seed", help="Random seed of --jitter."),
     ) -> None:
         """Simulate a workload on a cluster with one or all allocation algorithms."""
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
-                       as_json, plot)
+                       as_json, plot, layout_speed, jitter, seed)

@@ -120,9 +120,13 @@ class Job:
     preferred_domain: str | None = None
     network_bandwidth: float | None = None
     latency_sensitive: bool = False
+    # Samples per second by (workers, nodes spanned), for the job's category: how
+    # fast each layout shape ran (voda.core.placement.layout).
+    layout_throughput: Mapping[tuple[int, int], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epoch_time_by_workers", _frozen_map(self.epoch_time_by_workers))
+        object.__setattr__(self, "layout_throughput", _frozen_map(self.layout_throughput))
 
     @property
     def preferred(self) -> int:
@@ -170,6 +174,12 @@ def validate_job(job: Job) -> list[str]:
             errors.append(
                 f"epoch_time_by_workers: {workers} workers -> {seconds} s; "
                 "workers must be >= 1 and seconds > 0"
+            )
+    for (workers, nodes), rate in job.layout_throughput.items():
+        if not (1 <= nodes <= workers) or not rate > 0:
+            errors.append(
+                f"layout_throughput: ({workers} workers, {nodes} nodes) -> {rate} samples/s; "
+                "nodes must lie in [1, workers] and the rate be > 0"
             )
     return errors
 

@@ -33,6 +33,7 @@ class Event:
     time: float
     job: str | None = None
     node: Node | None = None
-    # EPOCH_REPORTED: epoch (int), epoch_seconds (float), workers (int).
+    # EPOCH_REPORTED: epoch (int), epoch_seconds (float), workers (int), and
+    # optionally samples_per_second (float, throughput on the current layout).
     # JOB_FAILED: exit_code, reason. PRIORITY_CHANGED: priority.
     data: dict[str, Any] = field(default_factory=dict)

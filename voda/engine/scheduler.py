@@ -84,6 +84,8 @@ class JobRecord:
     preferred_domain: str | None = None
     network_bandwidth: float | None = None
     latency_sensitive: bool = False
+    # Shared by the jobs of one category (see Scheduler.layout_history).
+    layout_throughput: dict[tuple[int, int], float] = field(default_factory=dict)
     # Engine-only fields (not part of Job):
     placement: JobPlacement = ()
     finish_time: float | None = None
@@ -100,6 +102,7 @@ class JobRecord:
     def from_job(cls, job: Job) -> JobRecord:
         values = {name: getattr(job, name) for name in _JOB_FIELDS}
         values["epoch_time_by_workers"] = dict(job.epoch_time_by_workers)
+        values["layout_throughput"] = dict(job.layout_throughput)
         return cls(**values)
 
 
@@ -132,6 +135,7 @@ class Scheduler:
         observers: Iterable[SchedulerObserver] = (),
         category_history: Mapping[str, Mapping[int, float]] | None = None,
         now: float = 0.0,
+        layout_history: Mapping[str, Mapping[tuple[int, int], float]] | None = None,
     ) -> None:
         self.backend = backend
         self.settings = settings or SchedulerSettings()
@@ -141,6 +145,11 @@ class Scheduler:
         self.active: dict[str, JobRecord] = {}  # not terminal
         self.category_history: dict[str, dict[int, float]] = {
             k: dict(v) for k, v in (category_history or {}).items()
+        }
+        # Samples per second by (workers, nodes spanned) per category: every job of
+        # the category holds the same dict, so what one job runs, the others learn.
+        self.layout_history: dict[str, dict[tuple[int, int], float]] = {
+            k: dict(v) for k, v in (layout_history or {}).items()
         }
         self.cluster = Cluster(tuple(backend.nodes()))
         self._algorithms: dict[str, AllocationAlgorithm] = {}
@@ -198,6 +207,7 @@ class Scheduler:
         record = JobRecord.from_job(job)
         if not record.epoch_time_by_workers and record.category in self.category_history:
             record.epoch_time_by_workers = dict(self.category_history[record.category])
+        self._share_layouts(record)
         self.jobs[job.name] = record
         if not record.status.is_terminal:
             self.active[job.name] = record
@@ -209,10 +219,20 @@ class Scheduler:
 
         Running jobs are adopted, not restarted; the next rescheduling decides afresh.
         """
+        self._share_layouts(record)
         self.jobs[record.name] = record
         if not record.status.is_terminal:
             self.active[record.name] = record
         self._mark(EventKind.JOB_SUBMITTED)
+
+    def _share_layouts(self, record: JobRecord) -> None:
+        """Point the job at its category's layout history, adding what it brought."""
+        if not record.category:
+            return
+        shared = self.layout_history.setdefault(record.category, {})
+        for key, seconds in record.layout_throughput.items():
+            shared.setdefault(key, seconds)
+        record.layout_throughput = shared
 
     def delete(self, name: str, now: float) -> JobRecord:
         record = self.jobs[name]
@@ -275,8 +295,22 @@ class Scheduler:
         record.completed_epochs = max(record.completed_epochs, float(epoch))
         if record.category:
             self.category_history.setdefault(record.category, {})[workers] = new
+        self._record_layout(record, event)
         for observer in self.observers:
             observer.on_epoch(record, epoch, seconds, workers)
+
+    @staticmethod
+    def _record_layout(record: JobRecord, event: Event) -> None:
+        """Note the throughput of the layout the job runs on, when the report gives one."""
+        rate = event.data.get("samples_per_second")
+        workers = int(event.data["workers"])
+        counts = [c for _, c in record.placement if c > 0]
+        if rate is None or not float(rate) > 0 or sum(counts) != workers:
+            return  # no throughput, or the job was resized since: another layout
+        key = (workers, len(counts))
+        old = record.layout_throughput.get(key)
+        new = float(rate) if old is None else old + EPOCH_TIME_SMOOTHING * (float(rate) - old)
+        record.layout_throughput[key] = new
 
     # ----- time ------------------------------------------------------------
     def _account(self, now: float) -> None:

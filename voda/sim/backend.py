@@ -16,6 +16,13 @@ simulator, and every running job is stepped at each `advance` (so results match
 the artifact's interval-by-interval arithmetic); otherwise jobs are advanced
 lazily, only when they cross an epoch boundary or change allocation, which keeps
 long traces fast.
+
+A job's speed follows its layout: with `layout_speed` "actual" the GPUs per node
+it holds, slowed by `spine_oversubscription` when they span more than one leaf;
+with "packed" its GPU count packed onto as few nodes as possible; with "best" the
+fastest layout with at most as many GPUs per node as the largest node has, on at
+most 16 nodes: an upper bound on what any placer reaches. Both of the latter
+count as one leaf.
 """
 
 from __future__ import annotations
@@ -27,11 +34,26 @@ from dataclasses import dataclass, field
 from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
 from voda.sim.profiles import Profile, load_profile
-from voda.sim.progress import rate as profiled_rate
-from voda.sim.throughput import BatchSplit, split_batch
+from voda.sim.progress import gain
+from voda.sim.throughput import (
+    BatchSplit,
+    best_placement,
+    packed_placement,
+    split_batch,
+    step_time,
+)
 from voda.sim.workloads import JobSpec
 
 DEFAULT_PENALTY = 30.0
+LAYOUT_SPEEDS = ("actual", "packed", "best")
+
+
+def check_layout_speed(value: str) -> str:
+    if value not in LAYOUT_SPEEDS:
+        raise ValueError(
+            f"layout_speed: must be one of {', '.join(LAYOUT_SPEEDS)}, got {value!r}"
+        )
+    return value
 
 
 @dataclass(slots=True)
@@ -52,6 +74,8 @@ class SimJob:
     restarts: int = -1  # 0 after the first start
     version: int = 0  # bumped on every allocation change (invalidates heap entries)
     rates: dict[int, float] = field(default_factory=dict)  # epoch -> rate (cache)
+    layout: tuple[int, ...] = ()  # the GPUs per node its speed follows (see layout_speed)
+    spine: float = 1.0  # oversubscription its all-reduce crosses (1: one leaf)
 
     @property
     def gpus(self) -> int:
@@ -61,11 +85,19 @@ class SimJob:
         r = self.rates.get(self.epoch)
         if r is None:
             if self.profile is not None and self.split is not None:
-                r = profiled_rate(self.profile, self.counts, self.split, self.epoch)
+                g = gain(self.profile, self.split.effective_batch, self.epoch)
+                r = g / step_time(self.profile, self.layout, self.split, self.spine)
             else:
                 r = float(self.gpus)
             self.rates[self.epoch] = r
         return r
+
+    def samples_per_second(self) -> float | None:
+        """Training throughput on the current layout (None for duration-based jobs)."""
+        if self.profile is None or self.split is None:
+            return None
+        seconds = step_time(self.profile, self.layout, self.split, self.spine)
+        return self.split.effective_batch / seconds
 
 
 def _boundaries(spec: JobSpec, profile: Profile | None) -> tuple[float, ...]:
@@ -86,10 +118,20 @@ class SimBackend:
         integer_time: bool = False,
         start: float = 0.0,
         report_epochs: bool = True,
+        spine_oversubscription: float = 1.0,
+        layout_speed: str = "actual",
     ) -> None:
         if penalty < 0:
             raise ValueError(f"penalty: must not be negative, got {penalty}")
+        if not spine_oversubscription >= 1:
+            raise ValueError(
+                f"spine_oversubscription: must be a number >= 1, got {spine_oversubscription}"
+            )
+        self.layout_speed = check_layout_speed(layout_speed)
+        self.spine_oversubscription = float(spine_oversubscription)
         self._nodes = {n.name: n for n in nodes}
+        self._leaf = {n.name: n.leaf_name for n in nodes}  # node -> leaf, kept with _nodes
+        self._max_node_gpus = max((n.gpus for n in nodes), default=1)
         self.specs = specs
         self.penalty = penalty
         self.integer_time = integer_time
@@ -139,6 +181,8 @@ class SimBackend:
     def fail_node(self, name: str) -> None:
         """The node leaves now; jobs on it restart on their other workers (or stop)."""
         node = self._nodes.pop(name)
+        self._leaf.pop(name, None)
+        self._max_node_gpus = max((n.gpus for n in self._nodes.values()), default=1)
         for sim in list(self.running.values()):
             if any(n == name for n, _ in sim.placement):
                 kept = tuple((n, c) for n, c in sim.placement if n != name)
@@ -153,6 +197,8 @@ class SimBackend:
 
     def join_node(self, node: Node) -> None:
         self._nodes[node.name] = node
+        self._leaf[node.name] = node.leaf_name
+        self._max_node_gpus = max(self._max_node_gpus, node.gpus)
         self.capacity_changes.append((self.now, self.capacity()))
         self._pending.append(Event(EventKind.NODE_ADDED, self.now, node=node))
         self._changed = True
@@ -228,6 +274,7 @@ class SimBackend:
         if sim.profile is not None:
             batch = sim.spec.batch_for(sim.profile, replicas)
             sim.split = split_batch(sim.profile, batch, replicas)
+            self._set_layout(sim)
         sim.countdown = self.penalty
         sim.restarts += 1
         self._schedule(sim)
@@ -246,6 +293,23 @@ class SimBackend:
             self.running.pop(sim.spec.name, None)
             sim.split = None
         self.timeline.append((self.now, sim.spec.name, sim.gpus))
+
+    def _set_layout(self, sim: SimJob) -> None:
+        """The layout and spine factor the job's speed follows (profiled jobs only)."""
+        sim.spine = 1.0
+        if self.layout_speed == "packed":
+            sim.layout = packed_placement(sim.gpus, self._max_node_gpus)
+        elif self.layout_speed == "best":
+            assert sim.profile is not None and sim.split is not None
+            sim.layout = best_placement(sim.profile.name, sim.gpus, sim.split.atomic_bsz,
+                                        sim.split.accum_steps, self._max_node_gpus)
+        else:
+            sim.layout = sim.counts
+            if self.spine_oversubscription != 1.0:
+                leaves = {self._leaf[n] for n, c in sim.placement if c}
+                if len(leaves) > 1:
+                    sim.spine = self.spine_oversubscription
+        sim.rates.clear()
 
     def _schedule(self, sim: SimJob) -> None:
         """Lazy mode: note when the job next crosses an epoch boundary."""
@@ -288,11 +352,13 @@ class SimBackend:
             seconds -= delta
             if self.report_epochs:
                 width = target - sim.boundaries[sim.epoch - 1]
-                self._pending.append(Event(
-                    EventKind.EPOCH_REPORTED, t, job=sim.spec.name,
-                    data={"epoch": sim.epoch, "epoch_seconds": max(width / r, 1e-9),
-                          "workers": sim.gpus},
-                ))
+                data = {"epoch": sim.epoch, "epoch_seconds": max(width / r, 1e-9),
+                        "workers": sim.gpus}
+                throughput = sim.samples_per_second()
+                if throughput is not None:
+                    data["samples_per_second"] = throughput
+                self._pending.append(Event(EventKind.EPOCH_REPORTED, t, job=sim.spec.name,
+                                           data=data))
             if sim.epoch >= last:
                 sim.finished = t
                 sim.t = t

@@ -5,15 +5,21 @@ YAML:
     nodes:
       - {name: a, gpus: 4, gpu_type: t4, leaf: leaf-0, spine: spine-0}
       - {count: 8, gpus: 4, leaf: leaf-1}        # eight nodes, named node-<i>
+    spine_oversubscription: 2   # optional, >= 1 (default 1): see below
     events:
       - {time: 3600, fail: a}                    # the node leaves at t = 3600 s
       - {time: 7200, join: {name: b, gpus: 4}}   # a node joins at t = 7200 s
+
+A job whose GPUs span more than one leaf synchronises over the spine; with
+`spine_oversubscription` O its all-reduce takes O times as long (O = 1: the
+spine is not a bottleneck). Nodes without a leaf are each their own leaf.
 
 Errors name the file (and the entry) and the reason.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +47,7 @@ class NodeEvent:
 class SimCluster:
     nodes: tuple[Node, ...]
     events: tuple[NodeEvent, ...] = ()  # ascending time
+    spine_oversubscription: float = 1.0  # slowdown of an all-reduce across leaves
 
     @property
     def cluster(self) -> Cluster:
@@ -127,7 +134,17 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> SimCluster:
             events.append(NodeEvent(t, "join", node))
         else:
             raise ClusterFileError(f"{where}: expected 'fail: NODE' or 'join: {{...}}'")
-    return SimCluster(tuple(nodes), tuple(events))
+    spine = _spine_oversubscription(source, data.get("spine_oversubscription", 1.0))
+    return SimCluster(tuple(nodes), tuple(events), spine)
+
+
+def _spine_oversubscription(source: str, raw: Any) -> float:
+    ok = isinstance(raw, int | float) and not isinstance(raw, bool)
+    if not ok or not math.isfinite(raw) or raw < 1:
+        raise ClusterFileError(
+            f"{source}: spine_oversubscription: must be a number >= 1, got {raw!r}"
+        )
+    return float(raw)
 
 
 def _event_time(raw: Any) -> float:

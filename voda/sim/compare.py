@@ -8,12 +8,13 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from voda.core.allocation import registry
+from voda.sim.backend import check_layout_speed
 from voda.sim.cluster_file import parse_cluster
 from voda.sim.presets import apply_preset
 from voda.sim.report import SimResult
-from voda.sim.runner import simulate
+from voda.sim.runner import SimSettings, simulate
 from voda.sim.throughput import warm
-from voda.sim.workloads import load_workload
+from voda.sim.workloads import jitter_arrivals, load_workload
 
 
 @dataclass(frozen=True)
@@ -28,16 +29,25 @@ class RunRequest:
     placement: str | None = None
     penalty: float | None = None
     interval: float | None = None
+    layout_speed: str = "actual"
+    jitter: float = 0.0  # arrivals moved by up to this many seconds (see jitter_arrivals)
+    seed: int = 0
 
 
-def run_one(request: RunRequest, progress: Callable[[float], None] | None = None) -> SimResult:
-    workload = load_workload(request.workload, rigid=request.rigid)
-    cluster = parse_cluster(request.cluster)
+def settings_for(request: RunRequest) -> SimSettings:
     settings = apply_preset(
         request.preset, request.algorithm,
         placement=request.placement, penalty=request.penalty, interval=request.interval,
     )
-    return simulate(workload, cluster, settings, progress=progress)
+    settings.layout_speed = request.layout_speed
+    return settings
+
+
+def run_one(request: RunRequest, progress: Callable[[float], None] | None = None) -> SimResult:
+    workload = load_workload(request.workload, rigid=request.rigid)
+    workload = jitter_arrivals(workload, request.jitter, request.seed)
+    cluster = parse_cluster(request.cluster)
+    return simulate(workload, cluster, settings_for(request), progress=progress)
 
 
 def check_request(request: RunRequest) -> None:
@@ -52,6 +62,9 @@ def check_request(request: RunRequest) -> None:
         from voda.core.placement.registry import get_placer
 
         get_placer(request.placement)
+    check_layout_speed(request.layout_speed)
+    if not request.jitter >= 0:
+        raise ValueError(f"jitter: must be a number of seconds >= 0, got {request.jitter}")
     if request.penalty is not None and request.penalty < 0:
         raise ValueError(f"penalty: must not be negative, got {request.penalty}")
     if request.interval is not None and request.interval <= 0:

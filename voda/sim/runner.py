@@ -20,7 +20,7 @@ from voda.core.placement import registry as placers
 from voda.core.placement.base import Placer
 from voda.engine.clock import ManualClock
 from voda.engine.scheduler import Scheduler, SchedulerSettings
-from voda.sim.backend import DEFAULT_PENALTY, SimBackend
+from voda.sim.backend import DEFAULT_PENALTY, SimBackend, check_layout_speed
 from voda.sim.cluster_file import SimCluster
 from voda.sim.report import SimResult, build_result
 from voda.sim.workloads import JobSpec, Workload
@@ -46,6 +46,17 @@ class SimSettings:
     integer_time: bool = False  # round epoch crossings to whole seconds (the artifact's rule)
     report_epochs: bool = True
     record_queue: bool = True
+    # What a job's speed follows: "actual" (its placement), "packed" (its GPU count on as
+    # few nodes as possible) or "best" (the fastest layout: a bound on any placer).
+    layout_speed: str = "actual"
+
+
+def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
+    """A placer that ignores topology (`--placement off`) runs jobs at packed speed."""
+    check_layout_speed(layout_speed)
+    if layout_speed == "actual" and getattr(placer, "ignores_topology", False):
+        return "packed"
+    return layout_speed
 
 
 def to_job(spec: JobSpec, workload: Workload) -> Job:
@@ -75,13 +86,16 @@ def simulate(
     s = settings or SimSettings()
     if s.interval <= 0:
         raise ValueError(f"interval: must be positive, got {s.interval}")
+    placer = placers.get_placer(s.placement) if isinstance(s.placement, str) else s.placement
+    layout_speed = effective_layout_speed(s.layout_speed, placer)
     specs = {j.name: j for j in workload.jobs}
     start = min(0.0, workload.jobs[0].submit)
     clock = ManualClock(start)
     backend = SimBackend(list(cluster.nodes), specs, penalty=s.penalty,
                          integer_time=s.integer_time, start=start,
-                         report_epochs=s.report_epochs)
-    placer = placers.get_placer(s.placement) if isinstance(s.placement, str) else s.placement
+                         report_epochs=s.report_epochs,
+                         spine_oversubscription=cluster.spine_oversubscription,
+                         layout_speed=layout_speed)
     scheduler = Scheduler(
         backend,
         SchedulerSettings(algorithm=s.algorithm, algorithm_params=dict(s.algorithm_params),

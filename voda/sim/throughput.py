@@ -12,10 +12,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator, interp1d
@@ -70,7 +73,48 @@ def _scattered(profile_name: str) -> LinearNDInterpolator:
     for row in profile.scalability:
         points.append(row[:3])
         values.append(row[3:])
-    return LinearNDInterpolator(np.array(points), np.array(values))
+    interpolator = LinearNDInterpolator(np.array(points), np.array(values))
+    with _serial_blas():
+        interpolator.tri.transform  # noqa: B018 - the per-simplex transforms, built lazily
+    return interpolator
+
+
+def _openblas_thread_controls() -> list[tuple[Any, Any]]:
+    """(get, set) thread-count functions of the OpenBLAS copies loaded in this process."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
+    except OSError:
+        return []
+    controls = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (("", ""), ("scipy_", ""), ("scipy_", "64_")):
+            get = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
+            set_ = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
+            if get is not None and set_ is not None:
+                controls.append((get, set_))
+                break
+    return controls
+
+
+@contextlib.contextmanager
+def _serial_blas() -> Iterator[None]:
+    """One OpenBLAS thread: building the interpolation tables makes thousands of tiny
+    LAPACK calls, and OpenBLAS worker threads that spin-wait on a busy machine make
+    them up to a thousand times slower."""
+    controls = _openblas_thread_controls()
+    before = [get() for get, _ in controls]
+    for _, set_ in controls:
+        set_(1)
+    try:
+        yield
+    finally:
+        for (_, set_), n in zip(controls, before, strict=True):
+            set_(n)
 
 
 @functools.cache
@@ -129,10 +173,62 @@ def split_batch(profile: Profile, batch_size: int, replicas: int) -> BatchSplit:
     return BatchSplit(atomic, accum, replicas)
 
 
-def step_time(profile: Profile, placement: tuple[int, ...], split: BatchSplit) -> float:
-    """Seconds per optimiser step: T = step + k (step - sync)."""
+def step_time(
+    profile: Profile, placement: tuple[int, ...], split: BatchSplit, spine: float = 1.0
+) -> float:
+    """Seconds per optimiser step: T = step + k (step - sync).
+
+    `spine` is the oversubscription of the links the job's all-reduce crosses
+    (1 inside one leaf): the synchronisation of each optimiser step takes
+    `spine` times as long, T = step + (spine - 1) sync + k (step - sync);
+    the k accumulation micro-steps do not synchronise.
+    """
     step, sync = step_sync_time(profile.name, placement, split.atomic_bsz)
-    return step + split.accum_steps * (step - sync)
+    if spine == 1.0:
+        return step + split.accum_steps * (step - sync)
+    return step + (spine - 1.0) * sync + split.accum_steps * (step - sync)
+
+
+def candidate_layouts(replicas: int, max_per_node: int, max_nodes: int = 16
+                      ) -> list[tuple[int, ...]]:
+    """Layouts of `replicas` GPUs with at most `max_per_node` on each of at most `max_nodes`
+    nodes, one per distinct step time: every arrangement on up to 4 nodes (the measured
+    placements are ordered), and a balanced one per larger node count (beyond 4 nodes the
+    model depends only on the node count). The packed layout when none fits."""
+    out: dict[tuple[int, ...], None] = {}
+
+    def arrange(prefix: tuple[int, ...], left: int, nodes: int) -> None:
+        if nodes == 0:
+            if left == 0:
+                out.setdefault(canonical(prefix))
+            return
+        for c in range(max(1, left - max_per_node * (nodes - 1)), min(max_per_node, left) + 1):
+            arrange((*prefix, c), left - c, nodes - 1)
+
+    for nodes in range(1, min(4, replicas, max_nodes) + 1):
+        arrange((), replicas, nodes)
+    for nodes in range(5, min(replicas, max_nodes) + 1):
+        if ceil_div(replicas, nodes) <= max_per_node:
+            base, extra = divmod(replicas, nodes)
+            out.setdefault(canonical((base + 1,) * extra + (base,) * (nodes - extra)))
+    return list(out) or [packed_placement(replicas, max_per_node)]
+
+
+@functools.cache
+def best_placement(profile_name: str, replicas: int, atomic_bsz: int, accum_steps: int,
+                   max_per_node: int) -> tuple[int, ...]:
+    """The fastest of `candidate_layouts` for this batch split (single leaf)."""
+    profile = load_profile(profile_name)
+    split = BatchSplit(atomic_bsz, accum_steps, replicas)
+    best: tuple[float, tuple[int, ...]] | None = None
+    for layout in candidate_layouts(replicas, max_per_node):
+        try:
+            t = step_time(profile, layout, split)
+        except ThroughputError:
+            continue
+        if math.isfinite(t) and (best is None or t < best[0]):
+            best = (t, layout)
+    return best[1] if best is not None else packed_placement(replicas, max_per_node)
 
 
 def throughput(profile: Profile, placement: tuple[int, ...], batch_size: int) -> float:

@@ -27,6 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from voda.core.model import DEFAULT_GPU_TYPE
@@ -87,6 +88,28 @@ class Workload:
     def engine_submit(self, spec: JobSpec) -> float:
         """The submit time the engine sees: arrival, nudged so row order breaks ties."""
         return spec.submit - (len(self.jobs) - spec.order) * ORDER_EPSILON
+
+
+def jitter_arrivals(workload: Workload, seconds: float, seed: int) -> Workload:
+    """The same jobs, each arriving up to `seconds` earlier or later (uniform, seeded).
+
+    One trace gives one sample of a scheduler's behaviour, and average JCT can
+    move by several percent when a few jobs arrive a minute apart; replicas with
+    jittered arrivals show what is effect and what is chance.
+    """
+    if not seconds >= 0:
+        raise ValueError(f"jitter: must be a number of seconds >= 0, got {seconds}")
+    if seconds == 0:
+        return workload
+    rng = np.random.default_rng(seed)
+    shifts = rng.uniform(-seconds, seconds, len(workload.jobs))
+    moved = sorted(
+        (max(0.0, spec.submit + float(shift)), spec.order, spec)
+        for shift, spec in zip(shifts, workload.jobs, strict=True)
+    )
+    jobs = tuple(replace(spec, submit=submit, order=i)
+                 for i, (submit, _, spec) in enumerate(moved))
+    return Workload(workload.source, jobs)
 
 
 def builtin_workload(name: str) -> Path | None:

@@ -44,6 +44,7 @@ from types import MappingProxyType
 
 from voda.core.model import Allocation, Cluster, Job, JobPlacement, Node, Placement
 from voda.core.placement.first_fit import first_fit, shrink
+from voda.core.placement.layout import half_node, spread_pays, worth_moving
 from voda.core.placement.matching import apply_mapping, match_layouts
 from voda.core.placement.topology import FreeIndex, Topology
 from voda.core.plan import diff
@@ -86,8 +87,15 @@ class PlacementSettings:
     defragment_max_moved_jobs: int = 2
     rebuild_changed_share: float = 0.5
     # A consolidated job too large for one node is spread over nodes at most half
-    # full of it, so fewer of its workers share each node's network link.
+    # full of it, so fewer of its workers share each node's network link: always
+    # (spread_multi_node), or when the job's category ran faster so (learn_layout).
     spread_multi_node: bool = False
+    learn_layout: bool = True
+    # A running job moves to the other layout only when it is known to be faster
+    # by more than this share of the epoch time (a move restarts the job).
+    relayout_margin: float = 0.3
+    # A new placement is spread only when that is known to be faster by this share.
+    spread_margin: float = 0.25
 
     def __post_init__(self) -> None:
         problems = settings_problems(self)
@@ -117,6 +125,10 @@ def settings_problems(s: PlacementSettings) -> list[str]:
         problems.append(f"leaf_uplink_bandwidth: must be positive, got {s.leaf_uplink_bandwidth}")
     if not (isinstance(s.candidates, int) and s.candidates >= 1):
         problems.append(f"candidates: must be an integer >= 1, got {s.candidates!r}")
+    for name in ("relayout_margin", "spread_margin"):
+        value = getattr(s, name)
+        if not (isinstance(value, int | float) and 0 <= value < 1):
+            problems.append(f"{name}: must lie in [0, 1), got {value!r}")
     if not 0 <= s.rebuild_changed_share <= 1:
         problems.append(
             f"rebuild_changed_share: must lie in [0, 1], got {s.rebuild_changed_share}"
@@ -171,6 +183,8 @@ class _Packer:
         self._rooms: dict[int, tuple[int, list[tuple[int, int]]]] = {}
         self._reserved: list[tuple[Job, NodeCounts]] = []
         self.released = False  # whether reservations had to be given back
+        self._spread_pays: dict[tuple[str, int], bool] = {}
+        self._half: tuple[list[int], list[int]] | None = None
         self.defragmented = False  # whether step 3b moved a job
         self._history = [
             settings.history(name, ix.spine_names[ix.leaf_spine[leaf]])
@@ -178,25 +192,76 @@ class _Packer:
         ]
 
     # ----- the span a job needs and the span it has -----------------------------
+    def halves(self, job: Job, total: int) -> bool:
+        """Whether a job of `total` workers gets at most half a node on each node.
+
+        Balanced jobs always do; a consolidated job wider than one node does when
+        `spread_multi_node` says so, or when its category's epoch times show that
+        spreading runs faster (voda.core.placement.layout).
+        """
+        strategy = strategy_of(job)
+        if strategy == BALANCED:
+            return True
+        if strategy != CONSOLIDATED or job.latency_sensitive or total <= self.ix.max_cap:
+            return False
+        if self.s.spread_multi_node:
+            return True
+        if not self.s.learn_layout or not job.layout_throughput:
+            return False
+        key = (job.name, total)
+        known = self._spread_pays.get(key)
+        if known is None:
+            known = spread_pays(job.layout_throughput, total, self.ix.max_cap,
+                                self.s.spread_margin)
+            self._spread_pays[key] = known
+        return known
+
+    def slow_layout(self, job: Job, counts: NodeCounts) -> bool:
+        """Whether a running job's layout is known to be slower than the other by a margin."""
+        if (not self.s.learn_layout or self.s.spread_multi_node
+                or strategy_of(job) != CONSOLIDATED or job.latency_sensitive):
+            return False
+        return worth_moving(job.layout_throughput, sum(counts.values()), len(counts),
+                            self.ix.max_cap, self.s.relayout_margin)
+
     def penalty(self, job: Job, counts: NodeCounts) -> int:
-        """Nodes and leaves used beyond what the job needs on an empty cluster."""
+        """Nodes and leaves used beyond what the job needs on an empty cluster.
+
+        For a job spread at half a node per node, what it needs is counted with
+        halved nodes, and every node holding more than half a node adds one.
+        """
         if strategy_of(job) != CONSOLIDATED or job.latency_sensitive or not counts:
             return 0
         k = sum(counts.values())
         leaves = {self.ix.leaf[i] for i in counts}
+        if self.halves(job, k):
+            node_prefix, leaf_prefix = self._half_prefixes()
+            half = half_node(self.ix.max_cap)
+            crowded = sum(1 for c in counts.values() if c > half)
+            return crowded + max(0, len(counts) - _needed(node_prefix, k)) + max(
+                0, len(leaves) - _needed(leaf_prefix, k)
+            )
         return (len(counts) - _needed(self._node_prefix, k)) + (
             len(leaves) - _needed(self._leaf_prefix, k)
         )
+
+    def _half_prefixes(self) -> tuple[list[int], list[int]]:
+        """Prefix sums of node and leaf capacities with every node capped at half a node."""
+        if self._half is None:
+            ix, half = self.ix, half_node(self.ix.max_cap)
+            leaf_caps = [sum(min(ix.cap[i], half) for i in nodes) for nodes in ix.leaf_nodes]
+            self._half = (_prefix(sorted((min(c, half) for c in ix.cap), reverse=True)),
+                          _prefix(sorted(leaf_caps, reverse=True)))
+        return self._half
 
     # ----- a request ------------------------------------------------------------
     def ask(self, job: Job, k: int, own: NodeCounts) -> _Ask:
         ix, s = self.ix, self.s
         strategy = strategy_of(job)
         spread = strategy == DISTRIBUTED or job.latency_sensitive
-        half_node = max(1, math.ceil(ix.max_cap / 2))
         node_cap = ix.max_cap
-        if strategy == BALANCED or (s.spread_multi_node and k + sum(own.values()) > ix.max_cap):
-            node_cap = half_node
+        if self.halves(job, k + sum(own.values())):
+            node_cap = half_node(ix.max_cap)
         near_leaves = {ix.leaf[i] for i in own}
         allowed = None
         if job.preferred_domain:
@@ -720,8 +785,10 @@ def _run_steps(
     for job in short:
         current[job.name] = _add(packer, job, allocation[job.name], current[job.name],
                                  afresh=mode != IN_PLACE)
-    # 3. defragment: many changes -> rebuild and match; else make room on one node
     changed = {j.name for j in short}
+    if changed and settings.defragment and mode == FULL:
+        _relayout(packer, jobs, current, steady - changed)
+    # 3. defragment: many changes -> rebuild and match; else make room on one node
     if changed and settings.defragment and mode == FULL:
         penalty = sum(packer.penalty(j, current[j.name]) for j in short)
         rebuilt = None
@@ -778,6 +845,30 @@ def _add(packer: _Packer, job: Job, k: int, have: NodeCounts, afresh: bool = Tru
             packer.reserve(job, left)
         packer.take(job, counts)
     return counts
+
+
+def _relayout(
+    packer: _Packer, jobs: Sequence[Job], current: dict[str, NodeCounts], steady: set[str]
+) -> None:
+    """Move running jobs of unchanged size whose layout is known to be slow (step 2b).
+
+    At most `defragment_max_moved_jobs` per call, earliest jobs first; a job
+    moves only when its new layout is nearer to what it should have.
+    """
+    moved = 0
+    for job in jobs:
+        if moved >= packer.s.defragment_max_moved_jobs:
+            return
+        counts = current[job.name]
+        if job.name not in steady or not packer.slow_layout(job, counts):
+            continue
+        packer.release(job, counts)
+        fresh = packer.place(packer.ask(job, sum(counts.values()), {}))
+        if packer.penalty(job, fresh) < packer.penalty(job, counts):
+            counts, moved = fresh, moved + 1
+            packer.defragmented = True
+        packer.take(job, counts)
+        current[job.name] = counts
 
 
 def _residents(current: Mapping[str, NodeCounts], size: int) -> list[dict[str, int]]:

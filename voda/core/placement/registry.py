@@ -14,9 +14,11 @@ DEFAULT_PLACER = "topology"
 # name -> factory returning a Placer. "off" keeps only the counts meaningful: see
 # voda.core.placement.manager.counts_only and docs/design/003-placement.md.
 _PLACERS: dict[str, Callable[[], Placer]] = {
+    # Packs, and spreads a job wider than a node when its category ran faster so.
     "topology": TopologyPlacer,
-    # Topology-aware, with jobs wider than a node spread over half-full nodes: for
-    # clusters whose nodes share one network link among their GPUs.
+    # Packs every consolidated job, whatever was learned.
+    "topology-packed": lambda: TopologyPlacer(PlacementSettings(learn_layout=False)),
+    # Spreads every job wider than a node over half-full nodes.
     "topology-spread": lambda: TopologyPlacer(PlacementSettings(spread_multi_node=True)),
     "off": lambda: counts_only,
     "naive": lambda: first_fit,
