@@ -32,17 +32,19 @@ def test_kill_9_keeps_every_job_and_adopts_running_ones(serve: ServeFactory,
             assert response.status_code == 201, response.text
             return response.json()["name"]
 
-        a = submit("a", priority=0)
+        a = submit("a", priority=0, category="resnet")
         b = submit("b", priority=0)
         c = submit("c", priority=1)  # no room: waits
         d = submit("d", priority=2)
         client.patch(f"/v1/jobs/{d}", json={"priority": 5})
         e = submit("e", priority=2)
         client.delete(f"/v1/jobs/{e}")
-        report = {"epoch": 1, "epoch_seconds": 12.0, "workers": 4}
-        assert client.post(f"/v1/jobs/{a}/metrics", json=report).status_code == 200
         wait_for(lambda: all(client.get(f"/v1/jobs/{n}").json()["status"] == "Running"
                              for n in (a, b)))
+        report = {"epoch": 1, "epoch_seconds": 12.0, "workers": 4, "samples_per_second": 50.0}
+        reported = client.post(f"/v1/jobs/{a}/metrics", json=report)
+        assert reported.status_code == 200
+        assert reported.json()["layout_throughput"] == {"4x1": 50.0}  # 4 workers on 1 node
         time.sleep(1.0)  # some attained service
         before = jobs_by_name(client)
     first.kill()
@@ -66,6 +68,7 @@ def test_kill_9_keeps_every_job_and_adopts_running_ones(serve: ServeFactory,
             assert after[name]["first_start_time"] == before[name]["first_start_time"]
             assert after[name]["preemptions"] == before[name]["preemptions"] == 0
         assert after[a]["epoch_time_by_workers"] == {"4": 12.0}
+        assert after[a]["layout_throughput"] == {"4x1": 50.0}  # the category's, kept
         assert after[c]["status"] == "Waiting" and after[d]["priority"] == 5
         assert after[e]["status"] == "Canceled"
         # Waiting jobs are scheduled as room appears.

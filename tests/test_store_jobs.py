@@ -33,7 +33,7 @@ def test_migrations_create_the_tables_and_run_twice(store_url: str) -> None:
     migrate(engine)  # already at head: nothing to do, no error
     assert current_revision(engine) == HEAD_REVISION
     tables = set(sa.inspect(engine).get_table_names())
-    assert {"jobs", "job_history", "category_speed", "scheduler_settings",
+    assert {"jobs", "job_history", "category_speed", "category_layout", "scheduler_settings",
             "backend_state", "alembic_version"} <= tables
     engine.dispose()
 
@@ -81,8 +81,13 @@ def test_category_speed_settings_and_backend_state(store_url: str) -> None:
     with sessions.begin() as session:  # updates replace, they do not add
         store.save_category_speed(session, "resnet", 2, 9.0, 2.0)
         store.save_algorithm(session, "a100", "ElasticFIFO", {})
+        store.save_category_layout(session, "yolov3", (8, 2), 64.0, 2.0)
+        store.save_category_layout(session, "yolov3", (8, 4), 90.0, 2.0)
+    with sessions.begin() as session:
+        store.save_category_layout(session, "yolov3", (8, 4), 96.0, 3.0)
     with sessions() as session:
         assert store.load_category_history(session) == {"resnet": {2: 9.0, 4: 6.0}}
+        assert store.load_layout_history(session) == {"yolov3": {(8, 2): 64.0, (8, 4): 96.0}}
         settings = {row.gpu_type: row for row in store.load_settings(session)}
         assert settings["a100"].algorithm == "ElasticFIFO"
         assert settings[store.DEFAULT_SETTINGS_KEY].rate_limit_seconds == 3.0

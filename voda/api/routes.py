@@ -110,7 +110,7 @@ def report_epoch(request: Request, name: str, report: schemas.EpochReport,
                  user: CurrentUser) -> dict[str, Any]:
     """How a training process reports an epoch: refines speed and remaining-time estimates."""
     return service_of(request).report_epoch(name, report.epoch, report.epoch_seconds,
-                                            report.workers, user)
+                                            report.workers, user, report.samples_per_second)
 
 
 @router.get("/v1/cluster", response_model=schemas.ClusterView, tags=["cluster"])

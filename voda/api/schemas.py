@@ -55,6 +55,8 @@ class JobDetail(JobSummary):
     gpu_seconds: float
     estimated_remaining_seconds: float | None
     epoch_time_by_workers: dict[int, float]
+    # Samples per second of the job's category by layout, keyed "WORKERSxNODES".
+    layout_throughput: dict[str, float]
     speedup: dict[int, float]
     rescales: int
     migrations: int
@@ -80,6 +82,8 @@ class EpochReport(BaseModel):
     epoch: int = Field(ge=1)
     epoch_seconds: float = Field(gt=0)
     workers: int = Field(ge=1)
+    # Training throughput over the epoch: the placer learns packed or spread from it.
+    samples_per_second: float | None = Field(default=None, gt=0)
 
 
 class SchedulerView(BaseModel):

@@ -83,6 +83,7 @@ class Pending:
     states: dict[str, JobRecord] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     category: dict[tuple[str, int], float] = field(default_factory=dict)
+    layouts: dict[tuple[str, tuple[int, int]], float] = field(default_factory=dict)
     backend_state: dict[str, Any] | None = None
     queued: set[str] = field(default_factory=set)  # Submitted -> Waiting, nothing else
 
@@ -98,11 +99,12 @@ class Batch:
     backend_state: dict[str, Any] | None
     now: float
     queued: list[str] = field(default_factory=list)
+    layouts: list[tuple[str, tuple[int, int], float]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not (self.inserts or self.states or self.history or self.category
-                    or self.queued or self.backend_state is not None)
+                    or self.layouts or self.queued or self.backend_state is not None)
 
 
 @dataclass
@@ -166,6 +168,9 @@ class _Observer(SchedulerObserver):
         s.pending.states[record.name] = record
         if record.category and workers in record.epoch_time_by_workers:
             s.pending.category[(record.category, workers)] = record.epoch_time_by_workers[workers]
+        layout = (workers, sum(1 for _, c in record.placement if c > 0))
+        if record.category and layout in record.layout_throughput:
+            s.pending.layouts[(record.category, layout)] = record.layout_throughput[layout]
 
 
 def unique_name(base: str, now: float) -> str:
@@ -207,6 +212,7 @@ class Service:
         with self.sessions() as session:
             rows = store.load_jobs(session)
             history = store.load_category_history(session)
+            layouts = store.load_layout_history(session)
             settings_rows = store.load_settings(session)
             backend_state = (store.load_backend_state(session, self.backend.name)
                              if isinstance(self.backend, SupportsState) else None)
@@ -228,7 +234,8 @@ class Service:
                 sched_settings.algorithm_by_gpu_type[row.gpu_type] = (row.algorithm, row.params)
         now = time.time()
         self.scheduler = Scheduler(self.backend, sched_settings, placer=self.placer,
-                                   observers=[_Observer(self)], category_history=history, now=now)
+                                   observers=[_Observer(self)], category_history=history, now=now,
+                                   layout_history=layouts)
         running = self.backend.running() if isinstance(self.backend, SupportsAdoption) else {}
         records = [self._recover(store.row_to_record(row), row.accounted_at, now, running)
                    for row in rows]
@@ -404,14 +411,16 @@ class Service:
         return self._mutate(run)
 
     def report_epoch(self, name: str, epoch: int, seconds: float, workers: int,
-                     user: User) -> dict[str, Any]:
+                     user: User, samples_per_second: float | None = None) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             record = self._visible(name, user)
             if record.status.is_terminal:
                 raise ValueError(f"job {name!r} is {record.status}; it takes no more reports")
             now = time.time()
-            self.scheduler.handle(Event(EventKind.EPOCH_REPORTED, now, job=name, data={
-                "epoch": epoch, "epoch_seconds": seconds, "workers": workers}))
+            data: dict[str, Any] = {"epoch": epoch, "epoch_seconds": seconds, "workers": workers}
+            if samples_per_second is not None:
+                data["samples_per_second"] = samples_per_second
+            self.scheduler.handle(Event(EventKind.EPOCH_REPORTED, now, job=name, data=data))
             return self.describe_locked(record, now)
         return self._mutate(run)
 
@@ -545,6 +554,8 @@ class Service:
             "gpu_seconds": r.attained_gpu_seconds + dt * r.current_workers,
             "estimated_remaining_seconds": remaining,
             "epoch_time_by_workers": dict(sorted(r.epoch_time_by_workers.items())),
+            "layout_throughput": {f"{w}x{n}": rate
+                                  for (w, n), rate in sorted(r.layout_throughput.items())},
             "speedup": {k: round(model.speedup(k), 4) for k in range(1, r.max_workers + 1)},
             "rescales": r.rescales,
             "migrations": r.migrations,
@@ -636,6 +647,7 @@ class Service:
             states=[store.state_values(r, accounted) for r in p.states.values()],
             history=p.history,
             category=[(c, w, s) for (c, w), s in p.category.items()],
+            layouts=[(c, layout, rate) for (c, layout), rate in p.layouts.items()],
             backend_state=backend_state,
             now=accounted,
             queued=sorted(p.queued - set(p.states)),
@@ -652,6 +664,8 @@ class Service:
                 store.add_history(session, batch.history)
                 for category, workers, seconds in batch.category:
                     store.save_category_speed(session, category, workers, seconds, batch.now)
+                for category, layout, rate in batch.layouts:
+                    store.save_category_layout(session, category, layout, rate, batch.now)
                 if batch.backend_state is not None:
                     name = getattr(self.backend, "name", "backend")
                     store.save_backend_state(session, name, batch.backend_state, batch.now)

@@ -114,6 +114,16 @@ def _profile_epoch_seconds(profile: str, gpus_per_node: tuple[int, ...]) -> floa
     return epoch_seconds(profile, gpus_per_node)
 
 
+def _samples_per_epoch(profile: str) -> float | None:
+    """Samples in one epoch of a measured profile; None for a name the profiles lack."""
+    from voda.sim.profiles import ProfileError, load_profile
+
+    try:
+        return float(load_profile(profile).samples_per_epoch)
+    except ProfileError:
+        return None
+
+
 class EmulatedBackend:
     """Backend, SupportsDelete and SupportsAdoption for an emulated cluster."""
 
@@ -187,10 +197,14 @@ class EmulatedBackend:
             progress = run.progress(now)
             workers = sum(c for _, c in run.placement)
             done = min(run.epochs, math.floor(progress + 1e-9))
+            samples = _samples_per_epoch(run.profile) if run.profile else None
             for epoch in range(run.reported + 1, done + 1):
                 at = run.base_time + (epoch - run.base_epochs) * run.epoch_seconds
-                out.append(Event(EventKind.EPOCH_REPORTED, min(at, now), job=name, data={
-                    "epoch": epoch, "epoch_seconds": run.epoch_seconds, "workers": workers}))
+                data: dict[str, float] = {"epoch": epoch, "epoch_seconds": run.epoch_seconds,
+                                          "workers": workers}
+                if samples is not None:
+                    data["samples_per_second"] = samples / run.epoch_seconds
+                out.append(Event(EventKind.EPOCH_REPORTED, min(at, now), job=name, data=data))
             if done > run.reported:
                 run.reported = done
                 self.version += 1

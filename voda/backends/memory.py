@@ -57,11 +57,14 @@ class InMemoryBackend:
         self.running.pop(job, None)
         self._pending.append(Event(EventKind.JOB_FAILED, time, job=job, data={"reason": reason}))
 
-    def report_epoch(self, job: str, time: float, epoch: int, seconds: float, workers: int) -> None:
-        self._pending.append(
-            Event(EventKind.EPOCH_REPORTED, time, job=job,
-                  data={"epoch": epoch, "epoch_seconds": seconds, "workers": workers})
-        )
+    def report_epoch(
+        self, job: str, time: float, epoch: int, seconds: float, workers: int,
+        samples_per_second: float | None = None,
+    ) -> None:
+        data: dict[str, float] = {"epoch": epoch, "epoch_seconds": seconds, "workers": workers}
+        if samples_per_second is not None:
+            data["samples_per_second"] = samples_per_second
+        self._pending.append(Event(EventKind.EPOCH_REPORTED, time, job=job, data=data))
 
     def add_node(self, node: Node, time: float) -> None:
         self._nodes.append(node)

@@ -12,6 +12,7 @@ from voda.core.model import JobStatus
 from voda.engine.scheduler import JobRecord
 from voda.store.models import (
     BackendStateRow,
+    CategoryLayoutRow,
     CategorySpeedRow,
     JobHistoryRow,
     JobRow,
@@ -176,6 +177,22 @@ def load_category_history(session: Session) -> dict[str, dict[int, float]]:
     history_: dict[str, dict[int, float]] = {}
     for row in session.scalars(select(CategorySpeedRow)):
         history_.setdefault(row.category, {})[row.workers] = row.epoch_seconds
+    return history_
+
+
+def save_category_layout(
+    session: Session, category: str, layout: tuple[int, int], rate: float, now: float
+) -> None:
+    workers, nodes = layout
+    session.merge(CategoryLayoutRow(category=category, workers=workers, nodes=nodes,
+                                    samples_per_second=rate, updated_at=now))
+
+
+def load_layout_history(session: Session) -> dict[str, dict[tuple[int, int], float]]:
+    """What Scheduler.layout_history held: samples per second by (workers, nodes)."""
+    history_: dict[str, dict[tuple[int, int], float]] = {}
+    for row in session.scalars(select(CategoryLayoutRow)):
+        history_.setdefault(row.category, {})[(row.workers, row.nodes)] = row.samples_per_second
     return history_
 
 

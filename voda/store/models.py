@@ -81,6 +81,18 @@ class CategorySpeedRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+class CategoryLayoutRow(Base):
+    """Samples per second of a job category on a layout: workers over nodes (smoothed)."""
+
+    __tablename__ = "category_layout"
+
+    category: Mapped[str] = mapped_column(String(200), primary_key=True)
+    workers: Mapped[int] = mapped_column(Integer, primary_key=True)
+    nodes: Mapped[int] = mapped_column(Integer, primary_key=True)
+    samples_per_second: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
 class SchedulerSettingsRow(Base):
     """Algorithm per GPU type; gpu_type '*' holds the default and the rate limit."""
 

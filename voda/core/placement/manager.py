@@ -1041,8 +1041,8 @@ def counts_only(
 
     It returns a valid placement (the first-fit one, which keeps every worker
     where it is), so the pipeline and its checks run unchanged; a consumer that
-    sees `ignores_topology` (the simulator) treats every job as consolidated,
-    i.e. runs it at the speed of its most compact layout, and counts no
+    sees `ignores_topology` (the simulator) runs every job at the speed of its
+    most compact layout. First fit never moves a worker, so `off` makes no
     migrations.
     """
     node_type = {n.name: n.gpu_type for n in cluster.nodes}
