@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from voda.cli.main import app
 from voda.config import (
     ConfigError,
     User,
@@ -13,6 +15,8 @@ from voda.config import (
     load_server_settings,
     parse_tokens,
 )
+from voda.core.placement.manager import TopologyPlacer
+from voda.core.placement.registry import get_placer
 
 
 def test_tokens() -> None:
@@ -51,3 +55,44 @@ def test_bad_settings_name_the_problem(tmp_path: Path, text: str, match: str) ->
     path.write_text(text)
     with pytest.raises(ConfigError, match=match):
         load_server_settings(env={}, path=path)
+
+
+def test_the_placer_and_its_settings_come_from_the_file_and_the_environment(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[server]\nplacement = "topology-packed"\n'
+                    "[placement]\nresource_weight = 0.5\nmax_nodes_per_leaf = 2\n")
+    settings = load_server_settings(env={}, path=path)
+    assert settings.placement == "topology-packed"
+    assert settings.placement_settings == {"resource_weight": 0.5, "max_nodes_per_leaf": 2}
+    placer = get_placer(settings.placement, settings.placement_settings)
+    assert isinstance(placer, TopologyPlacer)
+    assert (placer.settings.resource_weight, placer.settings.max_nodes_per_leaf) == (0.5, 2)
+    assert placer.settings.learn_layout is False  # what topology-packed means, kept
+    assert load_server_settings(env={"VODA_PLACEMENT": "naive"}, path=path).placement == "naive"
+    path.write_text('placement = "tight"\n')
+    with pytest.raises(ConfigError, match="placement: expected a table"):
+        load_server_settings(env={}, path=path)
+
+
+@pytest.mark.parametrize(("config", "flags", "message"), [
+    ("", ("--placement", "tight"), "placement: unknown placer 'tight'"),
+    ("[placement]\nresource_weight = -1\n", (),
+     "placement.resource_weight: must be a non-negative number"),
+    ("[placement]\nweight = 1\n", (), "placement.weight: unknown setting"),
+    ("[placement]\nresource_weight = 0.5\n", ("--placement", "naive"),
+     "placer 'naive' takes no settings"),
+], ids=["unknown placer", "negative weight", "unknown setting", "settings for naive"])
+def test_serve_refuses_bad_placement_settings_with_exit_2(
+    tmp_path: Path, config: str, flags: tuple[str, ...], message: str
+) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(config)
+    result = CliRunner().invoke(
+        app, ["serve", "--backend", "emulated", "--db", f"sqlite:///{tmp_path}/v.db", *flags],
+        env={"VODA_CONFIG": str(path)},
+    )
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output

@@ -16,7 +16,15 @@ config.toml:
     time_scale = 60.0
     algorithm = "ElasticFIFO"
     rate_limit_seconds = 5.0
+    placement = "topology"     # or topology-packed, topology-spread, naive, off, most-free
     tokens = "alice:tok1,admin:tok2:admin"
+
+    [placement]                # the topology placers' PlacementSettings
+    resource_weight = 0.4
+    topology_weight = 0.3
+    utilization_weight = 0.2
+    history_weight = 0.1
+    max_nodes_per_leaf = 4
 
     [client]
     url = "http://127.0.0.1:8470"
@@ -81,6 +89,9 @@ class ServerSettings:
     time_scale: float = 60.0
     algorithm: str = "ElasticFIFO"
     rate_limit_seconds: float = 5.0
+    placement: str = "topology"
+    # Fields of voda.core.placement.manager.PlacementSettings (config.toml [placement]).
+    placement_settings: Mapping[str, Any] = field(default_factory=dict)
     step_interval: float = 0.5
     tokens: Mapping[str, User] = field(default_factory=dict)
     max_body_bytes: int = 1 << 20
@@ -125,6 +136,7 @@ _SERVER_ENV = {
     "time_scale": "VODA_TIME_SCALE",
     "algorithm": "VODA_ALGORITHM",
     "rate_limit_seconds": "VODA_RATE_LIMIT",
+    "placement": "VODA_PLACEMENT",
     "step_interval": "VODA_STEP_INTERVAL",
     "tokens": "VODA_TOKENS",
 }
@@ -135,6 +147,10 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         if isinstance(value, Mapping):
             return value
         return parse_tokens(str(value))
+    if name == "placement_settings":
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"placement: expected a table of settings, got {value!r}")
+        return dict(value)
     try:
         return kind(value)
     except (TypeError, ValueError) as exc:
@@ -147,7 +163,10 @@ def load_server_settings(
     path: Path | None = None,
 ) -> ServerSettings:
     env = os.environ if env is None else env
-    values: dict[str, Any] = dict(_read_file(path or config_path(env)).get("server", {}))
+    file = _read_file(path or config_path(env))
+    values: dict[str, Any] = dict(file.get("server", {}))
+    if "placement" in file:
+        values["placement_settings"] = file["placement"]
     for name, var in _SERVER_ENV.items():
         if env.get(var):
             values[name] = env[var]

@@ -43,7 +43,7 @@ from voda.core.model import (
     validate_job,
 )
 from voda.core.placement.base import Placer
-from voda.core.placement.registry import DEFAULT_PLACER, get_placer
+from voda.core.placement.registry import get_placer
 from voda.engine.events import Event, EventKind
 from voda.engine.scheduler import JobRecord, Scheduler, SchedulerObserver, SchedulerSettings
 from voda.spec import FieldError, JobSpec, SpecError
@@ -197,7 +197,7 @@ class Service:
         self.inbox_lock = threading.Lock()
         self.inbox: list[JobRecord] = []
         self.names: set[str] = set()
-        self.placer = TimedPlacer(get_placer(DEFAULT_PLACER))
+        self.placer = TimedPlacer(get_placer(settings.placement, settings.placement_settings))
         self.started_at = time.time()
         self.first_schedule_at: float | None = None
         self.recovered_jobs = 0

@@ -138,6 +138,9 @@ def register(app: typer.Typer) -> None:
             help="Seconds between reschedulings at most.")] = None,
         step_interval: Annotated[float | None, typer.Option(
             help="Seconds between scheduling steps.")] = None,
+        placement: Annotated[str | None, typer.Option(
+            help="Placer: topology (default), topology-packed, topology-spread, naive, off "
+                 "or most-free; its settings go in config.toml [placement].")] = None,
     ) -> None:
         """Run the training service: REST API, scheduler and /metrics in one process."""
         import uvicorn
@@ -154,6 +157,7 @@ def register(app: typer.Typer) -> None:
                 "cluster": cluster, "time_scale": time_scale, "db": db,
                 "host": host, "port": port, "algorithm": algorithm,
                 "rate_limit_seconds": rate_limit, "step_interval": step_interval,
+                "placement": placement,
             })
         except ConfigError as exc:
             _die(str(exc), EXIT_USAGE)

@@ -125,6 +125,9 @@ def settings_problems(s: PlacementSettings) -> list[str]:
         problems.append(f"leaf_uplink_bandwidth: must be positive, got {s.leaf_uplink_bandwidth}")
     if not (isinstance(s.candidates, int) and s.candidates >= 1):
         problems.append(f"candidates: must be an integer >= 1, got {s.candidates!r}")
+    for name in ("defragment", "spread_multi_node", "learn_layout"):
+        if not isinstance(getattr(s, name), bool):
+            problems.append(f"{name}: must be true or false, got {getattr(s, name)!r}")
     for name in ("relayout_margin", "spread_margin"):
         value = getattr(s, name)
         if not (isinstance(value, int | float) and 0 <= value < 1):
