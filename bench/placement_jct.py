@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -98,10 +99,13 @@ def main() -> None:
         runs: dict[tuple[str, str, str, str, int], SimResult] = {
             k: f.result() for k, f in futures.items()}
     wall = time.perf_counter() - started
+    def mean(key: tuple[str, str, str, str], value: Callable[[SimResult], float]) -> float:
+        return statistics.mean(value(runs[(*key, r)]) for r in range(args.replicas))
+
+    # key -> (average JCT, migrations per job, split share, cross-leaf share), replica means
     results = {
-        key: (statistics.mean(runs[(*key, r)].avg_jct for r in range(args.replicas)),
-              statistics.mean(runs[(*key, r)].migrations / len(runs[(*key, r)].jobs)
-                              for r in range(args.replicas)))
+        key: (mean(key, lambda r: r.avg_jct), mean(key, lambda r: r.migrations / len(r.jobs)),
+              mean(key, lambda r: r.split_share), mean(key, lambda r: r.cross_leaf_share))
         for key in {k[:4] for k in keys}
     }
     mode = "rigid" if args.rigid else "elastic"
@@ -118,21 +122,29 @@ def main() -> None:
             for a in algorithms:
                 line = f"{_label(c):34s} {w:11s} {a:12s}"
                 for p in placements:
-                    jct, migrations = results[(c, w, a, p)]
+                    jct, migrations, _, _ = results[(c, w, a, p)]
                     line += f" {jct:16.0f} {migrations:8.2f}"
                 line += f" {results[(c, w, a, BOUND)][0]:18.0f}"
                 print(line)
 
     runs = len(workloads) * len(algorithms)
-    print(f"\nsum of average JCTs over {runs} runs, change relative to naive placement")
-    print(f"{'cluster':34s} {'placement':18s} {'sum avg JCT':>12s} {'vs naive':>9s}")
+    print(f"\nsum of average JCTs over {runs} runs, change relative to naive placement; "
+          "split: share of GPU time held by jobs that fit on one node but span several; "
+          "cross-leaf: by jobs that fit in one leaf but span several (means over the runs)")
+    print(f"{'cluster':34s} {'placement':18s} {'sum avg JCT':>12s} {'vs naive':>9s} "
+          f"{'split':>6s} {'cross-leaf':>10s}")
     for c in clusters:
         def total(p: str, c: str = c) -> float:
             return sum(results[(c, w, a, p)][0] for w in workloads for a in algorithms)
 
+        def share(p: str, i: int, c: str = c) -> float:
+            return statistics.mean(results[(c, w, a, p)][i] for w in workloads
+                                   for a in algorithms)
+
         base = total("naive")
         for p in (*placements, BOUND):
-            print(f"{_label(c):34s} {p:18s} {total(p):12.0f} {_pct(total(p), base):>9s}")
+            print(f"{_label(c):34s} {p:18s} {total(p):12.0f} {_pct(total(p), base):>9s} "
+                  f"{share(p, 2):6.1%} {share(p, 3):10.1%}")
 
 
 if __name__ == "__main__":

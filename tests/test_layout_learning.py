@@ -9,7 +9,7 @@ import pytest
 from builders import make_cluster, make_job
 
 from voda.backends.memory import InMemoryBackend
-from voda.core.model import Job, JobPlacement
+from voda.core.model import Job, JobPlacement, Node
 from voda.core.placement.layout import spread_pays
 from voda.engine.events import EventKind
 from voda.engine.scheduler import Scheduler, SchedulerSettings
@@ -126,3 +126,43 @@ def test_jittered_arrivals_are_seeded_bounded_and_keep_every_job() -> None:
     assert [j.submit for j in a.jobs] == sorted(j.submit for j in a.jobs)
     with pytest.raises(ValueError, match="jitter: must be"):
         jitter_arrivals(workload, -1.0, seed=1)
+
+
+@pytest.mark.parametrize(("placement", "split", "cross_leaf"), [
+    ((("a", 4),), 0.0, 0.0),
+    ((("a", 2), ("b", 2)), 1.0, 0.0),  # fits on one node, spans two of one leaf
+    ((("a", 2), ("c", 2)), 1.0, 1.0),  # ... and two leaves
+    ((("a", 4), ("b", 4)), 0.0, 0.0),  # 8 GPUs: needs two nodes, fits the leaf
+    ((("a", 4), ("c", 4)), 0.0, 1.0),  # 8 GPUs over two leaves
+], ids=["one node", "split in a leaf", "split across leaves", "wide in a leaf",
+        "wide across leaves"])
+def test_gpu_time_is_counted_by_how_well_the_job_is_placed(
+    placement: JobPlacement, split: float, cross_leaf: float
+) -> None:
+    nodes = [Node("a", 4, leaf="l0"), Node("b", 4, leaf="l0"),
+             Node("c", 4, leaf="l1"), Node("d", 4, leaf="l1")]
+    spec = JobSpec("x", 0.0, 0, 1, 16, None, epochs=2, profile="cifar10", per_gpu_batch=128)
+    backend = SimBackend(nodes, {"x": spec})
+    backend.start(make_job("x").obj(), placement)
+    backend.advance(10.0)
+    backend.scale(make_job("x").obj(), (("d", 1),))  # one GPU: placed well
+    backend.advance(1_000_000.0)
+    done = backend.jobs["x"].finished
+    assert done is not None
+    seconds = backend.layout_gpu_seconds
+    assert seconds["total"] == pytest.approx(sum(c for _, c in placement) * 10.0 + (done - 10.0))
+    assert seconds["split"] == pytest.approx(split * sum(c for _, c in placement) * 10.0)
+    assert seconds["cross_leaf"] == pytest.approx(cross_leaf * sum(c for _, c in placement) * 10.0)
+
+
+def test_simulation_results_report_the_share_of_split_gpu_time(tmp_path: Path) -> None:
+    # One GPU taken first; naive then puts the 4-GPU job on 3 + 1 GPUs of two nodes.
+    path = tmp_path / "two.yaml"
+    path.write_text("- {name: small, arrival: 0, model: cifar10, min: 1, max: 1, epochs: 3}\n"
+                    "- {name: large, arrival: 60, model: bert, min: 4, max: 4, epochs: 1}\n")
+    workload = load_workload(path)
+    naive = simulate(workload, parse_cluster("2x4"), SimSettings(placement="naive"))
+    topology = simulate(workload, parse_cluster("2x4"), SimSettings(placement="topology"))
+    assert naive.split_share > 0.5 and naive.to_dict()["split_share"] == naive.split_share
+    assert topology.split_share == 0.0 and topology.cross_leaf_share == 0.0
+    assert topology.avg_jct < naive.avg_jct

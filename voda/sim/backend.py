@@ -75,6 +75,7 @@ class SimJob:
     version: int = 0  # bumped on every allocation change (invalidates heap entries)
     rates: dict[int, float] = field(default_factory=dict)  # epoch -> rate (cache)
     layout: tuple[int, ...] = ()  # the GPUs per node its speed follows (see layout_speed)
+    placed_at: float = 0.0  # when the current placement began
     spine: float = 1.0  # oversubscription its all-reduce crosses (1: one leaf)
 
     @property
@@ -130,8 +131,8 @@ class SimBackend:
         self.layout_speed = check_layout_speed(layout_speed)
         self.spine_oversubscription = float(spine_oversubscription)
         self._nodes = {n.name: n for n in nodes}
-        self._leaf = {n.name: n.leaf_name for n in nodes}  # node -> leaf, kept with _nodes
-        self._max_node_gpus = max((n.gpus for n in nodes), default=1)
+        self._leaf: dict[str, str] = {}  # node -> leaf, kept with _nodes
+        self._refresh_shape()
         self.specs = specs
         self.penalty = penalty
         self.integer_time = integer_time
@@ -149,6 +150,9 @@ class SimBackend:
         self.busy_gpu_seconds = 0.0
         self.capacity_changes: list[tuple[float, int]] = [(start, self.capacity())]
         self.timeline: list[tuple[float, str, int]] = []  # (time, job, GPUs held from then)
+        # GPU-seconds held: in all, by jobs that fit on one node but span several
+        # ("split"), and by jobs that fit in one leaf but span several ("cross_leaf").
+        self.layout_gpu_seconds = {"total": 0.0, "split": 0.0, "cross_leaf": 0.0}
 
     # ----- Backend protocol ------------------------------------------------------
     def start(self, job: Job, placement: JobPlacement) -> None:
@@ -175,14 +179,21 @@ class SimBackend:
         return changed
 
     # ----- cluster changes ---------------------------------------------------------
+    def _refresh_shape(self) -> None:
+        """Leaves and the largest node and leaf, after the nodes changed."""
+        self._leaf = {n.name: n.leaf_name for n in self._nodes.values()}
+        leaf_gpus: dict[str, int] = {}
+        for n in self._nodes.values():
+            leaf_gpus[n.leaf_name] = leaf_gpus.get(n.leaf_name, 0) + n.gpus
+        self._max_node_gpus = max((n.gpus for n in self._nodes.values()), default=1)
+        self._max_leaf_gpus = max(leaf_gpus.values(), default=1)
+
     def capacity(self) -> int:
         return sum(n.gpus for n in self._nodes.values())
 
     def fail_node(self, name: str) -> None:
         """The node leaves now; jobs on it restart on their other workers (or stop)."""
         node = self._nodes.pop(name)
-        self._leaf.pop(name, None)
-        self._max_node_gpus = max((n.gpus for n in self._nodes.values()), default=1)
         for sim in list(self.running.values()):
             if any(n == name for n, _ in sim.placement):
                 kept = tuple((n, c) for n, c in sim.placement if n != name)
@@ -191,14 +202,14 @@ class SimBackend:
                 else:
                     self._catch_up(sim)
                     self._set_placement(sim, ())
+        self._refresh_shape()
         self.capacity_changes.append((self.now, self.capacity()))
         self._pending.append(Event(EventKind.NODE_REMOVED, self.now, node=node))
         self._changed = True
 
     def join_node(self, node: Node) -> None:
         self._nodes[node.name] = node
-        self._leaf[node.name] = node.leaf_name
-        self._max_node_gpus = max(self._max_node_gpus, node.gpus)
+        self._refresh_shape()
         self.capacity_changes.append((self.now, self.capacity()))
         self._pending.append(Event(EventKind.NODE_ADDED, self.now, node=node))
         self._changed = True
@@ -280,7 +291,23 @@ class SimBackend:
         self._schedule(sim)
         heapq.heappush(self._completion_heap, (self._predict(sim), sim.version, sim.spec.name))
 
+    def _account_layout(self, sim: SimJob, until: float) -> None:
+        """Add the GPU-seconds of the job's current placement up to `until`."""
+        if not sim.counts:
+            return
+        gpu_seconds = sim.gpus * max(until - sim.placed_at, 0.0)
+        acc = self.layout_gpu_seconds
+        acc["total"] += gpu_seconds
+        if len(sim.counts) > 1 and sim.gpus <= self._max_node_gpus:
+            acc["split"] += gpu_seconds
+        if sim.gpus <= self._max_leaf_gpus and len(
+            {self._leaf.get(n) for n, c in sim.placement if c}
+        ) > 1:
+            acc["cross_leaf"] += gpu_seconds
+
     def _set_placement(self, sim: SimJob, placement: JobPlacement) -> None:
+        self._account_layout(sim, self.now)
+        sim.placed_at = self.now
         self._held -= sim.gpus
         sim.placement = tuple(placement)
         sim.counts = tuple(c for _, c in placement if c)
@@ -360,6 +387,7 @@ class SimBackend:
                 self._pending.append(Event(EventKind.EPOCH_REPORTED, t, job=sim.spec.name,
                                            data=data))
             if sim.epoch >= last:
+                self._account_layout(sim, t)
                 sim.finished = t
                 sim.t = t
                 self.busy_gpu_seconds -= max(self._advancing_to - t, 0.0) * sim.gpus

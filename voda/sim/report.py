@@ -35,6 +35,10 @@ class SimResult:
     migrations: int
     preemptions: int
     unfinished: int
+    # Shares of the GPU-seconds held: by jobs that fit on one node but span several,
+    # and by jobs that fit in one leaf but span several (placement quality).
+    split_share: float = 0.0
+    cross_leaf_share: float = 0.0
     timeline: tuple[tuple[float, str, int], ...] = field(default=(), repr=False)
     queue: tuple[tuple[float, int, int], ...] = field(default=(), repr=False)
 
@@ -51,6 +55,8 @@ class SimResult:
             "migrations": self.migrations,
             "preemptions": self.preemptions,
             "unfinished": self.unfinished,
+            "split_share": self.split_share,
+            "cross_leaf_share": self.cross_leaf_share,
             "jobs": [
                 {"name": j.name, "submit": j.submit, "finish": j.finish, "jct": j.jct}
                 for j in self.jobs
@@ -66,6 +72,11 @@ def _capacity_seconds(changes: list[tuple[float, int]], start: float, end: float
         if hi > lo:
             total += (hi - lo) * capacity
     return total
+
+
+def _share(gpu_seconds: dict[str, float], part: str) -> float:
+    total = gpu_seconds["total"]
+    return gpu_seconds[part] / total if total > 0 else 0.0
 
 
 def build_result(
@@ -101,6 +112,8 @@ def build_result(
         migrations=sum(r.migrations for r in records),
         preemptions=sum(r.preemptions for r in records),
         unfinished=len(jobs) - len(finishes),
+        split_share=_share(backend.layout_gpu_seconds, "split"),
+        cross_leaf_share=_share(backend.layout_gpu_seconds, "cross_leaf"),
         timeline=tuple(backend.timeline),
         queue=tuple(queue),
     )
