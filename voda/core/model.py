@@ -68,8 +68,11 @@ def transition(current: JobStatus, to: JobStatus) -> JobStatus:
     return to
 
 
+_EMPTY_MAP: Mapping = MappingProxyType({})
+
+
 def _frozen_map(m: Mapping | None) -> Mapping:
-    return MappingProxyType(dict(m or {}))
+    return MappingProxyType(dict(m)) if m else _EMPTY_MAP
 
 
 @dataclass(frozen=True, slots=True)
