@@ -101,6 +101,9 @@ def test_example_jobs_rescale_and_complete_every_epoch_exactly_once(
         # Resumed right: every epoch once, in order, whatever the restarts.
         assert [h["epoch"] for h in history] == list(range(1, spec.job.epochs + 1)), name
         assert record.epoch_time_by_workers, f"{name}: no epoch report reached the scheduler"
+        # Throughput too, under the layout: all workers on the one machine.
+        assert record.layout_throughput, f"{name}: no throughput reached the scheduler"
+        assert {n for _, n in record.layout_throughput} == {1}, name
         assert set(record.epoch_time_by_workers) <= {h["workers"] for h in history}
         # Rescales decided while a restart is under way are carried out together.
         assert 1 <= backend.launches(name) <= 1 + record.rescales + record.migrations
@@ -304,6 +307,9 @@ def test_report_appends_json_lines_from_rank_0_only(tmp_path: Path,
     lines = read_jsonl(channel)
     assert [(r["epoch"], r["epoch_seconds"], r["workers"]) for r in lines] == [
         (1, 2.5, 4), (2, 2.0, 4)]
+    assert "samples_per_second" not in lines[0]
+    assert voda.report.epoch(3, 2.0, 4, samples=1000) is True
+    assert read_jsonl(channel)[-1]["samples_per_second"] == 500.0
 
 
 class _Collector(BaseHTTPRequestHandler):

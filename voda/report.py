@@ -1,14 +1,14 @@
 """What a training script calls to tell Voda about its progress.
 
     import voda.report
-    voda.report.epoch(epoch=3, seconds=41.7, workers=4)
+    voda.report.epoch(epoch=3, seconds=41.7, workers=4, samples=50_000)
 
 Only rank 0 reports (the rank is read from RANK, as set by torchrun and by the
 local backend). The channel is named by the environment variable VODA_REPORT:
 
 - a file path: one JSON object per line, {"epoch", "epoch_seconds", "workers",
-  "time"}; the local backend tails this file and turns lines into
-  EPOCH_REPORTED events;
+  "time"} and "samples_per_second" when `samples` is given; the local backend
+  tails this file and turns lines into EPOCH_REPORTED events;
 - an http(s) URL of the service: the report is POSTed as JSON to
   `<url>/v1/jobs/<VODA_JOB>/metrics` with the bearer token from VODA_TOKEN
   (an URL that already ends in `/metrics` is used as it is).
@@ -43,9 +43,11 @@ HTTP_TIMEOUT_SECONDS = 5.0
 _warned: set[str] = set()
 
 
-def epoch(epoch: int, seconds: float, workers: int) -> bool:
+def epoch(epoch: int, seconds: float, workers: int, samples: int | None = None) -> bool:
     """Report that `epoch` (1-based) took `seconds` on `workers` workers.
 
+    `samples`, the samples trained in the epoch, adds the throughput to the
+    report, from which the placer learns which layout suits the job's category.
     Returns True when the report was written or accepted; False when this rank
     does not report, no channel is configured, or the report failed.
     """
@@ -54,7 +56,10 @@ def epoch(epoch: int, seconds: float, workers: int) -> bool:
     channel = os.environ.get(REPORT_ENV, "").strip()
     if not channel:
         return False
-    payload = {"epoch": int(epoch), "epoch_seconds": float(seconds), "workers": int(workers)}
+    payload: dict[str, float | int] = {
+        "epoch": int(epoch), "epoch_seconds": float(seconds), "workers": int(workers)}
+    if samples is not None and samples > 0 and seconds > 0:
+        payload["samples_per_second"] = samples / float(seconds)
     try:
         if channel.startswith(("http://", "https://")):
             _post(channel, payload)

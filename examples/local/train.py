@@ -230,7 +230,7 @@ def train(args: argparse.Namespace) -> int:
         if rank == 0:
             append_line(ckpt_dir / EPOCH_RECORD, {
                 "epoch": epoch, "workers": world, "seconds": seconds, "time": time.time()})
-            voda.report.epoch(epoch, seconds, world)
+            voda.report.epoch(epoch, seconds, world, samples=args.samples)
             log(f"epoch {epoch}/{args.epochs} done in {seconds:.2f} s on {world} workers")
     if rank == 0:
         with torch.no_grad():

@@ -545,8 +545,12 @@ class LocalBackend:
             except (KeyError, TypeError, ValueError):
                 continue
             run.last_epoch = max(run.last_epoch, epoch)
-            self._events.append(Event(EventKind.EPOCH_REPORTED, self._clock(), job=run.name, data={
-                "epoch": epoch, "epoch_seconds": seconds, "workers": workers}))
+            data: dict[str, float] = {"epoch": epoch, "epoch_seconds": seconds, "workers": workers}
+            throughput = record.get("samples_per_second")
+            if isinstance(throughput, int | float) and throughput > 0:
+                data["samples_per_second"] = float(throughput)
+            self._events.append(Event(EventKind.EPOCH_REPORTED, self._clock(), job=run.name,
+                                      data=data))
 
     # ----- adoption -----------------------------------------------------------
     def _adopt_left_running(self) -> None:
