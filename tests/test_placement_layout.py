@@ -28,6 +28,7 @@ def test_only_jobs_wider_than_a_node_have_a_choice() -> None:
     assert not is_wide(4, 4)
     assert is_wide(5, 4)
     assert not is_wide(3, 1)  # one-GPU nodes: every layout is spread
+    assert not is_wide(3, 0)
     assert not spread_pays({PACKED_8: 10.0, SPREAD_8: 50.0}, 4, 4)
 
 

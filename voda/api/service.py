@@ -45,7 +45,13 @@ from voda.core.model import (
 from voda.core.placement.base import Placer
 from voda.core.placement.registry import get_placer
 from voda.engine.events import Event, EventKind
-from voda.engine.scheduler import JobRecord, Scheduler, SchedulerObserver, SchedulerSettings
+from voda.engine.scheduler import (
+    JobRecord,
+    Scheduler,
+    SchedulerObserver,
+    SchedulerSettings,
+    layout_key,
+)
 from voda.spec import FieldError, JobSpec, SpecError
 from voda.store import jobs as store
 from voda.store.db import make_engine, migrate, session_factory
@@ -168,7 +174,7 @@ class _Observer(SchedulerObserver):
         s.pending.states[record.name] = record
         if record.category and workers in record.epoch_time_by_workers:
             s.pending.category[(record.category, workers)] = record.epoch_time_by_workers[workers]
-        layout = (workers, sum(1 for _, c in record.placement if c > 0))
+        layout = layout_key(record.placement)
         if record.category and layout in record.layout_throughput:
             s.pending.layouts[(record.category, layout)] = record.layout_throughput[layout]
 

@@ -197,7 +197,8 @@ class EmulatedBackend:
             progress = run.progress(now)
             workers = sum(c for _, c in run.placement)
             done = min(run.epochs, math.floor(progress + 1e-9))
-            samples = _samples_per_epoch(run.profile) if run.profile else None
+            reporting = run.profile and done > run.reported
+            samples = _samples_per_epoch(run.profile) if reporting else None
             for epoch in range(run.reported + 1, done + 1):
                 at = run.base_time + (epoch - run.base_epochs) * run.epoch_seconds
                 data: dict[str, float] = {"epoch": epoch, "epoch_seconds": run.epoch_seconds,

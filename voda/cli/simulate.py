@@ -15,7 +15,6 @@ from rich.table import Table
 from voda.core.allocation import registry
 
 if TYPE_CHECKING:  # the simulator loads numpy and scipy: only when a simulation runs
-    from voda.sim.compare import RunRequest
     from voda.sim.report import SimResult
 
 ALL = "all"
@@ -95,9 +94,7 @@ def run_simulation(
         except OSError as exc:
             _fail(f"plot: cannot write to {plot}: {exc}")
     if as_json:
-        speeds = [_layout_speed(r) for r in requests]
-        typer.echo(json.dumps({"results": [_json_ready({**r.to_dict(), "layout_speed": speed})
-                                           for r, speed in zip(results, speeds, strict=True)]}))
+        typer.echo(json.dumps({"results": [_json_ready(r.to_dict()) for r in results]}))
     else:
         out = Console()
         if not out.is_terminal:
@@ -106,20 +103,6 @@ def run_simulation(
         if plot:
             out.print(f"plots written to {plot}", soft_wrap=True)
     return results
-
-
-def _layout_speed(request: RunRequest) -> str:
-    """The layout speed a run used (`--placement off` runs at packed speed)."""
-    from voda.sim.compare import settings_for
-    from voda.sim.runner import effective_layout_speed
-
-    settings = settings_for(request)
-    placement = settings.placement
-    if isinstance(placement, str):
-        from voda.core.placement.registry import get_placer
-
-        return effective_layout_speed(request.layout_speed, get_placer(placement))
-    return effective_layout_speed(request.layout_speed, placement)
 
 
 def _json_ready(d: dict[str, Any]) -> dict[str, Any]:

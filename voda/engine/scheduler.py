@@ -106,6 +106,17 @@ class JobRecord:
         return cls(**values)
 
 
+def layout_key(placement: JobPlacement) -> tuple[int, int]:
+    """(workers, nodes spanned) of a placement: the key of Job.layout_throughput."""
+    counts = [c for _, c in placement if c > 0]
+    return sum(counts), len(counts)
+
+
+def _smoothed(old: float | None, new: float) -> float:
+    """A new measurement folded into what was known (exponential average)."""
+    return new if old is None else old + EPOCH_TIME_SMOOTHING * (new - old)
+
+
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
 _JOB_VALUES = operator.attrgetter(*_JOB_FIELDS)  # positional, in Job's field order
 
@@ -289,8 +300,7 @@ class Scheduler:
         epoch = int(event.data.get("epoch", record.completed_epochs + 1))
         if workers < 1 or not seconds > 0:
             return
-        old = record.epoch_time_by_workers.get(workers)
-        new = seconds if old is None else old + EPOCH_TIME_SMOOTHING * (seconds - old)
+        new = _smoothed(record.epoch_time_by_workers.get(workers), seconds)
         record.epoch_time_by_workers[workers] = new
         record.completed_epochs = max(record.completed_epochs, float(epoch))
         if record.category:
@@ -303,14 +313,10 @@ class Scheduler:
     def _record_layout(record: JobRecord, event: Event) -> None:
         """Note the throughput of the layout the job runs on, when the report gives one."""
         rate = event.data.get("samples_per_second")
-        workers = int(event.data["workers"])
-        counts = [c for _, c in record.placement if c > 0]
-        if rate is None or not float(rate) > 0 or sum(counts) != workers:
+        key = layout_key(record.placement)
+        if rate is None or not float(rate) > 0 or key[0] != int(event.data["workers"]):
             return  # no throughput, or the job was resized since: another layout
-        key = (workers, len(counts))
-        old = record.layout_throughput.get(key)
-        new = float(rate) if old is None else old + EPOCH_TIME_SMOOTHING * (float(rate) - old)
-        record.layout_throughput[key] = new
+        record.layout_throughput[key] = _smoothed(record.layout_throughput.get(key), float(rate))
 
     # ----- time ------------------------------------------------------------
     def _account(self, now: float) -> None:

@@ -39,6 +39,7 @@ class SimResult:
     # and by jobs that fit in one leaf but span several (placement quality).
     split_share: float = 0.0
     cross_leaf_share: float = 0.0
+    layout_speed: str = "actual"  # what job speed followed (voda.sim.backend.LAYOUT_SPEEDS)
     timeline: tuple[tuple[float, str, int], ...] = field(default=(), repr=False)
     queue: tuple[tuple[float, int, int], ...] = field(default=(), repr=False)
 
@@ -57,6 +58,7 @@ class SimResult:
             "unfinished": self.unfinished,
             "split_share": self.split_share,
             "cross_leaf_share": self.cross_leaf_share,
+            "layout_speed": self.layout_speed,
             "jobs": [
                 {"name": j.name, "submit": j.submit, "finish": j.finish, "jct": j.jct}
                 for j in self.jobs
@@ -114,6 +116,7 @@ def build_result(
         unfinished=len(jobs) - len(finishes),
         split_share=_share(backend.layout_gpu_seconds, "split"),
         cross_leaf_share=_share(backend.layout_gpu_seconds, "cross_leaf"),
+        layout_speed=backend.layout_speed,
         timeline=tuple(backend.timeline),
         queue=tuple(queue),
     )

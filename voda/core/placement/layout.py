@@ -48,10 +48,10 @@ def spread_nodes(workers: int, node_gpus: int) -> int:
 
 
 def is_wide(workers: int, node_gpus: int) -> bool:
-    """Whether the job needs more than one node, and spreading it would change anything."""
-    return workers > node_gpus and spread_nodes(workers, node_gpus) > packed_nodes(
-        workers, node_gpus
-    )
+    """Whether the job needs more than one node, and spreading it would change anything
+    (never on nodes of one GPU)."""
+    return node_gpus >= 2 and workers > node_gpus and spread_nodes(
+        workers, node_gpus) > packed_nodes(workers, node_gpus)
 
 
 def layout_throughputs(
@@ -81,7 +81,11 @@ def spread_speedup(
 
     None until both layouts have been seen at some worker count.
     """
-    packed, spread = layout_throughputs(history, node_gpus)
+    return _speedup(*layout_throughputs(history, node_gpus), workers)
+
+
+def _speedup(packed: Mapping[int, float], spread: Mapping[int, float], workers: int
+             ) -> float | None:
     if workers in packed and workers in spread:
         return spread[workers] / packed[workers]
     common = packed.keys() & spread.keys()
@@ -102,11 +106,11 @@ def spread_pays(
     nodes cost the jobs that would have had a whole node. Until both layouts
     have been seen, the one not seen yet is tried (packed first).
     """
-    if node_gpus < 2 or not is_wide(workers, node_gpus):
+    if not is_wide(workers, node_gpus):
         return False
-    speedup = spread_speedup(history, workers, node_gpus)
+    packed, spread = layout_throughputs(history, node_gpus)
+    speedup = _speedup(packed, spread, workers)
     if speedup is None:
-        packed, _ = layout_throughputs(history, node_gpus)
         return bool(packed)
     return speedup * (1 - margin) > 1
 
@@ -119,7 +123,7 @@ def worth_moving(
     Only when the other one is known to be faster by more than `margin` (a share
     of the throughput): a move restarts the job, and measurements are noisy.
     """
-    if node_gpus < 2 or not is_wide(workers, node_gpus):
+    if not is_wide(workers, node_gpus):
         return False
     speedup = spread_speedup(history, workers, node_gpus)
     if speedup is None:
