@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from voda.api import ui
 from voda.api.backends import create_backend
 from voda.api.routes import router
 from voda.api.service import NotFound, Service
@@ -60,6 +61,7 @@ def create_app(settings: ServerSettings, backend: Backend | None = None,
     app.state.settings = settings
     app.include_router(router)
     _error_handlers(app)
+    ui.install(app)
     return app
 
 

@@ -21,11 +21,19 @@ async def authenticate(request: Request) -> User:
     if scheme.lower() != "bearer" or not token.strip():
         raise HTTPException(401, "authorization: a bearer token is required",
                             headers={"WWW-Authenticate": "Bearer"})
-    user = tokens.get(token.strip())
+    user = user_for_token(request, token.strip())
     if user is None:
         raise HTTPException(401, "authorization: unknown token",
                             headers={"WWW-Authenticate": "Bearer"})
     return user
+
+
+def user_for_token(request: Request, token: str) -> User | None:
+    """The user a token names, or None; with no tokens configured, the local admin."""
+    tokens = request.app.state.settings.tokens
+    if not tokens:
+        return LOCAL_USER
+    return tokens.get(token)
 
 
 def can_see(user: User, owner: str) -> bool:

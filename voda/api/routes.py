@@ -74,11 +74,15 @@ def list_jobs(
     owner: Annotated[str | None, Query(alias="user")] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    q: Annotated[str | None, Query(max_length=200,
+                                   description="Only jobs whose name or owner contain this.")]
+    = None,
 ) -> dict[str, Any]:
     if status is not None and status.lower() not in STATUSES:
         raise fail("status", f"unknown status {status!r}; valid: "
                    f"{', '.join(str(s) for s in JobStatus)}")
-    items, total = service_of(request).list(user, status, gpu_type, owner, offset, limit)
+    items, total = service_of(request).list(user, status, gpu_type, owner, offset, limit,
+                                            search=q)
     next_offset = offset + len(items) if offset + len(items) < total else None
     return {"items": items, "total": total, "offset": offset, "limit": limit,
             "next_offset": next_offset}
@@ -88,6 +92,14 @@ def list_jobs(
             responses={404: {"model": schemas.ErrorBody}})
 def get_job(request: Request, name: str, user: CurrentUser) -> dict[str, Any]:
     return service_of(request).get(name, user)
+
+
+@router.get("/v1/jobs/{name}/history", response_model=list[schemas.HistoryEntry],
+            tags=["jobs"], responses={404: {"model": schemas.ErrorBody}})
+def job_history(request: Request, name: str, user: CurrentUser) -> list[dict[str, Any]]:
+    """Status, priority and allocation changes (start, scale-in, scale-out, migrate, halt;
+    old and new are worker counts), oldest first."""
+    return service_of(request).history(name, user)
 
 
 @router.delete("/v1/jobs/{name}", response_model=schemas.JobDetail, tags=["jobs"],
@@ -115,7 +127,7 @@ def report_epoch(request: Request, name: str, report: schemas.EpochReport,
 
 @router.get("/v1/cluster", response_model=schemas.ClusterView, tags=["cluster"])
 def get_cluster(request: Request, user: CurrentUser) -> dict[str, Any]:
-    return service_of(request).cluster_view()
+    return service_of(request).cluster_view(user)
 
 
 @router.get("/v1/schedulers/{gpu_type}", response_model=schemas.SchedulerView,

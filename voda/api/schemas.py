@@ -36,6 +36,18 @@ class JobSummary(BaseModel):
     epochs: int
     completed_epochs: float
     submit_time: float
+    gpu_seconds: float
+    # The priority queue (0 is the top) under algorithms that keep queues (Tiresias).
+    queue: int | None = None
+    estimated_remaining_seconds: float | None
+
+
+class HistoryEntry(BaseModel):
+    time: float
+    # status, priority, or an allocation change: start, scale-in, scale-out, migrate, halt
+    field: str
+    old: str | None
+    new: str
 
 
 class JobDetail(JobSummary):
@@ -52,8 +64,6 @@ class JobDetail(JobSummary):
     waiting_seconds: float
     running_seconds: float
     total_seconds: float
-    gpu_seconds: float
-    estimated_remaining_seconds: float | None
     epoch_time_by_workers: dict[int, float]
     # Samples per second of the job's category by layout, keyed "WORKERSxNODES".
     layout_throughput: dict[str, float]
@@ -108,6 +118,9 @@ class NodeView(BaseModel):
     used: int
     free: int
     leaf: str
+    spine: str
+    state: str  # ready, cordoned or lost
+    # Job name -> GPUs on this node; other users' jobs as one anonymous entry.
     jobs: dict[str, int]
 
 
@@ -117,11 +130,22 @@ class GpuTypeView(BaseModel):
     used: int
     free: int
     algorithm: str
+    waiting_jobs: int
+    utilization: float
+    # Share of free GPUs that waiting jobs cannot use because of how they are scattered.
+    fragmentation: float
+
+
+class ClusterJob(BaseModel):
+    user: str
+    workers: int
+    status: str
 
 
 class ClusterView(BaseModel):
     nodes: list[NodeView]
     gpu_types: list[GpuTypeView]
+    jobs: dict[str, ClusterJob]
     plan: dict[str, list[PlacementEntry]]
     allocation: dict[str, int]
     last_reschedule: float | None

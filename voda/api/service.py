@@ -38,11 +38,13 @@ from voda.core.model import (
     Job,
     JobPlacement,
     JobStatus,
+    Node,
     Placement,
     Plan,
     validate_job,
 )
 from voda.core.placement.base import Placer
+from voda.core.placement.metrics import fragmentation_ratio
 from voda.core.placement.registry import get_placer
 from voda.engine.events import Event, EventKind
 from voda.engine.scheduler import (
@@ -56,6 +58,7 @@ from voda.spec import FieldError, JobSpec, SpecError
 from voda.store import jobs as store
 from voda.store.db import make_engine, migrate, session_factory
 
+from .activity import Activity
 from .metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,10 @@ class SupportsState(Protocol):
     def export_state(self) -> dict[str, Any]: ...
 
     def import_state(self, state: dict[str, Any]) -> None: ...
+
+
+ANONYMOUS_JOB = "(other users)"
+NODE_READY, NODE_CORDONED, NODE_LOST = "ready", "cordoned", "lost"
 
 
 class NotFound(KeyError):
@@ -163,11 +170,17 @@ class _Observer(SchedulerObserver):
                      if a.job in s.scheduler.jobs}
         s.metrics.plan_applied(plan, gpu_types, s.scheduler.cluster, seconds, allocation_seconds,
                                s.placer.seconds)
+        s.activity.decision(plan, now, s.scheduler.last_reasons, seconds)
+        for action in plan.actions:  # the allocation history the dashboard draws
+            s.pending.history.append({"job": action.job, "time": now, "field": str(action.kind),
+                                      "old": str(action.workers_before),
+                                      "new": str(action.workers_after)})
         if s.first_schedule_at is None:
             s.first_schedule_at = time.time()
 
     def on_error(self, error: Exception, now: float) -> None:
         log.error("rescheduling failed: %s", error)
+        self.service.activity.error(now, str(error))
 
     def on_epoch(self, record: JobRecord, epoch: int, seconds: float, workers: int) -> None:
         s = self.service
@@ -195,6 +208,8 @@ class Service:
             sessions = session_factory(self.engine)
         self.sessions = sessions
         self.metrics = ServiceMetrics()
+        self.activity = Activity()
+        self.seen_nodes: dict[str, Node] = {}  # every node the cluster ever had, by name
         self.lock = threading.RLock()
         self.write_lock = threading.Lock()
         self.pending = Pending()
@@ -459,17 +474,56 @@ class Service:
             return self.describe_locked(record, time.time())
 
     def list(self, user: User, status: str | None, gpu_type: str | None, owner: str | None,
-             offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+             offset: int, limit: int, search: str | None = None,
+             newest_first: bool = False) -> tuple[list[dict[str, Any]], int]:
+        """One page of the jobs `user` may see, oldest first (or newest first), and how many
+        there are. `search` keeps the jobs whose name or owner contains it (any case)."""
+        status_l = status.lower() if status is not None else None
+        needle = search.lower() if search else None
         with self.lock:
             self._admit()
             records = [r for r in self.scheduler.jobs.values()
                        if (user.admin or r.extra.get("user") == user.name)
-                       and (status is None or str(r.status).lower() == status.lower())
+                       and (status_l is None or str(r.status).lower() == status_l)
                        and (gpu_type is None or r.gpu_type == gpu_type)
-                       and (owner is None or r.extra.get("user") == owner)]
-            records.sort(key=lambda r: (r.submit_time, r.name))
+                       and (owner is None or r.extra.get("user") == owner)
+                       and (needle is None or needle in r.name.lower()
+                            or needle in str(r.extra.get("user", "")).lower())]
+            records.sort(key=lambda r: (r.submit_time, r.name), reverse=newest_first)
             page = records[offset:offset + limit]
             return [self.summary(r) for r in page], len(records)
+
+    def counts_by_status(self, user: User) -> dict[str, int]:
+        """How many of the jobs `user` may see are in each status."""
+        counts = {str(s): 0 for s in JobStatus}
+        with self.lock:
+            self._admit()
+            for r in self.scheduler.jobs.values():
+                if user.admin or r.extra.get("user") == user.name:
+                    counts[str(r.status)] += 1
+        return counts
+
+    def history(self, name: str, user: User) -> list[dict[str, Any]]:
+        """A job's status, priority and allocation changes, oldest first (as committed)."""
+        with self.lock:
+            self._admit()
+            self._visible(name, user)
+        with self.sessions() as session:
+            rows = store.history(session, name)
+            return [{"time": r.time, "field": r.field, "old": r.old, "new": r.new}
+                    for r in rows]
+
+    def log_tail(self, name: str, user: User, lines: int) -> str | None:
+        """The last lines of a job's log, on a backend that keeps logs (None elsewhere)."""
+        with self.lock:
+            self._visible(name, user)
+        log_path = getattr(self.backend, "log_path", None)
+        if log_path is None:
+            return None
+        from voda.backends.local import read_tail
+
+        path = log_path(name)
+        return read_tail(path, lines=lines) if path.is_file() else ""
 
     def scheduler_view(self, gpu_type: str) -> dict[str, Any]:
         with self.lock:
@@ -479,36 +533,71 @@ class Service:
                     "rate_limit_seconds": self.scheduler.settings.rate_limit_seconds,
                     "valid_algorithms": registry.available()}
 
-    def cluster_view(self) -> dict[str, Any]:
+    def cluster_view(self, user: User | None = None) -> dict[str, Any]:
+        """Nodes, GPU types, the plan in force. A user who is not an administrator sees
+        other users' jobs as anonymous usage (ANONYMOUS_JOB) only."""
         with self.lock:
             s = self.scheduler
+            placements = s.placement()
+            hidden = set() if user is None or user.admin else {
+                name for name in placements
+                if s.jobs[name].extra.get("user") != user.name}
             used: dict[str, dict[str, int]] = {}
-            for name, placement in s.placement().items():
+            for name, placement in placements.items():
+                shown = ANONYMOUS_JOB if name in hidden else name
                 for node, count in placement:
-                    used.setdefault(node, {})[name] = count
+                    jobs_on = used.setdefault(node, {})
+                    jobs_on[shown] = jobs_on.get(shown, 0) + count
             nodes = []
             for n in s.cluster.nodes:
+                self.seen_nodes[n.name] = n
                 jobs = used.get(n.name, {})
                 taken = sum(jobs.values())
                 nodes.append({"name": n.name, "gpu_type": n.gpu_type, "gpus": n.gpus,
                               "used": taken, "free": n.gpus - taken, "leaf": n.leaf_name,
+                              "spine": n.spine_name, "state": self._node_state(n.name),
                               "jobs": jobs})
+            present = {n.name for n in s.cluster.nodes}
+            for name, n in self.seen_nodes.items():  # nodes the cluster lost
+                if name not in present:
+                    nodes.append({"name": n.name, "gpu_type": n.gpu_type, "gpus": n.gpus,
+                                  "used": 0, "free": 0, "leaf": n.leaf_name,
+                                  "spine": n.spine_name, "state": NODE_LOST, "jobs": {}})
+            job_info = {name: {"user": s.jobs[name].extra.get("user", ""),
+                               "workers": s.jobs[name].current_workers,
+                               "status": str(s.jobs[name].status)}
+                        for name in placements if name not in hidden}
             types = []
             for t in s.cluster.gpu_types():
                 total = s.cluster.capacity(t)
                 taken = sum(x["used"] for x in nodes if x["gpu_type"] == t)
+                waiting = [r for r in s.active.values()
+                           if r.gpu_type == t and r.current_workers == 0]
+                of_type = {name: p for name, p in placements.items()
+                           if s.jobs[name].gpu_type == t}
+                fragmentation = float(fragmentation_ratio(
+                    s.cluster.of_type(t), of_type, [r.snapshot() for r in waiting]))
                 types.append({"gpu_type": t, "total": total, "used": taken,
-                              "free": total - taken, "algorithm": self._algorithm_of(t)[0]})
+                              "free": total - taken, "algorithm": self._algorithm_of(t)[0],
+                              "waiting_jobs": len(waiting),
+                              "utilization": taken / total if total else 0.0,
+                              "fragmentation": fragmentation})
             plan = s.last_plan
+            allocation = dict(plan.allocation) if plan else {}
             return {
                 "nodes": nodes,
                 "gpu_types": types,
+                "jobs": job_info,
                 "plan": {name: [{"node": n, "workers": c} for n, c in p]
-                         for name, p in sorted(s.placement().items())},
-                "allocation": dict(plan.allocation) if plan else {},
+                         for name, p in sorted(placements.items()) if name not in hidden},
+                "allocation": {k: v for k, v in allocation.items() if k not in hidden},
                 "last_reschedule": s.last_reschedule,
                 "last_error": str(s.last_error) if s.last_error else None,
             }
+
+    def _node_state(self, name: str) -> str:
+        cordoned = getattr(self.backend, "cordoned", None)
+        return NODE_CORDONED if cordoned and name in cordoned else NODE_READY
 
     def health(self) -> dict[str, Any]:
         with self.inbox_lock:
@@ -526,21 +615,38 @@ class Service:
             "status": str(r.status), "gpu_type": r.gpu_type, "min_workers": r.min_workers,
             "max_workers": r.max_workers, "priority": r.priority, "workers": r.current_workers,
             "epochs": r.epochs, "completed_epochs": r.completed_epochs,
-            "submit_time": r.submit_time,
+            "submit_time": r.submit_time, "gpu_seconds": r.attained_gpu_seconds,
+            "queue": self._queue_of(r),
+            "estimated_remaining_seconds": self._remaining(r, estimate.speed_model(r.snapshot())),
         }
+
+    def _queue_of(self, r: JobRecord) -> int | None:
+        """The priority queue (0 is the top) of an active job, for algorithms that keep
+        queues (Tiresias); None elsewhere."""
+        if r.status.is_terminal:
+            return None
+        priority_class = getattr(self.scheduler.algorithm_for(r.gpu_type), "priority_class",
+                                 None)
+        if priority_class is None:
+            return None
+        value = priority_class(r)
+        return value if isinstance(value, int) else None
+
+    @staticmethod
+    def _remaining(r: JobRecord, model: estimate.SpeedModel) -> float | None:
+        if r.status.is_terminal:
+            return None
+        workers = r.current_workers or r.preferred_workers or r.min_workers
+        value = estimate.remaining_time(r.snapshot(), workers, model)
+        return value if math.isfinite(value) else None
 
     def describe_locked(self, r: JobRecord, now: float) -> dict[str, Any]:
         # Counters are accounted up to the last step; carry them to `now` for display.
         since = max(self._accounted(), r.submit_time)
         dt = 0.0 if r.status.is_terminal else max(0.0, now - since)
         running = r.current_workers > 0
-        job = r.snapshot()
-        model = estimate.speed_model(job)
-        workers_for_estimate = r.current_workers or r.preferred_workers or r.min_workers
-        remaining = None
-        if not r.status.is_terminal:
-            value = estimate.remaining_time(job, workers_for_estimate, model)
-            remaining = value if math.isfinite(value) else None
+        model = estimate.speed_model(r.snapshot())
+        remaining = self._remaining(r, model)
         end = r.finish_time if r.finish_time is not None else now
         return {
             **self.summary(r),

@@ -189,8 +189,9 @@ def register(app: typer.Typer) -> None:
         app_ = create_app(settings, service=service)
         # Requests stay responsive while a long decision runs in another thread.
         sys.setswitchinterval(0.001)
+        # Open dashboard streams must not hold a shutdown up for long.
         uvicorn.run(app_, host=bind, port=settings.port, log_level="warning",
-                    access_log=False)
+                    access_log=False, timeout_graceful_shutdown=3)
 
     @app.command()
     def submit(

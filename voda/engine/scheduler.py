@@ -172,6 +172,9 @@ class Scheduler:
         self.last_plan: Plan | None = None
         self.last_error: Exception | None = None
         self.reschedules = 0
+        # What called for the next decision, and what called for the last one.
+        self._reasons: set[EventKind] = set()
+        self.last_reasons: tuple[EventKind, ...] = ()
 
     # ----- configuration -------------------------------------------------
     def _build_algorithms(self, settings: SchedulerSettings) -> None:
@@ -397,6 +400,8 @@ class Scheduler:
         self._account(now)
         self._dirty = False
         self._last_reschedule = now
+        self.last_reasons = tuple(sorted(self._reasons))
+        self._reasons = set()
         jobs = [
             r.snapshot()
             for r in self.active.values()
@@ -476,6 +481,7 @@ class Scheduler:
 
     def _mark(self, kind: EventKind) -> None:
         self._dirty = True
+        self._reasons.add(kind)
 
     @property
     def dirty(self) -> bool:

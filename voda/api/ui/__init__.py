@@ -1,0 +1,24 @@
+"""The web dashboard served by `voda serve` at /ui (see docs/design/006-dashboard.md)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from voda.web import STATIC_DIR
+
+
+def install(app: FastAPI) -> None:
+    """Add the dashboard's pages, event streams and static files to the app."""
+    from urllib.parse import quote
+
+    from voda.api.ui.routes import router
+    from voda.api.ui.session import LoginRequired
+
+    app.include_router(router)
+    app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
+
+    @app.exception_handler(LoginRequired)
+    async def login_required(_: Request, exc: LoginRequired) -> RedirectResponse:
+        return RedirectResponse(f"/ui/login?next={quote(exc.next_path)}", status_code=303)

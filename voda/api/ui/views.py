@@ -1,0 +1,167 @@
+"""What each dashboard page shows, built from the service's views (plain dicts in, plain
+dicts out: no I/O, no clock beyond the `now` given)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from voda.core.estimate import fit_speed
+from voda.core.model import ActionKind
+
+# History fields that change the allocation, and how the chart marks them.
+ALLOCATION_FIELDS = frozenset(str(k) for k in ActionKind)
+EVENT_LABELS = {
+    str(ActionKind.START): "start",
+    str(ActionKind.SCALE_IN): "rescale",
+    str(ActionKind.SCALE_OUT): "rescale",
+    str(ActionKind.MIGRATE): "migration",
+    str(ActionKind.HALT): "preemption",
+}
+END_STATUSES = frozenset({"Completed", "Failed", "Canceled"})
+PAGE_SIZES = (25, 50, 100, 200)
+
+
+# ----- cluster ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Cell:
+    job: str | None  # None: a free GPU
+    owner: str = ""
+    workers: int = 0
+
+
+def gpu_cells(node: Mapping[str, Any], jobs: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
+    """One cell per GPU of a node: the jobs holding them in name order, then the free ones."""
+    cells: list[Cell] = []
+    for name, count in sorted(node["jobs"].items()):
+        info = jobs.get(name, {})
+        cells.extend([Cell(name, info.get("user", ""), info.get("workers", count))] * count)
+    free = max(0, node["gpus"] - len(cells))
+    return cells[:node["gpus"]] + [Cell(None)] * free
+
+
+def cluster_page(view: Mapping[str, Any], gpu_type: str | None) -> dict[str, Any]:
+    """Nodes grouped spine > leaf (in the cluster's order) for one GPU type or all."""
+    types = [t["gpu_type"] for t in view["gpu_types"]]
+    selected = gpu_type if gpu_type in types else None
+    spines: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    shown_jobs: dict[str, Mapping[str, Any]] = {}
+    for node in view["nodes"]:
+        if selected is not None and node["gpu_type"] != selected:
+            continue
+        cells = gpu_cells(node, view["jobs"])
+        for cell in cells:
+            if cell.job is not None:
+                shown_jobs[cell.job] = view["jobs"].get(cell.job, {})
+        leaves = spines.setdefault(node["spine"], {})
+        leaves.setdefault(node["leaf"], []).append({**node, "cells": cells})
+    summaries = [t for t in view["gpu_types"] if selected is None or t["gpu_type"] == selected]
+    return {
+        "gpu_types": types,
+        "selected": selected,
+        "spines": spines,
+        "summaries": summaries,
+        "legend": sorted(shown_jobs.items()),
+        "last_reschedule": view.get("last_reschedule"),
+        "last_error": view.get("last_error"),
+        "counts": {state: sum(1 for n in view["nodes"] if n["state"] == state)
+                   for state in ("ready", "cordoned", "lost")},
+    }
+
+
+# ----- jobs ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class JobFilters:
+    status: str | None = None
+    gpu_type: str | None = None
+    search: str | None = None
+    page: int = 1
+    per_page: int = 50
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.per_page
+
+    def query(self, **changes: Any) -> dict[str, Any]:
+        """Query parameters of these filters with some changed (for links and streams)."""
+        values = {"status": self.status, "gpu_type": self.gpu_type, "q": self.search,
+                  "page": self.page, "per_page": self.per_page}
+        values.update(changes)
+        return {k: v for k, v in values.items() if v not in (None, "")}
+
+
+def pages(total: int, per_page: int) -> int:
+    return max(1, math.ceil(total / per_page))
+
+
+# ----- a job -----------------------------------------------------------------------------
+def allocation_series(job: Mapping[str, Any], history: Sequence[Mapping[str, Any]],
+                      now: float) -> dict[str, Any]:
+    """GPUs held over time (a step line from submission to the end or now) and the times of
+    starts, rescales, migrations and preemptions, for the allocation chart."""
+    start = job["submit_time"]
+    times, gpus = [start], [0]
+    events: dict[str, list[tuple[float, int]]] = {label: [] for label in
+                                                  dict.fromkeys(EVENT_LABELS.values())}
+    for entry in history:
+        t = entry["time"]
+        if entry["field"] in ALLOCATION_FIELDS:
+            workers = int(entry["new"])
+            label = EVENT_LABELS[entry["field"]]
+        elif entry["field"] == "status" and entry["new"] in END_STATUSES:
+            workers, label = 0, None
+        else:
+            continue
+        times.append(t)
+        gpus.append(workers)
+        if label is not None:
+            events[label].append((t, workers if label != "preemption" else int(entry["old"])))
+    end = job.get("finish_time") or now
+    times.append(max(end, times[-1]))
+    gpus.append(gpus[-1])
+    return {"times": times, "gpus": gpus,
+            "events": {k: v for k, v in events.items() if v}}
+
+
+def speed_series(epoch_time_by_workers: Mapping[Any, float], max_workers: int,
+                 ) -> dict[str, Any]:
+    """Measured epoch times by workers against the fitted model (Amdahl's law, the one the
+    estimates extrapolate with), and the speed-up the scheduler estimates by worker count
+    (voda.core.estimate: the measurements where there are some, interpolated between them,
+    Amdahl beyond), with the measured points on the same scale."""
+    measured = {int(k): float(v) for k, v in epoch_time_by_workers.items()}
+    upto = max([max_workers, *measured]) if measured else max_workers
+    workers = list(range(1, upto + 1))
+    model = fit_speed(measured)
+    reference = model.epoch_time(1)
+    return {
+        "workers": workers,
+        "measured": [measured.get(k) for k in workers],
+        "model": [model.serial + model.parallel / k for k in workers] if model.known else [],
+        "speedup_model": [model.speedup(k) for k in workers],
+        "speedup_measured": [reference / measured[k] if k in measured else None
+                             for k in workers],
+    }
+
+
+def history_rows(history: Sequence[Mapping[str, Any]], limit: int = 200) -> list[dict]:
+    """Newest first, with the change said in words."""
+    rows = []
+    for entry in reversed(history[-limit:]):
+        what = entry["field"]
+        if what in ALLOCATION_FIELDS:
+            text = f"{EVENT_LABELS[what]} ({what}): {entry['old']} → {entry['new']} GPUs"
+        elif entry["old"] is None:
+            text = f"{what}: {entry['new']}"
+        else:
+            text = f"{what}: {entry['old']} → {entry['new']}"
+        rows.append({"time": entry["time"], "kind": EVENT_LABELS.get(what, what), "text": text})
+    return rows
+
+
+# ----- scheduler -------------------------------------------------------------------------
+def latency_chart(histogram: Sequence[tuple[str, int]]) -> dict[str, Any]:
+    return {"labels": [label for label, _ in histogram],
+            "counts": [count for _, count in histogram]}
