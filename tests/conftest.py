@@ -32,6 +32,7 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["browser"]  # a real Chromium for the dashboard and report tests
 _db_counter = itertools.count()
 
 

@@ -1,0 +1,213 @@
+"""The dashboard in a real Chromium against a running `voda serve --backend emulated`.
+
+Each page is loaded, its content checked, a live update awaited without a reload
+(the page keeps a marker set in its window object), and a screenshot saved to
+out/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from browser import screenshot
+from polling import wait_for
+
+from tests.conftest import TOKENS, TOKENS_ENV, ServeProcess, free_port
+
+pytestmark = pytest.mark.slow
+
+CLUSTER = """
+nodes:
+  - {name: a, count: 2, gpus: 4, leaf: rack-a, spine: spine-1}
+  - {name: b, count: 2, gpus: 4, leaf: rack-b, spine: spine-1}
+  - {name: c, count: 2, gpus: 8, gpu_type: a100, leaf: rack-c, spine: spine-2}
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    folder = tmp_path_factory.mktemp("ui")
+    (folder / "cluster.yaml").write_text(CLUSTER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
+    env["VODA_CONFIG"] = str(folder / "no-config.toml")
+    env["VODA_TOKENS"] = TOKENS_ENV
+    port = free_port()
+    process = ServeProcess(
+        url=f"http://127.0.0.1:{port}", port=port,
+        args=["--db", f"sqlite:///{folder / 'voda.db'}", "--cluster", str(folder / "cluster.yaml"),
+              "--time-scale", "30", "--rate-limit", "0.2", "--step-interval", "0.2"],
+        env=env, log_path=folder / "serve.log", tokens=TOKENS)
+    process.start()
+    yield process
+    process.stop()
+
+
+def submit(server: ServeProcess, user: str, name: str, **fields: object) -> str:
+    body = {"name": name, "command": "python train.py", "min": 1, "max": 2, "epochs": 1000,
+            **fields}
+    with server.client(user) as client:
+        answer = client.post("/v1/jobs", json=body)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["name"]
+
+
+def job(server: ServeProcess, user: str, name: str) -> dict:
+    with server.client(user) as client:
+        return client.get(f"/v1/jobs/{name}").json()
+
+
+def login(page, server: ServeProcess, user: str, path: str = "/ui/cluster") -> None:
+    page.goto(f"{server.url}{path}")
+    assert "/ui/login" in page.url
+    page.fill("input[name=token]", TOKENS[user])
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(re.escape(path.split("?")[0])))
+    assert page.inner_text("#user-name").startswith(user)
+
+
+def mark_no_reload(page) -> None:
+    page.evaluate("window.__still_here = true")
+
+
+def not_reloaded(page) -> bool:
+    return page.evaluate("window.__still_here === true")
+
+
+def test_pages_need_a_login_and_a_bad_token_is_refused(server: ServeProcess, page) -> None:
+    page.goto(f"{server.url}/ui/jobs")
+    assert "/ui/login" in page.url and "next=/ui/jobs" in page.url
+    page.fill("input[name=token]", "not-a-token")
+    page.click("button[type=submit]")
+    assert "unknown token" in page.inner_text("#login-error")
+    # Streams and fragments refuse a caller without the cookie; the bearer API is unchanged.
+    assert httpx.get(f"{server.url}/ui/stream/cluster").status_code == 401
+    assert httpx.get(f"{server.url}/v1/jobs").status_code == 401
+    screenshot(page, "login-refused")
+
+
+def test_cluster_page_groups_gpus_by_spine_and_leaf_and_updates_live(
+        server: ServeProcess, page) -> None:
+    mine = submit(server, "alice", "alice-cluster", min=2, max=2)
+    theirs = submit(server, "bob", "bob-cluster", min=3, max=3)
+    wait_for(lambda: job(server, "bob", theirs)["status"] == "Running")
+    login(page, server, "alice")
+    assert page.locator(".spine").count() == 2
+    assert page.locator("[data-leaf=rack-a] .node").count() == 2
+    assert page.locator("[data-node=c-0] .gpu").count() == 8
+    tabs = page.inner_text("#gpu-tabs")
+    assert "a100" in tabs and "default" in tabs
+    cell = page.locator(f".gpu[data-job='{mine}']").first
+    cell.wait_for()
+    assert page.locator(f".gpu[data-job='{mine}']").count() == 2
+    title = cell.get_attribute("title")
+    assert mine in title and "owner alice" in title and "2 workers" in title
+    # Bob's job is anonymous usage for alice: three hatched cells, no name.
+    assert page.locator("#topology .gpu.anon").count() == 3
+    assert theirs not in page.content()
+    assert "fragmentation" in page.inner_text("#cluster-stats")
+
+    mark_no_reload(page)
+    pushed = submit(server, "alice", "alice-live", min=1, max=1)
+    page.locator(f".gpu[data-job='{pushed}']").wait_for(timeout=15000)
+    assert not_reloaded(page)
+    assert page.locator("#live-dot.on").count() == 1
+    screenshot(page, "cluster")
+
+    page.click("#gpu-tabs a[data-gpu-type=a100]")
+    page.wait_for_url(re.compile("gpu_type=a100"))
+    assert page.locator(".node").count() == 2
+    screenshot(page, "cluster-a100")
+
+
+def test_jobs_page_filters_searches_and_pages(server: ServeProcess, page) -> None:
+    for i in range(30):
+        submit(server, "bob", f"bob-batch-{i:02d}", epochs=10_000, priority=1)
+    submit(server, "alice", "alice-needle", epochs=10_000)
+    login(page, server, "bob", "/ui/jobs?per_page=25")
+    total = int(page.inner_text("#job-total b"))
+    assert total >= 31
+    assert "page 1 of 2" in page.inner_text("#page-of")
+    assert page.locator("#jobs-table tbody tr").count() == 25
+    # Bob sees only his jobs.
+    assert "alice-needle" not in page.content()
+    header = page.inner_text("#jobs-table thead")
+    for column in ("owner", "min–max", "priority", "queue", "attained GPU-h",
+                   "remaining (est.)"):
+        assert column in header
+
+    page.click("a[rel=next]")
+    page.wait_for_url(re.compile("page=2"))
+    assert "page 2 of 2" in page.inner_text("#page-of")
+
+    page.goto(f"{server.url}/ui/jobs?per_page=25")
+    mark_no_reload(page)
+    page.fill("input[type=search]", "batch-07")
+    page.locator("#jobs-table tbody tr").first.wait_for()
+    wait_for(lambda: page.locator("#jobs-table tbody tr").count() == 1, timeout=10)
+    assert "bob-batch-07" in page.inner_text("#jobs-table")
+    assert not_reloaded(page)  # filtered in place, and the stream follows the filter
+    page.select_option("select[name=status]", "Completed")
+    wait_for(lambda: "no jobs match" in page.inner_text("#jobs-table"), timeout=10)
+    screenshot(page, "jobs-filtered")
+
+    page.goto(f"{server.url}/ui/jobs?per_page=25&q=bob-batch")
+    mark_no_reload(page)
+    added = submit(server, "bob", "bob-batch-new", epochs=10_000)
+    page.locator(f"tr[data-job='{added}']").wait_for(timeout=15000)
+    assert not_reloaded(page)
+    screenshot(page, "jobs")
+
+
+def test_job_page_draws_its_charts_and_follows_the_job_to_the_end(
+        server: ServeProcess, page) -> None:
+    name = submit(server, "alice", "alice-short", min=1, max=1, epochs=4)
+    login(page, server, "alice", f"/ui/jobs/{name}")
+    for chart in ("allocation-chart", "epoch-chart", "speedup-chart"):
+        page.locator(f"#{chart}[data-drawn='1'] canvas").first.wait_for(timeout=10000)
+    mark_no_reload(page)
+    wait_for(lambda: page.inner_text("#job-status") == "Completed", timeout=30)
+    assert not_reloaded(page)
+    history = page.inner_text("#job-history")
+    assert "start" in history and "Running → Completed" in history
+    page.locator("#allocation-chart[data-drawn='1'] canvas").first.wait_for()
+    screenshot(page, "job")
+    # Another user's job is not found, as in the API.
+    page.context.clear_cookies()
+    login(page, server, "bob", "/ui/jobs")
+    assert page.goto(f"{server.url}/ui/jobs/{name}").status == 404
+
+
+def test_scheduler_page_switches_the_algorithm_for_admins_only(
+        server: ServeProcess, page) -> None:
+    login(page, server, "alice", "/ui/scheduler")
+    assert page.locator("#algorithms form").count() == 0
+    assert "Only administrators" in page.inner_text("#switch-result")
+    page.locator("#latency-chart[data-drawn='1'] canvas").first.wait_for(timeout=10000)
+    cookie = {c["name"]: c["value"] for c in page.context.cookies()}
+    refused = httpx.post(f"{server.url}/ui/scheduler/a100", data={"algorithm": "AFS-L"},
+                         cookies=cookie)
+    assert refused.status_code == 403
+    page.context.clear_cookies()
+
+    login(page, server, "root", "/ui/scheduler")
+    assert page.locator("#decisions tbody tr").count() >= 1
+    mark_no_reload(page)
+    row = page.locator("#algorithms tr[data-gpu-type=a100]")
+    row.locator("select").select_option("AFS-L")
+    row.locator("button").click()
+    page.locator("#switched").wait_for()
+    assert "AFS-L" in row.locator(".algorithm").inner_text()
+    with server.client("root") as client:
+        assert client.get("/v1/schedulers/a100").json()["algorithm"] == "AFS-L"
+    wait_for(lambda: "a100: AFS-L" in page.inner_text("#algorithm-now"), timeout=10)
+    assert not_reloaded(page)
+    # A form posted from another site is refused even with the cookie.
+    cookie = {c["name"]: c["value"] for c in page.context.cookies()}
+    forged = httpx.post(f"{server.url}/ui/scheduler/a100", data={"algorithm": "FIFO"},
+                        cookies=cookie, headers={"Origin": "http://evil.example"})
+    assert forged.status_code == 403
+    screenshot(page, "scheduler")

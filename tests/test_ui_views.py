@@ -1,0 +1,120 @@
+"""What the dashboard pages show, from the service's views (no server, no browser)."""
+
+from __future__ import annotations
+
+import pytest
+
+from voda.api.activity import histogram
+from voda.api.service import ANONYMOUS_JOB
+from voda.api.ui import views
+from voda.api.ui.routes import render
+from voda.web.filters import duration, to_json
+
+
+def node(name: str, gpus: int, jobs: dict[str, int], state: str = "ready",
+         leaf: str = "leaf-1", spine: str = "spine", gpu_type: str = "default") -> dict:
+    used = sum(jobs.values())
+    return {"name": name, "gpu_type": gpu_type, "gpus": gpus, "used": used, "free": gpus - used,
+            "leaf": leaf, "spine": spine, "state": state, "jobs": jobs}
+
+
+def cluster_view(nodes: list[dict], jobs: dict[str, dict]) -> dict:
+    types = sorted({n["gpu_type"] for n in nodes})
+    return {"nodes": nodes, "jobs": jobs, "last_reschedule": None, "last_error": None,
+            "gpu_types": [{"gpu_type": t, "total": 8, "used": 2, "free": 6,
+                           "algorithm": "ElasticFIFO", "waiting_jobs": 1, "utilization": 0.25,
+                           "fragmentation": 0.5} for t in types]}
+
+
+def test_a_node_shows_one_cell_per_gpu_jobs_first_then_free() -> None:
+    cells = views.gpu_cells(node("n", 4, {"b": 1, "a": 2}), {"a": {"user": "u", "workers": 3}})
+    assert [c.job for c in cells] == ["a", "a", "b", None]
+    assert cells[0].owner == "u" and cells[0].workers == 3
+
+
+def test_nodes_are_grouped_by_spine_then_leaf_and_filtered_by_gpu_type() -> None:
+    view = cluster_view([node("n1", 4, {}, leaf="l1", spine="s1"),
+                         node("n2", 4, {}, leaf="l2", spine="s1"),
+                         node("n3", 8, {}, leaf="l3", spine="s2", gpu_type="a100")], {})
+    page = views.cluster_page(view, None)
+    assert {s: list(leaves) for s, leaves in page["spines"].items()} == {
+        "s1": ["l1", "l2"], "s2": ["l3"]}
+    only = views.cluster_page(view, "a100")
+    assert list(only["spines"]) == ["s2"] and only["selected"] == "a100"
+    assert views.cluster_page(view, "unknown")["selected"] is None
+
+
+def test_cordoned_and_lost_nodes_and_anonymous_usage_are_marked() -> None:
+    view = cluster_view([node("ok", 4, {"mine": 1, ANONYMOUS_JOB: 2}),
+                         node("drained", 4, {}, state="cordoned"),
+                         node("gone", 4, {}, state="lost")],
+                        {"mine": {"user": "alice", "workers": 1, "status": "Running"}})
+    html = render("_cluster.html", anonymous=ANONYMOUS_JOB, **views.cluster_page(view, None))
+    assert 'class="node cordoned" data-node="drained"' in html
+    assert 'class="node lost" data-node="gone"' in html
+    assert '<span class="badge cordoned">cordoned</span>' in html
+    assert html.count('class="gpu anon"') == 2
+    assert "mine · owner alice · 1 workers" in html
+    assert "1 cordoned · 1 lost" in html
+
+
+def test_allocation_series_steps_through_starts_rescales_migrations_and_preemptions() -> None:
+    job = {"submit_time": 100.0, "finish_time": 200.0}
+    history = [
+        {"time": 100.0, "field": "status", "old": None, "new": "Submitted"},
+        {"time": 110.0, "field": "start", "old": "0", "new": "2"},
+        {"time": 120.0, "field": "scale-out", "old": "2", "new": "4"},
+        {"time": 130.0, "field": "migrate", "old": "4", "new": "4"},
+        {"time": 140.0, "field": "halt", "old": "4", "new": "0"},
+        {"time": 150.0, "field": "priority", "old": "1", "new": "0"},
+        {"time": 160.0, "field": "start", "old": "0", "new": "1"},
+        {"time": 200.0, "field": "status", "old": "Running", "new": "Completed"},
+    ]
+    series = views.allocation_series(job, history, now=999.0)
+    assert series["times"] == [100.0, 110.0, 120.0, 130.0, 140.0, 160.0, 200.0, 200.0]
+    assert series["gpus"] == [0, 2, 4, 4, 0, 1, 0, 0]
+    assert series["events"] == {"start": [(110.0, 2), (160.0, 1)], "rescale": [(120.0, 4)],
+                                "migration": [(130.0, 4)], "preemption": [(140.0, 4)]}
+
+
+def test_a_running_job_is_drawn_up_to_now() -> None:
+    series = views.allocation_series({"submit_time": 0.0, "finish_time": None},
+                                     [{"time": 5.0, "field": "start", "old": "0", "new": "3"}],
+                                     now=50.0)
+    assert series["times"][-1] == 50.0 and series["gpus"][-1] == 3
+
+
+def test_speed_series_puts_measurements_beside_the_model() -> None:
+    speed = views.speed_series({1: 100.0, 2: 60.0, "4": 40.0}, max_workers=6)
+    assert speed["workers"] == [1, 2, 3, 4, 5, 6]
+    assert speed["measured"] == [100.0, 60.0, None, 40.0, None, None]
+    # Amdahl's law fitted to the measurements: decreasing epoch time, a speed-up that grows.
+    assert all(a > b for a, b in zip(speed["model"], speed["model"][1:], strict=False))
+    assert speed["speedup_model"][0] == pytest.approx(1.0)
+    assert speed["speedup_measured"][1] == pytest.approx(100.0 / 60.0)
+    unknown = views.speed_series({}, max_workers=3)
+    assert unknown["model"] == [] and unknown["speedup_model"] == [1.0, 2.0, 3.0]
+
+
+def test_history_rows_are_newest_first_and_in_words() -> None:
+    rows = views.history_rows([{"time": 1.0, "field": "start", "old": "0", "new": "2"},
+                               {"time": 2.0, "field": "priority", "old": "1", "new": "0"}])
+    assert [r["text"] for r in rows] == ["priority: 1 → 0", "start (start): 0 → 2 GPUs"]
+
+
+def test_latency_histogram_buckets() -> None:
+    counts = dict(histogram([0.0001, 0.001, 0.002, 5.0], (0.001, 0.01)))
+    assert counts == {"1": 2, "10": 1, ">10": 1}
+
+
+def test_json_in_a_page_cannot_close_its_script_element() -> None:
+    text = str(to_json({"name": "</script><script>alert(1)</script>"}))
+    assert "</script>" not in text
+    with pytest.raises(ValueError):
+        to_json({"x": float("nan")})
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(None, "-"), (59, "59s"), (185, "3m05s"),
+                                               (7300, "2h01m"), (200000, "2d07h")])
+def test_durations(seconds: float | None, text: str) -> None:
+    assert duration(seconds) == text
