@@ -135,7 +135,7 @@ def test_jobs_page_filters_searches_and_pages(server: ServeProcess, page) -> Non
     # Bob sees only his jobs.
     assert "alice-needle" not in page.content()
     header = page.inner_text("#jobs-table thead")
-    for column in ("owner", "min–max", "priority", "queue", "attained GPU-h",
+    for column in ("owner", "min\u2013max", "priority", "queue", "attained GPU-h",
                    "remaining (est.)"):
         assert column in header
 
