@@ -59,6 +59,8 @@ def run_simulation(
     layout_speed: str = "actual",
     jitter: float = 0.0,
     seed: int = 0,
+    report: str | None = None,
+    report_job: str | None = None,
 ) -> list[SimResult]:
     from voda.sim.cluster_file import ClusterFileError
     from voda.sim.compare import RunRequest, check_request, run_many, run_one
@@ -75,6 +77,11 @@ def run_simulation(
     except (WorkloadError, ClusterFileError, ProfileError, registry.UnknownAlgorithm,
             ValueError) as exc:
         _fail(str(exc))
+    if report_job is not None:
+        from voda.sim.workloads import load_workload
+
+        if report_job not in {j.name for j in load_workload(workload, rigid=rigid).jobs}:
+            _fail(f"report-job: no job {report_job!r} in the workload {workload}")
     err = Console(stderr=True)
     show = not as_json and sys.stderr.isatty()
     columns = (TextColumn("{task.description}"), BarColumn(),
@@ -86,6 +93,13 @@ def run_simulation(
         else:
             task = bar.add_task(f"simulating {len(requests)} algorithms", total=len(requests))
             results = run_many(requests, done=lambda _r, _res: bar.advance(task))
+    if report:
+        from voda.sim.html_report import write_report
+
+        try:
+            path = write_report(results, report, report_settings(requests), report_job)
+        except OSError as exc:
+            _fail(f"report: cannot write to {report}: {exc}")
     if plot:
         from voda.sim.plots import write_plots
 
@@ -102,7 +116,40 @@ def run_simulation(
         out.print(results_table(results))
         if plot:
             out.print(f"plots written to {plot}", soft_wrap=True)
+        if report:
+            out.print(f"report written to {path}", soft_wrap=True)
     return results
+
+
+def report_settings(requests: list[Any]) -> dict[str, Any]:
+    """What produced a simulation, as the report shows it: the request and the settings
+    in effect (the preset's and the defaults resolved)."""
+    import platform
+    import shlex
+
+    from voda import __version__
+    from voda.sim.compare import settings_for
+
+    first = requests[0]
+    effective = settings_for(first)
+    return {
+        "command": shlex.join(["voda", *sys.argv[1:]]) if sys.argv[1:] else "-",
+        "workload": first.workload,
+        "cluster": first.cluster,
+        "algorithms": ", ".join(r.algorithm for r in requests),
+        "rigid": first.rigid,
+        "preset": first.preset or "-",
+        "placement": effective.placement if isinstance(effective.placement, str) else
+        type(effective.placement).__name__,
+        "restart penalty (s)": effective.penalty,
+        "rescheduling interval (s)": effective.interval,
+        "fixed rounds": effective.fixed_rounds,
+        "layout speed": first.layout_speed,
+        "arrival jitter (s)": first.jitter,
+        "seed": first.seed,
+        "voda": __version__,
+        "python": platform.python_version(),
+    }
 
 
 def _json_ready(d: dict[str, Any]) -> dict[str, Any]:
@@ -143,7 +190,15 @@ def register(app: typer.Typer) -> None:
                                      help="Move each arrival by up to this many seconds, "
                                           "earlier or later (uniform, see --seed)."),
         seed: int = typer.Option(0, "--seed", help="Random seed of --jitter."),
+        report: str | None = typer.Option(None, "--report",
+                                          help="Write a self-contained HTML report "
+                                               "(DIR/index.html) to this directory."),
+        report_job: str | None = typer.Option(None, "--report-job",
+                                              help="The job the report's timeline shows "
+                                                   "first."),
     ) -> None:
         """Simulate a workload on a cluster with one or all allocation algorithms."""
+        if report_job is not None and not report:
+            _fail("report-job: needs --report DIR")
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
-                       as_json, plot, layout_speed, jitter, seed)
+                       as_json, plot, layout_speed, jitter, seed, report, report_job)
