@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# PostgreSQL binaries from Debian's packages; the tests start a throwaway server themselves.
+# PostgreSQL binaries, promtool and Chromium from Debian's packages; the tests start a
+# throwaway PostgreSQL server themselves and drive Chromium with Playwright.
 postgres-server:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || \
 		{ echo "installing PostgreSQL (Debian package)"; \
@@ -25,6 +26,11 @@ postgres-server:
 		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
 		  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
 		  || echo "could not install promtool: the metrics test will fail"; }
+	@command -v chromium >/dev/null 2>&1 || \
+		{ echo "installing Chromium (Debian package chromium) for the dashboard tests"; \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+		  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
+		  || echo "could not install Chromium: the dashboard and report tests will fail"; }
 
 demo: $(STAMP)
 	$(VENV)/bin/voda demo

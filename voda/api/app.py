@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 
 from voda.api import ui
 from voda.api.backends import create_backend
+from voda.api.http_metrics import RequestTimer
 from voda.api.routes import router
 from voda.api.service import NotFound, Service
 from voda.backends.base import Backend
@@ -62,7 +63,15 @@ def create_app(settings: ServerSettings, backend: Backend | None = None,
     app.include_router(router)
     _error_handlers(app)
     ui.install(app)
+    app.add_middleware(RequestTimer, observe=lambda *a: _observe_request(app, *a))
     return app
+
+
+def _observe_request(app: FastAPI, method: str, route: str, status: int,
+                     seconds: float) -> None:
+    service = getattr(app.state, "service", None)
+    if service is not None:
+        service.metrics.request(method, route, status, seconds)
 
 
 def _body(error: str, errors: list[dict[str, str]] | None = None, **extra: Any) -> dict:

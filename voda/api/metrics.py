@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from voda.core.model import Cluster, JobStatus, Plan
+from voda.core.model import ActionKind, Cluster, JobStatus, Plan
 from voda.core.placement.metrics import fragmentation_ratio
 from voda.core.plan import moved_workers
 from voda.engine.scheduler import JobRecord
@@ -53,6 +53,29 @@ class ServiceMetrics:
             "voda_fragmentation_ratio",
             "Share of free GPUs that waiting jobs cannot use because of how they are scattered.",
             label, registry=r)
+        self.waiting_fitting = Gauge(
+            "voda_jobs_waiting_fitting",
+            "Waiting jobs whose minimum fits in the free GPUs of their type (GPUs idle while "
+            "they wait).", label, registry=r)
+        self.actions = Counter(
+            "voda_job_actions", "Actions applied to jobs: start, scale-in, scale-out, migrate "
+            "and halt (a preemption).", ["gpu_type", "action"], registry=r)
+        self.last_step = Gauge(
+            "voda_scheduler_last_step_timestamp_seconds",
+            "When the scheduling loop last finished a step (Unix time).", registry=r)
+        self.step_failures = Counter(
+            "voda_scheduler_step_failures", "Scheduling steps that raised an error.", registry=r)
+        self.store_writes = Counter(
+            "voda_store_writes", "Transactions committed to the store.", registry=r)
+        self.store_write_failures = Counter(
+            "voda_store_write_failures", "Store transactions that failed.", registry=r)
+        self.store_write_seconds = Histogram(
+            "voda_store_write_duration_seconds", "Time to commit one group of changes.",
+            buckets=DURATION_BUCKETS, registry=r)
+        self.http_seconds = Histogram(
+            "voda_http_request_duration_seconds",
+            "Time to answer an HTTP request, by route (its path template) and status class.",
+            ["method", "route", "status"], buckets=DURATION_BUCKETS, registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -72,17 +95,43 @@ class ServiceMetrics:
         for gpu_type in cluster.gpu_types():
             self.reschedules.labels(gpu_type).inc()
         for action in plan.actions:
+            gpu_type = gpu_types.get(action.job, "")
+            self.actions.labels(gpu_type, str(action.kind)).inc()
             moved = moved_workers(action.old, action.new)
             if moved:
-                self.migrated.labels(gpu_types.get(action.job, "")).inc(moved)
+                self.migrated.labels(gpu_type).inc(moved)
         self.reschedule_seconds.observe(seconds)
         self.placement_seconds.observe(placement_seconds)
         self.allocation_seconds.observe(max(0.0, decide_seconds - placement_seconds))
+
+    def _zero_counters(self, gpu_types: Sequence[str]) -> None:
+        """Every counter series exists from the start, at 0, so rate() and increase() see
+        the first event."""
+        for gpu_type in gpu_types:
+            for counter in (self.created, self.deleted, self.completed, self.failed,
+                            self.reschedules, self.migrated):
+                counter.labels(gpu_type)
+            for kind in ActionKind:
+                self.actions.labels(gpu_type, str(kind))
+
+    def store_write(self, seconds: float, ok: bool) -> None:
+        self.store_write_seconds.observe(seconds)
+        (self.store_writes if ok else self.store_write_failures).inc()
+
+    def step(self, now: float, ok: bool) -> None:
+        if ok:
+            self.last_step.set(now)
+        else:
+            self.step_failures.inc()
+
+    def request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.http_seconds.labels(method, route, f"{status // 100}xx").observe(seconds)
 
     # ----- state -----------------------------------------------------------------------
     def set_state(self, cluster: Cluster, jobs: Sequence[JobRecord]) -> None:
         """Refresh the gauges from the active jobs and the cluster."""
         types = cluster.gpu_types()
+        self._zero_counters(types)
         counts = {t: {"ready": 0, "waiting": 0, "running": 0, "spanning": 0} for t in types}
         used_by_node: dict[str, int] = {}
         for job in jobs:
@@ -112,6 +161,10 @@ class ServiceMetrics:
             self.gpus_used.labels(gpu_type).set(used)
             self.fragmentation.labels(gpu_type).set(
                 _fragmentation_of(of_type, [j for j in jobs if j.gpu_type == gpu_type]))
+            free = total - used
+            self.waiting_fitting.labels(gpu_type).set(sum(
+                1 for j in jobs if j.gpu_type == gpu_type and j.status is JobStatus.WAITING
+                and j.min_workers <= free))
             domains: dict[str, list[int]] = {}
             for n in nodes:
                 d = domains.setdefault(n.leaf_name, [0, 0])

@@ -323,8 +323,15 @@ class Service:
     # ----- the loop -----------------------------------------------------------------------
     def tick(self, now: float | None = None) -> Plan | None:
         """One scheduling step, then its writes."""
-        return self._mutate(lambda: self.scheduler.step(time.time() if now is None else now),
-                            checkpoint=True)
+        try:
+            plan = self._mutate(
+                lambda: self.scheduler.step(time.time() if now is None else now),
+                checkpoint=True)
+        except Exception:
+            self.metrics.step(time.time(), ok=False)
+            raise
+        self.metrics.step(time.time(), ok=True)
+        return plan
 
     def flush(self) -> None:
         self._mutate(lambda: None)
@@ -729,12 +736,18 @@ class Service:
             if not ticket.done:
                 with self.queue_lock:
                     tickets, self._queue = self._queue, []
+                batches = [t.batch for t in tickets if not t.batch.empty]
+                started = time.perf_counter()
                 try:
-                    self._write([t.batch for t in tickets if not t.batch.empty])
+                    self._write(batches)
                 except Exception as exc:
+                    self.metrics.store_write(time.perf_counter() - started, ok=False)
                     for t in tickets:
                         t.error = exc
                     raise
+                else:
+                    if batches:
+                        self.metrics.store_write(time.perf_counter() - started, ok=True)
                 finally:
                     for t in tickets:
                         t.done = True

@@ -1,0 +1,131 @@
+"""deploy/grafana and deploy/prometheus: every query parses and names only metrics that a
+live `voda serve` exports; the alerting rules pass `promtool check rules`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import promql_parser
+import pytest
+import yaml
+from polling import wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import ROOT, ServeFactory
+
+DASHBOARD = ROOT / "deploy" / "grafana" / "voda-dashboard.json"
+RULES = ROOT / "deploy" / "prometheus" / "rules.yaml"
+# Grafana's variables, replaced by what Grafana would put there.
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "6h", "$gpu_type": ".*"}
+
+
+def dashboard_queries() -> list[str]:
+    board = json.loads(DASHBOARD.read_text())
+    queries = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    for variable in board["templating"]["list"]:
+        query = variable.get("query")
+        if isinstance(query, dict):  # label_values(METRIC, LABEL): the metric is a selector
+            queries.append(query["query"].removeprefix("label_values(").split(",")[0])
+    out = []
+    for q in queries:
+        for name, value in GRAFANA_VARIABLES.items():
+            q = q.replace(name, value)
+        out.append(q)
+    return out
+
+
+def rule_queries() -> list[str]:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [rule["expr"] for group in groups for rule in group["rules"]]
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects (parsed, not pattern-matched)."""
+    names: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            names.add(node.name)
+            return
+        for attribute in ("expr", "lhs", "rhs", "vector_selector", "param"):
+            child = getattr(node, attribute, None)
+            if child is not None:
+                walk(child)
+        for child in getattr(node, "args", None) or ():
+            walk(child)
+
+    walk(promql_parser.parse(expr))
+    return names
+
+
+def live_metric_names(serve: ServeFactory, tmp_path: Path) -> set[str]:
+    server = serve(f"sqlite:///{tmp_path / 'm.db'}", "--cluster", "2x4,1x8:a100",
+                   "--time-scale", "120", "--rate-limit", "0.1", "--step-interval", "0.2")
+    with server.client() as client:
+        for name, gpu_type in (("a", "default"), ("b", "default"), ("c", "a100")):
+            body = {"name": name, "command": "x", "min": 1, "max": 4, "epochs": 2,
+                    "gpu_type": gpu_type}
+            assert client.post("/v1/jobs", json=body).status_code == 201
+        wait_for(lambda: client.get("/v1/jobs", params={"status": "Completed"}).json()["total"]
+                 == 3, timeout=60)
+        text = client.get("/metrics").text
+    names = set()
+    for family in text_string_to_metric_families(text):
+        names.update(sample.name for sample in family.samples)
+    return names
+
+
+def test_every_dashboard_and_rule_query_names_only_exported_metrics(
+        serve: ServeFactory, tmp_path: Path) -> None:
+    names = live_metric_names(serve, tmp_path)
+    queries = dashboard_queries() + rule_queries()
+    assert len(queries) >= 20
+    unknown = {q: metric_names(q) - names for q in queries}
+    assert {q: n for q, n in unknown.items() if n} == {}
+    # What the issue asks the dashboard to show, by the metrics that carry it.
+    used = set().union(*(metric_names(q) for q in dashboard_queries()))
+    for metric in ("voda_jobs_waiting", "voda_gpus_in_use", "voda_job_actions_total",
+                   "voda_workers_migrated_total", "voda_reschedule_duration_seconds_bucket",
+                   "voda_http_request_duration_seconds_bucket", "voda_store_write_failures_total"):
+        assert metric in used
+
+
+def test_a_misspelt_metric_would_be_caught() -> None:
+    assert metric_names('sum by (le) (rate(voda_nope_bucket{a="b"}[5m])) / on() voda_x') == {
+        "voda_nope_bucket", "voda_x"}
+    with pytest.raises(ValueError):
+        promql_parser.parse("sum by (le (voda_x")
+
+
+def test_alerting_rules_pass_promtool() -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is installed by `make test` (Debian package prometheus)"
+    done = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 5 rules found" in done.stdout
+    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    assert {"VodaSchedulerStuck", "VodaStoreWritesFailing", "VodaGPUsIdleWhileJobsWait"} <= alerts
+
+
+def test_the_dashboard_is_grafana_json() -> None:
+    board = json.loads(DASHBOARD.read_text())
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids)) and board["uid"] == "voda-overview"
+    for p in board["panels"]:
+        assert p["datasource"]["uid"] == "${datasource}" and p["targets"]
+
+
+def test_http_answers_are_timed_by_route_template(serve: ServeFactory, tmp_path: Path) -> None:
+    server = serve(f"sqlite:///{tmp_path / 'h.db'}")
+    with server.client() as client:
+        client.get("/v1/jobs/no-such-job")
+        text = client.get("/metrics").text
+    assert ('voda_http_request_duration_seconds_count{method="GET",route="/v1/jobs/{name}",'
+            'status="4xx"} 1.0') in text
+    assert "no-such-job" not in text
+    assert httpx.get(f"{server.url}/healthz").status_code == 200
