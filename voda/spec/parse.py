@@ -3,7 +3,7 @@
 Three forms are accepted:
 
 - the Voda compact spec, a flat mapping (kind absent or `VodaJob`):
-  name, command or image, gpu_type, min, max, preferred, epochs, priority,
+  name, command (a string or a list of arguments) or image, gpu_type, min, max, preferred, epochs, priority,
   placement_strategy, preferred_domain, profile, category;
 - a Kubeflow MPIJob (kubeflow.org/v2beta1);
 - a Kubeflow PyTorchJob (kubeflow.org/v1), elastic through spec.elasticPolicy.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,9 +143,39 @@ def _check_sizes(values: dict[str, Any], names: dict[str, str], errors: list[Fie
 
 # ----- compact --------------------------------------------------------------------
 _COMPACT_INTS = ("min", "max", "preferred", "epochs", "priority")
-_COMPACT_STRS = ("name", "command", "image", "gpu_type", "placement_strategy",
+_COMPACT_STRS = ("name", "image", "gpu_type", "placement_strategy",
                  "preferred_domain", "profile", "category")
-_COMPACT_FIELDS = frozenset({*_COMPACT_INTS, *_COMPACT_STRS, "kind", "apiVersion"})
+_COMPACT_FIELDS = frozenset({*_COMPACT_INTS, *_COMPACT_STRS, "command", "kind", "apiVersion"})
+MAX_COMMAND_ARGS = 1000
+MAX_COMMAND_CHARS = 64 * 1024
+
+
+def _command(value: Any, errors: list[FieldError]) -> str | None:
+    """`command:` as one string (split by the shell's rules) or, as Kubernetes writes it, a
+    list of arguments; a list is kept as the string that splits back into it."""
+    if isinstance(value, str):
+        return _str(value, "command", errors)
+    if not isinstance(value, list) or not value:
+        errors.append(FieldError("command", f"must be a non-empty string or a non-empty list "
+                                 f"of strings, got {value!r}"[:300]))
+        return None
+    if len(value) > MAX_COMMAND_ARGS:
+        errors.append(FieldError("command", f"at most {MAX_COMMAND_ARGS} arguments, got "
+                                 f"{len(value)}"))
+        return None
+    bad = [i for i, part in enumerate(value) if not isinstance(part, str)]
+    for i in bad[:5]:
+        errors.append(FieldError(f"command[{i}]", f"must be a string, got {value[i]!r}"[:300]))
+    if bad:
+        return None
+    if not value[0].strip():
+        errors.append(FieldError("command[0]", "the program must not be empty"))
+        return None
+    joined = shlex.join(value)
+    if len(joined) > MAX_COMMAND_CHARS:
+        errors.append(FieldError("command", f"longer than {MAX_COMMAND_CHARS} characters"))
+        return None
+    return joined
 
 
 def _compact(doc: dict[str, Any]) -> JobSpec:
@@ -154,6 +185,8 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
                                  f"{', '.join(sorted(_COMPACT_FIELDS - {'kind', 'apiVersion'}))}"))
     ints = {k: _int(doc[k], k, errors) for k in _COMPACT_INTS if doc.get(k) is not None}
     strs = {k: _str(doc[k], k, errors) for k in _COMPACT_STRS if doc.get(k) is not None}
+    if doc.get("command") is not None:
+        strs["command"] = _command(doc["command"], errors)
     if "name" not in doc:
         errors.append(FieldError("name", "required"))
     _check_name(strs.get("name"), "name", errors)
