@@ -178,5 +178,5 @@ class ServiceMetrics:
 def _fragmentation_of(cluster: Cluster, jobs: Sequence[JobRecord]) -> float:
     """Free GPUs that no waiting job can use because of how they are scattered, over free GPUs."""
     placement = {j.name: j.placement for j in jobs if j.placement}
-    waiting = [j.snapshot() for j in jobs if j.current_workers == 0]
-    return float(fragmentation_ratio(cluster, placement, waiting))
+    waiting = [j for j in jobs if j.current_workers == 0]  # only min_workers and gpu_type read
+    return float(fragmentation_ratio(cluster, placement, waiting))  # type: ignore[arg-type]

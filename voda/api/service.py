@@ -582,8 +582,10 @@ class Service:
                            if r.gpu_type == t and r.current_workers == 0]
                 of_type = {name: p for name, p in placements.items()
                            if s.jobs[name].gpu_type == t}
-                fragmentation = float(fragmentation_ratio(
-                    s.cluster.of_type(t), of_type, [r.snapshot() for r in waiting]))
+                # It reads only min_workers and gpu_type: the live records will do (a frozen
+                # copy of 10,000 waiting jobs would cost more than the rest of the view).
+                fragmentation = float(fragmentation_ratio(s.cluster.of_type(t), of_type,
+                                                          waiting))  # type: ignore[arg-type]
                 types.append({"gpu_type": t, "total": total, "used": taken,
                               "free": total - taken, "algorithm": self._algorithm_of(t)[0],
                               "waiting_jobs": len(waiting),

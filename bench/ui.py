@@ -1,0 +1,118 @@
+"""How fast the dashboard's pages answer with 10,000 jobs in the service.
+
+    python bench/ui.py [--jobs 10000] [--runs 20]
+
+1. Writes `--jobs` waiting jobs straight into a fresh SQLite store and starts
+   `voda serve` (emulated 4x4 cluster) on it.
+2. For each page (the jobs list at its first and last page, a search, a status
+   filter, the cluster, a job, the scheduler) and for the API's list at the same
+   offset: the median and the 90th percentile of `--runs` full answers over loopback.
+3. In Chromium (Playwright): the median time from navigation to the page's load
+   event and to the first update pushed by its event stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent / "tests"))
+
+from api import Server, stored_jobs  # noqa: E402  (the API benchmark's server and store)
+
+
+def timed(client: httpx.Client, path: str, runs: int) -> tuple[float, float, int]:
+    """(median ms, p90 ms, bytes) of `runs` GETs of `path`."""
+    seconds = []
+    size = 0
+    for _ in range(runs):
+        started = time.perf_counter()
+        answer = client.get(path)
+        seconds.append(time.perf_counter() - started)
+        if answer.status_code != 200:
+            raise SystemExit(f"{path}: {answer.status_code} {answer.text[:300]}")
+        size = len(answer.content)
+    seconds.sort()
+    return (statistics.median(seconds) * 1000, seconds[int(0.9 * (len(seconds) - 1))] * 1000,
+            size)
+
+
+def browser_times(url: str, paths: list[str], runs: int) -> dict[str, tuple[float, float]]:
+    """Median ms to the load event and to the first pushed update, per page."""
+    from browser import CHROMIUM_ARGS, chromium_path
+    from playwright.sync_api import sync_playwright
+
+    out = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(),
+                                             args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.add_init_script("""
+            window.__first_update = null;
+            document.addEventListener('htmx:sseMessage', () => {
+              if (window.__first_update === null) window.__first_update = performance.now();
+            });""")
+        for path in paths:
+            loads, updates = [], []
+            for _ in range(runs):
+                page.goto(url + path, wait_until="load")
+                loads.append(page.evaluate(
+                    "performance.getEntriesByType('navigation')[0].loadEventEnd"))
+                page.wait_for_function("window.__first_update !== null", timeout=15000)
+                updates.append(page.evaluate("window.__first_update"))
+            out[path] = (statistics.median(loads), statistics.median(updates))
+        browser.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--browser-runs", type=int, default=10)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="voda-bench-ui-"))
+    db = f"sqlite:///{folder / 'bench.db'}"
+    stored_jobs(db, args.jobs)
+    server = Server(db, folder / "serve.log")
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            total = client.get("/v1/jobs", params={"limit": 1}).json()["total"]
+            name = client.get("/v1/jobs", params={"limit": 1, "offset": total // 2}
+                              ).json()["items"][0]["name"]
+            last = (total + 49) // 50
+            pages = {
+                "jobs, first page (50 per page)": "/ui/jobs",
+                f"jobs, last page ({last})": f"/ui/jobs?page={last}",
+                "jobs, search 'stored-0999'": "/ui/jobs?q=stored-0999",
+                "jobs, status Running": "/ui/jobs?status=Running",
+                "cluster": "/ui/cluster",
+                "a job": f"/ui/jobs/{name}",
+                "scheduler": "/ui/scheduler",
+                "API list, 50 at the last offset": f"/v1/jobs?limit=50&offset={total - 50}",
+            }
+            print(f"{total} jobs in the service; {args.runs} answers per page over loopback")
+            print(f"{'page':40} {'median ms':>10} {'p90 ms':>8} {'KiB':>6}")
+            for label, path in pages.items():
+                median, p90, size = timed(client, path, args.runs)
+                print(f"{label:40} {median:10.1f} {p90:8.1f} {size / 1024:6.1f}")
+        paths = ["/ui/jobs", f"/ui/jobs?page={last}", "/ui/cluster", f"/ui/jobs/{name}"]
+        print(f"\nin Chromium, median of {args.browser_runs} loads")
+        print(f"{'page':40} {'load event ms':>14} {'first push ms':>14}")
+        for path, (load, update) in browser_times(server.url, paths, args.browser_runs).items():
+            print(f"{path[:40]:40} {load:14.0f} {update:14.0f}")
+    finally:
+        server.kill()
+
+
+if __name__ == "__main__":
+    main()
