@@ -12,16 +12,20 @@ the plan after each event.
 
 from __future__ import annotations
 
-import typer
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
-from voda.backends.memory import InMemoryBackend
-from voda.core.model import Cluster, Job, Plan
-from voda.engine.scheduler import Scheduler, SchedulerSettings
+import typer
+
+if TYPE_CHECKING:  # imported when the demo runs, not when another command does
+    from rich.console import Console
+
+    from voda.core.model import Plan
+    from voda.engine.scheduler import Scheduler
 
 
 def _print_plan(console: Console, title: str, plan: Plan | None, scheduler: Scheduler) -> None:
+    from rich.table import Table
+
     table = Table(title=title, show_lines=False)
     for column in ("job", "min-max", "GPUs", "nodes", "status"):
         table.add_column(column)
@@ -35,6 +39,10 @@ def _print_plan(console: Console, title: str, plan: Plan | None, scheduler: Sche
 
 
 def run_scripted_scenario(console: Console, algorithm: str = "ElasticFIFO") -> Scheduler:
+    from voda.backends.memory import InMemoryBackend
+    from voda.core.model import Cluster, Job
+    from voda.engine.scheduler import Scheduler, SchedulerSettings
+
     backend = InMemoryBackend(list(Cluster.uniform(2, 4).nodes))
     scheduler = Scheduler(backend, SchedulerSettings(algorithm=algorithm, rate_limit_seconds=0))
     script = [
@@ -62,6 +70,8 @@ def register(app: typer.Typer) -> None:
         algorithm: str = typer.Option("ElasticFIFO", help="Algorithm for the local jobs."),
     ) -> None:
         """Simulate workload 1 with all eight algorithms, then run real elastic jobs locally."""
+        from rich.console import Console
+
         console = Console()
         if scripted:
             run_scripted_scenario(console, algorithm)

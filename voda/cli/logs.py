@@ -18,8 +18,6 @@ from pathlib import Path
 
 import typer
 
-from voda.backends.local import LOG_FILE, default_run_dir, job_dir
-
 FOLLOW_POLL_SECONDS = 0.25
 FINAL_LINE = re.compile(rb"^\[voda [^\]]*\] (completed|failed)", re.MULTILINE)
 
@@ -32,6 +30,8 @@ def tail_lines(data: bytes, lines: int) -> bytes:
 
 
 def log_file(name: str, run_dir: Path | None) -> Path:
+    from voda.backends.local import LOG_FILE, default_run_dir, job_dir
+
     try:
         return job_dir(run_dir or default_run_dir(), name) / LOG_FILE
     except ValueError as exc:

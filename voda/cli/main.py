@@ -1,19 +1,24 @@
-"""Entry point of the `voda` command. Each command group lives in its own module."""
+"""Entry point of the `voda` command. Each command group lives in its own module.
+
+A command imports what it needs when it runs: the modules below import only typer and
+the standard library at load time, so a client command (submit, jobs, describe, ...)
+does not pay for the scheduler, SciPy, the store or the web framework
+(tests/test_cli_startup.py keeps it so; bench/cli_startup.py measures it).
+"""
 
 from __future__ import annotations
 
 import typer
 
-from voda.cli import demo, logs, plan, service, simulate
+from voda.cli import cluster, demo, jobs, logs, plan, service, simulate
 
 app = typer.Typer(
     name="voda",
     help="Voda: a GPU scheduler for elastic deep-learning training.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
-
 
 
 @app.callback()
@@ -21,7 +26,7 @@ def _root() -> None:
     """Voda: a GPU scheduler for elastic deep-learning training."""
 
 
-for module in (plan, simulate, service, logs, demo):
+for module in (plan, simulate, service, jobs, cluster, logs, demo):
     module.register(app)
 
 

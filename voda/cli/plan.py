@@ -13,11 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-import yaml
-
-from voda.core.allocation import registry
-from voda.core.allocation.base import AllocationRejected, checked_allocate
-from voda.core.jobfile import JobFileError, jobs_from_data
 
 EXIT_REFUSED, EXIT_USAGE = 1, 2
 
@@ -29,6 +24,8 @@ def _die(message: str, code: int) -> NoReturn:
 
 def read_document(path: Path) -> Any:
     """The parsed content of a YAML or JSON file (JSON when the name ends in .json)."""
+    import yaml
+
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -59,15 +56,21 @@ def plan(
     ],
     gpus: Annotated[int, typer.Option("--gpus", min=0, help="GPUs to allocate.")],
     algorithm: Annotated[
-        str, typer.Option("--algorithm", "-a", help="Algorithm name or module:attribute.")
-    ] = registry.DEFAULT_ALGORITHM,
+        str | None, typer.Option("--algorithm", "-a",
+                                 help="Algorithm name or module:attribute (default: "
+                                      "ElasticFIFO).")
+    ] = None,
     params: Annotated[
         str | None, typer.Option("--params", help='Algorithm knobs as JSON, e.g. \'{"a": 1}\'.')
     ] = None,
 ) -> None:
     """Allocate GPUs to the jobs in JOBS_FILE and print {"allocation": {job: GPUs}}."""
+    from voda.core.allocation import registry
+    from voda.core.allocation.base import AllocationRejected, checked_allocate
+    from voda.core.jobfile import JobFileError, jobs_from_data
+
     try:
-        chosen = registry.create(algorithm, _params(params))
+        chosen = registry.create(algorithm or registry.DEFAULT_ALGORITHM, _params(params))
     except registry.UnknownAlgorithm as exc:
         _die(str(exc), EXIT_USAGE)
     except ValueError as exc:

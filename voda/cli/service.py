@@ -1,105 +1,18 @@
-"""`voda serve` and the client commands: a thin httpx client of the REST API.
+"""`voda serve`: the training service (REST API, scheduler, /metrics and the dashboard).
 
-Exit codes: 0 done, 1 refused by the service (bad request, forbidden),
-2 bad usage, 3 service unreachable, 4 not found, 5 service error.
-Every client command takes --url/--token (or VODA_URL/VODA_TOKEN, or the
-[client] table of config.toml) and --json for machine-readable output.
+Everything it needs is imported when it runs, so the other commands do not pay for it.
+The client commands live in voda/cli/jobs.py and voda/cli/cluster.py.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import sys
-import time
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-import httpx
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from voda.config import ConfigError, load_client_settings, load_server_settings
-
-EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_FOUND, EXIT_SERVER = 1, 2, 3, 4, 5
-
-Url = Annotated[str | None, typer.Option("--url", help="Service URL (or VODA_URL).")]
-Token = Annotated[str | None, typer.Option("--token", help="Bearer token (or VODA_TOKEN).")]
-AsJson = Annotated[bool, typer.Option("--json", help="Print the service's JSON answer.")]
-
-
-
-class _Consoles:
-    """Rich consoles made on use, wide when the output is not a terminal (pipes, files)."""
-
-    def __init__(self, stderr: bool) -> None:
-        self.stderr = stderr
-
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        console = Console(stderr=self.stderr)
-        if not console.is_terminal:
-            console = Console(stderr=self.stderr, width=200)
-        console.print(*objects, **kwargs)
-
-
-out = _Consoles(stderr=False)
-err = _Consoles(stderr=True)
-
-
-class Client:
-    def __init__(self, url: str | None, token: str | None) -> None:
-        try:
-            settings = load_client_settings(url, token)
-        except ConfigError as exc:
-            _die(str(exc), EXIT_USAGE)
-        headers = {"Authorization": f"Bearer {settings.token}"} if settings.token else {}
-        self.url = settings.url
-        self.http = httpx.Client(base_url=settings.url, headers=headers, timeout=30.0)
-
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            _die(f"cannot reach the service at {self.url}: {exc}", EXIT_UNREACHABLE)
-        if response.status_code >= 400:
-            try:
-                body = response.json()
-                message = body.get("error") or str(body)
-                if body.get("valid"):
-                    message += f"\nvalid: {', '.join(body['valid'])}"
-            except ValueError:
-                message = response.text[:500]
-            code = (EXIT_NOT_FOUND if response.status_code == 404 else
-                    EXIT_SERVER if response.status_code >= 500 else EXIT_REFUSED)
-            _die(f"error {response.status_code}: {message}", code)
-        return response.json()
-
-
-def _die(message: str, code: int) -> typer.Exit:
-    err.print(f"[red]{message}[/red]", highlight=False)
-    raise typer.Exit(code)
-
-
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def _ago(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return _duration(max(0.0, time.time() - t))
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+from voda.cli.common import EXIT_USAGE, die, err
 
 
 def _is_loopback(host: str) -> bool:
@@ -149,6 +62,7 @@ def register(app: typer.Typer) -> None:
         from voda.api.app import create_app
         from voda.api.backends import backend_names, create_backend
         from voda.api.service import Service
+        from voda.config import ConfigError, load_server_settings
         from voda.core.allocation import registry
 
         try:
@@ -160,12 +74,12 @@ def register(app: typer.Typer) -> None:
                 "placement": placement,
             })
         except ConfigError as exc:
-            _die(str(exc), EXIT_USAGE)
+            die(str(exc), EXIT_USAGE)
         if settings.backend not in backend_names():
-            _die(f"backend: unknown backend {settings.backend!r}; valid names: "
+            die(f"backend: unknown backend {settings.backend!r}; valid names: "
                  f"{', '.join(backend_names())}", EXIT_USAGE)
         if not registry.is_known(settings.algorithm):
-            _die(f"algorithm: unknown algorithm {settings.algorithm!r}; valid names: "
+            die(f"algorithm: unknown algorithm {settings.algorithm!r}; valid names: "
                  f"{', '.join(registry.available())}", EXIT_USAGE)
         bind = settings.host
         if settings.open_access and not _is_loopback(bind):
@@ -178,9 +92,9 @@ def register(app: typer.Typer) -> None:
             service = Service(settings, create_backend(settings))
             service.start()
         except ValueError as exc:
-            _die(str(exc), EXIT_USAGE)
+            die(str(exc), EXIT_USAGE)
         except (SQLAlchemyError, OSError) as exc:
-            _die(f"db: cannot open the store: {' '.join(str(exc).split())[:300]}", EXIT_USAGE)
+            die(f"db: cannot open the store: {' '.join(str(exc).split())[:300]}", EXIT_USAGE)
         cluster = service.scheduler.cluster
         err.print(f"voda serve: backend {settings.backend}, {len(cluster.nodes)} nodes, "
                   f"{cluster.capacity()} GPUs ({', '.join(cluster.gpu_types())}), "
@@ -192,173 +106,3 @@ def register(app: typer.Typer) -> None:
         # Open dashboard streams must not hold a shutdown up for long.
         uvicorn.run(app_, host=bind, port=settings.port, log_level="warning",
                     access_log=False, timeout_graceful_shutdown=3)
-
-    @app.command()
-    def submit(
-        file: Annotated[Path, typer.Option("-f", "--file", help="Job file (YAML or JSON); "
-                                           "- reads standard input.")],
-        url: Url = None, token: Token = None, as_json: AsJson = False,
-    ) -> None:
-        """Submit a job (Voda compact spec, MPIJob or PyTorchJob)."""
-        try:
-            body = sys.stdin.buffer.read() if str(file) == "-" else file.read_bytes()
-        except OSError as exc:
-            _die(f"file: cannot read {file}: {exc.strerror}", EXIT_USAGE)
-        job = Client(url, token).call("POST", "/v1/jobs", content=body,
-                                      headers={"Content-Type": "application/yaml"})
-        if as_json:
-            _print_json(job)
-        else:
-            out.print(f"submitted {job['name']} ({job['status']})", highlight=False)
-
-    @app.command()
-    def jobs(
-        status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
-        gpu_type: Annotated[str | None, typer.Option(help="Only jobs of this GPU type.")] = None,
-        user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
-        limit: Annotated[int, typer.Option(help="Jobs per page.")] = 100,
-        offset: Annotated[int, typer.Option(help="Jobs to skip.")] = 0,
-        url: Url = None, token: Token = None, as_json: AsJson = False,
-    ) -> None:
-        """List jobs."""
-        params = {k: v for k, v in {"status": status, "gpu_type": gpu_type, "user": user,
-                                    "limit": limit, "offset": offset}.items() if v is not None}
-        page = Client(url, token).call("GET", "/v1/jobs", params=params)
-        if as_json:
-            _print_json(page)
-            return
-        table = Table("NAME", "USER", "STATUS", "GPU TYPE", "WORKERS", "MIN-MAX", "PRIORITY",
-                      "EPOCHS", "AGE")
-        for j in page["items"]:
-            table.add_row(j["name"], j["user"], j["status"], j["gpu_type"], str(j["workers"]),
-                          f"{j['min_workers']}-{j['max_workers']}", str(j["priority"]),
-                          f"{j['completed_epochs']:g}/{j['epochs']}", _ago(j["submit_time"]))
-        out.print(table)
-        if page["next_offset"] is not None:
-            out.print(f"{page['total']} jobs; next page: --offset {page['next_offset']}")
-
-    @app.command()
-    def describe(name: str, url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
-        """Show one job: status, placement, attained service, estimates."""
-        job = Client(url, token).call("GET", f"/v1/jobs/{name}")
-        if as_json:
-            _print_json(job)
-            return
-        placement = ", ".join(f"{p['node']}:{p['workers']}" for p in job["placement"]) or "-"
-        rows = [
-            ("Name", job["name"]), ("User", job["user"]), ("Kind", job["kind"]),
-            ("Status", job["status"]), ("GPU type", job["gpu_type"]),
-            ("Workers", f"{job['workers']} (min {job['min_workers']}, max {job['max_workers']})"),
-            ("Placement", placement), ("Priority", str(job["priority"])),
-            ("Epochs", f"{job['completed_epochs']:g}/{job['epochs']}"),
-            ("Waiting", _duration(job["waiting_seconds"])),
-            ("Running", _duration(job["running_seconds"])),
-            ("Total", _duration(job["total_seconds"])),
-            ("GPU-seconds", f"{job['gpu_seconds']:.0f}"),
-            ("Remaining (est.)", _duration(job["estimated_remaining_seconds"])),
-            ("Speedup", " ".join(f"{k}:{v:.2f}" for k, v in job["speedup"].items())),
-        ]
-        if job.get("failure_reason"):
-            rows.append(("Failure", job["failure_reason"]))
-        table = Table(show_header=False, box=None)
-        for key, value in rows:
-            table.add_row(f"[bold]{key}[/bold]", value)
-        out.print(table)
-
-    @app.command()
-    def delete(
-        names: Annotated[list[str], typer.Argument(help="Jobs to delete.")],
-        url: Url = None, token: Token = None, as_json: AsJson = False,
-    ) -> None:
-        """Delete (cancel) jobs."""
-        client = Client(url, token)
-        done = [client.call("DELETE", f"/v1/jobs/{name}") for name in names]
-        if as_json:
-            _print_json(done)
-        else:
-            for job in done:
-                out.print(f"deleted {job['name']} ({job['status']})", highlight=False)
-
-    @app.command()
-    def priority(
-        name: str,
-        value: Annotated[int, typer.Argument(help="New priority; 0 is the highest.")],
-        url: Url = None, token: Token = None, as_json: AsJson = False,
-    ) -> None:
-        """Change a job's priority."""
-        job = Client(url, token).call("PATCH", f"/v1/jobs/{name}", json={"priority": value})
-        if as_json:
-            _print_json(job)
-        else:
-            out.print(f"{job['name']}: priority {job['priority']}", highlight=False)
-
-    @app.command("cluster")
-    def cluster_(url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
-        """Show nodes, GPUs per type and the plan in force."""
-        view = Client(url, token).call("GET", "/v1/cluster")
-        if as_json:
-            _print_json(view)
-            return
-        types = Table("GPU TYPE", "TOTAL", "USED", "FREE", "ALGORITHM")
-        for t in view["gpu_types"]:
-            types.add_row(t["gpu_type"], str(t["total"]), str(t["used"]), str(t["free"]),
-                          t["algorithm"])
-        out.print(types)
-        nodes = Table("NODE", "GPU TYPE", "GPUS", "USED", "JOBS")
-        for n in view["nodes"]:
-            jobs_ = ", ".join(f"{j}:{c}" for j, c in n["jobs"].items()) or "-"
-            nodes.add_row(n["name"], n["gpu_type"], str(n["gpus"]), str(n["used"]), jobs_)
-        out.print(nodes)
-
-    algorithm_app = typer.Typer(help="Show or switch the allocation algorithm of a GPU type.",
-                                no_args_is_help=True)
-
-    @algorithm_app.command("set")
-    def algorithm_set(
-        name: Annotated[str, typer.Argument(help="Algorithm name, e.g. ElasticTiresias.")],
-        gpu_type: Annotated[str, typer.Option(help="GPU type it schedules.")] = "default",
-        param: Annotated[list[str] | None, typer.Option(
-            help="Algorithm parameter KEY=VALUE (VALUE read as JSON when it parses).")] = None,
-        rate_limit: Annotated[float | None, typer.Option(
-            help="Seconds between reschedulings at most (all GPU types).")] = None,
-        url: Url = None, token: Token = None, as_json: AsJson = False,
-    ) -> None:
-        """Switch the algorithm of a GPU type; an unknown name changes nothing."""
-        params: dict[str, Any] | None = None
-        if param:
-            params = {}
-            for item in param:
-                key, sep, raw = item.partition("=")
-                if not sep or not key:
-                    _die(f"param: expected KEY=VALUE, got {item!r}", EXIT_USAGE)
-                try:
-                    params[key] = json.loads(raw)
-                except ValueError:
-                    params[key] = raw
-        body: dict[str, Any] = {"algorithm": name}
-        if params is not None:
-            body["params"] = params
-        if rate_limit is not None:
-            body["rate_limit_seconds"] = rate_limit
-        view = Client(url, token).call("PUT", f"/v1/schedulers/{gpu_type}", json=body)
-        if as_json:
-            _print_json(view)
-        else:
-            out.print(f"{view['gpu_type']}: {view['algorithm']} (rate limit "
-                      f"{view['rate_limit_seconds']:g} s)", highlight=False)
-
-    @algorithm_app.command("get")
-    def algorithm_get(
-        gpu_type: Annotated[str, typer.Option(help="GPU type.")] = "default",
-        url: Url = None, token: Token = None, as_json: AsJson = False,
-    ) -> None:
-        """Show the algorithm of a GPU type and the valid names."""
-        view = Client(url, token).call("GET", f"/v1/schedulers/{gpu_type}")
-        if as_json:
-            _print_json(view)
-        else:
-            out.print(f"{view['gpu_type']}: {view['algorithm']} {view['params'] or ''} (rate "
-                      f"limit {view['rate_limit_seconds']:g} s)\nvalid: "
-                      f"{', '.join(view['valid_algorithms'])}", highlight=False)
-
-    app.add_typer(algorithm_app, name="algorithm")

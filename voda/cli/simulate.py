@@ -8,13 +8,10 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from voda.core.allocation import registry
 
 if TYPE_CHECKING:  # the simulator loads numpy and scipy: only when a simulation runs
+    from rich.table import Table
+
     from voda.sim.report import SimResult
 
 ALL = "all"
@@ -26,6 +23,8 @@ def _fmt(x: float, digits: int = 0) -> str:
 
 def results_table(results: list[SimResult]) -> Table:
     """One row per algorithm; narrow enough for an 80-column terminal."""
+    from rich.table import Table
+
     table = Table(title="JCT and makespan in seconds", box=None, padding=(0, 1),
                   collapse_padding=True, pad_edge=False, header_style="bold")
     table.add_column("algorithm", no_wrap=True)
@@ -41,6 +40,8 @@ def results_table(results: list[SimResult]) -> Table:
 
 
 def _fail(message: str) -> None:
+    from rich.console import Console
+
     Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
@@ -62,6 +63,10 @@ def run_simulation(
     report: str | None = None,
     report_job: str | None = None,
 ) -> list[SimResult]:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from voda.core.allocation import registry
     from voda.sim.cluster_file import ClusterFileError
     from voda.sim.compare import RunRequest, check_request, run_many, run_one
     from voda.sim.profiles import ProfileError
@@ -165,8 +170,9 @@ def register(app: typer.Typer) -> None:
                                           " or a built-in name: workload-1..4, philly."),
         cluster: str = typer.Option("16x4", "--cluster", "-c",
                                     help="NODESxGPUS (e.g. 16x4) or a cluster YAML file."),
-        algorithm: str = typer.Option(registry.DEFAULT_ALGORITHM, "--algorithm", "-a",
-                                      help="Allocation algorithm, or 'all' for all eight."),
+        algorithm: str | None = typer.Option(None, "--algorithm", "-a",
+                                             help="Allocation algorithm (default: ElasticFIFO),"
+                                                  " or 'all' for all eight."),
         rigid: bool = typer.Option(False, "--rigid",
                                    help="Every job at exactly its requested GPUs and batch."),
         preset: str | None = typer.Option(None, "--preset",
@@ -198,6 +204,10 @@ def register(app: typer.Typer) -> None:
                                                    "first."),
     ) -> None:
         """Simulate a workload on a cluster with one or all allocation algorithms."""
+        if algorithm is None:
+            from voda.core.allocation.registry import DEFAULT_ALGORITHM
+
+            algorithm = DEFAULT_ALGORITHM
         if report_job is not None and not report:
             _fail("report-job: needs --report DIR")
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,

@@ -3,8 +3,8 @@
 Three forms are accepted:
 
 - the Voda compact spec, a flat mapping (kind absent or `VodaJob`):
-  name, command (a string or a list of arguments) or image, gpu_type, min, max, preferred, epochs, priority,
-  placement_strategy, preferred_domain, profile, category;
+  name, command (a string or a list of arguments) or image, gpu_type, min, max,
+  preferred, epochs, priority, placement_strategy, preferred_domain, profile, category;
 - a Kubeflow MPIJob (kubeflow.org/v2beta1);
 - a Kubeflow PyTorchJob (kubeflow.org/v1), elastic through spec.elasticPolicy.
 

@@ -1,0 +1,173 @@
+"""`voda cluster | top | algorithm`: the cluster and its schedulers, through the REST API."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Annotated, Any
+
+import typer
+
+from voda.cli.client import Client, segment
+from voda.cli.common import EXIT_USAGE, AsJson, Token, Url, die, out, print_json
+
+ANONYMOUS = "(other users)"  # how the service shows other users' jobs (voda.api.service)
+JOB_COLORS = ("red", "green", "yellow", "blue", "magenta", "cyan", "bright_red",
+              "bright_green", "bright_yellow", "bright_blue", "bright_magenta", "bright_cyan")
+
+
+def job_color(name: str) -> str:
+    digest = hashlib.blake2s(name.encode(), digest_size=2).digest()
+    return JOB_COLORS[int.from_bytes(digest, "big") % len(JOB_COLORS)]
+
+
+def gpu_cells(node: dict[str, Any]) -> Any:
+    """One block per GPU, coloured by the job holding it (hatched for other users')."""
+    from rich.text import Text
+
+    cells = Text()
+    taken = 0
+    for name, count in sorted(node["jobs"].items()):
+        style = "grey50" if name == ANONYMOUS else job_color(name)
+        cells.append("▒" * count if name == ANONYMOUS else "█" * count, style=style)
+        taken += count
+    cells.append("·" * max(0, node["gpus"] - taken), style="grey35")
+    return cells
+
+
+def cluster_screen(view: dict[str, Any]) -> Any:
+    """What `voda top` draws: GPU types, then nodes by spine and leaf, then the jobs."""
+    from rich.console import Group
+    from rich.table import Table
+
+    types = Table("GPU TYPE", "USED", "UTILIZATION", "FRAGMENTATION", "WAITING", "ALGORITHM",
+                  title="GPU types", title_justify="left")
+    for t in view["gpu_types"]:
+        types.add_row(t["gpu_type"], f"{t['used']}/{t['total']}",
+                      f"{t.get('utilization', 0):.0%}", f"{t.get('fragmentation', 0):.0%}",
+                      str(t.get("waiting_jobs", "-")), t["algorithm"])
+    nodes = Table("SPINE", "LEAF", "NODE", "TYPE", "GPUS", "STATE", title="Nodes",
+                  title_justify="left")
+    for n in sorted(view["nodes"], key=lambda n: (n.get("spine", ""), n["leaf"])):
+        state = n.get("state", "ready")
+        nodes.add_row(n.get("spine", "-"), n["leaf"], n["name"], n["gpu_type"], gpu_cells(n),
+                      state if state == "ready" else f"[bold red]{state}[/]")
+    jobs = Table("", "JOB", "USER", "GPUS", title="Jobs holding GPUs", title_justify="left")
+    for name, info in sorted(view.get("jobs", {}).items()):
+        jobs.add_row(f"[{job_color(name)}]█[/]", name, info["user"], str(info["workers"]))
+    return Group(types, nodes, jobs)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("cluster")
+    def cluster_(url: Url = None, token: Token = None, as_json: AsJson = False) -> None:
+        """Show nodes, GPUs per type and the plan in force."""
+        view = Client(url, token).call("GET", "/v1/cluster")
+        if as_json:
+            print_json(view)
+            return
+        from rich.table import Table
+
+        types = Table("GPU TYPE", "TOTAL", "USED", "FREE", "ALGORITHM")
+        for t in view["gpu_types"]:
+            types.add_row(t["gpu_type"], str(t["total"]), str(t["used"]), str(t["free"]),
+                          t["algorithm"])
+        out.print(types)
+        nodes = Table("NODE", "GPU TYPE", "GPUS", "USED", "STATE", "JOBS")
+        for n in view["nodes"]:
+            jobs_ = ", ".join(f"{j}:{c}" for j, c in n["jobs"].items()) or "-"
+            nodes.add_row(n["name"], n["gpu_type"], str(n["gpus"]), str(n["used"]),
+                          n.get("state", "ready"), jobs_)
+        out.print(nodes)
+
+    @app.command()
+    def top(
+        interval: Annotated[float, typer.Option(help="Seconds between redraws.",
+                                                min=0.2)] = 2.0,
+        once: Annotated[bool, typer.Option(help="Draw once and exit.")] = False,
+        url: Url = None, token: Token = None,
+    ) -> None:
+        """A live view of the cluster: every node's GPUs coloured by job, until Ctrl-C."""
+        from rich.live import Live
+
+        client = Client(url, token)
+        console = out.console()
+
+        def render() -> Any:
+            view = client.call("GET", "/v1/cluster")
+            screen = cluster_screen(view)
+            screen.renderables.append(f"[dim]{time.strftime('%H:%M:%S')} · every "
+                                      f"{interval:g} s · Ctrl-C to stop[/]")
+            return screen
+
+        if once or not console.is_terminal:
+            console.print(render())
+            if once:
+                return
+        try:
+            if console.is_terminal:
+                with Live(render(), console=console, auto_refresh=False, screen=True) as live:
+                    while True:
+                        time.sleep(interval)
+                        live.update(render(), refresh=True)
+            else:
+                while True:
+                    time.sleep(interval)
+                    console.print(render())
+        except KeyboardInterrupt:
+            raise typer.Exit(0) from None
+
+    algorithm_app = typer.Typer(help="Show or switch the allocation algorithm of a GPU type.",
+                                no_args_is_help=True)
+
+    @algorithm_app.command("set")
+    def algorithm_set(
+        name: Annotated[str, typer.Argument(help="Algorithm name, e.g. ElasticTiresias.")],
+        gpu_type: Annotated[str, typer.Option(help="GPU type it schedules.")] = "default",
+        param: Annotated[list[str] | None, typer.Option(
+            help="Algorithm parameter KEY=VALUE (VALUE read as JSON when it parses).")] = None,
+        rate_limit: Annotated[float | None, typer.Option(
+            help="Seconds between reschedulings at most (all GPU types).")] = None,
+        url: Url = None, token: Token = None, as_json: AsJson = False,
+    ) -> None:
+        """Switch the algorithm of a GPU type; an unknown name changes nothing."""
+        params: dict[str, Any] | None = None
+        if param:
+            params = {}
+            for item in param:
+                key, sep, raw = item.partition("=")
+                if not sep or not key:
+                    die(f"param: expected KEY=VALUE, got {item!r}", EXIT_USAGE)
+                try:
+                    params[key] = json.loads(raw)
+                except ValueError:
+                    params[key] = raw
+        body: dict[str, Any] = {"algorithm": name}
+        if params is not None:
+            body["params"] = params
+        if rate_limit is not None:
+            body["rate_limit_seconds"] = rate_limit
+        view = Client(url, token).call("PUT", f"/v1/schedulers/{segment(gpu_type)}",
+                                       json_body=body)
+        if as_json:
+            print_json(view)
+        else:
+            out.print(f"{view['gpu_type']}: {view['algorithm']} (rate limit "
+                      f"{view['rate_limit_seconds']:g} s)", highlight=False)
+
+    @algorithm_app.command("get")
+    def algorithm_get(
+        gpu_type: Annotated[str, typer.Option(help="GPU type.")] = "default",
+        url: Url = None, token: Token = None, as_json: AsJson = False,
+    ) -> None:
+        """Show the algorithm of a GPU type and the valid names."""
+        view = Client(url, token).call("GET", f"/v1/schedulers/{segment(gpu_type)}")
+        if as_json:
+            print_json(view)
+        else:
+            out.print(f"{view['gpu_type']}: {view['algorithm']} {view['params'] or ''} (rate "
+                      f"limit {view['rate_limit_seconds']:g} s)\nvalid: "
+                      f"{', '.join(view['valid_algorithms'])}", highlight=False)
+
+    app.add_typer(algorithm_app, name="algorithm")

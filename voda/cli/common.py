@@ -1,0 +1,69 @@
+"""What every client command shares: options, exit codes, output, errors.
+
+Kept light on purpose: importing it (and typer) is all a client command pays before it
+runs, so rich is imported only when something is printed with it.
+
+Exit codes: 0 done, 1 refused by the service (bad request, forbidden), 2 bad usage,
+3 service unreachable, 4 not found, 5 service error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_FOUND, EXIT_SERVER = 1, 2, 3, 4, 5
+
+Url = Annotated[str | None, typer.Option("--url", help="Service URL (or VODA_URL).")]
+Token = Annotated[str | None, typer.Option("--token", help="Bearer token (or VODA_TOKEN).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the service's JSON answer.")]
+
+
+class Consoles:
+    """Rich consoles made on use, wide when the output is not a terminal (pipes, files)."""
+
+    def __init__(self, stderr: bool) -> None:
+        self.stderr = stderr
+
+    def console(self) -> Any:
+        from rich.console import Console
+
+        console = Console(stderr=self.stderr)
+        if not console.is_terminal:
+            console = Console(stderr=self.stderr, width=200)
+        return console
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        self.console().print(*objects, **kwargs)
+
+
+out = Consoles(stderr=False)
+err = Consoles(stderr=True)
+
+
+def die(message: str, code: int) -> NoReturn:
+    sys.stderr.write(f"{message}\n")
+    raise typer.Exit(code)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def ago(t: float | None) -> str:
+    return "-" if t is None else duration(max(0.0, time.time() - t))

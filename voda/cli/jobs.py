@@ -1,0 +1,192 @@
+"""`voda submit | jobs | describe | delete | priority`: jobs, through the REST API."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from voda.cli.client import Client, segment
+from voda.cli.common import EXIT_USAGE, AsJson, Token, Url, ago, die, duration, out, print_json
+from voda.cli.completion import complete_job_names
+
+JobName = Annotated[str, typer.Argument(help="Job name.", autocompletion=complete_job_names)]
+PAGE_LIMIT = 1000  # the API's largest page: what --all asks for at a time
+MAX_WATCH_ROWS = 200
+
+
+def jobs_table(items: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table("NAME", "USER", "STATUS", "GPU TYPE", "WORKERS", "MIN-MAX", "PRIORITY",
+                  "EPOCHS", "AGE")
+    for j in items:
+        table.add_row(j["name"], j["user"], j["status"], j["gpu_type"], str(j["workers"]),
+                      f"{j['min_workers']}-{j['max_workers']}", str(j["priority"]),
+                      f"{j['completed_epochs']:g}/{j['epochs']}", ago(j["submit_time"]))
+    return table
+
+
+def all_pages(client: Client, params: dict[str, Any]) -> dict[str, Any]:
+    """Every job the filters match, following next_offset page by page."""
+    items: list[dict[str, Any]] = []
+    query = {**params, "limit": PAGE_LIMIT, "offset": params.get("offset", 0)}
+    while True:
+        page = client.call("GET", "/v1/jobs", params=query)
+        items.extend(page["items"])
+        if page["next_offset"] is None:
+            return {"items": items, "total": page["total"], "offset": params.get("offset", 0),
+                    "limit": len(items), "next_offset": None}
+        query["offset"] = page["next_offset"]
+
+
+def watch(client: Client, params: dict[str, Any], interval: float) -> None:
+    """A live table until Ctrl-C (a terminal redraws it; a pipe gets one table a round)."""
+    from rich.live import Live
+
+    console = out.console()
+
+    def render() -> Any:
+        page = client.call("GET", "/v1/jobs", params={**params,
+                                                      "limit": min(params["limit"],
+                                                                   MAX_WATCH_ROWS)})
+        table = jobs_table(page["items"])
+        table.caption = (f"{page['total']} jobs · {time.strftime('%H:%M:%S')} · every "
+                         f"{interval:g} s · Ctrl-C to stop")
+        return table
+
+    try:
+        if console.is_terminal:
+            with Live(render(), console=console, auto_refresh=False) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(render(), refresh=True)
+        else:
+            while True:
+                console.print(render())
+                sys.stdout.flush()
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def submit(
+        file: Annotated[Path, typer.Option("-f", "--file", help="Job file (YAML or JSON); "
+                                           "- reads standard input.")],
+        url: Url = None, token: Token = None, as_json: AsJson = False,
+    ) -> None:
+        """Submit a job (Voda compact spec, MPIJob or PyTorchJob)."""
+        try:
+            body = sys.stdin.buffer.read() if str(file) == "-" else file.read_bytes()
+        except OSError as exc:
+            die(f"file: cannot read {file}: {exc.strerror}", EXIT_USAGE)
+        job = Client(url, token).call("POST", "/v1/jobs", content=body,
+                                      content_type="application/yaml")
+        if as_json:
+            print_json(job)
+        else:
+            out.print(f"submitted {job['name']} ({job['status']})", highlight=False)
+
+    @app.command()
+    def jobs(
+        status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
+        gpu_type: Annotated[str | None, typer.Option(help="Only jobs of this GPU type.")] = None,
+        user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
+        search: Annotated[str | None, typer.Option(
+            "--search", "-q", help="Only jobs whose name or owner contain this.")] = None,
+        limit: Annotated[int, typer.Option(help="Jobs per page (1-1000).")] = 100,
+        offset: Annotated[int, typer.Option(help="Jobs to skip.")] = 0,
+        all_: Annotated[bool, typer.Option("--all", help="Every job: page through them "
+                                           "all.")] = False,
+        watch_: Annotated[bool, typer.Option("--watch", "-w", help="A live table, redrawn "
+                                             "until Ctrl-C.")] = False,
+        interval: Annotated[float, typer.Option(help="Seconds between redraws of "
+                                                "--watch.", min=0.2)] = 2.0,
+        url: Url = None, token: Token = None, as_json: AsJson = False,
+    ) -> None:
+        """List jobs."""
+        if all_ and watch_:
+            die("all: --all and --watch do not go together", EXIT_USAGE)
+        params = {k: v for k, v in {"status": status, "gpu_type": gpu_type, "user": user,
+                                    "q": search, "limit": limit, "offset": offset}.items()
+                  if v is not None}
+        client = Client(url, token)
+        if watch_:
+            watch(client, params, interval)
+            return
+        page = all_pages(client, params) if all_ else client.call("GET", "/v1/jobs",
+                                                                  params=params)
+        if as_json:
+            print_json(page)
+            return
+        out.print(jobs_table(page["items"]))
+        if page["next_offset"] is not None:
+            out.print(f"{page['total']} jobs; next page: --offset {page['next_offset']} "
+                      f"(or --all)")
+
+    @app.command()
+    def describe(name: JobName, url: Url = None, token: Token = None,
+                 as_json: AsJson = False) -> None:
+        """Show one job: status, placement, attained service, estimates."""
+        job = Client(url, token).call("GET", f"/v1/jobs/{segment(name)}")
+        if as_json:
+            print_json(job)
+            return
+        from rich.table import Table
+
+        placement = ", ".join(f"{p['node']}:{p['workers']}" for p in job["placement"]) or "-"
+        rows = [
+            ("Name", job["name"]), ("User", job["user"]), ("Kind", job["kind"]),
+            ("Status", job["status"]), ("GPU type", job["gpu_type"]),
+            ("Workers", f"{job['workers']} (min {job['min_workers']}, max {job['max_workers']})"),
+            ("Placement", placement), ("Priority", str(job["priority"])),
+            ("Epochs", f"{job['completed_epochs']:g}/{job['epochs']}"),
+            ("Waiting", duration(job["waiting_seconds"])),
+            ("Running", duration(job["running_seconds"])),
+            ("Total", duration(job["total_seconds"])),
+            ("GPU-seconds", f"{job['gpu_seconds']:.0f}"),
+            ("Remaining (est.)", duration(job["estimated_remaining_seconds"])),
+            ("Speedup", " ".join(f"{k}:{v:.2f}" for k, v in job["speedup"].items())),
+        ]
+        if job.get("queue") is not None:
+            rows.append(("Queue", str(job["queue"])))
+        if job.get("failure_reason"):
+            rows.append(("Failure", job["failure_reason"]))
+        table = Table(show_header=False, box=None)
+        for key, value in rows:
+            table.add_row(f"[bold]{key}[/bold]", value)
+        out.print(table)
+
+    @app.command()
+    def delete(
+        names: Annotated[list[str], typer.Argument(help="Jobs to delete.",
+                                                   autocompletion=complete_job_names)],
+        url: Url = None, token: Token = None, as_json: AsJson = False,
+    ) -> None:
+        """Delete (cancel) jobs."""
+        client = Client(url, token)
+        done = [client.call("DELETE", f"/v1/jobs/{segment(name)}") for name in names]
+        if as_json:
+            print_json(done)
+        else:
+            for job in done:
+                out.print(f"deleted {job['name']} ({job['status']})", highlight=False)
+
+    @app.command()
+    def priority(
+        name: JobName,
+        value: Annotated[int, typer.Argument(help="New priority; 0 is the highest.")],
+        url: Url = None, token: Token = None, as_json: AsJson = False,
+    ) -> None:
+        """Change a job's priority."""
+        job = Client(url, token).call("PATCH", f"/v1/jobs/{segment(name)}",
+                                      json_body={"priority": value})
+        if as_json:
+            print_json(job)
+        else:
+            out.print(f"{job['name']}: priority {job['priority']}", highlight=False)
