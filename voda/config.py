@@ -34,7 +34,6 @@ config.toml:
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -118,6 +117,8 @@ def config_path(env: Mapping[str, str] | None = None) -> Path:
 def _read_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
+    import tomllib  # only when there is a file: every client command reads this module
+
     try:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:

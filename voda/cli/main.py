@@ -31,7 +31,7 @@ for module in (plan, simulate, service, jobs, cluster, logs, demo):
 
 
 def main() -> None:  # pragma: no cover - console entry
-    app()
+    app(prog_name="voda")  # also under `python -m voda.cli.main` (completion reads the name)
 
 
 if __name__ == "__main__":  # pragma: no cover

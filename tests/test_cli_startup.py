@@ -1,0 +1,134 @@
+"""The client commands stay light: run against a real `voda serve`, none of them imports
+SciPy, NumPy, torch, SQLAlchemy or FastAPI (nor httpx or pydantic). Their start-up
+time is measured by bench/cli_startup.py, not here. Also: --watch, top, --all, completion."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, ServeFactory, ServeProcess
+
+FORBIDDEN = {"scipy", "numpy", "torch", "sqlalchemy", "fastapi", "httpx", "pydantic",
+             "uvicorn", "matplotlib"}
+# Runs the CLI as `voda` does, then reports the top-level packages it had imported.
+RUN_AND_LIST = (
+    "import sys, atexit\n"
+    "atexit.register(lambda: sys.stderr.write('\\nMODULES ' + ' '.join(sorted("
+    "{m.split('.')[0] for m in sys.modules})) + '\\n'))\n"
+    "from voda.cli.main import app\n"
+    "app(prog_name='voda')\n"
+)
+
+
+def env_for(server: ServeProcess, tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
+    env.update(VODA_CONFIG=str(tmp_path / "none.toml"), VODA_URL=server.url, **extra)
+    return env
+
+
+def voda(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", RUN_AND_LIST, *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def imported(done: subprocess.CompletedProcess) -> set[str]:
+    line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
+    return set(line.split()[1:])
+
+
+@pytest.fixture
+def server(serve: ServeFactory, tmp_path: Path) -> ServeProcess:
+    return serve(f"sqlite:///{tmp_path / 'cli.db'}", "--cluster", "2x4", "--time-scale", "1",
+                 "--rate-limit", "0.2", "--step-interval", "0.2")
+
+
+def test_client_commands_import_nothing_heavy(server: ServeProcess, tmp_path: Path) -> None:
+    env = env_for(server, tmp_path)
+    job = tmp_path / "job.yaml"
+    job.write_text("name: light\ncommand: [python, train.py]\nmin: 1\nmax: 2\nepochs: 1000\n")
+    submitted = voda(env, "submit", "-f", str(job), "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    name = json.loads(submitted.stdout.split("\n\nMODULES")[0])["name"]
+    (tmp_path / "runs" / name).mkdir(parents=True)
+    (tmp_path / "runs" / name / "log.txt").write_text("epoch 1\n")
+    commands = [
+        ("submit", "-f", str(job)), ("jobs",), ("jobs", "--json"), ("jobs", "--all"),
+        ("describe", name), ("priority", name, "2"), ("cluster",), ("algorithm", "get"),
+        ("logs", name, "--run-dir", str(tmp_path / "runs")), ("top", "--once"),
+        ("delete", name),
+    ]
+    seen: dict[str, set[str]] = {}
+    for args in commands:
+        done = voda(env, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        seen[" ".join(args[:2])] = imported(done) & FORBIDDEN
+    assert seen == {key: set() for key in seen}
+    # The commands that run locally still import what they need (the test can fail).
+    done = voda(env, "plan", "--gpus", "4", str(ROOT / "examples" / "jobs" / "compact.yaml"))
+    assert "yaml" in imported(done)
+
+
+def test_jobs_all_pages_through_everything(server: ServeProcess, tmp_path: Path) -> None:
+    env = env_for(server, tmp_path)
+    with server.client() as client:
+        for i in range(7):
+            body = {"name": f"page-{i}", "command": "x", "epochs": 1000}
+            assert client.post("/v1/jobs", json=body).status_code == 201
+    one_page = voda(env, "jobs", "--limit", "3", "--json")
+    assert len(json.loads(one_page.stdout.split("\n\nMODULES")[0])["items"]) == 3
+    assert "next page" in voda(env, "jobs", "--limit", "3").stdout
+    every = voda(env, "jobs", "--all", "--json")
+    page = json.loads(every.stdout.split("\n\nMODULES")[0])
+    assert len(page["items"]) == 7 and page["next_offset"] is None
+    assert len({j["name"] for j in page["items"]}) == 7
+
+
+@pytest.mark.parametrize("args", [("jobs", "--watch", "--interval", "0.3"),
+                                  ("top", "--interval", "0.3")], ids=["jobs --watch", "top"])
+def test_live_views_redraw_until_interrupted(server: ServeProcess, tmp_path: Path,
+                                             args: tuple[str, ...]) -> None:
+    with server.client() as client:
+        client.post("/v1/jobs", json={"name": "watched", "command": "x", "min": 2, "max": 2,
+                                      "epochs": 1000})
+    proc = subprocess.Popen([sys.executable, "-m", "voda.cli.main", *args], cwd=ROOT,
+                            env=env_for(server, tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGINT)
+    output, errors = proc.communicate(timeout=15)
+    assert proc.returncode == 0, errors
+    assert output.count("watched") >= 3, output[-2000:]  # redrawn several times
+    if args[0] == "top":
+        assert "node-0" in output and "█" in output and "GPU types" in output
+
+
+def test_job_names_complete_from_the_service(server: ServeProcess, tmp_path: Path) -> None:
+    with server.client() as client:
+        name = client.post("/v1/jobs", json={"name": "complete-me", "command": "x",
+                                             "epochs": 1000}).json()["name"]
+    env = env_for(server, tmp_path, _VODA_COMPLETE="complete_bash",
+                  COMP_WORDS="voda describe comp", COMP_CWORD="2")
+    done = subprocess.run([sys.executable, "-m", "voda.cli.main"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert name in done.stdout.split()
+    env.update(COMP_WORDS="voda des", COMP_CWORD="1")
+    done = subprocess.run([sys.executable, "-m", "voda.cli.main"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert "describe" in done.stdout.split()
+    shown = subprocess.run([sys.executable, "-m", "voda.cli.main", "--show-completion", "bash"],
+                           cwd=ROOT, env=env_for(server, tmp_path), capture_output=True,
+                           text=True, timeout=30)
+    assert "_VODA_COMPLETE" in shown.stdout or "complete" in shown.stdout
+
+
+def test_a_job_name_cannot_leave_its_route(server: ServeProcess, tmp_path: Path) -> None:
+    done = voda(env_for(server, tmp_path), "describe", "../../healthz")
+    assert done.returncode == 4 and "not found" in done.stderr
