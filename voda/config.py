@@ -39,8 +39,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 DEFAULT_PORT = 8470
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 
@@ -71,6 +69,8 @@ def parse_tokens(text: str) -> dict[str, User]:
 
 
 def default_db_url() -> str:
+    import platformdirs
+
     path = Path(platformdirs.user_data_dir("voda")) / "voda.db"
     return f"sqlite:///{path}"
 
@@ -111,6 +111,8 @@ def config_path(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if env.get("VODA_CONFIG"):
         return Path(env["VODA_CONFIG"])
+    import platformdirs  # imported on use: every client command reads this module
+
     return Path(platformdirs.user_config_dir("voda")) / "config.toml"
 
 
