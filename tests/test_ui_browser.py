@@ -211,3 +211,25 @@ def test_scheduler_page_switches_the_algorithm_for_admins_only(
                         cookies=cookie, headers={"Origin": "http://evil.example"})
     assert forged.status_code == 403
     screenshot(page, "scheduler")
+
+
+def test_job_page_tails_the_log_on_the_local_backend(serve, tmp_path, page) -> None:
+    server = serve(f"sqlite:///{tmp_path / 'local.db'}", "--backend", "local", "--slots", "2",
+                   "--run-dir", str(tmp_path / "runs"), "--rate-limit", "0.2")
+    script = "import time\nfor i in range(100):\n    print('step', i, flush=True)\n" \
+             "    time.sleep(0.2)\n"
+    with server.client() as client:
+        answer = client.post("/v1/jobs", json={"name": "logged", "min": 1, "max": 1,
+                                               "command": ["python", "-c", script]})
+        assert answer.status_code == 201, answer.text
+        name = answer.json()["name"]
+    page.goto(f"{server.url}/ui/jobs/{name}")  # no tokens: the local administrator
+    mark_no_reload(page)
+    page.wait_for_function("document.querySelector('#job-log') && "
+                           "document.querySelector('#job-log').innerText.includes('step 3')",
+                           timeout=60000)
+    assert not_reloaded(page)
+    assert "No epoch measured yet" in page.inner_text("#no-epochs")
+    screenshot(page, "job-local-log")
+    with server.client() as client:
+        client.delete(f"/v1/jobs/{name}")

@@ -83,6 +83,7 @@ def job_fragment(service: Service, user: User, name: str) -> str:
     log = service.log_tail(name, user, LOG_LINES)
     return render("_job.html", job=job, history=views.history_rows(history), log=log,
                   log_lines=LOG_LINES, allocation_chart=allocation_chart(allocation),
+                  measured=bool(job["epoch_time_by_workers"]),
                   epoch_chart=epoch_chart(speed), speedup_chart=speedup_chart(speed))
 
 
