@@ -213,6 +213,21 @@ def test_scheduler_page_switches_the_algorithm_for_admins_only(
     screenshot(page, "scheduler")
 
 
+def test_jobs_show_their_tiresias_queue(server: ServeProcess, page) -> None:
+    with server.client("root") as client:
+        assert client.put("/v1/schedulers/a100", json={"algorithm": "Tiresias"}).status_code \
+            == 200
+    name = submit(server, "alice", "alice-queued", gpu_type="a100", min=1, max=1)
+    submit(server, "alice", "alice-fifo", min=1, max=1)
+    wait_for(lambda: job(server, "alice", name)["queue"] == 0)
+    login(page, server, "alice", "/ui/jobs?gpu_type=a100")
+    row = page.locator(f"tr[data-job='{name}']")
+    assert row.locator("td").nth(7).inner_text() == "0"
+    with server.client("alice") as client:  # other algorithms keep no queue
+        others = client.get("/v1/jobs", params={"gpu_type": "default"}).json()["items"]
+    assert others and {j["queue"] for j in others} == {None}
+
+
 def test_job_page_tails_the_log_on_the_local_backend(serve, tmp_path, page) -> None:
     server = serve(f"sqlite:///{tmp_path / 'local.db'}", "--backend", "local", "--slots", "2",
                    "--run-dir", str(tmp_path / "runs"), "--rate-limit", "0.2")
