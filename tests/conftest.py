@@ -126,6 +126,7 @@ class ServeProcess:
     started_in: float = 0.0
     tokens: dict[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
+    token_file: Path | None = None
 
     def start(self, timeout: float = 60.0) -> ServeProcess:
         began = time.monotonic()
@@ -165,13 +166,23 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def client(self, user: str | None = None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
+    @property
+    def admin_token(self) -> str:
+        """The administrator's token: root's, or the one `voda serve` generated."""
+        if "root" in self.tokens:
+            return self.tokens["root"]
+        assert self.token_file is not None
+        return self.token_file.read_text().strip()
+
+    def client(self, user: str | None = None, anonymous: bool = False) -> httpx.Client:
+        """A client with `user`'s token (default: an administrator's); `anonymous`: none."""
+        token = None if anonymous else self.tokens[user] if user else self.admin_token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
 
 
-TOKENS = {"alice": "tok-alice", "bob": "tok-bob", "root": "tok-root"}
-TOKENS_ENV = "alice:tok-alice,bob:tok-bob,root:tok-root:admin"
+TOKENS = {"alice": "tok-alice", "bob": "tok-bob1", "root": "tok-root"}
+TOKENS_ENV = "alice:tok-alice,bob:tok-bob1,root:tok-root:admin"
 
 ServeFactory = Callable[..., ServeProcess]
 
@@ -186,12 +197,14 @@ def serve(tmp_path: Path) -> Iterator[ServeFactory]:
         port = port or free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
         env["VODA_CONFIG"] = str(tmp_path / "no-config.toml")
+        env["VODA_TOKEN_FILE"] = str(tmp_path / "token")
         if tokens:
             env["VODA_TOKENS"] = TOKENS_ENV
         process = ServeProcess(url=f"http://127.0.0.1:{port}", port=port,
                                args=["--db", db, *extra], env=env,
                                log_path=tmp_path / f"serve-{port}.log",
-                               tokens=TOKENS if tokens else {}, host=host)
+                               tokens=TOKENS if tokens else {}, host=host,
+                               token_file=tmp_path / "token")
         started.append(process)
         return process.start()
 

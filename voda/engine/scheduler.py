@@ -285,6 +285,23 @@ class Scheduler:
         if kind in RESCHEDULING_EVENTS:
             self._mark(kind)
 
+    def halt_jobs_on(self, node_name: str, now: float) -> list[str]:
+        """Halt the jobs with workers on a node that is leaving (a drain): they keep their
+        checkpoints and wait for the next decision, which places them elsewhere."""
+        self._account(now)
+        halted = []
+        for record in list(self.active.values()):
+            if any(node == node_name for node, _ in record.placement):
+                self.backend.halt(record.snapshot())
+                record.preemptions += 1
+                record.waiting_seconds_since_start = 0.0
+                self._place(record, ())
+                self._set_status(record, JobStatus.WAITING, now)
+                halted.append(record.name)
+        if halted:
+            self._mark(EventKind.NODE_REMOVED)
+        return halted
+
     def _drop_node(self, node_name: str) -> None:
         self.cluster = Cluster(tuple(n for n in self.cluster.nodes if n.name != node_name))
         for record in self.active.values():
