@@ -127,6 +127,7 @@ class ServeProcess:
     tokens: dict[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     token_file: Path | None = None
+    verify: str | bool = True  # a CA bundle for a server with --tls-cert
 
     def start(self, timeout: float = 60.0) -> ServeProcess:
         began = time.monotonic()
@@ -139,7 +140,8 @@ class ServeProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"voda serve exited: {self.log_path.read_text()[-3000:]}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0,
+                             verify=self.verify).status_code == 200:
                     self.started_in = time.monotonic() - began
                     return self
             except httpx.HTTPError:
@@ -178,7 +180,8 @@ class ServeProcess:
         """A client with `user`'s token (default: an administrator's); `anonymous`: none."""
         token = None if anonymous else self.tokens[user] if user else self.admin_token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30.0,
+                            verify=self.verify)
 
 
 TOKENS = {"alice": "tok-alice", "bob": "tok-bob1", "root": "tok-root"}
@@ -193,15 +196,19 @@ def serve(tmp_path: Path) -> Iterator[ServeFactory]:
     started: list[ServeProcess] = []
 
     def factory(db: str, *extra: str, tokens: bool = False, port: int | None = None,
-                host: str = "127.0.0.1") -> ServeProcess:
+                host: str = "127.0.0.1", config: str = "", scheme: str = "http",
+                verify: str | bool = True) -> ServeProcess:
+        """`config`: the text of the server's config.toml."""
         port = port or free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
-        env["VODA_CONFIG"] = str(tmp_path / "no-config.toml")
+        config_file = tmp_path / f"config-{port}.toml"
+        config_file.write_text(config)
+        env["VODA_CONFIG"] = str(config_file)
         env["VODA_TOKEN_FILE"] = str(tmp_path / "token")
         if tokens:
             env["VODA_TOKENS"] = TOKENS_ENV
-        process = ServeProcess(url=f"http://127.0.0.1:{port}", port=port,
-                               args=["--db", db, *extra], env=env,
+        process = ServeProcess(url=f"{scheme}://127.0.0.1:{port}", port=port,
+                               args=["--db", db, *extra], env=env, verify=verify,
                                log_path=tmp_path / f"serve-{port}.log",
                                tokens=TOKENS if tokens else {}, host=host,
                                token_file=tmp_path / "token")

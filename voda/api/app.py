@@ -159,5 +159,8 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse(_body(str(exc.detail)), status_code=exc.status_code,
+        text = str(exc.detail)
+        field, _, reason = text.partition(": ")
+        errors = [{"field": field, "reason": reason}] if reason and " " not in field else []
+        return JSONResponse(_body(text, errors), status_code=exc.status_code,
                             headers=exc.headers)

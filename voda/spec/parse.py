@@ -246,7 +246,8 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
                     errors)
     slots = 1
     if kind == "MPIJob" and spec.get("slotsPerWorker") is not None:
-        slots = _int(spec["slotsPerWorker"], "spec.slotsPerWorker", errors) or 1
+        given = _int(spec["slotsPerWorker"], "spec.slotsPerWorker", errors)
+        slots = 1 if given is None else given
         if slots < 1:
             errors.append(FieldError("spec.slotsPerWorker", f"must be at least 1, got {slots}"))
             slots = 1
