@@ -61,9 +61,16 @@ def _as_postgres(args: list[str]) -> list[str]:
 
 @dataclass
 class PostgresServer:
+    """A throwaway PostgreSQL cluster in a temporary folder; it can be stopped and started
+    again (fault injection)."""
+
     port: int
     socket_dir: str
     base: str
+
+    @property
+    def data(self) -> str:
+        return os.path.join(self.base, "data")
 
     def url(self, database: str) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
@@ -74,28 +81,49 @@ class PostgresServer:
                                      str(self.port), name]), check=True, capture_output=True)
         return self.url(name)
 
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -F"
+        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", self.data, "-l",
+                                     os.path.join(self.base, "log"), "-o", options, "-w",
+                                     "start"]), check=True, capture_output=True)
+
+    def stop(self, mode: str = "fast") -> None:
+        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", self.data, "-m", mode, "-w",
+                                     "stop"]), capture_output=True)
+
+
+def start_postgres() -> PostgresServer:
+    base = tempfile.mkdtemp(prefix="voda-pg-")
+    os.chmod(base, 0o755)
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+    server = PostgresServer(free_port(), base, base)
+    subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", server.data, "-U", "postgres",
+                                 "--auth=trust", "-E", "UTF8", "--no-sync"]),
+                   check=True, capture_output=True)
+    server.start()
+    return server
+
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    base = tempfile.mkdtemp(prefix="voda-pg-")
-    os.chmod(base, 0o755)
-    data = os.path.join(base, "data")
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres", "postgres")
-    port = free_port()
-    subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", data, "-U", "postgres",
-                                 "--auth=trust", "-E", "UTF8", "--no-sync"]),
-                   check=True, capture_output=True)
-    log = os.path.join(base, "log")
-    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -F"
-    subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", data, "-l", log, "-o", options,
-                                 "-w", "start"]), check=True, capture_output=True)
+    server = start_postgres()
     try:
-        yield PostgresServer(port, base, base)
+        yield server
     finally:
-        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", data, "-m", "immediate", "-w",
-                                     "stop"]), capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
+        server.stop("immediate")
+        shutil.rmtree(server.base, ignore_errors=True)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this test's own, which it may stop and start."""
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        server.stop("immediate")
+        shutil.rmtree(server.base, ignore_errors=True)
 
 
 STORES = ["sqlite", "postgres"]
