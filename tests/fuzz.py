@@ -7,6 +7,7 @@ content type, headers, body schema) and timed.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -63,7 +64,7 @@ def _run(operation: object, mode: GenerationMode, url: str, caller: str,
         started = time.perf_counter()
         try:
             response = case.call(base_url=url, headers=headers, timeout=10)
-        except Exception:  # noqa: BLE001 - a request the client cannot send is no case
+        except Exception:
             return
         elapsed = time.perf_counter() - started
         report.cases += 1
@@ -76,12 +77,10 @@ def _run(operation: object, mode: GenerationMode, url: str, caller: str,
             report.server_errors += 1
         try:
             case.validate_response(response, checks=CHECKS, headers=headers)
-        except Exception as exc:  # noqa: BLE001 - every failed check is counted
+        except Exception as exc:
             report.violations.append(f"{label}: {' '.join(str(exc).split())[:300]}")
 
     if seed is not None:
         one = settings(derandomize=False)(one)  # type: ignore[assignment]
-    try:
+    with contextlib.suppress(Unsatisfiable):  # nothing to make invalid (no input at all)
         one()
-    except Unsatisfiable:  # nothing to make invalid (no parameters, no body)
-        pass

@@ -41,14 +41,15 @@ def test_user_limits_and_history_sharing_from_the_file(tmp_path: Path) -> None:
     assert settings.limits_of("dave") == UserLimits(3, 1000)
     assert settings.history_owner("bob") == "shared" and settings.history_owner("dave") == "dave"
     path.write_text("[users.carol]\nbest_priority = -1\n")
-    with pytest.raises(ConfigError, match="users.carol.best_priority"):
+    with pytest.raises(ConfigError, match=r"users\.carol\.best_priority"):
         load_server_settings(env={}, path=path)
 
 
 def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text('[server]\nport = 9000\ncluster = "2x2"\ntime_scale = 5.0\n'
-                    'tokens = "a:t-admin-token:admin"\n[client]\nurl = "http://h:1/"\ntoken = "t"\n')
+                    'tokens = "a:t-admin-token:admin"\n'
+                    '[client]\nurl = "http://h:1/"\ntoken = "t"\n')
     env = {"VODA_CLUSTER": "8x8", "VODA_PORT": "9100"}
     settings = load_server_settings({"port": 9200}, env=env, path=path)
     assert (settings.port, settings.cluster, settings.time_scale) == (9200, "8x8", 5.0)

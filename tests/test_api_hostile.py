@@ -154,6 +154,7 @@ SILENT = [
     ("a command holding NUL", {"command": "run\x00me"}, "command"),
     ("a name past its length", {"name": "n" * 41}, "name"),
     ("priority past the column's width", {"priority": 2**31}, "priority"),
+    ("kind as a mapping", {"kind": {"a": 1}}, "kind"),
 ]
 
 

@@ -42,7 +42,7 @@ def _kill_rounds(serve: ServeFactory, store_url: str, rounds: int, seed: int) ->
     for _ in range(rounds):
         stop = threading.Event()
 
-        def work() -> None:
+        def work(stop: threading.Event = stop) -> None:
             while not stop.is_set():
                 ledger.retry_pending()
                 ledger.submit(ledger.new_job())

@@ -73,9 +73,12 @@ def parse_document(document: Any) -> JobSpec:
     if not isinstance(document, dict):
         raise fail("body", f"expected a mapping (a job document), got {type(document).__name__}")
     kind = document.get("kind")
+    api_version = document.get("apiVersion")
+    for key, value in (("kind", kind), ("apiVersion", api_version)):
+        if value is not None and not isinstance(value, str):
+            raise fail(key, f"must be a string, got {type(value).__name__}")
     if kind is None or kind in COMPACT_KINDS:
         return _compact(document)
-    api_version = document.get("apiVersion")
     if (api_version, kind) in crd.KINDS:
         return _kubeflow(document)
     known = ", ".join(sorted({*COMPACT_KINDS, *(f"{k} ({v})" for v, k in crd.KINDS)}))
