@@ -118,6 +118,21 @@ def test_the_local_backend_takes_commands_from_administrators_only(serve: ServeF
     assert not proof.exists()
 
 
+def test_allowed_origins_may_call_across_origins(serve: ServeFactory, tmp_path: Path) -> None:
+    server = serve(f"sqlite:///{tmp_path / 'v.db'}", tokens=True,
+                   config='[server]\nallowed_origins = "http://dash.example"\n')
+    with server.client("alice") as client:
+        allowed = client.get("/v1/jobs", headers={"Origin": "http://dash.example"})
+        assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == "http://dash.example"
+        preflight = client.options("/v1/jobs", headers={
+            "Origin": "http://dash.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type"})
+        assert preflight.status_code == 200
+        other = client.get("/v1/jobs", headers={"Origin": "http://other.example"})
+        assert other.status_code == 403
+
+
 @pytest.fixture
 def certificate(tmp_path: Path) -> tuple[Path, Path, Path]:
     import trustme

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import PostgresServer, ServeFactory, ServeProcess
 from tests.faults import Ledger, Outcome
 from tests.polling import wait_for
+from voda.store.db import make_engine, migrate
 
 # Jobs of 2 epochs at 0.5 s per epoch on one GPU: they finish while the faults go on.
 ARGS = ("--cluster", "2x4", "--time-scale", "120", "--rate-limit", "0.1",
@@ -161,3 +162,13 @@ def test_a_locked_sqlite_file(serve: ServeFactory, tmp_path: Path) -> None:
     _recovered(server)
     ledger.settle()
     _check(ledger.verify(url, 1), "a locked SQLite file")
+
+
+def test_a_read_only_store_stops_the_service_at_start(serve: ServeFactory,
+                                                      tmp_path: Path) -> None:
+    path = tmp_path / "ro.db"
+    engine = make_engine(f"sqlite:///{path}")
+    migrate(engine)
+    engine.dispose()
+    with pytest.raises(RuntimeError, match="does not take writes: read-only"):
+        serve(f"sqlite:///file:{path}?mode=ro&uri=true", *ARGS)
