@@ -116,6 +116,14 @@ def test_the_local_backend_takes_commands_from_administrators_only(serve: ServeF
         refused = alice.post("/v1/jobs", json={"name": "x", "command": f"touch {proof}"})
         assert refused.status_code == 403 and refused.json()["errors"][0]["field"] == "command"
     assert not proof.exists()
+    with server.client("root") as root:  # its nodes change at run time too
+        assert root.post("/v1/nodes", json={"name": "local-extra", "gpus": 1}).status_code == 201
+        nodes = {n["name"]: n for n in root.get("/v1/cluster").json()["nodes"]}
+        assert set(nodes) == {"local", "local-extra"}
+        assert root.patch("/v1/nodes/local-extra",
+                          json={"schedulable": False}).json()["schedulable"] is False
+        assert root.delete("/v1/nodes/local-extra").json()["removed"] is True
+        assert [n["name"] for n in root.get("/v1/cluster").json()["nodes"]] == ["local"]
 
 
 def test_allowed_origins_may_call_across_origins(serve: ServeFactory, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Tokens are kept as SHA-256 digests and compared with `hmac.compare_digest` against
 every configured digest, so neither the comparison nor the number of tokens tried
 leaks through timing. A client that presents unknown tokens too often is refused
-with 429 for the rest of a one-minute window (by client address).
+with 429 for the rest of a one-minute window (by client address), whatever token it
+presents next; a request with no token at all is simply 401.
 
 `authenticate` is async: it never blocks, so it runs on the event loop (no thread hop).
 """
@@ -77,12 +78,12 @@ async def authenticate(
 ) -> User:
     authenticator: Authenticator = request.app.state.authenticator
     client = request.client.host if request.client else "unknown"
-    wait = authenticator.retry_after(client)
+    if credentials is None or not credentials.credentials.strip():
+        raise _unauthorized("a bearer token is required")
+    wait = authenticator.retry_after(client)  # only tokens are held back: they are guesses
     if wait is not None:
         raise HTTPException(429, "authorization: too many failed attempts; try again later",
                             headers={"Retry-After": str(int(wait + 0.999))})
-    if credentials is None or not credentials.credentials.strip():
-        raise _unauthorized("a bearer token is required")
     token = credentials.credentials.strip()
     user = authenticator.user_for(token) if len(token) <= MAX_TOKEN_LENGTH else None
     if user is None:
