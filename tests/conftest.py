@@ -105,8 +105,7 @@ def start_postgres() -> PostgresServer:
     return server
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
+def _postgres() -> Iterator[PostgresServer]:
     server = start_postgres()
     try:
         yield server
@@ -115,15 +114,9 @@ def postgres_server() -> Iterator[PostgresServer]:
         shutil.rmtree(server.base, ignore_errors=True)
 
 
-@pytest.fixture
-def own_postgres() -> Iterator[PostgresServer]:
-    """A PostgreSQL server of this test's own, which it may stop and start."""
-    server = start_postgres()
-    try:
-        yield server
-    finally:
-        server.stop("immediate")
-        shutil.rmtree(server.base, ignore_errors=True)
+postgres_server = pytest.fixture(scope="session", name="postgres_server")(_postgres)
+# A PostgreSQL server of the test's own, which it may stop and start.
+own_postgres = pytest.fixture(name="own_postgres")(_postgres)
 
 
 STORES = ["sqlite", "postgres"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
+
 from voda.api import service as service_module
 from voda.api.app import create_app
 from voda.api.service import Service

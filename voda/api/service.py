@@ -258,8 +258,7 @@ class Service:
             if record.status in QUEUED:
                 self.count_queued(views.owner_of(record), 1)
         for node in self.drained.values():
-            self.scheduler.halt_jobs_on(node.name, now)
-            self.scheduler.handle(Event(EventKind.NODE_REMOVED, now, node=node))
+            self._take_out(node, now)
         self._note_schedulability(now)
         self.names = set(self.scheduler.jobs)
         self.recovered_jobs = len(records)
@@ -640,8 +639,7 @@ class Service:
                 backend.add_node(node)
                 node_ = node
             self.scheduler.handle(Event(EventKind.NODE_ADDED, now, node=node_))
-            self.pending.nodes.append(_node_values(node_, "active", now))
-            self._note_schedulability(now)
+            self._node_changed(node_, "active", now)
             return self._node_view(node_)
         return self._mutate(run)
 
@@ -655,10 +653,8 @@ class Service:
                 return self._node_view(node)
             now = time.time()
             self.drained[name] = node
-            self.scheduler.halt_jobs_on(name, now)
-            self.scheduler.handle(Event(EventKind.NODE_REMOVED, now, node=node))
-            self.pending.nodes.append(_node_values(node, "drained", now))
-            self._note_schedulability(now)
+            self._take_out(node, now)
+            self._node_changed(node, "drained", now)
             return self._node_view(node)
         return self._mutate(run)
 
@@ -668,14 +664,21 @@ class Service:
             node = self._node(name)
             now = time.time()
             if name not in self.drained:
-                self.scheduler.halt_jobs_on(name, now)
-                self.scheduler.handle(Event(EventKind.NODE_REMOVED, now, node=node))
+                self._take_out(node, now)
             self.drained.pop(name, None)
             backend.remove_node(name)
-            self.pending.nodes.append(_node_values(node, "removed", now))
-            self._note_schedulability(now)
+            self._node_changed(node, "removed", now)
             return {**self._node_view(node), "schedulable": False, "removed": True}
         return self._mutate(run)
+
+    def _take_out(self, node: Node, now: float) -> None:
+        """The node leaves the scheduler's cluster; its jobs stop and wait."""
+        self.scheduler.halt_jobs_on(node.name, now)
+        self.scheduler.handle(Event(EventKind.NODE_REMOVED, now, node=node))
+
+    def _node_changed(self, node: Node, state: str, now: float) -> None:
+        self.pending.nodes.append(_node_values(node, state, now))
+        self._note_schedulability(now)
 
     def _node_backend(self) -> SupportsNodeChanges:
         if not isinstance(self.backend, SupportsNodeChanges):

@@ -126,6 +126,18 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _print_scheduler(view: dict[str, Any], as_json: bool, valid: bool) -> None:
+    if as_json:
+        _print_json(view)
+        return
+    params = f" {view['params']}" if valid and view["params"] else ""
+    text = (f"{view['gpu_type']}: {view['algorithm']}{params} (rate limit "
+            f"{view['rate_limit_seconds']:g} s)")
+    if valid:
+        text += f"\nvalid: {', '.join(view['valid_algorithms'])}"
+    out.print(text, highlight=False)
+
+
 def _check_algorithm(name: str) -> None:
     from voda.core.allocation import registry
 
@@ -390,11 +402,7 @@ def register(app: typer.Typer) -> None:
             body["rate_limit_seconds"] = rate_limit
         view = Client(url, token).call("PUT", f"/v1/schedulers/{path_part(gpu_type, 'GPU type')}",
                                        json=body)
-        if as_json:
-            _print_json(view)
-        else:
-            out.print(f"{view['gpu_type']}: {view['algorithm']} (rate limit "
-                      f"{view['rate_limit_seconds']:g} s)", highlight=False)
+        _print_scheduler(view, as_json, valid=False)
 
     @algorithm_app.command("get")
     def algorithm_get(
@@ -403,12 +411,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show the algorithm of a GPU type and the valid names."""
         view = Client(url, token).call("GET", f"/v1/schedulers/{path_part(gpu_type, 'GPU type')}")
-        if as_json:
-            _print_json(view)
-        else:
-            out.print(f"{view['gpu_type']}: {view['algorithm']} {view['params'] or ''} (rate "
-                      f"limit {view['rate_limit_seconds']:g} s)\nvalid: "
-                      f"{', '.join(view['valid_algorithms'])}", highlight=False)
+        _print_scheduler(view, as_json, valid=True)
 
     app.add_typer(algorithm_app, name="algorithm")
 
