@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -148,7 +149,7 @@ class ServeProcess:
     tokens: dict[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     token_file: Path | None = None
-    verify: str | bool = True  # a CA bundle for a server with --tls-cert
+    verify: ssl.SSLContext | bool = True  # trusts the CA of a server with --tls-cert
 
     def start(self, timeout: float = 60.0) -> ServeProcess:
         began = time.monotonic()
@@ -218,7 +219,7 @@ def serve(tmp_path: Path) -> Iterator[ServeFactory]:
 
     def factory(db: str, *extra: str, tokens: bool = False, port: int | None = None,
                 host: str = "127.0.0.1", config: str = "", scheme: str = "http",
-                verify: str | bool = True) -> ServeProcess:
+                verify: ssl.SSLContext | bool = True) -> ServeProcess:
         """`config`: the text of the server's config.toml."""
         port = port or free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}

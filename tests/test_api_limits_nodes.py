@@ -160,7 +160,8 @@ def test_tls_is_served_with_a_certificate_and_key(serve: ServeFactory, tmp_path:
                                                   certificate: tuple[Path, Path, Path]) -> None:
     ca, chain, key = certificate
     server = serve(f"sqlite:///{tmp_path / 'v.db'}", "--tls-cert", str(chain), "--tls-key",
-                   str(key), tokens=True, scheme="https", verify=str(ca))
+                   str(key), tokens=True, scheme="https",
+                   verify=ssl.create_default_context(cafile=str(ca)))
     context = ssl.create_default_context(cafile=str(ca))
     with httpx.Client(base_url=server.url, verify=context, headers={
             "Authorization": f"Bearer {server.tokens['alice']}"}) as client:

@@ -66,7 +66,7 @@ def test_kill_9_at_random_points(serve: ServeFactory, store_url: str) -> None:
 
 @pytest.mark.slow
 def test_kill_9_at_random_points_many_rounds(serve: ServeFactory, store_url: str) -> None:
-    _check(_kill_rounds(serve, store_url, rounds=20, seed=20), "kill -9, 20 rounds")
+    _check(_kill_rounds(serve, store_url, rounds=12, seed=20), "kill -9, 12 rounds")
 
 
 def _ride_out(ledger: Ledger, server: ServeProcess, seconds: float) -> list[str]:

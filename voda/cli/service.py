@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -57,8 +58,14 @@ class Client:
             _die(str(exc), EXIT_USAGE)
         headers = {"Authorization": f"Bearer {settings.token}"} if settings.token else {}
         self.url = settings.url
+        verify: ssl.SSLContext | bool = settings.verify is not False
+        if isinstance(settings.verify, str):  # a private CA's bundle
+            try:
+                verify = ssl.create_default_context(cafile=settings.verify)
+            except (OSError, ssl.SSLError) as exc:
+                _die(f"ca_bundle: cannot read {settings.verify}: {exc}", EXIT_USAGE)
         self.http = httpx.Client(base_url=settings.url, headers=headers, timeout=30.0,
-                                 verify=settings.verify)
+                                 verify=verify)
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
