@@ -58,8 +58,9 @@ class Server:
         env["VODA_TOKENS"] = f"bench:{TOKEN}:admin"
         began = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "voda.cli.main", "serve", "--db", self.db, "--port",
-             str(self.port), "--cluster", "4x4", "--time-scale", "60", "--rate-limit", RATE_LIMIT],
+            [sys.executable, "-m", "voda.cli.main", "serve", "--backend", "emulated",
+             "--db", self.db, "--port", str(self.port), "--cluster", "4x4", "--time-scale", "60",
+             "--rate-limit", RATE_LIMIT],
             cwd=ROOT, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
         healthy = None
         while time.monotonic() - began < 120:
