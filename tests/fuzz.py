@@ -70,6 +70,12 @@ def _run(operation: object, mode: GenerationMode, url: str, caller: str,
         except Exception:
             return
         elapsed = time.perf_counter() - started
+        report.first_try_slowest = max(report.first_try_slowest, elapsed)
+        if elapsed > SLOW_SECONDS:  # the input, or a busy machine? The same request again:
+            again = time.perf_counter()
+            with contextlib.suppress(Exception):
+                case.call(base_url=url, headers=headers, timeout=10)
+                elapsed = min(elapsed, time.perf_counter() - again)
         report.cases += 1
         report.statuses[response.status_code] += 1
         report.by_caller[caller][response.status_code] += 1
@@ -80,7 +86,7 @@ def _run(operation: object, mode: GenerationMode, url: str, caller: str,
             report.server_errors += 1
         try:
             case.validate_response(response, checks=CHECKS, headers=headers)
-        except Exception as exc:
+        except (Exception, BaseExceptionGroup) as exc:  # each failed check is counted
             report.violations.append(f"{label}: {' '.join(str(exc).split())[:300]}")
 
     if seed is not None:
