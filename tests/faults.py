@@ -40,6 +40,7 @@ class Ledger:
     url: Callable[[], str]
     token: Callable[[], str]
     epochs: int = 2
+    command: str = "train"
     pending: dict[str, dict] = field(default_factory=dict)  # key -> job document
     accepted: dict[str, str] = field(default_factory=dict)  # key -> job name
     seen: dict[str, list[str]] = field(default_factory=dict)  # name -> statuses seen
@@ -55,7 +56,7 @@ class Ledger:
     def new_job(self) -> str:
         key = f"fault-{uuid.uuid4()}"
         i = next(self._counter)
-        self.pending[key] = {"name": f"f{i}", "command": "train", "min": 1, "max": 2,
+        self.pending[key] = {"name": f"f{i}", "command": self.command, "min": 1, "max": 2,
                              "epochs": self.epochs}
         return key
 

@@ -69,11 +69,15 @@ def test_kill_9_at_random_points_many_rounds(serve: ServeFactory, store_url: str
     _check(_kill_rounds(serve, store_url, rounds=12, seed=20), "kill -9, 12 rounds")
 
 
-def _ride_out(ledger: Ledger, server: ServeProcess, seconds: float) -> list[str]:
-    """Keep submitting and reading while a fault lasts; return /readyz's reasons."""
+def _ride_out(ledger: Ledger, server: ServeProcess, seconds: float,
+              expected: str) -> list[str]:
+    """Keep submitting and reading while a fault lasts: at least `seconds`, and until
+    /readyz gives the `expected` reason (30 s at most); return its reasons."""
     reasons: list[str] = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    began = time.monotonic()
+    while time.monotonic() - began < 30 and (
+        time.monotonic() - began < seconds or not any(expected in r for r in reasons)
+    ):
         ledger.submit(ledger.new_job())
         ledger.observe()
         ready = httpx.get(f"{server.url}/readyz", timeout=5)
@@ -106,7 +110,7 @@ def test_postgres_stopped_and_started_mid_run(serve: ServeFactory,
     ledger = _ledger(current)
     ledger.submit_many(12)
     own_postgres.stop("fast")
-    reasons = _ride_out(ledger, server, outage)
+    reasons = _ride_out(ledger, server, outage, "store: unreachable")
     assert any("store: unreachable" in r for r in reasons), reasons
     assert _metric(server, "voda_store_up") == 0
     own_postgres.start()
@@ -128,13 +132,14 @@ def test_a_full_disk(serve: ServeFactory, tmp_path: Path) -> None:
     current = {"server": serve(url, *ARGS, config=f"[server]\ndb_max_bytes = {limit}\n")}
     server = current["server"]
     ledger = _ledger(current)
+    ledger.command = "train " + "x" * 4000  # every submission needs a new page
     ledger.submit_many(8)
     ballast = sqlite3.connect(path, timeout=10)
     ballast.execute("CREATE TABLE ballast (data BLOB)")
     while ballast.execute("PRAGMA page_count").fetchone()[0] * 4096 < limit + 100_000:
         ballast.execute("INSERT INTO ballast VALUES (zeroblob(50000))")
         ballast.commit()
-    reasons = _ride_out(ledger, server, 2.0)
+    reasons = _ride_out(ledger, server, 2.0, "database or disk is full")
     assert any("database or disk is full" in r for r in reasons), reasons
     ballast.execute("DELETE FROM ballast")
     ballast.commit()
@@ -153,7 +158,7 @@ def test_a_locked_sqlite_file(serve: ServeFactory, tmp_path: Path) -> None:
     ledger.submit_many(8)
     locker = sqlite3.connect(path, isolation_level=None)
     locker.execute("BEGIN EXCLUSIVE")
-    reasons = _ride_out(ledger, server, 4.0)
+    reasons = _ride_out(ledger, server, 4.0, "store: locked")
     assert any("store: locked" in r for r in reasons), reasons
     with pytest.raises(RuntimeError, match="does not take writes: locked"):
         serve(url, *ARGS)  # a second service finds the store not writable and stops
