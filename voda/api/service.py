@@ -46,10 +46,14 @@ from voda.core.placement.base import Placer
 from voda.core.placement.registry import get_placer
 from voda.engine.events import Event, EventKind
 from voda.engine.scheduler import (
+    ALL_GPU_TYPES,
+    HistoryKey,
     JobRecord,
     Scheduler,
     SchedulerObserver,
     SchedulerSettings,
+    account,
+    history_key,
     layout_key,
 )
 from voda.spec import FieldError, JobSpec, SpecError
@@ -88,8 +92,8 @@ class Pending:
     inserts: list[dict[str, Any]] = field(default_factory=list)
     states: dict[str, JobRecord] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
-    category: dict[tuple[str, int], float] = field(default_factory=dict)
-    layouts: dict[tuple[str, tuple[int, int]], float] = field(default_factory=dict)
+    category: dict[tuple[HistoryKey, int], float] = field(default_factory=dict)
+    layouts: dict[tuple[HistoryKey, tuple[int, int]], float] = field(default_factory=dict)
     backend_state: dict[str, Any] | None = None
     queued: set[str] = field(default_factory=set)  # Submitted -> Waiting, nothing else
 
@@ -101,11 +105,11 @@ class Batch:
     inserts: list[dict[str, Any]]
     states: list[dict[str, Any]]
     history: list[dict[str, Any]]
-    category: list[tuple[str, int, float]]
+    category: list[tuple[HistoryKey, int, float]]
     backend_state: dict[str, Any] | None
     now: float
     queued: list[str] = field(default_factory=list)
-    layouts: list[tuple[str, tuple[int, int], float]] = field(default_factory=list)
+    layouts: list[tuple[HistoryKey, tuple[int, int], float]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -166,17 +170,21 @@ class _Observer(SchedulerObserver):
         if s.first_schedule_at is None:
             s.first_schedule_at = time.time()
 
-    def on_error(self, error: Exception, now: float) -> None:
-        log.error("rescheduling failed: %s", error)
+    def on_error(self, error: Exception, now: float, gpu_type: str = ALL_GPU_TYPES) -> None:
+        self.service.metrics.decision_refused(gpu_type)
+
+    def on_recovered(self, gpu_type: str, now: float) -> None:
+        self.service.metrics.decision_recovered(gpu_type)
 
     def on_epoch(self, record: JobRecord, epoch: int, seconds: float, workers: int) -> None:
         s = self.service
         s.pending.states[record.name] = record
+        key = history_key(record)
         if record.category and workers in record.epoch_time_by_workers:
-            s.pending.category[(record.category, workers)] = record.epoch_time_by_workers[workers]
+            s.pending.category[(key, workers)] = record.epoch_time_by_workers[workers]
         layout = layout_key(record.placement)
         if record.category and layout in record.layout_throughput:
-            s.pending.layouts[(record.category, layout)] = record.layout_throughput[layout]
+            s.pending.layouts[(key, layout)] = record.layout_throughput[layout]
 
 
 def unique_name(base: str, now: float) -> str:
@@ -273,10 +281,6 @@ class Service:
                 record.status = JobStatus.RUNNING
             if record.first_start_time is None:
                 record.first_start_time = now
-            record.running_seconds += dt
-            record.running_seconds_since_start += dt
-            record.attained_gpu_seconds += dt * workers
-            record.attained_gpu_seconds_since_start += dt * workers
         else:
             if record.status is JobStatus.RUNNING:  # the backend lost it: it waits again
                 self._history(record.name, now, "status", "Running", "Waiting")
@@ -284,8 +288,7 @@ class Service:
                 record.preemptions += 1
                 record.waiting_seconds_since_start = 0.0
             record.placement, record.current_workers = (), 0
-            record.waiting_seconds += dt
-            record.waiting_seconds_since_start += dt
+        account(record, dt)
         self.pending.states[record.name] = record
         return record
 
@@ -323,7 +326,7 @@ class Service:
         self._check_gpu_type(spec)
         self._check_profile(spec)
         now = time.time()
-        known = self.scheduler.category_history.get(spec.category)
+        known = self.scheduler.category_history.get((spec.category, spec.gpu_type))
         job = Job(
             name=spec.name, min_workers=spec.min_workers, max_workers=spec.max_workers,
             preferred_workers=spec.preferred_workers, priority=spec.priority, submit_time=now,
@@ -497,8 +500,10 @@ class Service:
             for t in s.cluster.gpu_types():
                 total = s.cluster.capacity(t)
                 taken = sum(x["used"] for x in nodes if x["gpu_type"] == t)
+                error = s.errors.get(t) or s.errors.get(ALL_GPU_TYPES)
                 types.append({"gpu_type": t, "total": total, "used": taken,
-                              "free": total - taken, "algorithm": self._algorithm_of(t)[0]})
+                              "free": total - taken, "algorithm": self._algorithm_of(t)[0],
+                              "error": error.reason if error else None})
             plan = s.last_plan
             return {
                 "nodes": nodes,
@@ -508,6 +513,7 @@ class Service:
                 "allocation": dict(plan.allocation) if plan else {},
                 "last_reschedule": s.last_reschedule,
                 "last_error": str(s.last_error) if s.last_error else None,
+                "errors": {t: e.reason for t, e in sorted(s.errors.items())},
             }
 
     def health(self) -> dict[str, Any]:
@@ -668,10 +674,10 @@ class Service:
                 store.save_states(session, batch.states)
                 store.mark_status(session, batch.queued, str(JobStatus.WAITING))
                 store.add_history(session, batch.history)
-                for category, workers, seconds in batch.category:
-                    store.save_category_speed(session, category, workers, seconds, batch.now)
-                for category, layout, rate in batch.layouts:
-                    store.save_category_layout(session, category, layout, rate, batch.now)
+                for key, workers, seconds in batch.category:
+                    store.save_category_speed(session, key, workers, seconds, batch.now)
+                for key, layout, rate in batch.layouts:
+                    store.save_category_layout(session, key, layout, rate, batch.now)
                 if batch.backend_state is not None:
                     name = getattr(self.backend, "name", "backend")
                     store.save_backend_state(session, name, batch.backend_state, batch.now)

@@ -43,6 +43,14 @@ class SimResult:
     timeline: tuple[tuple[float, str, int], ...] = field(default=(), repr=False)
     queue: tuple[tuple[float, int, int], ...] = field(default=(), repr=False)
 
+    @property
+    def warning(self) -> str | None:
+        """What the figures leave out, said plainly (None when every job finished)."""
+        if not self.unfinished:
+            return None
+        return (f"{self.unfinished} of {len(self.jobs)} jobs did not finish: JCTs and "
+                "makespan cover the finished jobs only")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "algorithm": self.algorithm,
@@ -56,6 +64,8 @@ class SimResult:
             "migrations": self.migrations,
             "preemptions": self.preemptions,
             "unfinished": self.unfinished,
+            "complete": self.unfinished == 0,
+            "warning": self.warning,
             "split_share": self.split_share,
             "cross_leaf_share": self.cross_leaf_share,
             "layout_speed": self.layout_speed,
