@@ -407,7 +407,9 @@ class Scheduler:
         if dt <= 0:
             return
         for record in self.active.values():
-            if record.status is JobStatus.SUBMITTED and record.submit_time > now:
+            if record.status is JobStatus.SUBMITTED and record.submit_time > self._last_accounted:
+                if record.submit_time < now:  # arrived in between: counted from its arrival
+                    account(record, now - record.submit_time)
                 continue
             account(record, dt)
         self._last_accounted = now
@@ -602,8 +604,8 @@ class Scheduler:
 
     def _resync(self, now: float) -> None:
         """Make the records say what the backend runs, when it can tell (after a failure)."""
-        if not isinstance(self.backend, SupportsAdoption):
-            return
+        if not isinstance(self.backend, SupportsAdoption) or not callable(self.backend.running):
+            return  # the failed action is taken as not done; those before it stand
         running = self.backend.running()
         for name, record in self.active.items():
             actual = tuple(running.get(name, ()))

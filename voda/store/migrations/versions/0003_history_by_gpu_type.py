@@ -18,9 +18,10 @@ branch_labels = None
 depends_on = None
 
 DEFAULT_GPU_TYPE = "default"
-HISTORY_KEYS = {
-    "category_speed": ["category", "gpu_type", "workers"],
-    "category_layout": ["category", "gpu_type", "workers", "nodes"],
+# Each history table: its integer key columns after `category`, and its value column.
+HISTORY_TABLES = {
+    "category_speed": (["workers"], "epoch_seconds"),
+    "category_layout": (["workers", "nodes"], "samples_per_second"),
 }
 PROMOTION_COUNTERS = (
     ("attained_gpu_seconds_since_promotion", "attained_gpu_seconds"),
@@ -28,12 +29,36 @@ PROMOTION_COUNTERS = (
 )
 
 
+def _rebuild(table: str, with_gpu_type: bool) -> None:
+    """Copy `table` into a new one keyed with (or without) gpu_type, then swap them."""
+    key_names, value = HISTORY_TABLES[table]
+    columns = [sa.Column("category", sa.String(200), nullable=False)]
+    if with_gpu_type:
+        columns.append(sa.Column("gpu_type", sa.String(100), nullable=False))
+    columns += [sa.Column(name, sa.Integer(), nullable=False) for name in key_names]
+    columns += [sa.Column(value, sa.Float(), nullable=False),
+                sa.Column("updated_at", sa.Float(), nullable=False)]
+    primary = ["category", *(["gpu_type"] if with_gpu_type else []), *key_names]
+    new = f"{table}_new"
+    op.create_table(new, *columns,
+                    sa.PrimaryKeyConstraint(*primary, name=f"pk_{table}_{len(primary)}"))
+    copied = ["category", *key_names, value, "updated_at"]
+    source = ", ".join(copied)
+    if with_gpu_type:
+        op.execute(sa.text(
+            f"INSERT INTO {new} (gpu_type, {source}) SELECT :t, {source} FROM {table}"
+        ).bindparams(t=DEFAULT_GPU_TYPE))
+    else:  # back to one row per category: the default GPU type's rows are kept
+        op.execute(sa.text(
+            f"INSERT INTO {new} ({source}) SELECT {source} FROM {table} WHERE gpu_type = :t"
+        ).bindparams(t=DEFAULT_GPU_TYPE))
+    op.drop_table(table)
+    op.rename_table(new, table)
+
+
 def upgrade() -> None:
-    for table, keys in HISTORY_KEYS.items():
-        with op.batch_alter_table(table, recreate="always") as batch:
-            batch.add_column(sa.Column("gpu_type", sa.String(100), nullable=False,
-                                       server_default=DEFAULT_GPU_TYPE))
-            batch.create_primary_key(f"pk_{table}", keys)
+    for table in HISTORY_TABLES:
+        _rebuild(table, with_gpu_type=True)
     with op.batch_alter_table("jobs") as batch:
         for column, _ in PROMOTION_COUNTERS:
             batch.add_column(sa.Column(column, sa.Float(), nullable=False, server_default="0"))
@@ -51,10 +76,5 @@ def downgrade() -> None:
         for column in ("promotions", "waiting_seconds_since_promotion",
                        *(new for new, _ in PROMOTION_COUNTERS)):
             batch.drop_column(column)
-    for table, keys in HISTORY_KEYS.items():
-        # Back to one row per category: the default GPU type's rows are kept.
-        op.execute(sa.text(f"DELETE FROM {table} WHERE gpu_type <> :t").bindparams(
-            t=DEFAULT_GPU_TYPE))
-        with op.batch_alter_table(table, recreate="always") as batch:
-            batch.create_primary_key(f"pk_{table}", [k for k in keys if k != "gpu_type"])
-            batch.drop_column("gpu_type")
+    for table in HISTORY_TABLES:
+        _rebuild(table, with_gpu_type=False)
