@@ -81,3 +81,13 @@ def test_history_given_at_start_seeds_only_its_own_type(gpu_type: str) -> None:
                  .submitted_at(0).obj())
     expected = {1: 100.0, 2: 55.0} if gpu_type == "a100" else {}
     assert sched.jobs["j"].epoch_time_by_workers == expected
+
+
+def test_only_the_epoch_that_includes_the_restore_is_left_out() -> None:
+    sched, backend = engine()
+    sched.submit(make_job("x").workers(4, 4).epochs(10).epochs(10, completed=3)
+                 .gpu_type("a100").submitted_at(0).obj())
+    sched.step(0.0)  # starts from its checkpoint after epoch 3: epoch 4 holds the restore
+    backend.report_epoch("x", 60.0, 5, 20.0, 4)  # epoch 4's report never came
+    sched.step(60.0)
+    assert sched.jobs["x"].epoch_time_by_workers == {4: 20.0}

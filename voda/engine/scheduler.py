@@ -116,8 +116,9 @@ class JobRecord:
     preemptions: int = 0
     promotions: int = 0
     failure_reason: str | None = None
-    # The first epoch after a (re)start or resize includes the restore: not a speed.
-    restored_epoch_pending: bool = False
+    # The epoch that includes restoring the checkpoint after the last (re)start, resize or
+    # move (the first one run there): progress, but not a measure of speed.
+    restore_epoch: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def snapshot(self) -> Job:
@@ -380,10 +381,7 @@ class Scheduler:
         if workers < 1 or not seconds > 0:
             return
         record.completed_epochs = max(record.completed_epochs, float(epoch))
-        if record.restored_epoch_pending:
-            # It includes restoring the checkpoint: progress, but not a measure of speed.
-            record.restored_epoch_pending = False
-        else:
+        if record.restore_epoch is None or epoch > record.restore_epoch:
             new = _smoothed(record.epoch_time_by_workers.get(workers), seconds)
             record.epoch_time_by_workers[workers] = new
             if record.category:
@@ -586,7 +584,7 @@ class Scheduler:
             self._place(record, ())
             self._set_status(record, JobStatus.WAITING, now)
             return
-        record.restored_epoch_pending = True
+        record.restore_epoch = int(record.completed_epochs) + 1
         if action.kind is ActionKind.START:
             self._place(record, action.new)
             record.attained_gpu_seconds_since_start = 0.0
@@ -614,7 +612,7 @@ class Scheduler:
             started = not record.placement and actual
             self._place(record, actual)
             if started:
-                record.restored_epoch_pending = True
+                record.restore_epoch = int(record.completed_epochs) + 1
                 if record.first_start_time is None:
                     record.first_start_time = now
                 self._set_status(record, JobStatus.RUNNING, now)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ class SimResult:
     split_share: float = 0.0
     cross_leaf_share: float = 0.0
     layout_speed: str = "actual"  # what job speed followed (voda.sim.backend.LAYOUT_SPEEDS)
+    params: dict[str, Any] = field(default_factory=dict)  # the algorithm's knobs
     timeline: tuple[tuple[float, str, int], ...] = field(default=(), repr=False)
     queue: tuple[tuple[float, int, int], ...] = field(default=(), repr=False)
 
@@ -54,6 +56,7 @@ class SimResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "algorithm": self.algorithm,
+            "params": dict(self.params),
             "workload": self.workload,
             "avg_jct": self.avg_jct,
             "p50_jct": self.p50_jct,
@@ -98,6 +101,7 @@ def build_result(
     scheduler: Scheduler,
     queue: list[tuple[float, int, int]],
     end: float,
+    params: Mapping[str, Any] | None = None,
 ) -> SimResult:
     jobs = []
     for spec in workload.jobs:
@@ -113,6 +117,7 @@ def build_result(
     records = scheduler.jobs.values()
     return SimResult(
         algorithm=algorithm,
+        params=dict(params or {}),
         workload=workload.source,
         jobs=tuple(jobs),
         avg_jct=float(jcts.mean()) if len(jcts) else float("nan"),

@@ -110,7 +110,7 @@ def simulate(
     loop.run()
     return build_result(
         algorithm=s.algorithm, workload=workload, backend=backend, scheduler=scheduler,
-        queue=loop.queue, end=clock.now(),
+        queue=loop.queue, end=clock.now(), params=s.algorithm_params,
     )
 
 
