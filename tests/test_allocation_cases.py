@@ -150,7 +150,7 @@ CASES = [
         "Tiresias puts a job past the threshold behind a new job",
         "Tiresias",
         [
-            make_job("a").rigid(4).submitted_at(0).running(4).attained(4000.0).obj(),
+            make_job("a").rigid(4).submitted_at(0).running(4).attained(60000.0).obj(),
             make_job("b").rigid(4).submitted_at(1).obj(),
         ],
         4, {"a": 0, "b": 4},
@@ -160,7 +160,7 @@ CASES = [
         "Tiresias",
         [
             make_job("a").rigid(2).submitted_at(0).running(2, since=0)
-            .attained(5000.0, since_start=100.0).obj(),
+            .attained(60000.0, since_start=100.0).obj(),
             make_job("b").rigid(2).submitted_at(1).obj(),
         ],
         2, {"a": 0, "b": 2},
@@ -170,9 +170,9 @@ CASES = [
         "Tiresias",
         [
             make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
-            .attained(9000.0, since_promotion=0.0).obj(),
+            .attained(90000.0, since_promotion=0.0).obj(),
             make_job("b").rigid(2).submitted_at(1).running(2, since=10)
-            .attained(4000.0).obj(),
+            .attained(60000.0).obj(),
         ],
         2, {"a": 2, "b": 0},
     ),
@@ -186,21 +186,21 @@ CASES = [
         2, {"a": 0, "b": 2},
     ),
     case(
-        "Tiresias promotes a job that waited 8 times as long as it ran since its promotion",
+        "Tiresias promotes a job that waited 16 times as long as it ran since its promotion",
         "Tiresias",
         [
             make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
-            .attained(5000.0).ran_for(2500.0).waited_for(20000.0).obj(),
+            .attained(60000.0).ran_for(2500.0).waited_for(40000.0).obj(),
             make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
         ],
         2, {"a": 2, "b": 0},
     ),
     case(
-        "Tiresias does not promote a job that waited less than 8 times as long as it ran",
+        "Tiresias does not promote a job that waited less than 16 times as long as it ran",
         "Tiresias",
         [
             make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
-            .attained(5000.0).ran_for(2500.0).waited_for(19999.0).obj(),
+            .attained(60000.0).ran_for(2500.0).waited_for(39999.0).obj(),
             make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
         ],
         2, {"a": 0, "b": 2},
@@ -210,8 +210,8 @@ CASES = [
         "Tiresias",
         [
             make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
-            .attained(5000.0).ran_for(2500.0, since_start=10.0)
-            .waited_for(20000.0, since_start=100.0).obj(),
+            .attained(60000.0).ran_for(2500.0, since_start=10.0)
+            .waited_for(40000.0, since_start=100.0).obj(),
             make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
         ],
         2, {"a": 2, "b": 0},
@@ -221,7 +221,7 @@ CASES = [
         "Tiresias",
         [
             make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
-            .attained(5000.0).ran_for(2500.0).waited_for(90000.0).obj(),
+            .attained(60000.0).ran_for(2500.0).waited_for(90000.0).obj(),
             make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
         ],
         2, {"a": 0, "b": 2},
@@ -254,7 +254,7 @@ CASES = [
         [
             make_job("a").rigid(3).submitted_at(0).obj(),
             make_job("b").rigid(2).submitted_at(1).obj(),
-            make_job("c").rigid(1).submitted_at(2).running(1).attained(4000.0).obj(),
+            make_job("c").rigid(1).submitted_at(2).running(1).attained(60000.0).obj(),
         ],
         4, {"a": 3, "b": 0, "c": 1},
     ),
@@ -330,11 +330,11 @@ CASES = [
         [
             make_job("q").workers(1, 2).preferred(2).submitted_at(5).obj(),
             make_job("l1").workers(1, 4).preferred(4).submitted_at(0)
-            .running(4, since=0).attained(4000.0).obj(),
+            .running(4, since=0).attained(60000.0).obj(),
             make_job("l2").workers(1, 4).preferred(4).submitted_at(1)
-            .running(4, since=1).attained(4000.0).obj(),
+            .running(4, since=1).attained(60000.0).obj(),
             make_job("l3").workers(1, 4).preferred(4).submitted_at(2)
-            .running(4, since=2).attained(4000.0).obj(),
+            .running(4, since=2).attained(60000.0).obj(),
         ],
         4, {"q": 2, "l1": 1, "l2": 1, "l3": 0},
         compaction_threshold=1,
@@ -345,9 +345,9 @@ CASES = [
         [
             make_job("q").workers(1, 2).preferred(2).submitted_at(5).obj(),
             make_job("l1").workers(1, 4).preferred(4).submitted_at(0)
-            .running(4, since=0).attained(4000.0).obj(),
+            .running(4, since=0).attained(60000.0).obj(),
             make_job("l2").workers(1, 4).preferred(4).submitted_at(1)
-            .running(4, since=1).attained(4000.0).obj(),
+            .running(4, since=1).attained(60000.0).obj(),
         ],
         4, {"q": 2, "l1": 2, "l2": 0},
     ),

@@ -111,13 +111,28 @@ def check_left_out_does_not_fit(jobs: list[Job], capacity: int, result: dict[str
             assert job.preferred > left, f"{job.name} needs {job.preferred}, {left} are idle"
 
 
-@pytest.mark.parametrize("name", ALL)
+# Every built-in algorithm with its defaults, and with other values of its knobs.
+CONFIGS = [
+    *((name, {}) for name in ALL),
+    ("ElasticFIFO", {"growth": "in_order"}),
+    ("SRJF", {"order": "wall_time"}),
+    ("ElasticSRJF", {"order": "wall_time", "growth": "in_order"}),
+    ("Tiresias", {"queue_thresholds": [100, 3600], "starvation_knob": 2,
+                  "queue_order": "queue_entry"}),
+    ("ElasticTiresias", {"queue_thresholds": [3600], "starvation_knob": None,
+                         "compaction_threshold": 0}),
+    ("FfDLOptimizer", {"max_jobs": 3}),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), CONFIGS,
+                         ids=[f"{n} {p}" if p else n for n, p in CONFIGS])
 @PROPERTY_SETTINGS
 @given(jobs=jobs_strategy(), capacity=st.integers(0, 64), seed=st.integers(0, 1000))
 def test_every_algorithm_keeps_the_contract_and_its_promises(
-    name: str, jobs: list[Job], capacity: int, seed: int
+    name: str, params: dict, jobs: list[Job], capacity: int, seed: int
 ) -> None:
-    algorithm = registry.create(name)
+    algorithm = registry.create(name, params)
     result = algorithm(jobs, capacity)
     assert allocation_problems(jobs, capacity, result) == []
     assert set(result) == {j.name for j in jobs}, "every job is present in the result"

@@ -22,7 +22,7 @@ JOBS = [
     {"name": "b", "min": 2, "max": 4, "submit_time": 1, "epochs": 10,
      "epoch_time_by_workers": {1: 100.0, 2: 50.0}},
     {"name": "c", "min": 2, "max": 2, "preferred": 2, "submit_time": 2, "priority": 1,
-     "attained_gpu_seconds": 5000.0, "completed_epochs": 1, "epochs": 3},
+     "attained_gpu_seconds": 60000.0, "completed_epochs": 1, "epochs": 3},
 ]
 
 
@@ -78,10 +78,10 @@ def test_plan_reads_json_files_with_string_worker_keys(tmp_path: Path) -> None:
 
 def test_plan_passes_algorithm_knobs(tmp_path: Path) -> None:
     path = write(tmp_path, JOBS)
-    params = json.dumps({"queue_thresholds": [10000.0]})
+    params = json.dumps({"queue_thresholds": [100000.0]})
     result = run("--algorithm", "Tiresias", "--params", params, "--gpus", "4", str(path))
     assert result.exit_code == 0, result.output
-    # c (5,000 GPU-s) is now in the top queue, started never: served after a and b by submit
+    # c (60,000 GPU-s) is now in the top queue; priority 1 still serves it after a and b
     assert json.loads(result.stdout) == {"allocation": {"a": 1, "b": 2, "c": 0}}
     result = run("--algorithm", "Tiresias", "--params", params, "--gpus", "5", str(path))
     assert json.loads(result.stdout) == {"allocation": {"a": 1, "b": 2, "c": 2}}
@@ -223,8 +223,8 @@ def test_jobs_from_data_builds_jobs_in_file_order_with_defaults() -> None:
     assert [j.name for j in jobs] == ["z", "c"]
     z, c = jobs
     assert (z.min_workers, z.max_workers, z.preferred_workers, z.epochs) == (2, 2, None, 1)
-    assert c.attained_gpu_seconds == c.attained_gpu_seconds_since_start == 5000.0
-    assert c.attained_gpu_seconds_since_promotion == 5000.0
+    assert c.attained_gpu_seconds == c.attained_gpu_seconds_since_start == 60000.0
+    assert c.attained_gpu_seconds_since_promotion == 60000.0
     assert (c.priority, c.completed_epochs, c.epochs) == (1, 1.0, 3)
 
 

@@ -1,12 +1,23 @@
-"""FIFO and ElasticFIFO: submit order decides."""
+"""FIFO and ElasticFIFO: submit order decides.
+
+The elastic variants (ElasticFIFO here, ElasticSRJF in srjf.py) start jobs at min
+in their order, then hand the GPUs left to the running jobs below max: by default
+round-robin, one per job per pass, as the Go Voda does (`growth="round_robin"`);
+`growth="in_order"` gives each job in turn all it can take up to max before the next
+gets any. See docs/design/001-allocation.md for what each costs.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from voda.core.allocation.base import allocate_by_priority
 from voda.core.model import Job
+
+Growth = Literal["round_robin", "in_order"]
+GROWTHS: tuple[str, ...] = ("round_robin", "in_order")
 
 
 def fill_in_order(
@@ -55,6 +66,31 @@ def grow_round_robin(ordered: Sequence[Job], allocation: dict[str, int], capacit
             free -= 1
 
 
+def grow_in_order(ordered: Sequence[Job], allocation: dict[str, int], capacity: int) -> None:
+    """Hand the GPUs left over to running jobs below max, in order, each up to max."""
+    free = capacity - sum(allocation.values())
+    for job in ordered:
+        if free <= 0:
+            return
+        have = allocation.get(job.name, 0)
+        if have == 0:
+            continue
+        extra = min(job.max_workers - have, free)
+        allocation[job.name] = have + extra
+        free -= extra
+
+
+GROWERS: dict[str, Callable[[Sequence[Job], dict[str, int], int], None]] = {
+    "round_robin": grow_round_robin,
+    "in_order": grow_in_order,
+}
+
+
+def check_growth(growth: str) -> None:
+    if growth not in GROWTHS:
+        raise ValueError(f"growth: must be one of {list(GROWTHS)}, got {growth!r}")
+
+
 def _water_level(rooms: list[int], free: int) -> int:
     """The largest L with sum(min(room, L)) <= free (`rooms` ascending, their sum > free)."""
     below = 0  # sum of the rooms already under the level
@@ -83,15 +119,22 @@ class ElasticFIFO:
     """FIFO at min, then the GPUs left round-robin, one per job per pass, up to max."""
 
     name: str = "ElasticFIFO"
+    growth: Growth = "round_robin"
+
+    def __post_init__(self) -> None:
+        check_growth(self.growth)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        return allocate_by_priority(jobs, capacity, elastic_in_order)
+        return allocate_by_priority(
+            jobs, capacity, lambda group, free: elastic_in_order(group, free, self.growth))
 
 
-def elastic_in_order(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
-    """Min in order (non-blocking), then round-robin growth in the same order."""
+def elastic_in_order(
+    ordered: Sequence[Job], capacity: int, growth: str = "round_robin"
+) -> dict[str, int]:
+    """Min in order (non-blocking), then growth in the same order."""
     allocation = fill_in_order(ordered, capacity, _min)
-    grow_round_robin(ordered, allocation, capacity)
+    GROWERS[growth](ordered, allocation, capacity)
     return allocation
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from voda.core.allocation.base import allocate_by_priority
-from voda.core.allocation.fifo import fill_in_order, grow_round_robin
+from voda.core.allocation.fifo import Growth, check_growth, elastic_in_order, fill_in_order
 from voda.core.estimate import epoch_time_at
 from voda.core.model import Job
 
@@ -68,20 +68,20 @@ class SRJF:
 
 @dataclass(frozen=True)
 class ElasticSRJF:
-    """Shortest remaining first at min, then the GPUs left round-robin in that order."""
+    """Shortest remaining first at min, then the GPUs left round-robin in that order
+    (`growth="in_order"`: the shortest to max first)."""
 
     name: str = "ElasticSRJF"
     order: Order = DEFAULT_ORDER
+    growth: Growth = "round_robin"
 
     def __post_init__(self) -> None:
         _check_order(self.order)
+        check_growth(self.growth)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         size = _one if self.order == "gpu_time" else (lambda j: j.min_workers)
-        ordered = shortest_first(jobs, size)
-        allocation = fill_in_order(ordered, capacity, lambda j: j.min_workers)
-        grow_round_robin(ordered, allocation, capacity)
-        return allocation
+        return elastic_in_order(shortest_first(jobs, size), capacity, self.growth)

@@ -35,8 +35,8 @@ QueueOrder = Literal["first_start", "queue_entry"]
 QUEUE_ORDERS: tuple[str, ...] = ("first_start", "queue_entry")
 
 # Chosen by measurement on the Pollux workloads 1-4 (docs/design/001-allocation.md).
-DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = (3600.0,)
-DEFAULT_STARVATION_KNOB: float | None = 8.0
+DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = (57600.0,)
+DEFAULT_STARVATION_KNOB: float | None = 16.0
 
 
 def _stable(x: float) -> float:
