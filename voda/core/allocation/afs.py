@@ -28,8 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 
-import numpy as np
-
 from voda.core.allocation.base import allocate_by_priority
 from voda.core.estimate import EpochTimes
 from voda.core.model import Job
@@ -93,11 +91,11 @@ class _Tournament:
         self.h = [1.0] * n
         self.band = [-1] * n  # the band a running job is filed under
         self.t_next = [0.0] * n  # epoch time at x + 1, the next size
-        starts = [round(job.remaining_epochs * times(job.min_workers), 6)
-                  for job, times in zip(self.jobs, self.times, strict=True)]
-        self.start = np.array(starts, dtype=float)  # inf once the job is not at 0
+        self.start = [round(job.remaining_epochs * times(job.min_workers), 6)
+                      for job, times in zip(self.jobs, self.times, strict=True)]
         self.waiting = list(range(n))  # positions of the jobs at 0, ascending
         self.bands: list[list[int]] = [[] for _ in range(_NO_GAIN + 1)]
+        self.filled: list[int] = []  # indices of the bands that hold jobs, ascending
         # Jobs at 0 by min, largest last: they leave once their block cannot fit.
         self.blocks = sorted((job.min_workers, i) for i, job in enumerate(self.jobs))
         self.chain: list[int] = []  # the takeovers of the current walk, the winner last
@@ -107,7 +105,7 @@ class _Tournament:
         """Does `c` (later in submit order) take over from `incumbent`?"""
         if self.x[incumbent] == 0:
             if self.x[c] == 0:
-                return bool(self.start[c] < self.start[incumbent])
+                return self.start[c] < self.start[incumbent]
             return self.g[c] >= 1.0
         if self.x[c] == 0:
             return self.g[incumbent] < 1.0
@@ -129,14 +127,17 @@ class _Tournament:
 
     def _taker_of_waiting(self, incumbent: int, after: int) -> int | None:
         """First later job at 0 that is shorter at min, or running with g >= 1."""
-        shorter = self.start[after + 1:] < self.start[incumbent]
-        first = int(shorter.argmax()) if len(shorter) else 0
-        best = after + 1 + first if len(shorter) and shorter[first] else None
         band = self.bands[0]
         i = bisect.bisect_right(band, after)
-        if i < len(band) and (best is None or band[i] < best):
-            best = band[i]
-        return best
+        strong = band[i] if i < len(band) else None
+        start, own = self.start, self.start[incumbent]
+        waiting = self.waiting
+        for c in islice(waiting, bisect.bisect_right(waiting, after), None):
+            if strong is not None and c > strong:
+                break
+            if start[c] < own:
+                return c
+        return strong
 
     def _taker_of_running(self, incumbent: int, after: int) -> int | None:
         g, h, length = self.g[incumbent], self.h[incumbent], self.length[incumbent]
@@ -146,9 +147,12 @@ class _Tournament:
             if i < len(self.waiting):
                 best = self.waiting[i]
         top = _bucket(h) if h > 0.0 else _NO_GAIN
-        gains, heights, lengths = self.g, self.h, self.length
-        for band in self.bands[: top + 1]:
-            if not band or band[-1] <= after:
+        gains, heights, lengths, bands = self.g, self.h, self.length, self.bands
+        for b in self.filled:  # the bands that hold jobs, ascending
+            if b > top:
+                break
+            band = bands[b]
+            if band[-1] <= after:
                 continue
             for c in islice(band, bisect.bisect_right(band, after), None):
                 if best is not None and c >= best:
@@ -188,25 +192,36 @@ class _Tournament:
         job = self.jobs[i]
         had = self.x[i]
         x = self.x[i] = had + take
-        self.held[job.name] = x
         self.free -= take
         if had == 0:
             self._stop_waiting(i)
-        else:
-            self._unfile(i)
         if x >= job.max_workers:
+            if had:
+                self._unfile(i)
             return
         now = self.t_next[i] if had else self.times[i](x)
         after = self.t_next[i] = self.times[i](x + 1)
         self.length[i] = round(job.remaining_epochs * now, 6)
         gain = self.g[i] = round(now / after - 1.0, 12)
         self.h[i] = round(1.0 - after / now, 12)
-        band = self.band[i] = _bucket(gain)
-        bisect.insort(self.bands[band], i)
+        band = _bucket(gain)
+        if band != self.band[i]:
+            if had:
+                self._unfile(i)
+            self._file(i, band)
+
+    def _file(self, i: int, b: int) -> None:
+        band = self.bands[b]
+        if not band:
+            bisect.insort(self.filled, b)
+        bisect.insort(band, i)
+        self.band[i] = b
 
     def _unfile(self, i: int) -> None:
         band = self.bands[self.band[i]]
         del band[bisect.bisect_left(band, i)]
+        if not band:
+            del self.filled[bisect.bisect_left(self.filled, self.band[i])]
         self.band[i] = -1
 
     def _stop_waiting(self, i: int) -> None:
@@ -216,7 +231,8 @@ class _Tournament:
     def _drop_blocks_that_do_not_fit(self) -> int | None:
         """Jobs at 0 whose min exceeds the GPUs left leave; returns the earliest such."""
         earliest = None
-        while self.blocks and self.blocks[-1][0] > self.free:
+        blocks = self.blocks
+        while blocks and blocks[-1][0] > self.free:
             _, i = self.blocks.pop()
             if self.x[i] == 0 and self.start[i] < INF:
                 self._stop_waiting(i)
@@ -236,4 +252,6 @@ class _Tournament:
             self._grow(winner, self.jobs[winner].min_workers if self.x[winner] == 0 else 1)
             earliest = self._drop_blocks_that_do_not_fit()
             self._replay_from(winner if earliest is None else min(winner, earliest))
+        for job, x in zip(self.jobs, self.x, strict=True):
+            self.held[job.name] = x
         return self.held
