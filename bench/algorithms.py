@@ -14,9 +14,10 @@ shell. Results are deterministic: there is nothing to take a median of.
 from __future__ import annotations
 
 import argparse
-import statistics
 from collections import defaultdict
 from typing import Any
+
+from sweep import summary_line
 
 from voda.core.allocation.registry import BUILTIN_NAMES
 from voda.sim.compare import RunRequest, run_many
@@ -56,15 +57,10 @@ def main() -> None:
     by_algorithm: dict[str, list] = defaultdict(list)
     for request, result in zip(requests, results, strict=True):
         by_algorithm[request.algorithm].append(result)
-    header = "  ".join(f"w{w:>8s}" for w in args.workloads)
-    print(f"{'algorithm':16s} {header}  {'mean JCT':>9s} {'preempt':>8s} {'rescale':>8s}")
+    print(f"average JCT (s) on workloads {', '.join(args.workloads)} ({args.cluster}), their "
+          "mean, and the mean preemptions and rescales")
     for algorithm, runs in by_algorithm.items():
-        jcts = "  ".join(f"{r.avg_jct:9.0f}" for r in runs)
-        left = sum(r.unfinished for r in runs)
-        print(f"{algorithm:16s} {jcts}  {statistics.mean(r.avg_jct for r in runs):9.0f} "
-              f"{statistics.mean(r.preemptions for r in runs):8.1f} "
-              f"{statistics.mean(r.rescales for r in runs):8.1f}"
-              + (f"  ({left} jobs unfinished)" if left else ""))
+        print(summary_line(algorithm, runs))
 
 
 if __name__ == "__main__":

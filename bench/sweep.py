@@ -70,14 +70,18 @@ def main() -> None:
     print(f"{args.algorithm} on workloads {', '.join(args.workloads)} ({args.cluster}"
           f"{', rigid' if args.rigid else ''}{', preset ' + args.preset if args.preset else ''}"
           f"{jitter})")
-    for mean, combo, runs in rows:
-        knobs = " ".join(f"{k}={v}" for k, v in combo.items())
-        jcts = " ".join(f"{r.avg_jct:7.0f}" for r in runs)
-        left = sum(r.unfinished for r in runs)
-        print(f"{knobs:60s} {jcts}  mean {mean:7.0f}  preempt "
-              f"{statistics.mean(r.preemptions for r in runs):6.1f}  rescale "
-              f"{statistics.mean(r.rescales for r in runs):6.1f}"
-              + (f"  ({left} unfinished)" if left else ""))
+    for _, combo, runs in rows:
+        print(summary_line(" ".join(f"{k}={v}" for k, v in combo.items()), runs, width=60))
+
+
+def summary_line(label: str, runs: list, width: int = 16) -> str:
+    """One row: the average JCT of each run, their mean, mean preemptions and rescales."""
+    jcts = " ".join(f"{r.avg_jct:8.0f}" for r in runs)
+    left = sum(r.unfinished for r in runs)
+    return (f"{label:{width}s} {jcts}  mean {statistics.mean(r.avg_jct for r in runs):7.0f}"
+            f"  preempt {statistics.mean(r.preemptions for r in runs):6.1f}"
+            f"  rescale {statistics.mean(r.rescales for r in runs):6.1f}"
+            + (f"  ({left} jobs unfinished)" if left else ""))
 
 
 @dataclass

@@ -102,13 +102,18 @@ nodes:
 """
 
 
+@pytest.fixture
+def typed_cluster(tmp_path: Path) -> Path:
+    path = tmp_path / "typed.yaml"
+    path.write_text(TYPED_CLUSTER)
+    return path
+
+
 def test_untyped_jobs_on_a_typed_cluster_are_refused_naming_the_types(
-    small: Path, tmp_path: Path
+    small: Path, typed_cluster: Path
 ) -> None:
-    cluster = tmp_path / "typed.yaml"
-    cluster.write_text(TYPED_CLUSTER)
     result = runner.invoke(app, ["simulate", "--workload", str(small), "--cluster",
-                                 str(cluster), "--algorithm", "FIFO"])
+                                 str(typed_cluster), "--algorithm", "FIFO"])
     assert result.exit_code == 2
     text = " ".join(result.output.split())
     assert "3 jobs ask for GPU type 'default' but the cluster has only 'a100', 't4'" in text
@@ -116,12 +121,11 @@ def test_untyped_jobs_on_a_typed_cluster_are_refused_naming_the_types(
 
 
 def test_gpu_type_puts_untyped_jobs_on_one_of_the_clusters_types(
-    small: Path, tmp_path: Path
+    small: Path, typed_cluster: Path
 ) -> None:
-    cluster = tmp_path / "typed.yaml"
-    cluster.write_text(TYPED_CLUSTER)
     result = runner.invoke(app, ["simulate", "--workload", str(small), "--cluster",
-                                 str(cluster), "--algorithm", "ElasticFIFO", "--gpu-type", "a100",
+                                 str(typed_cluster), "--algorithm", "ElasticFIFO", "--gpu-type",
+                                 "a100",
                                  "--json"])
     assert result.exit_code == 0, result.output
     (r,) = json.loads(result.output)["results"]
@@ -165,17 +169,18 @@ def test_param_sets_an_algorithm_knob(tmp_path: Path) -> None:
     base = ["simulate", "--workload", str(path), "--cluster", "1x4", "--algorithm",
             "Tiresias", "--interval", "1", "--json"]
     default = json.loads(runner.invoke(app, base).stdout)["results"][0]
-    tuned = runner.invoke(app, [*base, "--param", "queue_thresholds=100",
+    tuned = runner.invoke(app, [*base, "--param", "queue_thresholds=1000",
                                 "--param", "starvation_knob=none"])
     assert tuned.exit_code == 0, tuned.output
     result = json.loads(tuned.stdout)["results"][0]
-    assert result["params"] == {"queue_thresholds": 100, "starvation_knob": None}
+    assert result["params"] == {"queue_thresholds": 1000, "starvation_knob": None}
     finish = {j["name"]: j["finish"] for j in result["jobs"]}
-    # By default `long` is demoted at 3,600 GPU-s (900 s) and `short` then runs; with a
-    # 100 GPU-s threshold both soon sit in the lower queue, where `long`, started first,
-    # runs to its end before `short`.
-    assert {j["name"]: j["finish"] for j in default["jobs"]}["short"] < 2000
-    assert finish["long"] < finish["short"]
+    before = {j["name"]: j["finish"] for j in default["jobs"]}
+    # By default (16 GPU-hours) `long` stays in the top queue and, started first, runs to
+    # its end before `short`; past a 1,000 GPU-s threshold (250 s) it is demoted and
+    # `short` runs first.
+    assert before["long"] < before["short"]
+    assert finish["short"] < 1000 < finish["long"]
 
 
 @pytest.mark.parametrize(
