@@ -169,18 +169,18 @@ def test_param_sets_an_algorithm_knob(tmp_path: Path) -> None:
     base = ["simulate", "--workload", str(path), "--cluster", "1x4", "--algorithm",
             "Tiresias", "--interval", "1", "--json"]
     default = json.loads(runner.invoke(app, base).stdout)["results"][0]
-    tuned = runner.invoke(app, [*base, "--param", "queue_thresholds=1000",
+    tuned = runner.invoke(app, [*base, "--param", "queue_thresholds=2000",
                                 "--param", "starvation_knob=none"])
     assert tuned.exit_code == 0, tuned.output
     result = json.loads(tuned.stdout)["results"][0]
-    assert result["params"] == {"queue_thresholds": 1000, "starvation_knob": None}
+    assert result["params"] == {"queue_thresholds": 2000, "starvation_knob": None}
     finish = {j["name"]: j["finish"] for j in result["jobs"]}
     before = {j["name"]: j["finish"] for j in default["jobs"]}
-    # By default (16 GPU-hours) `long` stays in the top queue and, started first, runs to
-    # its end before `short`; past a 1,000 GPU-s threshold (250 s) it is demoted and
-    # `short` runs first.
+    # By default (16 GPU-hours) `long` (32,000 GPU-s) stays in the top queue and, started
+    # first, runs to its end before `short` (1,600 GPU-s); past a 2,000 GPU-s threshold
+    # (500 s on 4 GPUs) it is demoted and `short` runs first.
     assert before["long"] < before["short"]
-    assert finish["short"] < 1000 < finish["long"]
+    assert finish["short"] < 1500 < finish["long"]
 
 
 @pytest.mark.parametrize(
