@@ -61,6 +61,10 @@ class Runs(SchedulerObserver):
 
     def __init__(self) -> None:
         self.runs: dict[str, list[list[float]]] = {}
+        self.promoted: list[tuple[str, float]] = []
+
+    def on_promoted(self, record: JobRecord, now: float) -> None:
+        self.promoted.append((record.name, now))
 
     def on_status(self, record: JobRecord, old: JobStatus, new: JobStatus, now: float) -> None:
         if new is JobStatus.RUNNING:
@@ -85,6 +89,8 @@ def test_a_promoted_job_runs_a_threshold_worth_before_it_is_demoted_again() -> N
     run_until(sched, 100.0)
     run_until(sched, 3000.0)
     assert sched.jobs["A"].promotions >= 5
+    assert runs.promoted[0] == ("A", pytest.approx(300.0)), "waited 200 s = 2 x its 100 s run"
+    assert len(runs.promoted) == sum(sched.jobs[n].promotions for n in "ABD")
     for name in "ABD":
         finished = [end - start for start, end in runs.runs[name] if end < 3000.0]
         assert finished, name

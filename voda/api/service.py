@@ -176,6 +176,9 @@ class _Observer(SchedulerObserver):
     def on_recovered(self, gpu_type: str, now: float) -> None:
         self.service.metrics.decision_recovered(gpu_type)
 
+    def on_promoted(self, record: JobRecord, now: float) -> None:
+        self.service.pending.states[record.name] = record  # its reset counters are kept
+
     def on_epoch(self, record: JobRecord, epoch: int, seconds: float, workers: int) -> None:
         s = self.service
         s.pending.states[record.name] = record

@@ -196,6 +196,9 @@ class SchedulerObserver:
     def on_epoch(self, record: JobRecord, epoch: int, seconds: float, workers: int) -> None:
         pass
 
+    def on_promoted(self, record: JobRecord, now: float) -> None:
+        """The algorithm promoted a waiting job (its queue counters started over)."""
+
 
 class DecisionRefused(RuntimeError):
     """A decision for one GPU type (or all) was refused; its plan in force stays."""
@@ -436,6 +439,8 @@ class Scheduler:
             promotion_due = getattr(algorithm, "promotion_due", None)
             if promotion_due is not None and promotion_due(record):
                 promote(record)
+                for observer in self.observers:
+                    observer.on_promoted(record, now)
             cls = priority_class(record)
             classes[name] = cls
             if name not in self._priority_classes:
