@@ -87,3 +87,26 @@ def test_a_refused_gpu_type_is_reported_and_the_others_go_on(server: str) -> Non
         wait_for(lambda: client.get(f"/v1/jobs/{a100_name}").json()["status"] == "Running")
         wait_for(lambda: client.get("/v1/cluster").json()["errors"] == {})
         assert refused_gauge(client.get("/metrics").text)["a100"] == 0.0
+
+
+def test_stored_parameters_that_are_refused_fall_back_to_the_default_algorithm(
+    tmp_path: Path,
+) -> None:
+    from voda.api.backends import create_backend
+    from voda.api.service import Service
+    from voda.store import jobs as store
+    from voda.store.db import make_engine, migrate, session_factory
+
+    url = f"sqlite:///{tmp_path / 'voda.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    with session_factory(engine).begin() as session:
+        store.save_algorithm(session, "default", "Tiresias", {"queue_thresholds": [5, 1]})
+    engine.dispose()
+    settings = ServerSettings(backend="emulated", cluster="1x4", db=url, time_scale=1.0)
+    service = Service(settings, create_backend(settings))
+    service.start()  # does not fail on the stored knobs
+    try:
+        assert service.scheduler_view("default")["algorithm"] == "ElasticFIFO"
+    finally:
+        service.close()

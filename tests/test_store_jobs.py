@@ -146,6 +146,11 @@ def test_the_history_migration_keeps_existing_rows_under_the_default_gpu_type(
         connection.execute(sa.text(
             "INSERT INTO category_layout (category, workers, nodes, samples_per_second, "
             "updated_at) VALUES ('yolov3', 8, 2, 64.0, 1.0)"))
+        settings_table = sa.table("scheduler_settings", sa.column("gpu_type"),
+                                  sa.column("algorithm"), sa.column("params", sa.JSON()))
+        connection.execute(settings_table.insert().values(
+            gpu_type="a100", algorithm="Tiresias",
+            params={"service": "total", "starvation_knob": None}))
         values = store.new_job_values(_record("old-1"), META, 50.0)
         old_columns = {c["name"] for c in sa.inspect(connection).get_columns("jobs")}
         row = {k: v for k, v in values.items() if k in old_columns}
@@ -160,6 +165,8 @@ def test_the_history_migration_keeps_existing_rows_under_the_default_gpu_type(
         assert store.load_category_history(session) == {("resnet", "default"): {2: 9.0, 4: 6.0}}
         assert store.load_layout_history(session) == {("yolov3", "default"): {(8, 2): 64.0}}
         (job,) = [store.row_to_record(r) for r in store.load_jobs(session)]
+        settings = {row.gpu_type: row for row in store.load_settings(session)}
+        assert settings["a100"].params == {"starvation_knob": None}, "a knob that is gone"
     # before any promotion, the service since the last promotion is the total
     assert job.attained_gpu_seconds_since_promotion == 5000.0
     assert job.running_seconds_since_promotion == 1250.0

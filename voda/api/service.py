@@ -242,6 +242,12 @@ class Service:
                 log.warning("stored algorithm %r for %s is unknown; using %s", row.algorithm,
                             row.gpu_type, self.settings.algorithm)
                 continue
+            try:
+                registry.create(row.algorithm, row.params)
+            except ValueError as exc:  # knobs this version no longer takes
+                log.warning("stored parameters of %r for %s are refused (%s); using %s",
+                            row.algorithm, row.gpu_type, exc, self.settings.algorithm)
+                continue
             if row.gpu_type == store.DEFAULT_SETTINGS_KEY:
                 sched_settings.algorithm = row.algorithm
                 sched_settings.algorithm_params = dict(row.params)

@@ -3,6 +3,8 @@
 Existing history rows go to the default GPU type; existing jobs start their
 "since promotion" counters from what they attained in total (no job was ever
 promoted under the old counters' meaning: their queue now follows total service).
+Stored algorithm settings lose the knobs that are gone (Tiresias's `service`, the
+FfDL `horizon_factor`).
 
 Revision ID: 0003
 Revises: 0002
@@ -23,6 +25,9 @@ HISTORY_TABLES = {
     "category_speed": (["workers"], "epoch_seconds"),
     "category_layout": (["workers", "nodes"], "samples_per_second"),
 }
+# Knobs removed from the algorithms, by algorithm.
+GONE_KNOBS = {"Tiresias": ("service",), "ElasticTiresias": ("service",),
+              "FfDLOptimizer": ("horizon_factor",)}
 PROMOTION_COUNTERS = (
     ("attained_gpu_seconds_since_promotion", "attained_gpu_seconds"),
     ("running_seconds_since_promotion", "running_seconds"),
@@ -69,6 +74,20 @@ def upgrade() -> None:
     jobs = sa.table("jobs", *(sa.column(name, sa.Float()) for pair in PROMOTION_COUNTERS
                               for name in pair))
     op.execute(jobs.update().values({new: jobs.c[old] for new, old in PROMOTION_COUNTERS}))
+    _drop_gone_knobs()
+
+
+def _drop_gone_knobs() -> None:
+    settings = sa.table("scheduler_settings", sa.column("gpu_type", sa.String()),
+                        sa.column("algorithm", sa.String()), sa.column("params", sa.JSON()))
+    connection = op.get_bind()
+    for gpu_type, algorithm, params in connection.execute(
+            sa.select(settings.c.gpu_type, settings.c.algorithm, settings.c.params)).all():
+        gone = [k for k in GONE_KNOBS.get(algorithm, ()) if k in (params or {})]
+        if gone:
+            kept = {k: v for k, v in params.items() if k not in gone}
+            connection.execute(settings.update().where(settings.c.gpu_type == gpu_type)
+                               .values(params=kept))
 
 
 def downgrade() -> None:
