@@ -43,7 +43,7 @@ def test_one_bad_row_never_blocks_the_others(store_url: str) -> None:
     bad["epoch_time_by_workers"] = {"1": {1.0, 2.0}}  # nothing a database can hold
     changes = writer.enqueue(Batch(
         inserts=[], states=[bad], history=[_entry("a-1", "Waiting")],
-        category=[("alice/cat", 1, 5.0)], backend_state=None, now=2.0))
+        category=[(("alice/cat", "default"), 1, 5.0)], backend_state=None, now=2.0))
     writer.write_through(changes.seq)
     assert writer.health.ok and writer.health.rejected_rows == 1
     assert submitted.error is None and writer.unwritten == 0

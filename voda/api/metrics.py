@@ -63,6 +63,13 @@ class ServiceMetrics:
         self.lock_held = Gauge("voda_scheduler_lock_held_seconds",
                                "How long the scheduler lock has been held now (0: free).",
                                registry=r)
+        self.refusals = Counter(
+            "voda_reschedules_refused",
+            "Rescheduling decisions refused for a GPU type ('*': every type); its plan in "
+            "force stays.", label, registry=r)
+        self.refused = Gauge(
+            "voda_scheduling_refused",
+            "1 while the last decision for a GPU type was refused, else 0.", label, registry=r)
         self.fragmentation = Gauge(
             "voda_fragmentation_ratio",
             "Share of free GPUs that waiting jobs cannot use because of how they are scattered.",
@@ -81,10 +88,18 @@ class ServiceMetrics:
         if counter is not None:
             counter.labels(gpu_type).inc()
 
+    def decision_refused(self, gpu_type: str) -> None:
+        self.refusals.labels(gpu_type).inc()
+        self.refused.labels(gpu_type).set(1)
+
+    def decision_recovered(self, gpu_type: str) -> None:
+        self.refused.labels(gpu_type).set(0)
+
     def plan_applied(self, plan: Plan, gpu_types: Mapping[str, str], cluster: Cluster,
                      seconds: float, decide_seconds: float, placement_seconds: float) -> None:
         for gpu_type in cluster.gpu_types():
-            self.reschedules.labels(gpu_type).inc()
+            if gpu_type not in plan.errors:
+                self.reschedules.labels(gpu_type).inc()
         for action in plan.actions:
             moved = moved_workers(action.old, action.new)
             if moved:
@@ -130,6 +145,7 @@ class ServiceMetrics:
             total = sum(n.gpus for n in nodes)
             used = sum(min(n.gpus, used_by_node.get(n.name, 0)) for n in nodes)
             self.gpus_total.labels(gpu_type).set(total)
+            self.refused.labels(gpu_type)  # present (0) before any refusal
             self.gpus_used.labels(gpu_type).set(used)
             self.fragmentation.labels(gpu_type).set(
                 _fragmentation_of(of_type, [j for j in jobs if j.gpu_type == gpu_type]))

@@ -217,6 +217,7 @@ class GpuTypeView(BaseModel):
     used: int
     free: int
     algorithm: str
+    error: str | None = None  # why the last decision for this type was refused, if it was
 
 
 class ClusterView(BaseModel):
@@ -226,6 +227,7 @@ class ClusterView(BaseModel):
     allocation: dict[str, int]
     last_reschedule: float | None
     last_error: str | None
+    errors: dict[str, str] = {}  # refused decisions in force, by GPU type ('*': every type)
 
 
 class Health(BaseModel):

@@ -53,10 +53,13 @@ from voda.core.placement.base import Placer
 from voda.core.placement.registry import get_placer
 from voda.engine.events import Event, EventKind
 from voda.engine.scheduler import (
+    ALL_GPU_TYPES,
     JobRecord,
     Scheduler,
     SchedulerObserver,
     SchedulerSettings,
+    account,
+    history_key,
     layout_key,
 )
 from voda.spec import FieldError, JobSpec, SpecError
@@ -168,17 +171,24 @@ class _Observer(SchedulerObserver):
         if s.first_schedule_at is None:
             s.first_schedule_at = time.time()
 
-    def on_error(self, error: Exception, now: float) -> None:
-        log.error("rescheduling failed: %s", error)
+    def on_error(self, error: Exception, now: float, gpu_type: str = ALL_GPU_TYPES) -> None:
+        self.service.metrics.decision_refused(gpu_type)
+
+    def on_recovered(self, gpu_type: str, now: float) -> None:
+        self.service.metrics.decision_recovered(gpu_type)
+
+    def on_promoted(self, record: JobRecord, now: float) -> None:
+        self.service.pending.states[record.name] = record  # its reset counters are kept
 
     def on_epoch(self, record: JobRecord, epoch: int, seconds: float, workers: int) -> None:
         s = self.service
         s.pending.states[record.name] = record
+        key = history_key(record)
         if record.category and workers in record.epoch_time_by_workers:
-            s.pending.category[(record.category, workers)] = record.epoch_time_by_workers[workers]
+            s.pending.category[(key, workers)] = record.epoch_time_by_workers[workers]
         layout = layout_key(record.placement)
         if record.category and layout in record.layout_throughput:
-            s.pending.layouts[(record.category, layout)] = record.layout_throughput[layout]
+            s.pending.layouts[(key, layout)] = record.layout_throughput[layout]
 
 
 def unique_name(base: str, now: float) -> str:
@@ -282,6 +292,12 @@ class Service:
                 log.warning("stored algorithm %r for %s is unknown; using %s", row.algorithm,
                             row.gpu_type, self.settings.algorithm)
                 continue
+            try:
+                registry.create(row.algorithm, row.params, self.import_paths)
+            except ValueError as exc:  # knobs this version no longer takes
+                log.warning("stored parameters of %r for %s are refused (%s); using %s",
+                            row.algorithm, row.gpu_type, exc, self.settings.algorithm)
+                continue
             if row.gpu_type == store.DEFAULT_SETTINGS_KEY:
                 settings.algorithm = row.algorithm
                 settings.algorithm_params = dict(row.params)
@@ -326,10 +342,6 @@ class Service:
                 record.status = JobStatus.RUNNING
             if record.first_start_time is None:
                 record.first_start_time = now
-            record.running_seconds += dt
-            record.running_seconds_since_start += dt
-            record.attained_gpu_seconds += dt * workers
-            record.attained_gpu_seconds_since_start += dt * workers
         else:
             if record.status is JobStatus.RUNNING:  # the backend lost it: it waits again
                 self.history(record.name, now, "status", "Running", "Waiting")
@@ -337,8 +349,7 @@ class Service:
                 record.preemptions += 1
                 record.waiting_seconds_since_start = 0.0
             record.placement, record.current_workers = (), 0
-            record.waiting_seconds += dt
-            record.waiting_seconds_since_start += dt
+        account(record, dt)
         self.pending.states[record.name] = record
         return record
 
@@ -422,7 +433,7 @@ class Service:
                request_hash: str) -> tuple[JobRecord, Any]:
         now = time.time()
         category = f"{self.settings.history_owner(user.name)}/{spec.category}"
-        known = self.scheduler.category_history.get(category)
+        known = self.scheduler.category_history.get((category, spec.gpu_type))
         job = Job(
             name=spec.name, min_workers=spec.min_workers, max_workers=spec.max_workers,
             preferred_workers=spec.preferred_workers, priority=spec.priority, submit_time=now,

@@ -9,7 +9,9 @@ from typing import Any
 from voda.config import User
 from voda.core import estimate
 from voda.core.model import Cluster
-from voda.engine.scheduler import JobRecord, Scheduler
+from voda.engine.scheduler import ALL_GPU_TYPES, JobRecord, Scheduler
+
+REDACTED = "the last decision for this GPU type was refused (details for administrators)"
 
 # The speedup table of a job: every worker count up to this, then powers of two and the
 # job's own sizes, so its length never follows a number the user gave.
@@ -120,12 +122,15 @@ def cluster_view(s: Scheduler, user: User, algorithms: dict[str, str],
                       "used": taken, "free": max(0, n.gpus - taken), "leaf": n.leaf_name,
                       "jobs": jobs, "others": others.get(n.name, 0),
                       "schedulable": n in s.cluster.nodes})
+    # A refusal's reason may name jobs: only administrators read it.
+    errors = {t: e.reason if user.admin else REDACTED for t, e in sorted(s.errors.items())}
     types = []
     for t in s.cluster.gpu_types():
         total = s.cluster.capacity(t)
         taken = sum(x["used"] for x in nodes if x["gpu_type"] == t and x["schedulable"])
         types.append({"gpu_type": t, "total": total, "used": taken,
-                      "free": max(0, total - taken), "algorithm": algorithms[t]})
+                      "free": max(0, total - taken), "algorithm": algorithms[t],
+                      "error": errors.get(t) or errors.get(ALL_GPU_TYPES)})
     plan = s.last_plan
     allocation = {k: v for k, v in (plan.allocation if plan else {}).items()
                   if k in s.jobs and visible(user, s.jobs[k])}
@@ -137,4 +142,5 @@ def cluster_view(s: Scheduler, user: User, algorithms: dict[str, str],
         "allocation": allocation,
         "last_reschedule": s.last_reschedule,
         "last_error": (str(s.last_error) if s.last_error else None) if user.admin else None,
+        "errors": errors,
     }

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from voda.core.model import JobStatus
-from voda.engine.scheduler import JobRecord
+from voda.engine.scheduler import HistoryKey, JobRecord
 from voda.store import jobs as store
 from voda.store.faults import StoreFault, classify
 
@@ -56,8 +56,8 @@ class Pending:
     inserts: list[dict[str, Any]] = field(default_factory=list)
     states: dict[str, JobRecord] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
-    category: dict[tuple[str, int], float] = field(default_factory=dict)
-    layouts: dict[tuple[str, tuple[int, int]], float] = field(default_factory=dict)
+    category: dict[tuple[HistoryKey, int], float] = field(default_factory=dict)
+    layouts: dict[tuple[HistoryKey, tuple[int, int]], float] = field(default_factory=dict)
     backend_state: dict[str, Any] | None = None
     queued: set[str] = field(default_factory=set)  # Submitted -> Waiting, nothing else
     nodes: list[dict[str, Any]] = field(default_factory=list)
@@ -73,11 +73,11 @@ class Batch:
     inserts: list[dict[str, Any]]
     states: list[dict[str, Any]]
     history: list[dict[str, Any]]
-    category: list[tuple[str, int, float]]
+    category: list[tuple[HistoryKey, int, float]]
     backend_state: dict[str, Any] | None
     now: float
     queued: list[str] = field(default_factory=list)
-    layouts: list[tuple[str, tuple[int, int], float]] = field(default_factory=list)
+    layouts: list[tuple[HistoryKey, tuple[int, int], float]] = field(default_factory=list)
     backend_name: str = "backend"
     nodes: list[dict[str, Any]] = field(default_factory=list)
     # A submission: its insert and history are one unit, refused or written whole.

@@ -9,7 +9,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from voda.core.model import JobStatus
-from voda.engine.scheduler import JobRecord
+from voda.engine.scheduler import HistoryKey, JobRecord
 from voda.store.models import (
     BackendStateRow,
     CategoryLayoutRow,
@@ -35,6 +35,9 @@ STATE_FIELDS: tuple[str, ...] = (
     "running_seconds_since_start",
     "waiting_seconds",
     "waiting_seconds_since_start",
+    "attained_gpu_seconds_since_promotion",
+    "running_seconds_since_promotion",
+    "waiting_seconds_since_promotion",
     "first_start_time",
     "finish_time",
     "queue_since",
@@ -42,6 +45,7 @@ STATE_FIELDS: tuple[str, ...] = (
     "rescales",
     "migrations",
     "preemptions",
+    "promotions",
 )
 
 
@@ -153,6 +157,9 @@ def row_to_record(row: JobRow) -> JobRecord:
         running_seconds_since_start=row.running_seconds_since_start,
         waiting_seconds=row.waiting_seconds,
         waiting_seconds_since_start=row.waiting_seconds_since_start,
+        attained_gpu_seconds_since_promotion=row.attained_gpu_seconds_since_promotion,
+        running_seconds_since_promotion=row.running_seconds_since_promotion,
+        waiting_seconds_since_promotion=row.waiting_seconds_since_promotion,
         first_start_time=row.first_start_time,
         queue_since=row.queue_since,
         epoch_time_by_workers={int(k): float(v) for k, v in row.epoch_time_by_workers.items()},
@@ -163,6 +170,7 @@ def row_to_record(row: JobRow) -> JobRecord:
         rescales=row.rescales,
         migrations=row.migrations,
         preemptions=row.preemptions,
+        promotions=row.promotions,
         failure_reason=row.failure_reason,
         extra={
             "user": row.user,
@@ -176,34 +184,38 @@ def row_to_record(row: JobRow) -> JobRecord:
     )
 
 
-# ----- category speed history ---------------------------------------------------
+# ----- speed and layout history, per (category, GPU type) -------------------------
 def save_category_speed(
-    session: Session, category: str, workers: int, seconds: float, now: float
+    session: Session, key: HistoryKey, workers: int, seconds: float, now: float
 ) -> None:
-    session.merge(CategorySpeedRow(category=category, workers=workers, epoch_seconds=seconds,
-                                   updated_at=now))
+    category, gpu_type = key
+    session.merge(CategorySpeedRow(category=category, gpu_type=gpu_type, workers=workers,
+                                   epoch_seconds=seconds, updated_at=now))
 
 
-def load_category_history(session: Session) -> dict[str, dict[int, float]]:
-    history_: dict[str, dict[int, float]] = {}
+def load_category_history(session: Session) -> dict[HistoryKey, dict[int, float]]:
+    """What Scheduler.category_history held: seconds per epoch by workers."""
+    history_: dict[HistoryKey, dict[int, float]] = {}
     for row in session.scalars(select(CategorySpeedRow)):
-        history_.setdefault(row.category, {})[row.workers] = row.epoch_seconds
+        history_.setdefault((row.category, row.gpu_type), {})[row.workers] = row.epoch_seconds
     return history_
 
 
 def save_category_layout(
-    session: Session, category: str, layout: tuple[int, int], rate: float, now: float
+    session: Session, key: HistoryKey, layout: tuple[int, int], rate: float, now: float
 ) -> None:
+    category, gpu_type = key
     workers, nodes = layout
-    session.merge(CategoryLayoutRow(category=category, workers=workers, nodes=nodes,
-                                    samples_per_second=rate, updated_at=now))
+    session.merge(CategoryLayoutRow(category=category, gpu_type=gpu_type, workers=workers,
+                                    nodes=nodes, samples_per_second=rate, updated_at=now))
 
 
-def load_layout_history(session: Session) -> dict[str, dict[tuple[int, int], float]]:
+def load_layout_history(session: Session) -> dict[HistoryKey, dict[tuple[int, int], float]]:
     """What Scheduler.layout_history held: samples per second by (workers, nodes)."""
-    history_: dict[str, dict[tuple[int, int], float]] = {}
+    history_: dict[HistoryKey, dict[tuple[int, int], float]] = {}
     for row in session.scalars(select(CategoryLayoutRow)):
-        history_.setdefault(row.category, {})[(row.workers, row.nodes)] = row.samples_per_second
+        key = (row.category, row.gpu_type)
+        history_.setdefault(key, {})[(row.workers, row.nodes)] = row.samples_per_second
     return history_
 
 

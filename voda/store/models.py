@@ -42,6 +42,9 @@ class JobRow(Base):
     running_seconds_since_start: Mapped[float] = mapped_column(Float, default=0.0)
     waiting_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     waiting_seconds_since_start: Mapped[float] = mapped_column(Float, default=0.0)
+    attained_gpu_seconds_since_promotion: Mapped[float] = mapped_column(Float, default=0.0)
+    running_seconds_since_promotion: Mapped[float] = mapped_column(Float, default=0.0)
+    waiting_seconds_since_promotion: Mapped[float] = mapped_column(Float, default=0.0)
     first_start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     finish_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     queue_since: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -52,6 +55,7 @@ class JobRow(Base):
     rescales: Mapped[int] = mapped_column(Integer, default=0)
     migrations: Mapped[int] = mapped_column(Integer, default=0)
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    promotions: Mapped[int] = mapped_column(Integer, default=0)
     # The time up to which the service counters above are accounted.
     accounted_at: Mapped[float] = mapped_column(Float)
     # A submission's Idempotency-Key (unique per user) and the SHA-256 of its body.
@@ -78,22 +82,25 @@ class JobHistoryRow(Base):
 
 
 class CategorySpeedRow(Base):
-    """Seconds per epoch of a job category at a worker count (smoothed)."""
+    """Seconds per epoch of a job category on a GPU type at a worker count (smoothed)."""
 
     __tablename__ = "category_speed"
 
     category: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(100), primary_key=True)
     workers: Mapped[int] = mapped_column(Integer, primary_key=True)
     epoch_seconds: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
 
 
 class CategoryLayoutRow(Base):
-    """Samples per second of a job category on a layout: workers over nodes (smoothed)."""
+    """Samples per second of a job category on a GPU type and a layout: workers over
+    nodes (smoothed)."""
 
     __tablename__ = "category_layout"
 
     category: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(100), primary_key=True)
     workers: Mapped[int] = mapped_column(Integer, primary_key=True)
     nodes: Mapped[int] = mapped_column(Integer, primary_key=True)
     samples_per_second: Mapped[float] = mapped_column(Float)

@@ -9,6 +9,7 @@ A custom algorithm is found, in this order, in what was registered at run time
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import inspect
 from collections.abc import Callable, Collection, Mapping
@@ -98,6 +99,12 @@ def _resolve(name: str, import_paths: Collection[str] | None = None) -> Any:
     raise UnknownAlgorithm(name, available(import_paths or ()))
 
 
+def resolve(name: str, import_paths: Collection[str] | None = None) -> Any:
+    """What `name` stands for (a class, a factory or a ready algorithm); raises
+    UnknownAlgorithm."""
+    return _resolve(name, import_paths)
+
+
 def is_known(name: str, import_paths: Collection[str] | None = None) -> bool:
     try:
         _resolve(name, import_paths)
@@ -125,6 +132,13 @@ def _is_factory(target: Any) -> bool:
     return len(required) != 2
 
 
+def parameter_names(target: Any) -> list[str] | None:
+    """The knobs a dataclass algorithm takes (its fields but `name`), or None if unknown."""
+    if dataclasses.is_dataclass(target) and isinstance(target, type):
+        return [f.name for f in dataclasses.fields(target) if f.init and f.name != "name"]
+    return None
+
+
 def create(name: str, params: Mapping[str, Any] | None = None,
            import_paths: Collection[str] | None = None) -> AllocationAlgorithm:
     """Build the algorithm called `name` with `params` (its configurable knobs).
@@ -134,6 +148,12 @@ def create(name: str, params: Mapping[str, Any] | None = None,
     target = _resolve(name, import_paths)
     params = dict(params or {})
     if _is_factory(target):
+        knobs = parameter_names(target)
+        unknown = sorted(set(params) - set(knobs)) if knobs is not None else []
+        if unknown:
+            valid = ", ".join(knobs) if knobs else "none"
+            raise ValueError(f"algorithm {name!r} has no parameter {unknown[0]!r}; "
+                             f"its parameters: {valid}")
         try:
             algorithm = target(**params)
         except TypeError as exc:
