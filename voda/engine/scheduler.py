@@ -376,11 +376,9 @@ class Scheduler:
         halted = []
         for record in list(self.active.values()):
             if any(node == node_name for node, _ in record.placement):
-                self.backend.halt(record.snapshot())
-                record.preemptions += 1
-                record.waiting_seconds_since_start = 0.0
-                self._place(record, ())
-                self._set_status(record, JobStatus.WAITING, now)
+                halt = Action(ActionKind.HALT, record.name, record.placement, ())
+                self._act(record, halt)  # as a decision's halt: backend first, then records
+                self._record(record, halt, now)
                 halted.append(record.name)
         if halted:
             self._mark(EventKind.NODE_REMOVED)
