@@ -86,7 +86,8 @@ def test_a_refused_gpu_type_is_reported_and_the_others_go_on(server: str) -> Non
         types = {t["gpu_type"]: t for t in cluster["gpu_types"]}
         assert "OverCapacity" in types["a100"]["error"]
         assert types["default"]["error"] is None
-        assert client.get(f"/v1/jobs/{a100_name}").json()["workers"] == 0
+        # the refused plan was not applied: the job that made it refused got nothing
+        assert client.get(f"/v1/jobs/{other.json()['name']}").json()["workers"] == 0
         gauge = refused_gauge(client.get("/metrics").text)
         assert gauge["a100"] == 1.0 and gauge["default"] == 0.0
         # a good algorithm again: the type recovers and its job runs
