@@ -223,7 +223,8 @@ class KubeApi:
 
     def watch(self, kind: Kind, namespace: str | None, resource_version: str,
               timeout_seconds: int = 300, label_selector: str | None = None,
-              field_selector: str | None = None, opened: Callable[[Any], None] | None = None) -> Iterator[Obj]:
+              field_selector: str | None = None,
+              opened: Callable[[Any], None] | None = None) -> Iterator[Obj]:
         """Events of one watch request from `resource_version` (bookmarks included);
         `opened` receives the response; its `shutdown()` ends the watch from another
         thread."""
