@@ -9,7 +9,7 @@ config.toml:
     host = "127.0.0.1"
     port = 8470
     db = "sqlite:////var/lib/voda/voda.db"
-    backend = "local"          # or "emulated"
+    backend = "local"          # or "emulated", "kubernetes"
     slots = 4                  # local: worker slots (default: one per GPU, else per CPU)
     nodes = "2x2"              # local: virtual nodes (optional)
     cluster = "4x4"            # emulated: NODESxGPUS[:TYPE],... or a cluster file
@@ -25,6 +25,11 @@ config.toml:
     utilization_weight = 0.2
     history_weight = 0.1
     max_nodes_per_leaf = 4
+
+    [kubernetes]               # voda.backends.kubernetes.settings (backend "kubernetes")
+    namespace = "training"
+    gpu_type_label = "voda.io/gpu-type"
+    lease_seconds = 15.0       # the leader elector: client-go's timings by default
 
     [client]
     url = "http://127.0.0.1:8470"
@@ -93,6 +98,11 @@ class ServerSettings:
     # Fields of voda.core.placement.manager.PlacementSettings (config.toml [placement]).
     placement_settings: Mapping[str, Any] = field(default_factory=dict)
     step_interval: float = 0.5
+    # Kubernetes backend: kubeconfig file (empty: in-cluster), namespace of the jobs, and
+    # config.toml [kubernetes] (voda.backends.kubernetes.config).
+    kubeconfig: str = ""
+    namespace: str = "default"
+    kubernetes_settings: Mapping[str, Any] = field(default_factory=dict)
     tokens: Mapping[str, User] = field(default_factory=dict)
     max_body_bytes: int = 1 << 20
 
@@ -138,6 +148,8 @@ _SERVER_ENV = {
     "rate_limit_seconds": "VODA_RATE_LIMIT",
     "placement": "VODA_PLACEMENT",
     "step_interval": "VODA_STEP_INTERVAL",
+    "kubeconfig": "VODA_KUBECONFIG",
+    "namespace": "VODA_NAMESPACE",
     "tokens": "VODA_TOKENS",
 }
 
@@ -147,9 +159,10 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         if isinstance(value, Mapping):
             return value
         return parse_tokens(str(value))
-    if name == "placement_settings":
+    if name in ("placement_settings", "kubernetes_settings"):
         if not isinstance(value, Mapping):
-            raise ConfigError(f"placement: expected a table of settings, got {value!r}")
+            table = name.removesuffix("_settings")
+            raise ConfigError(f"{table}: expected a table of settings, got {value!r}")
         return dict(value)
     try:
         return kind(value)
@@ -167,6 +180,8 @@ def load_server_settings(
     values: dict[str, Any] = dict(file.get("server", {}))
     if "placement" in file:
         values["placement_settings"] = file["placement"]
+    if "kubernetes" in file:
+        values["kubernetes_settings"] = file["kubernetes"]
     for name, var in _SERVER_ENV.items():
         if env.get(var):
             values[name] = env[var]

@@ -302,11 +302,13 @@ class Service:
         return record
 
     def _register_profile(self, record: JobRecord) -> None:
-        """Tell the backend what it needs beyond the Job: the profile (emulated cluster) or
-        the command line (local processes), when it keeps such a table."""
+        """Tell the backend what it needs beyond the Job: the profile (emulated cluster),
+        the command line (local processes) or the submitted document (Kubernetes), when
+        it keeps such a table."""
         if record.status.is_terminal:
             return
-        for table_name, key in (("profiles", "profile"), ("commands", "command")):
+        for table_name, key in (("profiles", "profile"), ("commands", "command"),
+                                ("specs", "spec")):
             table = getattr(self.backend, table_name, None)
             value = record.extra.get(key)
             if isinstance(table, dict) and value:
@@ -334,6 +336,9 @@ class Service:
         name in the store is in `names`, and a new one is checked there."""
         self._check_gpu_type(spec)
         self._check_profile(spec)
+        check_spec = getattr(self.backend, "check_spec", None)
+        if check_spec is not None:  # what this backend could never run (SpecError)
+            check_spec(spec)
         now = time.time()
         known = self.scheduler.category_history.get((spec.category, spec.gpu_type))
         job = Job(
@@ -347,8 +352,8 @@ class Service:
         if problems:
             raise SpecError([FieldError(*p.split(": ", 1)) for p in problems])
         extra = {"user": user.name, "kind": spec.kind, "command": spec.command,
-                 "image": spec.image, "profile": spec.profile}
-        meta = {**extra, "spec": spec.document}
+                 "image": spec.image, "profile": spec.profile, "spec": spec.document}
+        meta = dict(extra)
         with self.inbox_lock:
             name = unique_name(spec.name, now)
             while name in self.names:

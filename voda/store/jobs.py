@@ -169,6 +169,7 @@ def row_to_record(row: JobRow) -> JobRecord:
             "command": row.command,
             "image": row.image,
             "profile": row.profile,
+            "spec": row.spec,
         },
     )
 

@@ -584,10 +584,12 @@ class FakeApiServer:
                 kind = self._event_type(change, matches(change.old), matches(change.object))
                 if kind is not None:
                     await self._send(response, kind, change.object)
-        except (asyncio.CancelledError, ConnectionResetError):
+        except asyncio.CancelledError:
             if request.transport is not None:
                 request.transport.abort()
             raise
+        except ConnectionResetError:  # the client went away
+            return response
         finally:
             unsubscribe()
             self._watches.discard(response)

@@ -89,6 +89,8 @@ class Informer:
                 delay = min(self.max_backoff, delay * 2)
 
     def _failed(self, exc: Exception, delay: float) -> None:
+        if self._stop.is_set():
+            return
         self.errors += 1
         log.warning("%s informer: %s; retrying in %.1f s", self.kind.plural, exc, delay)
         self._stop.wait(delay)
