@@ -117,7 +117,13 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
         backend: Annotated[str | None, typer.Option(
-            help="Backend: local (real training processes, the default) or emulated.")] = None,
+            help="Backend: local (real training processes, the default), emulated or "
+                 "kubernetes.")] = None,
+        kubeconfig: Annotated[str | None, typer.Option(
+            help="Kubernetes backend: kubeconfig file (default: the in-cluster "
+                 "service account).")] = None,
+        namespace: Annotated[str | None, typer.Option(
+            help="Kubernetes backend: namespace of the jobs and the leader Lease.")] = None,
         slots: Annotated[int | None, typer.Option(
             help="Local backend: worker slots (default: one per GPU, else one per CPU).")] = None,
         nodes: Annotated[str | None, typer.Option(
@@ -157,7 +163,7 @@ def register(app: typer.Typer) -> None:
                 "cluster": cluster, "time_scale": time_scale, "db": db,
                 "host": host, "port": port, "algorithm": algorithm,
                 "rate_limit_seconds": rate_limit, "step_interval": step_interval,
-                "placement": placement,
+                "placement": placement, "kubeconfig": kubeconfig, "namespace": namespace,
             })
         except ConfigError as exc:
             _die(str(exc), EXIT_USAGE)
@@ -174,6 +180,14 @@ def register(app: typer.Typer) -> None:
             bind = "127.0.0.1"
         elif settings.open_access:
             err.print("no tokens configured (VODA_TOKENS): open access on loopback only")
+        elector = None
+        if settings.backend == "kubernetes":
+            from voda.cli.kubernetes import lead
+
+            try:
+                elector = lead(settings)  # a standby waits here
+            except ValueError as exc:
+                _die(str(exc), EXIT_USAGE)
         try:
             service = Service(settings, create_backend(settings))
             service.start()
@@ -191,6 +205,10 @@ def register(app: typer.Typer) -> None:
         sys.setswitchinterval(0.001)
         uvicorn.run(app_, host=bind, port=settings.port, log_level="warning",
                     access_log=False)
+        if elector is not None:
+            if elector.lost:
+                raise typer.Exit(1)
+            elector.release()  # a standby takes over at once
 
     @app.command()
     def submit(

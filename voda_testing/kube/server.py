@@ -18,6 +18,7 @@ import base64
 import contextlib
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ class Request:
     content_type: str
     verb: str
     resource: str
+    user_agent: str = ""
+    time: float = 0.0
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -354,7 +357,8 @@ class FakeApiServer:
                                          VERB_OF.get(method, method.lower()))
         shown = f"{resource.plural}/{sub}" if sub else resource.plural
         self.requests.append(Request(method, request.path, request.query_string,
-                                     request.headers.get("Content-Type", ""), verb, shown))
+                                     request.headers.get("Content-Type", ""), verb, shown,
+                                     request.headers.get("User-Agent", ""), time.monotonic()))
         fault = self._take_fault(verb, shown)
         if fault is not None:
             headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else None

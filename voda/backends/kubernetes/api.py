@@ -15,6 +15,7 @@ sent (`NotLeader`).
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -112,7 +113,9 @@ class KubeApi:
         else:
             config.load_incluster_config(client_configuration=configuration)
         configuration.retries = 0  # this module does the retrying
-        return cls(client.ApiClient(configuration), **kwargs)
+        api_client = client.ApiClient(configuration)
+        api_client.user_agent = f"voda/0.1 (pid {os.getpid()})"
+        return cls(api_client, **kwargs)
 
     # ----- transport -----------------------------------------------------------------------
     def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
