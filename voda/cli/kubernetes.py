@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -32,9 +33,29 @@ def lead(settings: Any) -> Any:
         timer.start()
 
     elector = LeaseElector(api, k8s.namespace, k8s.elector, on_lost=lost)
-    log.info("%s waits for the lease %s/%s", elector.identity, k8s.namespace,
-             k8s.elector.lease_name)
+    sys.stderr.write(f"voda serve: {elector.identity} is a standby until it holds the lease "
+                     f"{k8s.namespace}/{k8s.elector.lease_name}\n")
+    sys.stderr.flush()
     elector.acquire()
     elector.start_renewing()
     activate(elector)
     return elector
+
+
+def keep_signals() -> None:
+    """Handle SIGTERM and SIGINT in Python, so that the signal uvicorn re-raises once it
+    has shut down does not kill the process before the lease is released."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+
+
+def step_down(elector: Any, backend: Any) -> int:
+    """After the HTTP server stopped: stop acting, then hand the lease over. Returns the
+    exit status: 1 when the lease was lost (fail closed), else 0."""
+    close = getattr(backend, "close", None)
+    if elector.lost:
+        return EXIT_LOST
+    elector.release()  # closes the fence first, so nothing is written after it
+    if close is not None:
+        close()
+    return 0

@@ -203,12 +203,16 @@ def register(app: typer.Typer) -> None:
         app_ = create_app(settings, service=service)
         # Requests stay responsive while a long decision runs in another thread.
         sys.setswitchinterval(0.001)
+        if elector is not None:
+            from voda.cli.kubernetes import keep_signals
+
+            keep_signals()  # uvicorn re-raises SIGTERM after shutdown: the lease goes first
         uvicorn.run(app_, host=bind, port=settings.port, log_level="warning",
                     access_log=False)
         if elector is not None:
-            if elector.lost:
-                raise typer.Exit(1)
-            elector.release()  # a standby takes over at once
+            from voda.cli.kubernetes import step_down
+
+            raise typer.Exit(step_down(elector, service.backend))
 
     @app.command()
     def submit(

@@ -234,22 +234,33 @@ class LeaseElector:
     def release(self) -> bool:
         """Give the lease up (on shutdown), if it is still ours; True when released."""
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self.settings.retry_seconds * 2)
         if not self.may_act() or self._record is None:
             return False
         with self._lock:
-            self.released = True
-        spec = dict(self._record.get("spec") or {})
-        now = micro_time(self.wall())
-        spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=now, acquireTime=now)
-        try:
-            self.api.request("PUT", LEASES.path(self.namespace, self.settings.lease_name),
-                             body={**self._record, "spec": spec},
-                             timeout=self.settings.retry_seconds, attempts=1)
-            log.info("%s released the lease", self.identity)
-            return True
-        except ApiError as exc:
-            log.warning("lease %s: release failed: %s", self.settings.lease_name, exc)
-            return False
+            self.released = True  # the fence closes before the lease is given up
+        path = LEASES.path(self.namespace, self.settings.lease_name)
+        record = self._record
+        for _ in range(3):
+            spec = dict(record.get("spec") or {})
+            if spec.get("holderIdentity") != self.identity:
+                return False
+            now = micro_time(self.wall())
+            spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=now,
+                        acquireTime=now)
+            try:
+                self.api.request("PUT", path, body={**record, "spec": spec},
+                                 timeout=self.settings.retry_seconds, attempts=1)
+                log.info("%s released the lease", self.identity)
+                return True
+            except ApiError as exc:
+                if exc.status != 409:
+                    log.warning("lease %s: release failed: %s", self.settings.lease_name, exc)
+                    return False
+                record = self.api.request("GET", path, timeout=self.settings.retry_seconds,
+                                          attempts=1)
+        return False
 
     def stop(self) -> None:
         self._stop.set()
