@@ -230,7 +230,7 @@ def worker_pods(control: Control, namespace: str | None = None) -> list[dict[str
     return api.list(PODS, namespace or control.namespace, "voda.io/job")["items"]
 
 
-# ----- the flows -------------------------------------------------------------------------------------
+# ----- the flows --------------------------------------------------------------------------------
 def test_a_workload_completes_while_nodes_are_added_cordoned_and_removed(
         cluster: Control, serve: Any) -> None:
     audit = GpuAudit(cluster.kubeconfig)
