@@ -182,6 +182,7 @@ class KubernetesBackend:
                 return
             with self.lock:
                 if event == "DELETED":
+                    self.acted.pop(obj["metadata"]["uid"], None)
                     if self.objects.get(job, {}).get("metadata", {}).get("uid") == obj[
                             "metadata"]["uid"]:
                         del self.objects[job]
@@ -447,7 +448,6 @@ class KubernetesBackend:
             d = copy.copy(self.desired.get(job))
             obj = self.objects.get(job)
             pods = list(self.pods.get(job, {}).values())
-        ns = self.settings.namespace
         # 1. not wanted: delete
         if d is None:
             self._waiting.discard(job)
@@ -455,8 +455,7 @@ class KubernetesBackend:
                 adapter = self._adapter(obj)
                 if adapter is not None and adapter.observe(obj).phase in (Phase.PENDING,
                                                                           Phase.RUNNING):
-                    self.api.delete(adapter.kind, ns, obj["metadata"]["name"], "Foreground")
-                    self._count("deletes")
+                    self._delete_object(adapter, obj)
             return
         adapter = self.adapters[d.kind]
         self.view.set_claims(job, _counts(d.plan))
@@ -464,8 +463,7 @@ class KubernetesBackend:
         run = (obj or {}).get("metadata", {}).get("annotations", {}).get(RUN_ANNOTATION)
         if obj is not None and run != d.run:
             if not obj["metadata"].get("deletionTimestamp"):
-                self.api.delete(adapter.kind, ns, obj["metadata"]["name"], "Foreground")
-                self._count("deletes")
+                self._delete_object(adapter, obj)
             return
         # 3. create
         if obj is None:
@@ -477,6 +475,16 @@ class KubernetesBackend:
         self._resize(d, adapter, obj)
         # 5. workers
         self._pin_workers(d, adapter, pods)
+
+    def _delete_object(self, adapter: Adapter, obj: Obj) -> None:
+        """Delete a job object (its pods first: Foreground), once per version seen."""
+        meta = obj["metadata"]
+        if self.acted.get(meta["uid"]) == meta.get("resourceVersion"):
+            return  # already asked; the informer has not shown it yet
+        self.acted[meta["uid"]] = meta.get("resourceVersion", "")
+        self.api.delete(adapter.kind, self.settings.namespace, meta["name"], "Foreground",
+                        uid=meta["uid"])
+        self._count("deletes")
 
     def _create(self, d: Desired, adapter: Adapter) -> None:
         document = d.document if d.document is not None else self._template(
@@ -507,8 +515,7 @@ class KubernetesBackend:
             updated = self.api.patch(adapter.kind, ns, name, {
                 "metadata": {"annotations": {PLAN_ANNOTATION: plan_text}}}, MERGE_PATCH)
             if adapter.replicas(obj) != replicas:
-                adapter.set_replicas(self.api, obj, replicas)
-                updated = self.api.get(adapter.kind, ns, name)
+                adapter.set_replicas(self.api, obj, replicas)  # the informer shows the rest
         self._count("resizes")
         with self.lock:
             if self.objects.get(d.job, {}).get("metadata", {}).get("uid") == updated[
