@@ -76,11 +76,13 @@ def _error(exc: ApiError, headers: dict[str, str] | None = None) -> web.Response
 
 class FakeApiServer:
     def __init__(self, store: Store | None = None, bookmark_interval: float = 1.0,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", port: int = 0,
+                 extra_routes: list[tuple[str, str, Any]] | None = None) -> None:
         self.store = store or Store()
+        self.extra_routes = extra_routes or []
         self.bookmark_interval = bookmark_interval
         self.host = host
-        self.port = 0
+        self.port = port
         self.faults: list[Fault] = []
         self.requests: deque[Request] = deque(maxlen=100_000)
         self.outage_mode: str | None = None  # None, "refuse" or "hang"
@@ -125,6 +127,8 @@ class FakeApiServer:
 
     async def _start(self) -> None:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 << 20)
+        for method, path, handler in self.extra_routes:
+            app.router.add_route(method, path, handler)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      shutdown_timeout=0.5)

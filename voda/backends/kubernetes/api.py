@@ -113,6 +113,8 @@ class KubeApi:
         else:
             config.load_incluster_config(client_configuration=configuration)
         configuration.retries = 0  # this module does the retrying
+        configuration.connection_pool_maxsize = max(
+            configuration.connection_pool_maxsize or 0, 16)  # the reconciler's workers
         api_client = client.ApiClient(configuration)
         api_client.user_agent = f"voda/0.1 (pid {os.getpid()})"
         return cls(api_client, **kwargs)

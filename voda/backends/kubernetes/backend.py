@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +145,8 @@ class KubernetesBackend:
         # Nothing is deleted before the jobs running now are adopted (running()) or the
         # engine acts: until then an object without desired state is not yet known.
         self._adopted = threading.Event()
+        self._in_flight: set[str] = set()
+        self._lost_lead = False
         self._thread: threading.Thread | None = None
         self.informers: list[Informer] = []
         self.view.listeners.append(self._on_view_change)
@@ -402,46 +405,57 @@ class KubernetesBackend:
 
     # ----- the reconciler -------------------------------------------------------------------------
     def _run(self) -> None:
+        """Reconcile dirty jobs on a pool of workers, one job in one worker at a time."""
         while not self._adopted.wait(0.1):
             if self._stop.is_set():
                 return
         last_resync = time.monotonic()
-        while not self._stop.is_set():
-            self._wake.wait(self.resync_seconds)
-            self._wake.clear()
-            if time.monotonic() - last_resync >= self.resync_seconds:
-                last_resync = time.monotonic()
+        with ThreadPoolExecutor(self.settings.workers, "k8s-reconcile") as pool:
+            while not self._stop.is_set() and not self._lost_lead:
+                self._wake.wait(self.resync_seconds)
+                self._wake.clear()
+                if time.monotonic() - last_resync >= self.resync_seconds:
+                    last_resync = time.monotonic()
+                    with self.lock:
+                        self._dirty |= set(self.desired) | set(self.objects)
                 with self.lock:
-                    self._dirty |= set(self.desired) | set(self.objects)
+                    jobs = sorted(self._dirty - self._in_flight)
+                    self._dirty -= set(jobs)
+                    self._in_flight |= set(jobs)
+                for job in jobs:
+                    pool.submit(self._reconcile_safely, job)
+
+    def _reconcile_safely(self, job: str) -> None:
+        """One job's reconciliation; whatever goes wrong, the job is tried again later."""
+        retry = False
+        try:
+            if not self._stop.is_set() and not self._lost_lead:
+                self._reconcile(job)
+        except NotLeader:
+            log.error("not the leader any more: the reconciler stops")
+            self._lost_lead = True
+        except SpecError as exc:  # a document that can never be created
+            log.error("job %s: %s", job, exc)
             with self.lock:
-                jobs, self._dirty = sorted(self._dirty), set()
-            for job in jobs:
-                if self._stop.is_set():
-                    return
-                try:
-                    self._reconcile(job)
-                except NotLeader:
-                    log.error("not the leader any more: the reconciler stops")
-                    return
-                except SpecError as exc:  # a document that can never be created
-                    log.error("job %s: %s", job, exc)
-                    with self.lock:
-                        d = self.desired.get(job)
-                        if d is not None:
-                            self._end(job, d.run, Event(EventKind.JOB_FAILED, self.clock(),
-                                                        job=job, data={"reason": str(exc)}))
-                except ApiError as exc:
-                    self._count("api_errors")
-                    log.warning("job %s: %s; retrying", job, exc)
-                    with self.lock:
-                        self._dirty.add(job)
-                    self._stop.wait(0.2)
-                except Exception:
-                    self._count("errors")
-                    log.exception("job %s: reconciling failed; retrying", job)
-                    with self.lock:
-                        self._dirty.add(job)
-                    self._stop.wait(0.2)
+                d = self.desired.get(job)
+                if d is not None:
+                    self._end(job, d.run, Event(EventKind.JOB_FAILED, self.clock(), job=job,
+                                                data={"reason": str(exc)}))
+        except ApiError as exc:
+            self._count("api_errors")
+            log.warning("job %s: %s; retrying", job, exc)
+            retry = True
+        except Exception:
+            self._count("errors")
+            log.exception("job %s: reconciling failed; retrying", job)
+            retry = True
+        if retry:
+            self._stop.wait(0.2)
+        with self.lock:
+            self._in_flight.discard(job)
+            if retry:
+                self._dirty.add(job)
+        self._wake.set()
 
     def _reconcile(self, job: str) -> None:
         with self.lock:
@@ -489,7 +503,9 @@ class KubernetesBackend:
     def _create(self, d: Desired, adapter: Adapter) -> None:
         document = d.document if d.document is not None else self._template(
             self.objects.get(d.job) or {})
-        obj = render_job(document, d.job, d.sizes, d.plan, d.run, self.settings)
+        # Checked against the CRD at submission (check_spec); the server validates it too.
+        obj = render_job(document, d.job, d.sizes, d.plan, d.run, self.settings,
+                         validate=False)
         try:
             created = self.api.create(adapter.kind, self.settings.namespace, obj)
         except ApiError as exc:
@@ -515,7 +531,9 @@ class KubernetesBackend:
             updated = self.api.patch(adapter.kind, ns, name, {
                 "metadata": {"annotations": {PLAN_ANNOTATION: plan_text}}}, MERGE_PATCH)
             if adapter.replicas(obj) != replicas:
-                adapter.set_replicas(self.api, obj, replicas)  # the informer shows the rest
+                adapter.set_replicas(self.api, obj, replicas)
+                updated = copy.deepcopy(updated)  # what the informer will show next
+                updated["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = replicas
         self._count("resizes")
         with self.lock:
             if self.objects.get(d.job, {}).get("metadata", {}).get("uid") == updated[
@@ -585,7 +603,8 @@ class KubernetesBackend:
         return now - since
 
     def _count(self, what: str) -> None:
-        self.stats[what] = self.stats.get(what, 0) + 1
+        with self.lock:
+            self.stats[what] = self.stats.get(what, 0) + 1
 
     # ----- views for tests and the service -------------------------------------------------------
     def plan(self, job: str) -> Plan:

@@ -52,7 +52,10 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
     settings = replace(base, **values, elector=elector_settings)
     if not settings.topology_labels:
         raise ValueError("kubernetes.topology_labels: at least the node level is needed")
-    if settings.unschedulable_seconds <= 0 or settings.max_evictions < 0:
-        raise ValueError("kubernetes.unschedulable_seconds must be positive and "
-                         "max_evictions not negative")
+    if settings.unschedulable_seconds <= 0:
+        raise ValueError("kubernetes.unschedulable_seconds: must be positive")
+    if settings.max_evictions < 0:
+        raise ValueError("kubernetes.max_evictions: must not be negative")
+    if not 1 <= settings.workers <= 64:
+        raise ValueError("kubernetes.workers: must lie in [1, 64]")
     return settings

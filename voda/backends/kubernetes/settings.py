@@ -48,5 +48,6 @@ class KubernetesSettings:
     # Restarts after an eviction failed an MPIJob, before Voda reports it failed.
     max_evictions: int = 3
     request_timeout_seconds: float = 10.0
+    workers: int = 8  # jobs reconciled at once (each with its own requests)
     watch_seconds: int = 300
     elector: ElectorSettings = field(default_factory=ElectorSettings)
