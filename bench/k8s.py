@@ -220,7 +220,7 @@ def bench_decisions(nodes: int, gpus: int, jobs: int, rounds: int, per_round: in
             since = time.monotonic()
             scheduler.step(time.time(), force=True)
             actions = list(recording.actions)
-            wait(lambda a=actions: len(committed(a, cluster.log(since))) == len(a), 600,
+            wait(lambda a=actions, t=since: len(committed(a, cluster.log(t))) == len(a), 600,
                  f"round {round_}")
             done = committed(actions, cluster.log(since))
             lags = [done[i] - a["t"] for i, a in enumerate(actions)]

@@ -12,6 +12,7 @@ job object changed size or plan.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import threading
@@ -92,10 +93,8 @@ def main() -> None:
     print(f"ready {server.url}", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         stop.wait()
-    except KeyboardInterrupt:
-        pass
     sim.stop()
     server.stop()
 
