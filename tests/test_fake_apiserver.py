@@ -6,7 +6,6 @@ Each case states a behaviour of the real kube-apiserver that Voda relies on."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import threading
 import time
@@ -380,11 +379,8 @@ def kubectl(kubeconfig: Path, namespace: str, *args: str, stdin: str | None = No
                           capture_output=True, text=True, input=stdin, timeout=60)
 
 
-needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None,
-                                   reason="kubectl is installed by the image (Debian package)")
 
 
-@needs_kubectl
 def test_kubectl_creates_applies_patches_scales_and_deletes(kubeconfig: Path,
                                                             namespace: str) -> None:
     mpi = ROOT / "examples" / "jobs" / "mpijob.yaml"
@@ -413,7 +409,6 @@ def test_kubectl_creates_applies_patches_scales_and_deletes(kubeconfig: Path,
     assert "NotFound" in kubectl(kubeconfig, namespace, "get", "mpijob", "tf-mnist").stderr
 
 
-@needs_kubectl
 def test_kubectl_selects_labels_and_watches(kubeconfig: Path, namespace: str,
                                             core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(namespace, pod("a", labels={"app": "x"}))

@@ -5,7 +5,6 @@ requests a whole flow makes, and `voda render` prints CRD-valid jobs."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,8 +24,6 @@ from voda_testing.kube.cluster import WORK_ANNOTATION
 from voda_testing.kube.harness import FakeCluster, eventually
 
 ROOT = Path(__file__).resolve().parent.parent
-needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None,
-                                   reason="kubectl is installed by the image (Debian package)")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +37,6 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
-@needs_kubectl
 def test_the_kustomization_renders_two_replicas_with_rbac_service_and_monitor(
         deployed: list[dict[str, Any]]) -> None:
     kinds = sorted({d["kind"] for d in deployed})
@@ -54,7 +50,6 @@ def test_the_kustomization_renders_two_replicas_with_rbac_service_and_monitor(
     assert all(d["metadata"].get("namespace") in (None, "voda") for d in deployed)
 
 
-@needs_kubectl
 def test_core_kinds_validate_against_kubernetes_1_32(deployed: list[dict[str, Any]]) -> None:
     checked = 0
     for doc in deployed:
@@ -125,7 +120,6 @@ def flow_requests(tmp_path: Path) -> Iterator[list[tuple[str, str, str, str | No
     yield requests
 
 
-@needs_kubectl
 def test_rbac_grants_exactly_the_requests_voda_makes(
         deployed: list[dict[str, Any]], flow_requests: list[Any]) -> None:
     (cluster_role,) = of_kind(deployed, "ClusterRole")

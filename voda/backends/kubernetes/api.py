@@ -108,10 +108,15 @@ class KubeApi:
         from kubernetes import client, config
 
         configuration = client.Configuration()
-        if kubeconfig:
-            config.load_kube_config(kubeconfig, client_configuration=configuration)
-        else:
-            config.load_incluster_config(client_configuration=configuration)
+        try:
+            if kubeconfig:
+                config.load_kube_config(kubeconfig, client_configuration=configuration)
+            else:
+                config.load_incluster_config(client_configuration=configuration)
+        except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+            where = kubeconfig or "the in-cluster service account (no --kubeconfig given)"
+            raise ValueError(f"kubeconfig: cannot load {where}: "
+                             f"{' '.join(str(exc).split())[:300]}") from None
         configuration.retries = 0  # this module does the retrying
         configuration.connection_pool_maxsize = max(
             configuration.connection_pool_maxsize or 0, 16)  # the reconciler's workers
