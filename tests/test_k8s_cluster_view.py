@@ -5,7 +5,7 @@ outages and compaction."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from voda.backends.kubernetes.cluster_view import ClusterView, watch_cluster
 from voda.backends.kubernetes.settings import KubernetesSettings
 from voda_testing.kube import FakeApiServer
 from voda_testing.kube.cluster import GPU, ClusterSimulator, SimSettings, make_node
+from voda_testing.kube.harness import eventually
 
 
 def node(name: str, gpus: int = 4, **labels: str) -> dict[str, Any]:
@@ -124,15 +125,6 @@ def cluster(fake_api: FakeApiServer) -> Iterator[tuple[ClusterSimulator, Cluster
     for informer in informers:
         informer.stop()
     sim.stop()
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 def test_the_view_follows_nodes_added_cordoned_not_ready_and_removed(
