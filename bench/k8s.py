@@ -149,18 +149,27 @@ def committed(actions: list[dict[str, Any]], log: list[dict[str, Any]]) -> dict[
     return done
 
 
-def pin_latencies(log: list[dict[str, Any]]) -> list[float]:
+def pin_latencies(log: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+    """From each worker pod appearing gated to its pin; and, of that, the time its node
+    still had no room (until the last pod that held GPUs there was gone)."""
     appeared: dict[str, float] = {}
-    out = []
+    freed: dict[str, float] = {}  # node -> when a pod bound there last went away
+    out, waited = [], []
     for entry in log:
-        if entry["kind"] != "pods" or entry["type"] == "DELETED":
+        if entry["kind"] != "pods":
             continue
         uid = entry["uid"]
+        if entry["type"] == "DELETED":
+            if entry.get("node"):
+                freed[entry["node"]] = entry["t"]
+            continue
         if entry["gated"]:
             appeared.setdefault(uid, entry["t"])
         elif uid in appeared:
-            out.append(entry["t"] - appeared.pop(uid))
-    return out
+            began = appeared.pop(uid)
+            out.append(entry["t"] - began)
+            waited.append(max(0.0, freed.get(entry.get("pinned") or "", 0.0) - began))
+    return out, waited
 
 
 def running_workers(log: list[dict[str, Any]]) -> int:
@@ -242,12 +251,14 @@ def bench_decisions(nodes: int, gpus: int, jobs: int, rounds: int, per_round: in
         print(f"decision -> every patch sent: median {statistics.median(per_decision) * 1000:.0f}"
               f" ms per decision ({rounds} decisions), median "
               f"{statistics.median(per_action) * 1000:.0f} ms per action ({len(per_action)})")
-        for label, pins in (("the first decision's workers", pin_latencies(first_log)),
-                            ("later decisions' workers", pin_latencies(cluster.log(rounds_began)))):
+        for label, log in (("the first decision's workers", first_log),
+                           ("later decisions' workers", cluster.log(rounds_began))):
+            pins, waited = pin_latencies(log)
             quantiles = statistics.quantiles(pins, n=20)
             print(f"gated -> pinned and ungated, {label}: median "
                   f"{statistics.median(pins) * 1000:.0f} ms, p95 {quantiles[-1] * 1000:.0f} ms "
-                  f"over {len(pins)} worker pods")
+                  f"over {len(pins)} worker pods (of which waiting for their node to free "
+                  f"GPUs: median {statistics.median(waited) * 1000:.0f} ms)")
         print(f"backend counters: {dict(sorted(backend.stats.items()))}")
         backend.close()
     finally:

@@ -221,3 +221,30 @@ def test_an_elastic_mpijob_must_run_horovodrun(backend: KubernetesBackend) -> No
     with pytest.raises(SpecError) as refused:
         backend.check_spec(parse_document(doc))
     assert "Launcher" in refused.value.errors[0].field
+
+
+def test_the_service_refuses_a_job_the_cluster_could_never_run(
+        cluster: FakeCluster, backend: KubernetesBackend, tmp_path: Path) -> None:
+    from voda.api.service import Service
+    from voda.config import ServerSettings, User
+    from voda.spec import SpecError, parse_submission
+
+    service = Service(ServerSettings(db=f"sqlite:///{tmp_path / 'v.db'}",
+                                     backend="kubernetes"), backend)
+    service.start()
+    admin = User("root", admin=True)
+    compact = yaml.safe_dump({"name": "no-image", "command": "python train.py", "max": 2})
+    with pytest.raises(SpecError) as refused:
+        service.submit(parse_submission(compact.encode()), admin)
+    assert refused.value.errors[0].field == "image"
+    doc = document("pytorchjob")
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+        "resources"]["limits"][GPU] = 2
+    with pytest.raises(SpecError) as two_gpus:
+        service.submit(parse_submission(yaml.safe_dump(doc).encode()), admin)
+    assert "nvidia.com/gpu" in two_gpus.value.errors[0].field
+    accepted = service.submit(parse_submission(yaml.safe_dump(document("mpijob")).encode()),
+                              admin)
+    service.tick()
+    eventually(lambda: len(running_on(cluster, accepted["name"])) == 4)
+    service.close()

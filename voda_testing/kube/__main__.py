@@ -41,6 +41,7 @@ def summary(change: Change) -> dict[str, Any] | None:
             return None
         spec = obj.get("spec") or {}
         entry.update(gated=bool(spec.get("schedulingGates")), node=spec.get("nodeName"),
+                     pinned=(spec.get("nodeSelector") or {}).get("kubernetes.io/hostname"),
                      phase=(obj.get("status") or {}).get("phase"),
                      job=labels["voda.io/job"])
     elif change.resource.plural in ("mpijobs", "pytorchjobs", "leases"):

@@ -114,6 +114,7 @@ class ClusterView:
         self.pods: dict[PodKey, tuple[str, str | None, int]] = {}  # -> (node, owner, GPUs)
         self.by_node: dict[str, dict[PodKey, tuple[str | None, int]]] = {}
         self.claims: dict[str, dict[str, int]] = {}  # owner -> {node: GPUs}
+        self.claims_on: dict[str, dict[str, int]] = {}  # node -> {owner: GPUs}, the same
         self.version = 0
         self.listeners: list[Callable[[], None]] = []
 
@@ -179,11 +180,10 @@ class ClusterView:
         """GPUs on `node` held or claimed by anyone not in `exclude` (an owner's bound
         pods and claims on a node count once: the larger of the two)."""
         held = self.held(node)
-        owners = ({o for o in held if o is not None}
-                  | {o for o, c in self.claims.items() if c.get(node)})
+        claimed = self.claims_on.get(node, {})
         taken = held.get(None, 0)
-        for owner in owners - set(exclude):
-            taken += max(held.get(owner, 0), self.claims.get(owner, {}).get(node, 0))
+        for owner in ({o for o in held if o is not None} | set(claimed)) - set(exclude):
+            taken += max(held.get(owner, 0), claimed.get(owner, 0))
         return taken
 
     def free(self, node: str, exclude: Collection[str] = ()) -> int:
@@ -204,11 +204,11 @@ class ClusterView:
                 if not info.usable:
                     continue
                 held = self.held(name)
-                claimed = {o for o, c in self.claims.items() if c.get(name)}
+                claimed = self.claims_on.get(name, {})
                 taken = held.get(None, 0)
-                for owner in ({o for o in held if o is not None} | claimed):
+                for owner in ({o for o in held if o is not None} | set(claimed)):
                     if not keep(owner):
-                        taken += max(held.get(owner, 0), self.claims.get(owner, {}).get(name, 0))
+                        taken += max(held.get(owner, 0), claimed.get(owner, 0))
                 out.append(core_node(info, max(0, info.gpus - taken)))
             return out
 
@@ -224,7 +224,7 @@ class ClusterView:
             mine = self.claims.get(owner, {}).get(node, 0)
             if self._taken(node, exclude=(owner,)) + mine + gpus > info.gpus:
                 return False
-            self.claims.setdefault(owner, {})[node] = mine + gpus
+            self._set_claim(owner, node, mine + gpus)
             self.version += 1
         self._notify()
         return True
@@ -236,10 +236,8 @@ class ClusterView:
             wanted = {n: c for n, c in per_node.items() if c > 0}
             if self.claims.get(owner, {}) == wanted:
                 return self._overbooked(owner)
-            if wanted:
-                self.claims[owner] = wanted
-            else:
-                self.claims.pop(owner, None)
+            for node in set(self.claims.get(owner, {})) | set(wanted):
+                self._set_claim(owner, node, wanted.get(node, 0))
             self.version += 1
             over = self._overbooked(owner)
         self._notify()
@@ -263,14 +261,26 @@ class ClusterView:
             claims = self.claims.get(owner)
             if not claims:
                 return
-            if node is None:
-                del self.claims[owner]
-            else:
-                claims.pop(node, None)
-                if not claims:
-                    del self.claims[owner]
+            for name in list(claims) if node is None else [node]:
+                self._set_claim(owner, name, 0)
             self.version += 1
         self._notify()
+
+    def _set_claim(self, owner: str, node: str, gpus: int) -> None:
+        """The one place claims change (under the lock): both indexes at once."""
+        if gpus > 0:
+            self.claims.setdefault(owner, {})[node] = gpus
+            self.claims_on.setdefault(node, {})[owner] = gpus
+            return
+        mine, theirs = self.claims.get(owner), self.claims_on.get(node)
+        if mine is not None:
+            mine.pop(node, None)
+            if not mine:
+                del self.claims[owner]
+        if theirs is not None:
+            theirs.pop(owner, None)
+            if not theirs:
+                del self.claims_on[node]
 
     def claimed(self, owner: str) -> dict[str, int]:
         with self.lock:
