@@ -570,10 +570,10 @@ class FakeApiServer:
                 if matches(obj):
                     await self._send(response, "ADDED", obj)
             deadline = loop.time() + timeout
-            pending = list(replay)
+            pending = deque(replay)
             while True:
                 if pending:
-                    change = pending.pop(0)
+                    change = pending.popleft()
                 else:
                     wait = min(deadline - loop.time(), self.bookmark_interval)
                     if wait <= 0:

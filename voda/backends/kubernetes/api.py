@@ -248,9 +248,8 @@ class KubeApi:
         try:
             buffer = b""
             for chunk in response.stream(65536, decode_content=False):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
                     if line.strip():
                         yield json.loads(line)
             if buffer.strip():

@@ -157,10 +157,9 @@ class KubernetesBackend:
         ns, seconds = self.settings.namespace, self.settings.watch_seconds
         managed = f"{MANAGED_LABEL}={MANAGER}"
         self.informers = [
-            *watch_cluster(self.api, self.view, seconds),
+            *watch_cluster(self.api, self.view, seconds, on_pod=self._on_pod),
             *(Informer(self.api, a.kind, self._job_handler(kind), ns, managed,
                        watch_seconds=seconds) for kind, a in self.adapters.items()),
-            Informer(self.api, PODS, self._on_pod, ns, JOB_LABEL, watch_seconds=seconds),
         ]
         for informer in self.informers:
             informer.start()
@@ -196,8 +195,9 @@ class KubernetesBackend:
         return handle
 
     def _on_pod(self, event: str, pod: Obj, old: Obj | None) -> None:
+        """Worker pods of Voda's jobs (in its namespace), from the cluster-wide pod watch."""
         job = (pod["metadata"].get("labels") or {}).get(JOB_LABEL)
-        if not job:
+        if not job or pod["metadata"].get("namespace") != self.settings.namespace:
             return
         with self.lock:
             pods = self.pods.setdefault(job, {})
@@ -544,6 +544,7 @@ class KubernetesBackend:
         counts = _counts(d.plan)
         waiting = False
         now = time.monotonic()
+        seen = self.view.version  # a change after this may come before we note we wait
         for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
             index = adapter.worker_index(pod)
             uid = pod["metadata"].get("uid", "")
@@ -569,6 +570,8 @@ class KubernetesBackend:
                 self._waiting.add(d.job)
             else:
                 self._waiting.discard(d.job)
+        if waiting and self.view.version != seen:
+            self._mark(d.job)  # room may have come while we looked: look again
 
     def _pin(self, pod: Obj, node: str) -> None:
         ns, name = self.settings.namespace, pod["metadata"]["name"]

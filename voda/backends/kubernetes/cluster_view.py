@@ -287,11 +287,17 @@ class ClusterView:
             return dict(self.claims.get(owner, {}))
 
 
-def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300) -> list[Any]:
-    """Informers feeding `view`: every Node, and every bound pod in every namespace."""
+def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300,
+                  on_pod: Callable[[str, Obj, Obj | None], None] | None = None) -> list[Any]:
+    """Informers feeding `view`: every Node, and every pod in every namespace (also handed
+    to `on_pod`, so a backend needs no second pod watch)."""
     from voda.backends.kubernetes.api import NODES, PODS
     from voda.backends.kubernetes.informer import Informer
 
+    def pods(kind: str, obj: Obj, old: Obj | None) -> None:
+        view.on_pod(kind, obj, old)
+        if on_pod is not None:
+            on_pod(kind, obj, old)
+
     return [Informer(api, NODES, view.on_node, watch_seconds=watch_seconds),
-            Informer(api, PODS, view.on_pod, field_selector="spec.nodeName!=",
-                     watch_seconds=watch_seconds)]
+            Informer(api, PODS, pods, watch_seconds=watch_seconds)]

@@ -85,6 +85,7 @@ class ClusterSimulator:
         self.dirty: set[JobKey] = set()
         self.active: dict[JobKey, str] = {}  # running jobs -> uid
         self.progress: dict[str, float] = {}
+        self.work: dict[str, float] = {}  # job uid -> worker-seconds it needs
         self.not_ready_since: dict[str, float] = {}
         self._timers: list[tuple[float, int, str, PodKey]] = []
         self._seq = itertools.count()
@@ -149,6 +150,7 @@ class ClusterSimulator:
                 if change.type == "DELETED":
                     self.active.pop(key, None)
                     self.progress.pop(meta["uid"], None)
+                    self.work.pop(meta["uid"], None)
                 else:
                     self.dirty.add(key)
 
@@ -295,22 +297,27 @@ class ClusterSimulator:
             self.active.pop(key, None)
         else:
             self.active[key] = job["metadata"]["uid"]
+            self.work[job["metadata"]["uid"]] = self.work_of(job)
 
     def _train(self, dt: float) -> None:
+        """Progress of every running job: its running workers (from the pod index, so a
+        tick costs little however many jobs run)."""
         for key, uid in list(self.active.items()):
             resource, ns, name = key
             workers = len(self.running_workers.get((ns, name), ()))
             if not workers:
                 continue
-            job = self.store.try_get(resource, ns, name)
-            if job is None or job["metadata"]["uid"] != uid:
-                continue
-            operator = self.operators[resource]
-            workers = operator.running_workers(self, job)
+            if resource == "mpijobs.kubeflow.org":  # Horovod trains while the launcher runs
+                launcher = self.store.try_get("pods", ns, f"{name}-launcher")
+                if launcher is None or not self.is_running(launcher):
+                    continue
             done = self.progress.get(uid, 0.0) + workers * dt * self.settings.speed
             self.progress[uid] = done
-            if done >= self.work_of(job):
-                operator.complete(self, job)
+            if done >= self.work.get(uid, self.settings.default_work_seconds):
+                job = self.store.try_get(resource, ns, name)
+                if job is None or job["metadata"]["uid"] != uid:
+                    continue
+                self.operators[resource].complete(self, job)
                 self.active.pop(key, None)
                 self.dirty.add(key)
 
