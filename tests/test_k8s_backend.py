@@ -248,3 +248,16 @@ def test_the_service_refuses_a_job_the_cluster_could_never_run(
     service.tick()
     eventually(lambda: len(running_on(cluster, accepted["name"])) == 4)
     service.close()
+
+
+def test_a_pinned_worker_that_stays_unschedulable_is_deleted_and_pinned_again(
+        cluster: FakeCluster, backend: KubernetesBackend) -> None:
+    # A taint Voda's view does not weigh: kube-scheduler refuses the pinned pod.
+    cluster.server.store.patch("nodes", "", "n2", {"spec": {"taints": [
+        {"key": "maintenance", "effect": "NoSchedule"}]}}, "application/merge-patch+json")
+    start(backend, "u", "pytorchjob", (("n2", 1),))
+    eventually(lambda: backend.stats.get("repins", 0) >= 1, timeout=30)
+    assert not running_on(cluster, "u")
+    cluster.server.store.patch("nodes", "", "n2", {"spec": {"taints": None}},
+                               "application/merge-patch+json")
+    eventually(lambda: running_on(cluster, "u") == {0: "n2"}, timeout=30)
