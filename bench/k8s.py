@@ -354,7 +354,8 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=20)
     parser.add_argument("--failovers", type=int, default=3)
     args = parser.parse_args()
-    bench_decisions(args.nodes, args.gpus, args.jobs, args.rounds, args.per_round)
+    if args.rounds:
+        bench_decisions(args.nodes, args.gpus, args.jobs, args.rounds, args.per_round)
     if args.failovers:
         bench_failover(args.failovers)
 

@@ -14,10 +14,11 @@ log = logging.getLogger(__name__)
 EXIT_LOST = 1
 
 
-def lead(settings: Any) -> Any:
-    """Block until this process holds the lease; return the running elector (its fence
-    is active for the backend's writes). On losing the lease the process is asked to
-    stop (SIGTERM), and killed if it has not stopped within the renew deadline."""
+def standby(settings: Any) -> Any:
+    """The process's elector, its fence active (closed until it leads): a backend built
+    now may watch the cluster while the process waits, and can write nothing. On losing
+    the lease later the process is asked to stop (SIGTERM), and killed if it has not
+    stopped within the renew deadline. Raises ValueError for bad settings."""
     from voda.backends.kubernetes.api import KubeApi
     from voda.backends.kubernetes.config import kubernetes_settings
     from voda.backends.kubernetes.elector import LeaseElector, activate
@@ -33,13 +34,17 @@ def lead(settings: Any) -> Any:
         timer.start()
 
     elector = LeaseElector(api, k8s.namespace, k8s.elector, on_lost=lost)
+    activate(elector)
+    return elector
+
+
+def lead(elector: Any) -> None:
+    """Block until this process holds the lease, then keep renewing it."""
     sys.stderr.write(f"voda serve: {elector.identity} is a standby until it holds the lease "
-                     f"{k8s.namespace}/{k8s.elector.lease_name}\n")
+                     f"{elector.namespace}/{elector.settings.lease_name}\n")
     sys.stderr.flush()
     elector.acquire()
     elector.start_renewing()
-    activate(elector)
-    return elector
 
 
 def keep_signals() -> None:

@@ -181,15 +181,16 @@ def register(app: typer.Typer) -> None:
         elif settings.open_access:
             err.print("no tokens configured (VODA_TOKENS): open access on loopback only")
         elector = None
-        if settings.backend == "kubernetes":
-            from voda.cli.kubernetes import lead
-
-            try:
-                elector = lead(settings)  # a standby waits here
-            except ValueError as exc:
-                _die(str(exc), EXIT_USAGE)
         try:
-            service = Service(settings, create_backend(settings))
+            if settings.backend == "kubernetes":
+                from voda.cli.kubernetes import lead, standby
+
+                elector = standby(settings)  # the backend's writes pass its fence
+                backend_ = create_backend(settings)  # watches the cluster, writes nothing
+                lead(elector)  # a standby waits here
+            else:
+                backend_ = create_backend(settings)
+            service = Service(settings, backend_)
             service.start()
         except ValueError as exc:
             _die(str(exc), EXIT_USAGE)
