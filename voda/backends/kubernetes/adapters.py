@@ -130,25 +130,49 @@ def _with_gpu_and_labels(template: Obj, gpu_resource: str, labels: dict[str, str
     return out
 
 
-class MPIJobAdapter:
-    kind = MPIJOBS
-    kind_name = "MPIJob"
+class _ReplicaJobAdapter:
+    """What both kinds share: a map of replica specs whose Worker Voda sizes and gates."""
+
+    kind: Kind
+    kind_name: str
+    replicas_key: str
 
     def __init__(self, gpu_resource: str = "nvidia.com/gpu") -> None:
         self.gpu_resource = gpu_resource
 
+    def worker_errors(self, document: Obj) -> list[FieldError]:
+        specs = (document.get("spec") or {}).get(self.replicas_key) or {}
+        field = f"spec.{self.replicas_key}.Worker"
+        if "Worker" not in specs:
+            return [FieldError(field, "required")]
+        return _one_gpu_workers(specs["Worker"].get("template") or {}, field,
+                                self.gpu_resource)
+
+    def render_workers(self, obj: Obj, sizes: Sizes, labels: dict[str, str] | None,
+                       gates: list[Obj] | None) -> Obj:
+        worker = obj["spec"][self.replicas_key]["Worker"]
+        worker["replicas"] = sizes.workers
+        worker["template"] = _gated(_with_gpu_and_labels(worker.get("template") or {},
+                                                         self.gpu_resource, labels or {}),
+                                    gates)
+        return worker
+
+    def replicas(self, obj: Obj) -> int:
+        worker = ((obj.get("spec") or {}).get(self.replicas_key) or {}).get("Worker") or {}
+        return int(worker.get("replicas", 1) or 0)
+
+
+class MPIJobAdapter(_ReplicaJobAdapter):
+    kind = MPIJOBS
+    kind_name = "MPIJob"
+    replicas_key = "mpiReplicaSpecs"
+
     def check(self, document: Obj, sizes: Sizes) -> list[FieldError]:
         spec = document.get("spec") or {}
-        specs = spec.get("mpiReplicaSpecs") or {}
-        errors = []
+        errors = self.worker_errors(document)
         if int(spec.get("slotsPerWorker", 1) or 1) != 1:
             errors.append(FieldError("spec.slotsPerWorker",
                                      "must be 1 on Voda: each worker holds one GPU"))
-        if "Worker" not in specs:
-            errors.append(FieldError("spec.mpiReplicaSpecs.Worker", "required"))
-        else:
-            errors += _one_gpu_workers(specs["Worker"].get("template") or {},
-                                       "spec.mpiReplicaSpecs.Worker", self.gpu_resource)
         command = self._launcher_command(document)
         if sizes.min_workers < sizes.max_workers and (not command or
                                                      command[0] != "horovodrun"):
@@ -194,11 +218,7 @@ class MPIJobAdapter:
         if run_policy.get("cleanPodPolicy") not in ("Running", "All"):
             run_policy["cleanPodPolicy"] = "Running"  # finished workers free their GPUs
         specs = spec["mpiReplicaSpecs"]
-        worker = specs["Worker"]
-        worker["replicas"] = sizes.workers
-        worker["template"] = _gated(_with_gpu_and_labels(worker.get("template") or {},
-                                                         self.gpu_resource,
-                                                         worker_labels or {}), gates)
+        self.render_workers(obj, sizes, worker_labels, gates)
         command = self._launcher_command(document)
         if command and command[0] == "horovodrun":
             container = specs["Launcher"]["template"]["spec"]["containers"][0]
@@ -208,10 +228,6 @@ class MPIJobAdapter:
 
     def observe(self, obj: Obj) -> JobState:
         return _state(obj, evicted_reason="MPIJobEvicted")
-
-    def replicas(self, obj: Obj) -> int:
-        worker = ((obj.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Worker") or {}
-        return int(worker.get("replicas", 1) or 0)
 
     def set_replicas(self, api: KubeApi, obj: Obj, replicas: int) -> None:
         meta = obj["metadata"]
@@ -231,25 +247,18 @@ class MPIJobAdapter:
                 "service": f"{name}-worker"}
 
 
-class PyTorchJobAdapter:
+class PyTorchJobAdapter(_ReplicaJobAdapter):
     kind = PYTORCHJOBS
     kind_name = "PyTorchJob"
-
-    def __init__(self, gpu_resource: str = "nvidia.com/gpu") -> None:
-        self.gpu_resource = gpu_resource
+    replicas_key = "pytorchReplicaSpecs"
 
     def check(self, document: Obj, sizes: Sizes) -> list[FieldError]:
-        specs = (document.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-        errors = []
+        specs = (document.get("spec") or {}).get(self.replicas_key) or {}
+        errors = self.worker_errors(document)
         if "Master" in specs:
             errors.append(FieldError("spec.pytorchReplicaSpecs.Master",
                                      "an elastic PyTorchJob runs Workers only (torchrun "
                                      "rendezvous); remove the Master"))
-        if "Worker" not in specs:
-            errors.append(FieldError("spec.pytorchReplicaSpecs.Worker", "required"))
-        else:
-            errors += _one_gpu_workers(specs["Worker"].get("template") or {},
-                                       "spec.pytorchReplicaSpecs.Worker", self.gpu_resource)
         return errors
 
     def render(self, document: Obj, sizes: Sizes, worker_labels: dict[str, str] | None = None,
@@ -261,20 +270,12 @@ class PyTorchJobAdapter:
         elastic["maxReplicas"] = sizes.max_workers
         elastic.setdefault("rdzvBackend", "c10d")
         spec["nprocPerNode"] = "1"
-        worker = spec["pytorchReplicaSpecs"]["Worker"]
-        worker["replicas"] = sizes.workers
-        worker.setdefault("restartPolicy", "OnFailure")
-        worker["template"] = _gated(_with_gpu_and_labels(worker.get("template") or {},
-                                                         self.gpu_resource,
-                                                         worker_labels or {}), gates)
+        self.render_workers(obj, sizes, worker_labels, gates).setdefault("restartPolicy",
+                                                                          "OnFailure")
         return obj
 
     def observe(self, obj: Obj) -> JobState:
         return _state(obj)
-
-    def replicas(self, obj: Obj) -> int:
-        worker = ((obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}).get("Worker") or {}
-        return int(worker.get("replicas", 1) or 0)
 
     def set_replicas(self, api: KubeApi, obj: Obj, replicas: int) -> None:
         meta = obj["metadata"]
