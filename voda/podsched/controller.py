@@ -1,18 +1,25 @@
 """The pod scheduler at work: watch, decide, bind, explain, recover.
 
-Informers keep voda.podsched.state up to date from the watches of Nodes and Pods
-(and of the configuration's ConfigMap). The loop wakes on any change, and at
-least every `retry_seconds`, and runs one cycle:
+It shares the elastic backend's cluster view (voda.backends.kubernetes.cluster_view):
+the GPUs a node has left are the view's, counting the pods bound there and every
+claim (the elastic backend claims GPUs for the workers it pins before they are
+bound). Before posting Bindings the pod scheduler claims the GPUs of its pods in
+the view, all of a gang or none; a claim fails when the elastic side took the
+GPUs first, and the gang is tried again. So the two never hand out the same GPU.
+A claim is released once the view counts the bound pod itself.
+
+Informers (the backend's) keep voda.podsched.state up to date from the watches
+of Nodes and Pods, and of the configuration's ConfigMap. The loop wakes on any
+change, and at least every `retry_seconds`, and runs one cycle:
 
 1. read the configuration again if its file changed;
 2. delete our pods on nodes NotReady for longer than the grace (their
    controllers recreate them; voda.podsched.recovery);
 3. gather the pods that wait into gangs, one per workload, with the hints of
-   the pod and its owners and what the workload already holds;
-4. decide (voda.podsched.decide.schedule) on a snapshot that also counts what
-   the elastic backend has planned (`reserved`);
-5. post a Binding per placed pod (counted at once: "assumed"), write an Event on
-   every pod saying where and why, or why it still waits.
+   the pod and its owners and what the workload holds or held;
+4. decide (voda.podsched.decide.schedule) on a snapshot of the cluster;
+5. claim, post a Binding per placed pod (counted at once: "assumed"), write an
+   Event on every pod saying where and why, or why it still waits.
 
 A cycle after a change that only added pods looks at those pods' gangs; any
 change that can free room (a pod ending or going away, a node added, Ready,
@@ -27,21 +34,21 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from voda.core.placement.topology import LEAF_LABEL, SPINE_LABEL
-from voda.podsched import events
+from voda.backends.kubernetes.api import NODES, PODS, ApiError, KubeApi, NotLeader
+from voda.backends.kubernetes.cluster_view import ClusterView, core_node, node_info, watch_cluster
+from voda.backends.kubernetes.informer import Informer
+from voda.podsched import events, kube
 from voda.podsched.config import ConfigError, SchedulerConfig, parse_text
 from voda.podsched.decide import schedule
 from voda.podsched.hints import read_hints
-from voda.podsched.informer import Informer
-from voda.podsched.kubeapi import ApiFailure, KubeApi
 from voda.podsched.metrics import ClusterFigures, PodSchedulerMetrics, cluster_figures
-from voda.podsched.model import Decision, Gang, Hints, Outcome, Pod
+from voda.podsched.model import GPU, Decision, Gang, Hints, Outcome, Pod, Snapshot
 from voda.podsched.owners import Owners, Workload
 from voda.podsched.recovery import RecoveryTracker
 from voda.podsched.state import ClusterState, PodRecord
@@ -49,18 +56,17 @@ from voda.podsched.state import ClusterState, PodRecord
 log = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "voda-scheduler"
+Obj = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
 class PodSchedulerSettings:
     scheduler_name: str = SCHEDULER_NAME
-    leaf_label: str = LEAF_LABEL
-    spine_label: str = SPINE_LABEL
     config_file: str | None = None  # a SchedulerConfig document, read again when it changes
     config_map: str | None = None  # "namespace/name" of a ConfigMap holding one
     config_key: str = "config.yaml"
     retry_seconds: float = 10.0
-    watch_timeout_seconds: int = 60
+    watch_seconds: int = 300
     event_repeat_seconds: float = 60.0
     recovery_window_seconds: float = 600.0
     owner_ttl_seconds: float = 30.0
@@ -77,64 +83,71 @@ class _Entry:
     errors: tuple[str, ...]
 
 
+def claim_owner(pod: Pod) -> str:
+    """The owner name of a pod's GPU claim in the cluster view."""
+    return f"pod/{pod.namespace}/{pod.name}"
+
+
 class PodScheduler:
     def __init__(
         self,
         api: KubeApi,
+        view: ClusterView,
         settings: PodSchedulerSettings | None = None,
         metrics: PodSchedulerMetrics | None = None,
-        reserved: Callable[[], Mapping[str, Mapping[str, int]]] | None = None,
+        feed_view: bool = False,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        """`feed_view`: start informers for the view too (when no elastic backend runs
+        beside it and feeds it)."""
         self.api = api
+        self.view = view
         self.settings = settings or PodSchedulerSettings()
         s = self.settings
         self.metrics = metrics or PodSchedulerMetrics()
         self.metrics.watch_cluster(self.figures)
-        self.reserved = reserved or (lambda: {})
+        self.feed_view = feed_view
         self.clock, self.wall = clock, wall
-        self.state = ClusterState(s.scheduler_name, s.leaf_label, s.spine_label)
-        self.owners = Owners(api.get_owner, clock, s.owner_ttl_seconds)
+        self.state = ClusterState(s.scheduler_name, self._topology)
+        self.owners = Owners(lambda kind, ns, name: kube.get_owner(api, kind, ns, name), clock,
+                             s.owner_ttl_seconds)
         self.recovery = RecoveryTracker(s.recovery_window_seconds)
         self.limiter = events.EventLimiter(s.event_repeat_seconds)
         self.config = SchedulerConfig()
         self.config_error: str | None = None
         self._config_seen: tuple[float, int] | None = None
-        self.stop_event = threading.Event()
+        self._stop = threading.Event()
         self._wake = threading.Event()
-        self._lock = threading.Lock()  # guards the flags below
+        self._lock = threading.Lock()  # guards what the informer threads hand over
         self._everything = True  # the next cycle looks at every waiting gang
         self._fresh: set[str] = set()  # pod keys that arrived since the last cycle
-        self._lost: list[tuple[Pod, float]] = []  # losses seen by the informers
+        self._lost: list[tuple[Pod, float]] = []
         self._node_news: list[tuple[str, bool, float]] = []  # (node, ready, when)
-        self._ready_since: dict[str, float] = {}  # when each pending pod was first seen
+        self._ready_since: dict[str, float] = {}  # when each waiting pod was first seen
+        self._claims: dict[str, Pod] = {}  # claim owner -> pod, until the view counts it
         self._workloads: dict[str, Workload] = {}  # pod key -> workload, once known
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pod-events")
         self._informers: list[Informer] = []
         self._thread: threading.Thread | None = None
         self.cycles = 0
+        view.listeners.append(self._release_counted_claims)
 
     # ----- life cycle ---------------------------------------------------------------------
     def start(self) -> PodScheduler:
-        s, stop = self.settings, self.stop_event
+        s = self.settings
         self._load_config_file()
         self._informers = [
-            Informer("nodes", lambda: self.api.list("nodes"),
-                     lambda rv: self.api.watch("nodes", rv, s.watch_timeout_seconds),
-                     self._nodes_listed, self._node_event, stop),
-            Informer("pods", lambda: self.api.list("pods"),
-                     lambda rv: self.api.watch("pods", rv, s.watch_timeout_seconds),
-                     self._pods_listed, self._pod_event, stop),
+            Informer(self.api, NODES, self._node_event, watch_seconds=s.watch_seconds),
+            Informer(self.api, PODS, self._pod_event, watch_seconds=s.watch_seconds),
         ]
         if s.config_map:
             namespace, _, name = s.config_map.partition("/")
-            selector = f"metadata.name={name}"
             self._informers.append(Informer(
-                "config", lambda: self.api.list("configmaps", namespace, selector),
-                lambda rv: self.api.watch("configmaps", rv, s.watch_timeout_seconds, namespace,
-                                          selector),
-                self._config_maps_listed, self._config_map_event, stop))
+                self.api, kube.CONFIGMAPS, self._config_map_event, namespace=namespace,
+                field_selector=f"metadata.name={name}", watch_seconds=s.watch_seconds))
+        if self.feed_view:
+            self._informers.extend(watch_cluster(self.api, self.view, s.watch_seconds))
         for informer in self._informers:
             informer.start()
         self._thread = threading.Thread(target=self._run, name="pod-scheduler", daemon=True)
@@ -147,23 +160,24 @@ class PodScheduler:
                    for i in self._informers)
 
     def stop(self) -> None:
-        self.stop_event.set()
+        self._stop.set()
         self._wake.set()
-        self.api.close_watches()
+        for informer in self._informers:
+            informer.stop()
         if self._thread is not None:
             self._thread.join(10)
-        for informer in self._informers:
-            informer.join(5)
-        self._events.shutdown(wait=True, cancel_futures=False)
+        self._events.shutdown(wait=True)
+        if self._release_counted_claims in self.view.listeners:
+            self.view.listeners.remove(self._release_counted_claims)
 
     def _run(self) -> None:
         for informer in self._informers:
-            informer.synced.wait()
-            if self.stop_event.is_set():
-                return
-        while not self.stop_event.is_set():
+            while not informer.synced.wait(0.5):
+                if self._stop.is_set():
+                    return
+        while not self._stop.is_set():
             woken = self._wake.wait(self.settings.retry_seconds)
-            if self.stop_event.is_set():
+            if self._stop.is_set():
                 return
             self._wake.clear()
             if not woken:
@@ -173,7 +187,7 @@ class PodScheduler:
             except Exception:  # never let one bad cycle end the scheduler
                 log.exception("pod scheduler: cycle failed")
                 self._mark(everything=True)
-                self.stop_event.wait(1.0)
+                self._stop.wait(1.0)
 
     def _mark(self, everything: bool = False, pod: str | None = None) -> None:
         with self._lock:
@@ -182,16 +196,12 @@ class PodScheduler:
                 self._fresh.add(pod)
         self._wake.set()
 
-    # ----- informer callbacks (informer threads) ----------------------------------------------
-    def _nodes_listed(self, items: list[dict[str, Any]]) -> None:
-        self.state.set_nodes(items)
-        now = self.clock()
-        with self._lock:
-            for node in self.state.nodes.values():
-                self._node_news.append((node.name, node.ready, now))
-        self._mark(everything=True)
+    # ----- informer handlers (informer threads) ------------------------------------------------
+    def _topology(self, obj: Obj) -> tuple[str | None, str | None]:
+        node = core_node(node_info(dict(obj), self.view.settings), 0)
+        return node.leaf, node.spine
 
-    def _node_event(self, kind: str, obj: dict[str, Any]) -> None:
+    def _node_event(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
         before, after = self.state.node_event(kind, obj)
         now = self.clock()
         name = str((obj.get("metadata") or {}).get("name", ""))
@@ -209,11 +219,7 @@ class PodScheduler:
             or after.allocatable != before.allocatable)
         self._mark(everything=grew or after is None)
 
-    def _pods_listed(self, items: list[dict[str, Any]]) -> None:
-        self.state.set_pods(items)
-        self._mark(everything=True)
-
-    def _pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+    def _pod_event(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
         change = self.state.pod_event(kind, obj)
         now = self.clock()
         if change.lost and change.before is not None:
@@ -223,41 +229,35 @@ class PodScheduler:
             change.record is None or not change.record.holds)
         record = change.record
         waiting = record is not None and record.ours and not record.pod.node
-        if waiting and record is not None:
+        if record is not None and waiting:
             with self._lock:
                 self._ready_since.setdefault(record.pod.key, now)
         if freed:
             self._mark(everything=True)
-        elif waiting and record is not None and (
+        elif record is not None and waiting and (
                 change.before is None or change.before.pod != record.pod):
             self._mark(pod=record.pod.key)
 
-    def _config_maps_listed(self, items: list[dict[str, Any]]) -> None:
-        for obj in items:
-            self._config_map_event("ADDED", obj)
-        if not items:
-            self._set_config(SchedulerConfig(), "config map absent: the defaults apply")
-
-    def _config_map_event(self, kind: str, obj: dict[str, Any]) -> None:
+    def _config_map_event(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
+        where = f"ConfigMap {self.settings.config_map}"
         if kind == "DELETED":
-            self._set_config(SchedulerConfig(), "config map deleted: the defaults apply")
+            log.info("pod scheduler: %s deleted: the defaults apply", where)
+            self._set_config(SchedulerConfig())
             return
         text = (obj.get("data") or {}).get(self.settings.config_key, "")
-        self._apply_config_text(text, f"config map {self.settings.config_map}")
+        self._apply_config_text(text, f"{where} key {self.settings.config_key}")
 
     # ----- configuration ----------------------------------------------------------------------
-    def _apply_config_text(self, text: str, where: str) -> None:
+    def _apply_config_text(self, text: str | bytes, where: str) -> None:
         try:
             config = parse_text(text)
         except ConfigError as exc:
             self.config_error = f"{where}: {exc}"
             log.error("pod scheduler: %s; keeping the configuration in force", self.config_error)
             return
-        self._set_config(config, None)
+        self._set_config(config)
 
-    def _set_config(self, config: SchedulerConfig, note: str | None) -> None:
-        if note:
-            log.info("pod scheduler: %s", note)
+    def _set_config(self, config: SchedulerConfig) -> None:
         self.config_error = None
         if config != self.config:
             self.config = config
@@ -269,23 +269,16 @@ class PodScheduler:
             return
         try:
             stat = os.stat(path)
-        except OSError as exc:
-            self.config_error = f"{path}: {exc.strerror}"
-            return
-        seen = (stat.st_mtime, stat.st_size)
-        if seen == self._config_seen:
-            return
-        self._config_seen = seen
-        try:
+            seen = (stat.st_mtime, stat.st_size)
+            if seen == self._config_seen:
+                return
+            self._config_seen = seen
             text = Path(path).read_bytes()
         except OSError as exc:
             self.config_error = f"{path}: {exc.strerror}"
-            return
-        try:
-            self._set_config(parse_text(text), None)
-        except ConfigError as exc:
-            self.config_error = f"{path}: {exc}"
             log.error("pod scheduler: %s; keeping the configuration in force", self.config_error)
+            return
+        self._apply_config_text(text, path)
 
     # ----- one cycle -----------------------------------------------------------------------------
     def cycle(self) -> list[Decision]:
@@ -309,31 +302,38 @@ class PodScheduler:
             self.recovery.lost(pod, self._workload(pod).key, when)
         self.recovery.expire(now)
         self._evict_from_overdue_nodes(now)
+        self._release_counted_claims()
         # 3. gangs
         ours = self.state.ours()
         self._tidy(ours)
-        entries = {r.pod.key: self._entry(r) for r in ours}
-        waiting_keys = {r.pod.key for r in self.state.pending()}
-        pending = [e for key, e in entries.items() if key in waiting_keys]
+        entries = [self._entry(r) for r in ours]
+        waiting = {r.pod.key for r in self.state.pending()}
         by_workload: dict[str, list[_Entry]] = {}
-        for entry in pending:
-            by_workload.setdefault(entry.workload.key, []).append(entry)
+        for entry in entries:
+            if entry.record.pod.key in waiting:
+                by_workload.setdefault(entry.workload.key, []).append(entry)
         if not everything:
             by_workload = {k: v for k, v in by_workload.items()
                            if any(e.record.pod.key in fresh for e in v)}
         if not by_workload:
             return []
-        gangs = [self._gang(key, waiting, entries.values()) for key, waiting in
-                 sorted(by_workload.items())]
+        snapshot = self.snapshot(entries)
+        gangs = [self._gang(key, pods, entries, snapshot)
+                 for key, pods in sorted(by_workload.items())]
         # 4. decide
-        snapshot = self.state.snapshot(self.reserved())
-        sensitive = self._sensitive(entries.values())
-        snapshot = replace(snapshot, sensitive=sensitive)
         decisions = schedule(gangs, snapshot, self.config)
         # 5. act
         for decision in decisions:
             self._act(decision)
         return decisions
+
+    def snapshot(self, entries: Iterable[_Entry] = ()) -> Snapshot:
+        """The state's snapshot with the GPUs the shared view counts as taken."""
+        gpus: dict[str, dict[str, int]] = {}
+        for info in self.view.nodes():
+            if info.usable:
+                gpus[info.name] = {GPU: info.gpus - self.view.free(info.name)}
+        return self.state.snapshot(gpus, self._sensitive(entries))
 
     def _workload(self, pod: Pod) -> Workload:
         known = self._workloads.get(pod.key)
@@ -341,47 +341,66 @@ class PodScheduler:
             return known
         try:
             workload = self.owners.resolve(pod)
-        except ApiFailure as failure:
+        except ApiError as failure:
             log.warning("pod scheduler: owners of %s: %s", pod.key, failure)
-            return Workload(f"{pod.namespace}/{pod.owner.kind if pod.owner else 'Pod'}/"
-                            f"{pod.owner.name if pod.owner else pod.name}", ())
+            owner = pod.owner
+            return Workload(f"{pod.namespace}/{owner.kind if owner else 'Pod'}/"
+                            f"{owner.name if owner else pod.name}", ())
         self._workloads[pod.key] = workload
         return workload
 
     def _entry(self, record: PodRecord) -> _Entry:
         pod = record.pod
         workload = self._workload(pod)
-        if not pod.node:  # waiting: read the owners' annotations again (cached for a ttl)
+        if not pod.node:  # waiting: the owners' annotations again (cached for a ttl)
             try:
                 workload = self.owners.resolve(pod)
                 self._workloads[pod.key] = workload
-            except ApiFailure:
+            except ApiError:
                 pass
         hints, errors = read_hints([pod.annotations, *workload.layers])
         if record.error:
             errors = [record.error, *errors]
         return _Entry(record, workload, hints, tuple(errors))
 
-    def _gang(self, key: str, waiting: list[_Entry], everyone: Any) -> Gang:
+    def _gang(self, key: str, waiting: list[_Entry], everyone: Iterable[_Entry],
+              snapshot: Snapshot) -> Gang:
         members: dict[str, int] = dict(self.recovery.lost_nodes(key))
         member_gpus = 0
         for entry in everyone:
             if entry.workload.key != key:
                 continue
-            pod = entry.record.pod
-            if entry.record.holds:
-                members[pod.node] = members.get(pod.node, 0) + 1
-                if not entry.record.deleting:
-                    member_gpus += pod.gpus
-            elif pod.phase == "Succeeded":
-                member_gpus += pod.gpus
-        first = waiting[0]
+            record = entry.record
+            if record.holds:
+                members[record.pod.node] = members.get(record.pod.node, 0) + 1
+                if not record.deleting:
+                    member_gpus += record.pod.gpus
+            elif record.pod.phase == "Succeeded":
+                member_gpus += record.pod.gpus
+        hints = waiting[0].hints
+        if hints.preferred_domain:
+            hints = replace(hints, preferred_domain=self._domain_name(hints.preferred_domain,
+                                                                      snapshot))
         errors = sorted({e for entry in waiting for e in entry.errors})
-        return Gang(key=key, pending=tuple(e.record.pod for e in waiting), hints=first.hints,
+        return Gang(key=key, pending=tuple(e.record.pod for e in waiting), hints=hints,
                     hint_errors=tuple(errors), members=members, member_gpus=member_gpus,
                     recovering=self.recovery.recovering(key))
 
-    def _sensitive(self, entries: Any) -> dict[str, int]:
+    def _domain_name(self, domain: str, snapshot: Snapshot) -> str:
+        """A leaf or spine as users write it (its label value) -> the view's name for it."""
+        labels = self.view.settings.topology_labels[:-1]
+        for node in snapshot.nodes:
+            if domain in (node.name, node.leaf, node.spine):
+                return domain
+        for node in snapshot.nodes:
+            values = [node.labels.get(label) for label in labels]
+            if values and values[-1] == domain and node.leaf:
+                return node.leaf
+            if len(values) > 1 and domain in values[:-1] and node.spine:
+                return node.spine
+        return domain
+
+    def _sensitive(self, entries: Iterable[_Entry]) -> dict[str, int]:
         """Latency-sensitive pods of ours per node (bound, or with a Binding posted)."""
         counts: dict[str, int] = {}
         for entry in entries:
@@ -404,26 +423,35 @@ class PodScheduler:
             self._ready_since = {k: t for k, t in self._ready_since.items() if k in alive}
         self.limiter.keep_only(r.pod for r in ours)
 
+    # ----- acting ------------------------------------------------------------------------------
     def _act(self, decision: Decision) -> None:
         now = self.clock()
         gang = decision.gang
-        self.metrics.decisions.labels(decision.outcome.value).inc()
         if decision.outcome != Outcome.BOUND:
+            self.metrics.decisions.labels(decision.outcome.value).inc()
             kind = events.NORMAL if decision.outcome == Outcome.WAITING else events.WARNING
             reason = (events.WAITING_FOR_GANG if decision.outcome == Outcome.WAITING
                       else events.FAILED_SCHEDULING)
             for pod in gang.pending:
                 self._event(pod, reason, decision.reason, kind)
             return
-        started = min((self._ready_since.get(p.key, now) for p in gang.pending), default=now)
+        if not self._claim(decision):
+            self.metrics.decisions.labels("conflict").inc()
+            self._mark(everything=True)
+            return
+        self.metrics.decisions.labels(decision.outcome.value).inc()
+        with self._lock:
+            started = min((self._ready_since.get(p.key, now) for p in gang.pending),
+                          default=now)
         bound = 0
         for binding in decision.bindings:
             pod = binding.pod
             self.state.assume(pod, binding.node)
             try:
-                self.api.bind(pod, binding.node)
-            except ApiFailure as failure:
+                kube.bind(self.api, pod, binding.node)
+            except (ApiError, NotLeader) as failure:
                 self.state.forget(pod)
+                self._release(pod)
                 self.metrics.bind_failures.inc()
                 log.warning("pod scheduler: binding %s to %s: %s", pod.key, binding.node,
                             failure)
@@ -443,6 +471,48 @@ class PodScheduler:
         if bound:
             self.metrics.placement_seconds.observe(max(0.0, self.clock() - started))
 
+    def _claim(self, decision: Decision) -> bool:
+        """Claim the GPUs of every pod of the decision in the shared view, or none."""
+        done: list[Pod] = []
+        for binding in decision.bindings:
+            pod = binding.pod
+            if pod.gpus <= 0:
+                continue
+            if not self.view.claim(claim_owner(pod), binding.node, pod.gpus):
+                for claimed in done:
+                    self._release(claimed)
+                log.info("pod scheduler: GPUs of %s on %s were taken meanwhile; trying again",
+                         decision.gang.key, binding.node)
+                return False
+            with self._lock:
+                self._claims[claim_owner(pod)] = pod
+            done.append(pod)
+        return True
+
+    def _release(self, pod: Pod) -> None:
+        with self._lock:
+            held = self._claims.pop(claim_owner(pod), None)
+        if held is not None:
+            self.view.release(claim_owner(pod))
+
+    def _release_counted_claims(self) -> None:
+        """Release the claims of pods the view now counts as bound, or that are gone."""
+        with self._lock:
+            if not self._claims:
+                return
+            claims = list(self._claims.items())
+        for owner, pod in claims:
+            with self.view.lock:
+                counted = (pod.namespace, pod.name) in self.view.pods
+            with self.state.lock:
+                record = self.state.pods.get(pod.key)
+            gone = record is None or record.pod.uid != pod.uid or record.pod.is_terminal
+            if counted or gone:
+                with self._lock:
+                    still = self._claims.pop(owner, None)
+                if still is not None:
+                    self.view.release(owner)
+
     def _event(self, pod: Pod, reason: str, message: str, kind: str) -> None:
         if not self.limiter.allow(pod, reason, message, self.clock()):
             return
@@ -451,36 +521,36 @@ class PodScheduler:
 
         def post() -> None:
             try:
-                self.api.create_event(pod.namespace, body)
-            except ApiFailure as failure:
+                kube.create_event(self.api, pod.namespace, body)
+            except (ApiError, NotLeader) as failure:
                 log.info("pod scheduler: event on %s not written: %s", pod.key, failure)
 
-        if not self.stop_event.is_set():
+        if not self._stop.is_set():
             self._events.submit(post)
 
     def _evict_from_overdue_nodes(self, now: float) -> None:
         grace = self.config.not_ready_grace_seconds
         for node in self.recovery.overdue(now, grace):
-            victims = [r for r in self.state.on_node(node)
-                       if r.ours and r.holds and not r.deleting and r.pod.owner is not None]
             since = self.recovery.not_ready_since(node) or now
-            for record in victims:
+            for record in self.state.on_node(node):
+                if not (record.ours and record.holds and not record.deleting
+                        and record.pod.owner is not None):
+                    continue
                 pod = record.pod
                 try:
-                    self.api.delete_pod(pod)
-                except ApiFailure as failure:
-                    if failure.status != 404:
-                        log.warning("pod scheduler: deleting %s from NotReady node %s: %s",
-                                    pod.key, node, failure)
+                    kube.delete_pod(self.api, pod)
+                except (ApiError, NotLeader) as failure:
+                    log.warning("pod scheduler: deleting %s from NotReady node %s: %s",
+                                pod.key, node, failure)
                     continue
+                owner = pod.owner.kind if pod.owner else "controller"
                 self._event(pod, events.NODE_NOT_READY,
                             f"node {node} NotReady for {now - since:.1f} s: pod deleted so its "
-                            f"{pod.owner.kind if pod.owner else 'controller'} replaces it",
-                            events.WARNING)
+                            f"{owner} replaces it", events.WARNING)
         alive = set(self.state.nodes) | {r.pod.node for r in self.state.ours() if r.holds}
         self.recovery.forget_nodes(alive)
 
-    # ----- metrics ----------------------------------------------------------------------------
+    # ----- metrics -------------------------------------------------------------------------
     def figures(self) -> ClusterFigures:
         waiting = [r.pod.gpus for r in self.state.pending()]
-        return cluster_figures(self.state.snapshot(self.reserved()), waiting)
+        return cluster_figures(self.snapshot(), waiting)

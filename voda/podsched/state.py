@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from voda.podsched.decide import topology_order
@@ -20,6 +20,7 @@ from voda.podsched.model import PODS, NodeState, Pod, Snapshot
 from voda.podsched.read import ObjectError, read_node, read_pod
 
 Obj = Mapping[str, Any]
+Topology = Callable[[Obj], tuple[str | None, str | None]]  # a Node object -> (leaf, spine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,33 +46,39 @@ class PodChange:
 
 
 class ClusterState:
-    def __init__(self, scheduler_name: str, leaf_label: str, spine_label: str,
-                 sensitive: Callable[[Pod], bool] | None = None) -> None:
+    """`topology` names a node's leaf and spine (the cluster view's reading of the
+    topology labels, so both schedulers see the same domains)."""
+
+    def __init__(self, scheduler_name: str, topology: Topology | None = None) -> None:
         self.scheduler_name = scheduler_name
-        self.leaf_label = leaf_label
-        self.spine_label = spine_label
-        self._sensitive = sensitive or (lambda pod: False)
+        self.topology = topology
         self.lock = threading.RLock()
         self.nodes: dict[str, NodeState] = {}
         self.pods: dict[str, PodRecord] = {}  # by namespace/name
         self._requested: dict[str, dict[str, int]] = {}
-        self._sensitive_on: dict[str, int] = {}
         # pod key -> (node, pod): Binding posted, not seen back yet
         self._assumed: dict[str, tuple[str, Pod]] = {}
         self._ordered: tuple[NodeState, ...] | None = None
 
     # ----- nodes ----------------------------------------------------------------------------
+    def _node(self, obj: Obj) -> NodeState:
+        node = read_node(obj)
+        if self.topology is not None:
+            leaf, spine = self.topology(obj)
+            node = replace(node, leaf=leaf, spine=spine)
+        return node
+
     def set_nodes(self, objects: Iterable[Obj]) -> None:
         with self.lock:
             self.nodes = {}
             for obj in objects:
-                node = read_node(obj, self.leaf_label, self.spine_label)
+                node = self._node(obj)
                 self.nodes[node.name] = node
             self._ordered = None
 
     def node_event(self, kind: str, obj: Obj) -> tuple[NodeState | None, NodeState | None]:
         """Apply a watch event; returns (before, after)."""
-        node = read_node(obj, self.leaf_label, self.spine_label)
+        node = self._node(obj)
         with self.lock:
             before = self.nodes.get(node.name)
             if kind == "DELETED":
@@ -93,7 +100,6 @@ class ClusterState:
         with self.lock:
             self.pods = {}
             self._requested = {}
-            self._sensitive_on = {}
             for obj in objects:
                 record = self._record(obj)
                 if record is not None:
@@ -157,8 +163,6 @@ class ClusterState:
         for resource, amount in pod.requests.items():
             taken[resource] = taken.get(resource, 0) + sign * amount
         taken[PODS] = taken.get(PODS, 0) + sign
-        if self._sensitive(pod):
-            self._sensitive_on[node] = self._sensitive_on.get(node, 0) + sign
 
     # ----- bindings posted ---------------------------------------------------------------------
     def assume(self, pod: Pod, node: str) -> None:
@@ -181,20 +185,18 @@ class ClusterState:
             return None if found is None else found[0]
 
     # ----- reading ----------------------------------------------------------------------------
-    def snapshot(self, extra: Mapping[str, Mapping[str, int]] | None = None) -> Snapshot:
-        """Nodes in topology order and what is taken on each (plus `extra`, e.g. GPUs the
-        elastic backend planned)."""
+    def snapshot(self, override: Mapping[str, Mapping[str, int]] | None = None,
+                 sensitive: Mapping[str, int] | None = None) -> Snapshot:
+        """Nodes in topology order and what is taken on each; `override` replaces the
+        amounts of some resources on some nodes (the GPUs the cluster view counts)."""
         with self.lock:
             if self._ordered is None:
                 self._ordered = topology_order(self.nodes.values())
             requested = {n: dict(r) for n, r in self._requested.items()}
-            sensitive = dict(self._sensitive_on)
             nodes = self._ordered
-        for node, amounts in (extra or {}).items():
-            taken = requested.setdefault(node, {})
-            for resource, amount in amounts.items():
-                taken[resource] = taken.get(resource, 0) + amount
-        return Snapshot(nodes, requested, sensitive)
+        for node, amounts in (override or {}).items():
+            requested.setdefault(node, {}).update(amounts)
+        return Snapshot(nodes, requested, sensitive or {})
 
     def pending(self) -> list[PodRecord]:
         """Our pods that wait for a node (not bound, not assumed, not ending)."""
