@@ -9,6 +9,7 @@ deterministic.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from tests.pod_builders import make_pod, snapshot_of
 from voda.podsched import filters
 from voda.podsched.config import SchedulerConfig
-from voda.podsched.decide import schedule, topology_order
+from voda.podsched.decide import Planner, schedule, topology_order
 from voda.podsched.model import (
     CPU,
     GPU,
@@ -180,3 +181,29 @@ def test_a_gang_that_fits_nowhere_still_leaves_the_others_placed(scenario) -> No
     assert huge and all(not d.bindings for d in huge)
     assert [d for d in with_it if d.gang.key != "ns/Job/huge"] == schedule(
         gang_list, snapshot, config)
+
+
+@PROPERTY_SETTINGS
+@given(scenarios(), gangs(), st.randoms(use_true_random=False))
+def test_the_planner_decides_what_a_fresh_cycle_decides(scenario, later, rng) -> None:
+    snapshot, first, config = scenario
+    planner = Planner()
+    decided = planner.schedule(first, snapshot, config)
+    assert decided == schedule(first, snapshot, config)
+    # The next snapshot, of the same nodes: the bindings counted, some pods gone.
+    requested = {n: dict(r) for n, r in snapshot.requested.items()}
+    for decision in decided:
+        for binding in decision.bindings:
+            taken = requested.setdefault(binding.node, {})
+            for resource, amount in binding.pod.requests.items():
+                taken[resource] = taken.get(resource, 0) + amount
+            taken[PODS] = taken.get(PODS, 0) + 1
+    for node in list(requested):
+        if rng.random() < 0.3:
+            requested[node] = {}
+    sensitive = {n: rng.randint(0, 1) for n in requested}
+    later_snapshot = Snapshot(snapshot.nodes, requested, sensitive)
+    renamed = [Gang(f"{g.key}-later", tuple(replace(p, name=f"{p.name}-later")
+                                             for p in g.pending), g.hints) for g in later]
+    assert planner.schedule(renamed, later_snapshot, config) == schedule(
+        renamed, later_snapshot, config)

@@ -45,7 +45,7 @@ from voda.backends.kubernetes.cluster_view import ClusterView, core_node, node_i
 from voda.backends.kubernetes.informer import Informer
 from voda.podsched import events, kube
 from voda.podsched.config import ConfigError, SchedulerConfig, parse_text
-from voda.podsched.decide import schedule
+from voda.podsched.decide import Planner
 from voda.podsched.hints import read_hints
 from voda.podsched.metrics import ClusterFigures, PodSchedulerMetrics, cluster_figures
 from voda.podsched.model import GPU, Decision, Gang, Hints, Outcome, Pod, Snapshot
@@ -127,6 +127,8 @@ class PodScheduler:
         self._ready_since: dict[str, float] = {}  # when each waiting pod was first seen
         self._claims: dict[str, Pod] = {}  # claim owner -> pod, until the view counts it
         self._workloads: dict[str, Workload] = {}  # pod key -> workload, once known
+        self._entries: dict[str, _Entry] = {}  # bound pods' entries, while their record holds
+        self.planner = Planner()
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pod-events")
         self._informers: list[Informer] = []
         self._thread: threading.Thread | None = None
@@ -306,22 +308,22 @@ class PodScheduler:
         # 3. gangs
         ours = self.state.ours()
         self._tidy(ours)
-        entries = [self._entry(r) for r in ours]
         waiting = {r.pod.key for r in self.state.pending()}
+        entries = [self._entry(r, r.pod.key in waiting) for r in ours]
         by_workload: dict[str, list[_Entry]] = {}
         for entry in entries:
-            if entry.record.pod.key in waiting:
-                by_workload.setdefault(entry.workload.key, []).append(entry)
-        if not everything:
-            by_workload = {k: v for k, v in by_workload.items()
-                           if any(e.record.pod.key in fresh for e in v)}
-        if not by_workload:
+            by_workload.setdefault(entry.workload.key, []).append(entry)
+        ready = {key: [e for e in group if e.record.pod.key in waiting]
+                 for key, group in by_workload.items()}
+        ready = {key: group for key, group in ready.items() if group and (
+            everything or any(e.record.pod.key in fresh for e in group))}
+        if not ready:
             return []
         snapshot = self.snapshot(entries)
-        gangs = [self._gang(key, pods, entries, snapshot)
-                 for key, pods in sorted(by_workload.items())]
+        gangs = [self._gang(key, group, by_workload[key], snapshot)
+                 for key, group in sorted(ready.items())]
         # 4. decide
-        decisions = schedule(gangs, snapshot, self.config)
+        decisions = self.planner.schedule(gangs, snapshot, self.config)
         # 5. act
         for decision in decisions:
             self._act(decision)
@@ -349,10 +351,15 @@ class PodScheduler:
         self._workloads[pod.key] = workload
         return workload
 
-    def _entry(self, record: PodRecord) -> _Entry:
+    def _entry(self, record: PodRecord, waiting: bool) -> _Entry:
+        """The pod with its workload and hints; a waiting pod's owners are read again
+        (their GETs are cached for `owner_ttl_seconds`), a bound pod's are kept."""
         pod = record.pod
+        cached = self._entries.get(pod.key)
+        if cached is not None and cached.record is record and not waiting:
+            return cached
         workload = self._workload(pod)
-        if not pod.node:  # waiting: the owners' annotations again (cached for a ttl)
+        if waiting:
             try:
                 workload = self.owners.resolve(pod)
                 self._workloads[pod.key] = workload
@@ -361,15 +368,17 @@ class PodScheduler:
         hints, errors = read_hints([pod.annotations, *workload.layers])
         if record.error:
             errors = [record.error, *errors]
-        return _Entry(record, workload, hints, tuple(errors))
+        entry = _Entry(record, workload, hints, tuple(errors))
+        if not waiting:
+            self._entries[pod.key] = entry
+        return entry
 
-    def _gang(self, key: str, waiting: list[_Entry], everyone: Iterable[_Entry],
+    def _gang(self, key: str, waiting: list[_Entry], workload: Iterable[_Entry],
               snapshot: Snapshot) -> Gang:
+        """The waiting pods of a workload, with what its other pods hold or held."""
         members: dict[str, int] = dict(self.recovery.lost_nodes(key))
         member_gpus = 0
-        for entry in everyone:
-            if entry.workload.key != key:
-                continue
+        for entry in workload:
             record = entry.record
             if record.holds:
                 members[record.pod.node] = members.get(record.pod.node, 0) + 1
@@ -415,10 +424,12 @@ class PodScheduler:
 
     def _tidy(self, ours: list[PodRecord]) -> None:
         """Forget what was kept about pods that are gone."""
-        if len(self._workloads) <= 2 * len(ours) + 100 and self.cycles % 100:
+        if max(len(self._workloads), len(self._entries)) <= 2 * len(ours) + 100 and (
+                self.cycles % 100):
             return
         alive = {r.pod.key for r in ours}
         self._workloads = {k: w for k, w in self._workloads.items() if k in alive}
+        self._entries = {k: e for k, e in self._entries.items() if k in alive}
         with self._lock:
             self._ready_since = {k: t for k, t in self._ready_since.items() if k in alive}
         self.limiter.keep_only(r.pod for r in ours)

@@ -62,14 +62,49 @@ def topology_order(nodes: Iterable[NodeState]) -> tuple[NodeState, ...]:
 def schedule(gangs: Sequence[Gang], snapshot: Snapshot, config: SchedulerConfig
              ) -> list[Decision]:
     """Decisions for the gangs, in the order they were taken (see the module doc)."""
-    state = _Working(snapshot)
+    return _schedule(gangs, _Working(snapshot), config)
+
+
+def _schedule(gangs: Sequence[Gang], work: _Working, config: SchedulerConfig
+              ) -> list[Decision]:
     decisions: list[Decision] = []
     for gang in sorted(gangs, key=_gang_order):
-        for decision in decide_gang(gang, state.snapshot(), config):
+        for decision in _decide(gang, work, config):
             decisions.append(decision)
             for binding in decision.bindings:
-                state.bind(binding, gang.hints.latency_sensitive)
+                work.bind(binding, gang.hints.latency_sensitive)
     return decisions
+
+
+class Planner:
+    """`schedule` from cycle to cycle without filtering and indexing the cluster anew.
+
+    It keeps the cycle's views (the nodes that pass a group of pods' filters, their
+    room, the packer's index) and brings them up to date with the next snapshot:
+    only the nodes whose requested resources changed are looked at again. A
+    snapshot with other nodes (any node added, removed or changed: the snapshot's
+    node tuple is another object) or another configuration starts afresh. The
+    decisions are the ones `schedule` takes on the same snapshot.
+    """
+
+    def __init__(self) -> None:
+        self._work: _Working | None = None
+        self._config: SchedulerConfig | None = None
+
+    def schedule(self, gangs: Sequence[Gang], snapshot: Snapshot, config: SchedulerConfig
+                 ) -> list[Decision]:
+        work = self._work
+        if work is None or config != self._config or snapshot.nodes is not work.nodes:
+            work = _Working(snapshot)
+            self._work, self._config = work, config
+        else:
+            work.update(snapshot)
+        return _schedule(gangs, work, config)
+
+
+def decide_gang(gang: Gang, snapshot: Snapshot, config: SchedulerConfig) -> list[Decision]:
+    """Bind one gang's pending pods, or say why not (step 2 of the module doc)."""
+    return _decide(gang, _Working(snapshot), config)
 
 
 def _gang_order(gang: Gang) -> tuple:
@@ -78,46 +113,136 @@ def _gang_order(gang: Gang) -> tuple:
     return (not gang.recovering, -priority, oldest, gang.key)
 
 
-class _Working:
-    """The snapshot with the cycle's bindings added."""
+@dataclass(slots=True)
+class _View:
+    """The nodes that pass a group of pods' filters, as a packing view in pods of one shape.
 
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.nodes = snapshot.nodes
-        self.requested = {n: dict(r) for n, r in snapshot.requested.items()}
-        self.sensitive = dict(snapshot.sensitive)
-        self._current: Snapshot | None = snapshot
-
-    def bind(self, binding: Binding, sensitive: bool) -> None:
-        taken = self.requested.setdefault(binding.node, {})
-        for resource, amount in binding.pod.requests.items():
-            taken[resource] = taken.get(resource, 0) + amount
-        taken[filters.PODS] = taken.get(filters.PODS, 0) + 1
-        if sensitive:
-            self.sensitive[binding.node] = self.sensitive.get(binding.node, 0) + 1
-        self._current = None
-
-    def snapshot(self) -> Snapshot:
-        if self._current is None:
-            self._current = Snapshot(self.nodes, self.requested, self.sensitive)
-        return self._current
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidates:
-    """The nodes that pass the filters, as a packing view in units of one pod."""
+    Kept for the whole cycle and brought up to date on each binding, so gangs of
+    the same shape do not filter and index the cluster again.
+    """
 
     nodes: tuple[NodeState, ...]
-    capacity: Mapping[str, int]  # pods of the gang's shape an empty node holds
-    room: Mapping[str, int]  # pods of the gang's shape it still holds
+    need: Mapping[str, int]
+    capacity: dict[str, int]  # pods of the shape an empty node holds
+    room: dict[str, int]  # pods of the shape it still holds
     reasons: Counter[str]  # why the other nodes were left out
+    settings: PlacementSettings
+    sensitive: Mapping[str, int]
+    _packer: RequestPacker | None = None
 
     @property
     def total_room(self) -> int:
         return sum(self.room.values())
 
+    def packer(self) -> RequestPacker:
+        if self._packer is None:
+            self._packer = _packer(self.nodes, self, self.settings)
+        return self._packer
 
-def decide_gang(gang: Gang, snapshot: Snapshot, config: SchedulerConfig) -> list[Decision]:
-    """Bind the gang's pending pods, or say why not (step 2 of the module doc)."""
+    def refresh(self, node: str, room: int) -> None:
+        if node in self.room and self.room[node] != room:
+            self.room[node] = room
+            if self._packer is not None:
+                self._packer.set_free(node, room)
+
+
+class _Working:
+    """The snapshot with the cycle's bindings added, and the views built on it."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.nodes = snapshot.nodes
+        self.by_name = {n.name: n for n in snapshot.nodes}
+        self.requested = {n: dict(r) for n, r in snapshot.requested.items()}
+        self.sensitive = dict(snapshot.sensitive)
+        self._views: dict[tuple, _View] = {}
+
+    def free(self, node: NodeState, resource: str) -> int:
+        return node.allocatable.get(resource, 0) - self.requested.get(node.name, {}).get(
+            resource, 0)
+
+    def bind(self, binding: Binding, sensitive: bool) -> None:
+        node = binding.node
+        taken = self.requested.setdefault(node, {})
+        for resource, amount in binding.pod.requests.items():
+            taken[resource] = taken.get(resource, 0) + amount
+        taken[filters.PODS] = taken.get(filters.PODS, 0) + 1
+        self._refresh(node)
+        if sensitive:
+            self._sensitive(node, self.sensitive.get(node, 0) + 1)
+
+    def update(self, snapshot: Snapshot) -> None:
+        """Take the requested resources and latency-sensitive pods of a later snapshot of the
+        same nodes, refreshing the views where they changed."""
+        empty: Mapping[str, int] = {}
+        for node in set(self.requested) | set(snapshot.requested):
+            new = snapshot.requested.get(node, empty)
+            if self.requested.get(node, empty) != new:
+                self.requested[node] = dict(new)
+                self._refresh(node)
+        for node in set(self.sensitive) | set(snapshot.sensitive):
+            count = snapshot.sensitive.get(node, 0)
+            if self.sensitive.get(node, 0) != count:
+                self._sensitive(node, count)
+
+    def _refresh(self, node: str) -> None:
+        state = self.by_name.get(node)
+        if state is None:
+            return
+        for view in self._views.values():
+            if node in view.room:
+                view.refresh(node, filters.room(state, self, view.need))
+
+    def _sensitive(self, node: str, count: int) -> None:
+        delta = count - self.sensitive.get(node, 0)
+        self.sensitive[node] = count
+        for view in self._views.values():
+            if view._packer is not None:
+                view._packer.add_sensitive(node, delta)
+
+    def view(self, pods: Sequence[Pod], need: Mapping[str, int], config: SchedulerConfig,
+             fresh: bool = False) -> _View:
+        """The view for these pods' filters and shape (`fresh`: not from the cache)."""
+        signatures: dict[tuple, Pod] = {}
+        for pod in pods:
+            signatures.setdefault(_signature(pod), pod)
+        key = (tuple(sorted(signatures)), tuple(sorted(need.items())))
+        if not fresh and key in self._views:
+            return self._views[key]
+        view = self._build(list(signatures.values()), need, config)
+        self._views[key] = view
+        return view
+
+    def _build(self, pods: Sequence[Pod], need: Mapping[str, int], config: SchedulerConfig
+               ) -> _View:
+        reasons: Counter[str] = Counter()
+        nodes, capacity, room = [], {}, {}
+        for node in self.nodes:
+            problem = None
+            for pod in pods:
+                problem = filters.static_problem(pod, node)
+                if problem is not None:
+                    break
+            if problem is not None:
+                reasons[problem] += 1
+                continue
+            cap = filters.capacity(node, need)
+            free = filters.room(node, self, need) if cap else 0
+            if free <= 0:
+                reasons.update(filters.short_resources(node, self, need) or ["no room"])
+            if cap > 0:
+                nodes.append(node)
+                capacity[node.name] = cap
+                room[node.name] = max(0, free)
+        return _View(tuple(nodes), need, capacity, room, reasons,
+                     config.placement_settings(need.get(GPU, 0)), self.sensitive)
+
+
+def _signature(pod: Pod) -> tuple:
+    """What the filters read of a pod: pods with equal signatures pass the same nodes."""
+    return (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations)
+
+
+def _decide(gang: Gang, work: _Working, config: SchedulerConfig) -> list[Decision]:
     if not gang.pending:
         return []
     if gang.hint_errors:
@@ -131,8 +256,7 @@ def decide_gang(gang: Gang, snapshot: Snapshot, config: SchedulerConfig) -> list
             f"so far ({gang.member_gpus} bound, {pending_gpus} in {len(gang.pending)} pending "
             "pods); waiting for the rest, holding nothing"))]
     need = filters.shape(gang.pending)
-    candidates = _candidates(gang.pending, snapshot, need)
-    settings = config.placement_settings(need.get(GPU, 0))
+    view = work.view(gang.pending, need, config)
     job = Job(
         name=gang.key,
         placement_strategy=hints.strategy.value,
@@ -141,19 +265,21 @@ def decide_gang(gang: Gang, snapshot: Snapshot, config: SchedulerConfig) -> list
         latency_sensitive=hints.latency_sensitive,
     )
     pods = sorted(gang.pending, key=lambda p: (natural_key(p.name), p.namespace))
-    packed, why = _pack(job, len(pods), gang, candidates, snapshot, settings, need)
+    packed, why = _pack(job, len(pods), gang, view, work)
     if packed is not None:
         return [_bound(gang, pods, packed)]
     if hints.gpu_count is not None or len(pods) == 1:
+        # The reasons of a view kept through the cycle may be stale: count them again.
+        _, why = _pack(job, len(pods), gang, work.view(gang.pending, need, config, fresh=True),
+                       work)
         return [Decision(gang, Outcome.UNSCHEDULABLE, reason=why)]
-    # Not a gang: bind what fits, one pod at a time.
+    # Not a gang: bind what fits, one pod at a time (on a private view).
     decisions: list[Decision] = []
     members = dict(gang.members)
-    room = dict(candidates.room)
+    own = work.view(gang.pending, need, config, fresh=True)
     for pos, pod in enumerate(pods):
         single = replace(gang, pending=(pod,), members=members)
-        view = replace(candidates, room=room)
-        packed, why = _pack(job, 1, single, view, snapshot, settings, need)
+        packed, why = _pack(job, 1, single, own, work)
         if packed is None:
             rest = replace(gang, pending=tuple(pods[pos:]), members=members)
             decisions.append(Decision(rest, Outcome.UNSCHEDULABLE, reason=why))
@@ -161,7 +287,7 @@ def decide_gang(gang: Gang, snapshot: Snapshot, config: SchedulerConfig) -> list
         decisions.append(_bound(single, [pod], packed))
         for node, count in packed.counts.items():
             members[node] = members.get(node, 0) + count
-            room[node] -= count
+            own.refresh(node, own.room[node] - count)
     return decisions
 
 
@@ -185,46 +311,12 @@ def _bound(gang: Gang, pods: Sequence[Pod], packed: Packed) -> Decision:
                     level=packed.level, domain=packed.domain, score=packed.score)
 
 
-def _candidates(pods: Sequence[Pod], snapshot: Snapshot, need: Mapping[str, int]) -> _Candidates:
-    """Nodes that pass every pod's filters, with their room in pods of shape `need`."""
-    signatures = {}
-    for pod in pods:
-        key = (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations)
-        signatures.setdefault(key, pod)
-    reasons: Counter[str] = Counter()
-    nodes, capacity, room = [], {}, {}
-    for node in snapshot.nodes:
-        problem = None
-        for pod in signatures.values():
-            problem = filters.static_problem(pod, node)
-            if problem is not None:
-                break
-        if problem is not None:
-            reasons[problem] += 1
-            continue
-        cap = filters.capacity(node, need)
-        free = filters.room(node, snapshot, need) if cap else 0
-        if free <= 0:
-            reasons.update(filters.short_resources(node, snapshot, need) or ["no room"])
-        if cap > 0:
-            nodes.append(node)
-            capacity[node.name] = cap
-            room[node.name] = max(0, free)
-    return _Candidates(tuple(nodes), capacity, room, reasons)
-
-
-def _pack(
-    job: Job,
-    k: int,
-    gang: Gang,
-    candidates: _Candidates,
-    snapshot: Snapshot,
-    settings: PlacementSettings,
-    need: Mapping[str, int],
-) -> tuple[Packed | None, str]:
+def _pack(job: Job, k: int, gang: Gang, candidates: _View, work: _Working
+          ) -> tuple[Packed | None, str]:
     """Place k pods of the gang on the candidates: the packing, or None and why not."""
-    total = len(snapshot.nodes)
-    shape_text = _shape_text(need)
+    total = len(work.nodes)
+    shape_text = _shape_text(candidates.need)
+    settings = candidates.settings
     if candidates.total_room < k:
         held = candidates.total_room
         available = sum(1 for r in candidates.room.values() if r > 0)
@@ -248,7 +340,7 @@ def _pack(
             most = max(most, (room, -order, value))
             if room < k:
                 continue
-            packed = _packer(nodes, candidates, snapshot, settings).place(job, k, own)
+            packed = _packer(nodes, candidates, settings).place(job, k, own)
             if packed is not None:
                 key = (LEVELS.index(packed.level), -packed.score, order)
                 if best is None or key < best[0]:
@@ -261,11 +353,11 @@ def _pack(
                               f"node that passes the filters has the label {level_key}")
             return None, (f"{k} pod(s) of {shape_text} require one {level_key} domain: none has "
                           f"room for {k}, the most is {most[0]} in {level_key}={most[2]}")
-    packer = _packer(candidates.nodes, candidates, snapshot, settings)
+    packer = candidates.packer()
     scopes: list[list[str] | None] = []
     # Grow, or recover, where the workload already is (nodes it lost count: a pod on
     # a dead node is replaced near it): its leaves, then its spines.
-    held = [n for n in snapshot.nodes if gang.members.get(n.name)]
+    held = [work.by_name[n] for n in gang.members if gang.members[n] and n in work.by_name]
     if held:
         scopes.append(sorted({n.leaf or f"leaf-{n.name}" for n in held}))
         scopes.append(sorted({n.spine or "spine" for n in held}))
@@ -278,11 +370,11 @@ def _pack(
                   f"{len(candidates.nodes)} nodes with room")
 
 
-def _packer(nodes: Sequence[NodeState], candidates: _Candidates, snapshot: Snapshot,
-            settings: PlacementSettings) -> RequestPacker:
+def _packer(nodes: Sequence[NodeState], candidates: _View, settings: PlacementSettings
+            ) -> RequestPacker:
     view = [Node(n.name, candidates.capacity[n.name], leaf=n.leaf, spine=n.spine) for n in nodes]
     used = {n.name: candidates.capacity[n.name] - candidates.room[n.name] for n in nodes}
-    sensitive = {n.name: snapshot.sensitive.get(n.name, 0) for n in nodes}
+    sensitive = {n.name: candidates.sensitive.get(n.name, 0) for n in nodes}
     return RequestPacker(view, used, settings, sensitive)
 
 

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
-from voda.podsched.model import PODS, NodeState, Pod, Requirement, SelectorTerm, Snapshot, Taint
+from voda.podsched.model import PODS, NodeState, Pod, Requirement, SelectorTerm, Taint
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY = "node(s) were not ready"
 CORDONED = "node(s) were unschedulable"
 SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 TOO_MANY_PODS = "Too many pods"
+
+
+class FreeResources(Protocol):
+    """What is left of a node's resources (a Snapshot, or a cycle's working copy)."""
+
+    def free(self, node: NodeState, resource: str) -> int: ...
 
 
 def tolerates(pod: Pod, taint: Taint) -> bool:
@@ -111,21 +118,33 @@ def shape(pods: Iterable[Pod]) -> dict[str, int]:
     return need
 
 
-def room(node: NodeState, snapshot: Snapshot, need: Mapping[str, int]) -> int:
+def room(node: NodeState, left: FreeResources, need: Mapping[str, int]) -> int:
     """How many pods of shape `need` the node still holds."""
-    return min(max(0, snapshot.free(node, r)) // amount for r, amount in need.items())
+    most = None
+    for resource, amount in need.items():
+        fits = max(0, left.free(node, resource)) // amount
+        if most is None or fits < most:
+            most = fits
+    return most or 0
 
 
 def capacity(node: NodeState, need: Mapping[str, int]) -> int:
     """How many pods of shape `need` the empty node would hold."""
-    return min(max(0, node.allocatable.get(r, 0)) // amount for r, amount in need.items())
+    most = None
+    allocatable = node.allocatable
+    for resource, amount in need.items():
+        fits = max(0, allocatable.get(resource, 0)) // amount
+        if most is None or fits < most:
+            most = fits
+    return most or 0
 
 
-def short_resources(node: NodeState, snapshot: Snapshot, need: Mapping[str, int]) -> list[str]:
+def short_resources(node: NodeState, left: FreeResources, need: Mapping[str, int]
+                    ) -> list[str]:
     """The resources of which the node has less free than one pod needs, as reasons."""
     out = []
     for resource, amount in sorted(need.items()):
-        if snapshot.free(node, resource) < amount:
+        if left.free(node, resource) < amount:
             out.append(TOO_MANY_PODS if resource == PODS else f"Insufficient {resource}")
     return out
 

@@ -192,11 +192,11 @@ class ClusterState:
         with self.lock:
             if self._ordered is None:
                 self._ordered = topology_order(self.nodes.values())
-            requested = {n: dict(r) for n, r in self._requested.items()}
-            nodes = self._ordered
-        for node, amounts in (override or {}).items():
-            requested.setdefault(node, {}).update(amounts)
-        return Snapshot(nodes, requested, sensitive or {})
+            requested: dict[str, Mapping[str, int]] = dict(self._requested)
+            for node, amounts in (override or {}).items():
+                requested[node] = {**requested.get(node, {}), **amounts}
+            # Snapshot copies each node's amounts: done under the lock, they are consistent.
+            return Snapshot(self._ordered, requested, sensitive or {})
 
     def pending(self) -> list[PodRecord]:
         """Our pods that wait for a node (not bound, not assumed, not ending)."""

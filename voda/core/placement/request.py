@@ -58,10 +58,13 @@ class RequestPacker:
     ) -> None:
         self.settings = settings or PlacementSettings()
         ix = FreeIndex(nodes, Topology.of(nodes))
-        for name, count in (used or {}).items():
-            i = ix.index.get(name)
-            if i is not None and count > 0:
-                ix.take(i, min(count, ix.free[i]))
+        if used:
+            free = list(ix.cap)
+            for name, count in used.items():
+                i = ix.index.get(name)
+                if i is not None and count > 0:
+                    free[i] = max(0, free[i] - count)
+            ix.set_free(free)
         for name, count in (sensitive or {}).items():
             i = ix.index.get(name)
             if i is not None:
@@ -86,6 +89,12 @@ class RequestPacker:
             ix.take(i, ix.free[i] - target)
         elif target > ix.free[i]:
             ix.release(i, target - ix.free[i])
+
+    def add_sensitive(self, node: str, count: int) -> None:
+        """Latency-sensitive units placed on a node from outside this packer."""
+        i = self._ix.index.get(node)
+        if i is not None:
+            self._ix.sensitive[i] = max(0, self._ix.sensitive[i] + count)
 
     def take(self, job: Job, counts: Mapping[str, int]) -> None:
         self._packer.take(job, self._ids(counts))
