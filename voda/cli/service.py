@@ -196,6 +196,14 @@ def register(app: typer.Typer) -> None:
             _die(str(exc), EXIT_USAGE)
         except (SQLAlchemyError, OSError) as exc:
             _die(f"db: cannot open the store: {' '.join(str(exc).split())[:300]}", EXIT_USAGE)
+        pod_scheduler = None
+        if settings.backend == "kubernetes":
+            from voda.podsched.service import start_beside
+
+            try:  # the secondary scheduler for pods with schedulerName voda-scheduler
+                pod_scheduler = start_beside(service.backend, settings, service.metrics.registry)
+            except ValueError as exc:
+                _die(str(exc), EXIT_USAGE)
         cluster = service.scheduler.cluster
         err.print(f"voda serve: backend {settings.backend}, {len(cluster.nodes)} nodes, "
                   f"{cluster.capacity()} GPUs ({', '.join(cluster.gpu_types())}), "
@@ -210,6 +218,8 @@ def register(app: typer.Typer) -> None:
             keep_signals()  # uvicorn re-raises SIGTERM after shutdown: the lease goes first
         uvicorn.run(app_, host=bind, port=settings.port, log_level="warning",
                     access_log=False)
+        if pod_scheduler is not None:
+            pod_scheduler.stop()
         if elector is not None:
             from voda.cli.kubernetes import step_down
 
