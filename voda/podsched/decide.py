@@ -129,6 +129,7 @@ class _View:
     settings: PlacementSettings
     sensitive: Mapping[str, int]
     _packer: RequestPacker | None = None
+    exact: bool = True  # the reasons are those of the current room (no refresh since)
 
     @property
     def total_room(self) -> int:
@@ -142,6 +143,7 @@ class _View:
     def refresh(self, node: str, room: int) -> None:
         if node in self.room and self.room[node] != room:
             self.room[node] = room
+            self.exact = False
             if self._packer is not None:
                 self._packer.set_free(node, room)
 
@@ -189,6 +191,7 @@ class _Working:
         if state is None:
             return
         for view in self._views.values():
+            view.exact = False  # which resources a node lacks may change with its room
             if node in view.room:
                 view.refresh(node, filters.room(state, self, view.need))
 
@@ -269,9 +272,9 @@ def _decide(gang: Gang, work: _Working, config: SchedulerConfig) -> list[Decisio
     if packed is not None:
         return [_bound(gang, pods, packed)]
     if hints.gpu_count is not None or len(pods) == 1:
-        # The reasons of a view kept through the cycle may be stale: count them again.
-        _, why = _pack(job, len(pods), gang, work.view(gang.pending, need, config, fresh=True),
-                       work)
+        if not view.exact:  # the reasons of a view refreshed since it was built: count again
+            _, why = _pack(job, len(pods), gang,
+                           work.view(gang.pending, need, config, fresh=True), work)
         return [Decision(gang, Outcome.UNSCHEDULABLE, reason=why)]
     # Not a gang: bind what fits, one pod at a time (on a private view).
     decisions: list[Decision] = []
