@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,35 @@ def test_metrics_are_lint_clean_and_count_decisions(tmp_path: Path) -> None:
                     (("domain", "s0/s0-l0"), ("level", "leaf")))] == 1.0
     assert ("voda_pod_fragmentation_ratio", ()) in samples
     assert samples[("voda_pod_placement_duration_seconds_count", ())] >= 1
+
+
+def test_a_node_back_within_the_grace_keeps_its_pods(tmp_path: Path) -> None:
+    with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=2.0)) as c:
+        c.grid(spines=1, leaves=1, per_leaf=2)
+        c.job("steady", pods=1, gpus=8)
+        (node,) = wait_for(lambda: c.bound_nodes("steady-"), what="bound")
+        c.sim.set_ready(node, False)
+        wait_for(lambda: c.scheduler.recovery.not_ready_since(node) is not None,
+                 what="NotReady seen")
+        c.sim.set_ready(node, True)
+        wait_for(lambda: c.scheduler.recovery.not_ready_since(node) is None, what="Ready seen")
+        time.sleep(2.5)  # past the grace
+        assert c.bound_nodes("steady-") == [node]
+        assert c.events(reason="NodeNotReady") == []
+        assert not c.scheduler.recovery.recovering("default/Job/steady")
+
+
+def test_a_gated_pod_waits_for_its_gates_to_go(tmp_path: Path) -> None:
+    with running_cluster(tmp_path) as c:
+        c.grid(spines=1, leaves=1, per_leaf=1)
+        c.store.create("pods", c.namespace, {"metadata": {"name": "gated"}, "spec": {
+            "schedulerName": "voda-scheduler", "schedulingGates": [{"name": "example.com/x"}],
+            "containers": [{"name": "c", "image": "i", "resources": {"limits": {
+                "nvidia.com/gpu": "1"}}}]}})
+        wait_for(lambda: c.scheduler.cycles > 2, what="a few cycles")
+        assert c.bound_nodes("gated") == [] and c.events("gated") == []
+        c.store.patch("pods", c.namespace, "gated", [{"op": "remove",
+                                                       "path": "/spec/schedulingGates"}],
+                      "application/json-patch+json")
+        assert wait_for(lambda: c.bound_nodes("gated"), what="bound once ungated") == [
+            "s0-l0-n0"]

@@ -295,13 +295,15 @@ class PodScheduler:
             lost, self._lost = self._lost, []
             news, self._node_news = self._node_news, []
         # 2. losses and NotReady nodes
-        for node, ready, when in news:
-            if ready:
-                self.recovery.node_ready(node)
-            else:
-                self.recovery.node_not_ready(node, when)
         for pod, when in lost:
             self.recovery.lost(pod, self._workload(pod).key, when)
+        for node, ready, when in news:
+            if ready:  # back before its pods were replaced: they were not lost
+                self.recovery.node_ready(node)
+                self.recovery.back(r.pod.key for r in self.state.on_node(node)
+                                   if r.ours and r.holds and not r.deleting)
+            else:
+                self.recovery.node_not_ready(node, when)
         self.recovery.expire(now)
         self._evict_from_overdue_nodes(now)
         self._release_counted_claims()
@@ -333,8 +335,11 @@ class PodScheduler:
         """The state's snapshot with the GPUs the shared view counts as taken."""
         gpus: dict[str, dict[str, int]] = {}
         for info in self.view.nodes():
-            if info.usable:
-                gpus[info.name] = {GPU: info.gpus - self.view.free(info.name)}
+            # The view gives no GPU of a cordoned or NotReady node to anyone, so neither
+            # does the pod scheduler (pods without GPUs may still go to a cordoned node
+            # that they tolerate).
+            taken = info.gpus - self.view.free(info.name) if info.usable else info.gpus
+            gpus[info.name] = {GPU: taken}
         return self.state.snapshot(gpus, self._sensitive(entries))
 
     def _workload(self, pod: Pod) -> Workload:

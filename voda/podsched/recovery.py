@@ -27,6 +27,7 @@ class Loss:
     workload: str
     node: str
     since: float
+    ident: str  # the pod's uid (its key when it has none)
 
 
 class RecoveryTracker:
@@ -43,7 +44,7 @@ class RecoveryTracker:
         if ident in self._counted or not pod.node:
             return
         self._counted[ident] = now
-        self._losses[pod.key] = Loss(pod.key, workload, pod.node, now)
+        self._losses[pod.key] = Loss(pod.key, workload, pod.node, now, ident)
 
     def recovering(self, workload: str) -> bool:
         return any(loss.workload == workload for loss in self._losses.values())
@@ -64,6 +65,13 @@ class RecoveryTracker:
             return None
         del self._losses[oldest.pod_key]
         return max(0.0, now - oldest.since)
+
+    def back(self, pod_keys: Iterable[str]) -> None:
+        """These pods were counted lost but are still there (their node came back)."""
+        for key in pod_keys:
+            loss = self._losses.pop(key, None)
+            if loss is not None:
+                self._counted.pop(loss.ident, None)
 
     def expire(self, now: float) -> None:
         self._losses = {k: v for k, v in self._losses.items() if now - v.since < self.window}

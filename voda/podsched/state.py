@@ -29,6 +29,7 @@ class PodRecord:
     ours: bool  # schedulerName is ours
     deleting: bool  # has a deletionTimestamp
     error: str = ""  # why the pod cannot be read (ours only)
+    gated: bool = False  # has scheduling gates: no scheduler may bind it yet
 
     @property
     def holds(self) -> bool:
@@ -132,8 +133,9 @@ class ClusterState:
         spec = obj.get("spec") or {}
         ours = spec.get("schedulerName") == self.scheduler_name
         deleting = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+        gated = bool(spec.get("schedulingGates"))
         try:
-            return PodRecord(read_pod(obj), ours, deleting)
+            return PodRecord(read_pod(obj), ours, deleting, gated=gated)
         except (ObjectError, TypeError, ValueError, AttributeError) as exc:
             if not ours:
                 return None  # not ours and unreadable: the API server would not hold such
@@ -141,7 +143,7 @@ class ClusterState:
             pod = Pod(namespace=str(meta.get("namespace") or "default"),
                       name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
                       node=str(spec.get("nodeName") or ""))
-            return PodRecord(pod, ours, deleting, error=str(exc))
+            return PodRecord(pod, ours, deleting, error=str(exc), gated=gated)
 
     def _put(self, record: PodRecord) -> None:
         self.pods[record.pod.key] = record
@@ -199,11 +201,11 @@ class ClusterState:
             return Snapshot(self._ordered, requested, sensitive or {})
 
     def pending(self) -> list[PodRecord]:
-        """Our pods that wait for a node (not bound, not assumed, not ending)."""
+        """Our pods that wait for a node (not bound, not assumed, not ending, not gated)."""
         with self.lock:
             return [r for r in self.pods.values()
                     if r.ours and not r.pod.node and not r.deleting and not r.pod.is_terminal
-                    and r.pod.key not in self._assumed]
+                    and not r.gated and r.pod.key not in self._assumed]
 
     def ours(self) -> list[PodRecord]:
         with self.lock:
