@@ -23,7 +23,7 @@ from voda_testing.kube.cluster.workloads import WorkloadControllers
 
 GPU = "nvidia.com/gpu"
 SCHEDULER = "voda-scheduler"
-CONFIG_MAP = "voda-system/voda-scheduler-config"
+CONFIG_MAP = "voda/voda-scheduler-config"
 Obj = dict[str, Any]
 
 
@@ -134,7 +134,7 @@ def running_cluster(tmp_path: Path, config: str | None = None,
                     sim: SimSettings | None = None, **settings: Any) -> Iterator[Cluster]:
     api = FakeApiServer(bookmark_interval=0.2).start()
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    api.store.create("namespaces", "", {"metadata": {"name": "voda-system"}})
+    api.store.create("namespaces", "", {"metadata": {"name": CONFIG_MAP.split("/")[0]}})
     simulator = ClusterSimulator(api.store, sim or SimSettings(not_ready_eviction_seconds=300))
     workloads = WorkloadControllers(api.store)
     kube = KubeApi.connect(str(kubeconfig))

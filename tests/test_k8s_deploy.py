@@ -122,8 +122,9 @@ def flow_requests(tmp_path: Path) -> Iterator[list[tuple[str, str, str, str | No
 
 def test_rbac_grants_exactly_the_requests_voda_makes(
         deployed: list[dict[str, Any]], flow_requests: list[Any]) -> None:
-    (cluster_role,) = of_kind(deployed, "ClusterRole")
-    (role,) = of_kind(deployed, "Role")
+    (cluster_role,) = [d for d in of_kind(deployed, "ClusterRole")
+                       if d["metadata"]["name"] == "voda-cluster-view"]
+    (role,) = [d for d in of_kind(deployed, "Role") if d["metadata"]["name"] == "voda"]
     for group, resource, verb, name, namespaced in flow_requests:
         rules = cluster_role["rules"] + (role["rules"] if namespaced else [])
         assert allowed(rules, group, resource, verb, name), (group, resource, verb, name)
