@@ -5,8 +5,7 @@ talking to the server through the official client like in a cluster."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,17 +24,6 @@ GPU = "nvidia.com/gpu"
 SCHEDULER = "voda-scheduler"
 CONFIG_MAP = "voda/voda-scheduler-config"
 Obj = dict[str, Any]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 def container(gpus: int, cpu: str = "1") -> Obj:

@@ -8,12 +8,13 @@ import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 import pytest
 import yaml
 
-from tests.podsched_harness import config_text, running_cluster, wait_for
+from tests.podsched_harness import config_text, running_cluster
+from voda_testing.kube.harness import eventually
+from voda_testing.kube.rbac import Attributes, granted, made_by, unused
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None,
@@ -31,13 +32,7 @@ def roles(docs: list[dict[str, Any]], kind: str) -> dict[str, list[dict[str, Any
     return {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == kind}
 
 
-def granted(rules: list[dict[str, Any]], group: str, resource: str, verb: str,
-            name: str | None) -> bool:
-    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
-               and ("resourceNames" not in r or name in r["resourceNames"]) for r in rules)
-
-
-def flow_requests(tmp_path: Path) -> list[tuple[str, str, str, str | None, bool]]:
+def flow_requests(tmp_path: Path) -> list[Attributes]:
     """What the pod scheduler sends while it places a gang, a Deployment and a
     StatefulSet's pod, explains, reads its ConfigMap and evicts from a NotReady node."""
     with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=0.2)) as c:
@@ -51,29 +46,13 @@ def flow_requests(tmp_path: Path) -> list[tuple[str, str, str, str | None, bool]
             {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
              "uid": sts["metadata"]["uid"], "controller": True}]}, "spec": {
             "schedulerName": "voda-scheduler", "containers": [{"name": "c", "image": "i"}]}})
-        wait_for(lambda: len(c.bound_nodes("gang-")) == 2 and c.bound_nodes("svc-")
-                 and c.bound_nodes("db-0"), what="everything bound")
+        eventually(lambda: len(c.bound_nodes("gang-")) == 2 and c.bound_nodes("svc-")
+                 and c.bound_nodes("db-0"))
         (node,) = c.bound_nodes("svc-")
         c.sim.set_ready(node, False)
-        wait_for(lambda: c.events(reason="NodeNotReady"), what="the eviction")
+        eventually(lambda: c.events(reason="NodeNotReady"))
         requests = list(c.api.requests)
-    out = []
-    for r in requests:
-        if "voda/" not in r.user_agent:
-            continue
-        parts = r.path.strip("/").split("/")
-        group = "" if parts[0] == "api" else parts[1]
-        rest = parts[2:] if parts[0] == "api" else parts[3:]
-        namespaced = rest[0] == "namespaces"
-        if namespaced:
-            rest = rest[2:]
-        resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-        name = rest[1] if len(rest) > 1 else None
-        selector = parse_qs(r.query).get("fieldSelector", [""])[0]
-        if name is None and selector.startswith("metadata.name="):
-            name = selector.removeprefix("metadata.name=")  # list/watch of one object
-        out.append((group, resource, r.verb, name, namespaced))
-    return out
+    return made_by(requests, "voda/")
 
 
 def test_the_pod_schedulers_rbac_is_exactly_what_it_uses(tmp_path: Path) -> None:
@@ -86,12 +65,7 @@ def test_the_pod_schedulers_rbac_is_exactly_what_it_uses(tmp_path: Path) -> None
     for group, resource, verb, name, namespaced in requests:
         rules = everything + (in_voda if namespaced else [])
         assert granted(rules, group, resource, verb, name), (group, resource, verb, name)
-    used = {(g, r, v) for g, r, v, _, _ in requests}
-    for rule in cluster_roles[POD_SCHEDULER] + namespaced_roles[POD_SCHEDULER]:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for verb in rule["verbs"]:
-                    assert (group, resource, verb) in used, f"unused grant {resource} {verb}"
+    assert unused(cluster_roles[POD_SCHEDULER] + namespaced_roles[POD_SCHEDULER], requests) == []
     bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
                 and d["roleRef"]["name"] == POD_SCHEDULER]
     assert {b["subjects"][0]["name"] for b in bindings} == {"voda"}

@@ -12,7 +12,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.podsched_harness import config_text, running_cluster, wait_for
+from tests.podsched_harness import config_text, running_cluster
+from voda_testing.kube.harness import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -26,14 +27,13 @@ def test_a_four_pod_gang_lands_in_one_leaf(tmp_path: Path) -> None:
         c.grid(spines=1, leaves=3, per_leaf=4)
         # Leaf l0 is missing a node's worth; a gang of 4 whole nodes must take l1.
         c.job("noise", pods=1, gpus=8)
-        wait_for(lambda: c.bound_nodes("noise-"), what="noise bound")
+        eventually(lambda: c.bound_nodes("noise-"))
         c.job("train", pods=4, gpus=8, annotations={"voda.io/gpu-count": "32"})
-        nodes = wait_for(lambda: len(c.bound_nodes("train-")) == 4 and c.bound_nodes("train-"),
-                         what="the gang bound")
+        nodes = eventually(lambda: len(c.bound_nodes("train-")) == 4 and c.bound_nodes("train-"))
         assert len(set(nodes)) == 4
         assert {leaf_of(n) for n in nodes} == {"s0-l1"}
         pod = c.pods("train-")[0]["metadata"]["name"]
-        (event,) = wait_for(lambda: c.events(pod, "Scheduled"), what="the Scheduled event")
+        (event,) = eventually(lambda: c.events(pod, "Scheduled"))
         assert "placed in leaf s0/s0-l1" in event["message"] and "score" in event["message"]
         assert event["source"]["component"] == "voda-scheduler"
 
@@ -44,8 +44,7 @@ def test_a_distributed_inference_deployment_lands_on_four_nodes(tmp_path: Path) 
         c.deployment("infer", replicas=4, gpus=1,
                      annotations={"topology.scheduler/placement-strategy": "distributed",
                                   "topology.scheduler/latency-sensitive": "true"})
-        nodes = wait_for(lambda: len(c.bound_nodes("infer-")) == 4 and c.bound_nodes("infer-"),
-                         what="4 replicas bound")
+        nodes = eventually(lambda: len(c.bound_nodes("infer-")) == 4 and c.bound_nodes("infer-"))
         assert sorted(nodes) == sorted(c.nodes)
 
 
@@ -55,9 +54,9 @@ def test_a_gang_that_cannot_fit_stays_pending_holding_nothing_until_room_appears
         c.grid(spines=1, leaves=2, per_leaf=4)
         c.job("big", pods=5, gpus=8, annotations={"voda.io/gpu-count": "40",
                                                   "voda.io/required-topology": "voda.io/leaf"})
-        wait_for(lambda: len(c.pods("big-")) == 5, what="the Job's pods")
+        eventually(lambda: len(c.pods("big-")) == 5)
         pod = c.pods("big-")[0]["metadata"]["name"]
-        (event,) = wait_for(lambda: c.events(pod, "FailedScheduling"), what="the event")
+        (event,) = eventually(lambda: c.events(pod, "FailedScheduling"))
         assert "require one voda.io/leaf domain" in event["message"]
         assert "the most is 4" in event["message"]
         assert event["type"] == "Warning"
@@ -65,11 +64,10 @@ def test_a_gang_that_cannot_fit_stays_pending_holding_nothing_until_room_appears
         assert c.gpus_held() == {} and c.view.claims == {}
         # Another workload still gets the GPUs the gang waits for.
         c.job("small", pods=1, gpus=8)
-        wait_for(lambda: c.bound_nodes("small-"), what="the small job bound")
+        eventually(lambda: c.bound_nodes("small-"))
         # A fifth node in leaf s0-l1 gives the gang a leaf with room.
         c.sim.add_node("s0-l1-n4", 8, {"voda.io/spine": "s0", "voda.io/leaf": "s0-l1"})
-        nodes = wait_for(lambda: len(c.bound_nodes("big-")) == 5 and c.bound_nodes("big-"),
-                         what="the gang bound after a node joined")
+        nodes = eventually(lambda: len(c.bound_nodes("big-")) == 5 and c.bound_nodes("big-"))
         assert {leaf_of(n) for n in nodes} == {"s0-l1"}
 
 
@@ -77,8 +75,8 @@ def test_an_incomplete_gang_waits_and_says_so(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as c:
         c.grid(spines=1, leaves=1, per_leaf=2)
         c.job("partial", pods=1, gpus=4, annotations={"voda.io/gpu-count": "8"})
-        pod = wait_for(lambda: c.pods("partial-"), what="the pod")[0]["metadata"]["name"]
-        (event,) = wait_for(lambda: c.events(pod, "WaitingForGang"), what="the event")
+        pod = eventually(lambda: c.pods("partial-"))[0]["metadata"]["name"]
+        (event,) = eventually(lambda: c.events(pod, "WaitingForGang"))
         assert "gang of 8 GPUs" in event["message"]
         assert c.gpus_held() == {}
 
@@ -87,18 +85,16 @@ def test_a_deleted_pod_is_replaced_in_the_same_leaf(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as c:
         c.grid(spines=1, leaves=2, per_leaf=4)
         c.job("train", pods=3, gpus=8, annotations={"voda.io/gpu-count": "24"})
-        nodes = wait_for(lambda: len(c.bound_nodes("train-")) == 3 and c.bound_nodes("train-"),
-                         what="the gang bound")
+        nodes = eventually(lambda: len(c.bound_nodes("train-")) == 3 and c.bound_nodes("train-"))
         (leaf,) = {leaf_of(n) for n in nodes}
         first = {p["metadata"]["name"] for p in c.pods("train-")}
         victim = sorted(first)[0]
         c.store.delete("pods", c.namespace, victim)
-        (replacement,) = wait_for(
-            lambda: [p for p in c.pods("train-", bound=True) if p["metadata"]["name"] not in first],
-            what="a replacement bound")
+        (replacement,) = eventually(
+            lambda: [p for p in c.pods("train-", bound=True) if p["metadata"]["name"] not in first])
         assert leaf_of(replacement["spec"]["nodeName"]) == leaf
         name = replacement["metadata"]["name"]
-        (event,) = wait_for(lambda: c.events(name, "Scheduled"), what="its event")
+        (event,) = eventually(lambda: c.events(name, "Scheduled"))
         assert "recovered in" in event["message"]
         assert c.scheduler.metrics.recovery_seconds._sum.get() > 0
 
@@ -107,17 +103,14 @@ def test_a_node_going_not_ready_moves_its_pods(tmp_path: Path) -> None:
     with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=0.3)) as c:
         c.grid(spines=1, leaves=2, per_leaf=4)
         c.deployment("svc", replicas=2, gpus=4)
-        before = wait_for(lambda: len(c.bound_nodes("svc-")) == 2 and c.bound_nodes("svc-"),
-                          what="2 replicas bound")
+        before = eventually(lambda: len(c.bound_nodes("svc-")) == 2 and c.bound_nodes("svc-"))
         dead = before[0]
         c.sim.set_ready(dead, False)
-        after = wait_for(lambda: len(c.bound_nodes("svc-")) == 2
-                         and dead not in c.bound_nodes("svc-") and c.bound_nodes("svc-"),
-                         what="the replica moved")
+        after = eventually(lambda: len(c.bound_nodes("svc-")) == 2
+                         and dead not in c.bound_nodes("svc-") and c.bound_nodes("svc-"))
         moved = [n for n in after if n not in before]
         assert moved and leaf_of(moved[0]) == leaf_of(dead)
-        wait_for(lambda: any("NotReady" in e["message"] for e in c.events(reason="NodeNotReady")),
-                 what="the NodeNotReady event")
+        eventually(lambda: any("NotReady" in e["message"] for e in c.events(reason="NodeNotReady")))
         assert c.scheduler.metrics.recovery_seconds._sum.get() > 0
 
 
@@ -125,17 +118,17 @@ def test_configuration_is_reloaded_from_the_config_map(tmp_path: Path) -> None:
     with running_cluster(tmp_path, config=config_text()) as c:
         c.grid(spines=1, leaves=2, per_leaf=2)
         c.set_config(config_text(topologyConstraints={"maxNodesPerLeaf": "many"}))
-        wait_for(lambda: c.scheduler.config_error, what="the bad configuration noticed")
+        eventually(lambda: c.scheduler.config_error)
         assert "topologyConstraints.maxNodesPerLeaf" in c.scheduler.config_error
         c.set_config(config_text(scoringWeights={"resourceAvailability": 0.1,
                                                  "topologyAlignment": 0.1,
                                                  "domainUtilization": 0.1,
                                                  "historicalPerformance": 0.7},
                                  domainPerformance={"s0/s0-l1": 1.0}))
-        wait_for(lambda: c.scheduler.config.history_weight == 0.7, what="the reload")
+        eventually(lambda: c.scheduler.config.placement.history_weight == 0.7)
         assert c.scheduler.config_error is None
         c.job("fast", pods=1, gpus=2)
-        (node,) = wait_for(lambda: c.bound_nodes("fast-"), what="bound")
+        (node,) = eventually(lambda: c.bound_nodes("fast-"))
         assert leaf_of(node) == "s0-l1"  # the leaf with the best history
 
 
@@ -148,10 +141,10 @@ def test_taints_selectors_and_other_schedulers_pods_are_respected(tmp_path: Path
         c.store.create("pods", c.namespace, {"metadata": {"name": "other"}, "spec": {
             "containers": [{"name": "c", "image": "i", "resources": {"limits": {
                 "nvidia.com/gpu": "6"}}}]}})
-        wait_for(lambda: c.bound_nodes("other"), what="the other scheduler's pod")
+        eventually(lambda: c.bound_nodes("other"))
         c.job("needs-four", pods=1, gpus=4)
-        pod = wait_for(lambda: c.pods("needs-four-"), what="pod")[0]["metadata"]["name"]
-        (event,) = wait_for(lambda: c.events(pod, "FailedScheduling"), what="event")
+        pod = eventually(lambda: c.pods("needs-four-"))[0]["metadata"]["name"]
+        (event,) = eventually(lambda: c.events(pod, "FailedScheduling"))
         assert "1 Insufficient nvidia.com/gpu" in event["message"]
         assert "1 node(s) had untolerated taint {dedicated: infer}" in event["message"]
         tolerant = {"tolerations": [{"key": "dedicated", "operator": "Exists"}],
@@ -160,7 +153,7 @@ def test_taints_selectors_and_other_schedulers_pods_are_respected(tmp_path: Path
             "schedulerName": "voda-scheduler", **tolerant,
             "containers": [{"name": "c", "image": "i", "resources": {"limits": {
                 "nvidia.com/gpu": "2"}}}]}})
-        assert wait_for(lambda: c.bound_nodes("tolerant"), what="tolerant bound") == ["tainted"]
+        assert eventually(lambda: c.bound_nodes("tolerant")) == ["tainted"]
 
 
 def test_metrics_are_lint_clean_and_count_decisions(tmp_path: Path) -> None:
@@ -168,8 +161,8 @@ def test_metrics_are_lint_clean_and_count_decisions(tmp_path: Path) -> None:
         c.grid(spines=1, leaves=1, per_leaf=2)
         c.job("ok", pods=2, gpus=8, annotations={"voda.io/gpu-count": "16"})
         c.job("too-big", pods=1, gpus=16)
-        wait_for(lambda: len(c.bound_nodes("ok-")) == 2, what="bound")
-        wait_for(lambda: c.events(reason="FailedScheduling"), what="the failure")
+        eventually(lambda: len(c.bound_nodes("ok-")) == 2)
+        eventually(lambda: c.events(reason="FailedScheduling"))
         text = generate_latest(c.scheduler.metrics.registry).decode()
     promtool = shutil.which("promtool")
     assert promtool, "promtool is needed (Debian package prometheus)"
@@ -191,12 +184,11 @@ def test_a_node_back_within_the_grace_keeps_its_pods(tmp_path: Path) -> None:
     with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=2.0)) as c:
         c.grid(spines=1, leaves=1, per_leaf=2)
         c.job("steady", pods=1, gpus=8)
-        (node,) = wait_for(lambda: c.bound_nodes("steady-"), what="bound")
+        (node,) = eventually(lambda: c.bound_nodes("steady-"))
         c.sim.set_ready(node, False)
-        wait_for(lambda: c.scheduler.recovery.not_ready_since(node) is not None,
-                 what="NotReady seen")
+        eventually(lambda: c.scheduler.recovery.not_ready_since(node) is not None)
         c.sim.set_ready(node, True)
-        wait_for(lambda: c.scheduler.recovery.not_ready_since(node) is None, what="Ready seen")
+        eventually(lambda: c.scheduler.recovery.not_ready_since(node) is None)
         time.sleep(2.5)  # past the grace
         assert c.bound_nodes("steady-") == [node]
         assert c.events(reason="NodeNotReady") == []
@@ -210,10 +202,10 @@ def test_a_gated_pod_waits_for_its_gates_to_go(tmp_path: Path) -> None:
             "schedulerName": "voda-scheduler", "schedulingGates": [{"name": "example.com/x"}],
             "containers": [{"name": "c", "image": "i", "resources": {"limits": {
                 "nvidia.com/gpu": "1"}}}]}})
-        wait_for(lambda: c.scheduler.cycles > 2, what="a few cycles")
+        eventually(lambda: c.scheduler.cycles > 2)
         assert c.bound_nodes("gated") == [] and c.events("gated") == []
         c.store.patch("pods", c.namespace, "gated", [{"op": "remove",
                                                        "path": "/spec/schedulingGates"}],
                       "application/json-patch+json")
-        assert wait_for(lambda: c.bound_nodes("gated"), what="bound once ungated") == [
+        assert eventually(lambda: c.bound_nodes("gated")) == [
             "s0-l0-n0"]

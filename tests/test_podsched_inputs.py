@@ -202,11 +202,12 @@ spec:
                    historicalPerformance: 0.1}
   topologyConstraints: {maxNodesPerLeaf: 4, maxGPUsPerLeaf: 32}
 """)
-    assert (config.resource_weight, config.max_nodes_per_leaf, config.max_gpus_per_leaf) == (
+    assert (config.placement.resource_weight, config.placement.max_nodes_per_leaf,
+            config.placement.max_gpus_per_leaf) == (
         0.5, 4, 32)
     assert config.placement_settings(8).max_gpus_per_leaf == 4  # in pods of 8 GPUs
     assert parse_text("") == SchedulerConfig()
-    assert parse({"leafUplinkBandwidth": 400}).leaf_uplink_bandwidth == 400.0
+    assert parse({"leafUplinkBandwidth": 400}).placement.leaf_uplink_bandwidth == 400.0
 
 
 @pytest.mark.parametrize(

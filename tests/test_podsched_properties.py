@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.pod_builders import make_pod, snapshot_of
+from voda.core.placement.manager import PlacementSettings
 from voda.podsched import filters
 from voda.podsched.config import SchedulerConfig
 from voda.podsched.decide import Planner, schedule, topology_order
@@ -112,9 +113,11 @@ def gangs(draw: st.DrawFn) -> list[Gang]:
 
 CONFIGS = st.sampled_from([
     SchedulerConfig(),
-    SchedulerConfig(max_nodes_per_leaf=1, max_gpus_per_leaf=4),
-    SchedulerConfig(resource_weight=0.0, topology_weight=1.0, utilization_weight=0.0,
-                    history_weight=0.0, domain_performance={"l0": 1.0}),
+    SchedulerConfig(PlacementSettings(learn_layout=False, max_nodes_per_leaf=1,
+                                      max_gpus_per_leaf=4)),
+    SchedulerConfig(PlacementSettings(learn_layout=False, resource_weight=0.0,
+                                      topology_weight=1.0, utilization_weight=0.0,
+                                      history_weight=0.0, domain_performance={"l0": 1.0})),
 ])
 
 

@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from tests.conftest import free_port
-from tests.podsched_harness import wait_for
 from voda_testing.kube import FakeApiServer
 from voda_testing.kube.cluster import ClusterSimulator, SimSettings
 from voda_testing.kube.cluster.workloads import WorkloadControllers
+from voda_testing.kube.harness import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ("batch-gang.yaml", "inference-deployment.yaml", "pod-scheduler-config.yaml")
@@ -88,7 +88,7 @@ def test_serve_places_the_examples_and_serves_the_pod_metrics(tmp_path: Path, fa
             sim.add_node(f"l{leaf}-n{k}", 8, {"voda.io/leaf": f"l{leaf}", "voda.io/spine": "s"})
     proc, url, log = serve(tmp_path, kubeconfig, "[pod_scheduler]\nretry_seconds = 1.0\n")
     try:
-        wait_for(lambda: up(url) or proc.poll() is not None, timeout=60, what="voda serve")
+        eventually(lambda: up(url) or proc.poll() is not None, timeout=60)
         assert proc.poll() is None, log.read_text()[-3000:]
         kubectl(kubeconfig, "-n", NAMESPACE, "create", "-f",
                 str(ROOT / "examples" / "pod-scheduler-config.yaml"))
@@ -100,11 +100,11 @@ def test_serve_places_the_examples_and_serves_the_pod_metrics(tmp_path: Path, fa
             return [p["spec"]["nodeName"] for p in pods
                     if p["metadata"]["name"].startswith(prefix) and p["spec"].get("nodeName")]
 
-        gang = wait_for(lambda: len(bound("bert-pretrain-")) == 4 and bound("bert-pretrain-"),
-                        timeout=30, what="the gang bound")
+        gang = eventually(lambda: len(bound("bert-pretrain-")) == 4 and bound("bert-pretrain-"),
+                        timeout=30)
         assert len({n.split("-")[0] for n in gang}) == 1 and len(set(gang)) == 4
-        replicas = wait_for(lambda: len(bound("llm-inference-")) == 4
-                            and bound("llm-inference-"), timeout=30, what="the replicas bound")
+        replicas = eventually(lambda: len(bound("llm-inference-")) == 4
+                            and bound("llm-inference-"), timeout=30)
         assert len(set(replicas)) == 4
         assert not set(replicas) & set(gang)  # the gang took its leaf's four nodes
         described = kubectl(kubeconfig, "-n", "default", "get", "events",

@@ -29,8 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -63,40 +62,21 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    resource_weight: float = 0.4
-    topology_weight: float = 0.3
-    utilization_weight: float = 0.2
-    history_weight: float = 0.1
-    max_nodes_per_leaf: int | None = None
-    max_gpus_per_leaf: int | None = None
-    domain_performance: Mapping[str, float] = field(default_factory=dict)
-    leaf_uplink_bandwidth: float = 100.0
+    """The placement manager's settings the document sets (its weights, limits, domain
+    history and leaf uplink; learning layouts is off: pods report no throughput), and
+    the grace of NotReady nodes."""
+
+    placement: PlacementSettings = field(
+        default_factory=lambda: PlacementSettings(learn_layout=False))
     not_ready_grace_seconds: float = 10.0
 
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "domain_performance", MappingProxyType(dict(self.domain_performance))
-        )
-
     def placement_settings(self, gpus_per_unit: int) -> PlacementSettings:
-        """The manager's settings for requests whose unit is a pod of `gpus_per_unit` GPUs.
-
-        The GPU limit per leaf becomes a limit in pods (at least one pod).
-        """
-        per_leaf = self.max_gpus_per_leaf
-        if per_leaf is not None and gpus_per_unit > 0:
-            per_leaf = max(1, per_leaf // gpus_per_unit)
-        return PlacementSettings(
-            resource_weight=self.resource_weight,
-            topology_weight=self.topology_weight,
-            utilization_weight=self.utilization_weight,
-            history_weight=self.history_weight,
-            max_nodes_per_leaf=self.max_nodes_per_leaf,
-            max_gpus_per_leaf=per_leaf,
-            leaf_uplink_bandwidth=self.leaf_uplink_bandwidth,
-            domain_performance=self.domain_performance,
-            learn_layout=False,
-        )
+        """The settings for requests whose unit is a pod of `gpus_per_unit` GPUs: the GPU
+        limit per leaf becomes a limit in pods (at least one pod)."""
+        per_leaf = self.placement.max_gpus_per_leaf
+        if per_leaf is None or gpus_per_unit <= 0:
+            return self.placement
+        return replace(self.placement, max_gpus_per_leaf=max(1, per_leaf // gpus_per_unit))
 
 
 def parse_text(text: str | bytes) -> SchedulerConfig:
@@ -144,7 +124,8 @@ def parse(document: Any) -> SchedulerConfig:
         if not isinstance(spec, Mapping):
             raise ConfigError([*problems, f"spec: must be a mapping, got {type(spec).__name__}"])
         body, where = spec, "spec."
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {}  # PlacementSettings fields
+    grace = SchedulerConfig().not_ready_grace_seconds
     for key in sorted(set(body) - set(TOP_LEVEL), key=str):
         problems.append(f"{where}{key}: unknown field; known: {', '.join(TOP_LEVEL)}")
     weights = _section(body, "scoringWeights", where, problems)
@@ -193,10 +174,10 @@ def parse(document: Any) -> SchedulerConfig:
         value = _number(body["notReadyGraceSeconds"], f"{where}notReadyGraceSeconds", problems,
                         low=0.0, high=MAX_GRACE_SECONDS)
         if value is not None:
-            values["not_ready_grace_seconds"] = value
+            grace = value
     if problems:
         raise ConfigError(problems)
-    return SchedulerConfig(**values)
+    return SchedulerConfig(PlacementSettings(learn_layout=False, **values), grace)
 
 
 def _section(body: Mapping[str, Any], key: str, where: str, problems: list[str]

@@ -26,11 +26,11 @@ import copy
 import hashlib
 import json
 import secrets
-import threading
 import time
 from collections import deque
 from typing import Any
 
+from voda_testing.kube.cluster.ticker import Ticker
 from voda_testing.kube.errors import ApiError
 from voda_testing.kube.patches import MERGE
 from voda_testing.kube.store import Change, Store, timestamp
@@ -75,17 +75,16 @@ def _condition(obj: Obj, kind: str) -> bool:
                for c in (obj.get("status") or {}).get("conditions") or [])
 
 
-class WorkloadControllers:
+class WorkloadControllers(Ticker):
+    thread_name = "workload-controllers"
+
     def __init__(self, store: Store, tick_seconds: float = 0.02) -> None:
+        super().__init__(tick_seconds)
         self.store = store
-        self.tick_seconds = tick_seconds
         self._changes: deque[Change] = deque()
         self.dirty: set[tuple[str, str, str]] = set()  # (resource key, namespace, name)
         self.running_since: dict[str, float] = {}  # pod uid -> when it started running
         self.lost: dict[str, set[str]] = {}  # job uid -> pods gone before they succeeded
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         with store.lock:
             _, self._unsubscribe = store.subscribe(None, self._changes.append)
             for key in KINDS:
@@ -93,25 +92,8 @@ class WorkloadControllers:
                     meta = obj["metadata"]
                     self.dirty.add((key, meta["namespace"], meta["name"]))
 
-    def start(self) -> WorkloadControllers:
-        self._thread = threading.Thread(target=self._run, name="workload-controllers",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+    def closed(self) -> None:
         self._unsubscribe()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.step()
-            except Exception as exc:  # report, never die silently
-                self.errors.append(repr(exc))
-            self._stop.wait(self.tick_seconds)
 
     def step(self) -> None:
         self._drain()
