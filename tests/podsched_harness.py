@@ -13,12 +13,12 @@ from typing import Any
 
 import yaml
 
-from voda.backends.kubernetes.api import KubeApi
 from voda.backends.kubernetes.cluster_view import ClusterView
 from voda.podsched.controller import PodScheduler, PodSchedulerSettings
 from voda_testing.kube import FakeApiServer
 from voda_testing.kube.cluster import ClusterSimulator, SimSettings
 from voda_testing.kube.cluster.workloads import WorkloadControllers
+from voda_testing.kube.harness import FakeCluster
 
 GPU = "nvidia.com/gpu"
 SCHEDULER = "voda-scheduler"
@@ -42,18 +42,27 @@ def pod_template(gpus: int, annotations: dict[str, str] | None = None,
 
 @dataclass
 class Cluster:
-    api: FakeApiServer
-    sim: ClusterSimulator
+    """The fake cluster (voda_testing.kube.harness) with workload controllers and the pod
+    scheduler on it."""
+
+    fake: FakeCluster
     workloads: WorkloadControllers
     view: ClusterView
     scheduler: PodScheduler
-    kube: KubeApi
     namespace: str = "default"
     nodes: list[str] = field(default_factory=list)
 
     @property
+    def api(self) -> FakeApiServer:
+        return self.fake.server
+
+    @property
+    def sim(self) -> ClusterSimulator:
+        return self.fake.sim
+
+    @property
     def store(self) -> Any:
-        return self.api.store
+        return self.fake.server.store
 
     # ----- nodes ---------------------------------------------------------------------------
     def grid(self, spines: int, leaves: int, per_leaf: int, gpus: int = 8) -> list[str]:
@@ -120,20 +129,16 @@ class Cluster:
 @contextmanager
 def running_cluster(tmp_path: Path, config: str | None = None,
                     sim: SimSettings | None = None, **settings: Any) -> Iterator[Cluster]:
-    api = FakeApiServer(bookmark_interval=0.2).start()
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    api.store.create("namespaces", "", {"metadata": {"name": CONFIG_MAP.split("/")[0]}})
-    simulator = ClusterSimulator(api.store, sim or SimSettings(not_ready_eviction_seconds=300))
-    workloads = WorkloadControllers(api.store)
-    kube = KubeApi.connect(str(kubeconfig))
+    fake = FakeCluster.start(tmp_path, sim or SimSettings(not_ready_eviction_seconds=300),
+                             bookmark_interval=0.2)
+    fake.server.store.create("namespaces", "", {"metadata": {"name": CONFIG_MAP.split("/")[0]}})
+    workloads = WorkloadControllers(fake.server.store).start()
     view = ClusterView()
-    scheduler = PodScheduler(kube, view, PodSchedulerSettings(
+    scheduler = PodScheduler(fake.api(), view, PodSchedulerSettings(
         config_map=CONFIG_MAP, retry_seconds=1.0, watch_seconds=30, **settings), feed_view=True)
-    cluster = Cluster(api, simulator, workloads, view, scheduler, kube)
+    cluster = Cluster(fake, workloads, view, scheduler)
     if config is not None:
         cluster.set_config(config)
-    simulator.start()
-    workloads.start()
     scheduler.start()
     try:
         assert scheduler.wait_synced(10)
@@ -141,11 +146,10 @@ def running_cluster(tmp_path: Path, config: str | None = None,
     finally:
         scheduler.stop()
         workloads.stop()
-        simulator.stop()
-        api.stop()
-    assert not simulator.errors, simulator.errors
+        fake.stop()
+    assert not fake.sim.errors, fake.sim.errors
     assert not workloads.errors, workloads.errors
-    assert not simulator.ledger.violations, simulator.ledger.violations
+    assert not fake.sim.ledger.violations, fake.sim.ledger.violations
 
 
 def config_text(**spec: Any) -> str:
