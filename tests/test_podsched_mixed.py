@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,8 @@ class Engine:
             try:
                 with self.lock:
                     self.scheduler.step(time.time())
-            except Exception as exc:  # reported by the test
-                self.errors.append(repr(exc))
+            except Exception:  # reported by the test
+                self.errors.append(traceback.format_exc())
             self.stop.wait(0.05)
 
 
