@@ -3,12 +3,18 @@ recovery bookkeeping, Events and their limiter, owners, and its serve settings."
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from tests.pod_builders import make_pod
+from voda.backends.kubernetes.cluster_view import ClusterView
+from voda.podsched.claims import Claims
+from voda.podsched.config import SchedulerConfig
+from voda.podsched.config_source import ConfigSource
 from voda.podsched.events import EventLimiter, event_body
 from voda.podsched.model import GPU, PODS, Owner
 from voda.podsched.owners import Owners
@@ -188,3 +194,47 @@ def test_serve_settings_default_to_a_config_map_in_voda_s_namespace() -> None:
 def test_bad_serve_settings_name_the_setting(table: dict[str, Any], says: str) -> None:
     with pytest.raises(ValueError, match=says.replace("(", r"\(")):
         pod_scheduler_settings(server(**table), "voda")
+
+
+# ----- configuration source ---------------------------------------------------------------
+def test_a_config_file_is_read_again_when_it_changes_and_a_bad_one_is_refused(
+        tmp_path: Path) -> None:
+    path = tmp_path / "scheduler.yaml"
+    path.write_text("scoringWeights: {resourceAvailability: 0.9}\n")
+    changes: list[SchedulerConfig] = []
+    source = ConfigSource(changes.append, config_file=str(path))
+    source.poll_file()
+    assert source.config.placement.resource_weight == 0.9 and len(changes) == 1
+    source.poll_file()
+    assert len(changes) == 1  # unchanged file: not read again
+    path.write_text("scoringWeights: {resourceAvailability: -2}\n")
+    os.utime(path, (1, 1))
+    source.poll_file()
+    assert source.config.placement.resource_weight == 0.9
+    assert source.error and "scoringWeights.resourceAvailability: must lie in" in source.error
+    source.config_map_event("DELETED", {})
+    assert source.config == SchedulerConfig() and source.error is None
+
+
+# ----- claims -------------------------------------------------------------------------------
+def test_a_decisions_gpus_are_claimed_all_or_none_and_released_once_counted() -> None:
+    view = ClusterView()
+    view.on_node("ADDED", node_obj("n", gpus=8))
+    gone: set[str] = set()
+    claims = Claims(view, lambda pod: pod.key not in gone)
+    a, b = make_pod("a").gpus(4).obj(), make_pod("b").gpus(4).obj()
+    assert view.claim("elastic-job", "n", 2)
+    assert claims.claim_all([(a, "n"), (b, "n")]) == "n"  # 4 + 4 > 8 - 2: none kept
+    assert view.claimed("pod/default/a") == {} and claims.open() == []
+    view.release("elastic-job")
+    assert claims.claim_all([(a, "n"), (b, "n")]) is None
+    assert view.free("n") == 0
+    view.on_pod("ADDED", {"metadata": {"name": "a", "namespace": "default"},
+                          "spec": {"nodeName": "n", "containers": [
+                              {"resources": {"limits": {GPU: "4"}}}]},
+                          "status": {"phase": "Running"}})
+    claims.release_counted()
+    assert claims.open() == ["pod/default/b"] and view.free("n") == 0
+    gone.add(b.key)
+    claims.release_counted()
+    assert claims.open() == [] and view.free("n") == 4

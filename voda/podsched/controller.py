@@ -30,21 +30,21 @@ every waiting gang.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from voda.backends.kubernetes.api import NODES, PODS, ApiError, KubeApi, NotLeader
 from voda.backends.kubernetes.cluster_view import ClusterView, core_node, node_info, watch_cluster
 from voda.backends.kubernetes.informer import Informer
 from voda.podsched import events, kube
-from voda.podsched.config import ConfigError, SchedulerConfig, parse_text
+from voda.podsched.claims import Claims
+from voda.podsched.config import SchedulerConfig
+from voda.podsched.config_source import ConfigSource
 from voda.podsched.decide import Planner
 from voda.podsched.hints import read_hints
 from voda.podsched.metrics import ClusterFigures, PodSchedulerMetrics, cluster_figures
@@ -83,11 +83,6 @@ class _Entry:
     errors: tuple[str, ...]
 
 
-def claim_owner(pod: Pod) -> str:
-    """The owner name of a pod's GPU claim in the cluster view."""
-    return f"pod/{pod.namespace}/{pod.name}"
-
-
 class PodScheduler:
     def __init__(
         self,
@@ -114,9 +109,8 @@ class PodScheduler:
                              s.owner_ttl_seconds)
         self.recovery = RecoveryTracker(s.recovery_window_seconds)
         self.limiter = events.EventLimiter(s.event_repeat_seconds)
-        self.config = SchedulerConfig()
-        self.config_error: str | None = None
-        self._config_seen: tuple[float, int] | None = None
+        self.source = ConfigSource(lambda config: self._mark(everything=True),
+                                   s.config_file, s.config_map, s.config_key)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._lock = threading.Lock()  # guards what the informer threads hand over
@@ -125,7 +119,7 @@ class PodScheduler:
         self._lost: list[tuple[Pod, float]] = []
         self._node_news: list[tuple[str, bool, float]] = []  # (node, ready, when)
         self._ready_since: dict[str, float] = {}  # when each waiting pod was first seen
-        self._claims: dict[str, Pod] = {}  # claim owner -> pod, until the view counts it
+        self.claims = Claims(view, self.state.alive)
         self._workloads: dict[str, Workload] = {}  # pod key -> workload, once known
         self._entries: dict[str, _Entry] = {}  # bound pods' entries, while their record holds
         self.planner = Planner()
@@ -133,12 +127,20 @@ class PodScheduler:
         self._informers: list[Informer] = []
         self._thread: threading.Thread | None = None
         self.cycles = 0
-        view.listeners.append(self._release_counted_claims)
+        view.listeners.append(self.claims.release_counted)
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self.source.config
+
+    @property
+    def config_error(self) -> str | None:
+        return self.source.error
 
     # ----- life cycle ---------------------------------------------------------------------
     def start(self) -> PodScheduler:
         s = self.settings
-        self._load_config_file()
+        self.source.poll_file()
         self._informers = [
             Informer(self.api, NODES, self._node_event, watch_seconds=s.watch_seconds),
             Informer(self.api, PODS, self._pod_event, watch_seconds=s.watch_seconds),
@@ -146,7 +148,7 @@ class PodScheduler:
         if s.config_map:
             namespace, _, name = s.config_map.partition("/")
             self._informers.append(Informer(
-                self.api, kube.CONFIGMAPS, self._config_map_event, namespace=namespace,
+                self.api, kube.CONFIGMAPS, self.source.config_map_event, namespace=namespace,
                 field_selector=f"metadata.name={name}", watch_seconds=s.watch_seconds))
         if self.feed_view:
             self._informers.extend(watch_cluster(self.api, self.view, s.watch_seconds))
@@ -169,8 +171,8 @@ class PodScheduler:
         if self._thread is not None:
             self._thread.join(10)
         self._events.shutdown(wait=True)
-        if self._release_counted_claims in self.view.listeners:
-            self.view.listeners.remove(self._release_counted_claims)
+        if self.claims.release_counted in self.view.listeners:
+            self.view.listeners.remove(self.claims.release_counted)
 
     def _run(self) -> None:
         for informer in self._informers:
@@ -240,55 +242,13 @@ class PodScheduler:
                 change.before is None or change.before.pod != record.pod):
             self._mark(pod=record.pod.key)
 
-    def _config_map_event(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
-        where = f"ConfigMap {self.settings.config_map}"
-        if kind == "DELETED":
-            log.info("pod scheduler: %s deleted: the defaults apply", where)
-            self._set_config(SchedulerConfig())
-            return
-        text = (obj.get("data") or {}).get(self.settings.config_key, "")
-        self._apply_config_text(text, f"{where} key {self.settings.config_key}")
-
-    # ----- configuration ----------------------------------------------------------------------
-    def _apply_config_text(self, text: str | bytes, where: str) -> None:
-        try:
-            config = parse_text(text)
-        except ConfigError as exc:
-            self.config_error = f"{where}: {exc}"
-            log.error("pod scheduler: %s; keeping the configuration in force", self.config_error)
-            return
-        self._set_config(config)
-
-    def _set_config(self, config: SchedulerConfig) -> None:
-        self.config_error = None
-        if config != self.config:
-            self.config = config
-            self._mark(everything=True)
-
-    def _load_config_file(self) -> None:
-        path = self.settings.config_file
-        if not path:
-            return
-        try:
-            stat = os.stat(path)
-            seen = (stat.st_mtime, stat.st_size)
-            if seen == self._config_seen:
-                return
-            self._config_seen = seen
-            text = Path(path).read_bytes()
-        except OSError as exc:
-            self.config_error = f"{path}: {exc.strerror}"
-            log.error("pod scheduler: %s; keeping the configuration in force", self.config_error)
-            return
-        self._apply_config_text(text, path)
-
     # ----- one cycle -----------------------------------------------------------------------------
     def cycle(self) -> list[Decision]:
         """Steps 1-5 of the module doc; returns the decisions taken."""
         self.cycles += 1
         now = self.clock()
         # 1. configuration
-        self._load_config_file()
+        self.source.poll_file()
         with self._lock:
             everything, fresh = self._everything, self._fresh
             self._everything, self._fresh = False, set()
@@ -306,7 +266,7 @@ class PodScheduler:
                 self.recovery.node_not_ready(node, when)
         self.recovery.expire(now)
         self._evict_from_overdue_nodes(now)
-        self._release_counted_claims()
+        self.claims.release_counted()
         # 3. gangs
         ours = self.state.ours()
         self._tidy(ours)
@@ -451,7 +411,10 @@ class PodScheduler:
             for pod in gang.pending:
                 self._event(pod, reason, decision.reason, kind)
             return
-        if not self._claim(decision):
+        refused = self.claims.claim_all((b.pod, b.node) for b in decision.bindings)
+        if refused is not None:
+            log.info("pod scheduler: GPUs of %s on %s were taken meanwhile; trying again",
+                     gang.key, refused)
             self.metrics.decisions.labels("conflict").inc()
             self._mark(everything=True)
             return
@@ -467,7 +430,7 @@ class PodScheduler:
                 kube.bind(self.api, pod, binding.node)
             except (ApiError, NotLeader) as failure:
                 self.state.forget(pod)
-                self._release(pod)
+                self.claims.release(pod)
                 self.metrics.bind_failures.inc()
                 log.warning("pod scheduler: binding %s to %s: %s", pod.key, binding.node,
                             failure)
@@ -486,48 +449,6 @@ class PodScheduler:
             self._event(pod, events.SCHEDULED, message, events.NORMAL)
         if bound:
             self.metrics.placement_seconds.observe(max(0.0, self.clock() - started))
-
-    def _claim(self, decision: Decision) -> bool:
-        """Claim the GPUs of every pod of the decision in the shared view, or none."""
-        done: list[Pod] = []
-        for binding in decision.bindings:
-            pod = binding.pod
-            if pod.gpus <= 0:
-                continue
-            if not self.view.claim(claim_owner(pod), binding.node, pod.gpus):
-                for claimed in done:
-                    self._release(claimed)
-                log.info("pod scheduler: GPUs of %s on %s were taken meanwhile; trying again",
-                         decision.gang.key, binding.node)
-                return False
-            with self._lock:
-                self._claims[claim_owner(pod)] = pod
-            done.append(pod)
-        return True
-
-    def _release(self, pod: Pod) -> None:
-        with self._lock:
-            held = self._claims.pop(claim_owner(pod), None)
-        if held is not None:
-            self.view.release(claim_owner(pod))
-
-    def _release_counted_claims(self) -> None:
-        """Release the claims of pods the view now counts as bound, or that are gone."""
-        with self._lock:
-            if not self._claims:
-                return
-            claims = list(self._claims.items())
-        for owner, pod in claims:
-            with self.view.lock:
-                counted = (pod.namespace, pod.name) in self.view.pods
-            with self.state.lock:
-                record = self.state.pods.get(pod.key)
-            gone = record is None or record.pod.uid != pod.uid or record.pod.is_terminal
-            if counted or gone:
-                with self._lock:
-                    still = self._claims.pop(owner, None)
-                if still is not None:
-                    self.view.release(owner)
 
     def _event(self, pod: Pod, reason: str, message: str, kind: str) -> None:
         if not self.limiter.allow(pod, reason, message, self.clock()):

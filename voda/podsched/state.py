@@ -207,6 +207,13 @@ class ClusterState:
                     if r.ours and not r.pod.node and not r.deleting and not r.pod.is_terminal
                     and not r.gated and r.pod.key not in self._assumed]
 
+    def alive(self, pod: Pod) -> bool:
+        """Whether this very pod (same uid) is still there and has not ended."""
+        with self.lock:
+            record = self.pods.get(pod.key)
+            return record is not None and record.pod.uid == pod.uid and (
+                not record.pod.is_terminal)
+
     def ours(self) -> list[PodRecord]:
         with self.lock:
             return [r for r in self.pods.values() if r.ours]
