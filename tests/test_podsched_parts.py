@@ -238,3 +238,15 @@ def test_a_decisions_gpus_are_claimed_all_or_none_and_released_once_counted() ->
     gone.add(b.key)
     claims.release_counted()
     assert claims.open() == [] and view.free("n") == 4
+
+
+def test_a_node_write_the_scheduler_does_not_read_keeps_the_snapshots_nodes() -> None:
+    state = ClusterState("voda-scheduler")
+    state.node_event("ADDED", node_obj("n"))
+    nodes = state.snapshot().nodes
+    heartbeat = node_obj("n")
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-01-01T00:00:10Z"
+    state.node_event("MODIFIED", heartbeat)
+    assert state.snapshot().nodes is nodes  # the Planner keeps its views
+    state.node_event("MODIFIED", node_obj("n", gpus=4))
+    assert state.snapshot().nodes is not nodes

@@ -88,6 +88,8 @@ class ClusterState:
             else:
                 self.nodes[node.name] = node
                 after = node
+            if before == after:  # a status write the scheduler does not read
+                return before, after
             if before is None or after is None or (before.leaf, before.spine) != (
                     after.leaf, after.spine):
                 self._ordered = None
