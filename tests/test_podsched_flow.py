@@ -13,7 +13,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.podsched_harness import config_text, running_cluster
-from voda_testing.kube.harness import eventually
+from voda.backends.kubernetes.cluster_view import ClusterView, watch_cluster
+from voda.podsched.controller import PodScheduler, PodSchedulerSettings
+from voda_testing.kube.harness import FakeCluster, eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -209,3 +211,29 @@ def test_a_gated_pod_waits_for_its_gates_to_go(tmp_path: Path) -> None:
                       "application/json-patch+json")
         assert eventually(lambda: c.bound_nodes("gated")) == [
             "s0-l0-n0"]
+
+
+def test_a_scheduler_joining_a_fed_view_takes_what_was_listed_before_it(tmp_path: Path) -> None:
+    fake = FakeCluster.start(tmp_path)
+    try:
+        fake.sim.add_node("n", 8)
+        fake.server.store.create("pods", "default", {"metadata": {"name": "early"}, "spec": {
+            "containers": [{"name": "c", "image": "i", "resources": {"limits": {
+                "nvidia.com/gpu": "6"}}}]}})
+        eventually(lambda: fake.server.store.get("pods", "default", "early")["spec"].get(
+            "nodeName"))
+        view = ClusterView()
+        feeding = watch_cluster(fake.api(), view, 30)
+        for informer in feeding:
+            informer.start()
+        eventually(lambda: all(i.synced.is_set() for i in feeding) and view.free("n") == 2)
+        late = PodScheduler(fake.api(), view, PodSchedulerSettings(retry_seconds=0.5)).start()
+        assert late.wait_synced(10)
+        assert late.state.pods["default/early"].pod.node == "n"
+        assert late.snapshot().requested["n"]["nvidia.com/gpu"] == 6
+        late.stop()
+        for informer in feeding:
+            informer.stop()
+        assert view.node_handlers == [] and view.pod_handlers == []
+    finally:
+        fake.stop()

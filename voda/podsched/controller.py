@@ -8,8 +8,9 @@ the view, all of a gang or none; a claim fails when the elastic side took the
 GPUs first, and the gang is tried again. So the two never hand out the same GPU.
 A claim is released once the view counts the bound pod itself.
 
-Informers (the backend's) keep voda.podsched.state up to date from the watches
-of Nodes and Pods, and of the configuration's ConfigMap. The loop wakes on any
+The view's own watches of Nodes and Pods (one each, shared with the elastic
+backend) feed voda.podsched.state too, after the view; a watch of the
+configuration's ConfigMap feeds voda.podsched.config_source. The loop wakes on any
 change, and at least every `retry_seconds`, and runs one cycle:
 
 1. read the configuration again if its file changed;
@@ -38,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from voda.backends.kubernetes.api import NODES, PODS, ApiError, KubeApi, NotLeader
+from voda.backends.kubernetes.api import NODES, ApiError, KubeApi, NotLeader
 from voda.backends.kubernetes.cluster_view import ClusterView, core_node, node_info, watch_cluster
 from voda.backends.kubernetes.informer import Informer
 from voda.podsched import events, kube
@@ -114,6 +115,7 @@ class PodScheduler:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._lock = threading.Lock()  # guards what the informer threads hand over
+        self._feed = threading.RLock()  # one Node or Pod event (or the replay) at a time
         self._everything = True  # the next cycle looks at every waiting gang
         self._fresh: set[str] = set()  # pod keys that arrived since the last cycle
         self._lost: list[tuple[Pod, float]] = []
@@ -139,43 +141,51 @@ class PodScheduler:
 
     # ----- life cycle ---------------------------------------------------------------------
     def start(self) -> PodScheduler:
+        """Take the view's Node and Pod events (starting its watches when `feed_view`, else
+        replaying what its watches listed already) and start the loop."""
         s = self.settings
         self.source.poll_file()
-        self._informers = [
-            Informer(self.api, NODES, self._node_event, watch_seconds=s.watch_seconds),
-            Informer(self.api, PODS, self._pod_event, watch_seconds=s.watch_seconds),
-        ]
+        self._informers = []
         if s.config_map:
             namespace, _, name = s.config_map.partition("/")
             self._informers.append(Informer(
                 self.api, kube.CONFIGMAPS, self.source.config_map_event, namespace=namespace,
                 field_selector=f"metadata.name={name}", watch_seconds=s.watch_seconds))
+        self.view.node_handlers.append(self._on_node)
+        self.view.pod_handlers.append(self._on_pod)
         if self.feed_view:
             self._informers.extend(watch_cluster(self.api, self.view, s.watch_seconds))
+        else:
+            self._replay()
         for informer in self._informers:
             informer.start()
         self._thread = threading.Thread(target=self._run, name="pod-scheduler", daemon=True)
         self._thread.start()
         return self
 
+    def _feeds(self) -> list[Informer]:
+        return [*self._informers, *(i for i in self.view.informers if i not in self._informers)]
+
     def wait_synced(self, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
-        return all(i.synced.wait(max(0.0, deadline - time.monotonic()))
-                   for i in self._informers)
+        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self._feeds())
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        for handlers, handler in ((self.view.node_handlers, self._on_node),
+                                  (self.view.pod_handlers, self._on_pod),
+                                  (self.view.listeners, self.claims.release_counted)):
+            if handler in handlers:
+                handlers.remove(handler)
         for informer in self._informers:
             informer.stop()
         if self._thread is not None:
             self._thread.join(10)
         self._events.shutdown(wait=True)
-        if self.claims.release_counted in self.view.listeners:
-            self.view.listeners.remove(self.claims.release_counted)
 
     def _run(self) -> None:
-        for informer in self._informers:
+        for informer in self._feeds():
             while not informer.synced.wait(0.5):
                 if self._stop.is_set():
                     return
@@ -200,12 +210,35 @@ class PodScheduler:
                 self._fresh.add(pod)
         self._wake.set()
 
-    # ----- informer handlers (informer threads) ------------------------------------------------
+    # ----- the view's watches (their threads) ---------------------------------------------------
+    def _on_node(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
+        with self._feed:
+            try:
+                self._node_event(kind, obj)
+            except Exception:  # never into the view's informer: it would drop the event
+                log.exception("pod scheduler: node event")
+
+    def _on_pod(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
+        with self._feed:
+            try:
+                self._pod_event(kind, obj)
+            except Exception:
+                log.exception("pod scheduler: pod event")
+
+    def _replay(self) -> None:
+        """What the view's watches listed before this scheduler subscribed, as ADDED events
+        (events that come meanwhile wait for the feed lock, and are newer)."""
+        with self._feed:
+            for informer in self.view.informers:
+                handler = self._node_event if informer.kind == NODES else self._pod_event
+                for obj in informer.items():
+                    handler("ADDED", obj)
+
     def _topology(self, obj: Obj) -> tuple[str | None, str | None]:
         node = core_node(node_info(dict(obj), self.view.settings), 0)
         return node.leaf, node.spine
 
-    def _node_event(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
+    def _node_event(self, kind: str, obj: Obj) -> None:
         before, after = self.state.node_event(kind, obj)
         now = self.clock()
         name = str((obj.get("metadata") or {}).get("name", ""))
@@ -223,7 +256,7 @@ class PodScheduler:
             or after.allocatable != before.allocatable)
         self._mark(everything=grew or after is None)
 
-    def _pod_event(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
+    def _pod_event(self, kind: str, obj: Obj) -> None:
         change = self.state.pod_event(kind, obj)
         now = self.clock()
         if change.lost and change.before is not None:
