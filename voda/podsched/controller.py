@@ -19,8 +19,9 @@ change, and at least every `retry_seconds`, and runs one cycle:
 3. gather the pods that wait into gangs, one per workload, with the hints of
    the pod and its owners and what the workload holds or held;
 4. decide (voda.podsched.decide.schedule) on a snapshot of the cluster;
-5. claim, post a Binding per placed pod (counted at once: "assumed"), write an
-   Event on every pod saying where and why, or why it still waits.
+5. claim, post the cycle's Bindings concurrently (each pod counted at once:
+   "assumed"), write an Event on every pod saying where and why, or why it
+   still waits.
 
 A cycle after a change that only added pods looks at those pods' gangs; any
 change that can free room (a pod ending or going away, a node added, Ready,
@@ -35,7 +36,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -49,7 +50,7 @@ from voda.podsched.config_source import ConfigSource
 from voda.podsched.decide import Planner
 from voda.podsched.hints import read_hints
 from voda.podsched.metrics import ClusterFigures, PodSchedulerMetrics, cluster_figures
-from voda.podsched.model import GPU, Decision, Gang, Hints, Outcome, Pod, Snapshot
+from voda.podsched.model import GPU, Binding, Decision, Gang, Hints, Outcome, Pod, Snapshot
 from voda.podsched.owners import Owners, Workload
 from voda.podsched.recovery import RecoveryTracker
 from voda.podsched.state import ClusterState, PodRecord
@@ -126,6 +127,7 @@ class PodScheduler:
         self._entries: dict[str, _Entry] = {}  # bound pods' entries, while their record holds
         self.planner = Planner()
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pod-events")
+        self._binders = ThreadPoolExecutor(max_workers=8, thread_name_prefix="pod-binding")
         self._informers: list[Informer] = []
         self._thread: threading.Thread | None = None
         self.cycles = 0
@@ -182,6 +184,7 @@ class PodScheduler:
             informer.stop()
         if self._thread is not None:
             self._thread.join(10)
+        self._binders.shutdown(wait=True)
         self._events.shutdown(wait=True)
 
     def _run(self) -> None:
@@ -320,8 +323,7 @@ class PodScheduler:
         # 4. decide
         decisions = self.planner.schedule(gangs, snapshot, self.config)
         # 5. act
-        for decision in decisions:
-            self._act(decision)
+        self._act(decisions)
         return decisions
 
     def snapshot(self, entries: Iterable[_Entry] = ()) -> Snapshot:
@@ -433,55 +435,65 @@ class PodScheduler:
         self.limiter.keep_only(r.pod for r in ours)
 
     # ----- acting ------------------------------------------------------------------------------
-    def _act(self, decision: Decision) -> None:
+    def _act(self, decisions: list[Decision]) -> None:
+        """Claim and bind what the cycle placed, and say why for the rest. The Bindings of
+        the whole cycle are posted concurrently (each is one round trip to the server)."""
         now = self.clock()
-        gang = decision.gang
-        if decision.outcome != Outcome.BOUND:
-            self.metrics.decisions.labels(decision.outcome.value).inc()
-            kind = events.NORMAL if decision.outcome == Outcome.WAITING else events.WARNING
-            reason = (events.WAITING_FOR_GANG if decision.outcome == Outcome.WAITING
-                      else events.FAILED_SCHEDULING)
-            for pod in gang.pending:
-                self._event(pod, reason, decision.reason, kind)
-            return
-        refused = self.claims.claim_all((b.pod, b.node) for b in decision.bindings)
-        if refused is not None:
-            log.info("pod scheduler: GPUs of %s on %s were taken meanwhile; trying again",
-                     gang.key, refused)
-            self.metrics.decisions.labels("conflict").inc()
-            self._mark(everything=True)
-            return
-        self.metrics.decisions.labels(decision.outcome.value).inc()
-        with self._lock:
-            started = min((self._ready_since.get(p.key, now) for p in gang.pending),
-                          default=now)
-        bound = 0
-        for binding in decision.bindings:
-            pod = binding.pod
-            self.state.assume(pod, binding.node)
-            try:
-                kube.bind(self.api, pod, binding.node)
-            except (ApiError, NotLeader) as failure:
-                self.state.forget(pod)
-                self.claims.release(pod)
-                self.metrics.bind_failures.inc()
-                log.warning("pod scheduler: binding %s to %s: %s", pod.key, binding.node,
-                            failure)
-                self._event(pod, events.FAILED_SCHEDULING,
-                            f"binding to {binding.node} failed: {failure}", events.WARNING)
+        posted: list[tuple[Decision, float, list[tuple[Binding, Future[None]]]]] = []
+        for decision in decisions:
+            gang = decision.gang
+            if decision.outcome != Outcome.BOUND:
+                self.metrics.decisions.labels(decision.outcome.value).inc()
+                kind = events.NORMAL if decision.outcome == Outcome.WAITING else events.WARNING
+                reason = (events.WAITING_FOR_GANG if decision.outcome == Outcome.WAITING
+                          else events.FAILED_SCHEDULING)
+                for pod in gang.pending:
+                    self._event(pod, reason, decision.reason, kind)
+                continue
+            refused = self.claims.claim_all((b.pod, b.node) for b in decision.bindings)
+            if refused is not None:
+                log.info("pod scheduler: GPUs of %s on %s were taken meanwhile; trying again",
+                         gang.key, refused)
+                self.metrics.decisions.labels("conflict").inc()
                 self._mark(everything=True)
                 continue
-            bound += 1
+            self.metrics.decisions.labels(decision.outcome.value).inc()
             with self._lock:
-                self._ready_since.pop(pod.key, None)
-            message = f"Successfully assigned {pod.key} to {binding.node}; {decision.reason}"
-            recovered = self.recovery.replaced(gang.key, self.clock())
-            if recovered is not None:
-                self.metrics.recovery_seconds.observe(recovered)
-                message += f"; replaces a lost pod, recovered in {recovered:.2f} s"
-            self._event(pod, events.SCHEDULED, message, events.NORMAL)
-        if bound:
-            self.metrics.placement_seconds.observe(max(0.0, self.clock() - started))
+                started = min((self._ready_since.get(p.key, now) for p in gang.pending),
+                              default=now)
+            futures = []
+            for binding in decision.bindings:
+                self.state.assume(binding.pod, binding.node)
+                futures.append((binding, self._binders.submit(
+                    kube.bind, self.api, binding.pod, binding.node)))
+            posted.append((decision, started, futures))
+        for decision, started, futures in posted:
+            if sum(self._bound(decision, binding, future) for binding, future in futures):
+                self.metrics.placement_seconds.observe(max(0.0, self.clock() - started))
+
+    def _bound(self, decision: Decision, binding: Binding, future: Future[None]) -> bool:
+        """The outcome of one posted Binding: its Event, and the recovery it ends."""
+        pod = binding.pod
+        try:
+            future.result()
+        except (ApiError, NotLeader) as failure:
+            self.state.forget(pod)
+            self.claims.release(pod)
+            self.metrics.bind_failures.inc()
+            log.warning("pod scheduler: binding %s to %s: %s", pod.key, binding.node, failure)
+            self._event(pod, events.FAILED_SCHEDULING,
+                        f"binding to {binding.node} failed: {failure}", events.WARNING)
+            self._mark(everything=True)
+            return False
+        with self._lock:
+            self._ready_since.pop(pod.key, None)
+        message = f"Successfully assigned {pod.key} to {binding.node}; {decision.reason}"
+        recovered = self.recovery.replaced(decision.gang.key, self.clock())
+        if recovered is not None:
+            self.metrics.recovery_seconds.observe(recovered)
+            message += f"; replaces a lost pod, recovered in {recovered:.2f} s"
+        self._event(pod, events.SCHEDULED, message, events.NORMAL)
+        return True
 
     def _event(self, pod: Pod, reason: str, message: str, kind: str) -> None:
         if not self.limiter.allow(pod, reason, message, self.clock()):
