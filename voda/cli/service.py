@@ -180,6 +180,14 @@ def register(app: typer.Typer) -> None:
             bind = "127.0.0.1"
         elif settings.open_access:
             err.print("no tokens configured (VODA_TOKENS): open access on loopback only")
+        pod_settings = None
+        if settings.backend == "kubernetes":
+            from voda.podsched.service import pod_scheduler_settings
+
+            try:  # the secondary scheduler for pods with schedulerName voda-scheduler
+                pod_settings = pod_scheduler_settings(settings)
+            except ValueError as exc:
+                _die(str(exc), EXIT_USAGE)
         elector = None
         try:
             if settings.backend == "kubernetes":
@@ -197,13 +205,10 @@ def register(app: typer.Typer) -> None:
         except (SQLAlchemyError, OSError) as exc:
             _die(f"db: cannot open the store: {' '.join(str(exc).split())[:300]}", EXIT_USAGE)
         pod_scheduler = None
-        if settings.backend == "kubernetes":
+        if pod_settings is not None:
             from voda.podsched.service import start_beside
 
-            try:  # the secondary scheduler for pods with schedulerName voda-scheduler
-                pod_scheduler = start_beside(service.backend, settings, service.metrics.registry)
-            except ValueError as exc:
-                _die(str(exc), EXIT_USAGE)
+            pod_scheduler = start_beside(service.backend, pod_settings, service.metrics.registry)
         cluster = service.scheduler.cluster
         err.print(f"voda serve: backend {settings.backend}, {len(cluster.nodes)} nodes, "
                   f"{cluster.capacity()} GPUs ({', '.join(cluster.gpu_types())}), "

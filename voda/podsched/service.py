@@ -29,8 +29,14 @@ _OWN = ("scheduler_name", "config_map", "config_key", "config_file", "retry_seco
         "event_repeat_seconds")
 
 
-def pod_scheduler_settings(server: Any, namespace: str) -> PodSchedulerSettings | None:
-    """From config.toml [pod_scheduler]; None when disabled. ValueError names the setting."""
+def pod_scheduler_settings(server: Any, namespace: str | None = None
+                           ) -> PodSchedulerSettings | None:
+    """From config.toml [pod_scheduler]; None when disabled. ValueError names the setting.
+    `namespace` (Voda's, where its ConfigMap lives) defaults to the Kubernetes backend's."""
+    if namespace is None:
+        from voda.backends.kubernetes.config import kubernetes_settings
+
+        namespace = kubernetes_settings(server).namespace
     table = dict(getattr(server, "pod_scheduler_settings", None) or {})
     known = ("enabled", *_OWN)
     unknown = sorted(set(table) - set(known))
@@ -71,12 +77,10 @@ def pod_scheduler_settings(server: Any, namespace: str) -> PodSchedulerSettings 
     return settings
 
 
-def start_beside(backend: Any, server: Any, registry: Any = None) -> PodScheduler | None:
-    """Start the pod scheduler on the backend's client and cluster view (None: disabled).
-    Its metrics join `registry` (the service's)."""
-    settings = pod_scheduler_settings(server, backend.settings.namespace)
-    if settings is None:
-        return None
+def start_beside(backend: Any, settings: PodSchedulerSettings, registry: Any = None
+                 ) -> PodScheduler:
+    """Start the pod scheduler on the backend's client and cluster view; its metrics join
+    `registry` (the service's)."""
     metrics = PodSchedulerMetrics()
     scheduler = PodScheduler(backend.api, backend.view, settings, metrics)
     if registry is not None:
