@@ -99,6 +99,20 @@ def test_create_get_list_with_label_and_field_selectors(core: client.CoreV1Api,
     assert bad_field.value.status == 400
 
 
+def test_lists_come_in_pages_with_continue_tokens(core: client.CoreV1Api,
+                                                  namespace: str) -> None:
+    for i in range(5):
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": f"c{i}"}})
+    names, token = [], None
+    while True:
+        page = core.list_namespaced_config_map(namespace, limit=2, _continue=token)
+        names += [c.metadata.name for c in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+    assert names == [f"c{i}" for i in range(5)]
+
+
 def test_every_write_moves_one_global_resource_version(core: client.CoreV1Api,
                                                        namespace: str) -> None:
     first = core.create_namespaced_pod(namespace, pod("a"))

@@ -400,6 +400,7 @@ class KubernetesBackend:
     def _end(self, job: str, run: str, event: Event) -> None:
         self.reported.add((job, run))
         self.desired.pop(job, None)
+        self.specs.pop(job, None)  # an ended job is never created again
         self._events.append(event)
         self.view.release(job)
 
@@ -637,5 +638,10 @@ def from_settings(server_settings: Any, fence: Callable[[], bool] | None = None
     api = KubeApi.connect(settings.kubeconfig, timeout=settings.request_timeout_seconds,
                           fence=fence)
     backend = KubernetesBackend(api, settings)
-    backend.watch()
+    try:
+        backend.watch()
+    except TimeoutError as exc:
+        backend.close()
+        where = settings.kubeconfig or "the in-cluster API server"
+        raise ValueError(f"kubernetes: {exc}; is {where} reachable?") from None
     return backend
