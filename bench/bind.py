@@ -9,7 +9,8 @@ from the server's store: when a pod's creation is committed, when its Binding is
 The cluster: `--nodes` nodes of 8 GPUs, 4 per leaf, 25 leaves per spine, half of
 its GPUs held by pods already bound (kube-scheduler's and the pod scheduler's own).
 
-Prints, median, p90 and p99 (ms):
+Prints the time of one decision alone (a fresh cycle, and the Planner's on an
+unchanged cluster), then, median, p90 and p99 (ms):
 - one pod (1, 2, 4 or 8 GPUs; consolidated, distributed or balanced) created at a
   time: creation -> Binding;
 - a burst of pods created together: creation -> Binding, queueing included;
@@ -119,6 +120,39 @@ def report(label: str, seconds: list[float]) -> float:
     return median
 
 
+def decision_times(nodes: int, seed: int, repeats: int = 20) -> None:
+    """One decision alone, in-process, on the same kind of cluster: a fresh cycle (filter
+    and index every node) against the Planner's (views kept, nothing changed)."""
+    from voda.podsched.config import SchedulerConfig
+    from voda.podsched.decide import Planner, schedule, topology_order
+    from voda.podsched.model import PODS, Gang, Hints, NodeState, Pod, Snapshot
+
+    rng = random.Random(seed)
+    states = topology_order(NodeState(
+        f"node-{i}", {GPU: 8, "cpu": 64_000, PODS: 110}, leaf=f"spine-{i // 100}/leaf-{i // 4}",
+        spine=f"spine-{i // 100}") for i in range(nodes))
+    requested = {n.name: {GPU: rng.randint(0, 8), PODS: 2} for n in states}
+    snapshot = Snapshot(states, requested, {})
+    config = SchedulerConfig()
+    single = Gang("default/Pod/p", (Pod("default", "p", "u", {GPU: 2}),))
+    gang = Gang("default/Job/g", tuple(Pod("default", f"g-{i}", f"u{i}", {GPU: 4})
+                                       for i in range(4)), Hints(gpu_count=16))
+    planner = Planner()
+    planner.schedule([single], snapshot, config)
+    for label, gangs in (("one pod", [single]), ("a gang of 4 pods x 4 GPUs", [gang])):
+        fresh, kept = [], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            schedule(gangs, snapshot, config)
+            fresh.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            planner.schedule(gangs, snapshot, config)
+            kept.append(time.perf_counter() - start)
+        print(f"decision alone, {label}, {nodes} nodes: fresh cycle "
+              f"{statistics.median(fresh) * 1000:.2f} ms, Planner "
+              f"{statistics.median(kept) * 1000:.2f} ms (medians of {repeats})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -138,6 +172,7 @@ def main() -> int:
     import yaml
 
     logging.basicConfig(level=logging.CRITICAL)  # the fake server's closing noise
+    decision_times(args.nodes, args.seed)
 
     from voda_testing.kube import FakeApiServer
     from voda_testing.kube.cluster import ClusterSimulator, SimSettings
