@@ -22,6 +22,7 @@ from voda.spec import crd, parse_document
 from voda_testing.kube import Fault
 from voda_testing.kube.cluster import WORK_ANNOTATION
 from voda_testing.kube.harness import FakeCluster, eventually
+from voda_testing.kube.rbac import granted, made_by, unused
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,16 +61,6 @@ def test_core_kinds_validate_against_kubernetes_1_32(deployed: list[dict[str, An
     assert checked == len(deployed) - 1
 
 
-def allowed(rules: list[dict[str, Any]], group: str, resource: str, verb: str,
-            name: str | None) -> bool:
-    for rule in rules:
-        if group in rule["apiGroups"] and resource in rule["resources"] and (
-                verb in rule["verbs"]) and (
-                "resourceNames" not in rule or name in rule["resourceNames"]):
-            return True
-    return False
-
-
 def on_nodes(cluster: FakeCluster, job: str) -> list[str]:
     pods, _ = cluster.server.store.list("pods", "default", f"voda.io/job={job}")
     return sorted(p["spec"].get("nodeName") or "" for p in pods
@@ -104,35 +95,18 @@ def flow_requests(tmp_path: Path) -> Iterator[list[tuple[str, str, str, str | No
     eventually(lambda: not cluster.server.store.list("pods", "default", "voda.io/job")[0])
     elector.release()
     cluster.stop()
-    requests = []
-    for r in cluster.server.requests:
-        if "voda/" not in r.user_agent:
-            continue
-        parts = r.path.strip("/").split("/")
-        group = "" if parts[0] == "api" else parts[1]
-        rest = parts[2:] if parts[0] == "api" else parts[3:]
-        namespaced = rest[0] == "namespaces"
-        if namespaced:
-            rest = rest[2:]
-        resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
-        name = rest[1] if len(rest) > 1 else None
-        requests.append((group, resource, r.verb, name, namespaced))
-    yield requests
+    yield made_by(cluster.server.requests, "voda/")
 
 
 def test_rbac_grants_exactly_the_requests_voda_makes(
         deployed: list[dict[str, Any]], flow_requests: list[Any]) -> None:
-    (cluster_role,) = of_kind(deployed, "ClusterRole")
-    (role,) = of_kind(deployed, "Role")
+    (cluster_role,) = [d for d in of_kind(deployed, "ClusterRole")
+                       if d["metadata"]["name"] == "voda-cluster-view"]
+    (role,) = [d for d in of_kind(deployed, "Role") if d["metadata"]["name"] == "voda"]
     for group, resource, verb, name, namespaced in flow_requests:
         rules = cluster_role["rules"] + (role["rules"] if namespaced else [])
-        assert allowed(rules, group, resource, verb, name), (group, resource, verb, name)
-    used = {(g, r, v) for g, r, v, _, _ in flow_requests}
-    for rule in cluster_role["rules"] + role["rules"]:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for verb in rule["verbs"]:
-                    assert (group, resource, verb) in used, f"unused grant {resource} {verb}"
+        assert granted(rules, group, resource, verb, name), (group, resource, verb, name)
+    assert unused(cluster_role["rules"] + role["rules"], flow_requests) == []
 
 
 # ----- voda render -------------------------------------------------------------------------------

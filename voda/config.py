@@ -31,6 +31,10 @@ config.toml:
     gpu_type_label = "voda.io/gpu-type"
     lease_seconds = 15.0       # the leader elector: client-go's timings by default
 
+    [pod_scheduler]            # voda.podsched.service (backend "kubernetes")
+    enabled = true
+    scheduler_name = "voda-scheduler"
+
     [client]
     url = "http://127.0.0.1:8470"
     token = "tok1"
@@ -103,6 +107,9 @@ class ServerSettings:
     kubeconfig: str = ""
     namespace: str = "default"
     kubernetes_settings: Mapping[str, Any] = field(default_factory=dict)
+    # The pod scheduler beside the Kubernetes backend: config.toml [pod_scheduler]
+    # (voda.podsched.service).
+    pod_scheduler_settings: Mapping[str, Any] = field(default_factory=dict)
     tokens: Mapping[str, User] = field(default_factory=dict)
     max_body_bytes: int = 1 << 20
 
@@ -159,7 +166,7 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         if isinstance(value, Mapping):
             return value
         return parse_tokens(str(value))
-    if name in ("placement_settings", "kubernetes_settings"):
+    if name in ("placement_settings", "kubernetes_settings", "pod_scheduler_settings"):
         if not isinstance(value, Mapping):
             table = name.removesuffix("_settings")
             raise ConfigError(f"{table}: expected a table of settings, got {value!r}")
@@ -182,6 +189,8 @@ def load_server_settings(
         values["placement_settings"] = file["placement"]
     if "kubernetes" in file:
         values["kubernetes_settings"] = file["kubernetes"]
+    if "pod_scheduler" in file:
+        values["pod_scheduler_settings"] = file["pod_scheduler"]
     for name, var in _SERVER_ENV.items():
         if env.get(var):
             values[name] = env[var]

@@ -180,6 +180,14 @@ def register(app: typer.Typer) -> None:
             bind = "127.0.0.1"
         elif settings.open_access:
             err.print("no tokens configured (VODA_TOKENS): open access on loopback only")
+        pod_settings = None
+        if settings.backend == "kubernetes":
+            from voda.podsched.service import pod_scheduler_settings
+
+            try:  # the secondary scheduler for pods with schedulerName voda-scheduler
+                pod_settings = pod_scheduler_settings(settings)
+            except ValueError as exc:
+                _die(str(exc), EXIT_USAGE)
         elector = None
         try:
             if settings.backend == "kubernetes":
@@ -196,6 +204,11 @@ def register(app: typer.Typer) -> None:
             _die(str(exc), EXIT_USAGE)
         except (SQLAlchemyError, OSError) as exc:
             _die(f"db: cannot open the store: {' '.join(str(exc).split())[:300]}", EXIT_USAGE)
+        pod_scheduler = None
+        if pod_settings is not None:
+            from voda.podsched.service import start_beside
+
+            pod_scheduler = start_beside(service.backend, pod_settings, service.metrics.registry)
         cluster = service.scheduler.cluster
         err.print(f"voda serve: backend {settings.backend}, {len(cluster.nodes)} nodes, "
                   f"{cluster.capacity()} GPUs ({', '.join(cluster.gpu_types())}), "
@@ -210,6 +223,8 @@ def register(app: typer.Typer) -> None:
             keep_signals()  # uvicorn re-raises SIGTERM after shutdown: the lease goes first
         uvicorn.run(app_, host=bind, port=settings.port, log_level="warning",
                     access_log=False)
+        if pod_scheduler is not None:
+            pod_scheduler.stop()
         if elector is not None:
             from voda.cli.kubernetes import step_down
 

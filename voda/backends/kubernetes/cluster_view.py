@@ -117,6 +117,12 @@ class ClusterView:
         self.claims_on: dict[str, dict[str, int]] = {}  # node -> {owner: GPUs}, the same
         self.version = 0
         self.listeners: list[Callable[[], None]] = []
+        # Others fed by the view's watches (the pod scheduler): called with each Node and
+        # Pod event after the view took it; `informers` (set by watch_cluster) let a late
+        # subscriber replay what was listed before it came.
+        self.node_handlers: list[Callable[[str, Obj, Obj | None], None]] = []
+        self.pod_handlers: list[Callable[[str, Obj, Obj | None], None]] = []
+        self.informers: list[Any] = []
 
     # ----- feeding ---------------------------------------------------------------------------
     def on_node(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
@@ -290,14 +296,22 @@ class ClusterView:
 def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300,
                   on_pod: Callable[[str, Obj, Obj | None], None] | None = None) -> list[Any]:
     """Informers feeding `view`: every Node, and every pod in every namespace (also handed
-    to `on_pod`, so a backend needs no second pod watch)."""
+    to `on_pod` and the view's handlers, so no one else needs a second watch)."""
     from voda.backends.kubernetes.api import NODES, PODS
     from voda.backends.kubernetes.informer import Informer
+
+    def nodes(kind: str, obj: Obj, old: Obj | None) -> None:
+        view.on_node(kind, obj, old)
+        for handler in list(view.node_handlers):
+            handler(kind, obj, old)
 
     def pods(kind: str, obj: Obj, old: Obj | None) -> None:
         view.on_pod(kind, obj, old)
         if on_pod is not None:
             on_pod(kind, obj, old)
+        for handler in list(view.pod_handlers):
+            handler(kind, obj, old)
 
-    return [Informer(api, NODES, view.on_node, watch_seconds=watch_seconds),
-            Informer(api, PODS, pods, watch_seconds=watch_seconds)]
+    view.informers = [Informer(api, NODES, nodes, watch_seconds=watch_seconds),
+                      Informer(api, PODS, pods, watch_seconds=watch_seconds)]
+    return list(view.informers)

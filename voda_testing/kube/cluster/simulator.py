@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from voda_testing.kube.cluster.operators import (
     Operator,
     finished,
 )
+from voda_testing.kube.cluster.ticker import Ticker
 from voda_testing.kube.errors import ApiError
 from voda_testing.kube.patches import MERGE
 from voda_testing.kube.store import Change, Store, timestamp
@@ -67,11 +67,14 @@ class SimSettings:
     default_work_seconds: float = 30.0
 
 
-class ClusterSimulator:
+class ClusterSimulator(Ticker):
+    thread_name = "cluster-sim"
+
     def __init__(self, store: Store, settings: SimSettings | None = None,
                  operators: tuple[Operator, ...] = OPERATORS) -> None:
-        self.store = store
         self.settings = settings or SimSettings()
+        super().__init__(self.settings.tick_seconds)
+        self.store = store
         self.operators = {op.resource: op for op in operators}
         self.ledger = GpuLedger(store)
         self._changes: deque[Change] = deque()
@@ -91,9 +94,6 @@ class ClusterSimulator:
         self._seq = itertools.count()
         self._retry_pending = True
         self._last_tick = time.monotonic()
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self.errors: list[str] = []
         with store.lock:
             _, self._unsubscribe = store.subscribe(None, self._changes.append)
             for key in ("nodes", "pods", *self.operators):
@@ -102,25 +102,9 @@ class ClusterSimulator:
                                                 None))
 
     # ----- running ----------------------------------------------------------------------
-    def start(self) -> ClusterSimulator:
-        self._thread = threading.Thread(target=self._run, name="cluster-sim", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+    def closed(self) -> None:
         self._unsubscribe()
         self.ledger.close()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.step()
-            except Exception as exc:  # the simulator must not die silently
-                self.errors.append(repr(exc))
-            self._stop.wait(self.settings.tick_seconds)
 
     def step(self) -> None:
         now = time.monotonic()
