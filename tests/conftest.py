@@ -33,6 +33,8 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parent.parent
+# The fake Kubernetes API server's fixtures (fake_api, namespace, kubeconfig).
+pytest_plugins = ("voda_testing.kube.fixtures",)
 _db_counter = itertools.count()
 
 

@@ -9,7 +9,7 @@ config.toml:
     host = "127.0.0.1"
     port = 8470
     db = "sqlite:////var/lib/voda/voda.db"
-    backend = "local"          # or "emulated"
+    backend = "local"          # or "emulated", "kubernetes"
     slots = 4                  # local: worker slots (default: one per GPU, else per CPU)
     nodes = "2x2"              # local: virtual nodes (optional)
     cluster = "4x4"            # emulated: NODESxGPUS[:TYPE],... or a cluster file
@@ -40,6 +40,15 @@ config.toml:
     utilization_weight = 0.2
     history_weight = 0.1
     max_nodes_per_leaf = 4
+
+    [kubernetes]               # voda.backends.kubernetes.settings (backend "kubernetes")
+    namespace = "training"
+    gpu_type_label = "voda.io/gpu-type"
+    lease_seconds = 15.0       # the leader elector: client-go's timings by default
+
+    [pod_scheduler]            # voda.podsched.service (backend "kubernetes")
+    enabled = true
+    scheduler_name = "voda-scheduler"
 
     [client]
     url = "http://127.0.0.1:8470"
@@ -143,6 +152,14 @@ class ServerSettings:
     # Fields of voda.core.placement.manager.PlacementSettings (config.toml [placement]).
     placement_settings: Mapping[str, Any] = field(default_factory=dict)
     step_interval: float = 0.5
+    # Kubernetes backend: kubeconfig file (empty: in-cluster), namespace of the jobs, and
+    # config.toml [kubernetes] (voda.backends.kubernetes.config).
+    kubeconfig: str = ""
+    namespace: str = "default"
+    kubernetes_settings: Mapping[str, Any] = field(default_factory=dict)
+    # The pod scheduler beside the Kubernetes backend: config.toml [pod_scheduler]
+    # (voda.podsched.service).
+    pod_scheduler_settings: Mapping[str, Any] = field(default_factory=dict)
     # sha256 of a token -> its user. None set: `voda serve` generates one (token_file).
     tokens: Mapping[str, User] = field(default_factory=dict)
     token_file: str = ""  # empty: `token` beside the config file
@@ -217,6 +234,8 @@ _SERVER_ENV = {
     "rate_limit_seconds": "VODA_RATE_LIMIT",
     "placement": "VODA_PLACEMENT",
     "step_interval": "VODA_STEP_INTERVAL",
+    "kubeconfig": "VODA_KUBECONFIG",
+    "namespace": "VODA_NAMESPACE",
     "tokens": "VODA_TOKENS",
     "token_file": "VODA_TOKEN_FILE",
     "allowed_hosts": "VODA_ALLOWED_HOSTS",
@@ -234,9 +253,10 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         if isinstance(value, Mapping):
             return value
         return parse_tokens(str(value))
-    if name == "placement_settings":
+    if name in ("placement_settings", "kubernetes_settings", "pod_scheduler_settings"):
         if not isinstance(value, Mapping):
-            raise ConfigError(f"placement: expected a table of settings, got {value!r}")
+            table = name.removesuffix("_settings")
+            raise ConfigError(f"{table}: expected a table of settings, got {value!r}")
         return dict(value)
     if name == "users":
         return _user_limits(value)
@@ -283,6 +303,10 @@ def load_server_settings(
         values["placement_settings"] = file["placement"]
     if "users" in file:
         values["users"] = file["users"]
+    if "kubernetes" in file:
+        values["kubernetes_settings"] = file["kubernetes"]
+    if "pod_scheduler" in file:
+        values["pod_scheduler_settings"] = file["pod_scheduler"]
     for name, var in _SERVER_ENV.items():
         if env.get(var):
             values[name] = env[var]

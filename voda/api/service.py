@@ -354,11 +354,13 @@ class Service:
         return record
 
     def _register_profile(self, record: JobRecord) -> None:
-        """Tell the backend what it needs beyond the Job: the profile (emulated cluster) or
-        the command line (local processes), when it keeps such a table."""
+        """Tell the backend what it needs beyond the Job: the profile (emulated cluster),
+        the command line (local processes) or the submitted document (Kubernetes), when
+        it keeps such a table."""
         if record.status.is_terminal:
             return
-        for table_name, key in (("profiles", "profile"), ("commands", "command")):
+        for table_name, key in (("profiles", "profile"), ("commands", "command"),
+                                ("specs", "spec")):
             table = getattr(self.backend, table_name, None)
             value = record.extra.get(key)
             if isinstance(table, dict) and value:
@@ -445,8 +447,9 @@ class Service:
         if problems:
             raise SpecError([FieldError(*p.split(": ", 1)) for p in problems])
         extra = {"user": user.name, "kind": spec.kind, "command": spec.command,
-                 "image": spec.image, "profile": spec.profile, "category": spec.category}
-        meta = {**extra, "spec": spec.document, "idempotency_key": idempotency_key,
+                 "image": spec.image, "profile": spec.profile, "category": spec.category,
+                 "spec": spec.document}
+        meta = {**extra, "idempotency_key": idempotency_key,
                 "request_hash": request_hash or None}
         with self.inbox_lock:
             limits = self.settings.limits_of(user.name)
@@ -537,6 +540,9 @@ class Service:
         if errors:
             raise SpecError(errors)
         self._check_profile(spec)
+        check_spec = getattr(self.backend, "check_spec", None)
+        if check_spec is not None:  # what this backend could never run (SpecError)
+            check_spec(spec)
         if not user.admin:
             best = self.settings.limits_of(user.name).best_priority
             if spec.priority < best:

@@ -159,7 +159,13 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
         backend: Annotated[str | None, typer.Option(
-            help="Backend: local (real training processes, the default) or emulated.")] = None,
+            help="Backend: local (real training processes, the default), emulated or "
+                 "kubernetes.")] = None,
+        kubeconfig: Annotated[str | None, typer.Option(
+            help="Kubernetes backend: kubeconfig file (default: the in-cluster "
+                 "service account).")] = None,
+        namespace: Annotated[str | None, typer.Option(
+            help="Kubernetes backend: namespace of the jobs and the leader Lease.")] = None,
         slots: Annotated[int | None, typer.Option(
             help="Local backend: worker slots (default: one per GPU, else one per CPU).")] = None,
         nodes: Annotated[str | None, typer.Option(
@@ -208,6 +214,7 @@ def register(app: typer.Typer) -> None:
                 "host": host, "port": port, "algorithm": algorithm,
                 "rate_limit_seconds": rate_limit, "step_interval": step_interval,
                 "placement": placement, "tls_cert": tls_cert, "tls_key": tls_key,
+                "kubeconfig": kubeconfig, "namespace": namespace,
             })
             settings, generated, token_file = ensure_token(settings)
         except ConfigError as exc:
@@ -218,8 +225,25 @@ def register(app: typer.Typer) -> None:
             _die(f"backend: unknown backend {settings.backend!r}; valid names: "
                  f"{', '.join(backend_names())}", EXIT_USAGE)
         _check_algorithm(settings.algorithm)
+        pod_settings = None
+        if settings.backend == "kubernetes":
+            from voda.podsched.service import pod_scheduler_settings
+
+            try:  # the secondary scheduler for pods with schedulerName voda-scheduler
+                pod_settings = pod_scheduler_settings(settings)
+            except ValueError as exc:
+                _die(str(exc), EXIT_USAGE)
+        elector = None
         try:
-            service = Service(settings, create_backend(settings))
+            if settings.backend == "kubernetes":
+                from voda.cli.kubernetes import lead, standby
+
+                elector = standby(settings)  # the backend's writes pass its fence
+                backend_ = create_backend(settings)  # watches the cluster, writes nothing
+                lead(elector)  # a standby waits here
+            else:
+                backend_ = create_backend(settings)
+            service = Service(settings, backend_)
             service.start()
         except StoreNotWritable as exc:
             _die(str(exc), EXIT_USAGE)
@@ -227,6 +251,11 @@ def register(app: typer.Typer) -> None:
             _die(str(exc), EXIT_USAGE)
         except (SQLAlchemyError, OSError) as exc:
             _die(f"db: cannot open the store: {' '.join(str(exc).split())[:300]}", EXIT_USAGE)
+        pod_scheduler = None
+        if pod_settings is not None:
+            from voda.podsched.service import start_beside
+
+            pod_scheduler = start_beside(service.backend, pod_settings, service.metrics.registry)
         cluster = service.scheduler.cluster
         scheme = "https" if settings.tls_cert else "http"
         shown = f"[{settings.host}]" if ":" in settings.host else settings.host
@@ -246,9 +275,19 @@ def register(app: typer.Typer) -> None:
         app_ = create_app(settings, service=service)
         # Requests stay responsive while a long decision runs in another thread.
         sys.setswitchinterval(0.001)
+        if elector is not None:
+            from voda.cli.kubernetes import keep_signals
+
+            keep_signals()  # uvicorn re-raises SIGTERM after shutdown: the lease goes first
         uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning",
                     access_log=False, ssl_certfile=settings.tls_cert or None,
                     ssl_keyfile=settings.tls_key or None)
+        if pod_scheduler is not None:
+            pod_scheduler.stop()
+        if elector is not None:
+            from voda.cli.kubernetes import step_down
+
+            raise typer.Exit(step_down(elector, service.backend))
 
     @app.command()
     def submit(

@@ -180,6 +180,7 @@ def row_to_record(row: JobRow) -> JobRecord:
             "profile": row.profile,
             "idempotency_key": row.idempotency_key,
             "request_hash": row.request_hash,
+            "spec": row.spec,
         },
     )
 
