@@ -243,8 +243,8 @@ def test_the_service_refuses_a_job_the_cluster_could_never_run(
     with pytest.raises(SpecError) as two_gpus:
         service.submit(parse_submission(yaml.safe_dump(doc).encode()), admin)
     assert "nvidia.com/gpu" in two_gpus.value.errors[0].field
-    accepted = service.submit(parse_submission(yaml.safe_dump(document("mpijob")).encode()),
-                              admin)
+    accepted, _ = service.submit(parse_submission(yaml.safe_dump(document("mpijob")).encode()),
+                                 admin)
     service.tick()
     eventually(lambda: len(running_on(cluster, accepted["name"])) == 4)
     service.close()
