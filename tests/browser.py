@@ -44,10 +44,14 @@ def page(browser: object) -> Iterator[object]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # What the Content-Security-Policy blocked (an inline style or script, eval) is said
+    # on the console: none of it may happen.
+    page.on("console", lambda message: errors.append(message.text)
+            if "Content Security Policy" in message.text else None)
     page.errors = errors  # type: ignore[attr-defined]
     yield page
     context.close()
-    assert not errors, f"script errors on the page: {errors}"
+    assert not errors, f"script errors or blocked content on the page: {errors}"
 
 
 def screenshot(page: object, name: str) -> Path:

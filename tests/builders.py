@@ -83,27 +83,48 @@ class JobBuilder:
     def started_at(self, time: float | None) -> JobBuilder:
         return self._set(first_start_time=None if time is None else float(time))
 
-    def attained(self, gpu_seconds: float, since_start: float | None = None) -> JobBuilder:
-        """Attained GPU-seconds in total, and since the last start (defaults to the total)."""
+    def attained(
+        self, gpu_seconds: float, since_start: float | None = None,
+        since_promotion: float | None = None,
+    ) -> JobBuilder:
+        """Attained GPU-seconds in total, since the last start and since the last promotion
+        (both default to the total: never restarted, never promoted)."""
         return self._set(
             attained_gpu_seconds=float(gpu_seconds),
             attained_gpu_seconds_since_start=float(
                 gpu_seconds if since_start is None else since_start
             ),
+            attained_gpu_seconds_since_promotion=float(
+                gpu_seconds if since_promotion is None else since_promotion
+            ),
         )
 
-    def ran_for(self, seconds: float, since_start: float | None = None) -> JobBuilder:
-        """Running seconds in total, and in its last (or current) run."""
+    def ran_for(
+        self, seconds: float, since_start: float | None = None,
+        since_promotion: float | None = None,
+    ) -> JobBuilder:
+        """Running seconds in total, in its last (or current) run, and since its last
+        promotion (both default to the total)."""
         return self._set(
             running_seconds=float(seconds),
             running_seconds_since_start=float(seconds if since_start is None else since_start),
+            running_seconds_since_promotion=float(
+                seconds if since_promotion is None else since_promotion
+            ),
         )
 
-    def waited_for(self, seconds: float, since_start: float | None = None) -> JobBuilder:
-        """Waiting seconds in total, and since it was last queued or preempted."""
+    def waited_for(
+        self, seconds: float, since_start: float | None = None,
+        since_promotion: float | None = None,
+    ) -> JobBuilder:
+        """Waiting seconds in total, since it was last queued or preempted, and since its
+        last promotion (both default to the total)."""
         return self._set(
             waiting_seconds=float(seconds),
             waiting_seconds_since_start=float(seconds if since_start is None else since_start),
+            waiting_seconds_since_promotion=float(
+                seconds if since_promotion is None else since_promotion
+            ),
         )
 
     def with_(self, **changes: Any) -> JobBuilder:

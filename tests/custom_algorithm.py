@@ -43,3 +43,12 @@ def everyone_at_min(jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         result[job.name] = job.min_workers if job.min_workers <= free else 0
         free -= result[job.name]
     return result
+
+
+def over_capacity(jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+    """Breaks the contract: every job at max, whatever the capacity (its decisions are
+    refused)."""
+    return {job.name: job.max_workers for job in jobs}
+
+
+over_capacity.name = "OverCapacity"  # type: ignore[attr-defined]

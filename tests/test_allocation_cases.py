@@ -25,6 +25,10 @@ def case(
     return pytest.param(algorithm, params, list(jobs), capacity, expected, id=id)
 
 
+# t = {1: 100, 2: 53.85, 3: 38.46, 4: 30.77}: a third GPU adds 0.74 to S(2) = 1.86,
+# starting a second job at 1 adds 1.0.
+CONCAVE = {1: 100.0, 2: 53.85, 3: 38.46, 4: 30.77}
+
 CASES = [
     # ----- FIFO and ElasticFIFO
     case(
@@ -48,22 +52,41 @@ CASES = [
         4, {"a": 3, "b": 0, "c": 1},
     ),
     case(
-        "ElasticFIFO starts jobs at min then grows the earliest to max",
+        "ElasticFIFO hands spare GPUs round-robin, one per job per pass, as the Go Voda does",
         "ElasticFIFO",
         [
             make_job("b").workers(1, 4).submitted_at(1).obj(),
             make_job("a").workers(1, 4).submitted_at(0).obj(),
         ],
-        6, {"a": 4, "b": 2},
+        6, {"a": 3, "b": 3},
+    ),
+    case(
+        "ElasticFIFO gives the last odd GPU of a pass to the earlier job",
+        "ElasticFIFO",
+        [
+            make_job("a").workers(1, 4).submitted_at(0).obj(),
+            make_job("b").workers(1, 4).submitted_at(1).obj(),
+            make_job("c").workers(1, 2).submitted_at(2).obj(),
+        ],
+        8, {"a": 3, "b": 3, "c": 2},
+    ),
+    case(
+        "ElasticFIFO skips jobs at max in later passes",
+        "ElasticFIFO",
+        [
+            make_job("a").workers(1, 2).submitted_at(0).obj(),
+            make_job("b").workers(1, 8).submitted_at(1).obj(),
+        ],
+        7, {"a": 2, "b": 5},
     ),
     # ----- SRJF and ElasticSRJF
     case(
         "SRJF serves the shortest estimated remaining time first",
         "SRJF",
         [
-            make_job("a").rigid(2).epochs(10).submitted_at(0).obj(),  # 300 s
-            make_job("b").rigid(2).epochs(2).submitted_at(1).obj(),  # 60 s
-            make_job("c").rigid(2).epochs(4).submitted_at(2).obj(),  # 120 s
+            make_job("a").rigid(2).epochs(10).submitted_at(0).obj(),
+            make_job("b").rigid(2).epochs(2).submitted_at(1).obj(),
+            make_job("c").rigid(2).epochs(4).submitted_at(2).obj(),
         ],
         4, {"a": 0, "b": 2, "c": 2},
     ),
@@ -81,18 +104,37 @@ CASES = [
         "SRJF",
         [
             make_job("a").rigid(2).epochs(10).epoch_times({2: 10.0}).submitted_at(0).obj(),
-            make_job("b").rigid(2).epochs(5).submitted_at(1).obj(),  # 5 x 30 s = 150 s
+            make_job("b").rigid(2).epochs(5).submitted_at(1).obj(),  # 5 x 60 s on one GPU
         ],
         2, {"a": 2, "b": 0},
     ),
     case(
-        "ElasticSRJF grows the shortest job to max before the longer one",
+        "SRJF by remaining GPU time does not let a wide job look short",
+        "SRJF",
+        [
+            make_job("a").rigid(8).epochs(10).submitted_at(0).obj(),  # 600 GPU-s, 75 s at 8
+            make_job("b").rigid(1).epochs(2).submitted_at(1).obj(),  # 120 GPU-s, 120 s at 1
+        ],
+        8, {"a": 0, "b": 1},
+    ),
+    case(
+        "SRJF by remaining wall time at the requested size serves the wide job first",
+        "SRJF",
+        [
+            make_job("a").rigid(8).epochs(10).submitted_at(0).obj(),
+            make_job("b").rigid(1).epochs(2).submitted_at(1).obj(),
+        ],
+        8, {"a": 8, "b": 0},
+        order="wall_time",
+    ),
+    case(
+        "ElasticSRJF hands spare GPUs round-robin in shortest-first order",
         "ElasticSRJF",
         [
             make_job("a").workers(1, 4).epochs(10).submitted_at(0).obj(),
             make_job("b").workers(1, 4).epochs(1).submitted_at(1).obj(),
         ],
-        6, {"a": 2, "b": 4},
+        5, {"a": 2, "b": 3},
     ),
     case(
         "ElasticSRJF counts only the epochs left",
@@ -108,10 +150,31 @@ CASES = [
         "Tiresias puts a job past the threshold behind a new job",
         "Tiresias",
         [
-            make_job("a").rigid(4).submitted_at(0).running(4).attained(4000.0).obj(),
+            make_job("a").rigid(4).submitted_at(0).running(4).attained(60000.0).obj(),
             make_job("b").rigid(4).submitted_at(1).obj(),
         ],
         4, {"a": 0, "b": 4},
+    ),
+    case(
+        "Tiresias keeps a demoted job in the lower queue after it restarts",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).running(2, since=0)
+            .attained(60000.0, since_start=100.0).obj(),
+            make_job("b").rigid(2).submitted_at(1).obj(),
+        ],
+        2, {"a": 0, "b": 2},
+    ),
+    case(
+        "Tiresias puts a promoted job back in the top queue",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
+            .attained(90000.0, since_promotion=0.0).obj(),
+            make_job("b").rigid(2).submitted_at(1).running(2, since=10)
+            .attained(60000.0).obj(),
+        ],
+        2, {"a": 2, "b": 0},
     ),
     case(
         "Tiresias serves a started job before a never-started one of the same queue",
@@ -123,56 +186,46 @@ CASES = [
         2, {"a": 0, "b": 2},
     ),
     case(
-        "Tiresias promotes a job that waited 8 times its last run to the top queue",
+        "Tiresias promotes a job that waited 16 times as long as it ran since its promotion",
         "Tiresias",
         [
             make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
-            .attained(5000.0).ran_for(2500.0).waited_for(20000.0).obj(),
+            .attained(60000.0).ran_for(2500.0).waited_for(40000.0).obj(),
             make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
         ],
         2, {"a": 2, "b": 0},
     ),
     case(
-        "Tiresias does not promote a job that waited less than 8 times its last run",
+        "Tiresias does not promote a job that waited less than 16 times as long as it ran",
         "Tiresias",
         [
             make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
-            .attained(5000.0).ran_for(2500.0).waited_for(19999.0).obj(),
+            .attained(60000.0).ran_for(2500.0).waited_for(39999.0).obj(),
             make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
         ],
         2, {"a": 0, "b": 2},
+    ),
+    case(
+        "Tiresias weighs the whole run since the last promotion, not only the last run",
+        "Tiresias",
+        [
+            make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
+            .attained(60000.0).ran_for(2500.0, since_start=10.0)
+            .waited_for(40000.0, since_start=100.0).obj(),
+            make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
+        ],
+        2, {"a": 2, "b": 0},
     ),
     case(
         "Tiresias with the starvation knob off never promotes",
         "Tiresias",
         [
             make_job("a").rigid(2).submitted_at(0).started_at(0).waiting()
-            .attained(5000.0).ran_for(2500.0).waited_for(90000.0).obj(),
+            .attained(60000.0).ran_for(2500.0).waited_for(90000.0).obj(),
             make_job("b").rigid(2).submitted_at(1).running(2, since=10).attained(200.0).obj(),
         ],
         2, {"a": 0, "b": 2},
         starvation_knob=None,
-    ),
-    case(
-        "Tiresias counts service since the last start by default",
-        "Tiresias",
-        [
-            make_job("a").rigid(2).submitted_at(0).running(2, since=0)
-            .attained(5000.0, since_start=100.0).obj(),
-            make_job("b").rigid(2).submitted_at(1).obj(),
-        ],
-        2, {"a": 2, "b": 0},
-    ),
-    case(
-        "Tiresias with total service puts a long-lived job in the lower queue",
-        "Tiresias",
-        [
-            make_job("a").rigid(2).submitted_at(0).running(2, since=0)
-            .attained(5000.0, since_start=100.0).obj(),
-            make_job("b").rigid(2).submitted_at(1).obj(),
-        ],
-        2, {"a": 0, "b": 2},
-        service="total",
     ),
     case(
         "Tiresias in queue-entry order serves the job that entered its queue first",
@@ -201,7 +254,7 @@ CASES = [
         [
             make_job("a").rigid(3).submitted_at(0).obj(),
             make_job("b").rigid(2).submitted_at(1).obj(),
-            make_job("c").rigid(1).submitted_at(2).running(1).attained(4000.0).obj(),
+            make_job("c").rigid(1).submitted_at(2).running(1).attained(60000.0).obj(),
         ],
         4, {"a": 3, "b": 0, "c": 1},
     ),
@@ -215,10 +268,44 @@ CASES = [
             make_job("c").rigid(2).submitted_at(6).queue_since(6.0).obj(),
         ],
         4, {"a": 0, "b": 2, "c": 2},
-        queue_thresholds=(57600.0,), starvation_knob=None, service="total",
-        queue_order="queue_entry",
+        queue_thresholds=(57600.0,), starvation_knob=None, queue_order="queue_entry",
     ),
     # ----- ElasticTiresias
+    case(
+        "ElasticTiresias starts a pending elastic job at less than preferred on idle GPUs",
+        "ElasticTiresias",
+        [
+            make_job("a").workers(2, 2).submitted_at(0).obj(),
+            make_job("b").workers(1, 4).preferred(4).submitted_at(1).obj(),
+        ],
+        4, {"a": 2, "b": 2},
+    ),
+    case(
+        "ElasticTiresias starts a second job rather than give the first a weak third GPU",
+        "ElasticTiresias",
+        [
+            make_job("a").workers(1, 4).preferred(2).epoch_times(CONCAVE).submitted_at(0).obj(),
+            make_job("b").workers(1, 4).preferred(2).epoch_times(CONCAVE).submitted_at(1).obj(),
+        ],
+        3, {"a": 2, "b": 1},
+    ),
+    case(
+        "ElasticTiresias leaves a GPU idle that would slow its job down",
+        "ElasticTiresias",
+        [make_job("a").workers(1, 2).preferred(1).epoch_times({1: 10.0, 2: 20.0}).obj()],
+        2, {"a": 1},
+    ),
+    case(
+        "ElasticTiresias gives no GPU past the measured range a gain above the measured one",
+        "ElasticTiresias",
+        [
+            make_job("x").workers(1, 8).preferred(4).submitted_at(0)
+            .epoch_times({1: 100.0, 2: 50.0, 4: 40.0}).obj(),
+            make_job("y").workers(1, 4).preferred(2).submitted_at(1)
+            .epoch_times({1: 100.0, 2: 60.0, 3: 46.0}).obj(),
+        ],
+        7, {"x": 4, "y": 3},
+    ),
     case(
         "ElasticTiresias hands leftover GPUs to the job with the largest marginal speedup",
         "ElasticTiresias",
@@ -243,50 +330,72 @@ CASES = [
         [
             make_job("q").workers(1, 2).preferred(2).submitted_at(5).obj(),
             make_job("l1").workers(1, 4).preferred(4).submitted_at(0)
-            .running(4, since=0).attained(4000.0).obj(),
+            .running(4, since=0).attained(60000.0).obj(),
             make_job("l2").workers(1, 4).preferred(4).submitted_at(1)
-            .running(4, since=1).attained(4000.0).obj(),
+            .running(4, since=1).attained(60000.0).obj(),
             make_job("l3").workers(1, 4).preferred(4).submitted_at(2)
-            .running(4, since=2).attained(4000.0).obj(),
+            .running(4, since=2).attained(60000.0).obj(),
         ],
         4, {"q": 2, "l1": 1, "l2": 1, "l3": 0},
         compaction_threshold=1,
     ),
     case(
-        "ElasticTiresias keeps preferred sizes while few jobs are pending",
+        "ElasticTiresias lets pending jobs of a lower queue compete for the GPUs left",
         "ElasticTiresias",
         [
             make_job("q").workers(1, 2).preferred(2).submitted_at(5).obj(),
             make_job("l1").workers(1, 4).preferred(4).submitted_at(0)
-            .running(4, since=0).attained(4000.0).obj(),
+            .running(4, since=0).attained(60000.0).obj(),
             make_job("l2").workers(1, 4).preferred(4).submitted_at(1)
-            .running(4, since=1).attained(4000.0).obj(),
-            make_job("l3").workers(1, 4).preferred(4).submitted_at(2)
-            .running(4, since=2).attained(4000.0).obj(),
+            .running(4, since=1).attained(60000.0).obj(),
         ],
-        4, {"q": 2, "l1": 0, "l2": 0, "l3": 0},
+        4, {"q": 2, "l1": 2, "l2": 0},
     ),
     # ----- FfDLOptimizer
     case(
-        "FfDLOptimizer gives earlier jobs more when the total speedup is the same",
+        "FfDLOptimizer does not starve the head of the queue for small jobs behind it",
+        "FfDLOptimizer",
+        [
+            make_job("A").rigid(4).epoch_times({1: 100.0, 4: 40.0}).submitted_at(0).obj(),
+            *(make_job(f"b{i}").rigid(1).submitted_at(i).obj() for i in range(1, 6)),
+        ],
+        4, {"A": 4, "b1": 0, "b2": 0, "b3": 0, "b4": 0, "b5": 0},
+    ),
+    case(
+        "FfDLOptimizer spreads GPUs over fresh jobs of unknown speed",
+        "FfDLOptimizer",
+        [make_job(name).workers(1, 4).submitted_at(i).obj() for i, name in enumerate("abcd")],
+        4, {"a": 1, "b": 1, "c": 1, "d": 1},
+    ),
+    case(
+        "FfDLOptimizer spreads the GPUs beyond the mins when speedups tie",
         "FfDLOptimizer",
         [
             make_job("b").workers(1, 4).submitted_at(1).obj(),
             make_job("a").workers(1, 4).submitted_at(0).obj(),
         ],
-        6, {"a": 4, "b": 2},
+        6, {"a": 3, "b": 3},
     ),
     case(
-        "FfDLOptimizer gives the GPUs to the job that scales well",
+        "FfDLOptimizer gives an odd GPU left over an even split to the earlier job",
+        "FfDLOptimizer",
+        [
+            make_job("b").workers(1, 4).submitted_at(1).obj(),
+            make_job("a").workers(1, 4).submitted_at(0).obj(),
+        ],
+        5, {"a": 3, "b": 2},
+    ),
+    case(
+        "FfDLOptimizer admits in FIFO order and gives the rest to the job that scales well",
         "FfDLOptimizer",
         [
             make_job("a").workers(2, 4).submitted_at(0).epoch_times(POOR).obj(),
             make_job("b").workers(1, 4).submitted_at(1).epoch_times(LINEAR).obj(),
         ],
-        4, {"a": 0, "b": 4},
+        4, {"a": 2, "b": 2},
     ),
     case(
-        "FfDLOptimizer starts a poorly scaling job on the GPUs left over",
+        "FfDLOptimizer starts a poorly scaling job at min and grows the one that scales",
         "FfDLOptimizer",
         [
             make_job("a").workers(2, 4).submitted_at(0).epoch_times(POOR).obj(),
@@ -295,7 +404,7 @@ CASES = [
         6, {"a": 2, "b": 4},
     ),
     case(
-        "FfDLOptimizer skips a job larger than the cluster",
+        "FfDLOptimizer passes over a job larger than the cluster",
         "FfDLOptimizer",
         [
             make_job("a").rigid(8).submitted_at(0).obj(),
@@ -304,7 +413,17 @@ CASES = [
         4, {"a": 0, "b": 2},
     ),
     case(
-        "FfDLOptimizer considers only max_jobs jobs in submit order",
+        "FfDLOptimizer stops admitting at the first job whose min does not fit",
+        "FfDLOptimizer",
+        [
+            make_job("a").workers(1, 1).submitted_at(0).obj(),
+            make_job("b").rigid(4).submitted_at(1).obj(),
+            make_job("c").workers(1, 4).submitted_at(2).obj(),
+        ],
+        4, {"a": 1, "b": 0, "c": 0},
+    ),
+    case(
+        "FfDLOptimizer admits at most max_jobs jobs in submit order",
         "FfDLOptimizer",
         [
             make_job("a").rigid(1).submitted_at(0).obj(),
@@ -315,12 +434,31 @@ CASES = [
     ),
     # ----- AFS-L
     case(
-        "AFS-L starts every job before any job grows",
+        "AFS-L follows the paper's asymmetric rule, not a symmetric one",
+        "AFS-L",
+        [
+            make_job("a").workers(1, 2).epochs(2).epoch_times({1: 10.0, 2: 6.25}).obj(),
+            make_job("b").workers(1, 2).epochs(20).epoch_times({1: 10.0, 2: 5.0}).obj(),
+        ],
+        3, {"a": 2, "b": 1},
+    ),
+    case(
+        "AFS-L gives a short job on one GPU of linear speed its second GPU before a start",
         "AFS-L",
         [
             make_job("a").workers(1, 4).submitted_at(0).obj(),
             make_job("b").workers(1, 4).submitted_at(1).obj(),
             make_job("c").workers(1, 4).submitted_at(2).obj(),
+        ],
+        3, {"a": 2, "b": 1, "c": 0},
+    ),
+    case(
+        "AFS-L starts waiting jobs before running jobs grow at less than linear speed",
+        "AFS-L",
+        [
+            make_job("a").workers(1, 4).submitted_at(0).epoch_times(POOR).obj(),
+            make_job("b").workers(1, 4).submitted_at(1).epoch_times(POOR).obj(),
+            make_job("c").workers(1, 4).submitted_at(2).epoch_times(POOR).obj(),
         ],
         3, {"a": 1, "b": 1, "c": 1},
     ),

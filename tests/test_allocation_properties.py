@@ -6,6 +6,7 @@ import itertools
 import random
 
 import pytest
+from afs_reference import reference_afs_l
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,12 +18,13 @@ from voda.core.estimate import EpochTimes, speed_model
 from voda.core.model import Job, JobStatus
 
 ALL = list(registry.BUILTIN_NAMES)
-# Elastic algorithms that never leave a GPU idle while an allocated job is below max.
+# Elastic algorithms: no GPU stays idle while any job's min fits in the idle GPUs, or
+# while a job holding GPUs is below max (ElasticTiresias: and its next GPU would not
+# slow it down).
 WORK_CONSERVING = ["ElasticFIFO", "ElasticSRJF", "ElasticTiresias", "AFS-L"]
-# Rigid-size algorithms: each job gets its preferred size or nothing.
+# Rigid-size algorithms: each job gets its preferred size or nothing, and a job left
+# with nothing needs more than the GPUs left idle.
 AT_PREFERRED = ["FIFO", "SRJF", "Tiresias"]
-# A job left with nothing needs more than the GPUs left idle.
-NON_BLOCKING = [*AT_PREFERRED, "ElasticFIFO", "ElasticSRJF", "AFS-L"]
 
 PROPERTY_SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -39,6 +41,7 @@ def job_strategy(draw: st.DrawFn, name: str) -> Job:
     attained = draw(st.sampled_from([0.0, 100.0, 3599.0, 3600.0, 7200.0, 60000.0]))
     run_since = draw(st.sampled_from([0.0, 10.0, 500.0]))
     wait_since = draw(st.sampled_from([0.0, 80.0, 4000.0, 10000.0]))
+    promoted = draw(st.booleans())
     started = draw(st.none() | st.sampled_from([0.0, 5.0, 5.0, 50.0]))
     times = draw(
         st.dictionaries(st.integers(1, 16), st.sampled_from([10.0, 20.0, 35.0, 60.0, 90.0]),
@@ -60,6 +63,9 @@ def job_strategy(draw: st.DrawFn, name: str) -> Job:
         running_seconds=run_since * 2,
         running_seconds_since_start=run_since,
         waiting_seconds_since_start=0.0 if running else wait_since,
+        attained_gpu_seconds_since_promotion=attained / 4 if promoted else attained * 2,
+        running_seconds_since_promotion=run_since if promoted else run_since * 2,
+        waiting_seconds_since_promotion=wait_since / 2 if promoted else wait_since,
         first_start_time=started if started is not None or not running else 0.0,
         queue_since=draw(st.none() | st.sampled_from([0.0, 3.0, 3.0, 20.0])),
         epoch_time_by_workers=times,
@@ -78,30 +84,55 @@ def shuffled(jobs: list[Job], seed: int) -> list[Job]:
     return copy
 
 
-def check_work_conserving(jobs: list[Job], capacity: int, result: dict[str, int]) -> None:
-    """No GPU idle while an allocated job is below max."""
-    if any(0 < result[j.name] < j.max_workers for j in jobs):
-        assert sum(result.values()) == capacity
-
-
-def check_left_out_does_not_fit(
-    jobs: list[Job], capacity: int, result: dict[str, int], at_preferred: bool
+def check_work_conserving(
+    jobs: list[Job], capacity: int, result: dict[str, int], slowdown_stops: bool
 ) -> None:
-    """A job with nothing needs more (its starting size) than the GPUs left idle."""
+    """No GPU idle while any job's min fits in the idle GPUs, or while a job holding GPUs
+    is below max (unless, with `slowdown_stops`, one more GPU would slow it down)."""
+    idle = capacity - sum(result.values())
+    if idle == 0:
+        return
+    for job in jobs:
+        have = result[job.name]
+        if have == 0:
+            assert job.min_workers > idle, f"{job.name}'s min fits in {idle} idle GPUs"
+        elif have < job.max_workers:
+            model = speed_model(job)
+            gain = model.speedup(have + 1) - model.speedup(have)
+            assert slowdown_stops and gain < 0, (
+                f"{idle} GPUs idle while {job.name} holds {have} of max {job.max_workers}")
+
+
+def check_left_out_does_not_fit(jobs: list[Job], capacity: int, result: dict[str, int]) -> None:
+    """A job with nothing needs more (its preferred size) than the GPUs left idle."""
     left = capacity - sum(result.values())
     for job in jobs:
         if result[job.name] == 0:
-            start = job.preferred if at_preferred else job.min_workers
-            assert start > left, f"{job.name} needs {start} and {left} GPUs are idle"
+            assert job.preferred > left, f"{job.name} needs {job.preferred}, {left} are idle"
 
 
-@pytest.mark.parametrize("name", ALL)
+# Every built-in algorithm with its defaults, and with other values of its knobs.
+CONFIGS = [
+    *((name, {}) for name in ALL),
+    ("ElasticFIFO", {"growth": "in_order"}),
+    ("SRJF", {"order": "wall_time"}),
+    ("ElasticSRJF", {"order": "wall_time", "growth": "in_order"}),
+    ("Tiresias", {"queue_thresholds": [100, 3600], "starvation_knob": 2,
+                  "queue_order": "queue_entry"}),
+    ("ElasticTiresias", {"queue_thresholds": [3600], "starvation_knob": None,
+                         "compaction_threshold": 0}),
+    ("FfDLOptimizer", {"max_jobs": 3}),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), CONFIGS,
+                         ids=[f"{n} {p}" if p else n for n, p in CONFIGS])
 @PROPERTY_SETTINGS
 @given(jobs=jobs_strategy(), capacity=st.integers(0, 64), seed=st.integers(0, 1000))
 def test_every_algorithm_keeps_the_contract_and_its_promises(
-    name: str, jobs: list[Job], capacity: int, seed: int
+    name: str, params: dict, jobs: list[Job], capacity: int, seed: int
 ) -> None:
-    algorithm = registry.create(name)
+    algorithm = registry.create(name, params)
     result = algorithm(jobs, capacity)
     assert allocation_problems(jobs, capacity, result) == []
     assert set(result) == {j.name for j in jobs}, "every job is present in the result"
@@ -113,11 +144,28 @@ def test_every_algorithm_keeps_the_contract_and_its_promises(
     assert algorithm(shuffled(jobs, seed), capacity) == result
     assert algorithm(list(reversed(jobs)), capacity) == result
     if name in WORK_CONSERVING:
-        check_work_conserving(jobs, capacity, result)
+        check_work_conserving(jobs, capacity, result, slowdown_stops=name == "ElasticTiresias")
     if name in AT_PREFERRED:
         assert all(result[j.name] in (0, j.preferred) for j in jobs), "preferred size or 0"
-    if name in NON_BLOCKING:
-        check_left_out_does_not_fit(jobs, capacity, result, at_preferred=name in AT_PREFERRED)
+        check_left_out_does_not_fit(jobs, capacity, result)
+
+
+@pytest.mark.parametrize("name", ALL)
+@PROPERTY_SETTINGS
+@given(jobs=jobs_strategy(), capacity=st.integers(0, 64))
+def test_priority_classes_are_strict_in_every_algorithm(
+    name: str, jobs: list[Job], capacity: int
+) -> None:
+    """Jobs of lower classes (higher numbers) never change what a higher class gets: each
+    class is served, by the algorithm's own rules, from what the classes above left."""
+    algorithm = registry.create(name)
+    result = algorithm(jobs, capacity)
+    free = capacity
+    for priority in sorted({j.priority for j in jobs}):
+        members = [j for j in jobs if j.priority == priority]
+        alone = algorithm(members, free)
+        assert {j.name: result[j.name] for j in members} == alone
+        free -= sum(alone.values())
 
 
 @PROPERTY_SETTINGS
@@ -145,7 +193,7 @@ def _total_speedup(jobs: list[Job], counts: dict[str, int]) -> int:
 
 @settings(max_examples=100, deadline=None)
 @given(jobs=jobs_strategy(max_jobs=4), capacity=st.integers(0, 14))
-def test_ffdl_finds_the_best_total_speedup_of_all_allocations(
+def test_ffdl_admits_a_fifo_prefix_and_finds_the_best_total_speedup(
     jobs: list[Job], capacity: int
 ) -> None:
     small = [
@@ -159,18 +207,50 @@ def test_ffdl_finds_the_best_total_speedup_of_all_allocations(
         for j in jobs
         if min(j.min_workers, 3) <= min(j.max_workers, 5)
     ]
-    # a horizon wide enough that every job is in the program: the exact optimum
-    result = FfDLOptimizer(horizon_factor=100.0)(small, capacity)
-    choices = [[0, *range(j.min_workers, j.max_workers + 1)] for j in small]
+    ffdl = FfDLOptimizer()
+    result = ffdl(small, capacity)
+    ordered = sorted(small, key=lambda j: j.sort_key)
+    admitted = ffdl.admitted(ordered, capacity)
+    # admission: the FIFO prefix (passing over jobs that could never fit) whose mins fit
+    prefix, free = [], capacity
+    for job in ordered:
+        if job.min_workers > capacity:
+            continue
+        if job.min_workers > free:
+            break
+        prefix.append(job)
+        free -= job.min_workers
+    assert [j.name for j in admitted] == [j.name for j in prefix]
+    for job in small:
+        if job in admitted:
+            assert job.min_workers <= result[job.name] <= job.max_workers
+        else:
+            assert result[job.name] == 0
+    choices = [range(j.min_workers, j.max_workers + 1) for j in admitted]
     best = max(
         (
-            _total_speedup(small, dict(zip([j.name for j in small], combo, strict=True)))
+            _total_speedup(admitted, dict(zip([j.name for j in admitted], combo, strict=True)))
             for combo in itertools.product(*choices)
             if sum(combo) <= capacity
         ),
         default=0,
     )
-    assert _total_speedup(small, result) == best
+    assert _total_speedup(admitted, result) == best
+
+
+@PROPERTY_SETTINGS
+@given(jobs=jobs_strategy(), capacity=st.integers(0, 64))
+def test_afs_l_is_the_pairwise_tournament_replayed_for_every_gpu(
+    jobs: list[Job], capacity: int
+) -> None:
+    ordered = sorted(jobs, key=lambda j: j.sort_key)
+    expected: dict[str, int] = {}
+    free = capacity
+    for priority in sorted({j.priority for j in jobs}):
+        part = reference_afs_l([j for j in ordered if j.priority == priority], free)
+        expected.update(part)
+        free -= sum(part.values())
+    assert registry.create("AFS-L")(jobs, capacity) == expected
 
 
 def _pollux_reference(jobs: list[Job], capacity: int, threshold: float) -> dict[str, int]:
@@ -203,6 +283,7 @@ def test_the_pollux_preset_is_two_fifo_queues_on_rigid_jobs(
             submit_time=j.submit_time,
             attained_gpu_seconds=j.attained_gpu_seconds * 10,
             attained_gpu_seconds_since_start=j.attained_gpu_seconds_since_start,
+            attained_gpu_seconds_since_promotion=j.attained_gpu_seconds * 10,
             current_workers=j.current_workers and j.min_workers,
             running_seconds_since_start=j.running_seconds_since_start,
             waiting_seconds_since_start=j.waiting_seconds_since_start,
@@ -211,10 +292,7 @@ def test_the_pollux_preset_is_two_fifo_queues_on_rigid_jobs(
         )
         for j in jobs
     ]
-    preset = Tiresias(
-        queue_thresholds=(57600.0,), starvation_knob=None, service="total",
-        queue_order="queue_entry",
-    )
+    preset = Tiresias(queue_thresholds=(57600.0,), starvation_knob=None, queue_order="queue_entry")
     assert preset(rigid, capacity) == _pollux_reference(rigid, capacity, 57600.0)
 
 

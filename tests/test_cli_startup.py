@@ -63,13 +63,14 @@ def test_client_commands_import_nothing_heavy(server: ServeProcess, tmp_path: Pa
         ("submit", "-f", str(job)), ("jobs",), ("jobs", "--json"), ("jobs", "--all"),
         ("describe", name), ("priority", name, "2"), ("cluster",), ("algorithm", "get"),
         ("logs", name, "--run-dir", str(tmp_path / "runs")), ("top", "--once"),
-        ("delete", name),
+        ("delete", name), ("node", "drain", "node-1"), ("node", "add", "node-1"),
+        ("node", "add", "node-9", "--gpus", "2"), ("node", "remove", "node-9"), ("token",),
     ]
     seen: dict[str, set[str]] = {}
     for args in commands:
         done = voda(env, *args)
         assert done.returncode == 0, (args, done.stderr)
-        seen[" ".join(args[:2])] = imported(done) & FORBIDDEN
+        seen[" ".join(args[:3])] = imported(done) & FORBIDDEN
     assert seen == {key: set() for key in seen}
     # The commands that run locally still import what they need (the test can fail).
     done = voda(env, "plan", "--gpus", "4", str(ROOT / "examples" / "jobs" / "compact.yaml"))
@@ -129,7 +130,12 @@ def test_job_names_complete_from_the_service(server: ServeProcess, tmp_path: Pat
     assert "_VODA_COMPLETE" in shown.stdout or "complete" in shown.stdout
 
 
-def test_a_job_name_cannot_leave_its_route(server: ServeProcess, tmp_path: Path) -> None:
-    done = voda(env_for(server, tmp_path), "describe", "../../healthz")
-    assert done.returncode == 4 and "not found" in done.stderr.lower()
+@pytest.mark.parametrize("args", [("describe", "../../healthz"),
+                                  ("node", "drain", "../../healthz"),
+                                  ("algorithm", "get", "--gpu-type", "a/b")],
+                         ids=["a job name", "a node name", "a GPU type"])
+def test_a_name_cannot_leave_its_route(server: ServeProcess, tmp_path: Path,
+                                       args: tuple[str, ...]) -> None:
+    done = voda(env_for(server, tmp_path), *args)
+    assert done.returncode == 2 and "is not a" in done.stderr
     assert '"status"' not in done.stdout  # not the health answer

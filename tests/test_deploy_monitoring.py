@@ -90,7 +90,9 @@ def test_every_dashboard_and_rule_query_names_only_exported_metrics(
     used = set().union(*(metric_names(q) for q in dashboard_queries()))
     for metric in ("voda_jobs_waiting", "voda_gpus_in_use", "voda_job_actions_total",
                    "voda_workers_migrated_total", "voda_reschedule_duration_seconds_bucket",
-                   "voda_http_request_duration_seconds_bucket", "voda_store_write_failures_total"):
+                   "voda_http_request_duration_seconds_bucket", "voda_store_up",
+                   "voda_store_unwritten_batches", "voda_store_write_failures",
+                   "voda_scheduling_refused"):
         assert metric in used
 
 
@@ -107,9 +109,10 @@ def test_alerting_rules_pass_promtool() -> None:
     done = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 5 rules found" in done.stdout
+    assert "SUCCESS: 6 rules found" in done.stdout
     alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
-    assert {"VodaSchedulerStuck", "VodaStoreWritesFailing", "VodaGPUsIdleWhileJobsWait"} <= alerts
+    assert {"VodaSchedulerStuck", "VodaStoreWritesFailing", "VodaStoreRejectingRows",
+            "VodaGPUsIdleWhileJobsWait"} <= alerts
 
 
 def test_the_dashboard_is_grafana_json() -> None:

@@ -1,6 +1,10 @@
 """Speed estimates from observed epoch times."""
 
+from itertools import pairwise
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voda.core.estimate import fit_speed, remaining_time
 from voda.core.model import Job
@@ -54,3 +58,62 @@ def test_remaining_time_counts_remaining_epochs() -> None:
     assert remaining_time(job, 0) == float("inf")
     done = Job("b", 1, 4, epochs=3, completed_epochs=3)
     assert remaining_time(done, 1) == 0.0
+
+
+def test_the_gain_past_the_last_observation_never_exceeds_the_last_measured_gain() -> None:
+    # The review's case: unanchored, the 5th GPU was worth 0.67 and the measured 3rd 0.25.
+    model = fit_speed({1: 100.0, 2: 50.0, 4: 40.0})
+    third = model.speedup(3) - model.speedup(2)
+    fifth = model.speedup(5) - model.speedup(4)
+    assert third == pytest.approx(0.25)
+    assert fifth <= third + 1e-12
+
+
+def test_the_extrapolation_is_anchored_at_the_nearest_observation() -> None:
+    # Amdahl's shape, scaled to pass through the last observation: no jump at its edge.
+    model = fit_speed({1: 100.0, 2: 62.0, 4: 40.0})
+    assert model.epoch_time(4) == 40.0
+    assert model._amdahl_time(4) != pytest.approx(40.0)  # the fit alone misses it
+    ratio = model._amdahl_time(5) / model._amdahl_time(4)
+    assert model.epoch_time(5) == pytest.approx(40.0 * ratio)
+    low = fit_speed({4: 40.0, 8: 25.0})
+    assert low.epoch_time(3) > 40.0
+    assert low.epoch_time(1) == pytest.approx(40.0 * low._amdahl_time(1) / low._amdahl_time(4))
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        pytest.param({1: 10.0, 2: 20.0}, id="a slow-down on two workers"),
+        pytest.param({1: 100.0, 2: 50.0, 4: 60.0}, id="a slow-down on the last segment"),
+        pytest.param({1: 100.0, 2: 100.0}, id="no change"),
+    ],
+)
+def test_no_speed_up_is_predicted_past_a_measured_slow_down(times: dict[int, float]) -> None:
+    model = fit_speed(times)
+    last = max(times)
+    for k in range(last + 1, last + 8):
+        assert model.epoch_time(k) >= model.epoch_time(last) - 1e-12
+
+
+observations = st.dictionaries(
+    st.integers(1, 12), st.floats(1.0, 1000.0, allow_nan=False), min_size=1, max_size=5
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(times=observations)
+def test_speedup_past_the_observations_is_concave_and_capped_by_the_last_segment(
+    times: dict[int, float],
+) -> None:
+    model = fit_speed(times)
+    counts = sorted(times)
+    last = counts[-1]
+    speedups = [model.speedup(k) for k in range(last, last + 20)]
+    gains = [b - a for a, b in pairwise(speedups)]
+    assert all(g >= -1e-12 for g in gains), "never slower with more workers past the edge"
+    assert all(later <= earlier + 1e-9 for earlier, later in pairwise(gains))
+    if len(counts) >= 2:
+        previous = counts[-2]
+        measured = (model.speedup(last) - model.speedup(previous)) / (last - previous)
+        assert gains[0] <= max(measured, 0.0) + 1e-9

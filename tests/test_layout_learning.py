@@ -31,11 +31,13 @@ def test_throughput_is_recorded_by_workers_and_nodes_and_shared_by_the_category(
     sched.submit(make_job("a").rigid(8).category("yolov3").submitted_at(0).obj())
     sched.step(0.0)
     nodes = len(sched.jobs["a"].placement)
-    backend.report_epoch("a", 10.0, 1, 100.0, 8, samples_per_second=64.0)
-    backend.report_epoch("a", 20.0, 2, 100.0, 8, samples_per_second=96.0)
-    sched.step(20.0)
-    # Exponential average of the two reports, under (workers, nodes spanned).
-    assert sched.layout_history["yolov3"] == {(8, nodes): 80.0}
+    backend.report_epoch("a", 10.0, 1, 150.0, 8, samples_per_second=40.0)  # restore included
+    backend.report_epoch("a", 20.0, 2, 100.0, 8, samples_per_second=64.0)
+    backend.report_epoch("a", 30.0, 3, 100.0, 8, samples_per_second=96.0)
+    sched.step(30.0)
+    # The first epoch after the start is not a measure; the exponential average of the
+    # two others is kept under (workers, nodes spanned), for the category on this GPU type.
+    assert sched.layout_history[("yolov3", "default")] == {(8, nodes): 80.0}
     sched.submit(make_job("b").rigid(4).category("yolov3").submitted_at(30).obj())
     assert sched.jobs["b"].snapshot().layout_throughput == {(8, nodes): 80.0}
     assert sched.jobs["b"].layout_throughput is sched.jobs["a"].layout_throughput
@@ -45,10 +47,11 @@ def test_reports_without_throughput_or_of_another_size_teach_nothing() -> None:
     sched, backend = engine()
     sched.submit(make_job("a").rigid(8).category("yolov3").submitted_at(0).obj())
     sched.step(0.0)
-    backend.report_epoch("a", 10.0, 1, 100.0, 8)  # no throughput
-    backend.report_epoch("a", 20.0, 2, 100.0, 6, samples_per_second=50.0)  # resized since
+    backend.report_epoch("a", 5.0, 1, 100.0, 8, samples_per_second=50.0)  # the restore
+    backend.report_epoch("a", 10.0, 2, 100.0, 8)  # no throughput
+    backend.report_epoch("a", 20.0, 3, 100.0, 6, samples_per_second=50.0)  # resized since
     sched.step(20.0)
-    assert sched.layout_history["yolov3"] == {}
+    assert sched.layout_history[("yolov3", "default")] == {}
     assert sched.jobs["a"].epoch_time_by_workers  # epoch times are still recorded
 
 
@@ -67,7 +70,7 @@ def test_the_simulator_reports_the_throughput_of_the_layout_a_job_runs_on() -> N
 
 
 def write_yolov3_jobs(tmp_path: Path, count: int) -> Path:
-    """Jobs of 8 GPUs an hour apart: only the first runs before anything is known."""
+    """Jobs of 8 GPUs an hour apart: the first two start before anything is measured."""
     path = tmp_path / "yolov3.yaml"
     lines = [f"- {{name: y{i}, arrival: {i * 3600}, model: yolov3, min: 8, max: 8, epochs: 3}}"
              for i in range(count)]
@@ -87,20 +90,21 @@ def first_layouts(
         start(self, job, placement)
 
     monkeypatch.setattr(SimBackend, "start", recording_start)
-    workload = load_workload(write_yolov3_jobs(tmp_path, 4))
+    workload = load_workload(write_yolov3_jobs(tmp_path, 5))
     result = simulate(workload, parse_cluster("8x4"), SimSettings(placement=placement))
     assert result.unfinished == 0
-    return [starts[f"y{i}"] for i in range(4)]
+    return [starts[f"y{i}"] for i in range(5)]
 
 
 def test_a_category_learns_that_spread_runs_faster_and_later_jobs_are_spread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     layouts = first_layouts(tmp_path, "topology", monkeypatch)
-    assert layouts[0] == (4, 4), "nothing known: packed"
-    assert layouts[1] == (2, 2, 2, 2), "packed seen: spread is tried"
-    assert layouts[2:] == [(2, 2, 2, 2)] * 2, "spread measured faster: kept"
-    assert first_layouts(tmp_path, "topology-packed", monkeypatch) == [(4, 4)] * 4
+    # y0's first epoch (the only one done when y1 arrives) includes the start: no measure.
+    assert layouts[:2] == [(4, 4)] * 2, "nothing measured yet: packed"
+    assert layouts[2] == (2, 2, 2, 2), "packed seen: spread is tried"
+    assert layouts[3:] == [(2, 2, 2, 2)] * 2, "spread measured faster: kept"
+    assert first_layouts(tmp_path, "topology-packed", monkeypatch) == [(4, 4)] * 5
 
 
 def test_yolov3_spread_is_measured_faster_than_packed_in_the_profiles() -> None:

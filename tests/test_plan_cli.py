@@ -22,7 +22,7 @@ JOBS = [
     {"name": "b", "min": 2, "max": 4, "submit_time": 1, "epochs": 10,
      "epoch_time_by_workers": {1: 100.0, 2: 50.0}},
     {"name": "c", "min": 2, "max": 2, "preferred": 2, "submit_time": 2, "priority": 1,
-     "attained_gpu_seconds": 5000.0, "completed_epochs": 1, "epochs": 3},
+     "attained_gpu_seconds": 60000.0, "completed_epochs": 1, "epochs": 3},
 ]
 
 
@@ -41,18 +41,18 @@ def run(*args: str):
     ("algorithm", "gpus", "expected"),
     [
         ("FIFO", 4, {"a": 1, "b": 2, "c": 0}),
-        ("ElasticFIFO", 7, {"a": 3, "b": 2, "c": 2}),
+        ("ElasticFIFO", 7, {"a": 3, "b": 4, "c": 0}),
         ("Tiresias", 5, {"a": 1, "b": 2, "c": 2}),
         ("Tiresias", 3, {"a": 1, "b": 2, "c": 0}),
-        ("AFS-L", 5, {"a": 1, "b": 2, "c": 2}),
+        ("AFS-L", 5, {"a": 3, "b": 2, "c": 0}),
         ("FfDLOptimizer", 8, {"a": 4, "b": 4, "c": 0}),
     ],
     ids=[
         "FIFO gives preferred sizes in submit order",
-        "ElasticFIFO grows the first job",
+        "ElasticFIFO grows the jobs of the top priority class before a lower class starts",
         "Tiresias serves the job past the threshold last",
         "Tiresias leaves the job past the threshold waiting when GPUs run out",
-        "AFS-L starts the shortest jobs first",
+        "AFS-L gives the short job of linear speed more GPUs before starting the longer",
         "FfDLOptimizer maximizes total speedup",
     ],
 )
@@ -69,18 +69,19 @@ def test_plan_reads_json_files_with_string_worker_keys(tmp_path: Path) -> None:
     assert '"1": 100.0' in path.read_text()
     result = run("--algorithm", "AFS-L", "--gpus", "6", str(path))
     assert result.exit_code == 0, result.output
-    # a on 1 GPU gains more, relatively, from a second one than b on 2 from a third
-    assert json.loads(result.stdout) == {"allocation": {"a": 2, "b": 2, "c": 2}}
+    # a, the shorter, grows while b's relative gain does not beat a's; c (priority 1)
+    # gets what the top class leaves: nothing
+    assert json.loads(result.stdout) == {"allocation": {"a": 4, "b": 2, "c": 0}}
     b = jobs_from_data(json.loads(path.read_text()))[1]
     assert dict(b.epoch_time_by_workers) == {1: 100.0, 2: 50.0}
 
 
 def test_plan_passes_algorithm_knobs(tmp_path: Path) -> None:
     path = write(tmp_path, JOBS)
-    params = json.dumps({"queue_thresholds": [10000.0]})
+    params = json.dumps({"queue_thresholds": [100000.0]})
     result = run("--algorithm", "Tiresias", "--params", params, "--gpus", "4", str(path))
     assert result.exit_code == 0, result.output
-    # c (5,000 GPU-s) is now in the top queue, started never: served after a and b by submit
+    # c (60,000 GPU-s) is now in the top queue; priority 1 still serves it after a and b
     assert json.loads(result.stdout) == {"allocation": {"a": 1, "b": 2, "c": 0}}
     result = run("--algorithm", "Tiresias", "--params", params, "--gpus", "5", str(path))
     assert json.loads(result.stdout) == {"allocation": {"a": 1, "b": 2, "c": 2}}
@@ -165,7 +166,7 @@ def test_an_unknown_algorithm_exits_2_listing_the_valid_names(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ('{"service": "forever"}', "--params: service: must be one of"),
+        ('{"queue_order": "forever"}', "--params: queue_order: must be one of"),
         ("[1, 2]", "--params: must be a JSON object"),
         ("{not json", "--params: not valid JSON"),
     ],
@@ -213,7 +214,8 @@ def test_the_installed_command_line_exits_2_without_a_traceback(tmp_path: Path) 
         capture_output=True, text=True, timeout=60,
     )
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout) == {"allocation": {"a": 1, "b": 0, "c": 2}}
+    # priority classes are strict: c (priority 1) waits for a and b whatever its length
+    assert json.loads(ok.stdout) == {"allocation": {"a": 1, "b": 2, "c": 0}}
 
 
 def test_jobs_from_data_builds_jobs_in_file_order_with_defaults() -> None:
@@ -221,7 +223,8 @@ def test_jobs_from_data_builds_jobs_in_file_order_with_defaults() -> None:
     assert [j.name for j in jobs] == ["z", "c"]
     z, c = jobs
     assert (z.min_workers, z.max_workers, z.preferred_workers, z.epochs) == (2, 2, None, 1)
-    assert c.attained_gpu_seconds == c.attained_gpu_seconds_since_start == 5000.0
+    assert c.attained_gpu_seconds == c.attained_gpu_seconds_since_start == 60000.0
+    assert c.attained_gpu_seconds_since_promotion == 60000.0
     assert (c.priority, c.completed_epochs, c.epochs) == (1, 1.0, 3)
 
 

@@ -107,24 +107,39 @@ def test_an_import_path_that_does_not_resolve_is_an_unknown_algorithm(path: str)
 @pytest.mark.parametrize(
     ("name", "params", "reason"),
     [
-        ("FIFO", {"speed": 2}, "bad parameters for algorithm 'FIFO'"),
-        ("Tiresias", {"service": "forever"}, "service: must be one of"),
+        ("FIFO", {"speed": 2}, "algorithm 'FIFO' has no parameter 'speed'; its parameters: none"),
+        ("Tiresias", {"service": "total"}, "has no parameter 'service'; its parameters: "
+                                           "queue_thresholds, starvation_knob, queue_order"),
         ("Tiresias", {"queue_thresholds": [10.0, 5.0]}, "queue_thresholds: must be strictly"),
-        ("Tiresias", {"starvation_knob": 0}, "starvation_knob: must be positive"),
+        ("Tiresias", {"queue_thresholds": []}, "queue_thresholds: must hold at least one"),
+        ("Tiresias", {"queue_thresholds": "soon"}, "queue_thresholds: must be"),
+        ("Tiresias", {"queue_thresholds": [float("inf")]}, "queue_thresholds: must be positive"),
+        ("Tiresias", {"starvation_knob": 0}, "starvation_knob: must be a positive number"),
+        ("Tiresias", {"starvation_knob": "often"}, "starvation_knob: must be a positive number"),
         ("Tiresias", {"queue_order": "random"}, "queue_order: must be one of"),
         ("ElasticTiresias", {"compaction_threshold": -1}, "compaction_threshold"),
-        ("FfDLOptimizer", {"max_jobs": 0}, "max_jobs: must be at least 1"),
-        ("FfDLOptimizer", {"horizon_factor": 0}, "horizon_factor: must be positive"),
+        ("ElasticTiresias", {"compaction_threshold": 2.5}, "compaction_threshold: must be a whole"),
+        ("SRJF", {"order": "random"}, "order: must be one of"),
+        ("ElasticFIFO", {"growth": "sideways"}, "growth: must be one of"),
+        ("FfDLOptimizer", {"max_jobs": 0}, "max_jobs: must be a whole number >= 1"),
+        ("FfDLOptimizer", {"horizon_factor": 2}, "has no parameter 'horizon_factor'"),
     ],
     ids=[
         "an unknown knob",
-        "an unknown service measure",
+        "a knob that no longer exists",
         "thresholds out of order",
+        "no threshold",
+        "thresholds that are not numbers",
+        "an infinite threshold",
         "a starvation knob of zero",
+        "a starvation knob that is not a number",
         "an unknown queue order",
         "a negative compaction threshold",
-        "a horizon of no jobs",
-        "a horizon factor of zero",
+        "a fractional compaction threshold",
+        "an unknown SRJF order",
+        "an unknown way to grow",
+        "an admission limit of no jobs",
+        "the horizon factor FIFO admission replaced",
     ],
 )
 def test_bad_parameters_are_refused_naming_the_knob(
@@ -138,6 +153,11 @@ def test_thresholds_given_as_a_list_become_a_tuple() -> None:
     algorithm = registry.create("Tiresias", {"queue_thresholds": [100, 1000]})
     assert algorithm.queue_thresholds == (100.0, 1000.0)  # type: ignore[attr-defined]
     assert hash(algorithm)
+
+
+def test_one_threshold_given_as_a_number_makes_two_queues() -> None:
+    algorithm = registry.create("Tiresias", {"queue_thresholds": 7200})
+    assert algorithm.queue_thresholds == (7200.0,)  # type: ignore[attr-defined]
 
 
 def test_a_plain_function_of_jobs_and_capacity_is_used_as_an_algorithm() -> None:

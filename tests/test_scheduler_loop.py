@@ -11,10 +11,9 @@ from builders import make_cluster, make_job
 
 from voda.backends.memory import InMemoryBackend
 from voda.core.allocation import registry
-from voda.core.allocation.base import AllocationRejected
 from voda.core.allocation.registry import UnknownAlgorithm
 from voda.core.model import ActionKind, Allocation, Cluster, Job, JobStatus, Placement
-from voda.engine.scheduler import Scheduler, SchedulerSettings
+from voda.engine.scheduler import DecisionRefused, Scheduler, SchedulerSettings
 
 
 def scheduler(
@@ -193,12 +192,15 @@ def test_a_broken_allocation_is_refused_and_the_plan_in_force_stays(
 
     scripted.answer, scripted.error = answer, error
     sched.submit(make_job("d").workers(2, 4).submitted_at(1).obj())
-    assert sched.step(1.0) is None
+    plan = sched.step(1.0)
 
-    assert isinstance(sched.last_error, AllocationRejected)
+    assert plan is not None and plan.actions == ()
+    assert set(plan.errors) == {"default"}
+    assert isinstance(sched.last_error, DecisionRefused)
+    assert sched.last_error.gpu_type == "default"
     assert "refused" in str(sched.last_error)
     assert reason in str(sched.last_error)
-    assert sched.last_plan is good
+    assert set(sched.errors) == {"default"}
     assert backend.calls == calls
     assert backend.running == running
     assert {n: r.placement for n, r in sched.jobs.items() if n != "d"} == placements
@@ -207,6 +209,7 @@ def test_a_broken_allocation_is_refused_and_the_plan_in_force_stays(
     sched.submit(make_job("e").workers(2, 4).submitted_at(2).obj())
     assert sched.step(2.0) is not None
     assert sched.last_error is None, "a good allocation clears the error"
+    assert sched.errors == {}
 
 
 # ----- switching algorithms -----------------------------------------------------
@@ -232,11 +235,13 @@ def test_switching_algorithm_reschedules_with_the_new_one() -> None:
     sched.submit(make_job("a").workers(1, 8).submitted_at(0).obj())
     sched.submit(make_job("b").workers(1, 8).submitted_at(0).obj())
     sched.step(0.0)
-    assert sched.last_plan is not None and dict(sched.last_plan.allocation) == {"a": 7, "b": 1}
+    assert sched.last_plan is not None and dict(sched.last_plan.allocation) == {"a": 4, "b": 4}
     sched.set_algorithm("AFS-L")
     assert sched.dirty
     plan = sched.step(1.0)
-    assert plan is not None and dict(plan.allocation) == {"a": 4, "b": 4}
+    # AFS-L: a, the earlier of two equally short jobs, grows while b's relative gain as
+    # the longer job does not beat a's
+    assert plan is not None and dict(plan.allocation) == {"a": 5, "b": 3}
 
 
 # ----- Tiresias queues ----------------------------------------------------------
@@ -308,3 +313,206 @@ def test_every_built_in_algorithm_drives_the_loop_within_the_cluster(name: str) 
     assert sched.reschedules >= 4
     assert all(sched.jobs[j].status is JobStatus.COMPLETED for j in finished)
     assert len(finished) == 3
+
+
+# ----- refused decisions are retried, GPU types are isolated -----------------------
+
+
+def test_a_refused_decision_is_retried_after_the_rate_limit_with_backoff(
+    scripted: Scripted,
+) -> None:
+    sched, backend = scheduler(rate_limit=30.0, algorithm="Scripted")
+    sched.submit(make_job("a").workers(1, 4).submitted_at(0).obj())
+    scripted.error = RuntimeError("model server down")
+    assert sched.step(0.0) is not None
+    assert set(sched.errors) == {"default"}
+    assert not sched.dirty
+    assert sched.next_wakeup(0.0) == 30.0, "retried after the rate limit"
+    assert sched.step(29.0) is None
+    assert sched.step(30.0) is not None, "nothing changed, yet it decides again"
+    assert sched.next_wakeup(30.0) == 90.0, "a second refusal in a row doubles the wait"
+    sched.step(90.0)
+    assert sched.next_wakeup(90.0) == 210.0
+    scripted.error, scripted.answer = None, {"a": 4}
+    plan = sched.step(210.0)
+    assert plan is not None and plan.allocation == {"a": 4}
+    assert backend.running == {"a": (("node-0", 4),)}
+    assert sched.errors == {} and sched.next_wakeup(210.0) is None
+
+
+def test_a_refused_decision_with_no_rate_limit_is_retried_after_a_second() -> None:
+    sched, _ = scheduler(rate_limit=0.0, algorithm="voda.core.allocation.afs:AFSL")
+    sched.placer = lambda *args: (_ for _ in ()).throw(RuntimeError("no topology"))
+    sched.submit(make_job("a").workers(1, 4).submitted_at(0).obj())
+    sched.step(0.0)
+    assert "placer raised RuntimeError: no topology" in sched.errors["default"].reason
+    assert sched.next_wakeup(0.0) == 1.0
+
+
+def test_one_gpu_types_refusal_does_not_freeze_the_others(scripted: Scripted) -> None:
+    nodes = make_cluster().nodes(1, gpus=4, gpu_type="a100", prefix="a") \
+        .nodes(1, gpus=4, gpu_type="v100", prefix="v").node_list()
+    backend = InMemoryBackend(nodes)
+    settings = SchedulerSettings(algorithm="ElasticFIFO", rate_limit_seconds=0.0,
+                                 algorithm_by_gpu_type={"v100": ("Scripted", {})})
+    sched = Scheduler(backend, settings)
+    sched.submit(make_job("x").workers(1, 4).gpu_type("a100").submitted_at(0).obj())
+    sched.submit(make_job("y").workers(1, 4).gpu_type("v100").submitted_at(0).obj())
+    scripted.answer = {"y": 2}
+    sched.step(0.0)
+    assert backend.running == {"x": (("a-0", 4),), "y": (("v-0", 2),)}
+
+    scripted.answer = {"y": 9}  # over the v100 capacity: refused
+    sched.submit(make_job("x2").workers(1, 4).gpu_type("a100").submitted_at(1).obj())
+    sched.submit(make_job("y2").workers(1, 4).gpu_type("v100").submitted_at(1).obj())
+    plan = sched.step(1.0)
+
+    assert plan is not None
+    assert set(plan.errors) == {"v100"} and "capacity is 4" in plan.errors["v100"]
+    assert backend.running["x"] == (("a-0", 2),) and backend.running["x2"] == (("a-0", 2),)
+    assert backend.running["y"] == (("v-0", 2),), "the refused type keeps its plan"
+    assert "y2" not in backend.running
+    assert set(sched.errors) == {"v100"}
+    assert sched.errors["v100"].gpu_type == "v100"
+
+
+# ----- applying a plan: checked way, backend first, failures read back -------------------
+
+
+def test_a_placement_that_goes_over_capacity_on_the_way_is_refused_for_any_placer(
+    scripted: Scripted,
+) -> None:
+    placer = ScriptedPlacer()
+    sched, backend = scheduler(nodes=2, gpus=2, rate_limit=0.0, algorithm="Scripted",
+                               placer=placer)
+    for name in "ab":
+        sched.submit(make_job(name).workers(1, 2).submitted_at(0).obj())
+    scripted.answer = {"a": 1, "b": 2}
+    placer.wanted = {"a": (("node-0", 1),), "b": (("node-1", 2),)}
+    sched.step(0.0)
+    # The end state fits, but c starts (on node-0, 2 GPUs) before a leaves node-0 by a
+    # scale-out: node-0 would hold 3 GPUs on the way.
+    sched.submit(make_job("c").rigid(2).submitted_at(1).obj())
+    scripted.answer = {"a": 2, "b": 0, "c": 2}
+    placer.wanted = {"a": (("node-1", 2),), "c": (("node-0", 2),)}
+    calls = list(backend.calls)
+    plan = sched.step(1.0)
+    assert plan is not None and "node 'node-0': 3 GPUs used of 2" in plan.errors["default"]
+    assert backend.calls == calls
+
+
+class FailingBackend(InMemoryBackend):
+    """Fails the start of one job (as a cluster API may), once."""
+
+    def __init__(self, *args: object, fail_start_of: str) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.fail_start_of: str | None = fail_start_of
+
+    def start(self, job: Job, placement: tuple) -> None:
+        if job.name == self.fail_start_of:
+            self.fail_start_of = None
+            raise RuntimeError("API server unavailable")
+        super().start(job, placement)
+
+
+def test_a_backend_failure_stops_the_plan_rereads_what_runs_and_decides_again() -> None:
+    backend = FailingBackend(make_cluster().nodes(2, gpus=4).node_list(), fail_start_of="b")
+    sched = Scheduler(backend, SchedulerSettings(algorithm="FIFO", rate_limit_seconds=0.0))
+    for name in "abc":
+        sched.submit(make_job(name).rigid(2).submitted_at(0).obj())
+    assert sched.step(0.0) is None
+    # a started; b's start failed; c was not tried: the records say what the backend runs.
+    assert backend.running == {"a": (("node-0", 2),)}
+    assert sched.jobs["a"].status is JobStatus.RUNNING
+    assert sched.jobs["b"].placement == () and sched.jobs["c"].placement == ()
+    assert "backend failed to start b: API server unavailable" in str(sched.last_error)
+    assert sched.dirty
+    plan = sched.step(1.0)
+    assert plan is not None
+    assert sorted(backend.running) == ["a", "b", "c"]
+    assert all(sched.jobs[n].status is JobStatus.RUNNING for n in "abc")
+    assert sched.errors == {}
+
+
+def test_the_backend_is_told_before_the_records_change() -> None:
+    seen: list[tuple[str, int, int]] = []
+
+    class Watching(InMemoryBackend):
+        def start(self, job: Job, placement: tuple) -> None:
+            record = sched.jobs[job.name]
+            seen.append((job.name, job.current_workers, record.current_workers))
+            super().start(job, placement)
+
+    backend = Watching(make_cluster().nodes(1, gpus=4).node_list())
+    sched = Scheduler(backend, SchedulerSettings(algorithm="FIFO", rate_limit_seconds=0.0))
+    sched.submit(make_job("a").rigid(2).submitted_at(0).obj())
+    sched.step(0.0)
+    # the backend gets the job at its new size; the engine's record still says 0
+    assert seen == [("a", 2, 0)]
+    assert sched.jobs["a"].current_workers == 2
+
+
+# ----- jobs submitted for a later time ----------------------------------------------
+
+
+def test_a_job_submitted_for_a_later_time_is_scheduled_when_that_time_comes() -> None:
+    sched, backend = scheduler(rate_limit=30.0)
+    sched.submit(make_job("later").rigid(2).submitted_at(500).obj())
+    assert sched.step(0.0) is not None  # the submission itself: nothing to run yet
+    assert backend.running == {}
+    assert sched.jobs["later"].status is JobStatus.SUBMITTED
+    assert sched.next_wakeup(0.0) == 500.0
+    assert sched.step(499.0) is None
+    plan = sched.step(500.0)
+    assert plan is not None
+    assert backend.running == {"later": (("node-0", 2),)}
+    assert sched.jobs["later"].waiting_seconds == 0.0, "no wait counted before it arrived"
+
+
+class HalfDoneScale:
+    """A backend whose rescale of one job stops the job, then fails (a crash mid-way);
+    it can tell what runs (SupportsAdoption)."""
+
+    def __init__(self, nodes: list, fail_scale_of: str) -> None:
+        self.inner = InMemoryBackend(nodes)
+        self.fail_scale_of: str | None = fail_scale_of
+
+    def start(self, job: Job, placement: tuple) -> None:
+        self.inner.start(job, placement)
+
+    def scale(self, job: Job, placement: tuple) -> None:
+        if job.name == self.fail_scale_of:
+            self.fail_scale_of = None
+            self.inner.halt(job)
+            raise RuntimeError("launcher died while restarting")
+        self.inner.scale(job, placement)
+
+    def halt(self, job: Job) -> None:
+        self.inner.halt(job)
+
+    def nodes(self) -> list:
+        return self.inner.nodes()
+
+    def events(self) -> list:
+        return self.inner.events()
+
+    def running(self) -> dict:
+        return dict(self.inner.running)
+
+
+def test_after_a_backend_failure_the_records_follow_what_the_backend_runs() -> None:
+    backend = HalfDoneScale(make_cluster().nodes(1, gpus=4).node_list(), fail_scale_of="a")
+    sched = Scheduler(backend, SchedulerSettings(algorithm="ElasticFIFO",  # type: ignore[arg-type]
+                                                 rate_limit_seconds=0.0))
+    sched.submit(make_job("a").workers(1, 4).submitted_at(0).obj())
+    sched.step(0.0)
+    assert backend.running() == {"a": (("node-0", 4),)}
+    sched.submit(make_job("b").workers(1, 4).submitted_at(1).obj())
+    assert sched.step(1.0) is None  # a's scale-in to make room for b fails half-way
+    a = sched.jobs["a"]
+    assert a.status is JobStatus.WAITING and a.placement == () and a.preemptions == 1
+    assert sched.jobs["b"].placement == ()
+    plan = sched.step(2.0)
+    assert plan is not None
+    assert backend.running() == {"a": (("node-0", 2),), "b": (("node-0", 2),)}
+    assert a.status is JobStatus.RUNNING

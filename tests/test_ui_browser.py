@@ -2,7 +2,8 @@
 
 Each page is loaded, its content checked, a live update awaited without a reload
 (the page keeps a marker set in its window object), and a screenshot saved to
-out/screenshots/.
+out/screenshots/. The pages run under their Content-Security-Policy: anything it
+blocks fails the test (tests/browser.py).
 """
 
 from __future__ import annotations
@@ -60,13 +61,23 @@ def job(server: ServeProcess, user: str, name: str) -> dict:
         return client.get(f"/v1/jobs/{name}").json()
 
 
-def login(page, server: ServeProcess, user: str, path: str = "/ui/cluster") -> None:
+def login(page, server: ServeProcess, user: str, path: str = "/ui/cluster",
+          token: str | None = None) -> None:
     page.goto(f"{server.url}{path}")
     assert "/ui/login" in page.url
-    page.fill("input[name=token]", TOKENS[user])
+    page.fill("input[name=token]", token or TOKENS[user])
     page.click("button[type=submit]")
     page.wait_for_url(re.compile(re.escape(path.split("?")[0])))
     assert page.inner_text("#user-name").startswith(user)
+
+
+def form_token(page) -> str:
+    """The form token of the logged-in page (its log-out form carries one)."""
+    return page.get_attribute("input[name=form_token]", "value")
+
+
+def cookies(page) -> dict[str, str]:
+    return {c["name"]: c["value"] for c in page.context.cookies()}
 
 
 def mark_no_reload(page) -> None:
@@ -86,7 +97,33 @@ def test_pages_need_a_login_and_a_bad_token_is_refused(server: ServeProcess, pag
     # Streams and fragments refuse a caller without the cookie; the bearer API is unchanged.
     assert httpx.get(f"{server.url}/ui/stream/cluster").status_code == 401
     assert httpx.get(f"{server.url}/v1/jobs").status_code == 401
+    # A cookie the service does not know is forgotten, not presented again and again.
+    stale = httpx.get(f"{server.url}/ui/stream/cluster", cookies={"voda_token": "old"})
+    assert stale.status_code == 401 and "voda_token=;" in stale.headers["set-cookie"]
+    # The guard's wall stands before the dashboard too: another Host (DNS rebinding).
+    assert httpx.get(f"{server.url}/ui/login",
+                     headers={"Host": "evil.example"}).status_code == 403
     screenshot(page, "login-refused")
+
+
+def test_pages_run_only_the_vendored_scripts(server: ServeProcess, page) -> None:
+    login(page, server, "alice")
+    answer = httpx.get(f"{server.url}/ui/cluster", cookies=cookies(page))
+    policy = answer.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe" not in policy
+    assert "frame-ancestors 'none'" in policy
+    scripts = page.eval_on_selector_all("script[src]", "els => els.map(e => e.src)")
+    assert scripts and all(src.startswith(f"{server.url}/ui/static/") for src in scripts)
+    assert page.eval_on_selector_all("script:not([src]):not([type='application/json'])",
+                                     "els => els.length") == 0
+    # A script a page would try to run inline is blocked (and said on the console).
+    blocked: list[str] = []
+    page.on("console", lambda message: blocked.append(message.text))
+    page.evaluate("""() => { const s = document.createElement('script');
+        s.textContent = 'window.__ran = true'; document.body.appendChild(s); }""")
+    wait_for(lambda: any("Content Security Policy" in m for m in blocked), timeout=5)
+    assert page.evaluate("window.__ran === undefined")
+    page.errors.clear()  # the block this test caused on purpose
 
 
 def test_cluster_page_groups_gpus_by_spine_and_leaf_and_updates_live(
@@ -187,10 +224,9 @@ def test_scheduler_page_switches_the_algorithm_for_admins_only(
     assert page.locator("#algorithms form").count() == 0
     assert "Only administrators" in page.inner_text("#switch-result")
     page.locator("#latency-chart[data-drawn='1'] canvas").first.wait_for(timeout=10000)
-    cookie = {c["name"]: c["value"] for c in page.context.cookies()}
-    refused = httpx.post(f"{server.url}/ui/scheduler/a100", data={"algorithm": "AFS-L"},
-                         cookies=cookie)
-    assert refused.status_code == 403
+    refused = httpx.post(f"{server.url}/ui/scheduler/a100", cookies=cookies(page),
+                         data={"algorithm": "AFS-L", "form_token": form_token(page)})
+    assert refused.status_code == 403 and "administrator" in refused.text
     page.context.clear_cookies()
 
     login(page, server, "root", "/ui/scheduler")
@@ -205,11 +241,20 @@ def test_scheduler_page_switches_the_algorithm_for_admins_only(
         assert client.get("/v1/schedulers/a100").json()["algorithm"] == "AFS-L"
     wait_for(lambda: "a100: AFS-L" in page.inner_text("#algorithm-now"), timeout=10)
     assert not_reloaded(page)
-    # A form posted from another site is refused even with the cookie.
-    cookie = {c["name"]: c["value"] for c in page.context.cookies()}
-    forged = httpx.post(f"{server.url}/ui/scheduler/a100", data={"algorithm": "FIFO"},
-                        cookies=cookie, headers={"Origin": "http://evil.example"})
-    assert forged.status_code == 403
+    # A form posted from another site is refused even with the cookie and the form token;
+    # one without the form token is refused whatever its Origin.
+    forged = httpx.post(f"{server.url}/ui/scheduler/a100", cookies=cookies(page),
+                        data={"algorithm": "FIFO", "form_token": form_token(page)},
+                        headers={"Origin": "http://evil.example"})
+    assert forged.status_code == 403 and "Origin" in forged.text
+    untokened = httpx.post(f"{server.url}/ui/scheduler/a100", cookies=cookies(page),
+                           data={"algorithm": "FIFO"})
+    assert untokened.status_code == 403 and "form_token" in untokened.text
+    as_text = httpx.post(f"{server.url}/ui/scheduler/a100", cookies=cookies(page),
+                         content=b"algorithm=FIFO", headers={"Content-Type": "text/plain"})
+    assert as_text.status_code == 415
+    with server.client("root") as client:
+        assert client.get("/v1/schedulers/a100").json()["algorithm"] == "AFS-L"
     screenshot(page, "scheduler")
 
 
@@ -238,7 +283,8 @@ def test_job_page_tails_the_log_on_the_local_backend(serve, tmp_path, page) -> N
                                                "command": ["python", "-c", script]})
         assert answer.status_code == 201, answer.text
         name = answer.json()["name"]
-    page.goto(f"{server.url}/ui/jobs/{name}")  # no tokens: the local administrator
+    # The token `voda serve` generated (no tokens were configured) logs in as an admin.
+    login(page, server, "admin", f"/ui/jobs/{name}", token=server.admin_token)
     mark_no_reload(page)
     page.wait_for_function("document.querySelector('#job-log') && "
                            "document.querySelector('#job-log').innerText.includes('step 3')",
@@ -248,3 +294,76 @@ def test_job_page_tails_the_log_on_the_local_backend(serve, tmp_path, page) -> N
     screenshot(page, "job-local-log")
     with server.client() as client:
         client.delete(f"/v1/jobs/{name}")
+
+
+def test_drained_and_removed_nodes_show_cordoned_and_lost_live(
+        server: ServeProcess, page) -> None:
+    login(page, server, "alice")
+    assert "0 cordoned · 0 lost" in page.inner_text("#cluster-stats")
+    mark_no_reload(page)
+    with server.client("root") as root:
+        assert root.patch("/v1/nodes/b-1", json={"schedulable": False}).status_code == 200
+        page.locator(".node.cordoned[data-node=b-1] .badge.cordoned").wait_for(timeout=15000)
+        assert page.get_attribute("[data-node=b-1]", "data-used") == "0"  # its jobs left
+        assert root.delete("/v1/nodes/b-0").status_code == 200
+        page.locator(".node.lost[data-node=b-0] .badge.lost").wait_for(timeout=15000)
+        assert page.locator("[data-node=b-0] .gpu.gone").count() == 4
+        assert "1 cordoned · 1 lost" in page.inner_text("#cluster-stats")
+        assert not_reloaded(page)
+        screenshot(page, "cluster-nodes-changed")
+        # Back in service: both ready again.
+        assert root.post("/v1/nodes", json={"name": "b-0", "gpus": 4, "leaf": "rack-b",
+                                            "spine": "spine-1"}).status_code == 201
+        assert root.patch("/v1/nodes/b-1", json={"schedulable": True}).status_code == 200
+    wait_for(lambda: "0 cordoned · 0 lost" in page.inner_text("#cluster-stats"), timeout=15)
+    assert page.locator("[data-node=b-0] .gpu.gone").count() == 0
+    assert page.locator(".node.ready, .node.cordoned, .node.lost").count() >= 6
+    assert not_reloaded(page)
+
+
+def test_scheduler_page_shows_refusals_per_gpu_type(serve, tmp_path, page) -> None:
+    path = "tests.custom_algorithm:over_capacity"
+    server = serve(f"sqlite:///{tmp_path / 'refused.db'}", "--cluster", "1x4,1x4:a100",
+                   "--time-scale", "30", "--rate-limit", "0.2", "--step-interval", "0.2",
+                   tokens=True, config=f'[server]\nalgorithm_paths = "{path}"\n')
+    with server.client("root") as root:
+        assert root.put("/v1/schedulers/a100", json={"algorithm": path}).status_code == 200
+    for user in ("alice", "bob"):
+        submit(server, user, f"{user}-a100", gpu_type="a100", min=1, max=4)
+    wait_for(lambda: _refused(server) == {"a100"})
+    login(page, server, "root", "/ui/scheduler")
+    row = page.locator("#refusals tr[data-gpu-type=a100]")
+    row.wait_for()
+    assert page.locator("#refusals tr[data-gpu-type]").count() == 1  # default goes on
+    reason = row.locator("td.error").inner_text()
+    assert reason and "details for administrators" not in reason
+    assert "a100" in page.inner_text("#errors")
+    screenshot(page, "scheduler-refused")
+    page.context.clear_cookies()
+    login(page, server, "alice", "/ui/scheduler")  # the reason may name bob's job
+    reason = page.locator("#refusals tr[data-gpu-type=a100]").inner_text()
+    assert "details for administrators" in reason and "bob" not in page.content()
+    login_cluster = page.goto(f"{server.url}/ui/cluster")
+    assert login_cluster.status == 200
+    assert "refused:" in page.inner_text("#cluster-stats")
+
+
+def _refused(server: ServeProcess) -> set[str]:
+    with server.client("root") as root:
+        return set(root.get("/v1/cluster").json()["errors"])
+
+
+def test_failed_logins_are_held_back_as_failed_tokens_are(serve, tmp_path, page) -> None:
+    server = serve(f"sqlite:///{tmp_path / 'limited.db'}", tokens=True,
+                   config="[server]\nauth_failures_per_minute = 3\n")
+    page.goto(f"{server.url}/ui/login")
+    for _ in range(3):
+        page.fill("input[name=token]", "guess")
+        page.click("button[type=submit]")
+        assert "unknown token" in page.inner_text("#login-error")
+    page.fill("input[name=token]", TOKENS["alice"])  # even the right one, for a while
+    page.click("button[type=submit]")
+    assert "too many failed attempts" in page.inner_text("#login-error")
+    with server.client("alice") as client:  # the API holds the same client back
+        assert client.get("/v1/jobs").status_code == 429
+    screenshot(page, "login-held-back")

@@ -4,32 +4,38 @@ from __future__ import annotations
 
 import pytest
 
-from voda.api.activity import histogram
-from voda.api.service import ANONYMOUS_JOB
+from voda.api.activity import ErrorEntry, histogram
 from voda.api.ui import views
 from voda.api.ui.routes import render
 from voda.web.filters import duration, to_json
 
 
 def node(name: str, gpus: int, jobs: dict[str, int], state: str = "ready",
-         leaf: str = "leaf-1", spine: str = "spine", gpu_type: str = "default") -> dict:
-    used = sum(jobs.values())
+         leaf: str = "leaf-1", spine: str = "spine", gpu_type: str = "default",
+         others: int = 0) -> dict:
+    used = sum(jobs.values()) + others
     return {"name": name, "gpu_type": gpu_type, "gpus": gpus, "used": used, "free": gpus - used,
-            "leaf": leaf, "spine": spine, "state": state, "jobs": jobs}
+            "leaf": leaf, "spine": spine, "state": state, "jobs": jobs, "others": others,
+            "schedulable": state == "ready"}
 
 
-def cluster_view(nodes: list[dict], jobs: dict[str, dict]) -> dict:
+def cluster_view(nodes: list[dict], jobs: dict[str, dict], lost: list[dict] = ()) -> dict:
     types = sorted({n["gpu_type"] for n in nodes})
-    return {"nodes": nodes, "jobs": jobs, "last_reschedule": None, "last_error": None,
+    return {"nodes": nodes, "lost_nodes": list(lost), "jobs": jobs, "last_reschedule": None,
+            "last_error": None, "errors": {},
             "gpu_types": [{"gpu_type": t, "total": 8, "used": 2, "free": 6,
                            "algorithm": "ElasticFIFO", "waiting_jobs": 1, "utilization": 0.25,
-                           "fragmentation": 0.5} for t in types]}
+                           "fragmentation": 0.5, "error": None} for t in types]}
 
 
-def test_a_node_shows_one_cell_per_gpu_jobs_first_then_free() -> None:
-    cells = views.gpu_cells(node("n", 4, {"b": 1, "a": 2}), {"a": {"user": "u", "workers": 3}})
-    assert [c.job for c in cells] == ["a", "a", "b", None]
+def test_a_node_shows_one_cell_per_gpu_jobs_first_then_others_then_free() -> None:
+    cells = views.gpu_cells(node("n", 5, {"b": 1, "a": 2}, others=1),
+                            {"a": {"user": "u", "workers": 3}})
+    assert [c.job for c in cells] == ["a", "a", "b", None, None]
+    assert [c.kind for c in cells] == ["job", "job", "job", "others", "free"]
     assert cells[0].owner == "u" and cells[0].workers == 3
+    lost = views.gpu_cells(node("gone", 2, {}, state="lost"), {})
+    assert [c.kind for c in lost] == ["gone", "gone"]
 
 
 def test_nodes_are_grouped_by_spine_then_leaf_and_filtered_by_gpu_type() -> None:
@@ -45,17 +51,33 @@ def test_nodes_are_grouped_by_spine_then_leaf_and_filtered_by_gpu_type() -> None
 
 
 def test_cordoned_and_lost_nodes_and_anonymous_usage_are_marked() -> None:
-    view = cluster_view([node("ok", 4, {"mine": 1, ANONYMOUS_JOB: 2}),
-                         node("drained", 4, {}, state="cordoned"),
-                         node("gone", 4, {}, state="lost")],
-                        {"mine": {"user": "alice", "workers": 1, "status": "Running"}})
-    html = render("_cluster.html", anonymous=ANONYMOUS_JOB, **views.cluster_page(view, None))
+    view = cluster_view([node("ok", 4, {"mine": 1}, others=2),
+                         node("drained", 4, {}, state="cordoned")],
+                        {"mine": {"user": "alice", "workers": 1, "status": "Running"}},
+                        lost=[node("gone", 4, {}, state="lost")])
+    html = render("_cluster.html", **views.cluster_page(view, None))
     assert 'class="node cordoned" data-node="drained"' in html
     assert 'class="node lost" data-node="gone"' in html
     assert '<span class="badge cordoned">cordoned</span>' in html
-    assert html.count('class="gpu anon"') == 2
+    assert html.count('class="gpu anon"') == 2 and html.count('class="gpu gone"') == 4
     assert "mine · owner alice · 1 workers" in html
+    assert "other users' jobs (2 GPUs)" in html
     assert "1 cordoned · 1 lost" in html
+    assert "style=" not in html  # the Content-Security-Policy allows no inline style
+
+
+def test_a_refused_gpu_type_is_shown_on_the_cluster_page() -> None:
+    view = cluster_view([node("a", 4, {}), node("b", 4, {}, gpu_type="a100")], {})
+    view["gpu_types"][1]["error"] = "too many migrations"
+    html = render("_cluster.html", **views.cluster_page(view, None))
+    assert html.count("refused:") == 1 and "refused: too many migrations" in html
+
+
+def test_only_administrators_read_why_a_decision_was_refused() -> None:
+    entry = ErrorEntry(1.0, "a100", "rescheduling refused: job secret-x cannot move")
+    assert views.error_row(entry, True, "hidden")["message"] == entry.message
+    shown = views.error_row(entry, False, "hidden")
+    assert shown == {"time": 1.0, "gpu_type": "a100", "message": "hidden"}
 
 
 def test_allocation_series_steps_through_starts_rescales_migrations_and_preemptions() -> None:

@@ -33,6 +33,7 @@ class Decision:
 @dataclass(frozen=True, slots=True)
 class ErrorEntry:
     time: float
+    gpu_type: str  # the GPU type whose decision was refused ('*': every type)
     message: str
 
 
@@ -53,9 +54,9 @@ class Activity:
             self._durations.append(seconds)
             self.version += 1
 
-    def error(self, now: float, message: str) -> None:
+    def error(self, now: float, gpu_type: str, message: str) -> None:
         with self._lock:
-            self._errors.append(ErrorEntry(now, message))
+            self._errors.append(ErrorEntry(now, gpu_type, message))
             self.version += 1
 
     def decisions(self, limit: int = RECENT_DECISIONS) -> list[Decision]:

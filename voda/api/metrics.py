@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from voda.api.writes import StoreHealth
 from voda.core.model import ActionKind, Cluster, JobStatus, Plan
 from voda.core.placement.metrics import fragmentation_ratio
 from voda.core.plan import moved_workers
@@ -49,6 +50,26 @@ class ServiceMetrics:
         self.domain_utilization = Gauge(
             "voda_domain_utilization_ratio", "Share of a network domain's GPUs in use.",
             ["gpu_type", "domain"], registry=r)
+        self.store_up = Gauge("voda_store_up", "1 while the store takes writes, else 0.",
+                              registry=r)
+        self.store_unwritten = Gauge("voda_store_unwritten_batches",
+                                     "Batches of changes waiting to be written.", registry=r)
+        self.store_failures = Gauge("voda_store_write_failures",
+                                    "Failed store writes since the service started.",
+                                    registry=r)
+        self.store_rejected = Gauge("voda_store_rejected_rows",
+                                    "Rows the store refused for good and that were left out.",
+                                    registry=r)
+        self.lock_held = Gauge("voda_scheduler_lock_held_seconds",
+                               "How long the scheduler lock has been held now (0: free).",
+                               registry=r)
+        self.refusals = Counter(
+            "voda_reschedules_refused",
+            "Rescheduling decisions refused for a GPU type ('*': every type); its plan in "
+            "force stays.", label, registry=r)
+        self.refused = Gauge(
+            "voda_scheduling_refused",
+            "1 while the last decision for a GPU type was refused, else 0.", label, registry=r)
         self.fragmentation = Gauge(
             "voda_fragmentation_ratio",
             "Share of free GPUs that waiting jobs cannot use because of how they are scattered.",
@@ -65,10 +86,9 @@ class ServiceMetrics:
             "When the scheduling loop last finished a step (Unix time).", registry=r)
         self.step_failures = Counter(
             "voda_scheduler_step_failures", "Scheduling steps that raised an error.", registry=r)
+        # Store health beside voda_store_up and voda_store_write_failures: what was written.
         self.store_writes = Counter(
-            "voda_store_writes", "Transactions committed to the store.", registry=r)
-        self.store_write_failures = Counter(
-            "voda_store_write_failures", "Store transactions that failed.", registry=r)
+            "voda_store_writes", "Transactions of changes committed to the store.", registry=r)
         self.store_write_seconds = Histogram(
             "voda_store_write_duration_seconds", "Time to commit one group of changes.",
             buckets=DURATION_BUCKETS, registry=r)
@@ -90,10 +110,18 @@ class ServiceMetrics:
         if counter is not None:
             counter.labels(gpu_type).inc()
 
+    def decision_refused(self, gpu_type: str) -> None:
+        self.refusals.labels(gpu_type).inc()
+        self.refused.labels(gpu_type).set(1)
+
+    def decision_recovered(self, gpu_type: str) -> None:
+        self.refused.labels(gpu_type).set(0)
+
     def plan_applied(self, plan: Plan, gpu_types: Mapping[str, str], cluster: Cluster,
                      seconds: float, decide_seconds: float, placement_seconds: float) -> None:
         for gpu_type in cluster.gpu_types():
-            self.reschedules.labels(gpu_type).inc()
+            if gpu_type not in plan.errors:
+                self.reschedules.labels(gpu_type).inc()
         for action in plan.actions:
             gpu_type = gpu_types.get(action.job, "")
             self.actions.labels(gpu_type, str(action.kind)).inc()
@@ -104,19 +132,17 @@ class ServiceMetrics:
         self.placement_seconds.observe(placement_seconds)
         self.allocation_seconds.observe(max(0.0, decide_seconds - placement_seconds))
 
-    def _zero_counters(self, gpu_types: Sequence[str]) -> None:
-        """Every counter series exists from the start, at 0, so rate() and increase() see
-        the first event."""
-        for gpu_type in gpu_types:
-            for counter in (self.created, self.deleted, self.completed, self.failed,
-                            self.reschedules, self.migrated):
-                counter.labels(gpu_type)
-            for kind in ActionKind:
-                self.actions.labels(gpu_type, str(kind))
+    def set_store(self, health: StoreHealth, unwritten: int, lock_held: float) -> None:
+        self.store_up.set(1 if health.ok else 0)
+        self.store_unwritten.set(unwritten)
+        self.store_failures.set(health.failures_total)
+        self.store_rejected.set(health.rejected_rows)
+        self.lock_held.set(lock_held)
 
-    def store_write(self, seconds: float, ok: bool) -> None:
+    def store_written(self, seconds: float) -> None:
+        """A group of changes was committed (failures: voda_store_write_failures)."""
         self.store_write_seconds.observe(seconds)
-        (self.store_writes if ok else self.store_write_failures).inc()
+        self.store_writes.inc()
 
     def step(self, now: float, ok: bool) -> None:
         if ok:
@@ -126,6 +152,16 @@ class ServiceMetrics:
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.http_seconds.labels(method, route, f"{status // 100}xx").observe(seconds)
+
+    def _zero_counters(self, gpu_types: Sequence[str]) -> None:
+        """Every counter series exists from the start, at 0, so rate() and increase() see
+        the first event."""
+        for gpu_type in gpu_types:
+            for counter in (self.created, self.deleted, self.completed, self.failed,
+                            self.reschedules, self.migrated, self.refusals):
+                counter.labels(gpu_type)
+            for kind in ActionKind:
+                self.actions.labels(gpu_type, str(kind))
 
     # ----- state -----------------------------------------------------------------------
     def set_state(self, cluster: Cluster, jobs: Sequence[JobRecord]) -> None:
@@ -158,6 +194,7 @@ class ServiceMetrics:
             total = sum(n.gpus for n in nodes)
             used = sum(min(n.gpus, used_by_node.get(n.name, 0)) for n in nodes)
             self.gpus_total.labels(gpu_type).set(total)
+            self.refused.labels(gpu_type)  # present (0) before any refusal
             self.gpus_used.labels(gpu_type).set(used)
             self.fragmentation.labels(gpu_type).set(
                 _fragmentation_of(of_type, [j for j in jobs if j.gpu_type == gpu_type]))

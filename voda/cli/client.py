@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -23,14 +24,24 @@ from voda.cli.common import (
 from voda.config import ConfigError, load_client_settings
 
 TIMEOUT_SECONDS = 30.0
+MAX_SEGMENT = 200
+# Job and node names (as the service allows them), and GPU types.
+NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+TOKEN = re.compile(r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$")
+NAME_RULE = "lowercase letters, digits and '-'"
+TOKEN_RULE = "letters, digits, '-', '_' and '.'"
 
 
 class Unreachable(OSError):
     """No answer from the service (refused, reset, timed out)."""
 
 
-def segment(value: str) -> str:
-    """A path segment: a job name such as `../healthz` cannot leave its route."""
+def segment(value: str, what: str = "name", kind: re.Pattern[str] = NAME) -> str:
+    """A checked, percent-encoded path segment: no name can reach another endpoint
+    (`voda describe ../../healthz` exits with a usage error and sends nothing)."""
+    if not value or len(value) > MAX_SEGMENT or not kind.match(value):
+        rule = NAME_RULE if kind is NAME else TOKEN_RULE
+        die(f"{what}: {value[:60]!r} is not a {what} ({rule})", EXIT_USAGE)
     return quote(value, safe="")
 
 
@@ -47,6 +58,7 @@ class Client:
             die(f"url: expected http://HOST:PORT or https://HOST:PORT, got {self.url!r}",
                 EXIT_USAGE)
         self.https = parts.scheme == "https"
+        self.ca_bundle = settings.verify if isinstance(settings.verify, str) else None
         self.host, self.port = parts.hostname, parts.port
         self.prefix = parts.path.rstrip("/")
         self.timeout = timeout
@@ -57,9 +69,23 @@ class Client:
 
     def _connect(self) -> http.client.HTTPConnection:
         if self._connection is None:
-            kind = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-            self._connection = kind(self.host, self.port, timeout=self.timeout)
+            if self.https:
+                self._connection = http.client.HTTPSConnection(
+                    self.host, self.port, timeout=self.timeout, context=self._tls())
+            else:
+                self._connection = http.client.HTTPConnection(self.host, self.port,
+                                                              timeout=self.timeout)
         return self._connection
+
+    def _tls(self) -> Any:
+        """The TLS context: the system's trust, or a private CA's bundle (VODA_CA_BUNDLE or
+        [client] ca_bundle) for a service with its own certificate."""
+        import ssl  # only for https: a few milliseconds the plain-HTTP commands skip
+
+        try:
+            return ssl.create_default_context(cafile=self.ca_bundle)
+        except (OSError, ssl.SSLError) as exc:
+            die(f"ca_bundle: cannot read {self.ca_bundle}: {exc}", EXIT_USAGE)
 
     def close(self) -> None:
         if self._connection is not None:

@@ -9,10 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from voda.cli.client import Client, segment
+from voda.cli.client import TOKEN, Client, segment
 from voda.cli.common import EXIT_USAGE, AsJson, Token, Url, die, out, print_json
 
-ANONYMOUS = "(other users)"  # how the service shows other users' jobs (voda.api.service)
 JOB_COLORS = ("red", "green", "yellow", "blue", "magenta", "cyan", "bright_red",
               "bright_green", "bright_yellow", "bright_blue", "bright_magenta", "bright_cyan")
 
@@ -27,13 +26,30 @@ def gpu_cells(node: dict[str, Any]) -> Any:
     from rich.text import Text
 
     cells = Text()
-    taken = 0
     for name, count in sorted(node["jobs"].items()):
-        style = "grey50" if name == ANONYMOUS else job_color(name)
-        cells.append("▒" * count if name == ANONYMOUS else "█" * count, style=style)
-        taken += count
+        cells.append("█" * count, style=job_color(name))
+    others = node.get("others", 0)
+    cells.append("▒" * others, style="grey50")
+    taken = sum(node["jobs"].values()) + others
     cells.append("·" * max(0, node["gpus"] - taken), style="grey35")
     return cells
+
+
+def node_name(node: dict[str, Any]) -> str:
+    """The node's name, saying so when it is drained (cordoned: it takes no workers)."""
+    return f"{node['name']} (drained)" if node.get("state") == "cordoned" else node["name"]
+
+
+def print_scheduler(view: dict[str, Any], as_json: bool, valid: bool) -> None:
+    if as_json:
+        print_json(view)
+        return
+    params = f" {view['params']}" if valid and view["params"] else ""
+    text = (f"{view['gpu_type']}: {view['algorithm']}{params} (rate limit "
+            f"{view['rate_limit_seconds']:g} s)")
+    if valid:
+        text += f"\nvalid: {', '.join(view['valid_algorithms'])}"
+    out.print(text, highlight=False)
 
 
 def cluster_screen(view: dict[str, Any]) -> Any:
@@ -56,7 +72,11 @@ def cluster_screen(view: dict[str, Any]) -> Any:
     jobs = Table("", "JOB", "USER", "GPUS", title="Jobs holding GPUs", title_justify="left")
     for name, info in sorted(view.get("jobs", {}).items()):
         jobs.add_row(f"[{job_color(name)}]█[/]", name, info["user"], str(info["workers"]))
-    return Group(types, nodes, jobs)
+    others = sum(n.get("others", 0) for n in view["nodes"])
+    if others:
+        jobs.add_row("[grey50]▒[/]", "(other users' jobs)", "-", str(others))
+    refusals = [f"[red]refused ({t}):[/red] {e}" for t, e in view.get("errors", {}).items()]
+    return Group(types, nodes, jobs, *refusals)
 
 
 def register(app: typer.Typer) -> None:
@@ -76,10 +96,14 @@ def register(app: typer.Typer) -> None:
         out.print(types)
         nodes = Table("NODE", "GPU TYPE", "GPUS", "USED", "STATE", "JOBS")
         for n in view["nodes"]:
-            jobs_ = ", ".join(f"{j}:{c}" for j, c in n["jobs"].items()) or "-"
-            nodes.add_row(n["name"], n["gpu_type"], str(n["gpus"]), str(n["used"]),
-                          n.get("state", "ready"), jobs_)
+            jobs_ = [f"{j}:{c}" for j, c in n["jobs"].items()]
+            if n.get("others"):
+                jobs_.append(f"(others):{n['others']}")
+            nodes.add_row(node_name(n), n["gpu_type"], str(n["gpus"]), str(n["used"]),
+                          n.get("state", "ready"), ", ".join(jobs_) or "-")
         out.print(nodes)
+        for gpu_type, error in view.get("errors", {}).items():
+            out.print(f"[red]refused ({gpu_type}):[/red] {error}", highlight=False)
 
     @app.command()
     def top(
@@ -148,13 +172,9 @@ def register(app: typer.Typer) -> None:
             body["params"] = params
         if rate_limit is not None:
             body["rate_limit_seconds"] = rate_limit
-        view = Client(url, token).call("PUT", f"/v1/schedulers/{segment(gpu_type)}",
-                                       json_body=body)
-        if as_json:
-            print_json(view)
-        else:
-            out.print(f"{view['gpu_type']}: {view['algorithm']} (rate limit "
-                      f"{view['rate_limit_seconds']:g} s)", highlight=False)
+        view = Client(url, token).call(
+            "PUT", f"/v1/schedulers/{segment(gpu_type, 'GPU type', TOKEN)}", json_body=body)
+        print_scheduler(view, as_json, valid=False)
 
     @algorithm_app.command("get")
     def algorithm_get(
@@ -162,12 +182,8 @@ def register(app: typer.Typer) -> None:
         url: Url = None, token: Token = None, as_json: AsJson = False,
     ) -> None:
         """Show the algorithm of a GPU type and the valid names."""
-        view = Client(url, token).call("GET", f"/v1/schedulers/{segment(gpu_type)}")
-        if as_json:
-            print_json(view)
-        else:
-            out.print(f"{view['gpu_type']}: {view['algorithm']} {view['params'] or ''} (rate "
-                      f"limit {view['rate_limit_seconds']:g} s)\nvalid: "
-                      f"{', '.join(view['valid_algorithms'])}", highlight=False)
+        view = Client(url, token).call(
+            "GET", f"/v1/schedulers/{segment(gpu_type, 'GPU type', TOKEN)}")
+        print_scheduler(view, as_json, valid=True)
 
     app.add_typer(algorithm_app, name="algorithm")

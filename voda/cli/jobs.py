@@ -16,6 +16,7 @@ from voda.cli.completion import complete_job_names
 JobName = Annotated[str, typer.Argument(help="Job name.", autocompletion=complete_job_names)]
 PAGE_LIMIT = 1000  # the API's largest page: what --all asks for at a time
 MAX_WATCH_ROWS = 200
+EVENTS_SHOWN = 5  # the newest events `describe` prints
 
 
 def jobs_table(items: list[dict[str, Any]]) -> Any:
@@ -155,8 +156,13 @@ def register(app: typer.Typer) -> None:
         ]
         if job.get("queue") is not None:
             rows.append(("Queue", str(job["queue"])))
+        if job.get("unschedulable"):
+            rows.append(("Unschedulable", job["unschedulable"]))
         if job.get("failure_reason"):
             rows.append(("Failure", job["failure_reason"]))
+        for event in job.get("events", [])[-EVENTS_SHOWN:]:
+            change = event["message"] or f"{event['old'] or '-'} -> {event['new']}"
+            rows.append((f"Event ({ago(event['time'])} ago)", f"{event['field']}: {change}"))
         table = Table(show_header=False, box=None)
         for key, value in rows:
             table.add_row(f"[bold]{key}[/bold]", value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from voda.cli import cluster, demo, jobs, logs, plan, service, simulate
+from voda.cli import cluster, demo, jobs, logs, nodes, plan, render, service, simulate, token
 
 app = typer.Typer(
     name="voda",
@@ -26,7 +26,7 @@ def _root() -> None:
     """Voda: a GPU scheduler for elastic deep-learning training."""
 
 
-for module in (plan, simulate, service, jobs, cluster, logs, demo):
+for module in (plan, simulate, service, jobs, cluster, nodes, token, logs, demo, render):
     module.register(app)
 
 

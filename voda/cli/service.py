@@ -1,7 +1,7 @@
 """`voda serve`: the training service (REST API, scheduler, /metrics and the dashboard).
 
 Everything it needs is imported when it runs, so the other commands do not pay for it.
-The client commands live in voda/cli/jobs.py and voda/cli/cluster.py.
+The client commands live in voda/cli/jobs.py, cluster.py and nodes.py.
 """
 
 from __future__ import annotations
@@ -24,13 +24,27 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _check_algorithm(name: str) -> None:
+    from voda.core.allocation import registry
+
+    if not registry.is_known(name):
+        die(f"algorithm: unknown algorithm {name!r}; valid names: "
+            f"{', '.join(registry.available())}", EXIT_USAGE)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the `voda` app."""
 
     @app.command()
     def serve(
         backend: Annotated[str | None, typer.Option(
-            help="Backend: local (real training processes, the default) or emulated.")] = None,
+            help="Backend: local (real training processes, the default), emulated or "
+                 "kubernetes.")] = None,
+        kubeconfig: Annotated[str | None, typer.Option(
+            help="Kubernetes backend: kubeconfig file (default: the in-cluster "
+                 "service account).")] = None,
+        namespace: Annotated[str | None, typer.Option(
+            help="Kubernetes backend: namespace of the jobs and the leader Lease.")] = None,
         slots: Annotated[int | None, typer.Option(
             help="Local backend: worker slots (default: one per GPU, else one per CPU).")] = None,
         nodes: Annotated[str | None, typer.Option(
@@ -54,16 +68,25 @@ def register(app: typer.Typer) -> None:
         placement: Annotated[str | None, typer.Option(
             help="Placer: topology (default), topology-packed, topology-spread, naive, off "
                  "or most-free; its settings go in config.toml [placement].")] = None,
+        tls_cert: Annotated[str | None, typer.Option(
+            help="Serve HTTPS with this certificate (PEM); needs --tls-key.")] = None,
+        tls_key: Annotated[str | None, typer.Option(
+            help="The private key (PEM) of --tls-cert.")] = None,
     ) -> None:
-        """Run the training service: REST API, scheduler and /metrics in one process."""
+        """Run the training service: REST API, scheduler, /metrics and the dashboard (/ui)
+        in one process.
+
+        Every request to /v1 needs a bearer token: from VODA_TOKENS or config.toml, or
+        else a token generated on first start, saved (mode 0600) where the CLI finds it
+        and printed here. The dashboard's login takes the same tokens."""
         import uvicorn
         from sqlalchemy.exc import SQLAlchemyError
 
         from voda.api.app import create_app
         from voda.api.backends import backend_names, create_backend
-        from voda.api.service import Service
+        from voda.api.service import Service, StoreNotWritable
+        from voda.api.token_file import ensure_token
         from voda.config import ConfigError, load_server_settings
-        from voda.core.allocation import registry
 
         try:
             settings = load_server_settings({
@@ -71,38 +94,81 @@ def register(app: typer.Typer) -> None:
                 "cluster": cluster, "time_scale": time_scale, "db": db,
                 "host": host, "port": port, "algorithm": algorithm,
                 "rate_limit_seconds": rate_limit, "step_interval": step_interval,
-                "placement": placement,
+                "placement": placement, "tls_cert": tls_cert, "tls_key": tls_key,
+                "kubeconfig": kubeconfig, "namespace": namespace,
             })
+            settings, generated, token_file = ensure_token(settings)
         except ConfigError as exc:
             die(str(exc), EXIT_USAGE)
+        except OSError as exc:
+            die(f"token_file: cannot write the generated token: {exc}", EXIT_USAGE)
         if settings.backend not in backend_names():
             die(f"backend: unknown backend {settings.backend!r}; valid names: "
-                 f"{', '.join(backend_names())}", EXIT_USAGE)
-        if not registry.is_known(settings.algorithm):
-            die(f"algorithm: unknown algorithm {settings.algorithm!r}; valid names: "
-                 f"{', '.join(registry.available())}", EXIT_USAGE)
-        bind = settings.host
-        if settings.open_access and not _is_loopback(bind):
-            err.print(f"no tokens configured (VODA_TOKENS): open access, so serving on "
-                      f"loopback only (127.0.0.1), not {bind}")
-            bind = "127.0.0.1"
-        elif settings.open_access:
-            err.print("no tokens configured (VODA_TOKENS): open access on loopback only")
+                f"{', '.join(backend_names())}", EXIT_USAGE)
+        _check_algorithm(settings.algorithm)
+        pod_settings = None
+        if settings.backend == "kubernetes":
+            from voda.podsched.service import pod_scheduler_settings
+
+            try:  # the secondary scheduler for pods with schedulerName voda-scheduler
+                pod_settings = pod_scheduler_settings(settings)
+            except ValueError as exc:
+                die(str(exc), EXIT_USAGE)
+        elector = None
         try:
-            service = Service(settings, create_backend(settings))
+            if settings.backend == "kubernetes":
+                from voda.cli.kubernetes import lead, standby
+
+                elector = standby(settings)  # the backend's writes pass its fence
+                backend_ = create_backend(settings)  # watches the cluster, writes nothing
+                lead(elector)  # a standby waits here
+            else:
+                backend_ = create_backend(settings)
+            service = Service(settings, backend_)
             service.start()
+        except StoreNotWritable as exc:
+            die(str(exc), EXIT_USAGE)
         except ValueError as exc:
             die(str(exc), EXIT_USAGE)
         except (SQLAlchemyError, OSError) as exc:
             die(f"db: cannot open the store: {' '.join(str(exc).split())[:300]}", EXIT_USAGE)
-        cluster = service.scheduler.cluster
-        err.print(f"voda serve: backend {settings.backend}, {len(cluster.nodes)} nodes, "
-                  f"{cluster.capacity()} GPUs ({', '.join(cluster.gpu_types())}), "
+        pod_scheduler = None
+        if pod_settings is not None:
+            from voda.podsched.service import start_beside
+
+            pod_scheduler = start_beside(service.backend, pod_settings, service.metrics.registry)
+        cluster_ = service.scheduler.cluster
+        scheme = "https" if settings.tls_cert else "http"
+        shown = f"[{settings.host}]" if ":" in settings.host else settings.host
+        url = f"{scheme}://{shown}:{settings.port}"
+        err.print(f"voda serve: backend {settings.backend}, {len(cluster_.nodes)} nodes, "
+                  f"{cluster_.capacity()} GPUs ({', '.join(cluster_.gpu_types())}), "
                   f"{service.recovered_jobs} jobs recovered, store "
-                  f"{settings.db.split('@')[-1]}, http://{bind}:{settings.port}")
+                  f"{settings.db.split('@')[-1]}, {url} (dashboard: {url}/ui)",
+                  highlight=False, soft_wrap=True)
+        if generated is not None:
+            err.print(f"token: {generated}\n  saved in {token_file} (mode 0600), where the "
+                      f"voda CLI finds it; other clients send it as a header:\n  curl -H "
+                      f"'Authorization: Bearer {generated}' {url}/v1/jobs\n  and the "
+                      f"dashboard's login at {url}/ui takes it", highlight=False,
+                      soft_wrap=True)
+        if scheme == "http" and not _is_loopback(settings.host):
+            err.print("warning: serving plain HTTP beyond this machine; tokens cross the "
+                      "network in clear (use --tls-cert and --tls-key)", highlight=False)
         app_ = create_app(settings, service=service)
         # Requests stay responsive while a long decision runs in another thread.
         sys.setswitchinterval(0.001)
+        if elector is not None:
+            from voda.cli.kubernetes import keep_signals
+
+            keep_signals()  # uvicorn re-raises SIGTERM after shutdown: the lease goes first
         # Open dashboard streams must not hold a shutdown up for long.
-        uvicorn.run(app_, host=bind, port=settings.port, log_level="warning",
-                    access_log=False, timeout_graceful_shutdown=3)
+        uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning",
+                    access_log=False, ssl_certfile=settings.tls_cert or None,
+                    ssl_keyfile=settings.tls_key or None, timeout_graceful_shutdown=3)
+        if pod_scheduler is not None:
+            pod_scheduler.stop()
+        if elector is not None:
+            from voda.cli.kubernetes import step_down
+
+            raise typer.Exit(step_down(elector, service.backend))

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the simulator loads numpy and scipy: only when a simulation
     from voda.sim.report import SimResult
 
 ALL = "all"
+EXIT_UNFINISHED = 1  # jobs left unfinished without --until: the averages leave them out
 
 
 def _fmt(x: float, digits: int = 0) -> str:
@@ -60,12 +61,16 @@ def run_simulation(
     layout_speed: str = "actual",
     jitter: float = 0.0,
     seed: int = 0,
+    params: list[str] | None = None,
+    gpu_type: str | None = None,
+    until: float | None = None,
     report: str | None = None,
     report_job: str | None = None,
 ) -> list[SimResult]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from voda.cli.params import ParamError, parse_param_items
     from voda.core.allocation import registry
     from voda.sim.cluster_file import ClusterFileError
     from voda.sim.compare import RunRequest, check_request, run_many, run_one
@@ -73,14 +78,18 @@ def run_simulation(
     from voda.sim.workloads import WorkloadError
 
     names = list(registry.BUILTIN_NAMES) if algorithm == ALL else [algorithm]
-    requests = [RunRequest(workload, cluster, name, rigid, preset, placement, penalty, interval,
-                           layout_speed, jitter, seed)
-                for name in names]
     try:
+        knobs = parse_param_items(params or [])
+        requests = [RunRequest(workload, cluster, name, rigid, preset, placement, penalty,
+                               interval, layout_speed, jitter, seed,
+                               params=_knobs_of(name, knobs, len(names) > 1),
+                               gpu_type=gpu_type, until=until)
+                    for name in names]
+        _check_every_knob_used(knobs, requests)
         for r in requests:
             check_request(r)
     except (WorkloadError, ClusterFileError, ProfileError, registry.UnknownAlgorithm,
-            ValueError) as exc:
+            ParamError, ValueError) as exc:
         _fail(str(exc))
     if report_job is not None:
         from voda.sim.workloads import load_workload
@@ -123,7 +132,34 @@ def run_simulation(
             out.print(f"plots written to {plot}", soft_wrap=True)
         if report:
             out.print(f"report written to {path}", soft_wrap=True)
+    incomplete = [r for r in results if r.unfinished]
+    if incomplete:
+        err = Console(stderr=True)
+        for r in incomplete:
+            err.print(f"[bold red]warning:[/bold red] {r.algorithm}: {r.warning}"
+                      + ("" if until is not None else " (no --until was given)"),
+                      highlight=False, soft_wrap=True)
+        if until is None:
+            raise typer.Exit(EXIT_UNFINISHED)
     return results
+
+
+def _knobs_of(name: str, knobs: dict[str, Any], several: bool) -> tuple[tuple[str, Any], ...]:
+    """The knobs meant for `name`: all of them for one algorithm (the registry then names
+    any it lacks); with several algorithms, those each one takes."""
+    if not several:
+        return tuple(sorted(knobs.items(), key=lambda kv: kv[0]))
+    from voda.core.allocation import registry
+
+    accepted = registry.parameter_names(registry.resolve(name)) or []
+    return tuple(sorted((k, v) for k, v in knobs.items() if k in accepted))
+
+
+def _check_every_knob_used(knobs: dict[str, Any], requests: list[Any]) -> None:
+    used = {k for r in requests for k, _ in r.params}
+    unused = sorted(set(knobs) - used)
+    if unused:
+        raise ValueError(f"--param {unused[0]}: none of the algorithms run has that parameter")
 
 
 def report_settings(requests: list[Any]) -> dict[str, Any]:
@@ -152,6 +188,10 @@ def report_settings(requests: list[Any]) -> dict[str, Any]:
         "layout speed": first.layout_speed,
         "arrival jitter (s)": first.jitter,
         "seed": first.seed,
+        "algorithm knobs": "; ".join(f"{r.algorithm}: " + ", ".join(
+            f"{k}={v}" for k, v in r.params) for r in requests if r.params) or "-",
+        "GPU type of untyped jobs": first.gpu_type or "-",
+        "until (s)": "-" if first.until is None else first.until,
         "voda": __version__,
         "python": platform.python_version(),
     }
@@ -196,6 +236,18 @@ def register(app: typer.Typer) -> None:
                                      help="Move each arrival by up to this many seconds, "
                                           "earlier or later (uniform, see --seed)."),
         seed: int = typer.Option(0, "--seed", help="Random seed of --jitter."),
+        param: list[str] = typer.Option([], "--param",
+                                        help="An algorithm knob, NAME=VALUE (repeatable), "
+                                             "e.g. queue_thresholds=3600,14400 or "
+                                             "starvation_knob=none. With --algorithm all, "
+                                             "each goes to the algorithms that take it."),
+        gpu_type: str | None = typer.Option(None, "--gpu-type",
+                                            help="GPU type of the jobs that name none (needed "
+                                                 "when the cluster's nodes declare types)."),
+        until: float | None = typer.Option(None, "--until",
+                                           help="Stop at this simulated second; jobs left "
+                                                "unfinished then do not make the exit code "
+                                                "non-zero."),
         report: str | None = typer.Option(None, "--report",
                                           help="Write a self-contained HTML report "
                                                "(DIR/index.html) to this directory."),
@@ -203,7 +255,10 @@ def register(app: typer.Typer) -> None:
                                               help="The job the report's timeline shows "
                                                    "first."),
     ) -> None:
-        """Simulate a workload on a cluster with one or all allocation algorithms."""
+        """Simulate a workload on a cluster with one or all allocation algorithms.
+
+        Exit codes: 0 done, 1 jobs left unfinished (without --until), 2 bad input.
+        """
         if algorithm is None:
             from voda.core.allocation.registry import DEFAULT_ALGORITHM
 
@@ -211,4 +266,5 @@ def register(app: typer.Typer) -> None:
         if report_job is not None and not report:
             _fail("report-job: needs --report DIR")
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
-                       as_json, plot, layout_speed, jitter, seed, report, report_job)
+                       as_json, plot, layout_speed, jitter, seed, param, gpu_type, until,
+                       report, report_job)

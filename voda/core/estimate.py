@@ -1,22 +1,31 @@
 """Speed estimates from observed epoch times.
 
 A job reports seconds per epoch at some worker counts. From those we estimate
-the epoch time at any count k:
+the epoch time at any count k, working in throughput x(k) = 1 / t(k) (speedup
+S(k) = x(k) / x(1) is proportional to it):
 
 - observed counts are used as observed;
-- between two observed counts, throughput (epochs per second) is interpolated
-  linearly;
-- outside the observed range, Amdahl's law t(k) = serial + parallel / k is fitted
-  to the observations by least squares (one observation: purely parallel, that is
-  linear speedup from that point).
+- between two observed counts, throughput is interpolated linearly;
+- outside the observed range, the shape of Amdahl's law t(k) = serial + parallel / k,
+  fitted to every observation by least squares, is *anchored at the nearest
+  observation*: x(k) = x_near * (serial + parallel / k_near) / (serial + parallel / k).
+  One observation fits a purely parallel law (linear speedup from it).
+- beyond the largest observed count the speed-up stays concave: each extra worker
+  adds at most what a worker added on the last measured segment, and nothing once
+  that segment measured a slow-down (no speed-up is ever predicted past one).
+
+So the estimate is continuous at the edge of what was measured, and the marginal
+gain of a worker beyond it never exceeds the last measured marginal gain.
 
 With no observation at all speed is unknown and speedup is taken as linear,
 with `default_epoch_seconds` at one worker for remaining-time estimates.
+See docs/design/001-allocation.md.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -31,9 +40,11 @@ class SpeedModel:
 
     counts: tuple[int, ...]  # observed worker counts, ascending
     times: tuple[float, ...]  # seconds per epoch at those counts
-    serial: float  # Amdahl fit, for extrapolation
+    serial: float  # Amdahl shape, for extrapolation
     parallel: float
     known: bool
+    # Most throughput one worker may add beyond the largest observed count (inf: no cap).
+    last_slope: float = math.inf
 
     def epoch_time(self, workers: int) -> float:
         if workers <= 0:
@@ -48,7 +59,20 @@ class SpeedModel:
             x0, x1 = 1.0 / self.times[i - 1], 1.0 / self.times[i]
             x = x0 + (x1 - x0) * (workers - k0) / (k1 - k0)
             return 1.0 / x
-        return max(self.serial + self.parallel / workers, 1e-9)
+        return 1.0 / self._extrapolated_throughput(i, workers)
+
+    def _extrapolated_throughput(self, i: int, workers: int) -> float:
+        """Throughput at `workers` outside [counts[0], counts[-1]] (i: the bisect index)."""
+        near = 0 if i == 0 else len(self.counts) - 1
+        k_near, x_near = self.counts[near], 1.0 / self.times[near]
+        ratio = self._amdahl_time(k_near) / self._amdahl_time(workers)
+        if i == 0:  # fewer workers than ever measured
+            return x_near * ratio
+        gain = min(x_near * (ratio - 1.0), self.last_slope * (workers - k_near))
+        return x_near + max(gain, 0.0)
+
+    def _amdahl_time(self, workers: int) -> float:
+        return self.serial + self.parallel / workers
 
     def speedup(self, workers: int) -> float:
         """S(k) relative to one worker; S(0) = 0."""
@@ -67,7 +91,11 @@ def fit_speed(
     counts = tuple(k for k, _ in points)
     times = tuple(t for _, t in points)
     serial, parallel = _amdahl_fit(counts, times)
-    return SpeedModel(counts, times, serial, parallel, known=True)
+    last_slope = math.inf
+    if len(points) >= 2:
+        (k0, t0), (k1, t1) = points[-2], points[-1]
+        last_slope = max(0.0, (1.0 / t1 - 1.0 / t0) / (k1 - k0))
+    return SpeedModel(counts, times, serial, parallel, known=True, last_slope=last_slope)
 
 
 def _amdahl_fit(counts: tuple[int, ...], times: tuple[float, ...]) -> tuple[float, float]:

@@ -8,8 +8,9 @@ is required):
     priority               0 is highest
     submit_time            seconds
     epochs                 total epochs, completed_epochs done so far
-    attained_gpu_seconds   service so far; counted both in total and since the
-                           last start, as if the job had run since it started
+    attained_gpu_seconds   service so far; counted in total, since the last start
+                           and since the last promotion, as if the job had run
+                           since it started and had never been promoted
     epoch_time_by_workers  {workers: seconds per epoch}
 
 `jobs_from_data` is pure: the caller reads and parses the file. Every problem is
@@ -166,6 +167,7 @@ def _job(entry: Mapping[str, Any]) -> tuple[Job | None, list[tuple[str, str]]]:
         completed_epochs=values.get("completed_epochs", 0.0),
         attained_gpu_seconds=attained,
         attained_gpu_seconds_since_start=attained,
+        attained_gpu_seconds_since_promotion=attained,
         epoch_time_by_workers=values.get("epoch_time_by_workers", {}),
     )
     problems = list(unknown)

@@ -82,10 +82,13 @@ class Job:
     Workers are GPUs: one worker holds one GPU.
 
     Attained service: totals count the job's whole life; the "since_start"
-    counters are reset by the engine when the job (re)starts from waiting
-    (running and GPU-seconds) and when it is halted (waiting), so for a waiting
-    job `running_seconds_since_start` is the length of its last run and
-    `waiting_seconds_since_start` the time since it was preempted or queued.
+    counters are reset by the engine on every (re)start, so for a waiting job
+    `running_seconds_since_start` is the length of its last run and
+    `waiting_seconds_since_start` the time since it was preempted, queued or lost
+    its GPUs. The "since_promotion" counters follow the Tiresias reference
+    simulator: they count from submission and are reset only when the algorithm
+    promotes the job (starvation rule), never by a preemption or a restart;
+    `waiting_seconds_since_promotion` counts only once the job has run since then.
 
     `epoch_time_by_workers` holds
     observed (or category-history) seconds per epoch for a worker count; the
@@ -113,6 +116,9 @@ class Job:
     running_seconds_since_start: float = 0.0
     waiting_seconds: float = 0.0
     waiting_seconds_since_start: float = 0.0  # waiting since it was last preempted/queued
+    attained_gpu_seconds_since_promotion: float = 0.0
+    running_seconds_since_promotion: float = 0.0
+    waiting_seconds_since_promotion: float = 0.0
     first_start_time: float | None = None
     # When the job entered its current priority class (e.g. Tiresias queue), as
     # noted by the engine at a scheduling step; None before the engine saw it.
@@ -279,3 +285,6 @@ class Plan:
     placement: Placement
     actions: tuple[Action, ...] = ()
     migrated_workers: int = 0
+    # GPU types whose decision was refused, with the reason: their jobs keep the
+    # placement in force (and are absent from `actions`); the other types go on.
+    errors: Mapping[str, str] = field(default_factory=dict)

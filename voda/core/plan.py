@@ -1,10 +1,18 @@
 """decide(): the one pipeline every backend uses.
 
-1. allocate: per GPU type, the algorithm maps the active jobs to GPU counts
-   (checked against the contract);
-2. place: the placer maps counts to nodes, keeping workers where they are;
-3. diff: old and new placements become actions, ordered so GPUs are freed
-   (halt, scale-in, migrate) before they are taken (start, scale-out).
+For each GPU type on its own (one sub-scheduler per type):
+
+1. allocate: the type's algorithm maps its active jobs to GPU counts (checked
+   against the contract);
+2. place: the placer maps the counts to the type's nodes, keeping workers where
+   they are; the placement must be valid and reachable: applying the actions one
+   at a time (frees before takes), no node may go over capacity on the way;
+
+then 3. diff: old and new placements become actions, ordered so GPUs are freed
+(halt, scale-in, migrate) before they are taken (start, scale-out).
+
+A type whose algorithm or placer fails (or raises) keeps the placement in force
+and its reason is reported in Plan.errors; the other types go on.
 """
 
 from __future__ import annotations
@@ -71,6 +79,33 @@ def diff(old: Placement, new: Placement) -> tuple[Action, ...]:
     return tuple(sorted(actions, key=lambda a: (rank[a.kind], a.job)))
 
 
+def sequence_problems(
+    previous: Placement, placement: Placement, capacity: Mapping[str, int]
+) -> list[str]:
+    """Nodes that go over capacity while the actions of `diff` are applied in order.
+
+    Backends apply a plan's actions one at a time (halts, scale-ins and
+    migrations first), so a placement whose end state fits can still be
+    unusable, e.g. when a job starts on GPUs that a later scale-out frees.
+    """
+    used: dict[str, int] = {}
+    for shards in previous.values():
+        for node, count in shards:
+            used[node] = used.get(node, 0) + count
+    problems = []
+    for action in diff(previous, placement):
+        for node, count in action.old:
+            used[node] -= count
+        for node, count in action.new:
+            used[node] = used.get(node, 0) + count
+            if node in capacity and used[node] > capacity[node]:
+                problems.append(
+                    f"node {node!r}: {used[node]} GPUs used of {capacity[node]} "
+                    f"after {action.kind} {action.job}"
+                )
+    return problems
+
+
 def decide(
     jobs: Sequence[Job],
     cluster: Cluster,
@@ -78,33 +113,61 @@ def decide(
     algorithm: AllocationAlgorithm | Mapping[str, AllocationAlgorithm],
     placer: Placer,
 ) -> Plan:
-    """Allocate, place and diff on an immutable snapshot.
+    """Allocate, place and diff on an immutable snapshot, one GPU type at a time.
 
-    `algorithm` is one algorithm for every GPU type, or one per GPU type (one
-    sub-scheduler per type). Raises AllocationRejected when an algorithm breaks
-    its contract and PlacementFailed when the placer does: the caller keeps the
-    plan in force.
+    `algorithm` is one algorithm for every GPU type, or one per GPU type. A type
+    whose algorithm breaks its contract, whose placer fails or whose placement
+    cannot be reached keeps the placement in force; Plan.errors names it and says
+    why. Jobs that left the active set are not halted here: they are gone.
     """
+    by_name = {j.name: j for j in jobs}
+    active_previous = {name: p for name, p in previous.items() if name in by_name}
     allocation: dict[str, int] = {}
-    gpu_types = sorted({*cluster.gpu_types(), *(j.gpu_type for j in jobs)})
-    for gpu_type in gpu_types:
+    placement: dict[str, JobPlacement] = {}
+    errors: dict[str, str] = {}
+    for gpu_type in sorted({*cluster.gpu_types(), *(j.gpu_type for j in jobs)}):
         of_type = [j for j in jobs if j.gpu_type == gpu_type]
         if not of_type:
             continue
+        held = {j.name: active_previous[j.name] for j in of_type if j.name in active_previous}
         algo = algorithm[gpu_type] if isinstance(algorithm, Mapping) else algorithm
-        allocation.update(checked_allocate(algo, of_type, cluster.capacity(gpu_type)))
-    # 2. place
-    by_name = {j.name: j for j in jobs}
-    active_previous = {name: p for name, p in previous.items() if name in by_name}
-    try:
-        placement = placer(allocation, by_name, cluster, active_previous)
-    except ValueError as exc:
-        raise PlacementFailed(str(exc)) from exc
-    problems = placement_problems(allocation, by_name, cluster, placement)
-    if problems:
-        raise PlacementFailed("; ".join(problems))
-    # 3. diff (jobs that left the active set are not halted here: they are gone)
+        try:
+            counts, placed = _decide_type(of_type, cluster.of_type(gpu_type), held, algo, placer)
+        except Exception as exc:  # a custom algorithm or placer may fail in any way
+            errors[gpu_type] = str(exc) or type(exc).__name__
+            counts = {j.name: placement_workers(held.get(j.name, ())) for j in of_type}
+            placed = {name: p for name, p in held.items() if p}
+        allocation.update(counts)
+        placement.update(placed)
     actions = diff(active_previous, placement)
     migrated = sum(moved_workers(a.old, a.new) for a in actions)
     return Plan(allocation=allocation, placement=placement, actions=actions,
-                migrated_workers=migrated)
+                migrated_workers=migrated, errors=errors)
+
+
+def _decide_type(
+    jobs: Sequence[Job],
+    cluster: Cluster,
+    previous: Placement,
+    algorithm: AllocationAlgorithm,
+    placer: Placer,
+) -> tuple[dict[str, int], Placement]:
+    """Steps 1 and 2 for the jobs and nodes of one GPU type (raises when refused)."""
+    # 1. allocate
+    allocation = checked_allocate(algorithm, jobs, cluster.capacity())
+    # 2. place, then check the result and the way to it
+    by_name = {j.name: j for j in jobs}
+    try:
+        placement = placer(allocation, by_name, cluster, previous)
+    except Exception as exc:
+        raise PlacementFailed(f"placer raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(placement, Mapping):
+        raise PlacementFailed(f"placer returned {type(placement).__name__}, not a mapping")
+    placement = {name: tuple(p) for name, p in placement.items() if p}
+    problems = placement_problems(allocation, by_name, cluster, placement)
+    if not problems:
+        capacity = {n.name: n.gpus for n in cluster.nodes}
+        problems = sequence_problems(previous, placement, capacity)
+    if problems:
+        raise PlacementFailed("placement refused: " + "; ".join(problems))
+    return allocation, placement

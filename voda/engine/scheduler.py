@@ -6,14 +6,23 @@ asyncio task, tests) feed it events and call `step(now)`; it never sleeps.
 
 Per step:
 1. account attained service up to `now`;
-2. drain the backend's events (completions, failures, epoch reports, nodes);
-3. note priority-queue changes (Tiresias follows attained service);
-4. if something changed and the rate limit allows, decide on a snapshot and
-   apply the actions through the backend, frees before takes.
+2. drain the backend's events (completions, failures, epoch reports, nodes) and
+   take in the jobs whose submit time has come;
+3. apply due promotions and note priority-queue changes (Tiresias);
+4. if something changed (or a refused decision is due for a retry) and the rate
+   limit allows, decide on a snapshot and apply the actions through the
+   backend, frees before takes: the backend acts first, the records follow.
+
+A GPU type whose decision is refused keeps its plan in force and is retried
+after the rate limit, with a backoff that doubles on each refusal in a row;
+the other types go on. A backend that fails an action ends the application of
+the plan: what runs is read back from it and a new decision follows.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import logging
 import operator
 import time
@@ -21,10 +30,11 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from voda.backends.base import Backend, SupportsDelete
+from voda.backends.base import Backend, SupportsAdoption, SupportsDelete
 from voda.core.allocation import registry
-from voda.core.allocation.base import AllocationAlgorithm, AllocationRejected
+from voda.core.allocation.base import AllocationAlgorithm
 from voda.core.model import (
+    Action,
     ActionKind,
     Cluster,
     Job,
@@ -37,13 +47,22 @@ from voda.core.model import (
 )
 from voda.core.placement.base import Placer
 from voda.core.placement.registry import DEFAULT_PLACER, get_placer
-from voda.core.plan import PlacementFailed, decide
+from voda.core.plan import decide
 from voda.engine.events import RESCHEDULING_EVENTS, Event, EventKind
 
 log = logging.getLogger(__name__)
 
 # How much a new epoch measurement counts against what was known (exponential average).
 EPOCH_TIME_SMOOTHING = 0.5
+# A refused decision is retried after the rate limit (at least RETRY_MIN_SECONDS),
+# doubled on each refusal in a row, up to RETRY_MAX_SECONDS.
+RETRY_MIN_SECONDS = 1.0
+RETRY_MAX_SECONDS = 600.0
+ALL_GPU_TYPES = "*"  # the key of an error that is not one GPU type's
+
+# Speed and layout history are kept per (job category, GPU type): an A100
+# measurement says nothing of a V100.
+HistoryKey = tuple[str, str]
 
 
 @dataclass
@@ -77,6 +96,9 @@ class JobRecord:
     running_seconds_since_start: float = 0.0
     waiting_seconds: float = 0.0
     waiting_seconds_since_start: float = 0.0
+    attained_gpu_seconds_since_promotion: float = 0.0
+    running_seconds_since_promotion: float = 0.0
+    waiting_seconds_since_promotion: float = 0.0
     first_start_time: float | None = None
     queue_since: float | None = None
     epoch_time_by_workers: dict[int, float] = field(default_factory=dict)
@@ -84,7 +106,7 @@ class JobRecord:
     preferred_domain: str | None = None
     network_bandwidth: float | None = None
     latency_sensitive: bool = False
-    # Shared by the jobs of one category (see Scheduler.layout_history).
+    # Shared by the jobs of one category and GPU type (see Scheduler.layout_history).
     layout_throughput: dict[tuple[int, int], float] = field(default_factory=dict)
     # Engine-only fields (not part of Job):
     placement: JobPlacement = ()
@@ -92,7 +114,11 @@ class JobRecord:
     rescales: int = 0
     migrations: int = 0
     preemptions: int = 0
+    promotions: int = 0
     failure_reason: str | None = None
+    # The epoch that includes restoring the checkpoint after the last (re)start, resize or
+    # move (the first one run there): progress, but not a measure of speed.
+    restore_epoch: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def snapshot(self) -> Job:
@@ -104,6 +130,37 @@ class JobRecord:
         values["epoch_time_by_workers"] = dict(job.epoch_time_by_workers)
         values["layout_throughput"] = dict(job.layout_throughput)
         return cls(**values)
+
+
+def history_key(job: Job | JobRecord) -> HistoryKey:
+    """The key of the speed and layout history a job learns from and adds to."""
+    return (job.category, job.gpu_type)
+
+
+def account(record: JobRecord, dt: float) -> None:
+    """Add `dt` seconds to a job's counters, running or waiting as it is now."""
+    workers = record.current_workers
+    if workers > 0:
+        record.running_seconds += dt
+        record.running_seconds_since_start += dt
+        record.running_seconds_since_promotion += dt
+        gpu_seconds = dt * workers
+        record.attained_gpu_seconds += gpu_seconds
+        record.attained_gpu_seconds_since_start += gpu_seconds
+        record.attained_gpu_seconds_since_promotion += gpu_seconds
+    else:
+        record.waiting_seconds += dt
+        record.waiting_seconds_since_start += dt
+        if record.running_seconds_since_promotion > 0:
+            record.waiting_seconds_since_promotion += dt
+
+
+def promote(record: JobRecord) -> None:
+    """The algorithm promoted the job (starvation rule): its queue counters start over."""
+    record.attained_gpu_seconds_since_promotion = 0.0
+    record.running_seconds_since_promotion = 0.0
+    record.waiting_seconds_since_promotion = 0.0
+    record.promotions += 1
 
 
 def layout_key(placement: JobPlacement) -> tuple[int, int]:
@@ -130,11 +187,27 @@ class SchedulerObserver:
     def on_plan(self, plan: Plan, now: float, seconds: float, allocation_seconds: float) -> None:
         pass
 
-    def on_error(self, error: Exception, now: float) -> None:
-        pass
+    def on_error(self, error: Exception, now: float, gpu_type: str = ALL_GPU_TYPES) -> None:
+        """A decision was refused for `gpu_type` (ALL_GPU_TYPES: for every type)."""
+
+    def on_recovered(self, gpu_type: str, now: float) -> None:
+        """`gpu_type`, refused before, was decided again."""
 
     def on_epoch(self, record: JobRecord, epoch: int, seconds: float, workers: int) -> None:
         pass
+
+    def on_promoted(self, record: JobRecord, now: float) -> None:
+        """The algorithm promoted a waiting job (its queue counters started over)."""
+
+
+class DecisionRefused(RuntimeError):
+    """A decision for one GPU type (or all) was refused; its plan in force stays."""
+
+    def __init__(self, gpu_type: str, reason: str) -> None:
+        self.gpu_type = gpu_type
+        self.reason = reason
+        where = "every GPU type" if gpu_type == ALL_GPU_TYPES else f"GPU type {gpu_type!r}"
+        super().__init__(f"rescheduling refused for {where}: {reason}")
 
 
 class Scheduler:
@@ -144,9 +217,9 @@ class Scheduler:
         settings: SchedulerSettings | None = None,
         placer: Placer | None = None,
         observers: Iterable[SchedulerObserver] = (),
-        category_history: Mapping[str, Mapping[int, float]] | None = None,
+        category_history: Mapping[HistoryKey, Mapping[int, float]] | None = None,
         now: float = 0.0,
-        layout_history: Mapping[str, Mapping[tuple[int, int], float]] | None = None,
+        layout_history: Mapping[HistoryKey, Mapping[tuple[int, int], float]] | None = None,
     ) -> None:
         self.backend = backend
         self.settings = settings or SchedulerSettings()
@@ -154,12 +227,14 @@ class Scheduler:
         self.observers = list(observers)
         self.jobs: dict[str, JobRecord] = {}
         self.active: dict[str, JobRecord] = {}  # not terminal
-        self.category_history: dict[str, dict[int, float]] = {
+        # Seconds per epoch by workers, per (category, GPU type).
+        self.category_history: dict[HistoryKey, dict[int, float]] = {
             k: dict(v) for k, v in (category_history or {}).items()
         }
-        # Samples per second by (workers, nodes spanned) per category: every job of
-        # the category holds the same dict, so what one job runs, the others learn.
-        self.layout_history: dict[str, dict[tuple[int, int], float]] = {
+        # Samples per second by (workers, nodes spanned) per (category, GPU type): every
+        # job of the category on that type holds the same dict, so what one job runs,
+        # the others learn.
+        self.layout_history: dict[HistoryKey, dict[tuple[int, int], float]] = {
             k: dict(v) for k, v in (layout_history or {}).items()
         }
         self.cluster = Cluster(tuple(backend.nodes()))
@@ -169,8 +244,13 @@ class Scheduler:
         self._last_accounted = now
         self._last_reschedule: float | None = None
         self._priority_classes: dict[str, Hashable] = {}
+        self._arrivals: list[tuple[float, str]] = []  # jobs submitted for a later time
         self.last_plan: Plan | None = None
-        self.last_error: Exception | None = None
+        # Refused decisions in force, by GPU type (ALL_GPU_TYPES when decide() raised).
+        self.errors: dict[str, DecisionRefused] = {}
+        self.last_error: DecisionRefused | None = None
+        self._refusals_in_a_row = 0
+        self._retry_at: float | None = None
         self.reschedules = 0
         # What called for the next decision, and what called for the last one.
         self._reasons: set[EventKind] = set()
@@ -219,12 +299,15 @@ class Scheduler:
         if job.name in self.jobs:
             raise ValueError(f"job {job.name!r}: name already in use")
         record = JobRecord.from_job(job)
-        if not record.epoch_time_by_workers and record.category in self.category_history:
-            record.epoch_time_by_workers = dict(self.category_history[record.category])
+        known = self.category_history.get(history_key(record))
+        if not record.epoch_time_by_workers and known:
+            record.epoch_time_by_workers = dict(known)
         self._share_layouts(record)
         self.jobs[job.name] = record
         if not record.status.is_terminal:
             self.active[job.name] = record
+            if record.status is JobStatus.SUBMITTED and record.submit_time > self._last_accounted:
+                heapq.heappush(self._arrivals, (record.submit_time, record.name))
         self._mark(EventKind.JOB_SUBMITTED)
         return record
 
@@ -240,10 +323,11 @@ class Scheduler:
         self._mark(EventKind.JOB_SUBMITTED)
 
     def _share_layouts(self, record: JobRecord) -> None:
-        """Point the job at its category's layout history, adding what it brought."""
+        """Point the job at its category's layout history on its GPU type, adding what it
+        brought."""
         if not record.category:
             return
-        shared = self.layout_history.setdefault(record.category, {})
+        shared = self.layout_history.setdefault(history_key(record), {})
         for key, seconds in record.layout_throughput.items():
             shared.setdefault(key, seconds)
         record.layout_throughput = shared
@@ -288,12 +372,26 @@ class Scheduler:
         if kind in RESCHEDULING_EVENTS:
             self._mark(kind)
 
+    def halt_jobs_on(self, node_name: str, now: float) -> list[str]:
+        """Halt the jobs with workers on a node that is leaving (a drain): they keep their
+        checkpoints and wait for the next decision, which places them elsewhere."""
+        self._account(now)
+        halted = []
+        for record in list(self.active.values()):
+            if any(node == node_name for node, _ in record.placement):
+                halt = Action(ActionKind.HALT, record.name, record.placement, ())
+                self._act(record, halt)  # as a decision's halt: backend first, then records
+                self._record(record, halt, now)
+                halted.append(record.name)
+        if halted:
+            self._mark(EventKind.NODE_REMOVED)
+        return halted
+
     def _drop_node(self, node_name: str) -> None:
         self.cluster = Cluster(tuple(n for n in self.cluster.nodes if n.name != node_name))
         for record in self.active.values():
             if any(node == node_name for node, _ in record.placement):
-                record.placement = tuple((n, c) for n, c in record.placement if n != node_name)
-                record.current_workers = sum(c for _, c in record.placement)
+                self._place(record, tuple((n, c) for n, c in record.placement if n != node_name))
                 if record.current_workers == 0 and record.status is JobStatus.RUNNING:
                     self._set_status(record, JobStatus.WAITING, self._last_accounted)
 
@@ -303,12 +401,13 @@ class Scheduler:
         epoch = int(event.data.get("epoch", record.completed_epochs + 1))
         if workers < 1 or not seconds > 0:
             return
-        new = _smoothed(record.epoch_time_by_workers.get(workers), seconds)
-        record.epoch_time_by_workers[workers] = new
         record.completed_epochs = max(record.completed_epochs, float(epoch))
-        if record.category:
-            self.category_history.setdefault(record.category, {})[workers] = new
-        self._record_layout(record, event)
+        if record.restore_epoch is None or epoch > record.restore_epoch:
+            new = _smoothed(record.epoch_time_by_workers.get(workers), seconds)
+            record.epoch_time_by_workers[workers] = new
+            if record.category:
+                self.category_history.setdefault(history_key(record), {})[workers] = new
+            self._record_layout(record, event)
         for observer in self.observers:
             observer.on_epoch(record, epoch, seconds, workers)
 
@@ -327,21 +426,23 @@ class Scheduler:
         if dt <= 0:
             return
         for record in self.active.values():
-            if record.status is JobStatus.SUBMITTED and record.submit_time > now:
+            if record.status is JobStatus.SUBMITTED and record.submit_time > self._last_accounted:
+                if record.submit_time < now:  # arrived in between: counted from its arrival
+                    account(record, now - record.submit_time)
                 continue
-            workers = record.current_workers
-            if workers > 0:
-                record.running_seconds += dt
-                record.running_seconds_since_start += dt
-                record.attained_gpu_seconds += dt * workers
-                record.attained_gpu_seconds_since_start += dt * workers
-            else:
-                record.waiting_seconds += dt
-                record.waiting_seconds_since_start += dt
+            account(record, dt)
         self._last_accounted = now
 
+    def _take_arrivals(self, now: float) -> None:
+        """Jobs submitted for a later time call for a decision when that time comes."""
+        while self._arrivals and self._arrivals[0][0] <= now:
+            _, name = heapq.heappop(self._arrivals)
+            if name in self.active:
+                self._mark(EventKind.JOB_SUBMITTED)
+
     def _check_priority_classes(self, now: float) -> None:
-        """Note jobs whose priority class (e.g. Tiresias queue) changed; a change reschedules."""
+        """Apply due promotions and note jobs whose priority class (e.g. Tiresias queue)
+        changed; a change reschedules."""
         changed = False
         classes: dict[str, Hashable] = {}
         for name, record in self.active.items():
@@ -353,6 +454,11 @@ class Scheduler:
                 continue
             # The read-only hooks get the live record (it has every Job field): a frozen
             # copy per job per step was most of the cost of long simulations.
+            promotion_due = getattr(algorithm, "promotion_due", None)
+            if promotion_due is not None and promotion_due(record):
+                promote(record)
+                for observer in self.observers:
+                    observer.on_promoted(record, now)
             cls = priority_class(record)
             classes[name] = cls
             if name not in self._priority_classes:
@@ -369,6 +475,10 @@ class Scheduler:
         candidates = []
         if self._dirty:
             candidates.append(self._earliest_reschedule(now))
+        if self._retry_at is not None:
+            candidates.append(max(now, self._retry_at))
+        if self._arrivals:
+            candidates.append(max(now, self._arrivals[0][0]))
         for record in self.active.values():
             algorithm = self.algorithm_for(record.gpu_type)
             until = getattr(algorithm, "seconds_until_class_change", None)
@@ -389,7 +499,11 @@ class Scheduler:
         self._account(now)
         for event in self.backend.events():
             self.handle(event)
+        self._take_arrivals(now)
         self._check_priority_classes(now)
+        if self._retry_at is not None and now >= self._retry_at:
+            self._retry_at = None
+            self._dirty = True
         if not self._dirty:
             return None
         if not force and self._earliest_reschedule(now) > now:
@@ -399,6 +513,7 @@ class Scheduler:
     def reschedule(self, now: float) -> Plan | None:
         self._account(now)
         self._dirty = False
+        self._retry_at = None
         self._last_reschedule = now
         self.last_reasons = tuple(sorted(self._reasons))
         self._reasons = set()
@@ -412,51 +527,122 @@ class Scheduler:
         started = time.perf_counter()
         try:
             plan = decide(jobs, self.cluster, previous, algorithms, self.placer)
-        except (AllocationRejected, PlacementFailed) as exc:
-            self.last_error = exc
-            log.error("rescheduling refused, the plan in force stays: %s", exc)
-            for observer in self.observers:
-                observer.on_error(exc, now)
+        except Exception as exc:  # decide() itself broke: nothing changes, retry later
+            log.exception("rescheduling failed, the plan in force stays")
+            self._refused({ALL_GPU_TYPES: f"{type(exc).__name__}: {exc}"}, now)
             return None
         decided = time.perf_counter()
-        self._apply(plan, now)
+        failure = self._apply(plan, now)
+        reasons = dict(plan.errors)
+        if failure is not None:
+            reasons[ALL_GPU_TYPES] = failure
+        self._refused(reasons, now)
+        if failure is not None:
+            self._dirty = True  # decide again on what the backend says runs
+            return None
         self.last_plan = plan
-        self.last_error = None
         self.reschedules += 1
         elapsed = time.perf_counter() - started
         for observer in self.observers:
             observer.on_plan(plan, now, elapsed, decided - started)
         return plan
 
-    def _apply(self, plan: Plan, now: float) -> None:
+    def _refused(self, reasons: Mapping[str, str], now: float) -> None:
+        """Note the refused GPU types (and the recovered ones); schedule a retry if any."""
+        for gpu_type in sorted(set(self.errors) - set(reasons)):
+            del self.errors[gpu_type]
+            for observer in self.observers:
+                observer.on_recovered(gpu_type, now)
+        if not reasons:
+            self._refusals_in_a_row = 0
+            self.last_error = None
+            return
+        for gpu_type, reason in sorted(reasons.items()):
+            error = self.errors[gpu_type] = DecisionRefused(gpu_type, reason)
+            self.last_error = error
+            log.error("%s; the plan in force stays", error)
+            for observer in self.observers:
+                observer.on_error(error, now, gpu_type)
+        self._refusals_in_a_row += 1
+        delay = max(self.settings.rate_limit_seconds, RETRY_MIN_SECONDS)
+        delay *= 2.0 ** min(self._refusals_in_a_row - 1, 30)
+        self._retry_at = now + min(delay, RETRY_MAX_SECONDS)
+
+    def _apply(self, plan: Plan, now: float) -> str | None:
+        """Carry the actions out: the backend acts first, the records follow.
+
+        Returns why, when the backend failed an action: the rest is not tried and the
+        records are made to say what the backend runs.
+        """
         for action in plan.actions:
             record = self.jobs[action.job]
-            job = record.snapshot()
-            if action.kind is ActionKind.HALT:
-                self.backend.halt(job)
-                record.preemptions += 1
-                record.waiting_seconds_since_start = 0.0
-                self._place(record, ())
-                self._set_status(record, JobStatus.WAITING, now)
-            elif action.kind is ActionKind.START:
-                self._place(record, action.new)
-                record.attained_gpu_seconds_since_start = 0.0
-                record.running_seconds_since_start = 0.0
-                if record.first_start_time is None:
-                    record.first_start_time = now
-                self.backend.start(record.snapshot(), action.new)
-                self._set_status(record, JobStatus.RUNNING, now)
-            else:
-                self._place(record, action.new)
-                if action.kind is ActionKind.MIGRATE:
-                    record.migrations += 1
-                else:
-                    record.rescales += 1
-                self.backend.scale(record.snapshot(), action.new)
+            try:
+                self._act(record, action)
+            except Exception as exc:  # any backend may fail in any way
+                log.error("backend failed to %s %s: %s; rereading what runs",
+                          action.kind, action.job, exc)
+                self._resync(now)
+                return f"backend failed to {action.kind} {action.job}: {exc}"
+            self._record(record, action, now)
         for name, record in self.active.items():
             if record.status is JobStatus.SUBMITTED and plan.allocation.get(name, 0) == 0 and (
                 record.submit_time <= now
             ):
+                self._set_status(record, JobStatus.WAITING, now)
+        return None
+
+    def _act(self, record: JobRecord, action: Action) -> None:
+        """Tell the backend to carry out one action (the records are not touched)."""
+        if action.kind is ActionKind.HALT:
+            self.backend.halt(record.snapshot())
+            return
+        after = dataclasses.replace(record.snapshot(), current_workers=action.workers_after)
+        if action.kind is ActionKind.START:
+            self.backend.start(after, action.new)
+        else:
+            self.backend.scale(after, action.new)
+
+    def _record(self, record: JobRecord, action: Action, now: float) -> None:
+        """Note in the engine's records what the backend did."""
+        if action.kind is ActionKind.HALT:
+            record.preemptions += 1
+            self._place(record, ())
+            self._set_status(record, JobStatus.WAITING, now)
+            return
+        record.restore_epoch = int(record.completed_epochs) + 1
+        if action.kind is ActionKind.START:
+            self._place(record, action.new)
+            record.attained_gpu_seconds_since_start = 0.0
+            record.running_seconds_since_start = 0.0
+            record.waiting_seconds_since_start = 0.0
+            if record.first_start_time is None:
+                record.first_start_time = now
+            self._set_status(record, JobStatus.RUNNING, now)
+            return
+        self._place(record, action.new)
+        if action.kind is ActionKind.MIGRATE:
+            record.migrations += 1
+        else:
+            record.rescales += 1
+
+    def _resync(self, now: float) -> None:
+        """Make the records say what the backend runs, when it can tell (after a failure)."""
+        if not isinstance(self.backend, SupportsAdoption) or not callable(self.backend.running):
+            return  # the failed action is taken as not done; those before it stand
+        running = self.backend.running()
+        for name, record in self.active.items():
+            actual = tuple(running.get(name, ()))
+            if actual == record.placement:
+                continue
+            started = not record.placement and actual
+            self._place(record, actual)
+            if started:
+                record.restore_epoch = int(record.completed_epochs) + 1
+                if record.first_start_time is None:
+                    record.first_start_time = now
+                self._set_status(record, JobStatus.RUNNING, now)
+            elif not actual and record.status is JobStatus.RUNNING:
+                record.preemptions += 1
                 self._set_status(record, JobStatus.WAITING, now)
 
     # ----- helpers ---------------------------------------------------------------

@@ -6,15 +6,16 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from typing import Any
 
 from voda.core.allocation import registry
 from voda.sim.backend import check_layout_speed
-from voda.sim.cluster_file import parse_cluster
+from voda.sim.cluster_file import SimCluster, parse_cluster
 from voda.sim.presets import apply_preset
 from voda.sim.report import SimResult
 from voda.sim.runner import SimSettings, simulate
 from voda.sim.throughput import warm
-from voda.sim.workloads import jitter_arrivals, load_workload
+from voda.sim.workloads import Workload, jitter_arrivals, load_workload, with_gpu_type
 
 
 @dataclass(frozen=True)
@@ -32,32 +33,60 @@ class RunRequest:
     layout_speed: str = "actual"
     jitter: float = 0.0  # arrivals moved by up to this many seconds (see jitter_arrivals)
     seed: int = 0
+    # Algorithm knobs, (name, value) pairs; they override the preset's.
+    params: tuple[tuple[str, Any], ...] = ()
+    gpu_type: str | None = None  # the GPU type of the jobs that name none
+    until: float | None = None  # stop at this simulated time (jobs may be left unfinished)
 
 
 def settings_for(request: RunRequest) -> SimSettings:
     settings = apply_preset(
         request.preset, request.algorithm,
         placement=request.placement, penalty=request.penalty, interval=request.interval,
+        params=dict(request.params),
     )
     settings.layout_speed = request.layout_speed
+    settings.until = request.until
     return settings
 
 
-def run_one(request: RunRequest, progress: Callable[[float], None] | None = None) -> SimResult:
+def workload_for(request: RunRequest) -> Workload:
     workload = load_workload(request.workload, rigid=request.rigid)
-    workload = jitter_arrivals(workload, request.jitter, request.seed)
+    if request.gpu_type is not None:
+        workload = with_gpu_type(workload, request.gpu_type)
+    return jitter_arrivals(workload, request.jitter, request.seed)
+
+
+def run_one(request: RunRequest, progress: Callable[[float], None] | None = None) -> SimResult:
     cluster = parse_cluster(request.cluster)
-    return simulate(workload, cluster, settings_for(request), progress=progress)
+    return simulate(workload_for(request), cluster, settings_for(request), progress=progress)
+
+
+def check_gpu_types(workload: Workload, cluster: SimCluster) -> None:
+    """Refuse jobs whose GPU type the cluster never has: they could never run."""
+    types = {n.gpu_type for n in cluster.nodes} | {e.node.gpu_type for e in cluster.events}
+    missing = sorted({spec.gpu_type for spec in workload.jobs} - types)
+    if missing:
+        count = sum(1 for spec in workload.jobs if spec.gpu_type in missing)
+        raise ValueError(
+            f"{count} jobs ask for GPU type {', '.join(map(repr, missing))} but the cluster "
+            f"has only {', '.join(map(repr, sorted(types)))}: give the jobs a gpu_type, or "
+            "put the jobs that name none on one of the cluster's types with --gpu-type NAME"
+        )
 
 
 def check_request(request: RunRequest) -> None:
     """Fail early (ValueError and friends) on inputs every run would refuse."""
-    load_workload(request.workload, rigid=request.rigid)
-    parse_cluster(request.cluster)
+    workload = workload_for(request)
+    check_gpu_types(workload, parse_cluster(request.cluster))
     if not registry.is_known(request.algorithm):
         raise registry.UnknownAlgorithm(request.algorithm, registry.available())
-    apply_preset(request.preset, request.algorithm, placement=request.placement,
-                 penalty=request.penalty, interval=request.interval)
+    settings = apply_preset(request.preset, request.algorithm, placement=request.placement,
+                            penalty=request.penalty, interval=request.interval,
+                            params=dict(request.params))
+    registry.create(request.algorithm, settings.algorithm_params)  # validates the knobs
+    if request.until is not None and not request.until > 0:
+        raise ValueError(f"until: must be a positive number of seconds, got {request.until}")
     if request.placement is not None:
         from voda.core.placement.registry import get_placer
 
@@ -86,7 +115,7 @@ def run_many(
             results.append(result)
         return results
     for r in requests:  # build the throughput tables once; forked workers inherit them
-        warm(load_workload(r.workload, rigid=r.rigid))
+        warm(workload_for(r))
     out: dict[int, SimResult] = {}
     workers = workers or min(len(requests), os.cpu_count() or 1)
     with ProcessPoolExecutor(max_workers=workers) as pool:

@@ -5,7 +5,8 @@ first considered at the first multiple of 60 at or after its submission), a
 30 s restart penalty, epoch crossings rounded to whole seconds, most-free
 placement of newly started jobs in the policy's queue order, and Tiresias
 with the artifact's knobs: one threshold at 16 GPU-hours, no promotion, total
-attained service, queues ordered by entry (SIMULATION.md §4-5).
+attained service (no promotion, so the service that places a job is its total),
+queues ordered by entry (SIMULATION.md §4-5).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from voda.sim.runner import SimSettings
 POLLUX_TIRESIAS_PARAMS: Mapping[str, Any] = {
     "queue_thresholds": (57600.0,),
     "starvation_knob": None,
-    "service": "total",
     "queue_order": "queue_entry",
 }
 
@@ -52,11 +52,12 @@ def apply_preset(
     placement: str | None = None,
     penalty: float | None = None,
     interval: float | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> SimSettings:
-    """Settings for `algorithm` under `preset`; explicit options override the preset."""
+    """Settings for `algorithm` under `preset`; explicit options (and knobs) override it."""
     if preset is not None and preset not in PRESETS:
         raise ValueError(f"preset: unknown {preset!r}; valid: {', '.join(PRESETS)}")
-    params = algorithm_params(preset, algorithm)
+    params = {**algorithm_params(preset, algorithm), **(params or {})}
     settings = SimSettings(algorithm=algorithm, algorithm_params=params)
     if preset == "pollux":
         settings.fixed_rounds = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,12 +41,22 @@ class SimResult:
     split_share: float = 0.0
     cross_leaf_share: float = 0.0
     layout_speed: str = "actual"  # what job speed followed (voda.sim.backend.LAYOUT_SPEEDS)
+    params: dict[str, Any] = field(default_factory=dict)  # the algorithm's knobs
     timeline: tuple[tuple[float, str, int], ...] = field(default=(), repr=False)
     queue: tuple[tuple[float, int, int], ...] = field(default=(), repr=False)
+
+    @property
+    def warning(self) -> str | None:
+        """What the figures leave out, said plainly (None when every job finished)."""
+        if not self.unfinished:
+            return None
+        return (f"{self.unfinished} of {len(self.jobs)} jobs did not finish: JCTs and "
+                "makespan cover the finished jobs only")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "algorithm": self.algorithm,
+            "params": dict(self.params),
             "workload": self.workload,
             "avg_jct": self.avg_jct,
             "p50_jct": self.p50_jct,
@@ -56,6 +67,8 @@ class SimResult:
             "migrations": self.migrations,
             "preemptions": self.preemptions,
             "unfinished": self.unfinished,
+            "complete": self.unfinished == 0,
+            "warning": self.warning,
             "split_share": self.split_share,
             "cross_leaf_share": self.cross_leaf_share,
             "layout_speed": self.layout_speed,
@@ -88,6 +101,7 @@ def build_result(
     scheduler: Scheduler,
     queue: list[tuple[float, int, int]],
     end: float,
+    params: Mapping[str, Any] | None = None,
 ) -> SimResult:
     jobs = []
     for spec in workload.jobs:
@@ -103,6 +117,7 @@ def build_result(
     records = scheduler.jobs.values()
     return SimResult(
         algorithm=algorithm,
+        params=dict(params or {}),
         workload=workload.source,
         jobs=tuple(jobs),
         avg_jct=float(jcts.mean()) if len(jcts) else float("nan"),

@@ -49,6 +49,7 @@ class SimSettings:
     # What a job's speed follows: "actual" (its placement), "packed" (its GPU count on as
     # few nodes as possible) or "best" (the fastest layout: a bound on any placer).
     layout_speed: str = "actual"
+    until: float | None = None  # stop at this simulated time, jobs finished or not
 
 
 def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
@@ -86,6 +87,8 @@ def simulate(
     s = settings or SimSettings()
     if s.interval <= 0:
         raise ValueError(f"interval: must be positive, got {s.interval}")
+    if s.until is not None and not s.until > 0:
+        raise ValueError(f"until: must be a positive number of seconds, got {s.until}")
     placer = placers.get_placer(s.placement) if isinstance(s.placement, str) else s.placement
     layout_speed = effective_layout_speed(s.layout_speed, placer)
     specs = {j.name: j for j in workload.jobs}
@@ -107,7 +110,7 @@ def simulate(
     loop.run()
     return build_result(
         algorithm=s.algorithm, workload=workload, backend=backend, scheduler=scheduler,
-        queue=loop.queue, end=clock.now(),
+        queue=loop.queue, end=clock.now(), params=s.algorithm_params,
     )
 
 
@@ -175,6 +178,9 @@ class _Loop:
         interval = self.s.interval
         t = self.clock.now()
         while not self.finished:
+            if self.s.until is not None and t + interval > self.s.until:
+                self._move_to(max(t, self.s.until))
+                break
             if not self.scheduler.active and self.next_arrival < len(self.jobs):
                 # Nothing runs: jump to the round at or after the next arrival (or node event).
                 upcoming = self.jobs[self.next_arrival].submit
@@ -214,6 +220,9 @@ class _Loop:
             if not candidates:
                 break  # jobs left that can never run (e.g. larger than the cluster)
             t = max(min(candidates), now)
+            if self.s.until is not None and t > self.s.until:
+                self._move_to(max(now, self.s.until))
+                break
             stalled = stalled + 1 if t == now else 0
             if stalled > 10_000:
                 raise SimulationStalled(f"the simulation makes no progress at t = {now}")

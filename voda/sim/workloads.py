@@ -112,15 +112,31 @@ def jitter_arrivals(workload: Workload, seconds: float, seed: int) -> Workload:
     return Workload(workload.source, jobs)
 
 
-def builtin_workload(name: str) -> Path | None:
-    """`workload-1`..`workload-4` (Pollux) and `philly` from the package data."""
+def _builtin_folders() -> tuple[Path, ...]:
     base = Path(str(resources.files("voda") / "data"))
+    return (base / "pollux" / "workloads", base / "philly")
+
+
+def builtin_names() -> list[str]:
+    """The built-in workloads: `workload-1`..`workload-4` (Pollux) and `philly`."""
+    return sorted(p.stem for folder in _builtin_folders() for p in folder.glob("*.csv"))
+
+
+def builtin_workload(name: str) -> Path | None:
+    """The file of a built-in workload (see `builtin_names`), or None."""
     stem = name.removesuffix(".csv")
-    for candidate in (base / "pollux" / "workloads" / f"{stem}.csv",
-                      base / "philly" / f"{stem}.csv"):
+    for folder in _builtin_folders():
+        candidate = folder / f"{stem}.csv"
         if candidate.is_file():
             return candidate
     return None
+
+
+def with_gpu_type(workload: Workload, gpu_type: str) -> Workload:
+    """The workload with every job that names no GPU type put on `gpu_type`."""
+    jobs = tuple(replace(spec, gpu_type=gpu_type) if spec.gpu_type == DEFAULT_GPU_TYPE
+                 else spec for spec in workload.jobs)
+    return Workload(workload.source, jobs)
 
 
 def load_workload(path: str | Path, rigid: bool = False) -> Workload:
@@ -129,7 +145,8 @@ def load_workload(path: str | Path, rigid: bool = False) -> Workload:
     if not p.exists():
         found = builtin_workload(str(path))
         if found is None:
-            raise WorkloadError(path, None, "no such file")
+            raise WorkloadError(path, None, "no such file, nor a built-in workload "
+                                            f"(built in: {', '.join(builtin_names())})")
         p = found
     if p.is_dir():
         raise WorkloadError(p, None, "is a directory, not a workload file")

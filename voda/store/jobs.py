@@ -9,14 +9,16 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from voda.core.model import JobStatus
-from voda.engine.scheduler import JobRecord
+from voda.engine.scheduler import HistoryKey, JobRecord
 from voda.store.models import (
     BackendStateRow,
     CategoryLayoutRow,
     CategorySpeedRow,
     JobHistoryRow,
     JobRow,
+    NodeRow,
     SchedulerSettingsRow,
+    ServiceStateRow,
 )
 
 DEFAULT_SETTINGS_KEY = "*"
@@ -33,6 +35,9 @@ STATE_FIELDS: tuple[str, ...] = (
     "running_seconds_since_start",
     "waiting_seconds",
     "waiting_seconds_since_start",
+    "attained_gpu_seconds_since_promotion",
+    "running_seconds_since_promotion",
+    "waiting_seconds_since_promotion",
     "first_start_time",
     "finish_time",
     "queue_since",
@@ -40,6 +45,7 @@ STATE_FIELDS: tuple[str, ...] = (
     "rescales",
     "migrations",
     "preemptions",
+    "promotions",
 )
 
 
@@ -72,6 +78,8 @@ def new_job_values(record: JobRecord, meta: Mapping[str, Any], accounted_at: flo
         submit_time=record.submit_time,
         placement_strategy=record.placement_strategy,
         preferred_domain=record.preferred_domain,
+        idempotency_key=meta.get("idempotency_key"),
+        request_hash=meta.get("request_hash"),
     )
     return values
 
@@ -110,9 +118,14 @@ def add_history(session: Session, entries: Sequence[Mapping[str, Any]]) -> None:
         session.execute(insert(JobHistoryRow.__table__), [dict(e) for e in entries])
 
 
-def history(session: Session, job: str) -> list[JobHistoryRow]:
-    query = select(JobHistoryRow).where(JobHistoryRow.job == job).order_by(JobHistoryRow.id)
-    return list(session.scalars(query))
+def history(session: Session, job: str, last: int | None = None) -> list[JobHistoryRow]:
+    """A job's history in order; with `last`, only its newest `last` entries."""
+    if last is None:
+        query = select(JobHistoryRow).where(JobHistoryRow.job == job).order_by(JobHistoryRow.id)
+        return list(session.scalars(query))
+    query = select(JobHistoryRow).where(JobHistoryRow.job == job).order_by(
+        JobHistoryRow.id.desc()).limit(last)
+    return list(reversed(list(session.scalars(query))))
 
 
 def load_jobs(session: Session) -> list[JobRow]:
@@ -144,6 +157,9 @@ def row_to_record(row: JobRow) -> JobRecord:
         running_seconds_since_start=row.running_seconds_since_start,
         waiting_seconds=row.waiting_seconds,
         waiting_seconds_since_start=row.waiting_seconds_since_start,
+        attained_gpu_seconds_since_promotion=row.attained_gpu_seconds_since_promotion,
+        running_seconds_since_promotion=row.running_seconds_since_promotion,
+        waiting_seconds_since_promotion=row.waiting_seconds_since_promotion,
         first_start_time=row.first_start_time,
         queue_since=row.queue_since,
         epoch_time_by_workers={int(k): float(v) for k, v in row.epoch_time_by_workers.items()},
@@ -154,6 +170,7 @@ def row_to_record(row: JobRow) -> JobRecord:
         rescales=row.rescales,
         migrations=row.migrations,
         preemptions=row.preemptions,
+        promotions=row.promotions,
         failure_reason=row.failure_reason,
         extra={
             "user": row.user,
@@ -161,38 +178,45 @@ def row_to_record(row: JobRow) -> JobRecord:
             "command": row.command,
             "image": row.image,
             "profile": row.profile,
+            "idempotency_key": row.idempotency_key,
+            "request_hash": row.request_hash,
+            "spec": row.spec,
         },
     )
 
 
-# ----- category speed history ---------------------------------------------------
+# ----- speed and layout history, per (category, GPU type) -------------------------
 def save_category_speed(
-    session: Session, category: str, workers: int, seconds: float, now: float
+    session: Session, key: HistoryKey, workers: int, seconds: float, now: float
 ) -> None:
-    session.merge(CategorySpeedRow(category=category, workers=workers, epoch_seconds=seconds,
-                                   updated_at=now))
+    category, gpu_type = key
+    session.merge(CategorySpeedRow(category=category, gpu_type=gpu_type, workers=workers,
+                                   epoch_seconds=seconds, updated_at=now))
 
 
-def load_category_history(session: Session) -> dict[str, dict[int, float]]:
-    history_: dict[str, dict[int, float]] = {}
+def load_category_history(session: Session) -> dict[HistoryKey, dict[int, float]]:
+    """What Scheduler.category_history held: seconds per epoch by workers."""
+    history_: dict[HistoryKey, dict[int, float]] = {}
     for row in session.scalars(select(CategorySpeedRow)):
-        history_.setdefault(row.category, {})[row.workers] = row.epoch_seconds
+        history_.setdefault((row.category, row.gpu_type), {})[row.workers] = row.epoch_seconds
     return history_
 
 
 def save_category_layout(
-    session: Session, category: str, layout: tuple[int, int], rate: float, now: float
+    session: Session, key: HistoryKey, layout: tuple[int, int], rate: float, now: float
 ) -> None:
+    category, gpu_type = key
     workers, nodes = layout
-    session.merge(CategoryLayoutRow(category=category, workers=workers, nodes=nodes,
-                                    samples_per_second=rate, updated_at=now))
+    session.merge(CategoryLayoutRow(category=category, gpu_type=gpu_type, workers=workers,
+                                    nodes=nodes, samples_per_second=rate, updated_at=now))
 
 
-def load_layout_history(session: Session) -> dict[str, dict[tuple[int, int], float]]:
+def load_layout_history(session: Session) -> dict[HistoryKey, dict[tuple[int, int], float]]:
     """What Scheduler.layout_history held: samples per second by (workers, nodes)."""
-    history_: dict[str, dict[tuple[int, int], float]] = {}
+    history_: dict[HistoryKey, dict[tuple[int, int], float]] = {}
     for row in session.scalars(select(CategoryLayoutRow)):
-        history_.setdefault(row.category, {})[(row.workers, row.nodes)] = row.samples_per_second
+        key = (row.category, row.gpu_type)
+        history_.setdefault(key, {})[(row.workers, row.nodes)] = row.samples_per_second
     return history_
 
 
@@ -238,3 +262,19 @@ def delete_jobs(session: Session, names: Iterable[str]) -> None:
     names = list(names)
     session.execute(delete(JobHistoryRow).where(JobHistoryRow.job.in_(names)))
     session.execute(delete(JobRow).where(JobRow.name.in_(names)))
+
+
+# ----- nodes changed at run time ------------------------------------------------------
+def save_node(session: Session, values: Mapping[str, Any]) -> None:
+    session.merge(NodeRow(**dict(values)))
+
+
+def load_nodes(session: Session) -> list[NodeRow]:
+    return list(session.scalars(select(NodeRow).order_by(NodeRow.name)))
+
+
+# ----- the write probe ----------------------------------------------------------------
+def touch(session: Session, key: str, value: str, now: float) -> None:
+    """Write one small row: at start, proof that the store takes writes."""
+    session.merge(ServiceStateRow(key=key, value=value, updated_at=now))
+    session.flush()

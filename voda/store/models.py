@@ -42,6 +42,9 @@ class JobRow(Base):
     running_seconds_since_start: Mapped[float] = mapped_column(Float, default=0.0)
     waiting_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     waiting_seconds_since_start: Mapped[float] = mapped_column(Float, default=0.0)
+    attained_gpu_seconds_since_promotion: Mapped[float] = mapped_column(Float, default=0.0)
+    running_seconds_since_promotion: Mapped[float] = mapped_column(Float, default=0.0)
+    waiting_seconds_since_promotion: Mapped[float] = mapped_column(Float, default=0.0)
     first_start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     finish_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     queue_since: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -52,8 +55,15 @@ class JobRow(Base):
     rescales: Mapped[int] = mapped_column(Integer, default=0)
     migrations: Mapped[int] = mapped_column(Integer, default=0)
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    promotions: Mapped[int] = mapped_column(Integer, default=0)
     # The time up to which the service counters above are accounted.
     accounted_at: Mapped[float] = mapped_column(Float)
+    # A submission's Idempotency-Key (unique per user) and the SHA-256 of its body.
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+    __table_args__ = (Index("ux_jobs_user_idempotency_key", "user", "idempotency_key",
+                            unique=True),)
 
 
 class JobHistoryRow(Base):
@@ -65,28 +75,32 @@ class JobHistoryRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job: Mapped[str] = mapped_column(String(200))
     time: Mapped[float] = mapped_column(Float)
-    field: Mapped[str] = mapped_column(String(20))  # "status" or "priority"
+    field: Mapped[str] = mapped_column(String(20))  # "status", "priority" or "event"
     old: Mapped[str | None] = mapped_column(String(40), nullable=True)
     new: Mapped[str] = mapped_column(String(40))
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class CategorySpeedRow(Base):
-    """Seconds per epoch of a job category at a worker count (smoothed)."""
+    """Seconds per epoch of a job category on a GPU type at a worker count (smoothed)."""
 
     __tablename__ = "category_speed"
 
     category: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(100), primary_key=True)
     workers: Mapped[int] = mapped_column(Integer, primary_key=True)
     epoch_seconds: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
 
 
 class CategoryLayoutRow(Base):
-    """Samples per second of a job category on a layout: workers over nodes (smoothed)."""
+    """Samples per second of a job category on a GPU type and a layout: workers over
+    nodes (smoothed)."""
 
     __tablename__ = "category_layout"
 
     category: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(100), primary_key=True)
     workers: Mapped[int] = mapped_column(Integer, primary_key=True)
     nodes: Mapped[int] = mapped_column(Integer, primary_key=True)
     samples_per_second: Mapped[float] = mapped_column(Float)
@@ -111,4 +125,28 @@ class BackendStateRow(Base):
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class NodeRow(Base):
+    """A node added, drained or removed at run time (over what the backend offers)."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+    gpu_type: Mapped[str] = mapped_column(String(100))
+    leaf: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    spine: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    state: Mapped[str] = mapped_column(String(20))  # active, drained or removed
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ServiceStateRow(Base):
+    """Small facts of the service; written at start, which proves the store takes writes."""
+
+    __tablename__ = "service_state"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[float] = mapped_column(Float)

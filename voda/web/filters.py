@@ -47,11 +47,14 @@ def gpu_hours(gpu_seconds: float | None) -> str:
     return f"{hours:.2f}" if hours < 10 else f"{hours:,.0f}"
 
 
-def job_color(name: str) -> str:
-    """A stable colour per job name (hue from a hash; fixed saturation and lightness)."""
+JOB_HUES = 36  # colour classes hue-0 .. hue-35 in voda.css, 10 degrees apart
+
+
+def job_hue(name: str) -> str:
+    """A stable colour class per job name (a CSS class, as the pages' Content-Security-
+    Policy allows no inline style)."""
     digest = hashlib.blake2s(name.encode(), digest_size=4).digest()
-    hue = int.from_bytes(digest, "big") % 360
-    return f"hsl({hue} 62% 52%)"
+    return f"hue-{int.from_bytes(digest, 'big') % JOB_HUES}"
 
 
 def to_json(value: Any) -> str:
@@ -64,5 +67,5 @@ def to_json(value: Any) -> str:
 
 FILTERS: dict[str, Callable[..., str]] = {
     "duration": duration, "age": age, "clock": clock, "percent": percent,
-    "gpu_hours": gpu_hours, "job_color": job_color, "to_json": to_json,
+    "gpu_hours": gpu_hours, "job_hue": job_hue, "to_json": to_json,
 }

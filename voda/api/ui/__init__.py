@@ -1,4 +1,4 @@
-"""The web dashboard served by `voda serve` at /ui (see docs/design/006-dashboard.md)."""
+"""The web dashboard served by `voda serve` at /ui (see docs/design/008-dashboard.md)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ def install(app: FastAPI) -> None:
     from urllib.parse import quote
 
     from voda.api.ui.routes import router
-    from voda.api.ui.session import LoginRequired
+    from voda.api.ui.session import CLEAR_COOKIE, LoginRequired
 
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
 
     @app.exception_handler(LoginRequired)
     async def login_required(_: Request, exc: LoginRequired) -> RedirectResponse:
-        return RedirectResponse(f"/ui/login?next={quote(exc.next_path)}", status_code=303)
+        response = RedirectResponse(f"/ui/login?next={quote(exc.next_path)}", status_code=303)
+        if exc.clear_cookie:
+            response.headers["Set-Cookie"] = CLEAR_COOKIE
+        return response

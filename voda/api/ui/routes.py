@@ -2,8 +2,9 @@
 server-sent events (htmx's SSE extension swaps it in), drawn with uPlot.
 
 Every page reads the service through the same views as the REST API (Service.list,
-get, history, cluster_view, scheduler_view) with the user of the login cookie, so a
-user sees their own jobs and other users' usage anonymously, as the API shows them.
+get, job_history, cluster_view, scheduler_view, refusals) with the user of the login
+cookie, so a user sees their own jobs and other users' usage anonymously, as the API
+shows them. HTML answers carry session.SECURITY_HEADERS (the Content-Security-Policy).
 """
 
 from __future__ import annotations
@@ -18,18 +19,23 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 
-from voda.api.auth import user_for_token
-from voda.api.service import ANONYMOUS_JOB, NotFound, Service
+from voda.api.auth import MAX_TOKEN_LENGTH, user_for_token
+from voda.api.service import NotFound, Service
 from voda.api.ui import views
 from voda.api.ui.session import (
     COOKIE,
     COOKIE_PATH,
-    MAX_TOKEN_LENGTH,
+    FORM_TOKEN_FIELD,
+    SECURITY_HEADERS,
+    check_form,
     check_same_origin,
+    cookie_token,
+    form_token,
     page_user,
     safe_next,
     stream_user,
 )
+from voda.api.views import REDACTED
 from voda.config import User
 from voda.core.allocation.registry import UnknownAlgorithm
 from voda.core.model import JobStatus
@@ -50,21 +56,26 @@ def render(template: str, **context: Any) -> str:
     return environment().get_template(template).render(static=STATIC, **context)
 
 
+def html(content: str, status_code: int = 200,
+         headers: dict[str, str] | None = None) -> HTMLResponse:
+    return HTMLResponse(content, status_code, headers={**SECURITY_HEADERS, **(headers or {})})
+
+
 def service_of(request: Request) -> Service:
     return request.app.state.service
 
 
 def _page(request: Request, template: str, user: User, title: str, page: str,
           stream: str, fragment: str, **context: Any) -> HTMLResponse:
-    can_logout = bool(request.app.state.settings.tokens)
-    return HTMLResponse(render(template, title=title, page=page, user=user, stream=stream,
-                               fragment=fragment, can_logout=can_logout, **context))
+    return html(render(template, title=title, page=page, user=user, stream=stream,
+                       fragment=fragment, form_field=FORM_TOKEN_FIELD,
+                       form_token=form_token(cookie_token(request)), **context))
 
 
 # ----- fragments: the live part of each page ------------------------------------------------
 def cluster_fragment(service: Service, user: User, gpu_type: str | None) -> str:
     context = views.cluster_page(service.cluster_view(user), gpu_type)
-    return render("_cluster.html", anonymous=ANONYMOUS_JOB, **context)
+    return render("_cluster.html", **context)
 
 
 def jobs_fragment(service: Service, user: User, filters: views.JobFilters) -> str:
@@ -76,7 +87,7 @@ def jobs_fragment(service: Service, user: User, filters: views.JobFilters) -> st
 
 def job_fragment(service: Service, user: User, name: str) -> str:
     job = service.get(name, user)
-    history = service.history(name, user)
+    history = service.job_history(name, user)
     now = time.time()
     allocation = views.allocation_series(job, history, now)
     speed = views.speed_series(job["epoch_time_by_workers"], job["max_workers"])
@@ -89,9 +100,10 @@ def job_fragment(service: Service, user: User, name: str) -> str:
 
 def scheduler_fragment(service: Service, user: User) -> str:
     activity = service.activity
+    errors = [views.error_row(e, user.admin, REDACTED) for e in activity.errors(20)]
     return render("_scheduler.html", schedulers=scheduler_views(service),
-                  decisions=activity.decisions(30), errors=activity.errors(20),
-                  last_reschedule=service.scheduler.last_reschedule,
+                  refusals=service.refusals(user), decisions=activity.decisions(30),
+                  errors=errors, last_reschedule=service.scheduler.last_reschedule,
                   latency_chart=latency_chart(activity.latency_histogram()))
 
 
@@ -197,23 +209,38 @@ def home() -> RedirectResponse:
     return RedirectResponse("/ui/cluster", status_code=303)
 
 
+def _login_page(target: str, error: str | None, status_code: int = 200,
+                headers: dict[str, str] | None = None) -> HTMLResponse:
+    return html(render("login.html", title="Log in", page="login", user=None, next=target,
+                       error=error), status_code, headers)
+
+
 @router.get("/login", response_class=HTMLResponse)
 def login_page(request: Request, next_path: Annotated[str | None, Query(alias="next")] = None,
                ) -> HTMLResponse:
-    return HTMLResponse(render("login.html", title="Log in", page="login", user=None,
-                               next=safe_next(next_path), error=None))
+    return _login_page(safe_next(next_path), None)
 
 
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request) -> Any:
+    """The token is checked as the API checks a bearer token (failed attempts count
+    against the client and are held back)."""
     check_same_origin(request)
     form = await _form(request)
     token = form.get("token", "").strip()
     target = safe_next(form.get("next"))
-    if not token or len(token) > MAX_TOKEN_LENGTH or user_for_token(request, token) is None:
-        html = render("login.html", title="Log in", page="login", user=None, next=target,
-                      error="token: unknown token")
-        return HTMLResponse(html, status_code=401)
+    if not token:
+        return _login_page(target, "token: required", 422)
+    try:
+        user = user_for_token(request, token) if len(token) <= MAX_TOKEN_LENGTH else None
+    except HTTPException as exc:  # 429: held back after failed attempts
+        return _login_page(target, f"token: {exc.detail.split(': ', 1)[-1]}", exc.status_code,
+                           exc.headers)
+    if user is None:
+        if len(token) > MAX_TOKEN_LENGTH:
+            return _login_page(target, f"token: longer than {MAX_TOKEN_LENGTH} characters",
+                               422)
+        return _login_page(target, "token: unknown token", 401)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path=COOKIE_PATH,
                         secure=request.url.scheme == "https")
@@ -221,8 +248,8 @@ async def login(request: Request) -> Any:
 
 
 @router.post("/logout")
-def logout(request: Request) -> RedirectResponse:
-    check_same_origin(request)
+async def logout(request: Request) -> RedirectResponse:
+    check_form(request, await _form(request))
     response = RedirectResponse("/ui/login", status_code=303)
     response.delete_cookie(COOKIE, path=COOKIE_PATH)
     return response
@@ -324,14 +351,16 @@ def scheduler_stream(request: Request, user: StreamUser) -> StreamingResponse:
 @router.post("/scheduler/{gpu_type}", response_class=HTMLResponse)
 async def switch_algorithm(request: Request, gpu_type: str, user: StreamUser) -> HTMLResponse:
     """An administrator switches the algorithm of a GPU type (the API's PUT, from a form)."""
-    check_same_origin(request)
+    form = await _form(request)
+    check_form(request, form)
     if not user.admin:
-        raise HTTPException(403, "only an administrator may change the scheduler")
-    algorithm = (await _form(request)).get("algorithm", "")
+        raise HTTPException(403, "authorization: only an administrator may change the "
+                            "scheduler")
+    algorithm = form.get("algorithm", "")
     service = service_of(request)
     try:
         view = await run_in_threadpool(service.set_scheduler, gpu_type, algorithm, None, None)
-    except UnknownAlgorithm as exc:
-        return HTMLResponse(f'<span class="error">algorithm: {exc}</span>', status_code=422)
+    except (UnknownAlgorithm, ValueError) as exc:
+        return html(render("_refused.html", field="algorithm", reason=str(exc)), 422)
     index = service.scheduler.cluster.gpu_types().index(view["gpu_type"])
-    return HTMLResponse(render("_switched.html", view=view, index=index))
+    return html(render("_switched.html", view=view, index=index))

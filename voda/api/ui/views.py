@@ -25,36 +25,50 @@ PAGE_SIZES = (25, 50, 100, 200)
 
 
 # ----- cluster ---------------------------------------------------------------------------
+CELL_JOB, CELL_OTHERS, CELL_FREE, CELL_GONE = "job", "others", "free", "gone"
+NODE_STATES = ("ready", "cordoned", "lost")
+
+
 @dataclass(frozen=True, slots=True)
 class Cell:
-    job: str | None  # None: a free GPU
+    kind: str  # a job of the viewer's (or any, for an admin), others' usage, free, gone
+    job: str | None = None
     owner: str = ""
     workers: int = 0
 
 
 def gpu_cells(node: Mapping[str, Any], jobs: Mapping[str, Mapping[str, Any]]) -> list[Cell]:
-    """One cell per GPU of a node: the jobs holding them in name order, then the free ones."""
+    """One cell per GPU of a node: the jobs holding them in name order, then other users'
+    (anonymous), then the free ones; a lost node's GPUs are gone."""
+    if node["state"] == "lost":
+        return [Cell(CELL_GONE)] * node["gpus"]
     cells: list[Cell] = []
     for name, count in sorted(node["jobs"].items()):
         info = jobs.get(name, {})
-        cells.extend([Cell(name, info.get("user", ""), info.get("workers", count))] * count)
+        cells.extend([Cell(CELL_JOB, name, info.get("user", ""),
+                           info.get("workers", count))] * count)
+    cells.extend([Cell(CELL_OTHERS)] * node.get("others", 0))
     free = max(0, node["gpus"] - len(cells))
-    return cells[:node["gpus"]] + [Cell(None)] * free
+    return cells[:node["gpus"]] + [Cell(CELL_FREE)] * free
 
 
 def cluster_page(view: Mapping[str, Any], gpu_type: str | None) -> dict[str, Any]:
-    """Nodes grouped spine > leaf (in the cluster's order) for one GPU type or all."""
+    """Nodes (the lost ones too) grouped spine > leaf, in the cluster's order, for one GPU
+    type or all."""
     types = [t["gpu_type"] for t in view["gpu_types"]]
     selected = gpu_type if gpu_type in types else None
+    nodes = [*view["nodes"], *view.get("lost_nodes", [])]
     spines: dict[str, dict[str, list[dict[str, Any]]]] = {}
     shown_jobs: dict[str, Mapping[str, Any]] = {}
-    for node in view["nodes"]:
+    others = 0
+    for node in nodes:
         if selected is not None and node["gpu_type"] != selected:
             continue
         cells = gpu_cells(node, view["jobs"])
         for cell in cells:
             if cell.job is not None:
                 shown_jobs[cell.job] = view["jobs"].get(cell.job, {})
+        others += sum(1 for cell in cells if cell.kind == CELL_OTHERS)
         leaves = spines.setdefault(node["spine"], {})
         leaves.setdefault(node["leaf"], []).append({**node, "cells": cells})
     summaries = [t for t in view["gpu_types"] if selected is None or t["gpu_type"] == selected]
@@ -64,10 +78,10 @@ def cluster_page(view: Mapping[str, Any], gpu_type: str | None) -> dict[str, Any
         "spines": spines,
         "summaries": summaries,
         "legend": sorted(shown_jobs.items()),
+        "others": others,
         "last_reschedule": view.get("last_reschedule"),
         "last_error": view.get("last_error"),
-        "counts": {state: sum(1 for n in view["nodes"] if n["state"] == state)
-                   for state in ("ready", "cordoned", "lost")},
+        "counts": {state: sum(1 for n in nodes if n["state"] == state) for state in NODE_STATES},
     }
 
 
@@ -162,6 +176,13 @@ def history_rows(history: Sequence[Mapping[str, Any]], limit: int = 200) -> list
 
 
 # ----- scheduler -------------------------------------------------------------------------
+def error_row(entry: Any, admin: bool, redacted: str) -> dict[str, Any]:
+    """A refused decision of the scheduler's recent errors; its reason may name jobs, so
+    only administrators read it."""
+    return {"time": entry.time, "gpu_type": entry.gpu_type,
+            "message": entry.message if admin else redacted}
+
+
 def latency_chart(histogram: Sequence[tuple[str, int]]) -> dict[str, Any]:
     return {"labels": [label for label, _ in histogram],
             "counts": [count for _, count in histogram]}

@@ -9,7 +9,8 @@ is refused instead of reaching the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import groupby
 from typing import Protocol, runtime_checkable
 
 from voda.core.model import Job
@@ -81,3 +82,28 @@ def checked_allocate(
 def by_submit(jobs: Sequence[Job]) -> list[Job]:
     """Jobs by priority, then submit order, then name: the order every algorithm breaks ties in."""
     return sorted(jobs, key=lambda j: j.sort_key)
+
+
+ClassAllocator = Callable[[Sequence[Job], int], Mapping[str, int]]
+
+
+def allocate_by_priority(
+    jobs: Sequence[Job], capacity: int, allocate_class: ClassAllocator
+) -> dict[str, int]:
+    """Strict priority classes, the one meaning of `priority` in every built-in algorithm.
+
+    The jobs of priority 0 are allocated first, by `allocate_class`, on the whole
+    capacity; the jobs of priority 1 then share what is left, and so on. A job of a
+    lower class gets a GPU only when no job of a higher class would take it under the
+    algorithm's own rules. `allocate_class` gets one class in submit order.
+    """
+    allocation: dict[str, int] = {}
+    free = capacity
+    for _, members in groupby(by_submit(jobs), key=lambda j: j.priority):
+        group = list(members)
+        part = allocate_class(group, free)
+        for job in group:
+            gpus = part.get(job.name, 0)
+            allocation[job.name] = gpus
+            free -= gpus
+    return allocation

@@ -1,18 +1,18 @@
 """FfDL optimizer (Saxena et al., MASCOTS'20): maximize the sum of speedups.
 
-A dynamic program over the jobs in submit order picks n_j in {0} U [min_j, max_j]
-for every job so that sum(n_j) <= capacity and sum(S_j(n_j)) is largest. The
-program is bounded so one allocation stays fast (docs/design/001-allocation.md):
-
-- per-job counts are capped at min(max_j, capacity);
-- only a prefix of the submit order (of the jobs whose min fits at all) is
-  considered: the shortest prefix whose
-  min workers add up to `horizon_factor` x capacity (and at most `max_jobs`
-  jobs); later jobs get 0 in this round.
+Admission is FIFO, as in FfDL: in submit order, jobs are admitted while their
+min workers fit in the capacity (a job whose min exceeds the whole capacity can
+never run and is passed over); the first job that does not fit closes the round,
+so a large job at the head of the queue is not overtaken forever by small ones.
+Every admitted job gets at least its min; a dynamic program shares the GPUs left
+so that the sum of speedups S_j(n_j), n_j in [min_j, max_j], is largest
+(`max_jobs` caps how many jobs one round admits).
 
 Speedups are scaled to integers (micro-units) so that equal objectives are
-exactly equal; among allocations with the best objective, earlier jobs (in
-submit order) get more GPUs.
+exactly equal; among allocations of equal total speedup the most even one wins
+(smallest sum of squared counts: unknown, linear speeds spread GPUs instead of
+giving everything to the oldest job), then the one giving earlier jobs more.
+See docs/design/001-allocation.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voda.core.allocation.base import by_submit
+from voda.core.allocation.base import allocate_by_priority
 from voda.core.estimate import speed_model
 from voda.core.model import Job
 
@@ -31,87 +31,96 @@ SPEEDUP_SCALE = 1_000_000  # speedups in micro-units: exact integer sums
 
 @dataclass(frozen=True)
 class FfDLOptimizer:
-    """Largest total speedup, by dynamic programming over a bounded job prefix."""
+    """FIFO admission at min, then the largest total speedup by dynamic programming."""
 
     name: str = "FfDLOptimizer"
-    horizon_factor: float = 2.0
     max_jobs: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.horizon_factor > 0:
-            raise ValueError(f"horizon_factor: must be positive, got {self.horizon_factor}")
-        if self.max_jobs is not None and self.max_jobs < 1:
-            raise ValueError(f"max_jobs: must be at least 1 or None, got {self.max_jobs}")
+        limit = self.max_jobs
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise ValueError(f"max_jobs: must be a whole number >= 1 or None, got {limit!r}")
 
-    def horizon(self, ordered: Sequence[Job], capacity: int) -> int:
-        """How many jobs, from the front of `ordered`, the program considers."""
-        limit = len(ordered) if self.max_jobs is None else min(len(ordered), self.max_jobs)
-        target = self.horizon_factor * capacity
-        total = 0
-        for i, job in enumerate(ordered[:limit]):
-            total += job.min_workers
-            if total >= target:
-                return i + 1
-        return limit
+    def admitted(self, ordered: Sequence[Job], capacity: int) -> list[Job]:
+        """The FIFO prefix (in `ordered`) whose min workers fit in `capacity`."""
+        admitted: list[Job] = []
+        free = capacity
+        for job in ordered:
+            if job.min_workers > capacity:
+                continue  # can never run here: it does not hold the queue up
+            if job.min_workers > free or (self.max_jobs is not None
+                                          and len(admitted) >= self.max_jobs):
+                break
+            admitted.append(job)
+            free -= job.min_workers
+        return admitted
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        ordered = by_submit(jobs)
+        return allocate_by_priority(jobs, capacity, self._allocate_class)
+
+    def _allocate_class(self, ordered: Sequence[Job], capacity: int) -> dict[str, int]:
         allocation = {job.name: 0 for job in ordered}
-        if capacity <= 0 or not ordered:
-            return allocation
-        fitting = [j for j in ordered if j.min_workers <= capacity]
-        considered = fitting[: self.horizon(fitting, capacity)]
-        counts = best_counts(considered, capacity)
-        for job, n in zip(considered, counts, strict=True):
+        admitted = self.admitted(ordered, capacity)
+        for job, n in zip(admitted, best_counts(admitted, capacity), strict=True):
             allocation[job.name] = n
         return allocation
 
 
-def _speedup_table(job: Job, top: int) -> np.ndarray:
-    """Integer speedups S(k) * SPEEDUP_SCALE for k = 0..top."""
+def _values(job: Job, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """Integer speedups and squared counts of the job at min + e workers, e = 0..top - min."""
     model = speed_model(job)
-    values = [0.0] + [model.speedup(k) for k in range(1, top + 1)]
-    return np.rint(np.asarray(values) * SPEEDUP_SCALE).astype(np.int64)
+    counts = np.arange(job.min_workers, top + 1, dtype=np.int64)
+    speedups = np.rint(np.asarray([model.speedup(int(k)) for k in counts]) * SPEEDUP_SCALE)
+    return speedups.astype(np.int64), counts * counts
 
 
 def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
-    """The program itself: GPU counts per job (in the order given) of the best allocation.
+    """The program itself: GPU counts per job (in the order given), each in [min, max].
 
-    Jobs are folded in reverse, so value[i][c] is the best objective of jobs
-    i.. with c GPUs; the counts are then read forwards, each job taking the
-    largest count that keeps the objective optimal.
+    The jobs' mins must fit in `capacity`. The program shares the `rest` GPUs beyond
+    the mins: jobs are folded in reverse, so value[i][c] is the best objective of
+    jobs i.. with c extra GPUs; the counts are then read forwards, each job taking
+    the largest count that keeps the objective optimal.
     """
     n = len(jobs)
     if n == 0:
         return []
-    tops = [min(j.max_workers, capacity) for j in jobs]
-    tables = [_speedup_table(j, top) for j, top in zip(jobs, tops, strict=True)]
-    width = capacity + 1
+    rest = capacity - sum(j.min_workers for j in jobs)
+    if rest < 0:
+        raise ValueError("the jobs' min workers exceed the capacity")
+    spans = [min(j.max_workers, j.min_workers + rest) - j.min_workers for j in jobs]
+    tables = [_values(j, j.min_workers + span) for j, span in zip(jobs, spans, strict=True)]
+    # One micro-unit of speedup outweighs any difference in the sum of squared counts,
+    # as long as the weighted objective fits in 64 bits (else speedup alone decides).
+    weight = capacity * capacity + 1
+    if sum(int(speedups.max()) for speedups, _ in tables) * weight >= 2**62:
+        tables = [speedups for speedups, _ in tables]
+    else:
+        tables = [speedups * weight - squares for speedups, squares in tables]
+    width = rest + 1
     value = np.empty((n + 1, width), dtype=np.int64)
     value[n] = 0
-    # Beyond the sum of the remaining jobs' max the value no longer grows with c.
-    reach = 0
+    reach = 0  # beyond the sum of the remaining jobs' spans the value no longer grows
     for i in range(n - 1, -1, -1):
-        job, top, table = jobs[i], tops[i], tables[i]
-        following = value[i + 1]
-        best = value[i]
-        reach = min(capacity, reach + top)
-        best[:] = following
-        span = reach + 1
-        for k in range(job.min_workers, top + 1):
-            np.maximum(best[k:span], following[: span - k] + table[k], out=best[k:span])
-        if span < width:
-            best[span:] = best[reach]
+        following, best, table = value[i + 1], value[i], tables[i]
+        reach = min(rest, reach + spans[i])
+        size = reach + 1
+        best[:size] = following[:size] + table[0]
+        for e in range(1, spans[i] + 1):
+            np.maximum(best[e:size], following[: size - e] + table[e], out=best[e:size])
+        if size < width:
+            best[size:] = best[reach]
     counts: list[int] = []
-    c = capacity
+    c = rest
     for i, job in enumerate(jobs):
         following, table = value[i + 1], tables[i]
         target = value[i][c]
         chosen = 0
-        for k in range(min(tops[i], c), job.min_workers - 1, -1):
-            if table[k] + following[c - k] == target:
-                chosen = k
+        for e in range(min(spans[i], c), -1, -1):
+            if table[e] + following[c - e] == target:
+                chosen = e
                 break
-        counts.append(chosen)
+        counts.append(job.min_workers + chosen)
         c -= chosen
     return counts

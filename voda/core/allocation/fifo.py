@@ -1,15 +1,28 @@
-"""FIFO and ElasticFIFO: submit order decides."""
+"""FIFO and ElasticFIFO: submit order decides.
+
+The elastic variants (ElasticFIFO here, ElasticSRJF in srjf.py) start jobs at min
+in their order, then hand the GPUs left to the running jobs below max: by default
+round-robin, one per job per pass, as the Go Voda does (`growth="round_robin"`);
+`growth="in_order"` gives each job in turn all it can take up to max before the next
+gets any. See docs/design/001-allocation.md for what each costs.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from voda.core.allocation.base import by_submit
+from voda.core.allocation.base import allocate_by_priority
 from voda.core.model import Job
 
+Growth = Literal["round_robin", "in_order"]
+GROWTHS: tuple[str, ...] = ("round_robin", "in_order")
 
-def fill_in_order(ordered: Sequence[Job], capacity: int, size_of) -> dict[str, int]:
+
+def fill_in_order(
+    ordered: Sequence[Job], capacity: int, size_of: Callable[[Job], int]
+) -> dict[str, int]:
     """Give each job `size_of(job)` GPUs in order if they fit, else 0 (later jobs fill gaps)."""
     allocation: dict[str, int] = {}
     free = capacity
@@ -23,12 +36,38 @@ def fill_in_order(ordered: Sequence[Job], capacity: int, size_of) -> dict[str, i
     return allocation
 
 
-def grow_in_order(ordered: Sequence[Job], allocation: dict[str, int], capacity: int) -> None:
-    """Hand the GPUs left over to running jobs below max, in order, up to max each.
+def grow_round_robin(ordered: Sequence[Job], allocation: dict[str, int], capacity: int) -> None:
+    """Hand the GPUs left over to running jobs below max, one per job per pass, in order.
 
-    Equivalent to handing them out one at a time round-robin-free in order:
-    each job in turn takes as many as it can before the next gets any.
+    The Go Voda's ElasticFIFO loop, computed in one step: every job first gets the
+    number of GPUs that all jobs still below max get in full passes (water-filling:
+    the largest level L with sum(min(headroom, L)) <= free), and the GPUs then left go
+    one each to the first jobs in order that can still take one.
     """
+    free = capacity - sum(allocation.values())
+    growing = [j for j in ordered if 0 < allocation.get(j.name, 0) < j.max_workers]
+    if free <= 0 or not growing:
+        return
+    headroom = [j.max_workers - allocation[j.name] for j in growing]
+    if sum(headroom) <= free:
+        for job in growing:
+            allocation[job.name] = job.max_workers
+        return
+    level = _water_level(sorted(headroom), free)
+    for job, room in zip(growing, headroom, strict=True):
+        extra = min(room, level)
+        allocation[job.name] += extra
+        free -= extra
+    for job, room in zip(growing, headroom, strict=True):
+        if free == 0:
+            break
+        if room > level:
+            allocation[job.name] += 1
+            free -= 1
+
+
+def grow_in_order(ordered: Sequence[Job], allocation: dict[str, int], capacity: int) -> None:
+    """Hand the GPUs left over to running jobs below max, in order, each up to max."""
     free = capacity - sum(allocation.values())
     for job in ordered:
         if free <= 0:
@@ -37,9 +76,30 @@ def grow_in_order(ordered: Sequence[Job], allocation: dict[str, int], capacity: 
         if have == 0:
             continue
         extra = min(job.max_workers - have, free)
-        if extra > 0:
-            allocation[job.name] = have + extra
-            free -= extra
+        allocation[job.name] = have + extra
+        free -= extra
+
+
+GROWERS: dict[str, Callable[[Sequence[Job], dict[str, int], int], None]] = {
+    "round_robin": grow_round_robin,
+    "in_order": grow_in_order,
+}
+
+
+def check_growth(growth: str) -> None:
+    if growth not in GROWTHS:
+        raise ValueError(f"growth: must be one of {list(GROWTHS)}, got {growth!r}")
+
+
+def _water_level(rooms: list[int], free: int) -> int:
+    """The largest L with sum(min(room, L)) <= free (`rooms` ascending, their sum > free)."""
+    below = 0  # sum of the rooms already under the level
+    for i, room in enumerate(rooms):
+        count = len(rooms) - i  # jobs whose room is at least `room`
+        if below + room * count > free:
+            return (free - below) // count
+        below += room
+    return rooms[-1]
 
 
 @dataclass(frozen=True)
@@ -49,17 +109,38 @@ class FIFO:
     name: str = "FIFO"
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        return fill_in_order(by_submit(jobs), capacity, lambda j: j.preferred)
+        return allocate_by_priority(
+            jobs, capacity, lambda group, free: fill_in_order(group, free, _preferred)
+        )
 
 
 @dataclass(frozen=True)
 class ElasticFIFO:
-    """FIFO at min, then the remaining GPUs in submit order to jobs below max."""
+    """FIFO at min, then the GPUs left round-robin, one per job per pass, up to max."""
 
     name: str = "ElasticFIFO"
+    growth: Growth = "round_robin"
+
+    def __post_init__(self) -> None:
+        check_growth(self.growth)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        ordered = by_submit(jobs)
-        allocation = fill_in_order(ordered, capacity, lambda j: j.min_workers)
-        grow_in_order(ordered, allocation, capacity)
-        return allocation
+        return allocate_by_priority(
+            jobs, capacity, lambda group, free: elastic_in_order(group, free, self.growth))
+
+
+def elastic_in_order(
+    ordered: Sequence[Job], capacity: int, growth: str = "round_robin"
+) -> dict[str, int]:
+    """Min in order (non-blocking), then growth in the same order."""
+    allocation = fill_in_order(ordered, capacity, _min)
+    GROWERS[growth](ordered, allocation, capacity)
+    return allocation
+
+
+def _preferred(job: Job) -> int:
+    return job.preferred
+
+
+def _min(job: Job) -> int:
+    return job.min_workers

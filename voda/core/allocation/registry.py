@@ -9,9 +9,10 @@ A custom algorithm is found, in this order, in what was registered at run time
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -61,9 +62,11 @@ def _entry_point_names() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group="voda.algorithms")}
 
 
-def available() -> list[str]:
-    """Names that `create` accepts (import paths aside)."""
-    return [*BUILTIN_NAMES, *sorted(_registered), *sorted(_entry_point_names())]
+def available(import_paths: Collection[str] = ()) -> list[str]:
+    """Names that `create` accepts: built-in, registered, entry points, then the import
+    paths given."""
+    names = [*BUILTIN_NAMES, *sorted(_registered), *sorted(_entry_point_names())]
+    return [*names, *sorted(set(import_paths) - set(names))]
 
 
 def _load_path(path: str) -> Any:
@@ -75,7 +78,11 @@ def _load_path(path: str) -> Any:
     return obj
 
 
-def _resolve(name: str) -> Any:
+def _resolve(name: str, import_paths: Collection[str] | None = None) -> Any:
+    """`import_paths`: the `module:attribute` names that may be imported; None: any.
+
+    A service passes the paths of its own configuration, so that a request cannot make
+    it import (and call) whatever it names."""
     if name in _BUILTIN:
         return _load_path(_BUILTIN[name])
     if name in _registered:
@@ -83,17 +90,24 @@ def _resolve(name: str) -> Any:
     eps = _entry_point_names()
     if name in eps:
         return eps[name].load()
-    if ":" in name:
+    allowed = import_paths is None or name in import_paths
+    if ":" in name and allowed:
         try:
             return _load_path(name)
         except (ImportError, AttributeError) as exc:
-            raise UnknownAlgorithm(name, available()) from exc
-    raise UnknownAlgorithm(name, available())
+            raise UnknownAlgorithm(name, available(import_paths or ())) from exc
+    raise UnknownAlgorithm(name, available(import_paths or ()))
 
 
-def is_known(name: str) -> bool:
+def resolve(name: str, import_paths: Collection[str] | None = None) -> Any:
+    """What `name` stands for (a class, a factory or a ready algorithm); raises
+    UnknownAlgorithm."""
+    return _resolve(name, import_paths)
+
+
+def is_known(name: str, import_paths: Collection[str] | None = None) -> bool:
     try:
-        _resolve(name)
+        _resolve(name, import_paths)
     except UnknownAlgorithm:
         return False
     return True
@@ -118,14 +132,28 @@ def _is_factory(target: Any) -> bool:
     return len(required) != 2
 
 
-def create(name: str, params: Mapping[str, Any] | None = None) -> AllocationAlgorithm:
+def parameter_names(target: Any) -> list[str] | None:
+    """The knobs a dataclass algorithm takes (its fields but `name`), or None if unknown."""
+    if dataclasses.is_dataclass(target) and isinstance(target, type):
+        return [f.name for f in dataclasses.fields(target) if f.init and f.name != "name"]
+    return None
+
+
+def create(name: str, params: Mapping[str, Any] | None = None,
+           import_paths: Collection[str] | None = None) -> AllocationAlgorithm:
     """Build the algorithm called `name` with `params` (its configurable knobs).
 
     Raises UnknownAlgorithm (listing the valid names) or ValueError for bad params.
     """
-    target = _resolve(name)
+    target = _resolve(name, import_paths)
     params = dict(params or {})
     if _is_factory(target):
+        knobs = parameter_names(target)
+        unknown = sorted(set(params) - set(knobs)) if knobs is not None else []
+        if unknown:
+            valid = ", ".join(knobs) if knobs else "none"
+            raise ValueError(f"algorithm {name!r} has no parameter {unknown[0]!r}; "
+                             f"its parameters: {valid}")
         try:
             algorithm = target(**params)
         except TypeError as exc:

@@ -1,31 +1,51 @@
 """SRJF and ElasticSRJF: the job with the shortest estimated remaining time goes first.
 
 The same filling rules as FIFO and ElasticFIFO (voda.core.allocation.fifo), with
-the queue ordered by the remaining time estimated by voda.core.estimate at the
-size the job would start with (preferred for SRJF, min for ElasticSRJF), as
-voda.core.estimate.remaining_time computes it; ties by submit time, then name.
-See docs/design/001-allocation.md.
+the queue ordered by an estimate of the time left (voda.core.estimate); ties by
+submit time, then name. Two estimates (the `order` knob):
+
+- "gpu_time" (default): remaining epochs x epoch time on one GPU, about the GPU
+  service a job still needs, whatever its size: the Go Voda's order;
+- "wall_time": remaining epochs x epoch time at the size the job starts with
+  (preferred for SRJF, min for ElasticSRJF), so a wide job looks short.
+
+See docs/design/001-allocation.md for the measurement behind the default.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from voda.core.allocation.fifo import fill_in_order, grow_in_order
+from voda.core.allocation.base import allocate_by_priority
+from voda.core.allocation.fifo import Growth, check_growth, elastic_in_order, fill_in_order
 from voda.core.estimate import epoch_time_at
 from voda.core.model import Job
+
+Order = Literal["gpu_time", "wall_time"]
+ORDERS: tuple[str, ...] = ("gpu_time", "wall_time")
+DEFAULT_ORDER: Order = "gpu_time"
 
 
 def shortest_first(jobs: Sequence[Job], size_of: Callable[[Job], int]) -> list[Job]:
     """Jobs by estimated remaining time at `size_of(job)` workers, ties by sort_key."""
     keyed = [
-        (job.remaining_epochs * epoch_time_at(job, size_of(job)) if job.remaining_epochs > 0
-         else 0.0, job.sort_key, job)
+        (round(job.remaining_epochs * epoch_time_at(job, size_of(job)), 6)
+         if job.remaining_epochs > 0 else 0.0, job.sort_key, job)
         for job in jobs
     ]
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [job for _, _, job in keyed]
+
+
+def _check_order(order: str) -> None:
+    if order not in ORDERS:
+        raise ValueError(f"order: must be one of {list(ORDERS)}, got {order!r}")
+
+
+def _one(_job: Job) -> int:
+    return 1
 
 
 @dataclass(frozen=True)
@@ -33,20 +53,35 @@ class SRJF:
     """Shortest remaining first, each job at its preferred size if it fits, else 0."""
 
     name: str = "SRJF"
+    order: Order = DEFAULT_ORDER
+
+    def __post_init__(self) -> None:
+        _check_order(self.order)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        ordered = shortest_first(jobs, lambda j: j.preferred)
-        return fill_in_order(ordered, capacity, lambda j: j.preferred)
+        return allocate_by_priority(jobs, capacity, self._allocate_class)
+
+    def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        size = _one if self.order == "gpu_time" else (lambda j: j.preferred)
+        return fill_in_order(shortest_first(jobs, size), capacity, lambda j: j.preferred)
 
 
 @dataclass(frozen=True)
 class ElasticSRJF:
-    """Shortest remaining first at min, then the GPUs left over in that order up to max."""
+    """Shortest remaining first at min, then the GPUs left round-robin in that order
+    (`growth="in_order"`: the shortest to max first)."""
 
     name: str = "ElasticSRJF"
+    order: Order = DEFAULT_ORDER
+    growth: Growth = "round_robin"
+
+    def __post_init__(self) -> None:
+        _check_order(self.order)
+        check_growth(self.growth)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        ordered = shortest_first(jobs, lambda j: j.min_workers)
-        allocation = fill_in_order(ordered, capacity, lambda j: j.min_workers)
-        grow_in_order(ordered, allocation, capacity)
-        return allocation
+        return allocate_by_priority(jobs, capacity, self._allocate_class)
+
+    def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        size = _one if self.order == "gpu_time" else (lambda j: j.min_workers)
+        return elastic_in_order(shortest_first(jobs, size), capacity, self.growth)

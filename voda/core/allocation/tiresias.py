@@ -3,8 +3,17 @@
 Tiresias is a discretized two-dimensional least-attained-service policy: a job's
 attained service (GPU-seconds) puts it in one of a few queues; higher queues
 (lower index) preempt lower ones; within a queue jobs keep their order. A job
-that has waited long enough relative to its last run is promoted to the top
-queue so it does not starve. See docs/design/001-allocation.md.
+that has waited long enough relative to how long it ran is promoted to the top
+queue so it does not starve.
+
+The queue follows the authors' reference simulator (SymbioticLab/Tiresias,
+`dlas_sim_jobs`): the service that places a job counts from its submission and
+is reset only when the job is promoted, never by a preemption or a restart, so a
+demotion sticks. A waiting job in a lower queue that has run since its last
+promotion is promoted once the time it waited since then reaches
+`starvation_knob` times the time it ran since then. The engine resets the
+counters when `promotion_due` says so (Job's `*_since_promotion` fields).
+See docs/design/001-allocation.md.
 """
 
 from __future__ import annotations
@@ -17,15 +26,17 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
+from voda.core.allocation.base import allocate_by_priority
 from voda.core.allocation.fifo import fill_in_order
 from voda.core.estimate import EpochTimes
 from voda.core.model import Job
 
-Service = Literal["since_start", "total"]
 QueueOrder = Literal["first_start", "queue_entry"]
-
-SERVICES: tuple[str, ...] = ("since_start", "total")
 QUEUE_ORDERS: tuple[str, ...] = ("first_start", "queue_entry")
+
+# Chosen by measurement on the Pollux workloads 1-4 (docs/design/001-allocation.md).
+DEFAULT_QUEUE_THRESHOLDS: tuple[float, ...] = (57600.0,)
+DEFAULT_STARVATION_KNOB: float | None = 16.0
 
 
 def _stable(x: float) -> float:
@@ -41,103 +52,126 @@ class Tiresias:
 
     Knobs:
     - queue_thresholds: ascending GPU-second limits; n thresholds make n + 1 queues.
-    - starvation_knob: a waiting job that has run is promoted to the top queue once
-      it has waited `knob` times the length of its last run; None disables that.
-    - service: "since_start" (GPU-seconds since the last start) or "total".
+    - starvation_knob: a waiting job of a lower queue that has run since its last
+      promotion is promoted to the top queue once it has waited `knob` times as long
+      as it ran since then; None disables promotion.
     - queue_order: within a queue, "first_start" (first start time, never-started
       jobs after the started ones in submit order) or "queue_entry" (the time the
       job entered its queue, as noted by the engine in `queue_since`).
     """
 
     name: str = "Tiresias"
-    queue_thresholds: tuple[float, ...] = (3600.0,)
-    starvation_knob: float | None = 8.0
-    service: Service = "since_start"
+    queue_thresholds: tuple[float, ...] = DEFAULT_QUEUE_THRESHOLDS
+    starvation_knob: float | None = DEFAULT_STARVATION_KNOB
     queue_order: QueueOrder = "first_start"
 
     def __post_init__(self) -> None:
-        thresholds = tuple(float(t) for t in self.queue_thresholds)
-        if any(t <= 0 for t in thresholds):
-            raise ValueError(f"queue_thresholds: must be positive, got {list(thresholds)}")
+        given = self.queue_thresholds
+        if isinstance(given, int | float) and not isinstance(given, bool):
+            given = (given,)  # one threshold, two queues
+        try:
+            thresholds = tuple(float(t) for t in given if not isinstance(t, bool))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"queue_thresholds: must be a list of numbers, got {self.queue_thresholds!r}"
+            ) from None
+        if not thresholds:
+            raise ValueError("queue_thresholds: must hold at least one threshold")
+        if any(not (math.isfinite(t) and t > 0) for t in thresholds):
+            raise ValueError(
+                f"queue_thresholds: must be positive finite numbers, got {list(thresholds)}"
+            )
         if any(b <= a for a, b in pairwise(thresholds)):
             raise ValueError(
                 f"queue_thresholds: must be strictly ascending, got {list(thresholds)}"
             )
         object.__setattr__(self, "queue_thresholds", thresholds)
-        if self.starvation_knob is not None and not self.starvation_knob > 0:
-            raise ValueError(
-                f"starvation_knob: must be positive or None, got {self.starvation_knob}"
-            )
-        if self.service not in SERVICES:
-            raise ValueError(f"service: must be one of {list(SERVICES)}, got {self.service!r}")
+        knob = self.starvation_knob
+        if knob is not None and (
+            isinstance(knob, bool) or not isinstance(knob, int | float)
+            or not (math.isfinite(knob) and knob > 0)
+        ):
+            raise ValueError(f"starvation_knob: must be a positive number or None, got {knob!r}")
         if self.queue_order not in QUEUE_ORDERS:
             raise ValueError(
                 f"queue_order: must be one of {list(QUEUE_ORDERS)}, got {self.queue_order!r}"
             )
 
     # ----- queues ---------------------------------------------------------------
-    def attained(self, job: Job) -> float:
-        if self.service == "total":
-            return job.attained_gpu_seconds
-        return job.attained_gpu_seconds_since_start
+    def service_queue(self, job: Job) -> int:
+        """The queue the job's service since its last promotion puts it in."""
+        return bisect.bisect_right(self.queue_thresholds, job.attained_gpu_seconds_since_promotion)
 
-    def promoted(self, job: Job) -> bool:
-        """A waiting job that has run and waited `starvation_knob` times its last run."""
+    def promotion_due(self, job: Job) -> bool:
+        """A waiting job of a lower queue that has waited `knob` times as long as it ran,
+        both counted since its last promotion (the engine then resets those counters)."""
         if self.starvation_knob is None or job.current_workers > 0:
             return False
-        last_run = job.running_seconds_since_start
-        return last_run > 0 and job.waiting_seconds_since_start >= self.starvation_knob * last_run
+        ran = job.running_seconds_since_promotion
+        return (
+            ran > 0
+            and self.service_queue(job) > 0
+            and job.waiting_seconds_since_promotion >= self.starvation_knob * ran
+        )
 
     def priority_class(self, job: Job) -> int:
-        """The queue index of `job` (0 is the top queue), promotions included."""
-        if self.promoted(job):
-            return 0
-        return bisect.bisect_right(self.queue_thresholds, self.attained(job))
+        """The queue index of `job` (0 is the top queue), a due promotion included."""
+        return 0 if self.promotion_due(job) else self.service_queue(job)
 
     def seconds_until_class_change(self, job: Job) -> float | None:
         """Seconds until `job` changes queue with nothing else happening, or None.
 
         A running job moves down when its service reaches the next threshold; a
-        waiting job that has run moves to the top queue when it is promoted.
+        waiting job of a lower queue that has run is promoted when it has waited
+        long enough.
         """
+        queue = self.service_queue(job)
         if job.current_workers > 0:
-            queue = bisect.bisect_right(self.queue_thresholds, self.attained(job))
             if queue >= len(self.queue_thresholds):
                 return None
-            return (self.queue_thresholds[queue] - self.attained(job)) / job.current_workers
-        if self.starvation_knob is None or self.promoted(job):
+            remaining = self.queue_thresholds[queue] - job.attained_gpu_seconds_since_promotion
+            return remaining / job.current_workers
+        ran = job.running_seconds_since_promotion
+        if self.starvation_knob is None or queue == 0 or ran <= 0 or self.promotion_due(job):
             return None
-        last_run = job.running_seconds_since_start
-        if last_run <= 0 or self.priority_class(job) == 0:
-            return None
-        return self.starvation_knob * last_run - job.waiting_seconds_since_start
+        return self.starvation_knob * ran - job.waiting_seconds_since_promotion
 
     def order(self, jobs: Sequence[Job]) -> list[Job]:
-        """Jobs in the order they are served: by queue, then the in-queue order."""
+        """Jobs in the order they are served: priority class, queue, then the in-queue order."""
         return sorted(jobs, key=self._order_key)
 
     def _order_key(self, job: Job) -> tuple:
         queue = self.priority_class(job)
         if self.queue_order == "queue_entry":
             since = job.queue_since if job.queue_since is not None else job.submit_time
-            return (queue, since, job.sort_key)
+            return (job.priority, queue, since, job.sort_key)
         if job.first_start_time is not None:
-            return (queue, 0, job.first_start_time, job.sort_key)
-        return (queue, 1, 0.0, job.sort_key)
+            return (job.priority, queue, 0, job.first_start_time, job.sort_key)
+        return (job.priority, queue, 1, 0.0, job.sort_key)
 
     # ----- allocation ---------------------------------------------------------
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        return fill_in_order(self.order(jobs), capacity, lambda j: j.preferred)
+        return allocate_by_priority(jobs, capacity, self._allocate_class)
+
+    def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        return fill_in_order(self.order(jobs), capacity, _preferred)
+
+
+def _preferred(job: Job) -> int:
+    return job.preferred
 
 
 @dataclass(frozen=True)
 class ElasticTiresias(Tiresias):
-    """Tiresias at preferred size, then the GPUs left over by marginal gain.
+    """Tiresias at preferred size, then every GPU left to the largest marginal gain.
 
     When more than `compaction_threshold` jobs would be left pending, the jobs
-    outside the top queue start at min instead of preferred (compaction), so
-    more jobs fit. Leftover GPUs go one at a time to the running job below max
-    with the largest marginal speedup S(n+1) - S(n); ties in queue order.
+    outside the top queue start at min instead of preferred (compaction), so more
+    jobs fit. Then the GPUs left go one at a time (a job at 0 takes its min) to the
+    job with the largest gain: S(n+1) - S(n) for a running job, S(min) / min (the
+    per-GPU gain of starting it) for a pending job whose min fits; ties in queue
+    order. Growth stops at a strictly negative gain: a GPU that would slow its job
+    down stays idle.
     """
 
     name: str = "ElasticTiresias"
@@ -145,14 +179,15 @@ class ElasticTiresias(Tiresias):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.compaction_threshold < 0:
+        threshold = self.compaction_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
             raise ValueError(
-                f"compaction_threshold: must not be negative, got {self.compaction_threshold}"
+                f"compaction_threshold: must be a whole number >= 0, got {threshold!r}"
             )
 
-    def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+    def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         ordered = self.order(jobs)
-        allocation = fill_in_order(ordered, capacity, lambda j: j.preferred)
+        allocation = fill_in_order(ordered, capacity, _preferred)
         pending = sum(1 for gpus in allocation.values() if gpus == 0)
         if pending > self.compaction_threshold:
             top = {j.name for j in ordered if self.priority_class(j) == 0}
@@ -164,42 +199,46 @@ class ElasticTiresias(Tiresias):
 
 
 def grow_by_gain(ordered: Sequence[Job], allocation: dict[str, int], capacity: int) -> None:
-    """Hand the free GPUs one at a time to the allocated job below max with the best gain.
+    """Hand the free GPUs out one at a time to the job of largest gain (a job at 0 its min).
 
-    Gain is S(n+1) - S(n) = t(1)/t(n+1) - t(1)/t(n) from the job's speed model
-    (t: epoch time); ties go to the earlier job in `ordered`. Every free GPU is
-    handed out while some allocated job is below max.
+    A running job below max gains S(n+1) - S(n) from one more GPU; a job at 0 whose
+    min fits gains S(min) / min per GPU from starting (speedups from its speed model,
+    S(k) = t(1) / t(k)). Ties go to the earlier job in `ordered`. Stops when the best
+    gain is strictly negative or no job can take what is left.
     """
     free = capacity - sum(allocation.values())
     if free <= 0:
         return
-    growing = [j for j in ordered if 0 < allocation.get(j.name, 0) < j.max_workers]
-    if sum(j.max_workers - allocation[j.name] for j in growing) <= free:
-        for job in growing:  # room for all: every job ends at max, whatever the order
-            allocation[job.name] = job.max_workers
-        return
     times: dict[int, EpochTimes] = {}
-    one: dict[int, float] = {}  # epoch time on one worker
-    current: dict[int, float] = {}  # epoch time at the size after the next GPU
     heap: list[tuple[float, int]] = []
     for position, job in enumerate(ordered):
         have = allocation.get(job.name, 0)
-        if have == 0 or have >= job.max_workers:
+        if have >= job.max_workers or (have == 0 and job.min_workers > free):
             continue
-        epoch_time = times[position] = EpochTimes(job)
-        t1 = one[position] = epoch_time(1)
-        after = current[position] = epoch_time(have + 1)
-        heap.append((-_stable(t1 / after - t1 / epoch_time(have)), position))
+        times[position] = EpochTimes(job)
+        heap.append((-_gain(times[position], have, job.min_workers), position))
     heapq.heapify(heap)
     while free > 0 and heap:
-        position = heap[0][1]
+        negative_gain, position = heap[0]
+        if negative_gain > 0:
+            return  # the best gain is negative: more GPUs would slow jobs down
         job = ordered[position]
-        have = allocation[job.name] + 1
-        allocation[job.name] = have
-        free -= 1
+        have = allocation[job.name]
+        take = job.min_workers if have == 0 else 1
+        if take > free:
+            heapq.heappop(heap)  # a start that no longer fits; free only shrinks
+            continue
+        have = allocation[job.name] = have + take
+        free -= take
         if have < job.max_workers:
-            t1, now = one[position], current[position]
-            after = current[position] = times[position](have + 1)
-            heapq.heapreplace(heap, (-_stable(t1 / after - t1 / now), position))
+            heapq.heapreplace(heap, (-_gain(times[position], have, job.min_workers), position))
         else:
             heapq.heappop(heap)
+
+
+def _gain(epoch_time: EpochTimes, have: int, min_workers: int) -> float:
+    """Marginal gain of the next step: one GPU more, or starting at min (per GPU)."""
+    one = epoch_time(1)
+    if have == 0:
+        return _stable(one / epoch_time(min_workers) / min_workers)
+    return _stable(one / epoch_time(have + 1) - one / epoch_time(have))

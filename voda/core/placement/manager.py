@@ -47,7 +47,7 @@ from voda.core.placement.first_fit import first_fit, shrink
 from voda.core.placement.layout import half_node, spread_pays, worth_moving
 from voda.core.placement.matching import apply_mapping, match_layouts
 from voda.core.placement.topology import FreeIndex, Topology
-from voda.core.plan import diff
+from voda.core.plan import sequence_problems
 
 CONSOLIDATED, DISTRIBUTED, BALANCED = "consolidated", "distributed", "balanced"
 STRATEGIES = (CONSOLIDATED, DISTRIBUTED, BALANCED)
@@ -716,33 +716,6 @@ class TopologyPlacer:
 # checked where it is made and dropped when it is not applicable.)
 FULL, NO_DEFRAGMENT, IN_PLACE = "full", "no-defragment", "in-place"
 MODES = (FULL, NO_DEFRAGMENT, IN_PLACE)
-
-
-def sequence_problems(
-    previous: Placement, placement: Placement, capacity: Mapping[str, int]
-) -> list[str]:
-    """Nodes that go over capacity while the actions of voda.core.plan.diff are applied in order.
-
-    Backends apply a plan's actions one at a time (halts, scale-ins and
-    migrations first), so a placement whose end state fits can still be
-    unusable, e.g. when a job starts on GPUs that a later scale-out frees.
-    """
-    used: dict[str, int] = {}
-    for shards in previous.values():
-        for node, count in shards:
-            used[node] = used.get(node, 0) + count
-    problems = []
-    for action in diff(previous, placement):
-        for node, count in action.old:
-            used[node] -= count
-        for node, count in action.new:
-            used[node] = used.get(node, 0) + count
-            if node in capacity and used[node] > capacity[node]:
-                problems.append(
-                    f"node {node!r}: {used[node]} GPUs used of {capacity[node]} "
-                    f"after {action.kind} {action.job}"
-                )
-    return problems
 
 
 def _run_steps(

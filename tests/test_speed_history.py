@@ -1,0 +1,93 @@
+"""What the engine learns from epoch reports: not the restore epoch, and per GPU type."""
+
+from __future__ import annotations
+
+import pytest
+from builders import make_cluster, make_job
+
+from voda.backends.memory import InMemoryBackend
+from voda.engine.scheduler import Scheduler, SchedulerSettings
+
+
+def engine(**kwargs: object) -> tuple[Scheduler, InMemoryBackend]:
+    nodes = make_cluster().nodes(1, gpus=4, gpu_type="a100", prefix="a") \
+        .nodes(1, gpus=4, gpu_type="v100", prefix="v").node_list()
+    backend = InMemoryBackend(nodes)
+    settings = SchedulerSettings(algorithm="ElasticFIFO", rate_limit_seconds=0.0)
+    return Scheduler(backend, settings, **kwargs), backend  # type: ignore[arg-type]
+
+
+def test_the_first_epoch_after_a_start_or_a_resize_is_progress_but_not_a_speed() -> None:
+    sched, backend = engine()
+    sched.submit(make_job("x").workers(1, 4).epochs(10).category("resnet").gpu_type("a100")
+                 .submitted_at(0).obj())
+    sched.step(0.0)
+    backend.report_epoch("x", 90.0, 1, 90.0, 4)  # includes restoring the checkpoint
+    sched.step(90.0)
+    record = sched.jobs["x"]
+    assert record.completed_epochs == 1
+    assert record.epoch_time_by_workers == {}
+    backend.report_epoch("x", 120.0, 2, 30.0, 4)
+    sched.step(120.0)
+    assert record.epoch_time_by_workers == {4: 30.0}
+    # a second job on the type makes x shrink: its next epoch is a restore again
+    sched.submit(make_job("y").workers(1, 4).category("other").gpu_type("a100")
+                 .submitted_at(121).obj())
+    sched.step(121.0)
+    assert record.current_workers == 2
+    backend.report_epoch("x", 200.0, 3, 79.0, 2)
+    backend.report_epoch("x", 250.0, 4, 50.0, 2)
+    sched.step(250.0)
+    assert record.epoch_time_by_workers == {4: 30.0, 2: 50.0}
+    assert record.completed_epochs == 4
+
+
+def test_speed_learned_on_one_gpu_type_does_not_seed_another() -> None:
+    sched, backend = engine()
+    sched.submit(make_job("fast").workers(4, 4).epochs(10).category("resnet").gpu_type("a100")
+                 .submitted_at(0).obj())
+    sched.step(0.0)
+    backend.report_epoch("fast", 30.0, 1, 30.0, 4)
+    backend.report_epoch("fast", 40.0, 2, 10.0, 4)
+    sched.step(40.0)
+    assert sched.category_history == {("resnet", "a100"): {4: 10.0}}
+    sched.submit(make_job("slow").workers(4, 4).category("resnet").gpu_type("v100")
+                 .submitted_at(41).obj())
+    sched.submit(make_job("twin").workers(4, 4).category("resnet").gpu_type("a100")
+                 .submitted_at(41).obj())
+    assert sched.jobs["slow"].epoch_time_by_workers == {}, "an A100 speed says nothing of V100"
+    assert sched.jobs["twin"].epoch_time_by_workers == {4: 10.0}
+    sched.step(41.0)
+    backend.report_epoch("slow", 100.0, 1, 60.0, 4)
+    backend.report_epoch("slow", 140.0, 2, 40.0, 4)
+    sched.step(140.0)
+    assert sched.category_history == {("resnet", "a100"): {4: 10.0},
+                                      ("resnet", "v100"): {4: 40.0}}, "nothing overwritten"
+
+
+def test_layouts_are_shared_per_category_and_gpu_type() -> None:
+    sched, _ = engine(layout_history={("yolo", "a100"): {(4, 1): 80.0}})
+    sched.submit(make_job("a").rigid(4).category("yolo").gpu_type("a100").submitted_at(0).obj())
+    sched.submit(make_job("v").rigid(4).category("yolo").gpu_type("v100").submitted_at(0).obj())
+    assert dict(sched.jobs["a"].layout_throughput) == {(4, 1): 80.0}
+    assert dict(sched.jobs["v"].layout_throughput) == {}
+    assert sched.jobs["v"].layout_throughput is sched.layout_history[("yolo", "v100")]
+
+
+@pytest.mark.parametrize("gpu_type", ["a100", "v100"])
+def test_history_given_at_start_seeds_only_its_own_type(gpu_type: str) -> None:
+    sched, _ = engine(category_history={("resnet", "a100"): {1: 100.0, 2: 55.0}})
+    sched.submit(make_job("j").workers(1, 2).category("resnet").gpu_type(gpu_type)
+                 .submitted_at(0).obj())
+    expected = {1: 100.0, 2: 55.0} if gpu_type == "a100" else {}
+    assert sched.jobs["j"].epoch_time_by_workers == expected
+
+
+def test_only_the_epoch_that_includes_the_restore_is_left_out() -> None:
+    sched, backend = engine()
+    sched.submit(make_job("x").workers(4, 4).epochs(10).epochs(10, completed=3)
+                 .gpu_type("a100").submitted_at(0).obj())
+    sched.step(0.0)  # starts from its checkpoint after epoch 3: epoch 4 holds the restore
+    backend.report_epoch("x", 60.0, 5, 20.0, 4)  # epoch 4's report never came
+    sched.step(60.0)
+    assert sched.jobs["x"].epoch_time_by_workers == {4: 20.0}
