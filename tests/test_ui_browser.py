@@ -283,12 +283,14 @@ def test_job_page_tails_the_log_on_the_local_backend(serve, tmp_path, page) -> N
                                                "command": ["python", "-c", script]})
         assert answer.status_code == 201, answer.text
         name = answer.json()["name"]
-    # The token `voda serve` generated (no tokens were configured) logs in as an admin.
-    login(page, server, "admin", f"/ui/jobs/{name}", token=server.admin_token)
+    # The token `voda serve` generated (no tokens were configured) logs in as its
+    # administrator, "local".
+    login(page, server, "local", f"/ui/jobs/{name}", token=server.admin_token)
     mark_no_reload(page)
-    page.wait_for_function("document.querySelector('#job-log') && "
-                           "document.querySelector('#job-log').innerText.includes('step 3')",
-                           timeout=60000)
+    # Polled from here: a predicate string run in the page would be an eval, which the
+    # page's Content-Security-Policy blocks.
+    wait_for(lambda: page.locator("#job-log").count() == 1
+             and "step 3" in page.inner_text("#job-log"), timeout=60)
     assert not_reloaded(page)
     assert "No epoch measured yet" in page.inner_text("#no-epochs")
     screenshot(page, "job-local-log")

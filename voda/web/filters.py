@@ -65,7 +65,15 @@ def to_json(value: Any) -> str:
     return Markup(text.replace("</", "<\\/").replace("<!--", "<\\u0021--"))
 
 
+def json_attr(value: Any) -> str:
+    """JSON for an HTML attribute: a plain string, so the autoescaping quotes it. Chart specs
+    travel this way because htmx drops <script> elements from what it swaps in (the
+    dashboard's pages allow no script but the vendored files)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
 FILTERS: dict[str, Callable[..., str]] = {
     "duration": duration, "age": age, "clock": clock, "percent": percent,
     "gpu_hours": gpu_hours, "job_hue": job_hue, "to_json": to_json,
+    "json_attr": json_attr,
 }

@@ -1,7 +1,7 @@
 /* Charts of the dashboard and of the simulation report, drawn with uPlot.
  *
- * A chart is an element with a data-chart attribute holding a <script type="application/json">
- * spec:
+ * A chart is an element with a data-chart attribute and its spec as JSON in data-spec (not in
+ * a <script> element: htmx drops those from the fragments it swaps in):
  *   {kind: "lines" | "bars", title, height,
  *    x: {label, time (epoch seconds), log, labels (bars: one per bar)},
  *    y: {label, log},
@@ -64,9 +64,9 @@
 
   function draw(el) {
     if (el._voda_chart) return;
-    var script = el.querySelector("script[type='application/json']");
-    if (!script) return;
-    var spec = JSON.parse(script.textContent);
+    var text = el.getAttribute("data-spec");
+    if (!text) return;
+    var spec = JSON.parse(text);
     var host = el.querySelector(".plot") || el;
     var width = Math.max(280, Math.floor(host.getBoundingClientRect().width || 600));
     var data = [spec.xs].concat((spec.series || []).map(function (s) { return s.values; }));

@@ -36,8 +36,8 @@
     var report = data();
     var el = document.getElementById("job-chart");
     if (!report.jobs[name]) return;
-    el.innerHTML = '<script type="application/json"></' + 'script><div class="plot"></div>';
-    el.querySelector("script").textContent = JSON.stringify(spec(report, name));
+    el.innerHTML = '<div class="plot"></div>';
+    el.setAttribute("data-spec", JSON.stringify(spec(report, name)));
     el._voda_chart = null;
     el.removeAttribute("data-drawn");
     window.vodaCharts.draw(el);
