@@ -24,7 +24,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from api import Server  # noqa: E402  (the API benchmark's server)
+from api import TOKEN, Server  # noqa: E402  (the API benchmark's server and its token)
 
 VODA = str(Path(sys.executable).with_name("voda"))
 TARGET_MS = 300
@@ -57,7 +57,7 @@ def main() -> None:
     server = Server(f"sqlite:///{folder / 'bench.db'}", folder / "serve.log")
     server.start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
-    env.update(VODA_CONFIG=str(folder / "none.toml"), VODA_URL=server.url)
+    env.update(VODA_CONFIG=str(folder / "none.toml"), VODA_URL=server.url, VODA_TOKEN=TOKEN)
     job = folder / "job.yaml"
     job.write_text("name: bench\ncommand: [python, train.py]\nmin: 1\nmax: 2\nepochs: 1000\n")
     try:
@@ -82,6 +82,10 @@ def main() -> None:
             "logs NAME -n 20": [VODA, "logs", n, "-n", "20", "--run-dir", str(log_dir)],
             "top --once": [VODA, "top", "--once"],
             "delete NAME": [[VODA, "delete", name] for name in names[1:]],
+            # Drained and added back in turn (adding a drained node makes it ready again).
+            "node drain|add node-1": [[VODA, "node", "drain" if i % 2 == 0 else "add", "node-1"]
+                                      for i in range(args.runs)],
+            "token": [VODA, "token"],
         }
         python, python_cpu = wall([sys.executable, "-c", "pass"], env, args.runs)
         load = os.getloadavg()[0]
