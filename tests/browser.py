@@ -27,8 +27,11 @@ def chromium_path() -> str:
     raise RuntimeError("no Chromium on this machine: `make test` installs Debian's chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
+    """One Chromium per test module. Not per session: while Playwright's sync API is open,
+    its event loop counts as running in the main thread, and the other modules' tests that
+    call asyncio.run() would fail."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
