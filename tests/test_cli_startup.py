@@ -111,6 +111,20 @@ def test_live_views_redraw_until_interrupted(server: ServeProcess, tmp_path: Pat
         assert "node-0" in output and "█" in output and "GPU types" in output
 
 
+def test_cluster_and_top_mark_drained_and_removed_nodes(server: ServeProcess,
+                                                       tmp_path: Path) -> None:
+    env = env_for(server, tmp_path)
+    assert voda(env, "node", "drain", "node-1").returncode == 0
+    assert voda(env, "node", "remove", "node-0").returncode == 0
+    for args in (("cluster",), ("top", "--once")):
+        done = voda(env, *args)
+        assert done.returncode == 0, done.stderr
+        rows = {line.split("│")[1 if args[0] == "cluster" else 3].strip(): line
+                for line in done.stdout.splitlines() if "node-" in line}
+        assert "cordoned" in rows["node-1 (drained)" if args[0] == "cluster" else "node-1"]
+        assert "lost" in rows["node-0"], done.stdout
+
+
 def test_job_names_complete_from_the_service(server: ServeProcess, tmp_path: Path) -> None:
     with server.client() as client:
         name = client.post("/v1/jobs", json={"name": "complete-me", "command": "x",

@@ -31,8 +31,16 @@ def gpu_cells(node: dict[str, Any]) -> Any:
     others = node.get("others", 0)
     cells.append("▒" * others, style="grey50")
     taken = sum(node["jobs"].values()) + others
-    cells.append("·" * max(0, node["gpus"] - taken), style="grey35")
+    if node.get("state") == "lost":  # no longer in the cluster: nothing there is free
+        cells.append("x" * max(0, node["gpus"] - taken), style="red")
+    else:
+        cells.append("·" * max(0, node["gpus"] - taken), style="grey35")
     return cells
+
+
+def all_nodes(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """Ready and cordoned nodes, then the lost ones (removed, or gone from the backend)."""
+    return [*view["nodes"], *view.get("lost_nodes", [])]
 
 
 def node_name(node: dict[str, Any]) -> str:
@@ -65,7 +73,7 @@ def cluster_screen(view: dict[str, Any]) -> Any:
                       str(t.get("waiting_jobs", "-")), t["algorithm"])
     nodes = Table("SPINE", "LEAF", "NODE", "TYPE", "GPUS", "STATE", title="Nodes",
                   title_justify="left")
-    for n in sorted(view["nodes"], key=lambda n: (n.get("spine", ""), n["leaf"])):
+    for n in sorted(all_nodes(view), key=lambda n: (n.get("spine", ""), n["leaf"])):
         state = n.get("state", "ready")
         nodes.add_row(n.get("spine", "-"), n["leaf"], n["name"], n["gpu_type"], gpu_cells(n),
                       state if state == "ready" else f"[bold red]{state}[/]")
@@ -95,7 +103,7 @@ def register(app: typer.Typer) -> None:
                           t["algorithm"])
         out.print(types)
         nodes = Table("NODE", "GPU TYPE", "GPUS", "USED", "STATE", "JOBS")
-        for n in view["nodes"]:
+        for n in all_nodes(view):
             jobs_ = [f"{j}:{c}" for j, c in n["jobs"].items()]
             if n.get("others"):
                 jobs_.append(f"(others):{n['others']}")
