@@ -106,6 +106,19 @@ def test_pages_need_a_login_and_a_bad_token_is_refused(server: ServeProcess, pag
     screenshot(page, "login-refused")
 
 
+@pytest.mark.parametrize(("query", "status", "field"), [
+    ("/ui/jobs?status=Bogus", 422, "status"), ("/ui/jobs?per_page=7", 422, "per_page"),
+    ("/ui/jobs?page=0", 422, "page"), ("/ui/jobs?q=" + "x" * 201, 422, "q"),
+    ("/ui/stream/jobs?page=abc", 422, "page"), ("/ui/cluster?gpu_type=" + "h" * 5000, 404,
+                                                "gpu_type"),
+    ("/ui/jobs/no-such-job", 404, "no-such-job")])
+def test_bad_page_arguments_are_named_4xx(server: ServeProcess, query: str, status: int,
+                                          field: str) -> None:
+    answer = httpx.get(f"{server.url}{query}", cookies={"voda_token": TOKENS["alice"]})
+    assert answer.status_code == status and field in answer.text
+    assert len(answer.content) < 2000  # what was sent is not echoed whole
+
+
 def test_pages_run_only_the_vendored_scripts(server: ServeProcess, page) -> None:
     login(page, server, "alice")
     answer = httpx.get(f"{server.url}/ui/cluster", cookies=cookies(page))

@@ -258,7 +258,7 @@ async def logout(request: Request) -> RedirectResponse:
 # ----- pages and their streams -------------------------------------------------------------------
 def _gpu_type(service: Service, value: str | None) -> str | None:
     if value and value not in service.scheduler.cluster.gpu_types():
-        raise HTTPException(404, f"gpu_type: unknown GPU type {value!r}")
+        raise HTTPException(404, f"gpu_type: unknown GPU type {value[:100]!r}")
     return value or None
 
 
@@ -283,7 +283,7 @@ def cluster_stream(request: Request, user: StreamUser,
 def _filters(service: Service, status: str | None, gpu_type: str | None, q: str | None,
              page: int, per_page: int) -> views.JobFilters:
     if status and status not in STATUSES:
-        raise HTTPException(422, f"status: unknown status {status!r}; valid: "
+        raise HTTPException(422, f"status: unknown status {status[:100]!r}; valid: "
                             f"{', '.join(STATUSES)}")
     if per_page not in views.PAGE_SIZES:
         raise HTTPException(422, f"per_page: must be one of "
