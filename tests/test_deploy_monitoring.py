@@ -1,5 +1,6 @@
 """deploy/grafana and deploy/prometheus: every query parses and names only metrics that a
-live `voda serve` exports; the alerting rules pass `promtool check rules`."""
+live `voda serve` exports; the alerting rules pass `promtool check rules` and fire on
+made-up series as they should (`promtool test rules`)."""
 
 from __future__ import annotations
 
@@ -113,6 +114,80 @@ def test_alerting_rules_pass_promtool() -> None:
     alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
     assert {"VodaSchedulerStuck", "VodaStoreWritesFailing", "VodaStoreRejectingRows",
             "VodaGPUsIdleWhileJobsWait"} <= alerts
+
+
+# Alerts evaluated by `promtool test rules` on made-up series (one sample a minute):
+# the loop stops stepping at minute 3, the store goes down at minute 2, jobs that fit wait
+# beside free a100 GPUs (the v100 GPUs are all in use: no alert there), steps keep failing
+# (one a minute; another service's single failure is no alert), and one row is refused for
+# good at minute 4; decisions take 1-5 s each.
+RULE_TESTS = {
+    "evaluation_interval": "1m",
+    "tests": [{
+        "interval": "1m",
+        "input_series": [
+            {"series": 'voda_scheduler_last_step_timestamp_seconds{job="voda"}',
+             "values": "0+60x3 180x30"},
+            {"series": 'voda_scheduler_step_failures_total{job="voda"}', "values": "0+1x30"},
+            {"series": 'voda_scheduler_step_failures_total{job="once"}', "values": "0 1x30"},
+            {"series": 'voda_store_up{job="voda"}', "values": "1 1 0x30"},
+            {"series": 'voda_store_rejected_rows{job="voda"}', "values": "0x3 1x30"},
+            {"series": 'voda_jobs_waiting_fitting{job="voda",gpu_type="a100"}',
+             "values": "2x30"},
+            {"series": 'voda_gpus{job="voda",gpu_type="a100"}', "values": "8x30"},
+            {"series": 'voda_gpus_in_use{job="voda",gpu_type="a100"}', "values": "4x30"},
+            {"series": 'voda_jobs_waiting_fitting{job="voda",gpu_type="v100"}',
+             "values": "3x30"},
+            {"series": 'voda_gpus{job="voda",gpu_type="v100"}', "values": "8x30"},
+            {"series": 'voda_gpus_in_use{job="voda",gpu_type="v100"}', "values": "8x30"},
+            # Ten decisions a minute, every one between 1 and 5 s.
+            {"series": 'voda_reschedule_duration_seconds_bucket{job="voda",le="1.0"}',
+             "values": "0x30"},
+            {"series": 'voda_reschedule_duration_seconds_bucket{job="voda",le="5.0"}',
+             "values": "0+10x30"},
+            {"series": 'voda_reschedule_duration_seconds_bucket{job="voda",le="+Inf"}',
+             "values": "0+10x30"},
+        ],
+        "alert_rule_test": [
+            # Stuck: 120 s without a step from minute 5, for 2 minutes more.
+            {"eval_time": "6m", "alertname": "VodaSchedulerStuck", "exp_alerts": []},
+            {"eval_time": "8m", "alertname": "VodaSchedulerStuck",
+             "exp_alerts": [{"exp_labels": {"severity": "critical", "job": "voda"}}]},
+            {"eval_time": "1m", "alertname": "VodaStoreWritesFailing", "exp_alerts": []},
+            {"eval_time": "4m", "alertname": "VodaStoreWritesFailing",
+             "exp_alerts": [{"exp_labels": {"severity": "critical", "job": "voda"}}]},
+            {"eval_time": "7m", "alertname": "VodaSchedulerStepsFailing",
+             "exp_alerts": [{"exp_labels": {"severity": "warning", "job": "voda"}}]},
+            {"eval_time": "3m", "alertname": "VodaStoreRejectingRows", "exp_alerts": []},
+            {"eval_time": "5m", "alertname": "VodaStoreRejectingRows",
+             "exp_alerts": [{"exp_labels": {"severity": "warning", "job": "voda"}}]},
+            {"eval_time": "9m", "alertname": "VodaGPUsIdleWhileJobsWait", "exp_alerts": []},
+            {"eval_time": "11m", "alertname": "VodaGPUsIdleWhileJobsWait",
+             "exp_alerts": [{"exp_labels": {"severity": "warning", "job": "voda",
+                                            "gpu_type": "a100"}}]},
+            {"eval_time": "5m", "alertname": "VodaSlowDecisions", "exp_alerts": []},
+            {"eval_time": "20m", "alertname": "VodaSlowDecisions",
+             "exp_alerts": [{"exp_labels": {"severity": "warning"}}]},
+        ],
+    }],
+}
+
+
+def test_alerts_fire_when_they_should(tmp_path: Path) -> None:
+    """The rules' expressions, `for` and labels, evaluated by Prometheus's own engine
+    (the annotations are left out of this copy: their text is not under test)."""
+    rules = yaml.safe_load(RULES.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"],
+                                                         **RULE_TESTS}))
+    done = subprocess.run([shutil.which("promtool") or "promtool", "test", "rules",
+                           "tests.yaml"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
 
 
 def test_the_dashboard_is_grafana_json() -> None:
