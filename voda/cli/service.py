@@ -73,8 +73,7 @@ def register(app: typer.Typer) -> None:
         tls_key: Annotated[str | None, typer.Option(
             help="The private key (PEM) of --tls-cert.")] = None,
     ) -> None:
-        """Run the training service: REST API, scheduler, /metrics and the dashboard (/ui)
-        in one process.
+        """Run the training service: REST API, scheduler, /metrics and dashboard (/ui).
 
         Every request to /v1 needs a bearer token: from VODA_TOKENS or config.toml, or
         else a token generated on first start, saved (mode 0600) where the CLI finds it
