@@ -47,6 +47,7 @@ def test_nodes_are_grouped_by_spine_then_leaf_and_filtered_by_gpu_type() -> None
         "s1": ["l1", "l2"], "s2": ["l3"]}
     only = views.cluster_page(view, "a100")
     assert list(only["spines"]) == ["s2"] and only["selected"] == "a100"
+    assert only["counts"]["ready"] == 1 and page["counts"]["ready"] == 3  # of the tab's type
     assert views.cluster_page(view, "unknown")["selected"] is None
 
 

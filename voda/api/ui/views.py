@@ -57,13 +57,12 @@ def cluster_page(view: Mapping[str, Any], gpu_type: str | None) -> dict[str, Any
     type or all."""
     types = [t["gpu_type"] for t in view["gpu_types"]]
     selected = gpu_type if gpu_type in types else None
-    nodes = [*view["nodes"], *view.get("lost_nodes", [])]
+    nodes = [n for n in (*view["nodes"], *view.get("lost_nodes", []))
+             if selected is None or n["gpu_type"] == selected]
     spines: dict[str, dict[str, list[dict[str, Any]]]] = {}
     shown_jobs: dict[str, Mapping[str, Any]] = {}
     others = 0
     for node in nodes:
-        if selected is not None and node["gpu_type"] != selected:
-            continue
         cells = gpu_cells(node, view["jobs"])
         for cell in cells:
             if cell.job is not None:
