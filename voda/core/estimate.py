@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from voda.core.model import Job
 
@@ -157,3 +159,91 @@ class EpochTimes:
 
 def epoch_time_at(job: Job, workers: int) -> float:
     return EpochTimes(job)(workers)
+
+
+def epoch_time_runs(
+    jobs: Sequence[Job], first: Sequence[int], count: Sequence[int],
+    default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
+) -> np.ndarray:
+    """Epoch times of each job i at first[i], first[i] + 1, ... (count[i] worker counts,
+    first[i] >= 1), concatenated job after job.
+
+    Each value is bit for bit `epoch_time_at(job, k)`: the same floating-point
+    operations in the same order, done for all jobs at once. A job's counts are cut
+    into runs that one formula covers (observed, interpolated between two
+    observations, extrapolated below or above them); the model is fitted only for
+    jobs that extrapolate.
+    """
+    # One row per run: where its first count is, how many counts, which formula and
+    # its parameters (unused ones stay 0).
+    runs: list[tuple[int, int, int, float, float, float, float, float]] = []
+    for job, lo, n in zip(jobs, first, count, strict=True):
+        if n > 0:
+            _cut_into_runs(job, lo, lo + n - 1, default_epoch_seconds, runs)
+    if not runs:
+        return np.zeros(0)
+    table = np.array(runs, dtype=float)
+    lengths = table[:, 1].astype(np.int64)
+    kind, a, b, c, d, e = (np.repeat(table[:, k], lengths) for k in range(2, 8))
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    workers = np.repeat(table[:, 0], lengths) + (np.arange(lengths.sum()) - starts)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        out = np.empty_like(workers)
+        # unknown speed: a = default seconds
+        m = kind == _RUN_UNKNOWN
+        out[m] = a[m] / workers[m]
+        # observed: a = the observation
+        m = kind == _RUN_OBSERVED
+        out[m] = a[m]
+        # between two observations: a, b = throughputs at counts c < d
+        m = kind == _RUN_BETWEEN
+        w = workers[m]
+        out[m] = 1.0 / (a[m] + (b[m] - a[m]) * (w - c[m]) / (d[m] - c[m]))
+        # outside: a = throughput at the nearest count b; Amdahl shape c (serial), d
+        # (parallel); e = the most throughput a worker adds above the largest count
+        for kind_outside in (_RUN_BELOW, _RUN_ABOVE):
+            m = kind == kind_outside
+            w = workers[m]
+            x_near, k_near, serial, parallel = a[m], b[m], c[m], d[m]
+            ratio = (serial + parallel / k_near) / (serial + parallel / w)
+            if kind_outside == _RUN_BELOW:
+                out[m] = 1.0 / (x_near * ratio)
+            else:
+                gain = np.minimum(x_near * (ratio - 1.0), e[m] * (w - k_near))
+                out[m] = 1.0 / (x_near + np.maximum(gain, 0.0))
+    return out
+
+
+_RUN_UNKNOWN, _RUN_OBSERVED, _RUN_BETWEEN, _RUN_BELOW, _RUN_ABOVE = range(5)
+
+
+def _cut_into_runs(
+    job: Job, lo: int, hi: int, default_epoch_seconds: float,
+    runs: list[tuple[int, int, int, float, float, float, float, float]],
+) -> None:
+    """Append the runs of one formula that cover worker counts lo..hi of `job`."""
+    points = sorted((k, t) for k, t in job.epoch_time_by_workers.items() if k >= 1 and t > 0)
+    if not points:
+        runs.append((lo, hi - lo + 1, _RUN_UNKNOWN, default_epoch_seconds, 0.0, 0.0, 0.0, 0.0))
+        return
+    model = None
+    k = lo
+    i = bisect.bisect_left(points, (k,))
+    while k <= hi:
+        if i < len(points) and points[i][0] == k:
+            runs.append((k, 1, _RUN_OBSERVED, points[i][1], 0.0, 0.0, 0.0, 0.0))
+            k, i = k + 1, i + 1
+            continue
+        end = min(hi, math.ceil(points[i][0]) - 1) if i < len(points) else hi
+        if 0 < i < len(points):
+            (k0, t0), (k1, t1) = points[i - 1], points[i]
+            runs.append((k, end - k + 1, _RUN_BETWEEN, 1.0 / t0, 1.0 / t1, k0, k1, 0.0))
+        else:
+            model = model or fit_speed(job.epoch_time_by_workers, default_epoch_seconds)
+            near = 0 if i == 0 else len(points) - 1
+            k_near, t_near = points[near]
+            runs.append((k, end - k + 1, _RUN_BELOW if i == 0 else _RUN_ABOVE, 1.0 / t_near,
+                         k_near, model.serial, model.parallel, model.last_slope))
+        k = end + 1
+        while i < len(points) and points[i][0] < k:
+            i += 1

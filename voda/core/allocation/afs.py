@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from voda.core.allocation.base import allocate_by_priority
+from voda.core.allocation.afs_states import NO_GAIN_BAND, StateTables, band_of, state_at
 from voda.core.estimate import EpochTimes
 from voda.core.model import Job
 
@@ -50,20 +51,6 @@ def afs_l(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
     return _Tournament(ordered, capacity).run()
 
 
-def _bucket(gain: float) -> int:
-    """Index of the gain band a running job is filed under: [1, inf) is 0, then bands a
-    quarter of an octave wide downwards; gains of at most 0 go to the last band."""
-    if gain >= 1.0:
-        return 0
-    if gain <= 0.0:
-        return _NO_GAIN
-    return min(_NO_GAIN - 1, int(-math.log2(gain) * _BANDS_PER_OCTAVE) + 1)
-
-
-_BANDS_PER_OCTAVE = 4
-_NO_GAIN = 40 * _BANDS_PER_OCTAVE
-
-
 class _Tournament:
     """The jobs in submit order with, per position, what the pairwise rule reads.
 
@@ -83,18 +70,17 @@ class _Tournament:
         self.free = capacity
         self.held: dict[str, int] = {job.name: 0 for job in ordered}
         self.jobs = [job for job in ordered if job.min_workers <= capacity]
-        self.times = [EpochTimes(job) for job in self.jobs]
+        self.tables = StateTables(self.jobs, capacity)
+        self.times: list[EpochTimes | None] = [None] * len(self.jobs)  # made when needed
         n = len(self.jobs)
         self.x = [0] * n
         self.length = [INF] * n
         self.g = [INF] * n
         self.h = [1.0] * n
         self.band = [-1] * n  # the band a running job is filed under
-        self.t_next = [0.0] * n  # epoch time at x + 1, the next size
-        self.start = [round(job.remaining_epochs * times(job.min_workers), 6)
-                      for job, times in zip(self.jobs, self.times, strict=True)]
+        self.start = self.tables.start
         self.waiting = list(range(n))  # positions of the jobs at 0, ascending
-        self.bands: list[list[int]] = [[] for _ in range(_NO_GAIN + 1)]
+        self.bands: list[list[int]] = [[] for _ in range(NO_GAIN_BAND + 1)]
         self.filled: list[int] = []  # indices of the bands that hold jobs, ascending
         # Jobs at 0 by min, largest last: they leave once their block cannot fit.
         self.blocks = sorted((job.min_workers, i) for i, job in enumerate(self.jobs))
@@ -146,7 +132,7 @@ class _Tournament:
             i = bisect.bisect_right(self.waiting, after)
             if i < len(self.waiting):
                 best = self.waiting[i]
-        top = _bucket(h) if h > 0.0 else _NO_GAIN
+        top = band_of(h)
         gains, heights, lengths, bands = self.g, self.h, self.length, self.bands
         for b in self.filled:  # the bands that hold jobs, ascending
             if b > top:
@@ -189,22 +175,23 @@ class _Tournament:
 
     # ----- state changes ---------------------------------------------------------------
     def _grow(self, i: int, take: int) -> None:
-        job = self.jobs[i]
         had = self.x[i]
         x = self.x[i] = had + take
         self.free -= take
         if had == 0:
             self._stop_waiting(i)
-        if x >= job.max_workers:
+        tables = self.tables
+        if x >= tables.end[i]:
             if had:
                 self._unfile(i)
             return
-        now = self.t_next[i] if had else self.times[i](x)
-        after = self.t_next[i] = self.times[i](x + 1)
-        self.length[i] = round(job.remaining_epochs * now, 6)
-        gain = self.g[i] = round(now / after - 1.0, 12)
-        self.h[i] = round(1.0 - after / now, 12)
-        band = _bucket(gain)
+        k = x - tables.lo[i]
+        if k < tables.tabled[i]:
+            state = tables.states[tables.offset[i] + k]
+        else:
+            times = self.times[i] = self.times[i] or EpochTimes(self.jobs[i])
+            state = state_at(self.jobs[i], times, x)
+        self.length[i], self.g[i], self.h[i], band, _ = state
         if band != self.band[i]:
             if had:
                 self._unfile(i)
