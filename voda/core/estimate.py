@@ -161,6 +161,7 @@ def epoch_time_at(job: Job, workers: int) -> float:
     return EpochTimes(job)(workers)
 
 
+
 def epoch_time_runs(
     jobs: Sequence[Job], first: Sequence[int], count: Sequence[int],
     default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
@@ -169,81 +170,76 @@ def epoch_time_runs(
     first[i] >= 1), concatenated job after job.
 
     Each value is bit for bit `epoch_time_at(job, k)`: the same floating-point
-    operations in the same order, done for all jobs at once. A job's counts are cut
-    into runs that one formula covers (observed, interpolated between two
-    observations, extrapolated below or above them); the model is fitted only for
-    jobs that extrapolate.
+    operations in the same order, done for all jobs at once. The model is fitted only
+    for the jobs asked for counts outside what they observed.
     """
-    # One row per run: where its first count is, how many counts, which formula and
-    # its parameters (unused ones stay 0).
-    runs: list[tuple[int, int, int, float, float, float, float, float]] = []
-    for job, lo, n in zip(jobs, first, count, strict=True):
-        if n > 0:
-            _cut_into_runs(job, lo, lo + n - 1, default_epoch_seconds, runs)
-    if not runs:
-        return np.zeros(0)
-    table = np.array(runs, dtype=float)
-    lengths = table[:, 1].astype(np.int64)
-    kind, a, b, c, d, e = (np.repeat(table[:, k], lengths) for k in range(2, 8))
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    workers = np.repeat(table[:, 0], lengths) + (np.arange(lengths.sum()) - starts)
+    n = len(jobs)
+    # Observations, flattened: job, count, seconds (the ones a model keeps).
+    sizes = [len(job.epoch_time_by_workers) for job in jobs]
+    items = [kv for job in jobs for kv in job.epoch_time_by_workers.items()]
+    point_job = np.repeat(np.arange(n), sizes)
+    point_k = np.array([k for k, _ in items], dtype=float)
+    point_t = np.array([t for _, t in items], dtype=float)
+    keep = (point_k >= 1) & (point_t > 0)
+    point_job, point_k, point_t = point_job[keep], point_k[keep], point_t[keep]
+    points = len(point_k)
+    # Asked counts: job, workers.
+    asked = np.asarray(count, dtype=np.int64)
+    job = np.repeat(np.arange(n), asked)
+    ends = np.cumsum(asked)
+    workers = np.repeat(np.asarray(first, dtype=float) - (ends - asked), asked) + np.arange(
+        ends[-1] if n else 0)
+    # Sort observations and asked counts together by (job, count), observations first on
+    # a tie; each asked count then finds the observation at or below it and the one above.
+    all_job = np.concatenate([point_job, job])
+    all_k = np.concatenate([point_k, workers])
+    is_asked = np.concatenate([np.zeros(points, bool), np.ones(len(workers), bool)])
+    order = np.lexsort((is_asked, all_k, all_job))
+    index = np.arange(len(order))
+    sorted_point = np.where(is_asked[order], -1, order)  # observation index, or -1
+    last = np.maximum.accumulate(np.where(sorted_point >= 0, index, -1)) if len(order) else index
+    nxt = np.minimum.accumulate(
+        np.where(sorted_point >= 0, index, len(order))[::-1])[::-1] if len(order) else index
+    at = np.empty(len(workers), dtype=np.int64)
+    at[order[is_asked[order]] - points] = np.flatnonzero(is_asked[order])
+    below_i, above_i = last[at], nxt[at]
+    has_below = below_i >= 0
+    below = np.where(has_below, sorted_point[np.maximum(below_i, 0)], 0)
+    has_below &= point_job[below] == job if points else False
+    has_above = above_i < len(order)
+    above = np.where(has_above, sorted_point[np.minimum(above_i, len(order) - 1)], 0)
+    has_above &= point_job[above] == job if points else False
+    out = np.empty(len(workers))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        out = np.empty_like(workers)
-        # unknown speed: a = default seconds
-        m = kind == _RUN_UNKNOWN
-        out[m] = a[m] / workers[m]
-        # observed: a = the observation
-        m = kind == _RUN_OBSERVED
-        out[m] = a[m]
-        # between two observations: a, b = throughputs at counts c < d
-        m = kind == _RUN_BETWEEN
-        w = workers[m]
-        out[m] = 1.0 / (a[m] + (b[m] - a[m]) * (w - c[m]) / (d[m] - c[m]))
-        # outside: a = throughput at the nearest count b; Amdahl shape c (serial), d
-        # (parallel); e = the most throughput a worker adds above the largest count
-        for kind_outside in (_RUN_BELOW, _RUN_ABOVE):
-            m = kind == kind_outside
-            w = workers[m]
-            x_near, k_near, serial, parallel = a[m], b[m], c[m], d[m]
-            ratio = (serial + parallel / k_near) / (serial + parallel / w)
-            if kind_outside == _RUN_BELOW:
-                out[m] = 1.0 / (x_near * ratio)
-            else:
-                gain = np.minimum(x_near * (ratio - 1.0), e[m] * (w - k_near))
-                out[m] = 1.0 / (x_near + np.maximum(gain, 0.0))
+        unknown = ~has_below & ~has_above
+        out[unknown] = default_epoch_seconds / workers[unknown]
+        if not points:
+            return out
+        k0, t0, k1, t1 = point_k[below], point_t[below], point_k[above], point_t[above]
+        observed = has_below & (k0 == workers)
+        out[observed] = t0[observed]
+        between = has_below & has_above & ~observed
+        w = workers[between]
+        x0, x1 = 1.0 / t0[between], 1.0 / t1[between]
+        c0, c1 = k0[between], k1[between]
+        out[between] = 1.0 / (x0 + (x1 - x0) * (w - c0) / (c1 - c0))
+        # Outside the observations: Amdahl's shape anchored at the nearest one.
+        outside = ~unknown & ~observed & ~between
+        if outside.any():
+            fits = {j: fit_speed(jobs[j].epoch_time_by_workers, default_epoch_seconds)
+                    for j in np.unique(job[outside]).tolist()}
+            serial, parallel, slope = (np.zeros(n) for _ in range(3))
+            for j, model in fits.items():
+                serial[j], parallel[j], slope[j] = model.serial, model.parallel, model.last_slope
+            low = outside & ~has_below  # fewer workers than ever measured
+            high = outside & has_below
+            for part, k_near, t_near in ((low, k1, t1), (high, k0, t0)):
+                w, j = workers[part], job[part]
+                x_near, k = 1.0 / t_near[part], k_near[part]
+                ratio = (serial[j] + parallel[j] / k) / (serial[j] + parallel[j] / w)
+                if part is low:
+                    out[part] = 1.0 / (x_near * ratio)
+                else:
+                    gain = np.minimum(x_near * (ratio - 1.0), slope[j] * (w - k))
+                    out[part] = 1.0 / (x_near + np.maximum(gain, 0.0))
     return out
-
-
-_RUN_UNKNOWN, _RUN_OBSERVED, _RUN_BETWEEN, _RUN_BELOW, _RUN_ABOVE = range(5)
-
-
-def _cut_into_runs(
-    job: Job, lo: int, hi: int, default_epoch_seconds: float,
-    runs: list[tuple[int, int, int, float, float, float, float, float]],
-) -> None:
-    """Append the runs of one formula that cover worker counts lo..hi of `job`."""
-    points = sorted((k, t) for k, t in job.epoch_time_by_workers.items() if k >= 1 and t > 0)
-    if not points:
-        runs.append((lo, hi - lo + 1, _RUN_UNKNOWN, default_epoch_seconds, 0.0, 0.0, 0.0, 0.0))
-        return
-    model = None
-    k = lo
-    i = bisect.bisect_left(points, (k,))
-    while k <= hi:
-        if i < len(points) and points[i][0] == k:
-            runs.append((k, 1, _RUN_OBSERVED, points[i][1], 0.0, 0.0, 0.0, 0.0))
-            k, i = k + 1, i + 1
-            continue
-        end = min(hi, math.ceil(points[i][0]) - 1) if i < len(points) else hi
-        if 0 < i < len(points):
-            (k0, t0), (k1, t1) = points[i - 1], points[i]
-            runs.append((k, end - k + 1, _RUN_BETWEEN, 1.0 / t0, 1.0 / t1, k0, k1, 0.0))
-        else:
-            model = model or fit_speed(job.epoch_time_by_workers, default_epoch_seconds)
-            near = 0 if i == 0 else len(points) - 1
-            k_near, t_near = points[near]
-            runs.append((k, end - k + 1, _RUN_BELOW if i == 0 else _RUN_ABOVE, 1.0 / t_near,
-                         k_near, model.serial, model.parallel, model.last_slope))
-        k = end + 1
-        while i < len(points) and points[i][0] < k:
-            i += 1
