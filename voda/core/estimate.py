@@ -28,6 +28,8 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter, methodcaller
 
 import numpy as np
 
@@ -162,6 +164,11 @@ def epoch_time_at(job: Job, workers: int) -> float:
 
 
 
+
+_OBSERVED = attrgetter("epoch_time_by_workers")
+_VALUES = methodcaller("values")
+
+
 def epoch_time_runs(
     jobs: Sequence[Job], first: Sequence[int], count: Sequence[int],
     default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
@@ -174,41 +181,37 @@ def epoch_time_runs(
     for the jobs asked for counts outside what they observed.
     """
     n = len(jobs)
-    # Observations, flattened: job, count, seconds (the ones a model keeps).
-    sizes = [len(job.epoch_time_by_workers) for job in jobs]
-    items = [kv for job in jobs for kv in job.epoch_time_by_workers.items()]
-    point_job = np.repeat(np.arange(n), sizes)
-    point_k = np.array([k for k, _ in items], dtype=float)
-    point_t = np.array([t for _, t in items], dtype=float)
-    keep = (point_k >= 1) & (point_t > 0)
-    point_job, point_k, point_t = point_job[keep], point_k[keep], point_t[keep]
-    points = len(point_k)
-    # Asked counts: job, workers.
     asked = np.asarray(count, dtype=np.int64)
     job = np.repeat(np.arange(n), asked)
-    ends = np.cumsum(asked)
-    workers = np.repeat(np.asarray(first, dtype=float) - (ends - asked), asked) + np.arange(
-        ends[-1] if n else 0)
-    # Sort observations and asked counts together by (job, count), observations first on
-    # a tie; each asked count then finds the observation at or below it and the one above.
-    all_job = np.concatenate([point_job, job])
-    all_k = np.concatenate([point_k, workers])
-    is_asked = np.concatenate([np.zeros(points, bool), np.ones(len(workers), bool)])
-    order = np.lexsort((is_asked, all_k, all_job))
-    index = np.arange(len(order))
-    sorted_point = np.where(is_asked[order], -1, order)  # observation index, or -1
-    last = np.maximum.accumulate(np.where(sorted_point >= 0, index, -1)) if len(order) else index
-    nxt = np.minimum.accumulate(
-        np.where(sorted_point >= 0, index, len(order))[::-1])[::-1] if len(order) else index
-    at = np.empty(len(workers), dtype=np.int64)
-    at[order[is_asked[order]] - points] = np.flatnonzero(is_asked[order])
-    below_i, above_i = last[at], nxt[at]
-    has_below = below_i >= 0
-    below = np.where(has_below, sorted_point[np.maximum(below_i, 0)], 0)
-    has_below &= point_job[below] == job if points else False
-    has_above = above_i < len(order)
-    above = np.where(has_above, sorted_point[np.minimum(above_i, len(order) - 1)], 0)
-    has_above &= point_job[above] == job if points else False
+    starts = np.cumsum(asked) - asked
+    workers = (np.repeat(np.asarray(first, dtype=np.int64) - starts, asked)
+               + np.arange(len(job))).astype(float)
+    # Observations of all jobs (the ones a model keeps), keyed by (job, count) so that
+    # one search finds, for every asked count, the first observation at or above it.
+    observed = list(map(_OBSERVED, jobs))
+    sizes = list(map(len, observed))
+    point_k = np.fromiter(chain.from_iterable(observed), dtype=float, count=sum(sizes))
+    point_t = np.fromiter(chain.from_iterable(map(_VALUES, observed)), dtype=float,
+                          count=len(point_k))
+    point_job = np.repeat(np.arange(n), sizes)
+    keep = (point_k >= 1) & (point_t > 0)
+    point_job, point_k, point_t = point_job[keep], point_k[keep], point_t[keep]
+    top = max(point_k.max(initial=0.0), workers.max(initial=0.0)) + 2.0
+    stride = 2.0 ** math.ceil(math.log2(top))
+    if n * stride >= 2.0**52:  # keys would not be exact: one job at a time
+        return np.array([epoch_time_at(jobs[j], int(w)) for j, w in zip(job, workers, strict=True)])
+    point_key = point_job * stride + point_k
+    order = np.argsort(point_key)
+    point_key, point_job = point_key[order], point_job[order]
+    point_k, point_t = point_k[order], point_t[order]
+    above = np.searchsorted(point_key, job * stride + workers)
+    below = above - 1
+    points = len(point_key)
+    has_above = above < points
+    has_above[has_above] = point_job[above[has_above]] == job[has_above]
+    has_below = below >= 0
+    has_below[has_below] = point_job[below[has_below]] == job[has_below]
+    above, below = np.minimum(above, points - 1), np.maximum(below, 0)
     out = np.empty(len(workers))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         unknown = ~has_below & ~has_above
@@ -216,8 +219,8 @@ def epoch_time_runs(
         if not points:
             return out
         k0, t0, k1, t1 = point_k[below], point_t[below], point_k[above], point_t[above]
-        observed = has_below & (k0 == workers)
-        out[observed] = t0[observed]
+        observed = has_above & (k1 == workers)
+        out[observed] = t1[observed]
         between = has_below & has_above & ~observed
         w = workers[between]
         x0, x1 = 1.0 / t0[between], 1.0 / t1[between]
@@ -226,10 +229,9 @@ def epoch_time_runs(
         # Outside the observations: Amdahl's shape anchored at the nearest one.
         outside = ~unknown & ~observed & ~between
         if outside.any():
-            fits = {j: fit_speed(jobs[j].epoch_time_by_workers, default_epoch_seconds)
-                    for j in np.unique(job[outside]).tolist()}
             serial, parallel, slope = (np.zeros(n) for _ in range(3))
-            for j, model in fits.items():
+            for j in np.unique(job[outside]).tolist():
+                model = fit_speed(jobs[j].epoch_time_by_workers, default_epoch_seconds)
                 serial[j], parallel[j], slope[j] = model.serial, model.parallel, model.last_slope
             low = outside & ~has_below  # fewer workers than ever measured
             high = outside & has_below

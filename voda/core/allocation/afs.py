@@ -93,6 +93,23 @@ def _masks(flags: np.ndarray) -> list[int]:
     return [int.from_bytes(raw[r:r + width], "little") for r in range(0, len(raw), width)]
 
 
+def _mask_of(positions: list[int], n: int) -> int:
+    """The bit mask of `positions` (out of n)."""
+    if len(positions) < 16:
+        return sum(1 << i for i in positions)
+    flags = np.zeros(n, dtype=bool)
+    flags[positions] = True
+    return _masks(flags[None, :])[0]
+
+
+def _move(below: list[int], was: int, now: int, bit: int) -> None:
+    """A job (`bit`) moved from band `was` to band `now`: below[j] holds it for j > band."""
+    if now < was:
+        below[now + 1:was + 1] = [m | bit for m in below[now + 1:was + 1]]
+    else:
+        below[was + 1:now + 1] = [m & ~bit for m in below[was + 1:now + 1]]
+
+
 class _Tournament:
     """The jobs in submit order (bit i of every mask is job i), the walk's takeovers,
     and the index the walk queries.
@@ -129,7 +146,9 @@ class _Tournament:
         self.shorter = length_edges.below(length_band[filed] if len(length) else empty)
         self.gain_below = gain_edges.below(gain_band[filed] if len(g) else empty)
         self.h_below = h_edges.below(h_band[filed] if len(h) else empty)
-        self.start_below = start_edges.below(start_edges.bands(start))
+        start_band = start_edges.bands(start)
+        self.start_below = start_edges.below(start_band)
+        self.start_band: list[int] = start_band.tolist()
         self.state: list[int] = first.tolist()
         self.start: list[float] = start.tolist()
         self.length: list[float] = length.tolist()
@@ -141,12 +160,11 @@ class _Tournament:
         self.asks_gain: list[int] = gain_edges.bands(h).tolist()  # g >= own h: this band on
         self.asks_h: list[int] = h_edges.bands(g).tolist()  # h > own g: this band on
         self.strong_band = gain_edges.band(1.0)  # g >= 1 exactly when the band is this or more
-        self.waiting = (1 << n) - 1
-        self.running = 0
+        self.end = tables.end
         self.times: dict[int, EpochTimes] = {}  # for sizes beyond the tables
         # Jobs at 0 by min, largest last: they leave once their block cannot fit.
         self.lows = tables.lo
-        self.by_min = sorted(zip(self.lows, range(n)))
+        self.by_min = sorted(zip(self.lows, range(n), strict=True))
         self.chain: list[int] = []  # the takeovers of the current walk, the winner last
 
     # ----- the pairwise rule -------------------------------------------------------------
@@ -164,69 +182,9 @@ class _Tournament:
             return self.g[j] >= self.h[k]
         return self.h[j] > self.g[k]
 
-    # ----- the walk ----------------------------------------------------------------------
-    def _taker(self, incumbent: int, after: int) -> int | None:
-        """The first job after position `after` that takes over from `incumbent`.
-
-        The masks give every job that could (a superset: a job in the same band as a
-        threshold may fall either side of it); the rule decides, in submit order."""
-        later = -1 << (after + 1)
-        x, state = self.x, self.state
-        if x[incumbent] == 0:
-            own = self.start[incumbent]
-            band = self.start_edges.band(own)
-            maybe = ((self.waiting & self.start_below[band + 1])
-                     | (self.running & ~self.gain_below[self.strong_band])) & later
-            start, gain = self.start, self.g
-            while maybe:
-                c = (maybe & -maybe).bit_length() - 1
-                if (start[c] < own) if x[c] == 0 else (gain[state[c]] >= 1.0):
-                    return c
-                maybe &= maybe - 1
-            return None
-        k = state[incumbent]
-        length, gain, lower = self.length, self.g, self.h
-        own, g, h = length[k], gain[k], lower[k]
-        maybe = (((self.shorter[self.length_band[k] + 1] & ~self.gain_below[self.asks_gain[k]])
-                  | ~self.h_below[self.asks_h[k]]) & self.running & later)
-        waiting = self.waiting & later if g < 1.0 else 0
-        first_waiting = (waiting & -waiting).bit_length() - 1 if waiting else None
-        while maybe:
-            c = (maybe & -maybe).bit_length() - 1
-            if first_waiting is not None and c > first_waiting:
-                break
-            j = state[c]
-            if (gain[j] >= h) if length[j] < own else (lower[j] > g):
-                return c
-            maybe &= maybe - 1
-        return first_waiting
-
-    # ----- state changes -----------------------------------------------------------------
-    def _grow(self, i: int, take: int) -> None:
-        had = self.x[i]
-        x = self.x[i] = had + take
-        self.free -= take
-        bit = 1 << i
-        tables = self.tables
-        if had == 0:
-            self.waiting &= ~bit
-            if self.state[i] >= 0:  # filed under its state at min already
-                self.running |= bit
-            return
-        if x >= tables.end[i]:
-            self.running &= ~bit
-            return
-        old = self.state[i]
-        new = self.state[i] = self._state_index(i, x)
-        for masks, bands in ((self.shorter, self.length_band), (self.gain_below, self.gain_band),
-                             (self.h_below, self.h_band)):
-            a, b = bands[old], bands[new]
-            if b < a:  # a lower band: below more thresholds
-                masks[b + 1:a + 1] = [m | bit for m in masks[b + 1:a + 1]]
-            elif a < b:
-                masks[a + 1:b + 1] = [m & ~bit for m in masks[a + 1:b + 1]]
-
+    # ----- rare paths --------------------------------------------------------------------
     def _state_index(self, i: int, x: int) -> int:
+        """Job i's state entry at x workers, computed and appended past its tabled sizes."""
         tables = self.tables
         k = x - tables.lo[i]
         if k < tables.tabled[i]:
@@ -243,50 +201,117 @@ class _Tournament:
         self.asks_h.append(self.h_edges.band(g))
         return len(self.length) - 1
 
-    def _drop_blocks_that_do_not_fit(self) -> int | None:
-        """Jobs at 0 whose min exceeds the GPUs left leave; returns the earliest such."""
-        earliest = None
-        by_min = self.by_min
-        while by_min and by_min[-1][0] > self.free:
-            _, i = by_min.pop()
-            if self.waiting >> i & 1:
-                self.waiting &= ~(1 << i)
-                earliest = i if earliest is None else min(earliest, i)
-        return earliest
-
+    # ----- the rounds --------------------------------------------------------------------
     def run(self) -> list[int]:
         """Hand out the GPUs; each job's count, in submit order.
 
-        Each round: the winner (the last takeover of the walk) grows; jobs at 0 whose min
-        no longer fits leave; the walk is redone from the first position that changed,
-        keeping the takeovers before it (`chain`)."""
-        chain, x, lows, by_min = self.chain, self.x, self.lows, self.by_min
-        taker = self._taker
+        A round: (1) redo the walk after the first position that changed, keeping the
+        takeovers before it (`chain`); (2) the winner, the last takeover, grows (a job
+        at 0 takes its min); (3) jobs at 0 whose min no longer fits leave. The loop
+        reads everything through locals: attribute reads would cost as much as the work.
+        """
+        chain, x, state, start, lows = self.chain, self.x, self.state, self.start, self.lows
+        length, gain, lower = self.length, self.g, self.h
+        length_band, gain_band, h_band = self.length_band, self.gain_band, self.h_band
+        asks_gain, asks_h, start_band = self.asks_gain, self.asks_h, self.start_band
+        shorter, gain_below, h_below = self.shorter, self.gain_below, self.h_below
+        start_below, strong, by_min, end = self.start_below, self.strong_band, self.by_min, self.end
+        takes_over = self._takes_over
+        offset, tabled = self.tables.offset, self.tables.tabled
+        free = self.free
+        waiting, running = (1 << len(x)) - 1, 0
         position = 0
         while True:
-            # Redo the walk after `position`: earlier takeovers stand; the job at
-            # `position` challenges the last of them again, or starts the walk.
+            # (1) The job at `position` challenges the last takeover before it again (or
+            # starts the walk); then the first later job that takes over, and so on.
             while chain and chain[-1] >= position:
                 chain.pop()
-            if (self.running | self.waiting) >> position & 1:
-                if not chain or self._takes_over(position, chain[-1]):
+            if (running | waiting) >> position & 1:
+                if not chain or takes_over(position, chain[-1]):
                     chain.append(position)
             elif not chain:
-                rest = (self.running | self.waiting) >> position << position
+                rest = (running | waiting) >> position << position
                 if not rest:
                     break
                 chain.append((rest & -rest).bit_length() - 1)
             incumbent = chain[-1]
-            while (c := taker(incumbent, max(incumbent, position))) is not None:
-                chain.append(c)
-                incumbent = c
-            if self.free <= 0:
+            after = max(incumbent, position)
+            while True:
+                # The first job after `after` that takes over from `incumbent`: the masks
+                # give every job that could (one in the same band as a threshold may fall
+                # either side of it), the rule decides, in submit order.
+                later = -1 << (after + 1)
+                taker = -1
+                if x[incumbent] == 0:  # a job at 0 shorter at min, or one running at g >= 1
+                    own = start[incumbent]
+                    maybe = ((waiting & start_below[start_band[incumbent] + 1])
+                             | (running & ~gain_below[strong])) & later
+                    while maybe:
+                        c = (maybe & -maybe).bit_length() - 1
+                        if (start[c] < own) if x[c] == 0 else (gain[state[c]] >= 1.0):
+                            taker = c
+                            break
+                        maybe &= maybe - 1
+                else:  # at 0 when g < 1; shorter with g_c >= h; as long with h_c > g
+                    k = state[incumbent]
+                    own, g, h = length[k], gain[k], lower[k]
+                    maybe = ((shorter[length_band[k] + 1] & ~gain_below[asks_gain[k]])
+                             | ~h_below[asks_h[k]]) & running & later
+                    if g < 1.0 and waiting & later:
+                        w = waiting & later
+                        taker = (w & -w).bit_length() - 1
+                        maybe &= (1 << taker) - 1
+                    while maybe:
+                        c = (maybe & -maybe).bit_length() - 1
+                        j = state[c]
+                        if (gain[j] >= h) if length[j] < own else (lower[j] > g):
+                            taker = c
+                            break
+                        maybe &= maybe - 1
+                if taker < 0:
+                    break
+                chain.append(taker)
+                incumbent = after = taker
+            if free <= 0:
                 break
-            winner = chain[-1]
-            self._grow(winner, lows[winner] if x[winner] == 0 else 1)
-            position = winner
-            if by_min and by_min[-1][0] > self.free:
-                earliest = self._drop_blocks_that_do_not_fit()
-                if earliest is not None and earliest < winner:
-                    position = earliest
+            # (2) The winner grows; its bit moves between the bands' masks.
+            winner = position = chain[-1]
+            bit = 1 << winner
+            if x[winner] == 0:
+                x[winner] = lows[winner]
+                free -= lows[winner]
+                waiting &= ~bit
+                if state[winner] >= 0:  # filed under its state at min already
+                    running |= bit
+            else:
+                grown = x[winner] = x[winner] + 1
+                free -= 1
+                if grown >= end[winner]:
+                    running &= ~bit
+                else:
+                    old = state[winner]
+                    k = grown - lows[winner]
+                    new = state[winner] = (offset[winner] + k if k < tabled[winner]
+                                           else self._state_index(winner, grown))
+                    # Its bit joins (or leaves) the masks of the bands it moved past.
+                    a, b = length_band[old], length_band[new]
+                    if b != a:
+                        _move(shorter, a, b, bit)
+                    a, b = gain_band[old], gain_band[new]
+                    if b != a:
+                        _move(gain_below, a, b, bit)
+                    a, b = h_band[old], h_band[new]
+                    if b != a:
+                        _move(h_below, a, b, bit)
+            # (3) Jobs at 0 whose min no longer fits leave; the walk is redone from the
+            # earliest of them if it comes before the winner.
+            if by_min and by_min[-1][0] > free:
+                gone = []
+                while by_min and by_min[-1][0] > free:
+                    i = by_min.pop()[1]
+                    if x[i] == 0:
+                        gone.append(i)
+                if gone:
+                    waiting &= ~_mask_of(gone, len(x))
+                    position = min(position, min(gone))
         return x

@@ -17,18 +17,23 @@ prove it rounds the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 
 from voda.core.estimate import EpochTimes, epoch_time_runs
 from voda.core.model import Job
 
+_MIN, _MAX = attrgetter("min_workers"), attrgetter("max_workers")
+_EPOCHS, _COMPLETED = attrgetter("epochs"), attrgetter("completed_epochs")
+
 LENGTH_DIGITS = 6
 GAIN_DIGITS = 12
 
-# Sizes tabled per job beyond its min before the tournament (at least): a job that
-# grows past them has its next states computed one at a time (`state_at`).
-MIN_TABLED = 4
+# Sizes tabled per job: its min and, shared out, about twice the capacity more (a call
+# hands out at most the capacity). A job that grows past its tabled sizes has its next
+# states computed one at a time (`state_at`).
+GROWTH_TABLED = 2
 
 def rounded_as_python(values: np.ndarray, digits: int) -> np.ndarray:
     """`round(v, digits)` for every v, as floats.
@@ -69,11 +74,11 @@ class StateTables:
 
     def __init__(self, jobs: Sequence[Job], capacity: int) -> None:
         n = len(jobs)
-        self.lo: list[int] = [job.min_workers for job in jobs]
+        self.lo: list[int] = list(map(_MIN, jobs))
         lo = np.array(self.lo, dtype=np.int64)
-        end = np.minimum(np.array([job.max_workers for job in jobs], dtype=np.int64), capacity)
+        end = np.minimum(np.fromiter(map(_MAX, jobs), dtype=np.int64, count=n), capacity)
         self.end: list[int] = end.tolist()
-        span = max(MIN_TABLED, -(-4 * capacity // max(1, n)))
+        span = 1 + -(-GROWTH_TABLED * capacity // max(1, n))
         tabled = np.minimum(end - lo, span)
         self.tabled: list[int] = tabled.tolist()
         self.offset: list[int] = (np.cumsum(tabled) - tabled).tolist()
@@ -81,7 +86,8 @@ class StateTables:
         counts = tabled + 1
         times = epoch_time_runs(jobs, self.lo, counts.tolist())
         ends = np.cumsum(counts)
-        left = np.array([job.epochs - job.completed_epochs for job in jobs], dtype=float)
+        left = (np.fromiter(map(_EPOCHS, jobs), dtype=float, count=n)
+                - np.fromiter(map(_COMPLETED, jobs), dtype=float, count=n))
         remaining = np.where(left > 0.0, left, 0.0)  # Job.remaining_epochs
         self.start = rounded_as_python(remaining * times[ends - counts], LENGTH_DIGITS)
         # States: every time but each job's last, paired with the time after it.
