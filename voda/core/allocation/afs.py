@@ -85,6 +85,10 @@ class _Edges:
         """below[j]: the mask of positions i with bands[i] < j, for j = 0 .. len(edges) + 1."""
         return _masks(bands[None, :] < np.arange(len(self.listed) + 2)[:, None])
 
+    def at_least(self, bands: np.ndarray) -> list[int]:
+        """at_least[j]: the mask of positions i with bands[i] >= j (the complement of below)."""
+        return _masks(bands[None, :] >= np.arange(len(self.listed) + 2)[:, None])
+
 
 def _masks(flags: np.ndarray) -> list[int]:
     """Per row of `flags`, the bit mask with bit i set where the row is true at i."""
@@ -102,14 +106,6 @@ def _mask_of(positions: list[int], n: int) -> int:
     return _masks(flags[None, :])[0]
 
 
-def _move(below: list[int], was: int, now: int, bit: int) -> None:
-    """A job (`bit`) moved from band `was` to band `now`: below[j] holds it for j > band."""
-    if now < was:
-        below[now + 1:was + 1] = [m | bit for m in below[now + 1:was + 1]]
-    else:
-        below[was + 1:now + 1] = [m & ~bit for m in below[was + 1:now + 1]]
-
-
 class _Tournament:
     """The jobs in submit order (bit i of every mask is job i), the walk's takeovers,
     and the index the walk queries.
@@ -119,10 +115,12 @@ class _Tournament:
     of h, and of the values the job asks of others when it is the incumbent (h among
     the g bands, g among the h bands). `state[i]` is job i's current entry.
 
-    `shorter[j]`, `gain_below[j]`, `h_below[j]` are the masks of jobs whose current
-    band (of length, g, h) is below j; a job waiting is filed under its state at min,
-    which is where it starts. `start_below[j]` does the same for the remaining time at
-    min. Masks hold jobs that left too: they are read through `running` and `waiting`.
+    `shorter[j]` is the mask of jobs whose current length band is below j, and
+    `gain_from[j]`, `h_from[j]` those whose g (h) band is j or more (what the rule
+    asks of a challenger is always a lower bound on these two); a job waiting is filed
+    under its state at min, which is where it starts. `start_below[j]` holds the jobs
+    whose remaining time at min is in a band below j. Masks hold jobs that left too:
+    they are read through `running` and `waiting`.
     """
 
     def __init__(self, jobs: Sequence[Job], capacity: int) -> None:
@@ -144,8 +142,8 @@ class _Tournament:
         filed = np.maximum(first, 0)
         empty = np.zeros(n, dtype=np.int64)
         self.shorter = length_edges.below(length_band[filed] if len(length) else empty)
-        self.gain_below = gain_edges.below(gain_band[filed] if len(g) else empty)
-        self.h_below = h_edges.below(h_band[filed] if len(h) else empty)
+        self.gain_from = gain_edges.at_least(gain_band[filed] if len(g) else empty)
+        self.h_from = h_edges.at_least(h_band[filed] if len(h) else empty)
         start_band = start_edges.bands(start)
         self.start_below = start_edges.below(start_band)
         self.start_band: list[int] = start_band.tolist()
@@ -166,21 +164,6 @@ class _Tournament:
         self.lows = tables.lo
         self.by_min = sorted(zip(self.lows, range(n), strict=True))
         self.chain: list[int] = []  # the takeovers of the current walk, the winner last
-
-    # ----- the pairwise rule -------------------------------------------------------------
-    def _takes_over(self, c: int, incumbent: int) -> bool:
-        """Does `c` (later in submit order) take over from `incumbent`?"""
-        if self.x[incumbent] == 0:
-            if self.x[c] == 0:
-                return self.start[c] < self.start[incumbent]
-            return self.g[self.state[c]] >= 1.0
-        k = self.state[incumbent]
-        if self.x[c] == 0:
-            return self.g[k] < 1.0
-        j = self.state[c]
-        if self.length[j] < self.length[k]:
-            return self.g[j] >= self.h[k]
-        return self.h[j] > self.g[k]
 
     # ----- rare paths --------------------------------------------------------------------
     def _state_index(self, i: int, x: int) -> int:
@@ -214,28 +197,26 @@ class _Tournament:
         length, gain, lower = self.length, self.g, self.h
         length_band, gain_band, h_band = self.length_band, self.gain_band, self.h_band
         asks_gain, asks_h, start_band = self.asks_gain, self.asks_h, self.start_band
-        shorter, gain_below, h_below = self.shorter, self.gain_below, self.h_below
+        shorter, gain_from, h_from = self.shorter, self.gain_from, self.h_from
         start_below, strong, by_min, end = self.start_below, self.strong_band, self.by_min, self.end
-        takes_over = self._takes_over
         offset, tabled = self.tables.offset, self.tables.tabled
         free = self.free
         waiting, running = (1 << len(x)) - 1, 0
         position = 0
         while True:
-            # (1) The job at `position` challenges the last takeover before it again (or
-            # starts the walk); then the first later job that takes over, and so on.
+            # (1) The last takeover before `position` stands, and no job between it and
+            # `position` took over from it (none of them changed): the walk goes on
+            # from `position`. With no takeover left, it starts at the first job.
             while chain and chain[-1] >= position:
                 chain.pop()
-            if (running | waiting) >> position & 1:
-                if not chain or takes_over(position, chain[-1]):
-                    chain.append(position)
-            elif not chain:
+            if chain:
+                incumbent, after = chain[-1], position - 1
+            else:
                 rest = (running | waiting) >> position << position
                 if not rest:
                     break
-                chain.append((rest & -rest).bit_length() - 1)
-            incumbent = chain[-1]
-            after = max(incumbent, position)
+                incumbent = after = (rest & -rest).bit_length() - 1
+                chain.append(incumbent)
             while True:
                 # The first job after `after` that takes over from `incumbent`: the masks
                 # give every job that could (one in the same band as a threshold may fall
@@ -245,7 +226,7 @@ class _Tournament:
                 if x[incumbent] == 0:  # a job at 0 shorter at min, or one running at g >= 1
                     own = start[incumbent]
                     maybe = ((waiting & start_below[start_band[incumbent] + 1])
-                             | (running & ~gain_below[strong])) & later
+                             | (running & gain_from[strong])) & later
                     while maybe:
                         c = (maybe & -maybe).bit_length() - 1
                         if (start[c] < own) if x[c] == 0 else (gain[state[c]] >= 1.0):
@@ -255,8 +236,8 @@ class _Tournament:
                 else:  # at 0 when g < 1; shorter with g_c >= h; as long with h_c > g
                     k = state[incumbent]
                     own, g, h = length[k], gain[k], lower[k]
-                    maybe = ((shorter[length_band[k] + 1] & ~gain_below[asks_gain[k]])
-                             | ~h_below[asks_h[k]]) & running & later
+                    maybe = ((shorter[length_band[k] + 1] & gain_from[asks_gain[k]])
+                             | h_from[asks_h[k]]) & running & later
                     if g < 1.0 and waiting & later:
                         w = waiting & later
                         taker = (w & -w).bit_length() - 1
@@ -295,14 +276,26 @@ class _Tournament:
                                            else self._state_index(winner, grown))
                     # Its bit joins (or leaves) the masks of the bands it moved past.
                     a, b = length_band[old], length_band[new]
-                    if b != a:
-                        _move(shorter, a, b, bit)
+                    if b < a:
+                        for band in range(b + 1, a + 1):
+                            shorter[band] |= bit
+                    elif a < b:
+                        for band in range(a + 1, b + 1):
+                            shorter[band] &= ~bit
                     a, b = gain_band[old], gain_band[new]
-                    if b != a:
-                        _move(gain_below, a, b, bit)
+                    if b < a:
+                        for band in range(b + 1, a + 1):
+                            gain_from[band] &= ~bit
+                    elif a < b:
+                        for band in range(a + 1, b + 1):
+                            gain_from[band] |= bit
                     a, b = h_band[old], h_band[new]
-                    if b != a:
-                        _move(h_below, a, b, bit)
+                    if b < a:
+                        for band in range(b + 1, a + 1):
+                            h_from[band] &= ~bit
+                    elif a < b:
+                        for band in range(a + 1, b + 1):
+                            h_from[band] |= bit
             # (3) Jobs at 0 whose min no longer fits leave; the walk is redone from the
             # earliest of them if it comes before the winner.
             if by_min and by_min[-1][0] > free:
