@@ -220,35 +220,41 @@ class _Tournament:
             while True:
                 # The first job after `after` that takes over from `incumbent`: the masks
                 # give every job that could (one in the same band as a threshold may fall
-                # either side of it), the rule decides, in submit order.
-                later = -1 << (after + 1)
+                # either side of it), the rule decides, in submit order. Masks are shifted
+                # down to the first position still to check (`base`), which keeps the
+                # numbers short and every one non-negative.
+                base = after + 1
                 taker = -1
                 if x[incumbent] == 0:  # a job at 0 shorter at min, or one running at g >= 1
                     own = start[incumbent]
                     maybe = ((waiting & start_below[start_band[incumbent] + 1])
-                             | (running & gain_from[strong])) & later
+                             | (running & gain_from[strong])) >> base
                     while maybe:
-                        c = (maybe & -maybe).bit_length() - 1
+                        skip = (maybe & -maybe).bit_length()  # the lowest set bit, plus 1
+                        c = base + skip - 1
                         if (start[c] < own) if x[c] == 0 else (gain[state[c]] >= 1.0):
                             taker = c
                             break
-                        maybe &= maybe - 1
+                        maybe >>= skip
+                        base = c + 1
                 else:  # at 0 when g < 1; shorter with g_c >= h; as long with h_c > g
                     k = state[incumbent]
                     own, g, h = length[k], gain[k], lower[k]
-                    maybe = ((shorter[length_band[k] + 1] & gain_from[asks_gain[k]])
-                             | h_from[asks_h[k]]) & running & later
-                    if g < 1.0 and waiting & later:
-                        w = waiting & later
-                        taker = (w & -w).bit_length() - 1
-                        maybe &= (1 << taker) - 1
+                    maybe = (((shorter[length_band[k] + 1] & gain_from[asks_gain[k]])
+                              | h_from[asks_h[k]]) & running) >> base
+                    if g < 1.0 and (first := waiting >> base):
+                        taker = base + (first & -first).bit_length() - 1
                     while maybe:
-                        c = (maybe & -maybe).bit_length() - 1
+                        skip = (maybe & -maybe).bit_length()
+                        c = base + skip - 1
+                        if 0 <= taker < c:  # the first job at 0 comes before
+                            break
                         j = state[c]
                         if (gain[j] >= h) if length[j] < own else (lower[j] > g):
                             taker = c
                             break
-                        maybe &= maybe - 1
+                        maybe >>= skip
+                        base = c + 1
                 if taker < 0:
                     break
                 chain.append(taker)
