@@ -199,7 +199,10 @@ class _Tournament:
         asks_gain, asks_h, start_band = self.asks_gain, self.asks_h, self.start_band
         shorter, gain_from, h_from = self.shorter, self.gain_from, self.h_from
         start_below, strong, by_min, end = self.start_below, self.strong_band, self.by_min, self.end
-        offset, tabled = self.tables.offset, self.tables.tabled
+        # A job's tabled states are consecutive entries: the next size is the next entry
+        # up to its last tabled one.
+        last_tabled = [o + t - 1 for o, t in zip(self.tables.offset, self.tables.tabled,
+                                                 strict=True)]
         free = self.free
         waiting, running = (1 << len(x)) - 1, 0
         position = 0
@@ -261,47 +264,37 @@ class _Tournament:
                 incumbent = after = taker
             if free <= 0:
                 break
-            # (2) The winner grows; its bit moves between the bands' masks.
+            # (2) The winner grows. Its bit flips in the masks of the bands it moved past
+            # (and in `waiting` or `running`, where it is set).
             winner = position = chain[-1]
             bit = 1 << winner
             if x[winner] == 0:
                 x[winner] = lows[winner]
                 free -= lows[winner]
-                waiting &= ~bit
+                waiting ^= bit
                 if state[winner] >= 0:  # filed under its state at min already
                     running |= bit
             else:
                 grown = x[winner] = x[winner] + 1
                 free -= 1
                 if grown >= end[winner]:
-                    running &= ~bit
+                    running ^= bit
                 else:
                     old = state[winner]
-                    k = grown - lows[winner]
-                    new = state[winner] = (offset[winner] + k if k < tabled[winner]
+                    new = state[winner] = (old + 1 if old < last_tabled[winner]
                                            else self._state_index(winner, grown))
-                    # Its bit joins (or leaves) the masks of the bands it moved past.
                     a, b = length_band[old], length_band[new]
-                    if b < a:
-                        for band in range(b + 1, a + 1):
-                            shorter[band] |= bit
-                    elif a < b:
-                        for band in range(a + 1, b + 1):
-                            shorter[band] &= ~bit
+                    if a != b:
+                        for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
+                            shorter[band] ^= bit
                     a, b = gain_band[old], gain_band[new]
-                    if b < a:
-                        for band in range(b + 1, a + 1):
-                            gain_from[band] &= ~bit
-                    elif a < b:
-                        for band in range(a + 1, b + 1):
-                            gain_from[band] |= bit
+                    if a != b:
+                        for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
+                            gain_from[band] ^= bit
                     a, b = h_band[old], h_band[new]
-                    if b < a:
-                        for band in range(b + 1, a + 1):
-                            h_from[band] &= ~bit
-                    elif a < b:
-                        for band in range(a + 1, b + 1):
-                            h_from[band] |= bit
+                    if a != b:
+                        for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
+                            h_from[band] ^= bit
             # (3) Jobs at 0 whose min no longer fits leave; the walk is redone from the
             # earliest of them if it comes before the winner.
             if by_min and by_min[-1][0] > free:
