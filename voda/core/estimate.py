@@ -163,8 +163,6 @@ def epoch_time_at(job: Job, workers: int) -> float:
     return EpochTimes(job)(workers)
 
 
-
-
 _OBSERVED = attrgetter("epoch_time_by_workers")
 _VALUES = methodcaller("values")
 
