@@ -16,11 +16,11 @@ makes the earlier job in submit order the shorter.
 
 The rule is not transitive, so no heap can order it; instead the tournament is
 kept between rounds. Handing a GPU to the winner changes that job only, so the
-takeovers before it still stand and only the part of the walk after its
-challenger is replayed. Each step of a replay asks for the first job after a
-position that takes over from the incumbent; `_Index` answers with set
-operations on bit masks of positions, checking only the few jobs whose values
-sit in the same band as the incumbent's thresholds. See
+takeovers before it still stand and only the part of the walk from the winner's
+position on is replayed. Each step of a replay asks for the first job after a
+position that takes over from the incumbent; `_Tournament` answers with set
+operations on bit masks of positions (bit i is job i), checking one by one only
+the jobs whose values sit in the same band as the incumbent's thresholds. See
 docs/design/001-allocation.md.
 """
 
