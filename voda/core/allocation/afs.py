@@ -162,7 +162,7 @@ class _Tournament:
         self.times: dict[int, EpochTimes] = {}  # for sizes beyond the tables
         # Jobs at 0 by min, largest last: they leave once their block cannot fit.
         self.lows = tables.lo
-        self.by_min = sorted(zip(self.lows, range(n), strict=True))
+        self.by_min: list[int] = np.argsort(tables.lo, kind="stable").tolist()
         self.chain: list[int] = []  # the takeovers of the current walk, the winner last
 
     # ----- rare paths --------------------------------------------------------------------
@@ -297,10 +297,10 @@ class _Tournament:
                             h_from[band] ^= bit
             # (3) Jobs at 0 whose min no longer fits leave; the walk is redone from the
             # earliest of them if it comes before the winner.
-            if by_min and by_min[-1][0] > free:
+            if by_min and lows[by_min[-1]] > free:
                 gone = []
-                while by_min and by_min[-1][0] > free:
-                    i = by_min.pop()[1]
+                while by_min and lows[by_min[-1]] > free:
+                    i = by_min.pop()
                     if x[i] == 0:
                         gone.append(i)
                 if gone:
