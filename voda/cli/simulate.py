@@ -63,6 +63,7 @@ def run_simulation(
     params: list[str] | None = None,
     gpu_type: str | None = None,
     until: float | None = None,
+    job_model: str | None = None,
 ) -> list[SimResult]:
     from voda.cli.params import ParamError, parse_param_items
     from voda.sim.cluster_file import ClusterFileError
@@ -71,12 +72,14 @@ def run_simulation(
     from voda.sim.workloads import WorkloadError
 
     names = list(registry.BUILTIN_NAMES) if algorithm == ALL else [algorithm]
+    if rigid and job_model not in (None, "rigid"):
+        _fail(f"--rigid and --job-model {job_model} contradict each other")
     try:
         knobs = parse_param_items(params or [])
         requests = [RunRequest(workload, cluster, name, rigid, preset, placement, penalty,
                                interval, layout_speed, jitter, seed,
                                params=_knobs_of(name, knobs, len(names) > 1),
-                               gpu_type=gpu_type, until=until)
+                               gpu_type=gpu_type, until=until, job_model=job_model)
                     for name in names]
         _check_every_knob_used(knobs, requests)
         for r in requests:
@@ -149,13 +152,20 @@ def register(app: typer.Typer) -> None:
     def simulate(
         workload: str = typer.Option(..., "--workload", "-w",
                                      help="Workload file (Pollux CSV, Philly CSV, native YAML/CSV)"
-                                          " or a built-in name: workload-1..4, philly."),
+                                          " or a built-in name: workload-1..4, workload-N@LOAD "
+                                          "(LOAD 0.5, 1.0, 1.5, 2.0), philly."),
         cluster: str = typer.Option("16x4", "--cluster", "-c",
                                     help="NODESxGPUS (e.g. 16x4) or a cluster YAML file."),
         algorithm: str = typer.Option(registry.DEFAULT_ALGORITHM, "--algorithm", "-a",
-                                      help="Allocation algorithm, or 'all' for all eight."),
+                                      help="Allocation algorithm, or 'all' for every built-in "
+                                           "one."),
         rigid: bool = typer.Option(False, "--rigid",
-                                   help="Every job at exactly its requested GPUs and batch."),
+                                   help="Every job at exactly its requested GPUs and batch "
+                                        "(--job-model rigid)."),
+        job_model: str | None = typer.Option(
+            None, "--job-model",
+            help="How profiled jobs use GPUs and batch: elastic (default), rigid, fixed-batch "
+                 "(the Pollux artifact's Optimus jobs) or adaptive (its Pollux jobs)."),
         preset: str | None = typer.Option(None, "--preset",
                                           help="'pollux': the Pollux artifact's simulator."),
         placement: str | None = typer.Option(None, "--placement",
@@ -195,4 +205,5 @@ def register(app: typer.Typer) -> None:
         Exit codes: 0 done, 1 jobs left unfinished (without --until), 2 bad input.
         """
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
-                       as_json, plot, layout_speed, jitter, seed, param, gpu_type, until)
+                       as_json, plot, layout_speed, jitter, seed, param, gpu_type, until,
+                       job_model)
