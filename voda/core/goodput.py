@@ -169,6 +169,48 @@ def _network_time(p: PerfParams, nodes: np.ndarray, replicas: np.ndarray) -> np.
     return alpha + beta * np.maximum(replicas - 2, TINY)
 
 
+def layouts(replicas: int, per_node: int, max_nodes: int) -> list[int]:
+    """Node counts that spread `replicas` GPUs evenly in aligned shares: packed
+    (ceil(replicas / per_node) nodes), or replicas / d nodes of d GPUs each for d a
+    power of two that divides `per_node` (so halves and quarters of nodes fit together)."""
+    packed = -(-replicas // per_node)
+    counts = {packed}
+    d = 1
+    while d < per_node:
+        if per_node % d == 0 and replicas % d == 0 and replicas // d <= max_nodes:
+            counts.add(replicas // d)
+        d *= 2
+    return sorted(c for c in counts if c <= max(max_nodes, packed))
+
+
+@functools.lru_cache(maxsize=16384)
+def best_layouts(model: GoodputModel, cap: int, per_node: int, max_nodes: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(goodput, nodes) on n = 1..cap GPUs at the best of `layouts` (ties: fewer nodes).
+
+    A model that has measured no step across nodes assumes links between nodes are
+    slower, so it packs until it has measured otherwise. Read-only; cached, since a
+    job's model changes only when it reports.
+    """
+    pairs = [(k, n) for n in range(1, cap + 1) for k in layouts(n, per_node, max_nodes)]
+    nodes = np.array([k for k, _ in pairs], dtype=float)
+    replicas = np.array([n for _, n in pairs], dtype=float)
+    value, _, _ = model.optimize(nodes, replicas)
+    value = np.nan_to_num(value, nan=0.0)
+    goodput, best = np.zeros(cap), np.zeros(cap, dtype=int)
+    for (k, n), g in zip(pairs, value, strict=True):
+        if g > goodput[n - 1] * (1 + 1e-9) or best[n - 1] == 0:
+            goodput[n - 1], best[n - 1] = g, k
+    goodput.flags.writeable = False
+    best.flags.writeable = False
+    return goodput, best
+
+
+def best_goodput(model: GoodputModel, cap: int, per_node: int, max_nodes: int) -> np.ndarray:
+    """Goodput on n = 1..cap GPUs at the best even layout (see best_layouts)."""
+    return best_layouts(model, cap, per_node, max_nodes)[0]
+
+
 # ----- fitting ---------------------------------------------------------------------------
 @functools.lru_cache(maxsize=4096)
 def fit_perf_params(observations: tuple[tuple[int, int, float, float, float], ...]) -> PerfParams:

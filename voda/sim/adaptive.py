@@ -14,6 +14,7 @@ workloads) keeps it, but measures and reports all the same.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from voda.core.goodput import GoodputModel, PerfParams, fit_perf_params
@@ -21,6 +22,16 @@ from voda.sim.profiles import Profile
 from voda.sim.throughput import BatchSplit
 
 Config = tuple[int, int, int]  # (nodes, GPUs, per-GPU micro-batch)
+
+
+def initial_model(profile: Profile, fixed_batch: int | None = None) -> GoodputModel:
+    """What a batch-adaptive job declares when it is submitted: its batch limits, and no
+    measurement yet (so a scheduler knows it adapts, and that it has measured nothing)."""
+    return GoodputModel(
+        perf=None, grad_sqr=0.0, grad_var=0.0, init_batch=profile.init_batch_size,
+        max_batch=profile.max_batch_size, min_local=profile.min_local_bsz,
+        max_local=profile.max_local_bsz, max_profiled_replicas=0, fixed_batch=fixed_batch,
+    )
 
 
 @dataclass
@@ -54,13 +65,10 @@ class AdaptiveAgent:
     def model(self) -> GoodputModel:
         """What the job reports to the scheduler."""
         if self._model is None:
-            p = self.profile
-            self._model = GoodputModel(
+            self._model = dataclasses.replace(
+                initial_model(self.profile, self.fixed_batch),
                 perf=self.perf, grad_sqr=self.grad[0], grad_var=self.grad[1],
-                init_batch=p.init_batch_size, max_batch=p.max_batch_size,
-                min_local=p.min_local_bsz, max_local=p.max_local_bsz,
                 max_profiled_replicas=max((c[1] for c in self.measured), default=0),
-                fixed_batch=self.fixed_batch,
             )
         return self._model
 

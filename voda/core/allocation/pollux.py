@@ -1,8 +1,9 @@
 """Pollux (Qiao et al., OSDI'21): goodput-driven allocation with a fairness exponent.
 
 Each job's speedup on n GPUs is its goodput there (voda.core.goodput: throughput x
-statistical efficiency, at the batch the job would pick, packed on
-ceil(n / gpus_per_node) nodes) over its goodput at a fair share, ceil(GPUs / jobs)
+statistical efficiency, at the batch the job would pick, on the best of the even
+layouts of n GPUs in aligned shares of a node, e.g. 8 GPUs as 2 x 4, 4 x 2 or
+8 x 1) over its goodput at a fair share, ceil(GPUs / jobs)
 GPUs on one node. The allocation maximises the power mean with exponent
 `fairness` (p = -1: the harmonic mean) of the jobs' speedups scaled to one node's
 share (plus 1e-3, so a job left at 0 counts), where a job whose count changes
@@ -28,7 +29,6 @@ linear while unknown.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,8 +36,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from voda.core.allocation.counts import best_counts, packs
 from voda.core.estimate import EpochTimes
-from voda.core.goodput import GoodputModel
+from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
 
 SPEEDUP_FLOOR = 1e-3  # added to every scaled speedup, as in Pollux (a job at 0 counts)
@@ -88,7 +89,8 @@ class Pollux:
         cap = max(cap, min(job.min_workers, job.max_workers, capacity))
         speedup = np.zeros(cap + 1)
         if cap >= 1:
-            speedup[1:] = speedups(job, fair, cap, self.gpus_per_node)
+            max_nodes = max(capacity // self.gpus_per_node, 1)
+            speedup[1:] = speedups(job, fair, cap, self.gpus_per_node, max_nodes)
         scaled = speedup * scale
         value = scaled * restart_factor(job, self.restart_penalty)
         kept = job.current_workers if 0 < job.current_workers <= cap else 0
@@ -102,15 +104,6 @@ class Pollux:
         return u
 
 
-def packs(cap: int, per_node: int) -> np.ndarray:
-    """Counts 0..cap that pack onto nodes of `per_node` GPUs without fragmenting them:
-    powers of two below a node (within one node), multiples of a node above."""
-    n = np.arange(cap + 1)
-    power_of_two = (n > 0) & ((n & (n - 1)) == 0)
-    return (n % per_node == 0) | ((n < per_node) & power_of_two & (per_node % np.maximum(n, 1)
-                                                                   == 0))
-
-
 def replica_cap(job: Job) -> int:
     """At most twice the most GPUs the job has measured, and what its batch range allows."""
     model = job.goodput
@@ -121,27 +114,26 @@ def replica_cap(job: Job) -> int:
     return min(max(2 * model.max_profiled_replicas, 1), by_batch)
 
 
-def speedups(job: Job, fair: int, cap: int, per_node: int) -> np.ndarray:
-    """Speedup on n = 1..cap GPUs (packed) against a fair share of `fair` GPUs on one node."""
+def speedups(job: Job, fair: int, cap: int, per_node: int, max_nodes: int) -> np.ndarray:
+    """Speedup on n = 1..cap GPUs (at the job's best even layout, voda.core.goodput) against
+    a fair share of `fair` GPUs on one node."""
     model = job.goodput
     if model is not None and model.perf is not None:
-        return _goodput_speedups(model, fair, cap, per_node)
+        return _goodput_speedups(model, fair, cap, per_node, max_nodes)
     times = EpochTimes(job)
     base = times(fair)
     return np.array([base / times(n) for n in range(1, cap + 1)])
 
 
-@functools.lru_cache(maxsize=16384)
-def _goodput_speedups(model: GoodputModel, fair: int, cap: int, per_node: int) -> np.ndarray:
-    replicas = np.arange(1, cap + 1)
-    nodes = np.ceil(replicas / per_node)
-    goodput, _, _ = model.optimize(np.append(nodes, 1), np.append(replicas, fair))
-    base = goodput[-1]
+def _goodput_speedups(model: GoodputModel, fair: int, cap: int, per_node: int, max_nodes: int
+                      ) -> np.ndarray:
+    goodput = best_goodput(model, cap, per_node, max_nodes)
+    base = float(model.optimize([1], [fair])[0][0])
     if not base > 0:
-        base = float(model.optimize([1], [1])[0][0])
-    out = goodput[:-1] / base if base > 0 else replicas / fair
-    out.flags.writeable = False
-    return out
+        base = float(goodput[0])
+    if not base > 0:
+        return np.arange(1, cap + 1) / fair
+    return goodput / base
 
 
 def restart_factor(job: Job, penalty: float) -> float:
@@ -157,29 +149,3 @@ def power_utility(x: np.ndarray, p: float) -> np.ndarray:
     if p == 0:
         return np.log(x)
     return np.power(x, p) / p
-
-
-def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
-    """Counts n_j maximising the sum of u_j(n_j) with sum n_j <= capacity (dynamic program).
-
-    `utilities[j][n]` is job j's value at n GPUs (-inf: not allowed; n = 0 must be
-    allowed). Exact; among equal totals a job takes the largest of the counts that tie
-    (an idle GPU helps no one), deciding from the last job to the first.
-    """
-    columns = np.arange(capacity + 1)
-    best = np.zeros(capacity + 1)  # best total of the jobs so far with at most c GPUs
-    choices = []
-    for u in utilities:
-        options = np.arange(len(u))
-        source = columns[None, :] - options[:, None]
-        candidate = np.where(source >= 0, best[np.maximum(source, 0)], -np.inf) + u[:, None]
-        pick = len(u) - 1 - np.argmax(candidate[::-1], axis=0)  # ties: the larger count
-        best = candidate[pick, columns]
-        choices.append(pick)
-    counts = []
-    left = capacity
-    for pick in reversed(choices):
-        n = int(pick[left])
-        counts.append(n)
-        left -= n
-    return counts[::-1]
