@@ -20,6 +20,8 @@ postgres-server:
 		{ echo "installing PostgreSQL (Debian package)"; \
 		  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
 		  || echo "could not install PostgreSQL: the PostgreSQL tests will fail"; }
+	@command -v kubectl >/dev/null 2>&1 || \
+		echo "kubectl not found: the fake API server's kubectl conformance tests and the deploy/ tests will fail"
 	@command -v promtool >/dev/null 2>&1 || \
 		{ echo "installing promtool (Debian package prometheus)"; \
 		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \

@@ -29,6 +29,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE_LIMIT = os.environ.get("VODA_BENCH_RATE_LIMIT", "5")
+TOKEN = "bench-token-of-the-administrator"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 sys.path.insert(0, str(ROOT))
 
 
@@ -53,10 +55,12 @@ class Server:
         imports) to its first decision."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
         env["VODA_CONFIG"] = str(self.log.with_suffix(".toml"))
+        env["VODA_TOKENS"] = f"bench:{TOKEN}:admin"
         began = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "voda.cli.main", "serve", "--db", self.db, "--port",
-             str(self.port), "--cluster", "4x4", "--time-scale", "60", "--rate-limit", RATE_LIMIT],
+            [sys.executable, "-m", "voda.cli.main", "serve", "--backend", "emulated",
+             "--db", self.db, "--port", str(self.port), "--cluster", "4x4", "--time-scale", "60",
+             "--rate-limit", RATE_LIMIT],
             cwd=ROOT, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
         healthy = None
         while time.monotonic() - began < 120:
@@ -83,7 +87,7 @@ def _client(url: str, count: int, index: int) -> tuple[list[float], int]:
     """One client process: `count` submissions one after another."""
     latencies: list[float] = []
     bad = 0
-    with httpx.Client(base_url=url, timeout=30) as http:
+    with httpx.Client(base_url=url, timeout=30, headers=AUTH) as http:
         for i in range(count):
             body = {"name": f"bench-{index}", "command": "train", "min": 1, "max": 4,
                     "epochs": 50 + i % 50, "priority": i % 3}
@@ -140,7 +144,8 @@ def main() -> None:
     server.start()
     try:
         latencies, failures, seconds = submissions(server.url, args.jobs, args.clients)
-        listed = httpx.get(f"{server.url}/v1/jobs", params={"limit": 1}, timeout=30).json()
+        listed = httpx.get(f"{server.url}/v1/jobs", params={"limit": 1}, timeout=30,
+                           headers=AUTH).json()
     finally:
         server.kill()
     latencies.sort()

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,8 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parent.parent
+# The fake Kubernetes API server's fixtures (fake_api, namespace, kubeconfig).
+pytest_plugins = ("voda_testing.kube.fixtures",)
 _db_counter = itertools.count()
 
 
@@ -61,9 +64,16 @@ def _as_postgres(args: list[str]) -> list[str]:
 
 @dataclass
 class PostgresServer:
+    """A throwaway PostgreSQL cluster in a temporary folder; it can be stopped and started
+    again (fault injection)."""
+
     port: int
     socket_dir: str
     base: str
+
+    @property
+    def data(self) -> str:
+        return os.path.join(self.base, "data")
 
     def url(self, database: str) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
@@ -74,28 +84,42 @@ class PostgresServer:
                                      str(self.port), name]), check=True, capture_output=True)
         return self.url(name)
 
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -F"
+        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", self.data, "-l",
+                                     os.path.join(self.base, "log"), "-o", options, "-w",
+                                     "start"]), check=True, capture_output=True)
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
+    def stop(self, mode: str = "fast") -> None:
+        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", self.data, "-m", mode, "-w",
+                                     "stop"]), capture_output=True)
+
+
+def start_postgres() -> PostgresServer:
     base = tempfile.mkdtemp(prefix="voda-pg-")
     os.chmod(base, 0o755)
-    data = os.path.join(base, "data")
     if os.geteuid() == 0:
         shutil.chown(base, "postgres", "postgres")
-    port = free_port()
-    subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", data, "-U", "postgres",
+    server = PostgresServer(free_port(), base, base)
+    subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", server.data, "-U", "postgres",
                                  "--auth=trust", "-E", "UTF8", "--no-sync"]),
                    check=True, capture_output=True)
-    log = os.path.join(base, "log")
-    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -F"
-    subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", data, "-l", log, "-o", options,
-                                 "-w", "start"]), check=True, capture_output=True)
+    server.start()
+    return server
+
+
+def _postgres() -> Iterator[PostgresServer]:
+    server = start_postgres()
     try:
-        yield PostgresServer(port, base, base)
+        yield server
     finally:
-        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", data, "-m", "immediate", "-w",
-                                     "stop"]), capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
+        server.stop("immediate")
+        shutil.rmtree(server.base, ignore_errors=True)
+
+
+postgres_server = pytest.fixture(scope="session", name="postgres_server")(_postgres)
+# A PostgreSQL server of the test's own, which it may stop and start.
+own_postgres = pytest.fixture(name="own_postgres")(_postgres)
 
 
 STORES = ["sqlite", "postgres"]
@@ -126,6 +150,8 @@ class ServeProcess:
     started_in: float = 0.0
     tokens: dict[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
+    token_file: Path | None = None
+    verify: ssl.SSLContext | bool = True  # trusts the CA of a server with --tls-cert
 
     def start(self, timeout: float = 60.0) -> ServeProcess:
         began = time.monotonic()
@@ -138,7 +164,8 @@ class ServeProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"voda serve exited: {self.log_path.read_text()[-3000:]}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0,
+                             verify=self.verify).status_code == 200:
                     self.started_in = time.monotonic() - began
                     return self
             except httpx.HTTPError:
@@ -165,13 +192,24 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def client(self, user: str | None = None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {self.tokens[user]}"} if user else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
+    @property
+    def admin_token(self) -> str:
+        """The administrator's token: root's, or the one `voda serve` generated."""
+        if "root" in self.tokens:
+            return self.tokens["root"]
+        assert self.token_file is not None
+        return self.token_file.read_text().strip()
+
+    def client(self, user: str | None = None, anonymous: bool = False) -> httpx.Client:
+        """A client with `user`'s token (default: an administrator's); `anonymous`: none."""
+        token = None if anonymous else self.tokens[user] if user else self.admin_token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30.0,
+                            verify=self.verify)
 
 
-TOKENS = {"alice": "tok-alice", "bob": "tok-bob", "root": "tok-root"}
-TOKENS_ENV = "alice:tok-alice,bob:tok-bob,root:tok-root:admin"
+TOKENS = {"alice": "tok-alice", "bob": "tok-bob1", "root": "tok-root"}
+TOKENS_ENV = "alice:tok-alice,bob:tok-bob1,root:tok-root:admin"
 
 ServeFactory = Callable[..., ServeProcess]
 
@@ -182,16 +220,22 @@ def serve(tmp_path: Path) -> Iterator[ServeFactory]:
     started: list[ServeProcess] = []
 
     def factory(db: str, *extra: str, tokens: bool = False, port: int | None = None,
-                host: str = "127.0.0.1") -> ServeProcess:
+                host: str = "127.0.0.1", config: str = "", scheme: str = "http",
+                verify: ssl.SSLContext | bool = True) -> ServeProcess:
+        """`config`: the text of the server's config.toml."""
         port = port or free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
-        env["VODA_CONFIG"] = str(tmp_path / "no-config.toml")
+        config_file = tmp_path / f"config-{port}.toml"
+        config_file.write_text(config)
+        env["VODA_CONFIG"] = str(config_file)
+        env["VODA_TOKEN_FILE"] = str(tmp_path / "token")
         if tokens:
             env["VODA_TOKENS"] = TOKENS_ENV
-        process = ServeProcess(url=f"http://127.0.0.1:{port}", port=port,
-                               args=["--db", db, *extra], env=env,
+        process = ServeProcess(url=f"{scheme}://127.0.0.1:{port}", port=port,
+                               args=["--db", db, *extra], env=env, verify=verify,
                                log_path=tmp_path / f"serve-{port}.log",
-                               tokens=TOKENS if tokens else {}, host=host)
+                               tokens=TOKENS if tokens else {}, host=host,
+                               token_file=tmp_path / "token")
         started.append(process)
         return process.start()
 

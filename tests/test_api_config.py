@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from voda.cli.main import app
 from voda.config import (
     ConfigError,
     User,
+    UserLimits,
+    hash_token,
     load_client_settings,
     load_server_settings,
     parse_tokens,
@@ -19,30 +22,55 @@ from voda.core.placement.manager import TopologyPlacer
 from voda.core.placement.registry import get_placer
 
 
-def test_tokens() -> None:
-    assert parse_tokens("alice:t1, admin:t2:admin") == {
-        "t1": User("alice"), "t2": User("admin", admin=True)}
-    for bad in ("alice", "alice:t1:root", ":t1"):
+def test_tokens_are_kept_hashed_and_may_be_given_hashed() -> None:
+    digest = hash_token("second-token")
+    assert parse_tokens(f"alice:first-token, admin:sha256:{digest}:admin") == {
+        hash_token("first-token"): User("alice"), digest: User("admin", admin=True)}
+    for bad in ("alice", "alice:long-token:root", ":long-token", "alice:short",
+                "alice:sha256:abc", "al/ice:long-token"):
         with pytest.raises(ConfigError, match="tokens"):
             parse_tokens(bad)
+
+
+def test_user_limits_and_history_sharing_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[server]\nuser_best_priority = 3\nshared_history = "alice, bob"\n'
+                    "[users.carol]\nbest_priority = 1\nmax_queued_jobs = 2\n")
+    settings = load_server_settings(env={}, path=path)
+    assert settings.limits_of("carol") == UserLimits(1, 2)
+    assert settings.limits_of("dave") == UserLimits(3, 1000)
+    assert settings.history_owner("bob") == "shared" and settings.history_owner("dave") == "dave"
+    path.write_text("[users.carol]\nbest_priority = -1\n")
+    with pytest.raises(ConfigError, match=r"users\.carol\.best_priority"):
+        load_server_settings(env={}, path=path)
 
 
 def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text('[server]\nport = 9000\ncluster = "2x2"\ntime_scale = 5.0\n'
-                    'tokens = "a:t:admin"\n[client]\nurl = "http://h:1/"\ntoken = "t"\n')
+                    'tokens = "a:t-admin-token:admin"\n'
+                    '[client]\nurl = "http://h:1/"\ntoken = "t"\n')
     env = {"VODA_CLUSTER": "8x8", "VODA_PORT": "9100"}
     settings = load_server_settings({"port": 9200}, env=env, path=path)
     assert (settings.port, settings.cluster, settings.time_scale) == (9200, "8x8", 5.0)
-    assert not settings.open_access and settings.tokens["t"].admin
+    assert settings.tokens[hash_token("t-admin-token")].admin
     client = load_client_settings(env={}, path=path)
     assert (client.url, client.token) == ("http://h:1", "t")
     assert load_client_settings(token="x", env={"VODA_URL": "http://e:2"}, path=path).url == (
         "http://e:2")
 
 
-def test_no_tokens_means_open_access(tmp_path: Path) -> None:
-    assert load_server_settings(env={}, path=tmp_path / "none.toml").open_access
+def test_no_tokens_configured_means_a_generated_one(tmp_path: Path) -> None:
+    from voda.api.token_file import ensure_token
+
+    settings = load_server_settings(env={"VODA_TOKEN_FILE": str(tmp_path / "t")},
+                                    path=tmp_path / "none.toml")
+    assert not settings.tokens
+    with_token, token, path = ensure_token(replace(settings, token_file=str(tmp_path / "t")))
+    assert token and path == tmp_path / "t" and with_token.tokens[hash_token(token)].admin
+    path.chmod(0o644)  # readable by others: replaced
+    _, again, _ = ensure_token(replace(settings, token_file=str(tmp_path / "t")))
+    assert again != token and path.stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.parametrize(("text", "match"), [

@@ -19,7 +19,8 @@ NAME_RE = r"^{base}-\d{{14}}-[0-9a-f]{{6}}$"
 
 def submit(client: httpx.Client, doc: dict | bytes) -> dict:
     body = doc if isinstance(doc, bytes) else yaml.safe_dump(doc).encode()
-    response = client.post("/v1/jobs", content=body)
+    response = client.post("/v1/jobs", content=body,
+                           headers={"Content-Type": "application/yaml"})
     assert response.status_code == 201, response.text
     return response.json()
 
@@ -135,25 +136,33 @@ def test_priority_change_and_delete(api_server: ServeProcess) -> None:
         assert client.delete("/v1/jobs/no-such-job").status_code == 404
 
 
-def test_epoch_reports_feed_the_category_history(api_server: ServeProcess) -> None:
-    with api_server.client("alice") as client:
-        doc = {"name": "reporter", "command": "x", "epochs": 20, "max": 4,
+def test_epoch_reports_feed_the_owners_category_history(api_server: ServeProcess) -> None:
+    with api_server.client("alice") as client, api_server.client("bob") as bob:
+        doc = {"name": "reporter", "command": "x", "epochs": 20, "min": 2, "max": 2,
                "category": "reported-category"}
         name = submit(client, doc)["name"]
+        early = client.post(f"/v1/jobs/{name}/metrics",
+                            json={"epoch": 1, "epoch_seconds": 5.0, "workers": 2})
+        assert early.status_code in (200, 409)  # 409 while it has not started
+        wait_for(lambda: client.get(f"/v1/jobs/{name}").json()["status"] == "Running")
         report = client.post(f"/v1/jobs/{name}/metrics",
                              json={"epoch": 2, "epoch_seconds": 5.0, "workers": 2})
         assert report.status_code == 200, report.text
         job = report.json()
-        assert job["epoch_time_by_workers"] == {"2": 5.0}
+        assert job["epoch_time_by_workers"]["2"] == 5.0
         assert job["completed_epochs"] == 2.0
         assert job["estimated_remaining_seconds"] > 0
         resubmitted = submit(client, doc)
         assert resubmitted["epoch_time_by_workers"] == {"2": 5.0}
+        assert resubmitted["category"] == "reported-category"
+        others = submit(bob, doc)  # another owner's jobs do not read alice's history
+        assert others["epoch_time_by_workers"] == {}
         bad = client.post(f"/v1/jobs/{name}/metrics", json={"epoch": 1, "epoch_seconds": 0,
                                                             "workers": 2})
         assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "epoch_seconds"
         client.delete(f"/v1/jobs/{name}")
         client.delete(f"/v1/jobs/{resubmitted['name']}")
+        bob.delete(f"/v1/jobs/{others['name']}")
         late = client.post(f"/v1/jobs/{name}/metrics",
                            json={"epoch": 3, "epoch_seconds": 5.0, "workers": 2})
         assert late.status_code == 409
@@ -212,7 +221,8 @@ BAD_INPUTS = [
 def test_bad_input_gets_a_json_error_naming_the_field(api_server: ServeProcess, body: bytes,
                                                       status: int, field: str) -> None:
     with api_server.client("alice") as client:
-        response = client.post("/v1/jobs", content=body)
+        response = client.post("/v1/jobs", content=body,
+                           headers={"Content-Type": "application/yaml"})
     assert response.status_code == status, response.text
     payload = response.json()
     assert field in [e["field"] for e in payload["errors"]], payload

@@ -15,9 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
 from voda.api.app import create_app
-from voda.config import ServerSettings
+from voda.config import ServerSettings, User, hash_token
 from voda.core.allocation import registry
 from voda.core.model import Job
+
+TOKEN = "refusals-admin-token"
 
 
 def over_capacity(jobs: Sequence[Job], capacity: int) -> dict[str, int]:
@@ -34,7 +36,8 @@ def server(tmp_path: Path) -> Iterator[str]:
     settings = ServerSettings(backend="emulated", cluster="1x4,1x4:a100",
                               db=f"sqlite:///{tmp_path / 'voda.db'}", time_scale=1.0,
                               rate_limit_seconds=0.2, step_interval=0.1,
-                              port=free_port())
+                              port=free_port(),
+                              tokens={hash_token(TOKEN): User("admin", admin=True)})
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1",
                                            port=settings.port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -63,11 +66,15 @@ def refused_gauge(text: str) -> dict[str, float]:
 
 
 def test_a_refused_gpu_type_is_reported_and_the_others_go_on(server: str) -> None:
-    with httpx.Client(base_url=server, timeout=10.0) as client:
+    with httpx.Client(base_url=server, timeout=10.0,
+                      headers={"Authorization": f"Bearer {TOKEN}"}) as client:
         changed = client.put("/v1/schedulers/a100", json={"algorithm": "OverCapacity"})
         assert changed.status_code == 200, changed.text
         a100 = client.post("/v1/jobs", json={"name": "on-a100", "command": "x", "epochs": 50,
-                                             "min": 1, "max": 8, "gpu_type": "a100"})
+                                             "min": 1, "max": 4, "gpu_type": "a100"})
+        other = client.post("/v1/jobs", json={"name": "on-a100", "command": "x", "epochs": 50,
+                                              "min": 1, "max": 4, "gpu_type": "a100"})
+        assert other.status_code == 201  # both at max: 8 GPUs of the 4
         default = client.post("/v1/jobs", json={"name": "on-default", "command": "x",
                                                 "epochs": 50, "min": 1, "max": 2})
         assert a100.status_code == default.status_code == 201
@@ -79,7 +86,8 @@ def test_a_refused_gpu_type_is_reported_and_the_others_go_on(server: str) -> Non
         types = {t["gpu_type"]: t for t in cluster["gpu_types"]}
         assert "OverCapacity" in types["a100"]["error"]
         assert types["default"]["error"] is None
-        assert client.get(f"/v1/jobs/{a100_name}").json()["workers"] == 0
+        # the refused plan was not applied: the job that made it refused got nothing
+        assert client.get(f"/v1/jobs/{other.json()['name']}").json()["workers"] == 0
         gauge = refused_gauge(client.get("/metrics").text)
         assert gauge["a100"] == 1.0 and gauge["default"] == 0.0
         # a good algorithm again: the type recovers and its job runs

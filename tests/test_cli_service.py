@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import pytest
@@ -89,9 +90,24 @@ def test_unreachable_service() -> None:
     assert code == 3 and "cannot reach" in out
 
 
-def test_without_tokens_the_service_serves_loopback_only(serve: ServeFactory,
-                                                         tmp_path: Path) -> None:
-    server = serve(f"sqlite:///{tmp_path / 'open.db'}", host="0.0.0.0")
-    assert "loopback only" in server.log_path.read_text()
-    code, out = voda(None, "jobs", "--json", url=server.url)  # no token needed
-    assert code == 0 and json.loads(out)["total"] == 0
+def test_without_configured_tokens_a_token_is_generated_and_required(
+    serve: ServeFactory, tmp_path: Path
+) -> None:
+    server = serve(f"sqlite:///{tmp_path / 'open.db'}")
+    token_file = tmp_path / "token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    token = token_file.read_text().strip()
+    assert len(token) >= 32 and f"token: {token}" in server.log_path.read_text()
+    with server.client(anonymous=True) as anonymous:
+        assert anonymous.get("/v1/jobs").status_code == 401
+        assert anonymous.post("/v1/jobs", json={"name": "x", "command": "touch /tmp/p"},
+                              headers={"Origin": "http://evil.example"}).status_code == 403
+    env = {"VODA_CONFIG": str(tmp_path / "none.toml"), "VODA_URL": server.url,
+           "VODA_TOKEN_FILE": str(token_file)}
+    result = runner.invoke(app, ["jobs", "--json"], env=env)  # the CLI finds the token
+    assert result.exit_code == 0 and json.loads(result.output)["total"] == 0
+    server.kill()
+    again = serve(f"sqlite:///{tmp_path / 'open.db'}", port=server.port)
+    assert token_file.read_text().strip() == token  # kept across restarts
+    with again.client() as client:
+        assert client.get("/v1/jobs").status_code == 200

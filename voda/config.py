@@ -9,7 +9,7 @@ config.toml:
     host = "127.0.0.1"
     port = 8470
     db = "sqlite:////var/lib/voda/voda.db"
-    backend = "local"          # or "emulated"
+    backend = "local"          # or "emulated", "kubernetes"
     slots = 4                  # local: worker slots (default: one per GPU, else per CPU)
     nodes = "2x2"              # local: virtual nodes (optional)
     cluster = "4x4"            # emulated: NODESxGPUS[:TYPE],... or a cluster file
@@ -17,7 +17,22 @@ config.toml:
     algorithm = "ElasticFIFO"
     rate_limit_seconds = 5.0
     placement = "topology"     # or topology-packed, topology-spread, naive, off, most-free
-    tokens = "alice:tok1,admin:tok2:admin"
+    tokens = "alice:tok1,admin:sha256:<hex digest of tok2>:admin"
+    token_file = "~/.config/voda/token"   # the generated token when no tokens are set
+    allowed_hosts = ""         # Host names served besides the bind address; "*": any
+    allowed_origins = ""       # browser origins allowed cross-origin (CORS)
+    tls_cert = ""              # serve HTTPS with this certificate and key
+    tls_key = ""
+    shared_history = ""        # users whose jobs share speed history (else per user)
+    user_best_priority = 0     # the best (lowest) priority a non-admin may use
+    user_max_queued_jobs = 1000  # a non-admin's jobs waiting at most
+    local_user_jobs = false    # let non-admins run commands on the local backend
+    algorithm_paths = ""       # import paths (module:attr) the API may select
+    db_max_bytes = 0           # SQLite: the store file's size limit (0: none)
+
+    [users.alice]              # per-user limits (admins are not limited)
+    best_priority = 2
+    max_queued_jobs = 50
 
     [placement]                # the topology placers' PlacementSettings
     resource_weight = 0.4
@@ -26,6 +41,15 @@ config.toml:
     history_weight = 0.1
     max_nodes_per_leaf = 4
 
+    [kubernetes]               # voda.backends.kubernetes.settings (backend "kubernetes")
+    namespace = "training"
+    gpu_type_label = "voda.io/gpu-type"
+    lease_seconds = 15.0       # the leader elector: client-go's timings by default
+
+    [pod_scheduler]            # voda.podsched.service (backend "kubernetes")
+    enabled = true
+    scheduler_name = "voda-scheduler"
+
     [client]
     url = "http://127.0.0.1:8470"
     token = "tok1"
@@ -33,7 +57,9 @@ config.toml:
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -56,19 +82,52 @@ class User:
     admin: bool = False
 
 
+USER_RE = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,63}$")
+_HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+MIN_TOKEN_LENGTH = 8
+
+
+def hash_token(token: str) -> str:
+    """The SHA-256 hex digest under which a token is kept (config may hold only this)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
 def parse_tokens(text: str) -> dict[str, User]:
-    """'alice:tok1,admin:tok2:admin' -> {token: User}."""
+    """'alice:tok1,admin:sha256:HEX:admin' -> {sha256 of the token: User}.
+
+    A token is given as itself or as `sha256:` and the hex digest of it (`voda token`
+    prints both), so the config file need not hold the token."""
     tokens: dict[str, User] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         pieces = item.split(":")
-        if len(pieces) not in (2, 3) or not pieces[0] or not pieces[1]:
-            raise ConfigError(f"tokens: expected 'user:token[:admin]', got {item!r}")
-        if len(pieces) == 3 and pieces[2] != "admin":
-            raise ConfigError(f"tokens: the third part may only be 'admin', got {pieces[2]!r}")
-        tokens[pieces[1]] = User(pieces[0], admin=len(pieces) == 3)
+        hashed = len(pieces) >= 3 and pieces[1] == "sha256"
+        if hashed:
+            user, digest, flags = pieces[0], pieces[2].lower(), pieces[3:]
+            if not _HEX_DIGEST.match(digest):
+                raise ConfigError(f"tokens: {user}: a sha256 digest is 64 hex digits")
+        else:
+            user, token, flags = pieces[0], pieces[1] if len(pieces) > 1 else "", pieces[2:]
+            if len(token) < MIN_TOKEN_LENGTH:
+                raise ConfigError(f"tokens: expected 'user:token[:admin]' with a token of at "
+                                  f"least {MIN_TOKEN_LENGTH} characters, got {item!r}")
+            digest = hash_token(token)
+        if not USER_RE.match(user):
+            raise ConfigError(f"tokens: user names are letters, digits, '-', '_' and '.', "
+                              f"got {user!r}")
+        if len(flags) > 1 or (flags and flags[0] != "admin"):
+            raise ConfigError(f"tokens: the last part may only be 'admin', got {item!r}")
+        tokens[digest] = User(user, admin=bool(flags))
     return tokens
+
+
+@dataclass(frozen=True, slots=True)
+class UserLimits:
+    """What a non-admin may ask for: the best priority (0 is the best) and queued jobs."""
+
+    best_priority: int = 0
+    max_queued_jobs: int = 1000
 
 
 def default_db_url() -> str:
@@ -93,19 +152,49 @@ class ServerSettings:
     # Fields of voda.core.placement.manager.PlacementSettings (config.toml [placement]).
     placement_settings: Mapping[str, Any] = field(default_factory=dict)
     step_interval: float = 0.5
+    # Kubernetes backend: kubeconfig file (empty: in-cluster), namespace of the jobs, and
+    # config.toml [kubernetes] (voda.backends.kubernetes.config).
+    kubeconfig: str = ""
+    namespace: str = "default"
+    kubernetes_settings: Mapping[str, Any] = field(default_factory=dict)
+    # The pod scheduler beside the Kubernetes backend: config.toml [pod_scheduler]
+    # (voda.podsched.service).
+    pod_scheduler_settings: Mapping[str, Any] = field(default_factory=dict)
+    # sha256 of a token -> its user. None set: `voda serve` generates one (token_file).
     tokens: Mapping[str, User] = field(default_factory=dict)
+    token_file: str = ""  # empty: `token` beside the config file
+    allowed_hosts: str = ""
+    allowed_origins: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    shared_history: str = ""
+    user_best_priority: int = 0
+    user_max_queued_jobs: int = 1000
+    users: Mapping[str, UserLimits] = field(default_factory=dict)
+    local_user_jobs: bool = False
+    algorithm_paths: str = ""
+    db_max_bytes: int = 0
+    auth_failures_per_minute: int = 10
     max_body_bytes: int = 1 << 20
 
-    @property
-    def open_access(self) -> bool:
-        """No tokens: every caller is an administrator, so only loopback is served."""
-        return not self.tokens
+    def limits_of(self, user: str) -> UserLimits:
+        return self.users.get(user) or UserLimits(self.user_best_priority,
+                                                  self.user_max_queued_jobs)
+
+    def history_owner(self, user: str) -> str:
+        """Whose speed history a user's jobs read and feed: their own, or the shared one."""
+        return "shared" if user in split_list(self.shared_history) else user
+
+
+def split_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 @dataclass(frozen=True, slots=True)
 class ClientSettings:
     url: str = DEFAULT_URL
     token: str | None = None
+    verify: str | bool = True  # a CA bundle for a service with its own certificate
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -113,6 +202,13 @@ def config_path(env: Mapping[str, str] | None = None) -> Path:
     if env.get("VODA_CONFIG"):
         return Path(env["VODA_CONFIG"])
     return Path(platformdirs.user_config_dir("voda")) / "config.toml"
+
+
+def token_path(setting: str = "", env: Mapping[str, str] | None = None) -> Path:
+    """Where `voda serve` keeps the token it generated and the CLI looks for it."""
+    env = os.environ if env is None else env
+    chosen = setting or env.get("VODA_TOKEN_FILE", "")
+    return Path(chosen).expanduser() if chosen else config_path(env).parent / "token"
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -138,8 +234,18 @@ _SERVER_ENV = {
     "rate_limit_seconds": "VODA_RATE_LIMIT",
     "placement": "VODA_PLACEMENT",
     "step_interval": "VODA_STEP_INTERVAL",
+    "kubeconfig": "VODA_KUBECONFIG",
+    "namespace": "VODA_NAMESPACE",
     "tokens": "VODA_TOKENS",
+    "token_file": "VODA_TOKEN_FILE",
+    "allowed_hosts": "VODA_ALLOWED_HOSTS",
+    "allowed_origins": "VODA_ALLOWED_ORIGINS",
+    "tls_cert": "VODA_TLS_CERT",
+    "tls_key": "VODA_TLS_KEY",
+    "db_max_bytes": "VODA_DB_MAX_BYTES",
+    "local_user_jobs": "VODA_LOCAL_USER_JOBS",
 }
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
 
 def _coerce(name: str, value: Any, kind: type) -> Any:
@@ -147,14 +253,42 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         if isinstance(value, Mapping):
             return value
         return parse_tokens(str(value))
-    if name == "placement_settings":
+    if name in ("placement_settings", "kubernetes_settings", "pod_scheduler_settings"):
         if not isinstance(value, Mapping):
-            raise ConfigError(f"placement: expected a table of settings, got {value!r}")
+            table = name.removesuffix("_settings")
+            raise ConfigError(f"{table}: expected a table of settings, got {value!r}")
         return dict(value)
+    if name == "users":
+        return _user_limits(value)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text not in _TRUE | _FALSE:
+            raise ConfigError(f"{name}: expected true or false, got {value!r}")
+        return text in _TRUE
+    if kind is int and (isinstance(value, (bool, float))):
+        raise ConfigError(f"{name}: expected int, got {value!r}")
     try:
         return kind(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{name}: expected {kind.__name__}, got {value!r}") from exc
+
+
+def _user_limits(value: Any) -> dict[str, UserLimits]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"users: expected tables [users.NAME], got {value!r}")
+    limits: dict[str, UserLimits] = {}
+    for user, table in value.items():
+        if not isinstance(table, Mapping) or set(table) - {"best_priority", "max_queued_jobs"}:
+            raise ConfigError(f"users.{user}: expected best_priority and max_queued_jobs")
+        values = {k: v for k, v in table.items()}
+        for key, number in values.items():
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ConfigError(f"users.{user}.{key}: expected a whole number >= 0, "
+                                  f"got {number!r}")
+        limits[str(user)] = UserLimits(**values)
+    return limits
 
 
 def load_server_settings(
@@ -167,6 +301,12 @@ def load_server_settings(
     values: dict[str, Any] = dict(file.get("server", {}))
     if "placement" in file:
         values["placement_settings"] = file["placement"]
+    if "users" in file:
+        values["users"] = file["users"]
+    if "kubernetes" in file:
+        values["kubernetes_settings"] = file["kubernetes"]
+    if "pod_scheduler" in file:
+        values["pod_scheduler_settings"] = file["pod_scheduler"]
     for name, var in _SERVER_ENV.items():
         if env.get(var):
             values[name] = env[var]
@@ -179,6 +319,12 @@ def load_server_settings(
     if unknown:
         raise ConfigError(f"server: unknown settings {', '.join(sorted(unknown))}")
     coerced = {name: _coerce(name, value, kinds[name]) for name, value in values.items()}
+    for name in ("user_best_priority", "user_max_queued_jobs", "db_max_bytes",
+                 "auth_failures_per_minute"):
+        if coerced.get(name, 0) < 0:
+            raise ConfigError(f"{name}: must not be negative, got {coerced[name]}")
+    if bool(coerced.get("tls_cert")) != bool(coerced.get("tls_key")):
+        raise ConfigError("tls_cert, tls_key: give both or neither")
     return replace(settings, **coerced)
 
 
@@ -189,8 +335,22 @@ def load_client_settings(
     path: Path | None = None,
 ) -> ClientSettings:
     env = os.environ if env is None else env
-    values = _read_file(path or config_path(env)).get("client", {})
+    file = _read_file(path or config_path(env))
+    values = file.get("client", {})
+    token = token or env.get("VODA_TOKEN") or values.get("token")
+    if not token:
+        token = read_token_file(token_path(file.get("server", {}).get("token_file", ""), env))
+    ca = env.get("VODA_CA_BUNDLE") or values.get("ca_bundle")
     return ClientSettings(
         url=(url or env.get("VODA_URL") or values.get("url") or DEFAULT_URL).rstrip("/"),
-        token=token or env.get("VODA_TOKEN") or values.get("token"),
+        token=token or None,
+        verify=str(ca) if ca else True,
     )
+
+
+def read_token_file(path: Path) -> str | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return text or None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -234,8 +235,9 @@ def _run_through_service(console: Console, specs: list[LocalJobSpec], slots: int
 
     with tempfile.TemporaryDirectory(prefix="voda-demo-") as scratch:
         port = free_port()
+        token = secrets.token_urlsafe(24)  # the demo's administrator
         env = {**os.environ, "VODA_SLOTS": str(slots), "VODA_NODES": nodes or "",
-               "VODA_RUN_DIR": str(Path(scratch) / "runs"), "VODA_TOKENS": "",
+               "VODA_RUN_DIR": str(Path(scratch) / "runs"), "VODA_TOKENS": f"demo:{token}:admin",
                "VODA_CONFIG": str(Path(scratch) / "config.toml")}
         server_log = Path(scratch) / "serve.log"
         command = [sys.executable, "-m", "voda.cli.main", "serve", "--backend", "local",
@@ -246,7 +248,8 @@ def _run_through_service(console: Console, specs: list[LocalJobSpec], slots: int
             server = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=out,
                                       stderr=subprocess.STDOUT)
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                              headers={"Authorization": f"Bearer {token}"}) as client:
                 _wait_until_up(client, server, server_log)
                 say(f"voda serve --backend local on port {port}: {slots} slots; "
                     f"{len(specs)} jobs, one every {submit_interval:g} s")

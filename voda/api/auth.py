@@ -1,30 +1,94 @@
-"""Bearer-token authentication. No tokens configured: every caller is the local admin.
+"""Bearer-token authentication. A token is always required (see voda.api.token_file).
+
+Tokens are kept as SHA-256 digests and compared with `hmac.compare_digest` against
+every configured digest, so neither the comparison nor the number of tokens tried
+leaks through timing. A client that presents unknown tokens too often is refused
+with 429 for the rest of a one-minute window (by client address), whatever token it
+presents next; a request with no token at all is simply 401.
 
 `authenticate` is async: it never blocks, so it runs on the event loop (no thread hop).
 """
 
 from __future__ import annotations
 
-from fastapi import HTTPException, Request
+import hmac
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
 
-from voda.config import User
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-LOCAL_USER = User("local", admin=True)
+from voda.config import User, hash_token
+
+FAILURE_WINDOW_SECONDS = 60.0
+MAX_TRACKED_CLIENTS = 10_000
+MAX_TOKEN_LENGTH = 4096
+
+bearer = HTTPBearer(auto_error=False, description="A token from VODA_TOKENS, config.toml "
+                    "or the file `voda serve` generates (printed on start).")
 
 
-async def authenticate(request: Request) -> User:
-    tokens = request.app.state.settings.tokens
-    if not tokens:
-        return LOCAL_USER
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise HTTPException(401, "authorization: a bearer token is required",
-                            headers={"WWW-Authenticate": "Bearer"})
-    user = tokens.get(token.strip())
+class Authenticator:
+    def __init__(self, tokens: Mapping[str, User], failures_per_minute: int = 10,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._digests = list(tokens.items())
+        self.failures_per_minute = failures_per_minute
+        self._clock = clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def user_for(self, token: str) -> User | None:
+        digest = hash_token(token)
+        found = None
+        for known, user in self._digests:
+            if hmac.compare_digest(known, digest):
+                found = user
+        return found
+
+    def retry_after(self, client: str) -> float | None:
+        """Seconds until `client` may try again, or None when it is not held back."""
+        if self.failures_per_minute <= 0:
+            return None
+        times = self._failures.get(client)
+        if times is None:
+            return None
+        now = self._clock()
+        while times and now - times[0] > FAILURE_WINDOW_SECONDS:
+            times.popleft()
+        if len(times) < self.failures_per_minute:
+            return None
+        return max(1.0, FAILURE_WINDOW_SECONDS - (now - times[0]))
+
+    def failed(self, client: str) -> None:
+        times = self._failures.pop(client, None) or deque(maxlen=max(1,
+                                                                     self.failures_per_minute))
+        times.append(self._clock())
+        self._failures[client] = times
+        while len(self._failures) > MAX_TRACKED_CLIENTS:
+            self._failures.popitem(last=False)
+
+
+def _unauthorized(reason: str) -> HTTPException:
+    return HTTPException(401, f"authorization: {reason}", headers={"WWW-Authenticate": "Bearer"})
+
+
+async def authenticate(
+    request: Request,
+    credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+) -> User:
+    authenticator: Authenticator = request.app.state.authenticator
+    client = request.client.host if request.client else "unknown"
+    if credentials is None or not credentials.credentials.strip():
+        raise _unauthorized("a bearer token is required")
+    wait = authenticator.retry_after(client)  # only tokens are held back: they are guesses
+    if wait is not None:
+        raise HTTPException(429, "authorization: too many failed attempts; try again later",
+                            headers={"Retry-After": str(int(wait + 0.999))})
+    token = credentials.credentials.strip()
+    user = authenticator.user_for(token) if len(token) <= MAX_TOKEN_LENGTH else None
     if user is None:
-        raise HTTPException(401, "authorization: unknown token",
-                            headers={"WWW-Authenticate": "Bearer"})
+        authenticator.failed(client)
+        raise _unauthorized("unknown token")
     return user
 
 

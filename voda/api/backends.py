@@ -20,11 +20,19 @@ def _local(settings: ServerSettings) -> Backend:
     return from_settings(settings)
 
 
+def _kubernetes(settings: ServerSettings) -> Backend:
+    from voda.backends.kubernetes.backend import from_settings
+    from voda.backends.kubernetes.elector import active_fence
+
+    return from_settings(settings, fence=active_fence())
+
+
 BackendFactory = Callable[[ServerSettings], Backend]
 
 BACKENDS: dict[str, BackendFactory] = {
     "emulated": _emulated,
     "local": _local,
+    "kubernetes": _kubernetes,
 }
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from voda.api.writes import StoreHealth
 from voda.core.model import Cluster, JobStatus, Plan
 from voda.core.placement.metrics import fragmentation_ratio
 from voda.core.plan import moved_workers
@@ -49,6 +50,19 @@ class ServiceMetrics:
         self.domain_utilization = Gauge(
             "voda_domain_utilization_ratio", "Share of a network domain's GPUs in use.",
             ["gpu_type", "domain"], registry=r)
+        self.store_up = Gauge("voda_store_up", "1 while the store takes writes, else 0.",
+                              registry=r)
+        self.store_unwritten = Gauge("voda_store_unwritten_batches",
+                                     "Batches of changes waiting to be written.", registry=r)
+        self.store_failures = Gauge("voda_store_write_failures",
+                                    "Failed store writes since the service started.",
+                                    registry=r)
+        self.store_rejected = Gauge("voda_store_rejected_rows",
+                                    "Rows the store refused for good and that were left out.",
+                                    registry=r)
+        self.lock_held = Gauge("voda_scheduler_lock_held_seconds",
+                               "How long the scheduler lock has been held now (0: free).",
+                               registry=r)
         self.refusals = Counter(
             "voda_reschedules_refused",
             "Rescheduling decisions refused for a GPU type ('*': every type); its plan in "
@@ -93,6 +107,13 @@ class ServiceMetrics:
         self.reschedule_seconds.observe(seconds)
         self.placement_seconds.observe(placement_seconds)
         self.allocation_seconds.observe(max(0.0, decide_seconds - placement_seconds))
+
+    def set_store(self, health: StoreHealth, unwritten: int, lock_held: float) -> None:
+        self.store_up.set(1 if health.ok else 0)
+        self.store_unwritten.set(unwritten)
+        self.store_failures.set(health.failures_total)
+        self.store_rejected.set(health.rejected_rows)
+        self.lock_held.set(lock_held)
 
     # ----- state -----------------------------------------------------------------------
     def set_state(self, cluster: Cluster, jobs: Sequence[JobRecord]) -> None:

@@ -1,82 +1,137 @@
-"""HTTP routes. Blocking work runs in worker threads; the service takes its own locks."""
+"""HTTP routes. Blocking work runs in worker threads; the service takes its own locks.
+
+Bodies reach a route already checked by voda.api.guard (Content-Type, size, depth).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from voda.api import schemas
 from voda.api.auth import authenticate
 from voda.api.service import Service
 from voda.config import User
-from voda.core.model import JobStatus
+from voda.core.model import JobStatus, Node
 from voda.spec import parse_submission
+from voda.spec.documents import media_type
 from voda.spec.errors import fail
 
 router = APIRouter()
 STATUSES = frozenset(str(s).lower() for s in JobStatus)
 CurrentUser = Annotated[User, Depends(authenticate)]
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+MAX_OFFSET = 1_000_000_000
+
+JobName = Annotated[str, Path(min_length=1, max_length=200)]
+GpuType = Annotated[str, Path(min_length=1, max_length=100)]
+NodeName = Annotated[str, Path(min_length=1, max_length=200)]
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": schemas.ErrorBody, "description": what} for code, what in {
+        400: "Bad request", 401: "No or unknown bearer token",
+        403: "Forbidden: Host, Origin, a user limit, or not an administrator",
+        404: "Not found", 409: "Conflicts with the state of the job or node",
+        413: "Body too large", 415: "Content-Type not accepted",
+        422: "Invalid input; every error names its field",
+        429: "Too many failed authentications; see Retry-After",
+        500: "Internal error", 503: "The store is unavailable; see Retry-After",
+    }.items()
+}
+COMMON = {k: ERRORS[k] for k in (400, 401, 403, 404, 422, 429, 500, 503)}
+WITH_BODY = {**COMMON, **{k: ERRORS[k] for k in (409, 413, 415)}}
 
 
 def service_of(request: Request) -> Service:
     return request.app.state.service
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise fail("body", f"too large: {declared} bytes, the limit is {limit}", status=413)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise fail("body", f"too large: more than {limit} bytes", status=413)
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _admin(user: User, what: str) -> None:
+    if not user.admin:
+        raise HTTPException(403, f"authorization: only an administrator may {what}")
 
 
-@router.get("/healthz", response_model=schemas.Health, tags=["service"])
+@router.get("/healthz", response_model=schemas.Health, tags=["service"],
+            responses={k: ERRORS[k] for k in (400, 403, 500)})
 def healthz(request: Request) -> dict[str, Any]:
+    """Liveness: the process answers. Whether it can take changes is /readyz."""
     return service_of(request).health()
 
 
-@router.get("/metrics", tags=["service"], response_class=Response)
+@router.get("/readyz", response_model=schemas.Readiness, tags=["service"],
+            responses={k: ERRORS[k] for k in (400, 403, 500)} | {
+                503: {"model": schemas.Readiness, "description": "Not ready, with reasons"}})
+def readyz(request: Request) -> Response:
+    """Ready: the store takes writes and the scheduler is not stuck."""
+    ready, reasons = service_of(request).readiness()
+    body = {"status": "ready" if ready else "unready", "reasons": reasons}
+    headers = {} if ready else {"Retry-After": "1"}
+    return JSONResponse(body, status_code=200 if ready else 503, headers=headers)
+
+
+@router.get("/metrics", tags=["service"], response_class=Response,
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+                       **{k: ERRORS[k] for k in (400, 403, 500)}})
 def metrics(request: Request) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST
 
     return Response(service_of(request).render_metrics(), media_type=CONTENT_TYPE_LATEST)
 
 
+_JOB_BODY = {"anyOf": [{"$ref": "#/components/schemas/VodaJob"},
+                       {"$ref": "#/components/schemas/KubeflowJob"}]}
+
+
 @router.post(
     "/v1/jobs", status_code=201, response_model=schemas.JobDetail, tags=["jobs"],
-    responses={413: {"model": schemas.ErrorBody}, 422: {"model": schemas.ErrorBody}},
+    responses={200: {"model": schemas.JobDetail,
+                     "description": "An earlier submission with the same Idempotency-Key"},
+               **WITH_BODY},
     openapi_extra={"requestBody": {"required": True, "content": {
-        "application/yaml": {"schema": {"type": "object"}},
-        "application/json": {"schema": {"type": "object"}}}}},
+        "application/json": {"schema": _JOB_BODY},
+        "application/yaml": {"schema": _JOB_BODY}}}},
 )
-async def submit_job(request: Request, user: CurrentUser) -> dict[str, Any]:
+async def submit_job(
+    request: Request, user: CurrentUser,
+    idempotency_key: Annotated[str | None, Header(
+        alias="Idempotency-Key", max_length=200,
+        description="A retry with the same key returns the first job instead of a "
+                    "second one")] = None,
+) -> Response:
     """Submit a job: a Voda compact spec, an MPIJob or a PyTorchJob, as YAML or JSON."""
     service = service_of(request)
-    body = await read_body(request, service.settings.max_body_bytes)
+    if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
+        raise fail("Idempotency-Key", "1 to 200 printable ASCII characters, no spaces")
+    body = await request.body()
+    media = media_type(request.headers.get("content-type"))
+    digest = hashlib.sha256(body).hexdigest()
+
+    def submit() -> tuple[dict[str, Any], bool]:
+        return service.submit(parse_submission(body, media), user, idempotency_key, digest)
+
     # Parsing (YAML, CRD schema validation) and storing both run off the event loop.
-    return await run_in_threadpool(lambda: service.submit(parse_submission(body), user))
+    job, replayed = await run_in_threadpool(submit)
+    return JSONResponse(job, status_code=200 if replayed else 201,
+                        headers={"Idempotent-Replayed": "true"} if replayed else None)
 
 
-@router.get("/v1/jobs", response_model=schemas.JobList, tags=["jobs"])
+@router.get("/v1/jobs", response_model=schemas.JobList, tags=["jobs"], responses=COMMON)
 def list_jobs(
     request: Request,
     user: CurrentUser,
-    status: str | None = None,
-    gpu_type: str | None = None,
-    owner: Annotated[str | None, Query(alias="user")] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    status: Annotated[str | None, Query(max_length=20)] = None,
+    gpu_type: Annotated[str | None, Query(max_length=100)] = None,
+    owner: Annotated[str | None, Query(alias="user", max_length=100)] = None,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     if status is not None and status.lower() not in STATUSES:
-        raise fail("status", f"unknown status {status!r}; valid: "
+        raise fail("status", f"unknown status {status[:20]!r}; valid: "
                    f"{', '.join(str(s) for s in JobStatus)}")
     items, total = service_of(request).list(user, status, gpu_type, owner, offset, limit)
     next_offset = offset + len(items) if offset + len(items) < total else None
@@ -85,53 +140,90 @@ def list_jobs(
 
 
 @router.get("/v1/jobs/{name}", response_model=schemas.JobDetail, tags=["jobs"],
-            responses={404: {"model": schemas.ErrorBody}})
-def get_job(request: Request, name: str, user: CurrentUser) -> dict[str, Any]:
+            responses=COMMON)
+def get_job(request: Request, name: JobName, user: CurrentUser) -> dict[str, Any]:
     return service_of(request).get(name, user)
 
 
 @router.delete("/v1/jobs/{name}", response_model=schemas.JobDetail, tags=["jobs"],
-               responses={404: {"model": schemas.ErrorBody}})
-def delete_job(request: Request, name: str, user: CurrentUser) -> dict[str, Any]:
+               responses=COMMON)
+def delete_job(request: Request, name: JobName, user: CurrentUser) -> dict[str, Any]:
     """Cancel a job; it stays listed with status Canceled."""
     return service_of(request).delete(name, user)
 
 
 @router.patch("/v1/jobs/{name}", response_model=schemas.JobDetail, tags=["jobs"],
-              responses={404: {"model": schemas.ErrorBody}, 422: {"model": schemas.ErrorBody}})
-def patch_job(request: Request, name: str, patch: schemas.PriorityPatch,
+              responses=WITH_BODY)
+def patch_job(request: Request, name: JobName, patch: schemas.PriorityPatch,
               user: CurrentUser) -> dict[str, Any]:
+    """Change the priority of a job that has not finished (0 is the highest)."""
     return service_of(request).set_priority(name, patch.priority, user)
 
 
 @router.post("/v1/jobs/{name}/metrics", response_model=schemas.JobDetail, tags=["jobs"],
-             responses={404: {"model": schemas.ErrorBody}, 409: {"model": schemas.ErrorBody}})
-def report_epoch(request: Request, name: str, report: schemas.EpochReport,
+             responses=WITH_BODY)
+def report_epoch(request: Request, name: JobName, report: schemas.EpochReport,
                  user: CurrentUser) -> dict[str, Any]:
-    """How a training process reports an epoch: refines speed and remaining-time estimates."""
+    """How a running training process reports an epoch: refines speed and remaining-time
+    estimates (of the job, and of its owner's jobs of the same category)."""
     return service_of(request).report_epoch(name, report.epoch, report.epoch_seconds,
                                             report.workers, user, report.samples_per_second)
 
 
-@router.get("/v1/cluster", response_model=schemas.ClusterView, tags=["cluster"])
+@router.get("/v1/cluster", response_model=schemas.ClusterView, tags=["cluster"],
+            responses=COMMON)
 def get_cluster(request: Request, user: CurrentUser) -> dict[str, Any]:
-    return service_of(request).cluster_view()
+    """Nodes, GPU types and the plan. Others' jobs are shown as GPUs in use, unnamed
+    (an administrator sees every job)."""
+    return service_of(request).cluster_view(user)
 
 
 @router.get("/v1/schedulers/{gpu_type}", response_model=schemas.SchedulerView,
-            tags=["cluster"], responses={404: {"model": schemas.ErrorBody}})
-def get_scheduler(request: Request, gpu_type: str, user: CurrentUser) -> dict[str, Any]:
+            tags=["cluster"], responses=COMMON)
+def get_scheduler(request: Request, gpu_type: GpuType, user: CurrentUser) -> dict[str, Any]:
     return service_of(request).scheduler_view(gpu_type)
 
 
 @router.put("/v1/schedulers/{gpu_type}", response_model=schemas.SchedulerView,
-            tags=["cluster"],
-            responses={403: {"model": schemas.ErrorBody}, 404: {"model": schemas.ErrorBody},
-                       422: {"model": schemas.ErrorBody}})
-def put_scheduler(request: Request, gpu_type: str, update: schemas.SchedulerUpdate,
+            tags=["cluster"], responses=WITH_BODY)
+def put_scheduler(request: Request, gpu_type: GpuType, update: schemas.SchedulerUpdate,
                   user: CurrentUser) -> dict[str, Any]:
-    """Switch the algorithm of one GPU type; the rate limit is shared by all types."""
-    if not user.admin:
-        raise HTTPException(403, "only an administrator may change the scheduler")
+    """Switch the algorithm of one GPU type (administrators); the rate limit is shared by
+    all types. Only registered algorithm names (and import paths named in the server's
+    own configuration) are accepted."""
+    _admin(user, "change the scheduler")
     return service_of(request).set_scheduler(gpu_type, update.algorithm, update.params,
                                              update.rate_limit_seconds)
+
+
+@router.post("/v1/nodes", status_code=201, response_model=schemas.NodeChange,
+             tags=["cluster"], responses=WITH_BODY)
+def add_node(request: Request, node: schemas.NodeAdd, user: CurrentUser) -> dict[str, Any]:
+    """Add a node at run time (administrators; emulated and local backends)."""
+    _admin(user, "add nodes")
+    return service_of(request).add_node(Node(node.name, node.gpus, node.gpu_type, node.leaf,
+                                             node.spine))
+
+
+@router.patch("/v1/nodes/{name}", response_model=schemas.NodeChange, tags=["cluster"],
+              responses=WITH_BODY)
+def patch_node(request: Request, name: NodeName, patch: schemas.NodePatch,
+               user: CurrentUser) -> dict[str, Any]:
+    """Drain a node (schedulable: false): its jobs stop, keeping their checkpoints, and
+    wait for other nodes; schedulable: true takes it back (administrators)."""
+    _admin(user, "drain nodes")
+    service = service_of(request)
+    if patch.schedulable:
+        node = service.drained.get(name)
+        if node is None:
+            raise fail("schedulable", f"node {name[:60]!r} is not drained", status=409)
+        return service.add_node(node)
+    return service.drain_node(name)
+
+
+@router.delete("/v1/nodes/{name}", response_model=schemas.NodeChange, tags=["cluster"],
+               responses=COMMON | {409: ERRORS[409]})
+def delete_node(request: Request, name: NodeName, user: CurrentUser) -> dict[str, Any]:
+    """Remove a node (administrators); its jobs stop and wait for other nodes."""
+    _admin(user, "remove nodes")
+    return service_of(request).remove_node(name)

@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from voda.core.placement.manager import STRATEGIES
+from voda.spec.parse import (
+    COMMAND_MAX,
+    DOMAIN_MAX,
+    IMAGE_MAX,
+    MAX_EPOCHS,
+    MAX_PRIORITY,
+    MAX_WORKERS,
+    NAME_MAX,
+    TOKEN_MAX,
+)
+
+# Bounds of what a training process may report about one epoch.
+MAX_EPOCH_SECONDS = 1e7
+MAX_SAMPLES_PER_SECOND = 1e12
+MAX_RATE_LIMIT_SECONDS = 86_400.0
+MAX_NODE_GPUS = 1_024
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+TOKEN_PATTERN = r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$"
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class FieldProblem(BaseModel):
@@ -38,6 +59,14 @@ class JobSummary(BaseModel):
     submit_time: float
 
 
+class JobEvent(BaseModel):
+    time: float
+    field: str  # status, priority or event
+    old: str | None
+    new: str
+    message: str | None
+
+
 class JobDetail(JobSummary):
     preferred_workers: int | None
     command: str | None
@@ -62,6 +91,10 @@ class JobDetail(JobSummary):
     migrations: int
     preemptions: int
     failure_reason: str | None
+    # Why the job cannot run as the cluster is now (its min does not fit), else null.
+    unschedulable: str | None = None
+    # The newest changes of the job (GET of one job only).
+    events: list[JobEvent] = []
 
 
 class JobList(BaseModel):
@@ -73,17 +106,52 @@ class JobList(BaseModel):
 
 
 class PriorityPatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    priority: int = Field(ge=0, description="0 is the highest priority")
+    model_config = _STRICT
+    priority: int = Field(ge=0, le=MAX_PRIORITY, description="0 is the highest priority")
 
 
 class EpochReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    epoch: int = Field(ge=1)
-    epoch_seconds: float = Field(gt=0)
-    workers: int = Field(ge=1)
+    """Checked against the job too: epoch <= its epochs, workers <= its workers now."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    epoch: int = Field(ge=1, le=MAX_EPOCHS, strict=True)
+    epoch_seconds: float = Field(gt=0, le=MAX_EPOCH_SECONDS)
+    workers: int = Field(ge=1, le=MAX_WORKERS, strict=True)
     # Training throughput over the epoch: the placer learns packed or spread from it.
-    samples_per_second: float | None = Field(default=None, gt=0)
+    samples_per_second: float | None = Field(default=None, gt=0, le=MAX_SAMPLES_PER_SECOND)
+
+
+class CompactJob(BaseModel):
+    """The Voda compact job spec (the request body schema; the service checks more: min
+    <= preferred <= max, counts within the cluster, known GPU types and domains)."""
+
+    model_config = ConfigDict(extra="forbid", title="VodaJob")
+    name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+    kind: Literal["VodaJob"] | None = None
+    command: str | None = Field(default=None, min_length=1, max_length=COMMAND_MAX)
+    image: str | None = Field(default=None, min_length=1, max_length=IMAGE_MAX)
+    gpu_type: str | None = Field(default=None, max_length=TOKEN_MAX, pattern=TOKEN_PATTERN)
+    min: int | None = Field(default=None, ge=1, le=MAX_WORKERS)
+    max: int | None = Field(default=None, ge=1, le=MAX_WORKERS)
+    preferred: int | None = Field(default=None, ge=1, le=MAX_WORKERS)
+    epochs: int | None = Field(default=None, ge=1, le=MAX_EPOCHS)
+    priority: int | None = Field(default=None, ge=0, le=MAX_PRIORITY)
+    placement_strategy: Literal[STRATEGIES] | None = None  # type: ignore[valid-type]
+    preferred_domain: str | None = Field(default=None, max_length=DOMAIN_MAX,
+                                         pattern=TOKEN_PATTERN)
+    profile: str | None = Field(default=None, max_length=TOKEN_MAX, pattern=TOKEN_PATTERN)
+    category: str | None = Field(default=None, max_length=TOKEN_MAX, pattern=TOKEN_PATTERN)
+
+
+class KubeflowJob(BaseModel):
+    """A Kubeflow MPIJob (kubeflow.org/v2beta1) or PyTorchJob (kubeflow.org/v1), checked
+    against the CRD's openAPIV3Schema; Voda fields in `voda.io/*` annotations."""
+
+    model_config = ConfigDict(extra="allow", title="KubeflowJob")
+    apiVersion: Literal["kubeflow.org/v2beta1", "kubeflow.org/v1"]
+    kind: Literal["MPIJob", "PyTorchJob"]
+    metadata: dict[str, Any]
+    spec: dict[str, Any]
 
 
 class SchedulerView(BaseModel):
@@ -95,10 +163,10 @@ class SchedulerView(BaseModel):
 
 
 class SchedulerUpdate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    algorithm: str | None = None
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    algorithm: str | None = Field(default=None, min_length=1, max_length=200)
     params: dict[str, Any] | None = None
-    rate_limit_seconds: float | None = Field(default=None, ge=0)
+    rate_limit_seconds: float | None = Field(default=None, ge=0, le=MAX_RATE_LIMIT_SECONDS)
 
 
 class NodeView(BaseModel):
@@ -108,7 +176,39 @@ class NodeView(BaseModel):
     used: int
     free: int
     leaf: str
+    # Your jobs by name; others' jobs only as GPUs in use (an administrator sees all).
     jobs: dict[str, int]
+    others: int = 0
+    schedulable: bool = True
+
+
+class NodeAdd(BaseModel):
+    """A node added at run time (emulated and local backends)."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1, max_length=63, pattern=NAME_PATTERN)
+    gpus: int = Field(ge=1, le=MAX_NODE_GPUS)
+    gpu_type: str = Field(default="default", max_length=TOKEN_MAX, pattern=TOKEN_PATTERN)
+    leaf: str | None = Field(default=None, max_length=DOMAIN_MAX, pattern=TOKEN_PATTERN)
+    spine: str | None = Field(default=None, max_length=DOMAIN_MAX, pattern=TOKEN_PATTERN)
+
+
+class NodePatch(BaseModel):
+    """schedulable: false drains the node (its jobs stop and wait for other nodes); true
+    takes a drained node back."""
+
+    model_config = _STRICT
+    schedulable: bool
+
+
+class NodeChange(BaseModel):
+    name: str
+    gpus: int
+    gpu_type: str
+    leaf: str
+    spine: str
+    schedulable: bool
+    removed: bool
 
 
 class GpuTypeView(BaseModel):
@@ -138,3 +238,9 @@ class Health(BaseModel):
     recovered_jobs: int
     adopted_running_jobs: int
     first_schedule_seconds: float | None
+    store: str  # "ok", or "store: REASON" while writes fail
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "unready"]
+    reasons: list[str]

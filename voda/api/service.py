@@ -2,10 +2,15 @@
 
 Concurrency. Routes run in worker threads and the loop in an asyncio task that
 hands each step to a thread; `lock` guards the scheduler. Every change to the
-scheduler leaves pending writes (new jobs, job states, history, category speed,
-backend state); whoever made the change takes them under `lock` and, before
-letting go of it, takes `write_lock`, so batches reach the store in the order
-the changes were made. A route answers only once its batch is committed.
+scheduler leaves pending writes; whoever made the change freezes them into a batch
+before letting go of the lock, so batches reach the store in the order the changes
+were made (voda.api.writes). A route answers only once its batch is written.
+
+Durability. Nothing is shown or acknowledged before it is in the store:
+- a submission is inserted first and handed to the scheduler only once committed;
+- a read waits until every change made before it is written;
+- while the store fails, the loop does not step and changes are refused (503 with
+  the reason and Retry-After); what was already changed stays queued and is retried.
 
 Restart recovery (see docs/design/004-service.md): the store holds each job's
 counters as of `accounted_at`; at start-up they are carried forward to now
@@ -16,21 +21,22 @@ wait for the first decision, which comes at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import math
 import secrets
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from voda.api import views
+from voda.api.writes import Batch, Pending, StoreUnavailable, StoreWriter
 from voda.backends.base import Backend, SupportsAdoption, SupportsDelete
-from voda.config import ServerSettings, User
-from voda.core import estimate
+from voda.config import ServerSettings, User, split_list
 from voda.core.allocation import registry
 from voda.core.model import (
     Allocation,
@@ -38,6 +44,7 @@ from voda.core.model import (
     Job,
     JobPlacement,
     JobStatus,
+    Node,
     Placement,
     Plan,
     validate_job,
@@ -47,7 +54,6 @@ from voda.core.placement.registry import get_placer
 from voda.engine.events import Event, EventKind
 from voda.engine.scheduler import (
     ALL_GPU_TYPES,
-    HistoryKey,
     JobRecord,
     Scheduler,
     SchedulerObserver,
@@ -59,11 +65,17 @@ from voda.engine.scheduler import (
 from voda.spec import FieldError, JobSpec, SpecError
 from voda.store import jobs as store
 from voda.store.db import make_engine, migrate, session_factory
+from voda.store.faults import classify
 
 from .metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+QUEUED = frozenset({JobStatus.SUBMITTED, JobStatus.WAITING})
+LOCK_STALL_SECONDS = 5.0  # /readyz fails when the scheduler lock is held longer
+WRITE_STALL_SECONDS = 5.0
+EVENTS_SHOWN = 20
 
 
 @runtime_checkable
@@ -78,50 +90,38 @@ class SupportsState(Protocol):
     def import_state(self, state: dict[str, Any]) -> None: ...
 
 
+@runtime_checkable
+class SupportsNodeChanges(Protocol):
+    """A backend whose nodes can be added and removed while it runs."""
+
+    def add_node(self, node: Node) -> None: ...
+
+    def remove_node(self, name: str) -> None: ...
+
+
 class NotFound(KeyError):
     def __str__(self) -> str:
         return str(self.args[0])
 
 
 class Forbidden(PermissionError):
+    """403 naming a field: a limit of the user, or an administrator's action."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field, self.reason = field, reason
+        super().__init__(f"{field}: {reason}")
+
+
+class Conflict(ValueError):
+    """409 naming a field: the request does not fit the job's state."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field, self.reason = field, reason
+        super().__init__(f"{field}: {reason}")
+
+
+class StoreNotWritable(RuntimeError):
     pass
-
-
-@dataclass
-class Pending:
-    inserts: list[dict[str, Any]] = field(default_factory=list)
-    states: dict[str, JobRecord] = field(default_factory=dict)
-    history: list[dict[str, Any]] = field(default_factory=list)
-    category: dict[tuple[HistoryKey, int], float] = field(default_factory=dict)
-    layouts: dict[tuple[HistoryKey, tuple[int, int]], float] = field(default_factory=dict)
-    backend_state: dict[str, Any] | None = None
-    queued: set[str] = field(default_factory=set)  # Submitted -> Waiting, nothing else
-
-
-@dataclass
-class Batch:
-    """Pending writes with their values frozen at the moment they were taken."""
-
-    inserts: list[dict[str, Any]]
-    states: list[dict[str, Any]]
-    history: list[dict[str, Any]]
-    category: list[tuple[HistoryKey, int, float]]
-    backend_state: dict[str, Any] | None
-    now: float
-    queued: list[str] = field(default_factory=list)
-    layouts: list[tuple[HistoryKey, tuple[int, int], float]] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.inserts or self.states or self.history or self.category
-                    or self.layouts or self.queued or self.backend_state is not None)
-
-
-@dataclass
-class _Ticket:
-    batch: Batch
-    done: bool = False
-    error: Exception | None = None
 
 
 class TimedPlacer:
@@ -152,8 +152,9 @@ class _Observer(SchedulerObserver):
             s.pending.queued.add(record.name)
         else:
             s.pending.states[record.name] = record
-        s.pending.history.append({"job": record.name, "time": now, "field": "status",
-                                  "old": str(old), "new": str(new)})
+        s.history(record.name, now, "status", str(old), str(new))
+        if (old in QUEUED) != (new in QUEUED):
+            s.count_queued(views.owner_of(record), 1 if new in QUEUED else -1)
         if new.is_terminal:
             s.metrics.job_finished(record.gpu_type, new)
 
@@ -202,18 +203,25 @@ class Service:
         self.backend = backend
         self.engine = None
         if sessions is None:
-            self.engine = make_engine(settings.db)
+            self.engine = make_engine(settings.db, settings.db_max_bytes)
             sessions = session_factory(self.engine)
         self.sessions = sessions
         self.metrics = ServiceMetrics()
         self.lock = threading.RLock()
-        self.write_lock = threading.Lock()
+        self._lock_since: float | None = None
+        self._lock_depth = 0
+        self.writer = StoreWriter(sessions, on_cleanup=self._forget_names)
         self.pending = Pending()
-        self._queue: list[_Ticket] = []
-        self.queue_lock = threading.Lock()
         self.inbox_lock = threading.Lock()
         self.inbox: list[JobRecord] = []
         self.names: set[str] = set()
+        # (user, Idempotency-Key) -> (job name, SHA-256 of the body); None while in flight.
+        self.idempotency: dict[tuple[str, str], tuple[str, str] | None] = {}
+        self.queued_by_user: dict[str, int] = {}
+        self.unschedulable: dict[str, str] = {}
+        self.drained: dict[str, Node] = {}
+        self.import_paths = frozenset(split_list(settings.algorithm_paths)) | (
+            {settings.algorithm} if ":" in settings.algorithm else set())
         self.placer = TimedPlacer(get_placer(settings.placement, settings.placement_settings))
         self.started_at = time.time()
         self.first_schedule_at: float | None = None
@@ -224,38 +232,22 @@ class Service:
 
     # ----- start-up and recovery --------------------------------------------------------
     def start(self) -> None:
+        now = time.time()
         if self.engine is not None:
             migrate(self.engine)
+        self._check_writable(now)
         with self.sessions() as session:
             rows = store.load_jobs(session)
             history = store.load_category_history(session)
             layouts = store.load_layout_history(session)
             settings_rows = store.load_settings(session)
+            node_rows = store.load_nodes(session)
             backend_state = (store.load_backend_state(session, self.backend.name)
                              if isinstance(self.backend, SupportsState) else None)
+        self._apply_stored_nodes(node_rows)
         if backend_state is not None and isinstance(self.backend, SupportsState):
             self.backend.import_state(backend_state)
-        sched_settings = SchedulerSettings(algorithm=self.settings.algorithm,
-                                           rate_limit_seconds=self.settings.rate_limit_seconds)
-        for row in settings_rows:
-            if not registry.is_known(row.algorithm):  # e.g. a plug-in no longer installed
-                log.warning("stored algorithm %r for %s is unknown; using %s", row.algorithm,
-                            row.gpu_type, self.settings.algorithm)
-                continue
-            try:
-                registry.create(row.algorithm, row.params)
-            except ValueError as exc:  # knobs this version no longer takes
-                log.warning("stored parameters of %r for %s are refused (%s); using %s",
-                            row.algorithm, row.gpu_type, exc, self.settings.algorithm)
-                continue
-            if row.gpu_type == store.DEFAULT_SETTINGS_KEY:
-                sched_settings.algorithm = row.algorithm
-                sched_settings.algorithm_params = dict(row.params)
-                if row.rate_limit_seconds is not None:
-                    sched_settings.rate_limit_seconds = row.rate_limit_seconds
-            else:
-                sched_settings.algorithm_by_gpu_type[row.gpu_type] = (row.algorithm, row.params)
-        now = time.time()
+        sched_settings = self._scheduler_settings(settings_rows)
         self.scheduler = Scheduler(self.backend, sched_settings, placer=self.placer,
                                    observers=[_Observer(self)], category_history=history, now=now,
                                    layout_history=layouts)
@@ -269,15 +261,75 @@ class Service:
         for record in records:
             self.scheduler.adopt(record)
             self._register_profile(record)
+            key = record.extra.get("idempotency_key")
+            if key:
+                self.idempotency[(views.owner_of(record), key)] = (
+                    record.name, str(record.extra.get("request_hash") or ""))
+            if record.status in QUEUED:
+                self.count_queued(views.owner_of(record), 1)
+        for node in self.drained.values():
+            self._take_out(node, now)
+        self._note_schedulability(now)
         self.names = set(self.scheduler.jobs)
         self.recovered_jobs = len(records)
         self.adopted_running_jobs = sum(1 for r in records if r.status is JobStatus.RUNNING)
         log.info("recovered %d jobs (%d running, adopted) in %.3f s", len(records),
                  self.adopted_running_jobs, time.time() - self.started_at)
 
+    def _check_writable(self, now: float) -> None:
+        try:
+            with self.sessions.begin() as session:
+                store.touch(session, "started_at", repr(now), now)
+        except Exception as error:
+            raise StoreNotWritable(f"db: the store does not take writes: "
+                                   f"{classify(error).reason}") from error
+
+    def _scheduler_settings(self, rows: list[Any]) -> SchedulerSettings:
+        settings = SchedulerSettings(algorithm=self.settings.algorithm,
+                                     rate_limit_seconds=self.settings.rate_limit_seconds)
+        for row in rows:
+            if not registry.is_known(row.algorithm, self.import_paths):
+                log.warning("stored algorithm %r for %s is unknown; using %s", row.algorithm,
+                            row.gpu_type, self.settings.algorithm)
+                continue
+            try:
+                registry.create(row.algorithm, row.params, self.import_paths)
+            except ValueError as exc:  # knobs this version no longer takes
+                log.warning("stored parameters of %r for %s are refused (%s); using %s",
+                            row.algorithm, row.gpu_type, exc, self.settings.algorithm)
+                continue
+            if row.gpu_type == store.DEFAULT_SETTINGS_KEY:
+                settings.algorithm = row.algorithm
+                settings.algorithm_params = dict(row.params)
+                if row.rate_limit_seconds is not None:
+                    settings.rate_limit_seconds = row.rate_limit_seconds
+            else:
+                settings.algorithm_by_gpu_type[row.gpu_type] = (row.algorithm, row.params)
+        return settings
+
+    def _apply_stored_nodes(self, rows: list[Any]) -> None:
+        """Nodes added, drained or removed at run time, over what the backend offers."""
+        if not rows:
+            return
+        if not isinstance(self.backend, SupportsNodeChanges):
+            log.warning("the store holds node changes this backend cannot make; ignored")
+            return
+        offered = {n.name for n in self.backend.nodes()}
+        for row in rows:
+            node = Node(row.name, row.gpus, row.gpu_type, row.leaf, row.spine)
+            if row.state == "removed":
+                if row.name in offered:
+                    self.backend.remove_node(row.name)
+                continue
+            if row.name not in offered:
+                self.backend.add_node(node)
+            if row.state == "drained":
+                self.drained[row.name] = node
+
     def _recover(self, record: JobRecord, accounted_at: float, now: float,
                  running: dict[str, JobPlacement]) -> JobRecord:
         """Carry a stored job's counters forward to `now` and match it with the backend."""
+        record.extra["category"] = views.user_category(record.category)
         if record.status.is_terminal:
             return record
         dt = max(0.0, now - accounted_at)
@@ -286,13 +338,13 @@ class Service:
             workers = sum(c for _, c in placement)
             record.placement, record.current_workers = tuple(placement), workers
             if record.status is not JobStatus.RUNNING:
-                self._history(record.name, now, "status", str(record.status), "Running")
+                self.history(record.name, now, "status", str(record.status), "Running")
                 record.status = JobStatus.RUNNING
             if record.first_start_time is None:
                 record.first_start_time = now
         else:
             if record.status is JobStatus.RUNNING:  # the backend lost it: it waits again
-                self._history(record.name, now, "status", "Running", "Waiting")
+                self.history(record.name, now, "status", "Running", "Waiting")
                 record.status = JobStatus.WAITING
                 record.preemptions += 1
                 record.waiting_seconds_since_start = 0.0
@@ -302,44 +354,92 @@ class Service:
         return record
 
     def _register_profile(self, record: JobRecord) -> None:
-        """Tell the backend what it needs beyond the Job: the profile (emulated cluster) or
-        the command line (local processes), when it keeps such a table."""
+        """Tell the backend what it needs beyond the Job: the profile (emulated cluster),
+        the command line (local processes) or the submitted document (Kubernetes), when
+        it keeps such a table."""
         if record.status.is_terminal:
             return
-        for table_name, key in (("profiles", "profile"), ("commands", "command")):
+        for table_name, key in (("profiles", "profile"), ("commands", "command"),
+                                ("specs", "spec")):
             table = getattr(self.backend, table_name, None)
             value = record.extra.get(key)
             if isinstance(table, dict) and value:
                 table[record.name] = value
 
     def close(self) -> None:
-        self.flush()
+        with contextlib.suppress(StoreUnavailable):
+            self._mutate(lambda: None, require_store=False)
+        if self.writer.unwritten:
+            log.error("the store is unavailable: %d batches of changes were not written",
+                      self.writer.unwritten)
         if self.engine is not None:
             self.engine.dispose()
 
     # ----- the loop -----------------------------------------------------------------------
     def tick(self, now: float | None = None) -> Plan | None:
-        """One scheduling step, then its writes."""
+        """One scheduling step, then its writes. While the store fails, nothing moves:
+        queued changes are retried (with backoff) and the step waits."""
+        if not self.writer.health.ok and not self.writer.flush():
+            return None
         return self._mutate(lambda: self.scheduler.step(time.time() if now is None else now),
                             checkpoint=True)
 
     def flush(self) -> None:
-        self._mutate(lambda: None)
+        self._mutate(lambda: None, require_store=False)
 
     # ----- changes from the API -------------------------------------------------------------
-    def submit(self, spec: JobSpec, user: User) -> dict[str, Any]:
-        """Admit a job: store it and queue it for the scheduler, which takes it in at its
-        next step (or at the next request that needs it). The scheduler lock is not
-        taken, so a long decision does not hold submissions up. Names are unique: every
-        name in the store is in `names`, and a new one is checked there."""
-        self._check_gpu_type(spec)
-        self._check_profile(spec)
+    def submit(self, spec: JobSpec, user: User, idempotency_key: str | None = None,
+               request_hash: str = "") -> tuple[dict[str, Any], bool]:
+        """Admit a job: store it, then queue it for the scheduler, which takes it in at its
+        next step (or at the next request that needs it). Returns the job and whether it
+        was an earlier submission with the same Idempotency-Key.
+
+        The scheduler lock is not taken, so a long decision does not hold submissions up.
+        Names are unique: every name in the store is in `names`, and a new one is checked
+        there."""
+        if idempotency_key:
+            earlier = self._idempotent_replay(user, idempotency_key, request_hash)
+            if earlier is not None:
+                return earlier, True
+        try:
+            self._require_store()
+            self._check_admission(spec, user)
+            record, ticket = self._stage(spec, user, idempotency_key, request_hash)
+        except BaseException:
+            self._release_key(user, idempotency_key)
+            raise
+        name = record.name
+        try:
+            try:
+                self.writer.write_through(ticket.seq, "the job was not accepted")
+            except StoreUnavailable:
+                if not (ticket.done and ticket.error is None):  # else: it was written alone
+                    raise
+            if ticket.error is not None:
+                raise ticket.error
+        except BaseException:
+            with self.inbox_lock:
+                if name not in self.writer.doubtful:
+                    self.names.discard(name)
+                self.queued_by_user[user.name] = self.queued_by_user.get(user.name, 1) - 1
+            self._release_key(user, idempotency_key)
+            raise
+        with self.inbox_lock:
+            self.inbox.append(record)
+            if idempotency_key:
+                self.idempotency[(user.name, idempotency_key)] = (name, request_hash)
+        self.metrics.job_created(spec.gpu_type)
+        return self._describe(record, time.time()), False
+
+    def _stage(self, spec: JobSpec, user: User, idempotency_key: str | None,
+               request_hash: str) -> tuple[JobRecord, Any]:
         now = time.time()
-        known = self.scheduler.category_history.get((spec.category, spec.gpu_type))
+        category = f"{self.settings.history_owner(user.name)}/{spec.category}"
+        known = self.scheduler.category_history.get((category, spec.gpu_type))
         job = Job(
             name=spec.name, min_workers=spec.min_workers, max_workers=spec.max_workers,
             preferred_workers=spec.preferred_workers, priority=spec.priority, submit_time=now,
-            epochs=spec.epochs, category=spec.category, gpu_type=spec.gpu_type,
+            epochs=spec.epochs, category=category, gpu_type=spec.gpu_type,
             placement_strategy=spec.placement_strategy, preferred_domain=spec.preferred_domain,
             epoch_time_by_workers=dict(known or {}),
         )
@@ -347,37 +447,64 @@ class Service:
         if problems:
             raise SpecError([FieldError(*p.split(": ", 1)) for p in problems])
         extra = {"user": user.name, "kind": spec.kind, "command": spec.command,
-                 "image": spec.image, "profile": spec.profile}
-        meta = {**extra, "spec": spec.document}
+                 "image": spec.image, "profile": spec.profile, "category": spec.category,
+                 "spec": spec.document}
+        meta = {**extra, "idempotency_key": idempotency_key,
+                "request_hash": request_hash or None}
         with self.inbox_lock:
+            limits = self.settings.limits_of(user.name)
+            queued = self.queued_by_user.get(user.name, 0)
+            if not user.admin and queued >= limits.max_queued_jobs:
+                raise Forbidden("queued_jobs", f"{user.name} has {queued} jobs waiting, the "
+                                f"most allowed; wait for some to start or delete some")
+            self.queued_by_user[user.name] = queued + 1
             name = unique_name(spec.name, now)
             while name in self.names:
                 name = unique_name(spec.name, now)
             self.names.add(name)
-            job = replace(job, name=name)
-            record = JobRecord.from_job(job)
-            record.extra.update(extra)
-            self.inbox.append(record)
-            ticket = _Ticket(Batch(
-                inserts=[store.new_job_values(record, meta, now)], states=[],
-                history=[{"job": name, "time": now, "field": "status", "old": None,
-                          "new": str(record.status)}],
-                category=[], backend_state=None, now=now))
-            with self.queue_lock:
-                self._queue.append(ticket)
-        try:
-            self._commit_through(ticket)
-        except Exception:
+        job = replace(job, name=name)
+        record = JobRecord.from_job(job)
+        record.extra.update(extra)
+        ticket = self.writer.enqueue(Batch(
+            inserts=[store.new_job_values(record, meta, now)], states=[],
+            history=[_history_entry(name, now, "status", None, str(record.status))],
+            category=[], backend_state=None, now=now, submission=True))
+        return record, ticket
+
+    def _idempotent_replay(self, user: User, key: str,
+                           request_hash: str) -> dict[str, Any] | None:
+        with self.inbox_lock:
+            slot = (user.name, key)
+            if slot not in self.idempotency:
+                self.idempotency[slot] = None  # in flight: a concurrent retry waits its turn
+                return None
+            earlier = self.idempotency[slot]
+        if earlier is None:
+            raise Conflict("Idempotency-Key", "a request with this key is still being "
+                           "processed; retry in a moment")
+        name, digest = earlier
+        if digest and request_hash and digest != request_hash:
+            raise SpecError([FieldError("Idempotency-Key", "already used for a different "
+                                        f"job ({name}); use a new key for a new job")])
+        return self.get(name, user)
+
+    def _release_key(self, user: User, key: str | None) -> None:
+        if key:
             with self.inbox_lock:
-                if record in self.inbox:
-                    self.inbox.remove(record)
-                    self.names.discard(name)
-            raise
-        self.metrics.job_created(spec.gpu_type)
-        return self.describe_locked(record, now)
+                if self.idempotency.get((user.name, key)) is None:
+                    self.idempotency.pop((user.name, key), None)
+
+    def _forget_names(self, names: list[str]) -> None:
+        """Refused submissions whose rows were deleted: their names are free again."""
+        with self.inbox_lock:
+            self.names.difference_update(names)
+
+    def count_queued(self, user: str, change: int) -> None:
+        with self.inbox_lock:
+            self.queued_by_user[user] = max(0, self.queued_by_user.get(user, 0) + change)
 
     def _admit(self) -> None:
-        """Hand the admitted jobs to the scheduler (under `lock`)."""
+        """Hand the admitted (stored) jobs to the scheduler (under `lock`)."""
         with self.inbox_lock:
             records, self.inbox = self.inbox, []
         for record in records:
@@ -386,17 +513,50 @@ class Service:
             admitted.extra.update(record.extra)
             self._register_profile(admitted)
 
-    def _check_gpu_type(self, spec: JobSpec) -> None:
-        types = self.scheduler.cluster.gpu_types()
+    def _check_admission(self, spec: JobSpec, user: User) -> None:
+        cluster = self.scheduler.cluster
+        types = cluster.gpu_types()
+        compact = spec.kind == "VodaJob"
         if spec.gpu_type not in types:
-            field_name = "gpu_type" if spec.kind == "VodaJob" else \
-                "metadata.annotations.voda.io/gpu-type"
+            field_name = "gpu_type" if compact else "metadata.annotations.voda.io/gpu-type"
             raise SpecError([FieldError(field_name, f"unknown GPU type {spec.gpu_type!r}; the "
                                         f"cluster has: {', '.join(types)}")])
-        capacity = self.scheduler.cluster.capacity(spec.gpu_type)
-        if spec.min_workers > capacity:
-            raise SpecError([FieldError("min", f"{spec.min_workers} workers can never run: the "
-                                        f"cluster has {capacity} {spec.gpu_type} GPUs")])
+        capacity = cluster.capacity(spec.gpu_type)
+        errors = []
+        for label, value in (("min", spec.min_workers), ("max", spec.max_workers)):
+            if value > capacity:
+                errors.append(FieldError(spec.field_names.get(label, label),
+                                         f"{value} workers can never run: the cluster has "
+                                         f"{capacity} {spec.gpu_type} GPUs"))
+        if spec.preferred_domain is not None:
+            of_type = cluster.of_type(spec.gpu_type).nodes
+            domains = {n.leaf_name for n in of_type} | {n.spine_name for n in of_type} | {
+                n.name for n in of_type}
+            if spec.preferred_domain not in domains:
+                errors.append(FieldError(
+                    spec.field_names.get("preferred_domain", "preferred_domain"),
+                    f"unknown domain {spec.preferred_domain!r}; the {spec.gpu_type} nodes are "
+                    f"in: {', '.join(sorted(domains)[:20])}"))
+        if errors:
+            raise SpecError(errors)
+        self._check_profile(spec)
+        check_spec = getattr(self.backend, "check_spec", None)
+        if check_spec is not None:  # what this backend could never run (SpecError)
+            check_spec(spec)
+        if not user.admin:
+            best = self.settings.limits_of(user.name).best_priority
+            if spec.priority < best:
+                raise Forbidden(spec.field_names.get("priority", "priority"),
+                                f"{spec.priority} is better than the best priority "
+                                f"{user.name} may use ({best})")
+            if self.backend_name == "local" and not self.settings.local_user_jobs:
+                raise Forbidden("command", "the local backend runs every job as the service's "
+                                "own OS user: only administrators may submit to it (unless "
+                                "local_user_jobs is set)")
+
+    @property
+    def backend_name(self) -> str:
+        return str(getattr(self.backend, "name", self.settings.backend))
 
     def _check_profile(self, spec: JobSpec) -> None:
         if spec.profile is None or getattr(self.backend, "profiles", None) is None:
@@ -414,37 +574,56 @@ class Service:
             now = time.time()
             self.scheduler.delete(name, now)
             self.pending.states[name] = record
-            return self.describe_locked(record, now)
+            return self._describe(record, now)
         return self._mutate(run)
 
     def set_priority(self, name: str, priority: int, user: User) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             record = self._visible(name, user)
+            if record.status.is_terminal:
+                raise Conflict("priority", f"job {name!r} is {record.status}; its priority "
+                               "can no longer change")
+            best = self.settings.limits_of(user.name).best_priority
+            if not user.admin and priority < best:
+                raise Forbidden("priority", f"{priority} is better than the best priority "
+                                f"{user.name} may use ({best})")
             old = record.priority
             self.scheduler.set_priority(name, priority)
             self.pending.states[name] = record
             now = time.time()
-            self._history(name, now, "priority", str(old), str(priority))
-            return self.describe_locked(record, now)
+            self.history(name, now, "priority", str(old), str(priority))
+            return self._describe(record, now)
         return self._mutate(run)
 
     def report_epoch(self, name: str, epoch: int, seconds: float, workers: int,
                      user: User, samples_per_second: float | None = None) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             record = self._visible(name, user)
-            if record.status.is_terminal:
-                raise ValueError(f"job {name!r} is {record.status}; it takes no more reports")
+            if record.status is not JobStatus.RUNNING:
+                raise Conflict("status", f"job {name!r} is {record.status}; only a running "
+                               "job reports epochs")
+            errors = []
+            if epoch > record.epochs:
+                errors.append(FieldError("epoch", f"the job has {record.epochs} epochs, "
+                                         f"got {epoch}"))
+            if workers > record.current_workers:
+                errors.append(FieldError("workers", f"the job runs on {record.current_workers}"
+                                         f" workers, got {workers}"))
+            if errors:
+                raise SpecError(errors)
             now = time.time()
             data: dict[str, Any] = {"epoch": epoch, "epoch_seconds": seconds, "workers": workers}
             if samples_per_second is not None:
                 data["samples_per_second"] = samples_per_second
             self.scheduler.handle(Event(EventKind.EPOCH_REPORTED, now, job=name, data=data))
-            return self.describe_locked(record, now)
+            return self._describe(record, now)
         return self._mutate(run)
 
     def set_scheduler(self, gpu_type: str, algorithm: str | None, params: dict | None,
                       rate_limit: float | None) -> dict[str, Any]:
-        """Raises UnknownAlgorithm / ValueError before anything changes."""
+        """Raises UnknownAlgorithm / ValueError before anything changes. Over the API only
+        registered names, entry points and the import paths of the server's own
+        configuration (`algorithm_paths`) are accepted: nothing else is imported."""
         def run() -> dict[str, Any]:
             self._known_gpu_type(gpu_type)
             current, current_params = self._algorithm_of(gpu_type)
@@ -452,142 +631,192 @@ class Service:
                 name = algorithm or current
                 new_params = params if params is not None else (
                     current_params if name == current else {})
-                registry.create(name, new_params)  # validates before any change
+                registry.create(name, new_params, self.import_paths)  # validates first
+                self._store_write(lambda s: store.save_algorithm(s, gpu_type, name, new_params))
                 self.scheduler.set_algorithm(name, new_params, gpu_type=gpu_type)
-                with self.sessions.begin() as session:
-                    store.save_algorithm(session, gpu_type, name, new_params)
             if rate_limit is not None:
+                default = self.scheduler.settings.algorithm
+                self._store_write(lambda s: store.save_rate_limit(s, rate_limit, default))
                 self.scheduler.set_rate_limit(rate_limit)
-                with self.sessions.begin() as session:
-                    store.save_rate_limit(session, rate_limit, self.scheduler.settings.algorithm)
-            return self.scheduler_view(gpu_type)
+            return self._scheduler_view(gpu_type)
         return self._mutate(run)
+
+    # ----- nodes ------------------------------------------------------------------------------
+    def add_node(self, node: Node) -> dict[str, Any]:
+        """A new node, or a drained one back in service."""
+        def run() -> dict[str, Any]:
+            backend = self._node_backend()
+            now = time.time()
+            known = {n.name: n for n in self.backend.nodes()}
+            if node.name in known and node.name not in self.drained:
+                raise Conflict("name", f"node {node.name!r} is already in service")
+            if node.name in self.drained:
+                node_ = self.drained.pop(node.name)
+            else:
+                backend.add_node(node)
+                node_ = node
+            self.scheduler.handle(Event(EventKind.NODE_ADDED, now, node=node_))
+            self._node_changed(node_, "active", now)
+            return self._node_view(node_)
+        return self._mutate(run)
+
+    def drain_node(self, name: str) -> dict[str, Any]:
+        """The node takes no workers; the jobs on it stop (keeping their checkpoints) and
+        wait to be placed elsewhere."""
+        def run() -> dict[str, Any]:
+            self._node_backend()
+            node = self._node(name)
+            if name in self.drained:
+                return self._node_view(node)
+            now = time.time()
+            self.drained[name] = node
+            self._take_out(node, now)
+            self._node_changed(node, "drained", now)
+            return self._node_view(node)
+        return self._mutate(run)
+
+    def remove_node(self, name: str) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            backend = self._node_backend()
+            node = self._node(name)
+            now = time.time()
+            if name not in self.drained:
+                self._take_out(node, now)
+            self.drained.pop(name, None)
+            backend.remove_node(name)
+            self._node_changed(node, "removed", now)
+            return {**self._node_view(node), "schedulable": False, "removed": True}
+        return self._mutate(run)
+
+    def _take_out(self, node: Node, now: float) -> None:
+        """The node leaves the scheduler's cluster; its jobs stop and wait."""
+        self.scheduler.halt_jobs_on(node.name, now)
+        self.scheduler.handle(Event(EventKind.NODE_REMOVED, now, node=node))
+
+    def _node_changed(self, node: Node, state: str, now: float) -> None:
+        self.pending.nodes.append(_node_values(node, state, now))
+        self._note_schedulability(now)
+
+    def _node_backend(self) -> SupportsNodeChanges:
+        if not isinstance(self.backend, SupportsNodeChanges):
+            raise Conflict("backend", f"the {self.backend_name} backend cannot change its "
+                           "nodes while it runs")
+        return self.backend
+
+    def _node(self, name: str) -> Node:
+        for node in self.backend.nodes():
+            if node.name == name:
+                return node
+        raise NotFound(f"node {name!r} not found")
+
+    def _node_view(self, node: Node) -> dict[str, Any]:
+        return {"name": node.name, "gpus": node.gpus, "gpu_type": node.gpu_type,
+                "leaf": node.leaf_name, "spine": node.spine_name,
+                "schedulable": node.name not in self.drained, "removed": False}
+
+    def _note_schedulability(self, now: float) -> None:
+        """Say so (describe, an event) when a waiting job's min no longer fits, and when it
+        fits again."""
+        cluster = self.scheduler.cluster
+        for record in self.scheduler.active.values():
+            capacity = cluster.capacity(record.gpu_type)
+            reason = None
+            if record.min_workers > capacity:
+                reason = (f"min {record.min_workers} workers do not fit: the cluster has "
+                          f"{capacity} {record.gpu_type} GPUs")
+            before = self.unschedulable.get(record.name)
+            if reason == before:
+                continue
+            if reason is None:
+                self.unschedulable.pop(record.name, None)
+                self.history(record.name, now, "event", None, "Schedulable",
+                             f"min {record.min_workers} workers fit again")
+            else:
+                self.unschedulable[record.name] = reason
+                self.history(record.name, now, "event", None, "Unschedulable", reason)
 
     # ----- reads ------------------------------------------------------------------------------
     def get(self, name: str, user: User) -> dict[str, Any]:
-        with self.lock:
+        def read() -> dict[str, Any]:
             self._admit()
-            record = self._visible(name, user)
-            return self.describe_locked(record, time.time())
+            return self._describe(self._visible(name, user), time.time())
+        view = self._read(read)
+        rows = self._store_read(lambda s: store.history(s, name, last=EVENTS_SHOWN))
+        view["events"] = [{"time": r.time, "field": r.field, "old": r.old, "new": r.new,
+                           "message": r.message} for r in rows]
+        return view
 
     def list(self, user: User, status: str | None, gpu_type: str | None, owner: str | None,
              offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
-        with self.lock:
+        def read() -> tuple[list[dict[str, Any]], int]:
             self._admit()
             records = [r for r in self.scheduler.jobs.values()
-                       if (user.admin or r.extra.get("user") == user.name)
+                       if views.visible(user, r)
                        and (status is None or str(r.status).lower() == status.lower())
                        and (gpu_type is None or r.gpu_type == gpu_type)
-                       and (owner is None or r.extra.get("user") == owner)]
+                       and (owner is None or views.owner_of(r) == owner)]
             records.sort(key=lambda r: (r.submit_time, r.name))
             page = records[offset:offset + limit]
-            return [self.summary(r) for r in page], len(records)
+            return [views.summary(r) for r in page], len(records)
+        return self._read(read)
 
     def scheduler_view(self, gpu_type: str) -> dict[str, Any]:
-        with self.lock:
-            self._known_gpu_type(gpu_type)
-            name, params = self._algorithm_of(gpu_type)
-            return {"gpu_type": gpu_type, "algorithm": name, "params": params,
-                    "rate_limit_seconds": self.scheduler.settings.rate_limit_seconds,
-                    "valid_algorithms": registry.available()}
+        return self._read(lambda: self._scheduler_view(gpu_type))
 
-    def cluster_view(self) -> dict[str, Any]:
-        with self.lock:
-            s = self.scheduler
-            used: dict[str, dict[str, int]] = {}
-            for name, placement in s.placement().items():
-                for node, count in placement:
-                    used.setdefault(node, {})[name] = count
-            nodes = []
-            for n in s.cluster.nodes:
-                jobs = used.get(n.name, {})
-                taken = sum(jobs.values())
-                nodes.append({"name": n.name, "gpu_type": n.gpu_type, "gpus": n.gpus,
-                              "used": taken, "free": n.gpus - taken, "leaf": n.leaf_name,
-                              "jobs": jobs})
-            types = []
-            for t in s.cluster.gpu_types():
-                total = s.cluster.capacity(t)
-                taken = sum(x["used"] for x in nodes if x["gpu_type"] == t)
-                error = s.errors.get(t) or s.errors.get(ALL_GPU_TYPES)
-                types.append({"gpu_type": t, "total": total, "used": taken,
-                              "free": total - taken, "algorithm": self._algorithm_of(t)[0],
-                              "error": error.reason if error else None})
-            plan = s.last_plan
-            return {
-                "nodes": nodes,
-                "gpu_types": types,
-                "plan": {name: [{"node": n, "workers": c} for n, c in p]
-                         for name, p in sorted(s.placement().items())},
-                "allocation": dict(plan.allocation) if plan else {},
-                "last_reschedule": s.last_reschedule,
-                "last_error": str(s.last_error) if s.last_error else None,
-                "errors": {t: e.reason for t, e in sorted(s.errors.items())},
-            }
+    def _scheduler_view(self, gpu_type: str) -> dict[str, Any]:
+        self._known_gpu_type(gpu_type)
+        name, params = self._algorithm_of(gpu_type)
+        return {"gpu_type": gpu_type, "algorithm": name, "params": params,
+                "rate_limit_seconds": self.scheduler.settings.rate_limit_seconds,
+                "valid_algorithms": registry.available(self.import_paths)}
+
+    def cluster_view(self, user: User) -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            algorithms = {t: self._algorithm_of(t)[0]
+                          for t in self.scheduler.cluster.gpu_types()}
+            return views.cluster_view(self.scheduler, user, algorithms,
+                                      self.drained.values())
+        return self._read(read)
 
     def health(self) -> dict[str, Any]:
         with self.inbox_lock:
             jobs = len(self.names)
         first = (self.first_schedule_at - self.started_at) if self.first_schedule_at else None
+        fault = self.writer.health.fault
         return {"status": "ok", "backend": self.settings.backend, "jobs": jobs,
                 "started_at": self.started_at, "recovered_jobs": self.recovered_jobs,
                 "adopted_running_jobs": self.adopted_running_jobs,
-                "first_schedule_seconds": first}
+                "first_schedule_seconds": first,
+                "store": "ok" if fault is None else str(fault)}
 
-    # ----- views --------------------------------------------------------------------------------
-    def summary(self, r: JobRecord) -> dict[str, Any]:
-        return {
-            "name": r.name, "user": r.extra.get("user", ""), "kind": r.extra.get("kind", ""),
-            "status": str(r.status), "gpu_type": r.gpu_type, "min_workers": r.min_workers,
-            "max_workers": r.max_workers, "priority": r.priority, "workers": r.current_workers,
-            "epochs": r.epochs, "completed_epochs": r.completed_epochs,
-            "submit_time": r.submit_time,
-        }
+    def readiness(self) -> tuple[bool, list[str]]:
+        """Ready: the store takes writes and the scheduler lock is not stuck. Never waits
+        for a lock itself."""
+        reasons = []
+        health = self.writer.health
+        if health.fault is not None:
+            reasons.append(f"{health.fault}; {self.writer.unwritten} batches of changes "
+                           "wait to be written")
+        writing = health.writing_since
+        if writing is not None and time.monotonic() - writing > WRITE_STALL_SECONDS:
+            reasons.append(f"store: a write has taken {time.monotonic() - writing:.1f} s")
+        held = self.lock_held_seconds()
+        if held > LOCK_STALL_SECONDS:
+            reasons.append(f"scheduler: the lock has been held for {held:.1f} s")
+        return not reasons, reasons
 
-    def describe_locked(self, r: JobRecord, now: float) -> dict[str, Any]:
-        # Counters are accounted up to the last step; carry them to `now` for display.
-        since = max(self._accounted(), r.submit_time)
-        dt = 0.0 if r.status.is_terminal else max(0.0, now - since)
-        running = r.current_workers > 0
-        job = r.snapshot()
-        model = estimate.speed_model(job)
-        workers_for_estimate = r.current_workers or r.preferred_workers or r.min_workers
-        remaining = None
-        if not r.status.is_terminal:
-            value = estimate.remaining_time(job, workers_for_estimate, model)
-            remaining = value if math.isfinite(value) else None
-        end = r.finish_time if r.finish_time is not None else now
-        return {
-            **self.summary(r),
-            "preferred_workers": r.preferred_workers,
-            "command": r.extra.get("command"),
-            "image": r.extra.get("image"),
-            "profile": r.extra.get("profile"),
-            "category": r.category,
-            "placement": [{"node": n, "workers": c} for n, c in r.placement],
-            "placement_strategy": r.placement_strategy,
-            "preferred_domain": r.preferred_domain,
-            "first_start_time": r.first_start_time,
-            "finish_time": r.finish_time,
-            "waiting_seconds": r.waiting_seconds + (0.0 if running else dt),
-            "running_seconds": r.running_seconds + (dt if running else 0.0),
-            "total_seconds": max(0.0, end - r.submit_time),
-            "gpu_seconds": r.attained_gpu_seconds + dt * r.current_workers,
-            "estimated_remaining_seconds": remaining,
-            "epoch_time_by_workers": dict(sorted(r.epoch_time_by_workers.items())),
-            "layout_throughput": {f"{w}x{n}": rate
-                                  for (w, n), rate in sorted(r.layout_throughput.items())},
-            "speedup": {k: round(model.speedup(k), 4) for k in range(1, r.max_workers + 1)},
-            "rescales": r.rescales,
-            "migrations": r.migrations,
-            "preemptions": r.preemptions,
-            "failure_reason": r.failure_reason,
-        }
+    def lock_held_seconds(self) -> float:
+        since = self._lock_since
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
     # ----- internals ------------------------------------------------------------------------------
+    def _describe(self, record: JobRecord, now: float) -> dict[str, Any]:
+        return views.describe(record, now, self.scheduler.accounted_until,
+                              self.scheduler.cluster, self.unschedulable.get(record.name))
+
     def _visible(self, name: str, user: User) -> JobRecord:
         record = self.scheduler.jobs.get(name)
-        if record is None or not (user.admin or record.extra.get("user") == user.name):
+        if record is None or not views.visible(user, record):
             raise NotFound(f"job {name!r} not found")
         return record
 
@@ -603,56 +832,84 @@ class Service:
             return name, dict(params)
         return settings.algorithm, dict(settings.algorithm_params)
 
-    def _history(self, job: str, now: float, field_name: str, old: str | None, new: str) -> None:
-        self.pending.history.append({"job": job, "time": now, "field": field_name, "old": old,
-                                     "new": new})
-
-    def _accounted(self) -> float:
-        return self.scheduler.accounted_until
+    def history(self, job: str, now: float, field_name: str, old: str | None, new: str,
+                message: str | None = None) -> None:
+        self.pending.history.append(_history_entry(job, now, field_name, old, new, message))
 
     def render_metrics(self) -> bytes:
         """The Prometheus text, gauges refreshed from the scheduler's state now."""
-        with self.lock:
+        with self._locked():
             s = self.scheduler
             self.metrics.set_state(s.cluster, list(s.active.values()))
+        self.metrics.set_store(self.writer.health, self.writer.unwritten,
+                               self.lock_held_seconds())
         return self.metrics.render()
 
-    def _mutate(self, change: Callable[[], T], checkpoint: bool = False) -> T:
-        """Run `change` under the lock, then wait until what it left pending is committed.
-
-        Batches queue in the order the changes were made; whoever holds `write_lock`
-        commits every queued batch in one transaction (group commit).
-        """
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """`lock`, noting since when it is held (for /readyz)."""
         with self.lock:
-            self._admit()
-            result = change()
-            batch = self._take(checkpoint)
-            ticket = _Ticket(batch)
-            with self.queue_lock:
-                self._queue.append(ticket)
-        self._commit_through(ticket)
+            outer = self._lock_depth == 0
+            if outer:
+                self._lock_since = time.monotonic()
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+                if outer:
+                    self._lock_since = None
+
+    def _store_write(self, write: Callable[[Session], None]) -> None:
+        """A write of its own (settings), made before the change it records."""
+        try:
+            with self.sessions.begin() as session:
+                write(session)
+        except Exception as error:
+            fault = classify(error)
+            if not fault.transient:
+                raise
+            self.writer.health.failed(fault)
+            raise self.writer.health.unavailable("nothing was changed") from None
+
+    def _store_read(self, read: Callable[[Session], T]) -> T:
+        try:
+            with self.sessions() as session:
+                return read(session)
+        except Exception as error:
+            fault = classify(error)
+            if not fault.transient:
+                raise
+            raise StoreUnavailable(fault, 1.0) from None
+
+    def _require_store(self) -> None:
+        """Refuse a change while the store fails (after one more try when it is due)."""
+        if not self.writer.health.ok and not self.writer.flush():
+            raise self.writer.health.unavailable("nothing was changed")
+
+    def _read(self, read: Callable[[], T]) -> T:
+        """`read` under the lock, answered once everything it may show is in the store."""
+        with self._locked():
+            result = read()
+            seq = self.writer.seq
+        self.writer.write_through(seq, "what would be shown is not stored yet")
         return result
 
-    def _commit_through(self, ticket: _Ticket) -> None:
-        with self.write_lock:
-            if not ticket.done:
-                with self.queue_lock:
-                    tickets, self._queue = self._queue, []
-                try:
-                    self._write([t.batch for t in tickets if not t.batch.empty])
-                except Exception as exc:
-                    for t in tickets:
-                        t.error = exc
-                    raise
-                finally:
-                    for t in tickets:
-                        t.done = True
-        if ticket.error is not None:
-            raise ticket.error
+    def _mutate(self, change: Callable[[], T], checkpoint: bool = False,
+                require_store: bool = True) -> T:
+        """Run `change` under the lock, then wait until what it left pending is written."""
+        if require_store:
+            self._require_store()
+        with self._locked():
+            self._admit()
+            result = change()
+            ticket = self.writer.enqueue(self._take(checkpoint))
+        self.writer.write_through(ticket.seq, "the change is made but not stored yet")
+        return result
 
     def _take(self, checkpoint: bool) -> Batch:
         p, self.pending = self.pending, Pending()
-        accounted = self._accounted()
+        accounted = self.scheduler.accounted_until
         if checkpoint:  # running jobs' counters move with time: save them on every tick
             for r in self.scheduler.active.values():
                 if r.current_workers > 0:
@@ -672,21 +929,17 @@ class Service:
             backend_state=backend_state,
             now=accounted,
             queued=sorted(p.queued - set(p.states)),
+            backend_name=self.backend_name,
+            nodes=p.nodes,
         )
 
-    def _write(self, batches: list[Batch]) -> None:
-        if not batches:
-            return
-        with self.sessions.begin() as session:
-            for batch in batches:
-                store.insert_jobs(session, batch.inserts)
-                store.save_states(session, batch.states)
-                store.mark_status(session, batch.queued, str(JobStatus.WAITING))
-                store.add_history(session, batch.history)
-                for key, workers, seconds in batch.category:
-                    store.save_category_speed(session, key, workers, seconds, batch.now)
-                for key, layout, rate in batch.layouts:
-                    store.save_category_layout(session, key, layout, rate, batch.now)
-                if batch.backend_state is not None:
-                    name = getattr(self.backend, "name", "backend")
-                    store.save_backend_state(session, name, batch.backend_state, batch.now)
+
+def _history_entry(job: str, now: float, field_name: str, old: str | None, new: str,
+                   message: str | None = None) -> dict[str, Any]:
+    return {"job": job, "time": now, "field": field_name, "old": old, "new": new,
+            "message": message}
+
+
+def _node_values(node: Node, state: str, now: float) -> dict[str, Any]:
+    return {"name": node.name, "gpus": node.gpus, "gpu_type": node.gpu_type,
+            "leaf": node.leaf, "spine": node.spine, "state": state, "updated_at": now}

@@ -189,6 +189,21 @@ class EmulatedBackend:
     def nodes(self) -> list[Node]:
         return list(self._nodes)
 
+    # ----- nodes changed at run time ---------------------------------------------------
+    def add_node(self, node: Node) -> None:
+        if any(n.name == node.name for n in self._nodes):
+            raise ValueError(f"name: node {node.name!r} exists")
+        self._nodes.append(node)
+        self.version += 1
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node; jobs with workers on it (none after a drain) stop."""
+        self._nodes = [n for n in self._nodes if n.name != name]
+        for job, run in list(self.runs.items()):
+            if any(node == name for node, _ in run.placement):
+                del self.runs[job]
+        self.version += 1
+
     def events(self) -> list[Event]:
         now = self.clock()
         out: list[Event] = []

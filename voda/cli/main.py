@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from voda.cli import demo, logs, plan, service, simulate
+from voda.cli import demo, logs, plan, render, service, simulate
 
 app = typer.Typer(
     name="voda",
@@ -21,7 +21,7 @@ def _root() -> None:
     """Voda: a GPU scheduler for elastic deep-learning training."""
 
 
-for module in (plan, simulate, service, logs, demo):
+for module in (plan, simulate, service, logs, demo, render):
     module.register(app)
 
 

@@ -1,7 +1,7 @@
 """Goodput of a job that adapts its batch size: throughput x statistical efficiency.
 
 The model of Pollux (Qiao et al., OSDI'21), which its jobs fit and report to the
-scheduler (docs/design/006-goodput.md):
+scheduler (docs/design/009-elastic-baselines.md):
 
 - **Throughput.** One optimiser step on `replicas` GPUs over `nodes` nodes at
   per-GPU micro-batch `a` with `k` accumulation steps takes

@@ -377,6 +377,21 @@ class Scheduler:
         ):
             self._mark(kind)
 
+    def halt_jobs_on(self, node_name: str, now: float) -> list[str]:
+        """Halt the jobs with workers on a node that is leaving (a drain): they keep their
+        checkpoints and wait for the next decision, which places them elsewhere."""
+        self._account(now)
+        halted = []
+        for record in list(self.active.values()):
+            if any(node == node_name for node, _ in record.placement):
+                halt = Action(ActionKind.HALT, record.name, record.placement, ())
+                self._act(record, halt)  # as a decision's halt: backend first, then records
+                self._record(record, halt, now)
+                halted.append(record.name)
+        if halted:
+            self._mark(EventKind.NODE_REMOVED)
+        return halted
+
     def _drop_node(self, node_name: str) -> None:
         self.cluster = Cluster(tuple(n for n in self.cluster.nodes if n.name != node_name))
         for record in self.active.values():

@@ -14,15 +14,15 @@ Kubeflow objects are validated against their CRD schema; Voda fields come from
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from voda.core.model import DEFAULT_GPU_TYPE
+from voda.core.placement.manager import STRATEGIES
 from voda.spec import crd
+from voda.spec.documents import load_document
 from voda.spec.errors import FieldError, SpecError, fail
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -30,6 +30,16 @@ NAME_MAX = 40
 TOKEN_RE = re.compile(r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$")
 COMPACT_KINDS = ("VodaJob",)
 ANNOTATION = "voda.io/"
+
+# Documented maxima (docs/design/004-service.md). Counts are also bounded by the
+# cluster at admission; these keep every value inside the store's columns.
+MAX_WORKERS = 100_000
+MAX_EPOCHS = 1_000_000
+MAX_PRIORITY = 1_000_000
+TOKEN_MAX = 100  # gpu_type, profile, category (stored with the owner's name)
+DOMAIN_MAX = 200
+COMMAND_MAX = 65_536
+IMAGE_MAX = 1_024
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,38 +59,26 @@ class JobSpec:
     profile: str | None = None
     category: str = ""
     document: dict[str, Any] = field(default_factory=dict)
+    # Where each value came from in the document, for errors found later (admission).
+    field_names: Mapping[str, str] = field(default_factory=dict)
 
 
-def parse_submission(body: bytes) -> JobSpec:
-    """Parse a request body (YAML, of which JSON is a subset)."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise fail("body", "not UTF-8 text") from None
-    if not text.strip():
-        raise fail("body", "empty; expected a YAML or JSON job document")
-    try:
-        document = json.loads(text)
-    except ValueError:
-        try:
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            document = yaml.load(text, Loader=loader)
-        except yaml.YAMLError as exc:
-            raise fail("body", f"not valid YAML or JSON: {_first_line(exc)}") from None
-    return parse_document(document)
-
-
-def _first_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())[:200]
+def parse_submission(body: bytes, media: str = "application/yaml") -> JobSpec:
+    """Parse a request body: JSON, or YAML (of which JSON is a subset), checked on the way
+    (voda.spec.documents)."""
+    return parse_document(load_document(body, media))
 
 
 def parse_document(document: Any) -> JobSpec:
     if not isinstance(document, dict):
         raise fail("body", f"expected a mapping (a job document), got {type(document).__name__}")
     kind = document.get("kind")
+    api_version = document.get("apiVersion")
+    for key, value in (("kind", kind), ("apiVersion", api_version)):
+        if value is not None and not isinstance(value, str):
+            raise fail(key, f"must be a string, got {type(value).__name__}")
     if kind is None or kind in COMPACT_KINDS:
         return _compact(document)
-    api_version = document.get("apiVersion")
     if (api_version, kind) in crd.KINDS:
         return _kubeflow(document)
     known = ", ".join(sorted({*COMPACT_KINDS, *(f"{k} ({v})" for v, k in crd.KINDS)}))
@@ -88,20 +86,30 @@ def parse_document(document: Any) -> JobSpec:
 
 
 # ----- typed field readers ------------------------------------------------------
-def _int(value: Any, name: str, errors: list[FieldError]) -> int | None:
+def _int(value: Any, name: str, errors: list[FieldError], text_ok: bool = False) -> int | None:
+    """An integer; a string of digits only where the format has strings (annotations)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        if text_ok and isinstance(value, str) and re.fullmatch(r"-?\d{1,12}", value.strip()):
             return int(value)
-        errors.append(FieldError(name, f"must be an integer, got {value!r}"))
+        errors.append(FieldError(name, f"must be an integer, got {_shown(value)}"))
         return None
     return value
 
 
-def _str(value: Any, name: str, errors: list[FieldError]) -> str | None:
+def _str(value: Any, name: str, errors: list[FieldError], limit: int = TOKEN_MAX) -> str | None:
     if not isinstance(value, str) or not value.strip():
-        errors.append(FieldError(name, f"must be a non-empty string, got {value!r}"))
+        errors.append(FieldError(name, f"must be a non-empty string, got {_shown(value)}"))
+        return None
+    if len(value.strip()) > limit:
+        errors.append(FieldError(name, f"must be at most {limit} characters, got "
+                                 f"{len(value.strip())}"))
         return None
     return value.strip()
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def _check_name(name: str | None, field_name: str, errors: list[FieldError]) -> None:
@@ -115,12 +123,27 @@ def _check_name(name: str | None, field_name: str, errors: list[FieldError]) -> 
         ))
 
 
-def _check_token(value: str | None, field_name: str, errors: list[FieldError]) -> None:
-    if value is not None and (len(value) > 100 or not TOKEN_RE.match(value)):
-        errors.append(FieldError(field_name, f"must be a simple identifier, got {value!r}"))
+def _check_token(value: str | None, field_name: str, errors: list[FieldError],
+                 limit: int = TOKEN_MAX) -> None:
+    if value is not None and (len(value) > limit or not TOKEN_RE.match(value)):
+        errors.append(FieldError(field_name, f"must be a simple identifier (letters, digits, "
+                                 f"'-', '_', '.'; at most {limit}), got {_shown(value)}"))
+
+
+def _check_strategy(value: str | None, field_name: str, errors: list[FieldError]) -> None:
+    if value is not None and value not in STRATEGIES:
+        errors.append(FieldError(field_name, f"unknown strategy {_shown(value)}; valid: "
+                                 f"{', '.join(STRATEGIES)}"))
 
 
 def _check_sizes(values: dict[str, Any], names: dict[str, str], errors: list[FieldError]) -> None:
+    low, high, preferred = values.get("min"), values.get("max"), values.get("preferred")
+    for key, limit in (("min", MAX_WORKERS), ("max", MAX_WORKERS), ("preferred", MAX_WORKERS),
+                       ("epochs", MAX_EPOCHS), ("priority", MAX_PRIORITY)):
+        value = values.get(key)
+        if value is not None and value > limit:
+            errors.append(FieldError(names[key], f"must be at most {limit:,}, got {value}"))
+            values[key] = None
     low, high, preferred = values.get("min"), values.get("max"), values.get("preferred")
     if low is not None and low < 1:
         errors.append(FieldError(names["min"], f"must be at least 1, got {low}"))
@@ -153,7 +176,10 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
         errors.append(FieldError(str(key), f"unknown field; known fields: "
                                  f"{', '.join(sorted(_COMPACT_FIELDS - {'kind', 'apiVersion'}))}"))
     ints = {k: _int(doc[k], k, errors) for k in _COMPACT_INTS if doc.get(k) is not None}
-    strs = {k: _str(doc[k], k, errors) for k in _COMPACT_STRS if doc.get(k) is not None}
+    limits = {"name": NAME_MAX + 1, "command": COMMAND_MAX, "image": IMAGE_MAX,
+              "preferred_domain": DOMAIN_MAX}
+    strs = {k: _str(doc[k], k, errors, limits.get(k, TOKEN_MAX)) for k in _COMPACT_STRS
+            if doc.get(k) is not None}
     if "name" not in doc:
         errors.append(FieldError("name", "required"))
     _check_name(strs.get("name"), "name", errors)
@@ -164,8 +190,10 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
     ints.setdefault("min", 1)
     ints.setdefault("max", max(1, ints["min"] or 1))
     _check_sizes(ints, {k: k for k in _COMPACT_INTS}, errors)
-    for key in ("gpu_type", "profile", "placement_strategy"):
+    for key in ("gpu_type", "profile", "category"):
         _check_token(strs.get(key), key, errors)
+    _check_token(strs.get("preferred_domain"), "preferred_domain", errors, DOMAIN_MAX)
+    _check_strategy(strs.get("placement_strategy"), "placement_strategy", errors)
     if errors:
         raise SpecError(errors)
     name = str(strs["name"])
@@ -185,6 +213,7 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
         profile=strs.get("profile"),
         category=strs.get("category") or strs.get("profile") or name,
         document=doc,
+        field_names={k: k for k in (*_COMPACT_INTS, *_COMPACT_STRS)},
     )
 
 
@@ -216,8 +245,17 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
         worker = replica_specs.get("Master")
     if worker is None:
         raise fail(f"spec.{replicas_key}.{worker_key}", "required: the job has no workers")
-    replicas = worker.get("replicas", 1)
-    slots = int(spec.get("slotsPerWorker", 1) or 1) if kind == "MPIJob" else 1
+    replicas = _int(worker.get("replicas", 1), f"spec.{replicas_key}.{worker_key}.replicas",
+                    errors)
+    slots = 1
+    if kind == "MPIJob" and spec.get("slotsPerWorker") is not None:
+        given = _int(spec["slotsPerWorker"], "spec.slotsPerWorker", errors)
+        slots = 1 if given is None else given
+        if slots < 1:
+            errors.append(FieldError("spec.slotsPerWorker", f"must be at least 1, got {slots}"))
+            slots = 1
+    if replicas is None:
+        raise SpecError(errors)
     container = _first_container(worker)
     image = container.get("image")
     if kind == "MPIJob" and not container.get("command"):  # mpirun runs in the launcher
@@ -228,12 +266,13 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
     if not image and not command:
         errors.append(FieldError(f"spec.{replicas_key}.{worker_key}.template.spec.containers[0]",
                                  "a job needs a command or an image"))
-    low, high = replicas * slots, replicas * slots
+    low: int | None = replicas * slots
+    high: int | None = replicas * slots
     elastic = spec.get("elasticPolicy") or {}
     if elastic.get("minReplicas") is not None:
-        low = int(elastic["minReplicas"])
+        low = _int(elastic["minReplicas"], "spec.elasticPolicy.minReplicas", errors)
     if elastic.get("maxReplicas") is not None:
-        high = int(elastic["maxReplicas"])
+        high = _int(elastic["maxReplicas"], "spec.elasticPolicy.maxReplicas", errors)
     values: dict[str, Any] = {"min": low, "max": high}
     replicas_label = f"spec.{replicas_key}.{worker_key}.replicas"
     names = {
@@ -241,19 +280,32 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
         "max": "spec.elasticPolicy.maxReplicas" if "maxReplicas" in elastic else replicas_label,
     }
     annotations = metadata.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise fail("metadata.annotations", "must be a mapping of strings")
     strs: dict[str, str | None] = {}
     for suffix, key in _ANNOTATED_INTS.items():
         label = f"metadata.annotations.{ANNOTATION}{suffix}"
         names.setdefault(key, label)
         if f"{ANNOTATION}{suffix}" in annotations:
             names[key] = label
-            values[key] = _int(annotations[f"{ANNOTATION}{suffix}"], label, errors)
+            values[key] = _int(annotations[f"{ANNOTATION}{suffix}"], label, errors,
+                               text_ok=True)
     for suffix, key in _ANNOTATED_STRS.items():
+        label = f"metadata.annotations.{ANNOTATION}{suffix}"
+        names[key] = label
         if f"{ANNOTATION}{suffix}" in annotations:
-            label = f"metadata.annotations.{ANNOTATION}{suffix}"
-            strs[key] = _str(annotations[f"{ANNOTATION}{suffix}"], label, errors)
-            if key in ("gpu_type", "profile", "placement_strategy"):
-                _check_token(strs[key], label, errors)
+            limit = DOMAIN_MAX if key == "preferred_domain" else TOKEN_MAX
+            strs[key] = _str(annotations[f"{ANNOTATION}{suffix}"], label, errors, limit)
+            if key == "placement_strategy":
+                _check_strategy(strs[key], label, errors)
+            else:
+                _check_token(strs[key], label, errors, limit)
+    if command is not None and len(command) > COMMAND_MAX:
+        errors.append(FieldError(f"spec.{replicas_key}.{worker_key}.template.spec."
+                                 "containers[0].command", f"longer than {COMMAND_MAX}"))
+    if isinstance(image, str) and len(image) > IMAGE_MAX:
+        errors.append(FieldError(f"spec.{replicas_key}.{worker_key}.template.spec."
+                                 "containers[0].image", f"longer than {IMAGE_MAX}"))
     if all(v is not None for v in (values.get("min"), values.get("max"))):
         _check_sizes(values, names, errors)
     if errors:
@@ -275,6 +327,7 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
         profile=strs.get("profile"),
         category=strs.get("category") or strs.get("profile") or spec_name,
         document=doc,
+        field_names=names,
     )
 
 

@@ -11,28 +11,40 @@ from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest revision in migrations/versions (a test checks it against Alembic's head).
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for a SQLite file (WAL, waits on locks) or a PostgreSQL URL."""
+# How long a write waits for another holder of a SQLite lock, or for a PostgreSQL
+# connection, before it fails (and the service answers 503 and retries later).
+LOCK_WAIT_SECONDS = 2.0
+CONNECT_TIMEOUT_SECONDS = 3
+
+
+def make_engine(url: str, max_bytes: int = 0) -> Engine:
+    """An engine for a SQLite file (WAL, waits briefly on locks; `max_bytes` caps the
+    file's size when positive) or a PostgreSQL URL."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
-            url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=16
+            url, connect_args={"timeout": LOCK_WAIT_SECONDS, "check_same_thread": False},
+            pool_size=16,
         )
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", lambda c, r: _sqlite_pragmas(c, max_bytes))
         return engine
-    return create_engine(url, pool_size=16, max_overflow=8, pool_pre_ping=True)
+    return create_engine(url, pool_size=16, max_overflow=8, pool_pre_ping=True,
+                         connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS})
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_connection: Any, max_bytes: int) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
+    if max_bytes > 0:
+        page_size = int(cursor.execute("PRAGMA page_size").fetchone()[0])
+        cursor.execute(f"PRAGMA max_page_count={max(1, max_bytes // page_size)}")
     cursor.close()
 
 

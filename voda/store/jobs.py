@@ -16,7 +16,9 @@ from voda.store.models import (
     CategorySpeedRow,
     JobHistoryRow,
     JobRow,
+    NodeRow,
     SchedulerSettingsRow,
+    ServiceStateRow,
 )
 
 DEFAULT_SETTINGS_KEY = "*"
@@ -76,6 +78,8 @@ def new_job_values(record: JobRecord, meta: Mapping[str, Any], accounted_at: flo
         submit_time=record.submit_time,
         placement_strategy=record.placement_strategy,
         preferred_domain=record.preferred_domain,
+        idempotency_key=meta.get("idempotency_key"),
+        request_hash=meta.get("request_hash"),
     )
     return values
 
@@ -114,9 +118,14 @@ def add_history(session: Session, entries: Sequence[Mapping[str, Any]]) -> None:
         session.execute(insert(JobHistoryRow.__table__), [dict(e) for e in entries])
 
 
-def history(session: Session, job: str) -> list[JobHistoryRow]:
-    query = select(JobHistoryRow).where(JobHistoryRow.job == job).order_by(JobHistoryRow.id)
-    return list(session.scalars(query))
+def history(session: Session, job: str, last: int | None = None) -> list[JobHistoryRow]:
+    """A job's history in order; with `last`, only its newest `last` entries."""
+    if last is None:
+        query = select(JobHistoryRow).where(JobHistoryRow.job == job).order_by(JobHistoryRow.id)
+        return list(session.scalars(query))
+    query = select(JobHistoryRow).where(JobHistoryRow.job == job).order_by(
+        JobHistoryRow.id.desc()).limit(last)
+    return list(reversed(list(session.scalars(query))))
 
 
 def load_jobs(session: Session) -> list[JobRow]:
@@ -169,6 +178,9 @@ def row_to_record(row: JobRow) -> JobRecord:
             "command": row.command,
             "image": row.image,
             "profile": row.profile,
+            "idempotency_key": row.idempotency_key,
+            "request_hash": row.request_hash,
+            "spec": row.spec,
         },
     )
 
@@ -250,3 +262,19 @@ def delete_jobs(session: Session, names: Iterable[str]) -> None:
     names = list(names)
     session.execute(delete(JobHistoryRow).where(JobHistoryRow.job.in_(names)))
     session.execute(delete(JobRow).where(JobRow.name.in_(names)))
+
+
+# ----- nodes changed at run time ------------------------------------------------------
+def save_node(session: Session, values: Mapping[str, Any]) -> None:
+    session.merge(NodeRow(**dict(values)))
+
+
+def load_nodes(session: Session) -> list[NodeRow]:
+    return list(session.scalars(select(NodeRow).order_by(NodeRow.name)))
+
+
+# ----- the write probe ----------------------------------------------------------------
+def touch(session: Session, key: str, value: str, now: float) -> None:
+    """Write one small row: at start, proof that the store takes writes."""
+    session.merge(ServiceStateRow(key=key, value=value, updated_at=now))
+    session.flush()

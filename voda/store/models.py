@@ -58,6 +58,12 @@ class JobRow(Base):
     promotions: Mapped[int] = mapped_column(Integer, default=0)
     # The time up to which the service counters above are accounted.
     accounted_at: Mapped[float] = mapped_column(Float)
+    # A submission's Idempotency-Key (unique per user) and the SHA-256 of its body.
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+    __table_args__ = (Index("ux_jobs_user_idempotency_key", "user", "idempotency_key",
+                            unique=True),)
 
 
 class JobHistoryRow(Base):
@@ -69,9 +75,10 @@ class JobHistoryRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job: Mapped[str] = mapped_column(String(200))
     time: Mapped[float] = mapped_column(Float)
-    field: Mapped[str] = mapped_column(String(20))  # "status" or "priority"
+    field: Mapped[str] = mapped_column(String(20))  # "status", "priority" or "event"
     old: Mapped[str | None] = mapped_column(String(40), nullable=True)
     new: Mapped[str] = mapped_column(String(40))
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class CategorySpeedRow(Base):
@@ -118,4 +125,28 @@ class BackendStateRow(Base):
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class NodeRow(Base):
+    """A node added, drained or removed at run time (over what the backend offers)."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+    gpu_type: Mapped[str] = mapped_column(String(100))
+    leaf: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    spine: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    state: Mapped[str] = mapped_column(String(20))  # active, drained or removed
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ServiceStateRow(Base):
+    """Small facts of the service; written at start, which proves the store takes writes."""
+
+    __tablename__ = "service_state"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[float] = mapped_column(Float)

@@ -164,6 +164,35 @@ class LocalBackend:
             out, self._events = self._events, []
         return out
 
+    # ----- nodes changed at run time -----------------------------------------
+    def add_node(self, node: Node) -> None:
+        """More slots on this machine, as a (virtual) node; on GPUs, only GPUs still free."""
+        with self._lock:
+            if any(n.name == node.name for n in self._nodes):
+                raise ValueError(f"name: node {node.name!r} exists")
+            mapped = set(self._slot_gpu.values())
+            free = [g for g in self._gpus if g not in mapped]
+            if self._gpus and node.gpus > len(free):
+                raise ValueError(f"gpus: {node.gpus} asked, {len(free)} GPUs of this machine "
+                                 "are not in a node")
+            self._nodes.append(node)
+            self.slots += node.gpus
+            for i, gpu in zip(range(node.gpus), free, strict=False):
+                self._slot_gpu[(node.name, i)] = gpu
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node; jobs with workers on it (none after a drain) are stopped."""
+        with self._lock:
+            for run in self._runs.values():
+                if any(node == name for node, _ in run.desired):
+                    run.desired, run.desired_slots = (), ()
+            removed = [n for n in self._nodes if n.name == name]
+            self._nodes = [n for n in self._nodes if n.name != name]
+            self.slots -= sum(n.gpus for n in removed)
+            self._slot_gpu = {s: g for s, g in self._slot_gpu.items() if s[0] != name}
+            self._tick()
+        self._wake.set()
+
     # ----- optional capabilities ----------------------------------------------
     def delete(self, job: str) -> None:
         """Stop the job and remove its checkpoint (its log stays); no event follows."""

@@ -9,7 +9,7 @@ With `oracle=True` (the baseline) the step time t(n) and the remaining steps com
 from `Job.oracle`, the simulator's truth (voda.core.oracle.StepOracle): that is
 the "+Oracle". A job without one, and every job with `oracle=False`, is judged
 by what the service observes instead: epoch times by worker count
-(voda.core.estimate) and remaining epochs. See docs/design/006-goodput.md.
+(voda.core.estimate) and remaining epochs. See docs/design/009-elastic-baselines.md.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ restricted to sizes that pack without fragmenting nodes: powers of two below a
 node, whole nodes above (`aligned`). The placer then packs
 (voda.core.placement.repack in the simulator's Pollux preset). The artifact's
 search reaches the same end by scoring real node counts and allowing one
-multi-node job per node; docs/design/006-goodput.md compares the two.
+multi-node job per node; docs/design/009-elastic-baselines.md compares the two.
 
 Per-job limits, as in the artifact: a job may take at most twice the most GPUs it
 has measured a step on (so it grows by doubling while it learns its throughput),

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -64,9 +64,11 @@ def _entry_point_names() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group="voda.algorithms")}
 
 
-def available() -> list[str]:
-    """Names that `create` accepts (import paths aside)."""
-    return [*BUILTIN_NAMES, *sorted(_registered), *sorted(_entry_point_names())]
+def available(import_paths: Collection[str] = ()) -> list[str]:
+    """Names that `create` accepts: built-in, registered, entry points, then the import
+    paths given."""
+    names = [*BUILTIN_NAMES, *sorted(_registered), *sorted(_entry_point_names())]
+    return [*names, *sorted(set(import_paths) - set(names))]
 
 
 def _load_path(path: str) -> Any:
@@ -78,7 +80,11 @@ def _load_path(path: str) -> Any:
     return obj
 
 
-def _resolve(name: str) -> Any:
+def _resolve(name: str, import_paths: Collection[str] | None = None) -> Any:
+    """`import_paths`: the `module:attribute` names that may be imported; None: any.
+
+    A service passes the paths of its own configuration, so that a request cannot make
+    it import (and call) whatever it names."""
     if name in _BUILTIN:
         return _load_path(_BUILTIN[name])
     if name in _registered:
@@ -86,23 +92,24 @@ def _resolve(name: str) -> Any:
     eps = _entry_point_names()
     if name in eps:
         return eps[name].load()
-    if ":" in name:
+    allowed = import_paths is None or name in import_paths
+    if ":" in name and allowed:
         try:
             return _load_path(name)
         except (ImportError, AttributeError) as exc:
-            raise UnknownAlgorithm(name, available()) from exc
-    raise UnknownAlgorithm(name, available())
+            raise UnknownAlgorithm(name, available(import_paths or ())) from exc
+    raise UnknownAlgorithm(name, available(import_paths or ()))
 
 
-def resolve(name: str) -> Any:
+def resolve(name: str, import_paths: Collection[str] | None = None) -> Any:
     """What `name` stands for (a class, a factory or a ready algorithm); raises
     UnknownAlgorithm."""
-    return _resolve(name)
+    return _resolve(name, import_paths)
 
 
-def is_known(name: str) -> bool:
+def is_known(name: str, import_paths: Collection[str] | None = None) -> bool:
     try:
-        _resolve(name)
+        _resolve(name, import_paths)
     except UnknownAlgorithm:
         return False
     return True
@@ -134,12 +141,13 @@ def parameter_names(target: Any) -> list[str] | None:
     return None
 
 
-def create(name: str, params: Mapping[str, Any] | None = None) -> AllocationAlgorithm:
+def create(name: str, params: Mapping[str, Any] | None = None,
+           import_paths: Collection[str] | None = None) -> AllocationAlgorithm:
     """Build the algorithm called `name` with `params` (its configurable knobs).
 
     Raises UnknownAlgorithm (listing the valid names) or ValueError for bad params.
     """
-    target = _resolve(name)
+    target = _resolve(name, import_paths)
     params = dict(params or {})
     if _is_factory(target):
         knobs = parameter_names(target)

@@ -149,6 +149,20 @@ class FreeIndex:
     def total_free(self) -> int:
         return sum(self.spine_free)
 
+    def set_free(self, free: Sequence[int]) -> None:
+        """Every node's free GPUs at once (each within [0, capacity]), in one pass."""
+        if len(free) != len(self.nodes) or any(
+                not 0 <= f <= c for f, c in zip(free, self.cap, strict=True)):
+            raise ValueError("free: one count per node, each within [0, capacity]")
+        self.free = list(free)
+        self.buckets = [[] for _ in range(self.max_cap + 1)]
+        for i, f in enumerate(self.free):
+            self.buckets[f].append(i)
+        self.leaf_free = [sum(self.free[i] for i in nodes) for nodes in self.leaf_nodes]
+        self.spine_free = [sum(self.leaf_free[leaf] for leaf in leaves)
+                           for leaves in self.spine_leaves]
+        self.leaf_version = [v + 1 for v in self.leaf_version]
+
     def take(self, i: int, count: int, sensitive: bool = False) -> None:
         self._move(i, -count)
         if sensitive:

@@ -1,0 +1,364 @@
+"""The Kubernetes backend against the fake API server with 1,000 nodes and 2,000 jobs.
+
+The fake cluster (API server and simulated controllers) runs in its own process; the
+engine and the backend run here, as `voda serve` would. Times come from the fake
+server's log of committed changes (time.monotonic(), one clock for both processes).
+
+Figures:
+- decision -> every patch sent: from the moment the engine hands a decision's actions
+  to the backend until the API server has committed the last object write it needs
+  (create, or size and plan); per decision (its slowest action) and per action;
+- gated -> pinned: from a worker pod appearing gated to the patch that pins and
+  ungates it;
+- leader failover: two `voda serve --backend kubernetes` with client-go's timings
+  (lease 15 s, renew deadline 10 s, retry 2 s); the leader is killed (SIGKILL) or
+  stopped (SIGTERM); time until the standby holds the lease and until it serves.
+
+    python bench/k8s.py [--nodes 1000] [--jobs 2000] [--rounds 10] [--failovers 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from voda.backends.kubernetes.api import KubeApi  # noqa: E402
+from voda.backends.kubernetes.backend import KubernetesBackend  # noqa: E402
+from voda.backends.kubernetes.pinning import encode  # noqa: E402
+from voda.backends.kubernetes.settings import KubernetesSettings  # noqa: E402
+from voda.core.model import Job, JobPlacement  # noqa: E402
+from voda.engine.scheduler import Scheduler, SchedulerSettings  # noqa: E402
+
+WORK = "sim.voda.io/work-seconds"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class FakeClusterProcess:
+    def __init__(self, folder: Path, nodes: int, gpus: int) -> None:
+        self.kubeconfig = folder / "kubeconfig"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "voda_testing.kube", "--nodes", str(nodes), "--gpus",
+             str(gpus), "--kubeconfig", str(self.kubeconfig)],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line.startswith("ready "):
+            raise RuntimeError(f"the fake cluster did not start: {line!r}")
+        self.url = line.split()[1]
+
+        self.entries: list[dict[str, Any]] = []
+
+    def log(self, since: float = 0.0) -> list[dict[str, Any]]:
+        """Committed changes after `since`; fetched incrementally, so polling costs the
+        fake server only what is new."""
+        last = self.entries[-1]["t"] if self.entries else 0.0
+        with urllib.request.urlopen(f"{self.url}/_fake/log?since={last}", timeout=120) as r:
+            self.entries.extend(json.loads(r.read()))
+        start = bisect.bisect_right([e["t"] for e in self.entries], since) if since else 0
+        return self.entries[start:]
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def documents() -> dict[str, dict[str, Any]]:
+    out = {}
+    for kind in ("mpijob", "pytorchjob"):
+        doc = yaml.safe_load((ROOT / "examples" / f"{kind}.yaml").read_text())
+        doc["metadata"]["annotations"][WORK] = "1e9"  # they run for the whole benchmark
+        out[kind] = doc
+    return out
+
+
+class Recording:
+    """The backend, with the moment each action was handed over and what it asked for."""
+
+    def __init__(self, backend: KubernetesBackend) -> None:
+        self.backend = backend
+        self.actions: list[dict[str, Any]] = []
+
+    def _note(self, kind: str, job: Job, began: float) -> None:
+        plan = self.backend.plan(job.name)
+        self.actions.append({"kind": kind, "job": job.name, "t": began,
+                             "replicas": len(plan), "plan": encode(plan)})
+
+    def start(self, job: Job, placement: JobPlacement) -> None:
+        began = time.monotonic()
+        self.backend.start(job, placement)
+        self._note("start", job, began)
+
+    def scale(self, job: Job, placement: JobPlacement) -> None:
+        began = time.monotonic()
+        self.backend.scale(job, placement)
+        self._note("scale", job, began)
+
+    def halt(self, job: Job) -> None:
+        self.backend.halt(job)
+
+    def delete(self, job: str) -> None:
+        self.backend.delete(job)
+
+    def nodes(self) -> list[Any]:
+        return self.backend.nodes()
+
+    def events(self) -> list[Any]:
+        return self.backend.events()
+
+    def running(self) -> dict[str, JobPlacement]:
+        return self.backend.running()
+
+
+def committed(actions: list[dict[str, Any]], log: list[dict[str, Any]]) -> dict[int, float]:
+    """For each action (by position), when the server committed the write it needed."""
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for entry in log:
+        if entry["kind"] in ("mpijobs", "pytorchjobs"):
+            by_job.setdefault(entry["name"], []).append(entry)
+    done = {}
+    for i, action in enumerate(actions):
+        for entry in by_job.get(action["job"], ()):
+            if entry["t"] >= action["t"] and entry["replicas"] == action["replicas"] and (
+                    entry["plan"] == action["plan"]):
+                done[i] = entry["t"]
+                break
+    return done
+
+
+def pin_latencies(log: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+    """From each worker pod appearing gated to its pin; and, of that, the time its node
+    still had no room (until the last pod that held GPUs there was gone)."""
+    appeared: dict[str, float] = {}
+    freed: dict[str, float] = {}  # node -> when a pod bound there last went away
+    out, waited = [], []
+    for entry in log:
+        if entry["kind"] != "pods":
+            continue
+        uid = entry["uid"]
+        if entry["type"] == "DELETED":
+            if entry.get("node"):
+                freed[entry["node"]] = entry["t"]
+            continue
+        if entry["gated"]:
+            appeared.setdefault(uid, entry["t"])
+        elif uid in appeared:
+            began = appeared.pop(uid)
+            out.append(entry["t"] - began)
+            waited.append(max(0.0, freed.get(entry.get("pinned") or "", 0.0) - began))
+    return out, waited
+
+
+def running_workers(log: list[dict[str, Any]]) -> int:
+    state: dict[str, bool] = {}
+    for entry in log:
+        if entry["kind"] == "pods":
+            state[entry["uid"]] = entry["type"] != "DELETED" and entry["phase"] == "Running"
+    return sum(state.values())
+
+
+def caught_up(api: KubeApi, backend: KubernetesBackend) -> bool:
+    """Whether the backend's watches have seen every change the server has committed (a
+    burst of tens of thousands of pod events takes the Python client a while)."""
+    current = int(api.request("GET", "/api/v1/namespaces/kube-system/pods")["metadata"][
+        "resourceVersion"])
+    return all(int(i.resource_version or 0) >= current - 5 for i in backend.informers
+               if i.kind.plural == "pods")
+
+
+def wait(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    raise TimeoutError(what)
+
+
+def bench_decisions(nodes: int, gpus: int, jobs: int, rounds: int, per_round: int) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="voda-bench-k8s-"))
+    cluster = FakeClusterProcess(folder, nodes, gpus)
+    try:
+        api = KubeApi.connect(str(cluster.kubeconfig), timeout=60)
+        backend = KubernetesBackend(api, KubernetesSettings(namespace="default",
+                                                            watch_seconds=600),
+                                    resync_seconds=60)
+        began = time.monotonic()
+        backend.watch(timeout=300)
+        recording = Recording(backend)
+        recording.running()
+        scheduler = Scheduler(recording, SchedulerSettings(algorithm="ElasticFIFO",  # type: ignore[arg-type]
+                                                           rate_limit_seconds=0))
+        print(f"fake cluster: {nodes} nodes x {gpus} GPUs; backend watching in "
+              f"{time.monotonic() - began:.1f} s")
+        docs = documents()
+        max_workers = max(1, nodes * gpus // jobs)
+
+        def submit(index: int, priority: int = 1) -> None:
+            name = f"job-{index:05d}"
+            backend.specs[name] = docs["mpijob" if index % 2 else "pytorchjob"]
+            scheduler.submit(Job(name=name, min_workers=1, max_workers=max_workers,
+                                 priority=priority, submit_time=float(index)))
+
+        for i in range(jobs):
+            submit(i)
+        began = time.monotonic()
+        scheduler.step(time.time(), force=True)
+        decided = time.monotonic() - began
+        total = sum(a["replicas"] for a in recording.actions)
+        wait(lambda: len(committed(recording.actions, cluster.log())) == len(
+            recording.actions), 1800, "the first decision's objects")
+        created = time.monotonic() - began
+        wait(lambda: running_workers(cluster.log()) >= total, 3600, "every worker running")
+        running = time.monotonic() - began
+        wait(lambda: caught_up(api, backend), 1800, "the backend's watches")
+        print(f"first decision: {jobs} jobs started ({total} workers), decided in "
+              f"{decided:.2f} s; objects created in {created:.1f} s; all workers running "
+              f"after {running:.1f} s; the backend's watches caught up after "
+              f"{time.monotonic() - began:.1f} s")
+        first_log = list(cluster.log())
+        rounds_began = time.monotonic()
+        per_decision, per_action = [], []
+        next_index = jobs
+        for round_ in range(rounds):
+            recording.actions.clear()
+            for _ in range(per_round):
+                submit(next_index, priority=0)
+                next_index += 1
+            since = time.monotonic()
+            scheduler.step(time.time(), force=True)
+            actions = list(recording.actions)
+            wait(lambda a=actions, t=since: len(committed(a, cluster.log(t))) == len(a), 600,
+                 f"round {round_}")
+            done = committed(actions, cluster.log(since))
+            lags = [done[i] - a["t"] for i, a in enumerate(actions)]
+            per_action += lags
+            per_decision.append(max(lags))
+            print(f"decision {round_ + 1}: {len(actions)} actions, every patch sent "
+                  f"{max(lags) * 1000:.0f} ms after the decision")
+            time.sleep(2.0)  # let moved workers settle before the next decision
+            wait(lambda: caught_up(api, backend), 600, "the backend's watches")
+        print(f"decision -> every patch sent: median {statistics.median(per_decision) * 1000:.0f}"
+              f" ms per decision ({rounds} decisions), median "
+              f"{statistics.median(per_action) * 1000:.0f} ms per action ({len(per_action)})")
+        for label, log in (("the first decision's workers", first_log),
+                           ("later decisions' workers", cluster.log(rounds_began))):
+            pins, waited = pin_latencies(log)
+            quantiles = statistics.quantiles(pins, n=20)
+            print(f"gated -> pinned and ungated, {label}: median "
+                  f"{statistics.median(pins) * 1000:.0f} ms, p95 {quantiles[-1] * 1000:.0f} ms "
+                  f"over {len(pins)} worker pods (of which waiting for their node to free "
+                  f"GPUs: median {statistics.median(waited) * 1000:.0f} ms)")
+        print(f"backend counters: {dict(sorted(backend.stats.items()))}")
+        backend.close()
+    finally:
+        cluster.stop()
+
+
+def bench_failover(runs: int) -> None:
+    results: dict[str, list[tuple[float, float]]] = {"SIGKILL": [], "SIGTERM": []}
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        for _ in range(runs):
+            results[sig.name].append(failover_once(sig))
+    for name, values in results.items():
+        leases = [v[0] for v in values]
+        serving = [v[1] for v in values]
+        print(f"leader failover ({name}, lease 15 s / renew 10 s / retry 2 s, {runs} runs): "
+              f"standby holds the lease after median {statistics.median(leases):.2f} s "
+              f"(max {max(leases):.2f}), serves after median {statistics.median(serving):.2f} s")
+
+
+def failover_once(sig: signal.Signals) -> tuple[float, float]:
+    folder = Path(tempfile.mkdtemp(prefix="voda-bench-failover-"))
+    cluster = FakeClusterProcess(folder, 16, 8)
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
+        env["VODA_CONFIG"] = str(folder / "none.toml")
+        ports = [free_port(), free_port()]
+        for port in ports:
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "voda.cli.main", "serve", "--backend", "kubernetes",
+                 "--kubeconfig", str(cluster.kubeconfig), "--db",
+                 f"sqlite:///{folder / 'voda.db'}", "--port", str(port),
+                 "--rate-limit", "1", "--step-interval", "0.5"],
+                cwd=ROOT, env=env, stdout=(folder / f"{port}.log").open("wb"),
+                stderr=subprocess.STDOUT))
+            if port == ports[0]:
+                wait(lambda p=port: up(p), 120, "the leader")
+        wait(lambda: "is a standby until" in (folder / f"{ports[1]}.log").read_text(), 120,
+             "the standby")
+        docs = documents()
+        for i in range(4):
+            doc = docs["mpijob" if i % 2 else "pytorchjob"]
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{ports[0]}/v1/jobs", data=yaml.safe_dump(doc).encode(),
+                headers={"Content-Type": "application/yaml"}, method="POST")
+            urllib.request.urlopen(request, timeout=30).read()
+        wait(lambda: running_workers(cluster.log()) >= 8, 120, "jobs running")
+        time.sleep(4.0)  # the standby has watched the leader renew
+        leader = [e for e in cluster.log() if e["kind"] == "leases"][-1]["holder"]
+        processes[0].send_signal(sig)
+        stopped = time.monotonic()
+        wait(lambda: up(ports[1]), 120, "the standby serving")
+        serving = time.monotonic() - stopped
+        taken = min(e["t"] for e in cluster.log(stopped) if e["kind"] == "leases"
+                    and e["holder"] not in ("", leader))
+        return taken - stopped, serving
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+        cluster.stop()
+
+
+def up(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--per-round", type=int, default=20)
+    parser.add_argument("--failovers", type=int, default=3)
+    args = parser.parse_args()
+    if args.rounds:
+        bench_decisions(args.nodes, args.gpus, args.jobs, args.rounds, args.per_round)
+    if args.failovers:
+        bench_failover(args.failovers)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""Hostile input over real HTTP against `voda serve` (SQLite and PostgreSQL): nothing
+crashes, hangs or wedges the service, nothing runs that should not, and every refusal
+is a 4xx JSON body naming the field."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.conftest import ServeProcess, read_example
+from tests.polling import wait_for
+
+YAML = {"Content-Type": "application/yaml"}
+
+
+def refused(response: httpx.Response, status: int, field: str) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert field in [e["field"] for e in body["errors"]], body
+    assert all(e["reason"] for e in body["errors"])
+    return body
+
+
+def alive(server: ServeProcess) -> None:
+    assert server.proc is not None and server.proc.poll() is None, "the service died"
+    with server.client("alice") as client:
+        started = time.monotonic()
+        assert client.get("/v1/jobs", params={"limit": 1}).status_code == 200
+        assert time.monotonic() - started < 1.0
+
+
+# ----- browsers and other callers that must not run commands -------------------------------
+def test_cross_site_and_rebinding_requests_are_refused(api_server: ServeProcess,
+                                                       tmp_path: Path) -> None:
+    proof = tmp_path / "proof"
+    body = json.dumps({"name": "x", "command": f"touch {proof}"}).encode()
+    with api_server.client("root") as client:
+        cross = client.post("/v1/jobs", content=body, headers={
+            "Origin": "http://evil.example", "Content-Type": "text/plain"})
+        refused(cross, 403, "Origin")
+        refused(client.post("/v1/jobs", content=body, headers={"Content-Type": "text/plain"}),
+                415, "Content-Type")
+        refused(client.post("/v1/jobs", content=body), 415, "Content-Type")  # none at all
+        rebound = client.get("/v1/jobs", headers={"Host": f"evil.example:{api_server.port}"})
+        refused(rebound, 403, "Host")
+        assert client.get("/v1/jobs", headers={"Host": f"localhost:{api_server.port}"}
+                          ).status_code == 200
+        same_origin = client.get("/v1/jobs", headers={"Origin": api_server.url})
+        assert same_origin.status_code == 200
+    with api_server.client(anonymous=True) as anonymous:
+        refused(anonymous.post("/v1/jobs", content=body, headers={
+            "Content-Type": "application/json"}), 401, "authorization")
+    assert not proof.exists()
+
+
+def test_the_scheduler_registry_imports_nothing_a_request_names(api_server: ServeProcess,
+                                                                 tmp_path: Path) -> None:
+    proof = tmp_path / "popen"
+    with api_server.client("root") as root:
+        answer = root.put("/v1/schedulers/default", json={
+            "algorithm": "subprocess:Popen", "params": {"args": ["touch", str(proof)]}})
+        body = refused(answer, 422, "algorithm")
+        assert "subprocess:Popen" not in body["valid"]
+    time.sleep(0.3)
+    assert not proof.exists()
+
+
+def test_failed_tokens_are_rate_limited(serve, tmp_path: Path) -> None:
+    server = serve(f"sqlite:///{tmp_path / 'v.db'}", tokens=True,
+                   config="[server]\nauth_failures_per_minute = 3\n")
+    with httpx.Client(base_url=server.url) as client:
+        for _ in range(3):
+            wrong = client.get("/v1/jobs", headers={"Authorization": "Bearer wrong-token"})
+            refused(wrong, 401, "authorization")
+        blocked = client.get("/v1/jobs", headers={"Authorization": "Bearer wrong-token"})
+        assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) >= 1
+
+
+# ----- bodies that crashed or froze the service --------------------------------------------
+@pytest.mark.parametrize(("body", "headers", "status", "field"), [
+    (b"a: " + b"[" * 30_000 + b"]" * 30_000, YAML, 422, "body"),
+    (b"[" * 100_000 + b"]" * 100_000, {"Content-Type": "application/json"}, 422, "body"),
+    (b"- " * 30_000 + b"x", YAML, 422, "body"),
+    (b"apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: bomb\n"
+     b"  labels: {a: &a [x,x,x,x,x,x,x,x,x], b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a],"
+     b" c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b], d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]}\n"
+     b"spec: {}\n", YAML, 422, "body"),
+], ids=["YAML nested 30,000 deep", "JSON nested 100,000 deep", "a block sequence 30,000 deep",
+        "YAML aliases"])
+def test_deep_or_expanding_bodies_are_refused_before_parsing(
+    api_server: ServeProcess, body: bytes, headers: dict, status: int, field: str
+) -> None:
+    with api_server.client("alice") as client:
+        started = time.monotonic()
+        refused(client.post("/v1/jobs", content=body, headers=headers), status, field)
+        assert time.monotonic() - started < 1.0
+    alive(api_server)
+
+
+def _pytorchjob(max_replicas: int | None = None, annotation: str | None = None) -> bytes:
+    doc = yaml.safe_load(read_example("pytorchjob.yaml"))
+    if max_replicas is not None:
+        doc["spec"]["elasticPolicy"]["maxReplicas"] = max_replicas
+    if annotation is not None:
+        doc["metadata"]["annotations"]["voda.io/max-workers"] = annotation
+        del doc["spec"]["elasticPolicy"]["maxReplicas"]
+    return yaml.safe_dump(doc).encode()
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    (b"name: a\ncommand: x\nmax: 1000000\n", "max"),
+    (b"name: a\ncommand: x\nmax: 1099511627776\n", "max"),
+    (b"name: a\ncommand: x\nepochs: 1099511627776\n", "epochs"),
+    (_pytorchjob(max_replicas=2**40), "spec.elasticPolicy.maxReplicas"),
+    (_pytorchjob(annotation=str(2**40)), "metadata.annotations.voda.io/max-workers"),
+    (_pytorchjob(annotation="64"), "metadata.annotations.voda.io/max-workers"),
+], ids=["max 10^6", "max 2^40", "epochs 2^40", "PyTorchJob maxReplicas 2^40",
+        "the max-workers annotation 2^40", "a max beyond the cluster's 16 GPUs"])
+def test_every_count_is_bounded_at_admission(api_server: ServeProcess, body: bytes,
+                                             field: str) -> None:
+    with api_server.client("alice") as client:
+        started = time.monotonic()
+        refused(client.post("/v1/jobs", content=body, headers=YAML), 422, field)
+        assert time.monotonic() - started < 1.0
+    alive(api_server)
+
+
+def test_a_job_at_the_clusters_size_answers_at_once(api_server: ServeProcess) -> None:
+    with api_server.client("alice") as client:
+        started = time.monotonic()
+        job = client.post("/v1/jobs", json={"name": "wide", "command": "x", "min": 1,
+                                            "max": 16, "epochs": 100000})
+        assert job.status_code == 201, job.text
+        assert max(int(k) for k in job.json()["speedup"]) == 16
+        assert len(job.json()["speedup"]) <= 40
+        assert client.get(f"/v1/jobs/{job.json()['name']}").status_code == 200
+        assert client.delete(f"/v1/jobs/{job.json()['name']}").status_code == 200
+        assert time.monotonic() - started < 2.0
+
+
+# ----- input that was silently accepted ----------------------------------------------------
+SILENT = [
+    ("an unknown placement strategy", {"placement_strategy": "wild"}, "placement_strategy"),
+    ("an unknown preferred domain", {"preferred_domain": "rack-9"}, "preferred_domain"),
+    ("min as a string", {"min": "2"}, "min"),
+    ("priority as a boolean", {"priority": True}, "priority"),
+    ("a category past its column", {"category": "c" * 101}, "category"),
+    ("a command holding NUL", {"command": "run\x00me"}, "command"),
+    ("a name past its length", {"name": "n" * 41}, "name"),
+    ("priority past the column's width", {"priority": 2**31}, "priority"),
+    ("kind as a mapping", {"kind": {"a": 1}}, "kind"),
+]
+
+
+@pytest.mark.parametrize(("change", "field"), [(c, f) for _, c, f in SILENT],
+                         ids=[f"refuses {what}" for what, *_ in SILENT])
+def test_silently_accepted_values_are_refused(api_server: ServeProcess, change: dict,
+                                              field: str) -> None:
+    doc = {"name": "silent", "command": "x", **change}
+    with api_server.client("alice") as client:
+        refused(client.post("/v1/jobs", json=doc), 422, field)
+
+
+@pytest.mark.parametrize(("body", "headers", "field"), [
+    (b'{"name": "a", "command": "x", "min": 1, "min": 2}', {"Content-Type": "application/json"},
+     "min"),
+    (b"name: a\ncommand: x\nmin: 1\nmin: 2\n", YAML, "min"),
+    (b'{"name": "a", "command": "x", "epochs": NaN}', {"Content-Type": "application/json"},
+     "body"),
+    (b"name: a\ncommand: x\nepochs: .inf\n", YAML, "epochs"),
+    (read_example("mpijob.yaml").replace(b"slotsPerWorker: 1", b"slotsPerWorker: 0"), YAML,
+     "spec.slotsPerWorker"),
+], ids=["duplicate JSON keys", "duplicate YAML keys", "NaN", "infinity", "slotsPerWorker 0"])
+def test_malformed_documents_are_refused(api_server: ServeProcess, body: bytes, headers: dict,
+                                         field: str) -> None:
+    with api_server.client("alice") as client:
+        refused(client.post("/v1/jobs", content=body, headers=headers), 422, field)
+
+
+def test_patch_put_and_metrics_bodies_are_checked(api_server: ServeProcess) -> None:
+    big = b'{"priority": 1, "x": "' + b"y" * (1 << 20) + b'"}'
+    json_type = {"Content-Type": "application/json"}
+    with api_server.client("alice") as client, api_server.client("root") as root:
+        name = client.post("/v1/jobs", json={"name": "bodies", "command": "x",
+                                             "epochs": 10_000}).json()["name"]
+        refused(client.patch(f"/v1/jobs/{name}", content=big, headers=json_type), 413, "body")
+        refused(root.put("/v1/schedulers/default", content=big, headers=json_type), 413,
+                "body")
+        refused(client.post(f"/v1/jobs/{name}/metrics", content=big, headers=json_type), 413,
+                "body")
+        refused(client.patch(f"/v1/jobs/{name}", json={"priority": 2**63}), 422, "priority")
+        refused(client.patch(f"/v1/jobs/{name}", json={"priority": "1"}), 422, "priority")
+        refused(client.patch(f"/v1/jobs/{name}", content=b'{"priority": 1, "priority": 2}',
+                             headers=json_type), 422, "priority")
+        refused(client.patch(f"/v1/jobs/{name}", content=b"priority: 1",
+                             headers={"Content-Type": "application/yaml"}), 415, "Content-Type")
+        refused(root.put("/v1/schedulers/default", content=b'{"rate_limit_seconds": Infinity}',
+                         headers=json_type), 422, "body")
+        assert client.delete(f"/v1/jobs/{name}").status_code == 200
+        refused(client.patch(f"/v1/jobs/{name}", json={"priority": 1}), 409, "priority")
+
+
+def test_epoch_reports_are_bounded_by_the_job(api_server: ServeProcess) -> None:
+    with api_server.client("alice") as client:
+        name = client.post("/v1/jobs", json={"name": "reports", "command": "x", "min": 1,
+                                             "max": 1, "epochs": 5}).json()["name"]
+        wait_for(lambda: client.get(f"/v1/jobs/{name}").json()["status"] == "Running")
+        url = f"/v1/jobs/{name}/metrics"
+        refused(client.post(url, json={"epoch": 6, "epoch_seconds": 1.0, "workers": 1}), 422,
+                "epoch")
+        refused(client.post(url, json={"epoch": 1, "epoch_seconds": 1e-9, "workers": 16}), 422,
+                "workers")
+        refused(client.post(url, content=b'{"epoch": 1, "epoch_seconds": NaN, "workers": 1}',
+                            headers={"Content-Type": "application/json"}), 422, "body")
+        refused(client.post(url, json={"epoch": 1, "epoch_seconds": 1e300, "workers": 1}), 422,
+                "epoch_seconds")
+        assert client.post(url, json={"epoch": 1, "epoch_seconds": 2.0,
+                                      "workers": 1}).status_code == 200
+        client.delete(f"/v1/jobs/{name}")
+
+
+def test_the_openapi_document_declares_the_bearer_scheme_and_the_job_body(
+    api_server: ServeProcess,
+) -> None:
+    document = httpx.get(f"{api_server.url}/openapi.json").json()
+    schemes = document["components"]["securitySchemes"]
+    assert any(s.get("scheme") == "bearer" for s in schemes.values())
+    body = document["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"]["anyOf"][0]["$ref"] == "#/components/schemas/VodaJob"
+    job = document["components"]["schemas"]["VodaJob"]
+    assert {"name", "command", "min", "max"} <= set(job["properties"])
+    assert job["properties"]["max"]["anyOf"][0]["maximum"] >= 1
+
+
+# ----- nothing replayed, nothing seen that is someone else's --------------------------------
+def test_an_idempotency_key_makes_one_job_of_retries(api_server: ServeProcess) -> None:
+    key = f"retry-{uuid.uuid4()}"
+    doc = {"name": "once", "command": "x", "epochs": 10_000}
+    with api_server.client("alice") as client, api_server.client("bob") as bob:
+        first = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": key})
+        again = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": key})
+        assert first.status_code == 201 and again.status_code == 200, again.text
+        assert again.headers["Idempotent-Replayed"] == "true"
+        assert again.json()["name"] == first.json()["name"]
+        other = client.post("/v1/jobs", json={**doc, "epochs": 5},
+                            headers={"Idempotency-Key": key})
+        refused(other, 422, "Idempotency-Key")
+        bobs = bob.post("/v1/jobs", json=doc, headers={"Idempotency-Key": key})
+        assert bobs.status_code == 201 and bobs.json()["name"] != first.json()["name"]
+        refused(client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "a b"}), 422,
+                "Idempotency-Key")
+        listed = client.get("/v1/jobs", params={"limit": 1000}).json()["items"]
+        assert sum(j["name"] == first.json()["name"] for j in listed) == 1
+        client.delete(f"/v1/jobs/{first.json()['name']}")
+        bob.delete(f"/v1/jobs/{bobs.json()['name']}")
+
+
+def test_others_jobs_are_anonymous_usage_in_the_cluster_view(api_server: ServeProcess) -> None:
+    with api_server.client("alice") as alice, api_server.client("bob") as bob, \
+            api_server.client("root") as root:
+        name = bob.post("/v1/jobs", json={"name": "secret-model", "command": "x",
+                                          "gpu_type": "a100", "min": 2, "max": 2,
+                                          "epochs": 100_000}).json()["name"]
+        wait_for(lambda: bob.get(f"/v1/jobs/{name}").json()["status"] == "Running")
+        seen = alice.get("/v1/cluster").json()
+        text = json.dumps(seen)
+        assert "secret-model" not in text
+        assert sum(n["others"] for n in seen["nodes"]) >= 2
+        assert seen["last_error"] is None
+        assert name in json.dumps(root.get("/v1/cluster").json())
+        assert name in json.dumps(bob.get("/v1/cluster").json()["plan"])
+        bob.delete(f"/v1/jobs/{name}")
+
+
+def test_the_cli_encodes_job_names(api_server: ServeProcess) -> None:
+    from typer.testing import CliRunner
+
+    from voda.cli.main import app
+
+    env = {"VODA_CONFIG": "/nonexistent/config.toml", "VODA_URL": api_server.url,
+           "VODA_TOKEN": api_server.tokens["alice"]}
+    result = CliRunner().invoke(app, ["describe", "../../healthz", "--json"], env=env)
+    assert result.exit_code == 2 and "not a name" in result.output
+    assert '"status": "ok"' not in result.output

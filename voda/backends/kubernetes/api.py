@@ -1,0 +1,258 @@
+"""Requests to the API server through the official `kubernetes` client.
+
+The client supplies the configuration (kubeconfig or in-cluster), authentication,
+TLS and transport; objects stay plain dicts (its model classes are slow and lose
+fields they do not know). Every patch names its content type explicitly: the
+Python clients' defaults differ, and one of them is refused by a real server.
+
+Transient failures (429, 5xx, connection errors, timeouts) are retried with
+exponential backoff, honouring Retry-After, a bounded number of times; then
+`Unavailable` is raised for the caller's own loop to retry later. Writes pass
+through a fence: when the process is not (or no longer) the leader, nothing is
+sent (`NotLeader`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+TRANSIENT = frozenset({429, 500, 502, 503, 504})
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None,
+             sub: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+NODES = Kind("", "v1", "nodes", namespaced=False)
+PODS = Kind("", "v1", "pods")
+EVENTS = Kind("", "v1", "events")
+LEASES = Kind("coordination.k8s.io", "v1", "leases")
+MPIJOBS = Kind("kubeflow.org", "v2beta1", "mpijobs")
+PYTORCHJOBS = Kind("kubeflow.org", "v1", "pytorchjobs")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, message: str,
+                 retry_after: float | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        return self.status in TRANSIENT or self.status == 0
+
+
+class Unavailable(ApiError):
+    """The server could not be reached or kept failing; try again later."""
+
+
+class NotLeader(RuntimeError):
+    """A write was refused because this process does not hold the lease."""
+
+
+def _retry_after(headers: Any) -> float | None:
+    try:
+        value = headers.get("Retry-After") if headers is not None else None
+        return float(value) if value else None
+    except (TypeError, ValueError):
+        return None
+
+
+class KubeApi:
+    def __init__(self, api_client: Any, timeout: float = 10.0, attempts: int = 4,
+                 backoff: float = 0.2, max_backoff: float = 5.0,
+                 fence: Callable[[], bool] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.client = api_client
+        self.timeout = timeout
+        self.attempts = attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.fence = fence
+        self.sleep = sleep
+        self.writes = 0
+
+    @classmethod
+    def connect(cls, kubeconfig: str = "", **kwargs: Any) -> KubeApi:
+        """From a kubeconfig file, or the in-cluster service account when none is given."""
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        try:
+            if kubeconfig:
+                config.load_kube_config(kubeconfig, client_configuration=configuration)
+            else:
+                config.load_incluster_config(client_configuration=configuration)
+        except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+            where = kubeconfig or "the in-cluster service account (no --kubeconfig given)"
+            raise ValueError(f"kubeconfig: cannot load {where}: "
+                             f"{' '.join(str(exc).split())[:300]}") from None
+        configuration.retries = 0  # this module does the retrying
+        configuration.connection_pool_maxsize = max(
+            configuration.connection_pool_maxsize or 0, 16)  # the reconciler's workers
+        api_client = client.ApiClient(configuration)
+        api_client.user_agent = f"voda/0.1 (pid {os.getpid()})"
+        return cls(api_client, **kwargs)
+
+    # ----- transport -----------------------------------------------------------------------
+    def _send(self, method: str, path: str, query: dict[str, Any] | None, body: Any,
+              content_type: str | None, timeout: Any, stream: bool = False) -> Any:
+        import urllib3
+
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        try:
+            prepared = self.client.param_serialize(method, path, query_params=params,
+                                                   header_params=headers, body=body,
+                                                   auth_settings=["BearerToken"])
+            response = self.client.call_api(*prepared[:4], _request_timeout=timeout)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unavailable(0, "Unreachable", f"{method} {path}: {exc}") from exc
+        except Exception as exc:  # the client wraps some transport errors in ApiException
+            status = int(getattr(exc, "status", 0) or 0)
+            if status == 0:
+                raise Unavailable(0, "Unreachable", f"{method} {path}: {exc}") from exc
+            raise
+        if response.status >= 400:
+            raw = response.read()
+            try:
+                status = json.loads(raw)
+            except ValueError:
+                status = {"message": raw.decode(errors="replace")[:300]}
+            raise ApiError(response.status, str(status.get("reason", "")),
+                           str(status.get("message", "")), _retry_after(response.getheaders()))
+        if stream:
+            return response.response
+        raw = response.read()
+        return json.loads(raw) if raw else {}
+
+    def request(self, method: str, path: str, query: dict[str, Any] | None = None,
+                body: Any = None, content_type: str | None = None,
+                timeout: float | None = None, attempts: int | None = None) -> Obj:
+        """One request, retried on transient failures; raises ApiError or Unavailable."""
+        if method != "GET" and self.fence is not None and not self.fence():
+            raise NotLeader(f"not the leader: {method} {path} not sent")
+        tries = attempts or self.attempts
+        delay = self.backoff
+        for attempt in range(tries):
+            try:
+                result = self._send(method, path, query, body, content_type,
+                                    timeout or self.timeout)
+                if method != "GET":
+                    self.writes += 1
+                return result  # type: ignore[no-any-return]
+            except ApiError as exc:
+                if not exc.transient or attempt == tries - 1:
+                    if exc.transient:
+                        raise Unavailable(exc.status, exc.reason, exc.message,
+                                          exc.retry_after) from exc
+                    raise
+                wait = exc.retry_after if exc.retry_after is not None else delay
+                self.sleep(min(self.max_backoff, wait) * (0.5 + random.random() / 2))
+                delay = min(self.max_backoff, delay * 2)
+                if method != "GET" and self.fence is not None and not self.fence():
+                    raise NotLeader(f"not the leader: {method} {path} not sent") from exc
+        raise AssertionError("unreachable")
+
+    # ----- verbs -----------------------------------------------------------------------------
+    def get(self, kind: Kind, namespace: str | None, name: str, sub: str | None = None) -> Obj:
+        return self.request("GET", kind.path(namespace, name, sub))
+
+    def try_get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
+        try:
+            return self.get(kind, namespace, name)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, kind: Kind, namespace: str | None = None, label_selector: str | None = None,
+             field_selector: str | None = None) -> Obj:
+        return self.request("GET", kind.path(namespace), {"labelSelector": label_selector,
+                                                          "fieldSelector": field_selector})
+
+    def create(self, kind: Kind, namespace: str | None, body: Obj) -> Obj:
+        return self.request("POST", kind.path(namespace), body=body)
+
+    def replace(self, kind: Kind, namespace: str | None, name: str, body: Obj,
+                timeout: float | None = None, attempts: int | None = None) -> Obj:
+        return self.request("PUT", kind.path(namespace, name), body=body, timeout=timeout,
+                            attempts=attempts)
+
+    def patch(self, kind: Kind, namespace: str | None, name: str, body: Any,
+              content_type: str = MERGE_PATCH, sub: str | None = None) -> Obj:
+        return self.request("PATCH", kind.path(namespace, name, sub), body=body,
+                            content_type=content_type)
+
+    def delete(self, kind: Kind, namespace: str | None, name: str,
+               propagation: str | None = "Background", uid: str | None = None) -> Obj | None:
+        """Delete; an object already gone is no error (None)."""
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation:
+            body["propagationPolicy"] = propagation
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            return self.request("DELETE", kind.path(namespace, name), body=body)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def watch(self, kind: Kind, namespace: str | None, resource_version: str,
+              timeout_seconds: int = 300, label_selector: str | None = None,
+              field_selector: str | None = None,
+              opened: Callable[[Any], None] | None = None) -> Iterator[Obj]:
+        """Events of one watch request from `resource_version` (bookmarks included);
+        `opened` receives the response; its `shutdown()` ends the watch from another
+        thread."""
+        query = {"watch": "true", "resourceVersion": resource_version,
+                 "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds),
+                 "labelSelector": label_selector, "fieldSelector": field_selector}
+        response = self._send("GET", kind.path(namespace), query, None, None,
+                              (self.timeout, timeout_seconds + self.timeout), stream=True)
+        if opened is not None:
+            opened(response)
+        try:
+            buffer = b""
+            for chunk in response.stream(65536, decode_content=False):
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+            if buffer.strip():
+                yield json.loads(buffer)
+        finally:
+            response.release_conn()

@@ -1,0 +1,103 @@
+"""The objects Voda creates: a submitted document, rendered for the cluster.
+
+Rendering keeps what the user wrote and adds what Voda needs: the size and the
+elastic range, one GPU per worker, the `voda.io/placement` scheduling gate on the
+worker template, the labels that tie pods to their job, and the worker index ->
+node plan as an annotation. A Voda compact spec with an image becomes an elastic
+PyTorchJob. `voda render` prints exactly what `start` would create.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import shlex
+from typing import Any
+
+from voda.backends.kubernetes.adapters import Sizes, adapter_for
+from voda.backends.kubernetes.pinning import Plan, encode
+from voda.backends.kubernetes.settings import (
+    GATE,
+    JOB_LABEL,
+    MANAGED_LABEL,
+    MANAGER,
+    PLAN_ANNOTATION,
+    KubernetesSettings,
+)
+from voda.spec import crd
+from voda.spec.errors import FieldError, SpecError
+
+RUN_ANNOTATION = "voda.io/run"
+JOB_ANNOTATION = "voda.io/job-name"
+NAME_LIMIT = 45  # pods are named <object>-worker-<i> and their hostnames must fit 63
+SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields",
+                 "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "ownerReferences")
+
+Obj = dict[str, Any]
+
+
+def object_name(job: str) -> str:
+    """The cluster name of a Voda job: the job name when short enough, else a prefix and
+    a hash (pod hostnames `<name>-worker-<i>` must stay within 63 characters)."""
+    if len(job) <= NAME_LIMIT:
+        return job
+    digest = hashlib.sha1(job.encode()).hexdigest()[:8]
+    return f"{job[:NAME_LIMIT - 9].rstrip('-')}-{digest}"
+
+
+def compact_to_pytorchjob(document: Obj) -> Obj:
+    """A Voda compact spec as an elastic PyTorchJob running its image and command."""
+    if not document.get("image"):
+        raise SpecError([FieldError("image", "required on the Kubernetes backend: the "
+                                    "container image the workers run")])
+    container: Obj = {"name": "worker", "image": str(document["image"])}
+    if document.get("command"):
+        container["command"] = shlex.split(str(document["command"]))
+    annotations = {f"voda.io/{key.replace('_', '-')}": str(document[key])
+                   for key in ("epochs", "priority", "gpu_type", "placement_strategy",
+                               "preferred_domain", "profile", "category")
+                   if document.get(key) is not None}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": str(document.get("name", "job")), "annotations": annotations},
+            "spec": {"elasticPolicy": {"rdzvBackend": "c10d"},
+                     "pytorchReplicaSpecs": {"Worker": {"replicas": 1,
+                                                        "restartPolicy": "OnFailure",
+                                                        "template": {"spec": {
+                                                            "containers": [container]}}}}}}
+
+
+def kubeflow_document(document: Obj) -> Obj:
+    if document.get("kind") in (None, "VodaJob"):
+        return compact_to_pytorchjob(document)
+    return document
+
+
+def render_job(document: Obj, job: str, sizes: Sizes, plan: Plan, run: str,
+               settings: KubernetesSettings, validate: bool = True) -> Obj:
+    """The job object for the cluster; raises SpecError naming the field at fault."""
+    source = kubeflow_document(document)
+    adapter = adapter_for(str(source.get("kind")), settings.gpu_resource)
+    problems = adapter.check(source, sizes)
+    if problems:
+        raise SpecError(problems)
+    obj = adapter.render(source, sizes, worker_labels={JOB_LABEL: job}, gates=[{"name": GATE}])
+    obj.pop("status", None)
+    meta = obj.setdefault("metadata", {})
+    for key in SERVER_FIELDS:
+        meta.pop(key, None)
+    meta["name"] = object_name(job)
+    meta["namespace"] = settings.namespace
+    meta["labels"] = {**(meta.get("labels") or {}), JOB_LABEL: job, MANAGED_LABEL: MANAGER}
+    meta["annotations"] = {**(meta.get("annotations") or {}), PLAN_ANNOTATION: encode(plan),
+                           RUN_ANNOTATION: run, JOB_ANNOTATION: job}
+    errors = crd.schema_errors(obj) if validate else []
+    if errors:
+        raise SpecError(errors)
+    return obj
+
+
+def check_document(document: Obj, min_workers: int, max_workers: int,
+                   settings: KubernetesSettings) -> None:
+    """Refuse at submission what could never be created (raises SpecError)."""
+    render_job(copy.deepcopy(document), "check", Sizes(min_workers, min_workers, max_workers),
+               {}, "0", settings)

@@ -1,0 +1,51 @@
+"""The Kubernetes calls of the pod scheduler, on the Kubernetes backend's client.
+
+`voda.backends.kubernetes.api.KubeApi` does the transport, the retries of
+transient failures and the leader fence; this module names the few objects the
+pod scheduler reads and writes: Bindings, Events, pods it evicts from NotReady
+nodes, and the owners whose annotations carry hints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from voda.backends.kubernetes.api import PODS, ApiError, Kind, KubeApi
+from voda.podsched.model import Pod
+
+Obj = dict[str, Any]
+CONFIGMAPS = Kind("", "v1", "configmaps")
+OWNER_KINDS: Mapping[str, Kind] = {
+    "Job": Kind("batch", "v1", "jobs"),
+    "ReplicaSet": Kind("apps", "v1", "replicasets"),
+    "Deployment": Kind("apps", "v1", "deployments"),
+    "StatefulSet": Kind("apps", "v1", "statefulsets"),
+}
+EVENTS = Kind("", "v1", "events")
+
+
+def bind(api: KubeApi, pod: Pod, node: str) -> None:
+    """POST pods/binding; the uid makes sure it is still the pod that was placed."""
+    body = {"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": pod.name, "namespace": pod.namespace,
+                         **({"uid": pod.uid} if pod.uid else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    api.request("POST", PODS.path(pod.namespace, pod.name, "binding"), body=body)
+
+
+def create_event(api: KubeApi, namespace: str, body: Obj) -> None:
+    api.create(EVENTS, namespace, body)
+
+
+def delete_pod(api: KubeApi, pod: Pod) -> None:
+    """Delete with the pod's own grace period, only if it is still the same pod."""
+    api.delete(PODS, pod.namespace, pod.name, propagation=None, uid=pod.uid or None)
+
+
+def get_owner(api: KubeApi, kind: str, namespace: str, name: str) -> Obj | None:
+    """A Job, ReplicaSet, Deployment or StatefulSet; None when it is gone."""
+    return api.try_get(OWNER_KINDS[kind], namespace, name)
+
+
+__all__ = ["ApiError", "bind", "create_event", "delete_pod", "get_owner"]

@@ -1,0 +1,98 @@
+"""Node and pod helpers shared by the simulated controllers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from voda_testing.kube.store import TERMINAL_PHASES
+
+GPU = "nvidia.com/gpu"
+HOSTNAME = "kubernetes.io/hostname"
+
+Obj = dict[str, Any]
+
+
+def quantity(value: Any) -> int:
+    text = str(value or "0")
+    if text.endswith("k"):
+        return int(float(text[:-1]) * 1000)
+    return int(float(text))
+
+
+def pod_gpus(pod: Obj) -> int:
+    total = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        value = (resources.get("limits") or {}).get(GPU, (resources.get("requests") or {}).get(
+            GPU, 0))
+        total += quantity(value)
+    return total
+
+
+def holds_resources(pod: Obj) -> bool:
+    """A bound pod holds its node's resources until it ends or is gone (terminating
+    pods still hold them)."""
+    return bool((pod.get("spec") or {}).get("nodeName")) and (
+        (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES)
+
+
+def node_gpus(node: Obj) -> int:
+    return quantity(((node.get("status") or {}).get("allocatable") or {}).get(GPU, 0))
+
+
+def node_ready(node: Obj) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def make_node(name: str, gpus: int, labels: dict[str, str] | None = None,
+              taints: list[Obj] | None = None) -> Obj:
+    capacity = {GPU: str(gpus), "cpu": "64", "memory": "512Gi", "pods": "110"}
+    node: Obj = {
+        "metadata": {"name": name, "labels": {HOSTNAME: name, **(labels or {})}},
+        "spec": {},
+        "status": {"capacity": dict(capacity), "allocatable": dict(capacity),
+                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                   "addresses": [{"type": "InternalIP", "address": "10.0.0.1"},
+                                 {"type": "Hostname", "address": name}]},
+    }
+    if taints:
+        node["spec"]["taints"] = taints
+    return node
+
+
+def tolerates(pod: Obj, taint: Obj) -> bool:
+    for toleration in (pod.get("spec") or {}).get("tolerations") or []:
+        if toleration.get("effect") not in (None, "", taint.get("effect")):
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration.get("key") == taint.get("key"):
+                return True
+        elif toleration.get("key") == taint.get("key") and toleration.get(
+                "value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def affinity_allows(pod: Obj, labels: dict[str, str]) -> bool:
+    """requiredDuringSchedulingIgnoredDuringExecution node affinity (matchExpressions)."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return True
+    for term in terms:
+        ok = True
+        for expr in term.get("matchExpressions") or []:
+            key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+            have = labels.get(key)
+            if (op == "In" and have not in values) or (op == "NotIn" and have in values) or (
+                    op == "Exists" and key not in labels) or (
+                    op == "DoesNotExist" and key in labels):
+                ok = False
+                break
+        if ok:
+            return True
+    return False

@@ -1,0 +1,453 @@
+"""A cluster simulator on the fake API server's store: the controllers a real cluster
+runs beside Voda.
+
+- kube-scheduler binds ungated pods of the default scheduler (pods naming another
+  scheduler are left to it), honouring readiness, cordons, taints, nodeSelector,
+  required node affinity and GPU capacity (terminating pods still hold theirs);
+- kubelets start bound pods (Pending -> Running), finish terminating pods, and stop
+  doing anything on a NotReady node; pods can be evicted (Failed, reason Evicted);
+- the node lifecycle controller deletes the pods of a node NotReady for longer than
+  `not_ready_eviction_seconds`; pod GC force-deletes the pods of a deleted node;
+- mpi-operator and the training operator (voda_testing.kube.cluster.operators);
+- training itself: a job finishes once its running workers have done its work
+  (annotation `sim.voda.io/work-seconds`, worker-seconds at `speed` per second).
+
+It works on the store in-process (the controllers' requests are not subject to the
+HTTP fault injection) and reacts to the store's change stream. `start()` runs it
+in a thread; `step()` runs one round, for tests that drive it by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from voda_testing.kube.cluster.ledger import GpuLedger
+from voda_testing.kube.cluster.nodes import (
+    HOSTNAME,
+    Obj,
+    affinity_allows,
+    holds_resources,
+    make_node,
+    node_gpus,
+    node_ready,
+    pod_gpus,
+    tolerates,
+)
+from voda_testing.kube.cluster.operators import (
+    JOB_NAME,
+    JOB_ROLE,
+    OPERATORS,
+    REPLICA_TYPE,
+    Operator,
+    finished,
+)
+from voda_testing.kube.cluster.ticker import Ticker
+from voda_testing.kube.errors import ApiError
+from voda_testing.kube.patches import MERGE
+from voda_testing.kube.store import Change, Store, timestamp
+
+WORK_ANNOTATION = "sim.voda.io/work-seconds"
+PodKey = tuple[str, str]
+JobKey = tuple[str, str, str]  # resource key, namespace, name
+
+
+@dataclass
+class SimSettings:
+    tick_seconds: float = 0.02
+    start_seconds: float = 0.05  # bound pod -> Running
+    terminate_seconds: float = 0.05  # terminating pod -> gone
+    not_ready_eviction_seconds: float = 1.0
+    speed: float = 1.0  # work done per running worker per wall second
+    default_work_seconds: float = 30.0
+
+
+class ClusterSimulator(Ticker):
+    thread_name = "cluster-sim"
+
+    def __init__(self, store: Store, settings: SimSettings | None = None,
+                 operators: tuple[Operator, ...] = OPERATORS) -> None:
+        self.settings = settings or SimSettings()
+        super().__init__(self.settings.tick_seconds)
+        self.store = store
+        self.operators = {op.resource: op for op in operators}
+        self.ledger = GpuLedger(store)
+        self._changes: deque[Change] = deque()
+        self._pod_rv: dict[PodKey, int] = {}
+        self.nodes: dict[str, Obj] = {}
+        self.usage: dict[str, dict[PodKey, int]] = {}
+        self.pending: set[PodKey] = set()
+        self.unschedulable: set[PodKey] = set()
+        self.job_pods: dict[tuple[str, str], set[str]] = {}
+        self.running_workers: dict[tuple[str, str], set[str]] = {}
+        self.dirty: set[JobKey] = set()
+        self.active: dict[JobKey, str] = {}  # running jobs -> uid
+        self.progress: dict[str, float] = {}
+        self.work: dict[str, float] = {}  # job uid -> worker-seconds it needs
+        self.not_ready_since: dict[str, float] = {}
+        self._timers: list[tuple[float, int, str, PodKey]] = []
+        self._seq = itertools.count()
+        self._retry_pending = True
+        self._last_tick = time.monotonic()
+        with store.lock:
+            _, self._unsubscribe = store.subscribe(None, self._changes.append)
+            for key in ("nodes", "pods", *self.operators):
+                for obj in store.list(key)[0]:
+                    self._changes.append(Change(store.rv, store.resource(key), "ADDED", obj,
+                                                None))
+
+    # ----- running ----------------------------------------------------------------------
+    def closed(self) -> None:
+        self._unsubscribe()
+        self.ledger.close()
+
+    def step(self) -> None:
+        now = time.monotonic()
+        dt, self._last_tick = now - self._last_tick, now
+        self._drain()
+        for key in sorted(self.dirty):
+            self.dirty.discard(key)
+            self._reconcile(key)
+        self._drain()
+        self._schedule()
+        self._fire_timers(now)
+        self._node_lifecycle(now)
+        self._train(dt)
+
+    # ----- the change stream -------------------------------------------------------------------
+    def _drain(self) -> None:
+        while self._changes:
+            change = self._changes.popleft()
+            plural = change.resource.key
+            if plural == "pods":
+                self._on_pod(change)
+            elif plural == "nodes":
+                self._on_node(change)
+            elif plural in self.operators:
+                meta = change.object["metadata"]
+                key = (plural, meta["namespace"], meta["name"])
+                if change.type == "DELETED":
+                    self.active.pop(key, None)
+                    self.progress.pop(meta["uid"], None)
+                    self.work.pop(meta["uid"], None)
+                else:
+                    self.dirty.add(key)
+
+    def _on_pod(self, change: Change) -> None:
+        pod = change.object
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if change.rv <= self._pod_rv.get(key, 0) and change.type != "DELETED":
+            return
+        self._pod_rv[key] = change.rv
+        self._index_pod(key, None if change.type == "DELETED" else pod)
+        if change.type == "DELETED":
+            self._pod_rv.pop(key, None)
+        job = (meta.get("labels") or {}).get(JOB_NAME)
+        if job:
+            for resource in self.operators:
+                self.dirty.add((resource, meta["namespace"], job))
+
+    def _index_pod(self, key: PodKey, pod: Obj | None) -> None:
+        for used in self.usage.values():
+            if key in used:
+                del used[key]
+                self._retry_pending = True
+        self.pending.discard(key)
+        ns, name = key
+        labels = (pod or {}).get("metadata", {}).get("labels") or {}
+        job = labels.get(JOB_NAME)
+        for job_key in ((ns, job),) if job else ():
+            members = self.job_pods.setdefault(job_key, set())
+            running = self.running_workers.setdefault(job_key, set())
+            if pod is None:
+                members.discard(name)
+                running.discard(name)
+            else:
+                members.add(name)
+                if self.is_running(pod) and self._role(pod) == "worker":
+                    running.add(name)
+                else:
+                    running.discard(name)
+        if pod is None:
+            return
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        node = spec.get("nodeName")
+        if node and holds_resources(pod):
+            self.usage.setdefault(node, {})[key] = pod_gpus(pod)
+        deleting = bool(pod["metadata"].get("deletionTimestamp"))
+        if not node and not deleting and not spec.get("schedulingGates") and spec.get(
+                "schedulerName", "default-scheduler") == "default-scheduler" and status.get(
+                "phase") == "Pending":
+            self.pending.add(key)
+        if node and self._node_up(node):
+            if deleting:
+                self._timer(self.settings.terminate_seconds, "terminate", key)
+            elif status.get("phase") == "Pending":
+                self._timer(self.settings.start_seconds, "start", key)
+
+    def _on_node(self, change: Change) -> None:
+        node = change.object
+        name = node["metadata"]["name"]
+        self._retry_pending = True
+        if change.type == "DELETED":
+            self.nodes.pop(name, None)
+            self.not_ready_since.pop(name, None)
+            self._gc_node(name)
+            return
+        was_up = self._node_up(name)
+        self.nodes[name] = node
+        if node_ready(node):
+            self.not_ready_since.pop(name, None)
+            if not was_up:  # the kubelet is back: it catches up on its pods
+                for key in list(self.usage.get(name, {})):
+                    pod = self.store.try_get("pods", *key)
+                    if pod is not None:
+                        self._index_pod(key, pod)
+        else:
+            self.not_ready_since.setdefault(name, time.monotonic())
+
+    # ----- helpers the operators use ------------------------------------------------------------
+    @staticmethod
+    def _role(pod: Obj) -> str | None:
+        labels = pod["metadata"].get("labels") or {}
+        return labels.get(JOB_ROLE) or labels.get(REPLICA_TYPE)
+
+    @staticmethod
+    def is_running(pod: Obj) -> bool:
+        return (pod.get("status") or {}).get("phase") == "Running" and not pod[
+            "metadata"].get("deletionTimestamp")
+
+    def pods_of(self, job: Obj, role: str) -> list[Obj]:
+        ns, name, uid = (job["metadata"]["namespace"], job["metadata"]["name"],
+                         job["metadata"]["uid"])
+        out = []
+        for pod_name in sorted(self.job_pods.get((ns, name), ())):
+            pod = self.store.try_get("pods", ns, pod_name)
+            if pod is None or self._role(pod) != role:
+                continue
+            if any(r.get("uid") == uid for r in pod["metadata"].get("ownerReferences") or []):
+                out.append(pod)
+        return out
+
+    def create(self, obj: Obj) -> Obj | None:
+        meta = obj["metadata"]
+        try:
+            return self.store.create(_resource_of(obj), meta.get("namespace", ""), obj)
+        except ApiError as exc:
+            if exc.code != 409:
+                self.errors.append(f"create {meta.get('name')}: {exc.message}")
+            return None
+
+    def delete_pod(self, pod: Obj, grace: int | None = None) -> None:
+        with contextlib.suppress(ApiError):
+            self.store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
+                              grace_seconds=grace)
+
+    def set_phase(self, pod: Obj, phase: str, reason: str | None = None,
+                  message: str | None = None) -> None:
+        status: dict[str, Any] = {"phase": phase}
+        if reason:
+            status["reason"] = reason
+        if message:
+            status["message"] = message
+        ready = "True" if phase == "Running" else "False"
+        status["conditions"] = [c for c in (pod.get("status") or {}).get("conditions") or []
+                                if c.get("type") not in ("Ready", "ContainersReady")] + [
+            {"type": "Ready", "status": ready}, {"type": "ContainersReady", "status": ready}]
+        if phase == "Running":
+            status["startTime"] = timestamp(self.store.clock())
+            status["podIP"] = "10.1.0.1"
+            status["hostIP"] = "10.0.0.1"
+        with contextlib.suppress(ApiError):
+            self.store.patch("pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
+                             {"status": status}, MERGE, subresource="status")
+
+    # ----- controllers -----------------------------------------------------------------------
+    def _reconcile(self, key: JobKey) -> None:
+        resource, ns, name = key
+        job = self.store.try_get(resource, ns, name)
+        if job is None:
+            return
+        operator = self.operators[resource]
+        operator.reconcile(self, job)
+        job = self.store.try_get(resource, ns, name) or job
+        if finished(job) or job["metadata"].get("deletionTimestamp"):
+            self.active.pop(key, None)
+        else:
+            self.active[key] = job["metadata"]["uid"]
+            self.work[job["metadata"]["uid"]] = self.work_of(job)
+
+    def _train(self, dt: float) -> None:
+        """Progress of every running job: its running workers (from the pod index, so a
+        tick costs little however many jobs run)."""
+        for key, uid in list(self.active.items()):
+            resource, ns, name = key
+            workers = len(self.running_workers.get((ns, name), ()))
+            if not workers:
+                continue
+            if resource == "mpijobs.kubeflow.org":  # Horovod trains while the launcher runs
+                launcher = self.store.try_get("pods", ns, f"{name}-launcher")
+                if launcher is None or not self.is_running(launcher):
+                    continue
+            done = self.progress.get(uid, 0.0) + workers * dt * self.settings.speed
+            self.progress[uid] = done
+            if done >= self.work.get(uid, self.settings.default_work_seconds):
+                job = self.store.try_get(resource, ns, name)
+                if job is None or job["metadata"]["uid"] != uid:
+                    continue
+                self.operators[resource].complete(self, job)
+                self.active.pop(key, None)
+                self.dirty.add(key)
+
+    def work_of(self, job: Obj) -> float:
+        raw = (job["metadata"].get("annotations") or {}).get(WORK_ANNOTATION)
+        try:
+            return float(raw) if raw is not None else self.settings.default_work_seconds
+        except ValueError:
+            return self.settings.default_work_seconds
+
+    def _schedule(self) -> None:
+        """kube-scheduler: bind every pending pod that fits somewhere."""
+        if not self.pending or not self._retry_pending:
+            return
+        self._retry_pending = False
+        for key in sorted(self.pending):
+            pod = self.store.try_get("pods", *key)
+            if pod is None:
+                self.pending.discard(key)
+                continue
+            node = self._fit(pod)
+            if node is None:
+                self._mark_unschedulable(key, pod)
+                continue
+            try:
+                bound = self.store.bind(key[0], key[1], node)
+            except ApiError:
+                continue
+            self._pod_rv[key] = int(bound["metadata"]["resourceVersion"])
+            self.unschedulable.discard(key)
+            self._index_pod(key, bound)
+
+    def _fit(self, pod: Obj) -> str | None:
+        spec = pod.get("spec") or {}
+        selector = spec.get("nodeSelector") or {}
+        gpus = pod_gpus(pod)
+        if HOSTNAME in selector:
+            candidates = [selector[HOSTNAME]] if selector[HOSTNAME] in self.nodes else []
+        else:
+            candidates = sorted(self.nodes)
+        best: tuple[int, str] | None = None
+        for name in candidates:
+            node = self.nodes[name]
+            labels = node["metadata"].get("labels") or {}
+            if not node_ready(node) or (node.get("spec") or {}).get("unschedulable"):
+                continue
+            if any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            if not affinity_allows(pod, labels):
+                continue
+            taints = [t for t in (node.get("spec") or {}).get("taints") or []
+                      if t.get("effect") in ("NoSchedule", "NoExecute")]
+            if any(not tolerates(pod, t) for t in taints):
+                continue
+            free = node_gpus(node) - sum(self.usage.get(name, {}).values())
+            if gpus > free:
+                continue
+            if best is None or free - gpus > best[0]:  # least allocated, as the default
+                best = (free - gpus, name)
+        return best[1] if best else None
+
+    def _mark_unschedulable(self, key: PodKey, pod: Obj) -> None:
+        if key in self.unschedulable:
+            return
+        self.unschedulable.add(key)
+        conditions = [c for c in (pod.get("status") or {}).get("conditions") or []
+                      if c.get("type") != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                           "message": f"0/{len(self.nodes)} nodes are available",
+                           "lastTransitionTime": timestamp(self.store.clock())})
+        with contextlib.suppress(ApiError):
+            self.store.patch("pods", *key, {"status": {"conditions": conditions}}, MERGE,
+                             subresource="status")
+
+    def _timer(self, delay: float, kind: str, key: PodKey) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), kind, key))
+
+    def _fire_timers(self, now: float) -> None:
+        while self._timers and self._timers[0][0] <= now:
+            _, _, kind, key = heapq.heappop(self._timers)
+            pod = self.store.try_get("pods", *key)
+            if pod is None:
+                continue
+            node = (pod.get("spec") or {}).get("nodeName")
+            if not node or not self._node_up(node):
+                continue
+            if kind == "terminate" and pod["metadata"].get("deletionTimestamp"):
+                self.delete_pod(pod, grace=0)
+            elif kind == "start" and not pod["metadata"].get("deletionTimestamp") and (
+                    pod.get("status") or {}).get("phase") == "Pending":
+                self.set_phase(pod, "Running")
+
+    def _node_up(self, name: str) -> bool:
+        node = self.nodes.get(name)
+        return node is not None and node_ready(node)
+
+    def _node_lifecycle(self, now: float) -> None:
+        for name, since in list(self.not_ready_since.items()):
+            if now - since < self.settings.not_ready_eviction_seconds:
+                continue
+            del self.not_ready_since[name]
+            for key in list(self.usage.get(name, {})):
+                pod = self.store.try_get("pods", *key)
+                if pod is not None and not pod["metadata"].get("deletionTimestamp"):
+                    self.delete_pod(pod)  # stays Terminating: the kubelet is gone
+
+    def _gc_node(self, name: str) -> None:
+        pods, _ = self.store.list("pods", field_selector=f"spec.nodeName={name}")
+        for pod in pods:
+            self.delete_pod(pod, grace=0)
+
+    # ----- test controls ---------------------------------------------------------------------
+    def add_node(self, name: str, gpus: int, labels: dict[str, str] | None = None,
+                 taints: list[Obj] | None = None) -> Obj:
+        return self.store.create("nodes", "", make_node(name, gpus, labels, taints))
+
+    def remove_node(self, name: str) -> None:
+        self.store.delete("nodes", "", name)
+
+    def cordon(self, name: str, unschedulable: bool = True) -> None:
+        self.store.patch("nodes", "", name, {"spec": {"unschedulable": unschedulable or None}},
+                         MERGE)
+
+    def set_ready(self, name: str, ready: bool) -> None:
+        node = self.store.get("nodes", "", name)
+        conditions = [c for c in node["status"].get("conditions") or [] if c["type"] != "Ready"]
+        conditions.append({"type": "Ready", "status": "True" if ready else "Unknown",
+                           "reason": "KubeletReady" if ready else "NodeStatusUnknown"})
+        self.store.patch("nodes", "", name, {"status": {"conditions": conditions}}, MERGE,
+                         subresource="status")
+
+    def evict(self, namespace: str, name: str) -> None:
+        """The kubelet evicts a pod (node pressure): Failed, reason Evicted."""
+        pod = self.store.get("pods", namespace, name)
+        self.set_phase(pod, "Failed", "Evicted", "The node was low on resource: memory.")
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Let a started simulator catch up with what is pending now."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (self._changes or self.dirty):
+            time.sleep(self.settings.tick_seconds)
+
+
+def _resource_of(obj: Obj) -> str:
+    api_version, kind = obj.get("apiVersion", "v1"), obj["kind"]
+    group = api_version.split("/")[0] if "/" in api_version else ""
+    plural = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps",
+              "Job": "jobs"}[kind]
+    return f"{plural}.{group}" if group else plural
