@@ -137,13 +137,9 @@ def _builtin_folders() -> tuple[Path, ...]:
 
 
 def builtin_names() -> list[str]:
-    """The built-in workloads: `workload-1`..`workload-4` (Pollux, load 1.0), their load
-    variants `workload-N@L` (L = 0.5, 1.5, 2.0) and `philly`."""
-    names = [p.stem for folder in _builtin_folders() for p in folder.glob("*.csv")]
-    base = Path(str(resources.files("voda") / "data" / "pollux"))
-    names += [f"{p.stem}@{load}" for load in LOADS if load != "1.0"
-              for p in (base / f"workloads-{load}").glob("*.csv")]
-    return sorted(names)
+    """The built-in workloads: `workload-1`..`workload-4` (Pollux) and `philly`; each
+    Pollux workload also comes at other loads as `workload-N@L` (L in LOADS)."""
+    return sorted(p.stem for folder in _builtin_folders() for p in folder.glob("*.csv"))
 
 
 def builtin_workload(name: str) -> Path | None:
@@ -183,7 +179,8 @@ def load_workload(path: str | Path, rigid: bool = False, job_model: str | None =
         found = builtin_workload(str(path))
         if found is None:
             raise WorkloadError(path, None, "no such file, nor a built-in workload "
-                                            f"(built in: {', '.join(builtin_names())})")
+                                            f"(built in: {', '.join(builtin_names())}; "
+                                            f"workload-N@L at load L of {', '.join(LOADS)})")
         p = found
     if p.is_dir():
         raise WorkloadError(p, None, "is a directory, not a workload file")

@@ -1,6 +1,7 @@
 """Optimus (Peng et al., EuroSys'18) as the Pollux artifact's Optimus+Oracle baseline.
 
-Every job first gets its min workers, in submit order, while GPUs last. The GPUs
+Within each priority class (strict, as in every algorithm), every job first gets
+its min workers, in submit order, while GPUs last. The GPUs
 left go one at a time to the job whose remaining time drops most with one more:
 (t(n) - t(n + 1)) x remaining work, ties to the earlier job, until no GPU is left
 or no job gains.
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from voda.core.allocation.base import by_submit
+from voda.core.allocation.base import allocate_by_priority, by_submit
 from voda.core.estimate import EpochTimes
 from voda.core.model import Job
 
@@ -44,6 +45,9 @@ class Optimus:
     decides_on_progress: ClassVar[bool] = True
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        return allocate_by_priority(jobs, capacity, self._allocate_class)
+
+    def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         ordered = by_submit(jobs)
         allocation = {j.name: 0 for j in ordered}
         free = capacity

@@ -36,6 +36,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from voda.core.allocation.base import allocate_by_priority
 from voda.core.allocation.counts import best_counts, packs
 from voda.core.estimate import EpochTimes
 from voda.core.goodput import GoodputModel, best_goodput
@@ -74,6 +75,11 @@ class Pollux:
                 f"gpus_per_node: must be an integer in [1, 1024], got {self.gpus_per_node!r}")
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        return allocate_by_priority(jobs, capacity, self._allocate_class)
+
+    def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        """One priority class on what the classes above left (the whole cluster when all
+        jobs share one priority, as in Pollux)."""
         ordered = sorted(jobs, key=lambda j: (j.attained_gpu_seconds, j.submit_time, j.name))
         if not ordered or capacity <= 0:
             return {j.name: 0 for j in ordered}

@@ -94,6 +94,9 @@ def make_most_free(order: Order | None = None, *, keep_resized: bool = True,
             result[name] = tuple(merged.items())
         return result
 
+    # Moving a resized job elsewhere is the artifact's rule for its simulator, where every
+    # change of a round happens at once (voda.core.plan.sequence_problems).
+    most_free.applies_at_once = not keep_resized  # type: ignore[attr-defined]
     return most_free
 
 

@@ -51,6 +51,7 @@ def make_repack(simultaneous: bool = False) -> Placer:
         except ValueError:  # the GPUs growing jobs leave were needed: grow where they are
             return _repack(allocation, jobs, cluster, previous, mode="keep")
 
+    placer.applies_at_once = simultaneous  # type: ignore[attr-defined]
     return placer
 
 
