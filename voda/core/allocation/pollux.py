@@ -113,8 +113,8 @@ class Pollux:
 def replica_cap(job: Job) -> int:
     """At most twice the most GPUs the job has measured, and what its batch range allows."""
     model = job.goodput
-    if model is None:
-        return job.max_workers
+    if model is None or model.perf is None:
+        return job.max_workers  # nothing measured yet: sized like a job without a model
     batch = model.fixed_batch if model.fixed_batch is not None else model.max_batch
     by_batch = max(batch // max(model.min_local, 1), 1)
     return min(max(2 * model.max_profiled_replicas, 1), by_batch)
