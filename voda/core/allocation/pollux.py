@@ -21,8 +21,8 @@ search reaches the same end by scoring real node counts and allowing one
 multi-node job per node; docs/design/009-elastic-baselines.md compares the two.
 
 Per-job limits, as in the artifact: a job may take at most twice the most GPUs it
-has measured a step on (so it grows by doubling while it learns its throughput),
-and no more than its largest valid batch allows. A job that reports no goodput
+has measured a step on, once it has measured one (so it grows by doubling while it
+learns its throughput; before, it is sized as a job without a model), and no more than its largest valid batch allows. A job that reports no goodput
 model is judged by its epoch times (voda.core.estimate): speedup t(fair) / t(n),
 linear while unknown.
 """
