@@ -554,6 +554,40 @@ CASES = [
         [make_job("a").workers(1, 4).running(2).ran_for(1000).obj()],
         4, {"a": 4},
     ),
+    # ----- Voda: weight T(1)^-0.35 on the speedup; a change keeps 1 - 30 / min(T(n), 240)
+    case(
+        "Voda gives the GPUs to the job with the least work left",
+        "Voda",
+        [
+            # a: 500 s on one GPU, 0.114 x (4 x 0.76) at 4; b: 5,000 s, 0.051 x 4 x 0.875
+            make_job("a").workers(1, 4).epochs(5).epoch_times(LINEAR).submitted_at(1).obj(),
+            make_job("b").workers(1, 4).epochs(50).epoch_times(LINEAR).submitted_at(0).obj(),
+        ],
+        4, {"a": 4, "b": 0},
+    ),
+    case(
+        "Voda leaves a short job that scales poorly one GPU and gives a long one the rest",
+        "Voda",
+        [
+            make_job("a").workers(1, 4).epochs(5).epoch_times(POOR).submitted_at(0).obj(),
+            make_job("b").workers(1, 4).epochs(50).epoch_times(LINEAR).submitted_at(1).obj(),
+        ],
+        5, {"a": 1, "b": 4},
+    ),
+    case(
+        "Voda does not restart a running job for an 11 % gain",
+        "Voda",
+        [make_job("a").workers(1, 4).epochs(50).epoch_times({1: 100.0, 2: 50.0, 4: 45.0})
+         .running(2).obj()],
+        4, {"a": 2},
+    ),
+    case(
+        "Voda grows a running job when the gain pays for the restart",
+        "Voda",
+        [make_job("a").workers(1, 4).epochs(50).epoch_times({1: 100.0, 2: 50.0, 4: 26.0})
+         .running(2).obj()],
+        4, {"a": 4},
+    ),
     case(
         "AFS-L skips a starting block that does not fit for a smaller one",
         "AFS-L",

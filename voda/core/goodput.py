@@ -81,6 +81,9 @@ class GoodputModel:
     max_local: int
     max_profiled_replicas: int = 0
     fixed_batch: int | None = None
+    # The length of one epoch in samples at the initial batch (what one epoch of
+    # progress is worth), when the job says: then goodput gives epoch times.
+    epoch_samples: float | None = None
 
     # ----- the model ---------------------------------------------------------------
     def step_time(self, nodes: np.ndarray, replicas: np.ndarray, atomic: np.ndarray,

@@ -25,12 +25,14 @@ Config = tuple[int, int, int]  # (nodes, GPUs, per-GPU micro-batch)
 
 
 def initial_model(profile: Profile, fixed_batch: int | None = None) -> GoodputModel:
-    """What a batch-adaptive job declares when it is submitted: its batch limits, and no
-    measurement yet (so a scheduler knows it adapts, and that it has measured nothing)."""
+    """What a batch-adaptive job declares when it is submitted: its batch limits and epoch
+    length, and no measurement yet (so a scheduler knows it adapts, and that it has
+    measured nothing)."""
     return GoodputModel(
         perf=None, grad_sqr=0.0, grad_var=0.0, init_batch=profile.init_batch_size,
         max_batch=profile.max_batch_size, min_local=profile.min_local_bsz,
         max_local=profile.max_local_bsz, max_profiled_replicas=0, fixed_batch=fixed_batch,
+        epoch_samples=profile.samples_per_epoch,
     )
 
 

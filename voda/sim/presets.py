@@ -53,7 +53,7 @@ def _policy_order(algorithm: str, params: Mapping[str, Any]):  # type: ignore[no
 def _pollux_placer(algorithm: str, params: Mapping[str, Any]) -> Placer:
     if algorithm == "Optimus":
         return make_most_free(keep_resized=False, fewest_first=True)
-    if algorithm == "Pollux":
+    if algorithm in ("Pollux", "Voda"):
         return make_repack(simultaneous=True)
     return make_most_free(_policy_order(algorithm, params))
 

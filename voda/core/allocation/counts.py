@@ -25,13 +25,14 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
     """Counts n_j maximising the sum of u_j(n_j) with sum n_j <= capacity (dynamic program).
 
     `utilities[j][n]` is job j's value at n GPUs (-inf: not allowed; n = 0 must be
-    allowed). Exact; among equal totals a job takes the largest of the counts that tie
-    (an idle GPU helps no one), deciding from the last job to the first.
+    allowed). Exact. Jobs are folded from the last to the first, then decided from the
+    first: among equal totals the earlier job takes the largest of the counts that tie
+    (an idle GPU helps no one, and ties go to the job listed first).
     """
     columns = np.arange(capacity + 1)
-    best = np.zeros(capacity + 1)  # best total of the jobs so far with at most c GPUs
+    best = np.zeros(capacity + 1)  # best total of the jobs folded so far with at most c GPUs
     choices = []
-    for u in utilities:
+    for u in reversed(utilities):
         options = np.arange(len(u))
         source = columns[None, :] - options[:, None]
         candidate = np.where(source >= 0, best[np.maximum(source, 0)], -np.inf) + u[:, None]
@@ -44,4 +45,4 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
         n = int(pick[left])
         counts.append(n)
         left -= n
-    return counts[::-1]
+    return counts

@@ -33,6 +33,7 @@ _BUILTIN: dict[str, str] = {
     "AFS-L": "voda.core.allocation.afs:AFSL",
     "Optimus": "voda.core.allocation.optimus:Optimus",
     "Pollux": "voda.core.allocation.pollux:Pollux",
+    "Voda": "voda.core.allocation.voda:Voda",
 }
 BUILTIN_NAMES: tuple[str, ...] = tuple(_BUILTIN)
 
