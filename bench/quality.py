@@ -21,7 +21,7 @@ Runs go in parallel over `--workers` processes (default: every core), with a
 progress bar.
 
 Run: .venv/bin/python bench/quality.py [--algorithms Pollux,Optimus] [--loads 1.0]
-     [--workloads workload-1] [--workers N] [--json FILE]
+     [--workloads workload-1] [--workers N] [--json FILE] [--param NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -31,13 +31,16 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
 
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from voda.cli.params import parse_param_items
 from voda.core.allocation.registry import BUILTIN_NAMES
 from voda.sim.compare import RunRequest, run_one
 from voda.sim.published import REPRODUCTIONS, WORKLOADS, published
@@ -56,12 +59,15 @@ def _names(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def request(algorithm: str, workload: str, load: str) -> RunRequest:
+def request(algorithm: str, workload: str, load: str,
+            params: Mapping[str, Any] | None = None) -> RunRequest:
     return RunRequest(f"{workload}@{load}", "16x4", algorithm, preset="pollux",
-                      job_model=JOB_MODELS.get(algorithm, DEFAULT_JOB_MODEL))
+                      job_model=JOB_MODELS.get(algorithm, DEFAULT_JOB_MODEL),
+                      params=tuple((params or {}).items()))
 
 
-def run_all(keys: list[Key], workers: int) -> dict[Key, SimResult]:
+def run_all(keys: list[Key], workers: int, params: Mapping[str, Any] | None = None
+            ) -> dict[Key, SimResult]:
     keys = sorted(keys, key=lambda k: -LOAD_COST[k[2]])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
@@ -69,7 +75,7 @@ def run_all(keys: list[Key], workers: int) -> dict[Key, SimResult]:
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar, \
             ProcessPoolExecutor(max_workers=workers) as pool:
         task = bar.add_task("simulating", total=len(keys))
-        futures = {pool.submit(run_one, request(*key)): key for key in keys}
+        futures = {pool.submit(run_one, request(*key, params)): key for key in keys}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
             bar.advance(task)
@@ -189,6 +195,8 @@ def main() -> None:
     parser.add_argument("--loads", default=",".join(LOADS))
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", help="also write every run's figures to this file")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="a knob of the algorithms run (repeatable; for an ablation)")
     args = parser.parse_args()
     algorithms, workloads, loads = (_names(args.algorithms), _names(args.workloads),
                                     _names(args.loads))
@@ -198,9 +206,13 @@ def main() -> None:
     for w in workloads:
         if w not in WORKLOADS:
             parser.error(f"--workloads: {w!r} is not one of {', '.join(WORKLOADS)}")
+    try:
+        params = parse_param_items(args.param)
+    except ValueError as e:
+        parser.error(f"--param: {e}")
     keys = [(a, w, load) for a in algorithms for w in workloads for load in loads]
     started = time.perf_counter()
-    results = run_all(keys, max(1, args.workers))
+    results = run_all(keys, max(1, args.workers), params)
     out = Console(width=200)
     out.print(f"{len(keys)} simulations in {time.perf_counter() - started:.0f} s "
               f"on {args.workers} processes")
