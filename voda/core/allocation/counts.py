@@ -7,6 +7,7 @@ choice per job, solved exactly by a dynamic program over (jobs x GPUs).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,3 +47,16 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
         counts.append(n)
         left -= n
     return counts
+
+
+def check_gpus_per_node(value: object) -> None:
+    """The `gpus_per_node` knob of the algorithms that pack: an integer in [1, 1024]."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1024):
+        raise ValueError(f"gpus_per_node: must be an integer in [1, 1024], got {value!r}")
+
+
+def check_seconds(knob: str, value: object) -> None:
+    """A knob that is a finite number of seconds >= 0."""
+    if not (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{knob}: must be a number of seconds >= 0, got {value!r}")

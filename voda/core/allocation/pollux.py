@@ -22,9 +22,10 @@ multi-node job per node; docs/design/009-elastic-baselines.md compares the two.
 
 Per-job limits, as in the artifact: a job may take at most twice the most GPUs it
 has measured a step on, once it has measured one (so it grows by doubling while it
-learns its throughput; before, it is sized as a job without a model), and no more than its largest valid batch allows. A job that reports no goodput
-model is judged by its epoch times (voda.core.estimate): speedup t(fair) / t(n),
-linear while unknown.
+learns its throughput; before, it is sized as a job without a model), and no more
+than its largest valid batch allows. A job that reports no goodput model is judged
+by its epoch times (voda.core.estimate): speedup t(fair) / t(n), linear while
+unknown.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import ClassVar
 import numpy as np
 
 from voda.core.allocation.base import allocate_by_priority
-from voda.core.allocation.counts import best_counts, packs
+from voda.core.allocation.counts import best_counts, check_gpus_per_node, check_seconds, packs
 from voda.core.estimate import EpochTimes
 from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
@@ -66,13 +67,8 @@ class Pollux:
     def __post_init__(self) -> None:
         if not (isinstance(self.fairness, int | float) and -10 <= self.fairness <= 1):
             raise ValueError(f"fairness: must be a number in [-10, 1], got {self.fairness!r}")
-        if not (isinstance(self.restart_penalty, int | float) and self.restart_penalty >= 0
-                and math.isfinite(self.restart_penalty)):
-            raise ValueError(
-                f"restart_penalty: must be a number of seconds >= 0, got {self.restart_penalty!r}")
-        if not (isinstance(self.gpus_per_node, int) and 1 <= self.gpus_per_node <= 1024):
-            raise ValueError(
-                f"gpus_per_node: must be an integer in [1, 1024], got {self.gpus_per_node!r}")
+        check_seconds("restart_penalty", self.restart_penalty)
+        check_gpus_per_node(self.gpus_per_node)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)

@@ -41,7 +41,7 @@ from typing import ClassVar
 import numpy as np
 
 from voda.core.allocation.base import allocate_by_priority, by_submit
-from voda.core.allocation.counts import best_counts, packs
+from voda.core.allocation.counts import best_counts, check_gpus_per_node, check_seconds, packs
 from voda.core.estimate import DEFAULT_EPOCH_SECONDS, EpochTimes
 from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
@@ -72,18 +72,14 @@ class Voda:
     decides_on_progress: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        for knob in ("restart_penalty", "horizon"):
-            value = getattr(self, knob)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{knob}: must be a number of seconds >= 0, got {value!r}")
+        check_seconds("restart_penalty", self.restart_penalty)
+        check_seconds("horizon", self.horizon)
         if not self.horizon > 0:
             raise ValueError(f"horizon: must be positive, got {self.horizon!r}")
         if not (isinstance(self.size_exponent, int | float) and 0 <= self.size_exponent <= 2):
             raise ValueError(
                 f"size_exponent: must be a number in [0, 2], got {self.size_exponent!r}")
-        if not (isinstance(self.gpus_per_node, int) and 1 <= self.gpus_per_node <= 1024):
-            raise ValueError(
-                f"gpus_per_node: must be an integer in [1, 1024], got {self.gpus_per_node!r}")
+        check_gpus_per_node(self.gpus_per_node)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
