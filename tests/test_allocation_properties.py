@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -243,6 +244,20 @@ def test_ffdl_admits_a_fifo_prefix_and_finds_the_best_total_speedup(
 def test_afs_l_is_the_pairwise_tournament_replayed_for_every_gpu(
     jobs: list[Job], capacity: int
 ) -> None:
+    check_afs_l_against_the_replay(jobs, capacity)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=60), capacity=st.integers(0, 400))
+def test_afs_l_is_the_replayed_tournament_with_more_jobs_than_bands(
+    jobs: list[Job], capacity: int
+) -> None:
+    """One class of many jobs: they share bands, so the walk's masks give candidates the
+    rule turns down, and a job the masks leave out would change the result."""
+    check_afs_l_against_the_replay([dataclasses.replace(j, priority=0) for j in jobs], capacity)
+
+
+def check_afs_l_against_the_replay(jobs: list[Job], capacity: int) -> None:
     ordered = sorted(jobs, key=lambda j: j.sort_key)
     expected: dict[str, int] = {}
     free = capacity

@@ -26,8 +26,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter, methodcaller
+
+import numpy as np
 
 from voda.core.model import Job
 
@@ -157,3 +161,85 @@ class EpochTimes:
 
 def epoch_time_at(job: Job, workers: int) -> float:
     return EpochTimes(job)(workers)
+
+
+_OBSERVED = attrgetter("epoch_time_by_workers")
+_VALUES = methodcaller("values")
+
+
+def epoch_time_runs(
+    jobs: Sequence[Job], first: Sequence[int], count: Sequence[int],
+    default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
+) -> np.ndarray:
+    """Epoch times of each job i at first[i], first[i] + 1, ... (count[i] worker counts,
+    first[i] >= 1), concatenated job after job.
+
+    Each value is bit for bit `epoch_time_at(job, k)`: the same floating-point
+    operations in the same order, done for all jobs at once. The model is fitted only
+    for the jobs asked for counts outside what they observed.
+    """
+    n = len(jobs)
+    asked = np.asarray(count, dtype=np.int64)
+    job = np.repeat(np.arange(n), asked)
+    starts = np.cumsum(asked) - asked
+    workers = (np.repeat(np.asarray(first, dtype=np.int64) - starts, asked)
+               + np.arange(len(job))).astype(float)
+    # Observations of all jobs (the ones a model keeps), keyed by (job, count) so that
+    # one search finds, for every asked count, the first observation at or above it.
+    observed = list(map(_OBSERVED, jobs))
+    sizes = list(map(len, observed))
+    point_k = np.fromiter(chain.from_iterable(observed), dtype=float, count=sum(sizes))
+    point_t = np.fromiter(chain.from_iterable(map(_VALUES, observed)), dtype=float,
+                          count=len(point_k))
+    point_job = np.repeat(np.arange(n), sizes)
+    keep = (point_k >= 1) & (point_t > 0)
+    point_job, point_k, point_t = point_job[keep], point_k[keep], point_t[keep]
+    top = max(point_k.max(initial=0.0), workers.max(initial=0.0)) + 2.0
+    stride = 2.0 ** math.ceil(math.log2(top))
+    if n * stride >= 2.0**52:  # keys would not be exact: one job at a time
+        return np.array([epoch_time_at(jobs[j], int(w)) for j, w in zip(job, workers, strict=True)])
+    point_key = point_job * stride + point_k
+    order = np.argsort(point_key)
+    point_key, point_job = point_key[order], point_job[order]
+    point_k, point_t = point_k[order], point_t[order]
+    above = np.searchsorted(point_key, job * stride + workers)
+    below = above - 1
+    points = len(point_key)
+    has_above = above < points
+    has_above[has_above] = point_job[above[has_above]] == job[has_above]
+    has_below = below >= 0
+    has_below[has_below] = point_job[below[has_below]] == job[has_below]
+    above, below = np.minimum(above, points - 1), np.maximum(below, 0)
+    out = np.empty(len(workers))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        unknown = ~has_below & ~has_above
+        out[unknown] = default_epoch_seconds / workers[unknown]
+        if not points:
+            return out
+        k0, t0, k1, t1 = point_k[below], point_t[below], point_k[above], point_t[above]
+        observed = has_above & (k1 == workers)
+        out[observed] = t1[observed]
+        between = has_below & has_above & ~observed
+        w = workers[between]
+        x0, x1 = 1.0 / t0[between], 1.0 / t1[between]
+        c0, c1 = k0[between], k1[between]
+        out[between] = 1.0 / (x0 + (x1 - x0) * (w - c0) / (c1 - c0))
+        # Outside the observations: Amdahl's shape anchored at the nearest one.
+        outside = ~unknown & ~observed & ~between
+        if outside.any():
+            serial, parallel, slope = (np.zeros(n) for _ in range(3))
+            for j in np.unique(job[outside]).tolist():
+                model = fit_speed(jobs[j].epoch_time_by_workers, default_epoch_seconds)
+                serial[j], parallel[j], slope[j] = model.serial, model.parallel, model.last_slope
+            low = outside & ~has_below  # fewer workers than ever measured
+            high = outside & has_below
+            for part, k_near, t_near in ((low, k1, t1), (high, k0, t0)):
+                w, j = workers[part], job[part]
+                x_near, k = 1.0 / t_near[part], k_near[part]
+                ratio = (serial[j] + parallel[j] / k) / (serial[j] + parallel[j] / w)
+                if part is low:
+                    out[part] = 1.0 / (x_near * ratio)
+                else:
+                    gain = np.minimum(x_near * (ratio - 1.0), slope[j] * (w - k))
+                    out[part] = 1.0 / (x_near + np.maximum(gain, 0.0))
+    return out

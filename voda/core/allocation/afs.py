@@ -16,23 +16,30 @@ makes the earlier job in submit order the shorter.
 
 The rule is not transitive, so no heap can order it; instead the tournament is
 kept between rounds. Handing a GPU to the winner changes that job only, so the
-takeovers before it still stand and only the part of the walk after its
-challenger is replayed. See docs/design/001-allocation.md.
+takeovers before it still stand and only the part of the walk from the winner's
+position on is replayed. Each step of a replay asks for the first job after a
+position that takes over from the incumbent; `_Tournament` answers with set
+operations on bit masks of positions (bit i is job i), checking one by one only
+the jobs whose values sit in the same band as the incumbent's thresholds. See
+docs/design/001-allocation.md.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import islice
 
+import numpy as np
+
+from voda.core.allocation.afs_states import StateTables, state_at
 from voda.core.allocation.base import allocate_by_priority
 from voda.core.estimate import EpochTimes
 from voda.core.model import Job
 
-INF = math.inf
+# Bands per quantity: more bands leave fewer jobs to check one by one in a query, and
+# cost more mask updates when a job moves to another band.
+BANDS = 32
 
 
 @dataclass(frozen=True)
@@ -47,211 +54,256 @@ class AFSL:
 
 def afs_l(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
     """AFS-L on one priority class; `ordered` is in submit order."""
-    return _Tournament(ordered, capacity).run()
+    jobs = [job for job in ordered if job.min_workers <= capacity]
+    held = {job.name: 0 for job in ordered}
+    if sum(job.max_workers for job in jobs) <= capacity:
+        held.update((job.name, job.max_workers) for job in jobs)  # room for all at max
+        return held
+    if jobs:
+        held.update(zip([job.name for job in jobs], _Tournament(jobs, capacity).run(),
+                        strict=True))
+    return held
 
 
-def _bucket(gain: float) -> int:
-    """Index of the gain band a running job is filed under: [1, inf) is 0, then bands a
-    quarter of an octave wide downwards; gains of at most 0 go to the last band."""
-    if gain >= 1.0:
-        return 0
-    if gain <= 0.0:
-        return _NO_GAIN
-    return min(_NO_GAIN - 1, int(-math.log2(gain) * _BANDS_PER_OCTAVE) + 1)
+class _Edges:
+    """Fixed cuts of one quantity: the band of v is the number of edges at or below v,
+    so a larger value never has a lower band. Edges at quantiles of the values met."""
+
+    def __init__(self, values: np.ndarray, also: Sequence[float] = ()) -> None:
+        finite = np.sort(values[np.isfinite(values)])
+        cuts = finite[(np.arange(1, BANDS) * len(finite)) // BANDS] if len(finite) else finite
+        self.edges = np.unique(np.concatenate([cuts, np.asarray(also, dtype=float)]))
+        self.listed: list[float] = self.edges.tolist()
+
+    def bands(self, values: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.edges, values, side="right")
+
+    def band(self, value: float) -> int:
+        return bisect_right(self.listed, value)
+
+    def below(self, bands: np.ndarray) -> list[int]:
+        """below[j]: the mask of positions i with bands[i] < j, for j = 0 .. len(edges) + 1."""
+        return _masks(bands[None, :] < np.arange(len(self.listed) + 2)[:, None])
+
+    def at_least(self, bands: np.ndarray) -> list[int]:
+        """at_least[j]: the mask of positions i with bands[i] >= j (the complement of below)."""
+        return _masks(bands[None, :] >= np.arange(len(self.listed) + 2)[:, None])
 
 
-_BANDS_PER_OCTAVE = 4
-_NO_GAIN = 40 * _BANDS_PER_OCTAVE
+def _masks(flags: np.ndarray) -> list[int]:
+    """Per row of `flags`, the bit mask with bit i set where the row is true at i."""
+    packed = np.packbits(flags, axis=1, bitorder="little")
+    raw, width = packed.tobytes(), packed.shape[1]
+    return [int.from_bytes(raw[r:r + width], "little") for r in range(0, len(raw), width)]
+
+
+def _mask_of(positions: list[int], n: int) -> int:
+    """The bit mask of `positions` (out of n)."""
+    if len(positions) < 16:
+        return sum(1 << i for i in positions)
+    flags = np.zeros(n, dtype=bool)
+    flags[positions] = True
+    return _masks(flags[None, :])[0]
 
 
 class _Tournament:
-    """The jobs in submit order with, per position, what the pairwise rule reads.
+    """The jobs in submit order (bit i of every mask is job i), the walk's takeovers,
+    and the index the walk queries.
 
-    For a running job at x workers: `length` its remaining time at x, g = t(x)/t(x+1) - 1
-    its gain relative to S(x) (read when it is the shorter job) and h = 1 - t(x+1)/t(x)
-    relative to S(x+1) (when it is the longer); g >= h. A job at 0 is longer than any
-    running job, has h = 1 and, for ties between jobs at 0, `start` = its remaining time
-    at min.
+    Every state a job can be in (its size) has an entry in the state lists: length,
+    g (gain relative to S(now)), h (relative to S(next)), and bands: of length, of g,
+    of h, and of the values the job asks of others when it is the incumbent (h among
+    the g bands, g among the h bands). `state[i]` is job i's current entry.
 
-    A challenger c takes over from a running incumbent X only if c is at 0 and g_X < 1,
-    or c runs and g_c >= h_X. So the walk needs only the waiting jobs and the running
-    jobs of large gain: running jobs are filed, by position, under bands of gain
-    (`_bucket`), and the walk looks at the bands at or above h_X alone.
+    `shorter[j]` is the mask of jobs whose current length band is below j, and
+    `gain_from[j]`, `h_from[j]` those whose g (h) band is j or more (what the rule
+    asks of a challenger is always a lower bound on these two); a job waiting is filed
+    under its state at min, which is where it starts. `start_below[j]` holds the jobs
+    whose remaining time at min is in a band below j. Masks hold jobs that left too:
+    they are read through `running` and `waiting`.
     """
 
-    def __init__(self, ordered: Sequence[Job], capacity: int) -> None:
+    def __init__(self, jobs: Sequence[Job], capacity: int) -> None:
+        self.jobs = jobs
         self.free = capacity
-        self.held: dict[str, int] = {job.name: 0 for job in ordered}
-        self.jobs = [job for job in ordered if job.min_workers <= capacity]
-        self.times = [EpochTimes(job) for job in self.jobs]
-        n = len(self.jobs)
+        n = len(jobs)
+        tables = self.tables = StateTables(jobs, capacity)
         self.x = [0] * n
-        self.length = [INF] * n
-        self.g = [INF] * n
-        self.h = [1.0] * n
-        self.band = [-1] * n  # the band a running job is filed under
-        self.t_next = [0.0] * n  # epoch time at x + 1, the next size
-        self.start = [round(job.remaining_epochs * times(job.min_workers), 6)
-                      for job, times in zip(self.jobs, self.times, strict=True)]
-        self.waiting = list(range(n))  # positions of the jobs at 0, ascending
-        self.bands: list[list[int]] = [[] for _ in range(_NO_GAIN + 1)]
-        self.filled: list[int] = []  # indices of the bands that hold jobs, ascending
+        length, g, h, start = tables.length, tables.g, tables.h, tables.start
+        length_edges = self.length_edges = _Edges(length)
+        gain_edges = self.gain_edges = _Edges(np.concatenate([g, h]), also=[1.0])
+        h_edges = self.h_edges = _Edges(np.concatenate([g, h]))
+        start_edges = self.start_edges = _Edges(start)
+        length_band, gain_band, h_band = (
+            length_edges.bands(length), gain_edges.bands(g), h_edges.bands(h))
+        # Each job's first state (at min), or -1 for a job that has none (it never runs
+        # below max); every job is filed under it while it waits.
+        first = np.where(np.array(tables.tabled) > 0, tables.offset, -1)
+        filed = np.maximum(first, 0)
+        empty = np.zeros(n, dtype=np.int64)
+        self.shorter = length_edges.below(length_band[filed] if len(length) else empty)
+        self.gain_from = gain_edges.at_least(gain_band[filed] if len(g) else empty)
+        self.h_from = h_edges.at_least(h_band[filed] if len(h) else empty)
+        start_band = start_edges.bands(start)
+        self.start_below = start_edges.below(start_band)
+        self.start_band: list[int] = start_band.tolist()
+        self.state: list[int] = first.tolist()
+        self.start: list[float] = start.tolist()
+        self.length: list[float] = length.tolist()
+        self.g: list[float] = g.tolist()
+        self.h: list[float] = h.tolist()
+        self.length_band: list[int] = length_band.tolist()
+        self.gain_band: list[int] = gain_band.tolist()
+        self.h_band: list[int] = h_band.tolist()
+        self.asks_gain: list[int] = gain_edges.bands(h).tolist()  # g >= own h: this band on
+        self.asks_h: list[int] = h_edges.bands(g).tolist()  # h > own g: this band on
+        self.strong_band = gain_edges.band(1.0)  # g >= 1 exactly when the band is this or more
+        self.end = tables.end
+        self.times: dict[int, EpochTimes] = {}  # for sizes beyond the tables
         # Jobs at 0 by min, largest last: they leave once their block cannot fit.
-        self.blocks = sorted((job.min_workers, i) for i, job in enumerate(self.jobs))
+        self.lows = tables.lo
+        self.by_min: list[int] = np.argsort(tables.lo, kind="stable").tolist()
         self.chain: list[int] = []  # the takeovers of the current walk, the winner last
 
-    # ----- the walk ----------------------------------------------------------------------
-    def _beats(self, incumbent: int, c: int) -> bool:
-        """Does `c` (later in submit order) take over from `incumbent`?"""
-        if self.x[incumbent] == 0:
-            if self.x[c] == 0:
-                return self.start[c] < self.start[incumbent]
-            return self.g[c] >= 1.0
-        if self.x[c] == 0:
-            return self.g[incumbent] < 1.0
-        if self.g[c] < self.h[incumbent]:
-            return False
-        return self.length[c] < self.length[incumbent] or self.h[c] > self.g[incumbent]
-
-    def _walk(self, incumbent: int, after: int) -> None:
-        """Let the jobs after position `after` challenge `incumbent`, noting takeovers."""
-        while True:
-            if self.x[incumbent] == 0:
-                taker = self._taker_of_waiting(incumbent, after)
-            else:
-                taker = self._taker_of_running(incumbent, after)
-            if taker is None:
-                return
-            self.chain.append(taker)
-            incumbent = after = taker
-
-    def _taker_of_waiting(self, incumbent: int, after: int) -> int | None:
-        """First later job at 0 that is shorter at min, or running with g >= 1."""
-        band = self.bands[0]
-        i = bisect.bisect_right(band, after)
-        strong = band[i] if i < len(band) else None
-        start, own = self.start, self.start[incumbent]
-        waiting = self.waiting
-        for c in islice(waiting, bisect.bisect_right(waiting, after), None):
-            if strong is not None and c > strong:
-                break
-            if start[c] < own:
-                return c
-        return strong
-
-    def _taker_of_running(self, incumbent: int, after: int) -> int | None:
-        g, h, length = self.g[incumbent], self.h[incumbent], self.length[incumbent]
-        best = None
-        if g < 1.0:  # any later job at 0 takes over
-            i = bisect.bisect_right(self.waiting, after)
-            if i < len(self.waiting):
-                best = self.waiting[i]
-        top = _bucket(h) if h > 0.0 else _NO_GAIN
-        gains, heights, lengths, bands = self.g, self.h, self.length, self.bands
-        for b in self.filled:  # the bands that hold jobs, ascending
-            if b > top:
-                break
-            band = bands[b]
-            if band[-1] <= after:
-                continue
-            for c in islice(band, bisect.bisect_right(band, after), None):
-                if best is not None and c >= best:
-                    break
-                if gains[c] >= h and (lengths[c] < length or heights[c] > g):
-                    best = c
-                    break
-        return best
-
-    def _replay_from(self, position: int) -> None:
-        """Redo the walk after the job at `position` changed or left; earlier takeovers stand."""
-        chain = self.chain
-        while chain and chain[-1] >= position:
-            chain.pop()
-        if chain:
-            incumbent = chain[-1]
-            if self._in_running(position) and self._beats(incumbent, position):
-                chain.append(position)
-                incumbent = position
-            self._walk(incumbent, position)
-            return
-        first = self._first_in_running(position)
-        if first is not None:
-            chain.append(first)
-            self._walk(first, first)
-
-    def _in_running(self, i: int) -> bool:
-        return self.band[i] >= 0 or (self.x[i] == 0 and self.start[i] < INF)
-
-    def _first_in_running(self, position: int) -> int | None:
-        firsts = [band[bisect.bisect_left(band, position)] for band in (*self.bands, self.waiting)
-                  if band and band[-1] >= position]
-        return min(firsts, default=None)
-
-    # ----- state changes ---------------------------------------------------------------
-    def _grow(self, i: int, take: int) -> None:
+    # ----- rare paths --------------------------------------------------------------------
+    def _state_index(self, i: int, x: int) -> int:
+        """Job i's state entry at x workers, computed and appended past its tabled sizes."""
+        tables = self.tables
+        k = x - tables.lo[i]
+        if k < tables.tabled[i]:
+            return tables.offset[i] + k
         job = self.jobs[i]
-        had = self.x[i]
-        x = self.x[i] = had + take
-        self.free -= take
-        if had == 0:
-            self._stop_waiting(i)
-        if x >= job.max_workers:
-            if had:
-                self._unfile(i)
-            return
-        now = self.t_next[i] if had else self.times[i](x)
-        after = self.t_next[i] = self.times[i](x + 1)
-        self.length[i] = round(job.remaining_epochs * now, 6)
-        gain = self.g[i] = round(now / after - 1.0, 12)
-        self.h[i] = round(1.0 - after / now, 12)
-        band = _bucket(gain)
-        if band != self.band[i]:
-            if had:
-                self._unfile(i)
-            self._file(i, band)
+        length, g, h = state_at(job, self.times.setdefault(i, EpochTimes(job)), x)
+        self.length.append(length)
+        self.g.append(g)
+        self.h.append(h)
+        self.length_band.append(self.length_edges.band(length))
+        self.gain_band.append(self.gain_edges.band(g))
+        self.h_band.append(self.h_edges.band(h))
+        self.asks_gain.append(self.gain_edges.band(h))
+        self.asks_h.append(self.h_edges.band(g))
+        return len(self.length) - 1
 
-    def _file(self, i: int, b: int) -> None:
-        band = self.bands[b]
-        if not band:
-            bisect.insort(self.filled, b)
-        bisect.insort(band, i)
-        self.band[i] = b
+    # ----- the rounds --------------------------------------------------------------------
+    def run(self) -> list[int]:
+        """Hand out the GPUs; each job's count, in submit order.
 
-    def _unfile(self, i: int) -> None:
-        band = self.bands[self.band[i]]
-        del band[bisect.bisect_left(band, i)]
-        if not band:
-            del self.filled[bisect.bisect_left(self.filled, self.band[i])]
-        self.band[i] = -1
-
-    def _stop_waiting(self, i: int) -> None:
-        self.start[i] = INF
-        del self.waiting[bisect.bisect_left(self.waiting, i)]
-
-    def _drop_blocks_that_do_not_fit(self) -> int | None:
-        """Jobs at 0 whose min exceeds the GPUs left leave; returns the earliest such."""
-        earliest = None
-        blocks = self.blocks
-        while blocks and blocks[-1][0] > self.free:
-            _, i = self.blocks.pop()
-            if self.x[i] == 0 and self.start[i] < INF:
-                self._stop_waiting(i)
-                earliest = i if earliest is None else min(earliest, i)
-        return earliest
-
-    def run(self) -> dict[str, int]:
-        if not self.jobs:
-            return self.held
-        if sum(job.max_workers for job in self.jobs) <= self.free:
-            for job in self.jobs:  # room for every job at max, whatever the order
-                self.held[job.name] = job.max_workers
-            return self.held
-        self._replay_from(0)
-        while self.free > 0 and self.chain:
-            winner = self.chain[-1]
-            self._grow(winner, self.jobs[winner].min_workers if self.x[winner] == 0 else 1)
-            earliest = self._drop_blocks_that_do_not_fit()
-            self._replay_from(winner if earliest is None else min(winner, earliest))
-        for job, x in zip(self.jobs, self.x, strict=True):
-            self.held[job.name] = x
-        return self.held
+        A round: (1) redo the walk after the first position that changed, keeping the
+        takeovers before it (`chain`); (2) the winner, the last takeover, grows (a job
+        at 0 takes its min); (3) jobs at 0 whose min no longer fits leave. The loop
+        reads everything through locals: attribute reads would cost as much as the work.
+        """
+        chain, x, state, start, lows = self.chain, self.x, self.state, self.start, self.lows
+        length, gain, lower = self.length, self.g, self.h
+        length_band, gain_band, h_band = self.length_band, self.gain_band, self.h_band
+        asks_gain, asks_h, start_band = self.asks_gain, self.asks_h, self.start_band
+        shorter, gain_from, h_from = self.shorter, self.gain_from, self.h_from
+        start_below, strong, by_min, end = self.start_below, self.strong_band, self.by_min, self.end
+        # A job's tabled states are consecutive entries: the next size is the next entry
+        # up to its last tabled one.
+        last_tabled = [o + t - 1 for o, t in zip(self.tables.offset, self.tables.tabled,
+                                                 strict=True)]
+        free = self.free
+        waiting, running = (1 << len(x)) - 1, 0
+        position = 0
+        while True:
+            # (1) The last takeover before `position` stands, and no job between it and
+            # `position` took over from it (none of them changed): the walk goes on
+            # from `position`. With no takeover left, it starts at the first job.
+            while chain and chain[-1] >= position:
+                chain.pop()
+            if chain:
+                incumbent, after = chain[-1], position - 1
+            else:
+                rest = (running | waiting) >> position << position
+                if not rest:
+                    break
+                incumbent = after = (rest & -rest).bit_length() - 1
+                chain.append(incumbent)
+            while True:
+                # The first job after `after` that takes over from `incumbent`: the masks
+                # give every job that could (one in the same band as a threshold may fall
+                # either side of it), the rule decides, in submit order. Masks are shifted
+                # down to the first position still to check (`base`), which keeps the
+                # numbers short and every one non-negative.
+                base = after + 1
+                taker = -1
+                if x[incumbent] == 0:  # a job at 0 shorter at min, or one running at g >= 1
+                    own = start[incumbent]
+                    maybe = ((waiting & start_below[start_band[incumbent] + 1])
+                             | (running & gain_from[strong])) >> base
+                    while maybe:
+                        skip = (maybe & -maybe).bit_length()  # the lowest set bit, plus 1
+                        c = base + skip - 1
+                        if (start[c] < own) if x[c] == 0 else (gain[state[c]] >= 1.0):
+                            taker = c
+                            break
+                        maybe >>= skip
+                        base = c + 1
+                else:  # at 0 when g < 1; shorter with g_c >= h; as long with h_c > g
+                    k = state[incumbent]
+                    own, g, h = length[k], gain[k], lower[k]
+                    maybe = (((shorter[length_band[k] + 1] & gain_from[asks_gain[k]])
+                              | h_from[asks_h[k]]) & running) >> base
+                    if g < 1.0 and (first := waiting >> base):
+                        taker = base + (first & -first).bit_length() - 1
+                    while maybe:
+                        skip = (maybe & -maybe).bit_length()
+                        c = base + skip - 1
+                        if 0 <= taker < c:  # the first job at 0 comes before
+                            break
+                        j = state[c]
+                        if (gain[j] >= h) if length[j] < own else (lower[j] > g):
+                            taker = c
+                            break
+                        maybe >>= skip
+                        base = c + 1
+                if taker < 0:
+                    break
+                chain.append(taker)
+                incumbent = after = taker
+            if free <= 0:
+                break
+            # (2) The winner grows. Its bit flips in the masks of the bands it moved past
+            # (and in `waiting` or `running`, where it is set).
+            winner = position = chain[-1]
+            bit = 1 << winner
+            if x[winner] == 0:
+                x[winner] = lows[winner]
+                free -= lows[winner]
+                waiting ^= bit
+                if state[winner] >= 0:  # filed under its state at min already
+                    running |= bit
+            else:
+                grown = x[winner] = x[winner] + 1
+                free -= 1
+                if grown >= end[winner]:
+                    running ^= bit
+                else:
+                    old = state[winner]
+                    new = state[winner] = (old + 1 if old < last_tabled[winner]
+                                           else self._state_index(winner, grown))
+                    a, b = length_band[old], length_band[new]
+                    if a != b:
+                        for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
+                            shorter[band] ^= bit
+                    a, b = gain_band[old], gain_band[new]
+                    if a != b:
+                        for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
+                            gain_from[band] ^= bit
+                    a, b = h_band[old], h_band[new]
+                    if a != b:
+                        for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
+                            h_from[band] ^= bit
+            # (3) Jobs at 0 whose min no longer fits leave; the walk is redone from the
+            # earliest of them if it comes before the winner.
+            if by_min and lows[by_min[-1]] > free:
+                gone = []
+                while by_min and lows[by_min[-1]] > free:
+                    i = by_min.pop()
+                    if x[i] == 0:
+                        gone.append(i)
+                if gone:
+                    waiting &= ~_mask_of(gone, len(x))
+                    position = min(position, min(gone))
+        return x

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
 from typing import Protocol, runtime_checkable
 
-from voda.core.model import Job
+from voda.core.model import SORT_KEY, Job
 
 
 @runtime_checkable
@@ -81,7 +81,7 @@ def checked_allocate(
 
 def by_submit(jobs: Sequence[Job]) -> list[Job]:
     """Jobs by priority, then submit order, then name: the order every algorithm breaks ties in."""
-    return sorted(jobs, key=lambda j: j.sort_key)
+    return sorted(jobs, key=SORT_KEY)
 
 
 ClassAllocator = Callable[[Sequence[Job], int], Mapping[str, int]]

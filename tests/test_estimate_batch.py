@@ -1,0 +1,59 @@
+"""The batched estimates AFS-L tables before its tournament equal the one-at-a-time ones."""
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from voda.core.allocation.afs_states import rounded_as_python
+from voda.core.estimate import epoch_time_at, epoch_time_runs
+from voda.core.model import Job
+
+seconds = st.sampled_from([10.0, 20.0, 35.0, 60.0, 90.0]) | st.floats(0.01, 1e5)
+observations = st.dictionaries(st.integers(1, 40), seconds, max_size=5)
+
+
+@st.composite
+def asked_runs(draw: st.DrawFn, observed: st.SearchStrategy = observations) -> tuple:
+    count = draw(st.integers(0, 8))
+    jobs = [Job(name=f"j{i}", epoch_time_by_workers=draw(observed)) for i in range(count)]
+    first = [draw(st.integers(1, 48)) for _ in jobs]
+    runs = [draw(st.integers(0, 12)) for _ in jobs]
+    return jobs, first, runs
+
+
+def one_at_a_time(jobs: list[Job], first: list[int], runs: list[int]) -> list[float]:
+    return [epoch_time_at(job, k) for job, lo, n in zip(jobs, first, runs, strict=True)
+            for k in range(lo, lo + n)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(asked=asked_runs())
+def test_epoch_time_runs_are_bit_for_bit_the_epoch_times_at_each_count(asked: tuple) -> None:
+    jobs, first, runs = asked
+    assert epoch_time_runs(jobs, first, runs).tolist() == one_at_a_time(jobs, first, runs)
+
+
+@settings(max_examples=50, deadline=None)
+@given(asked=asked_runs(st.dictionaries(st.sampled_from([1, 2, 2**40, 2**50]), seconds,
+                                        min_size=1, max_size=3)))
+def test_epoch_time_runs_with_counts_too_large_to_key_exactly(asked: tuple) -> None:
+    jobs, first, runs = asked
+    assert epoch_time_runs(jobs, first, runs).tolist() == one_at_a_time(jobs, first, runs)
+
+
+near_ties = st.builds(lambda i, d, e: (i + 0.5) / 10.0**d + e, st.integers(-10**12, 10**12),
+                      st.sampled_from([6, 12]), st.sampled_from([0.0, 1e-17, -1e-17]))
+values = st.lists(st.floats(allow_nan=True, allow_infinity=True) | near_ties, max_size=30)
+
+
+@settings(max_examples=500, deadline=None)
+@given(values=values, digits=st.sampled_from([6, 12]))
+def test_rounded_as_python_is_round_for_every_value(values: list[float], digits: int) -> None:
+    got = rounded_as_python(np.array(values, dtype=float), digits).tolist()
+    expected = [round(v, digits) for v in values]
+    assert all((math.isnan(a) and math.isnan(b)) or a == b for a, b in
+               zip(got, expected, strict=True)), (got, expected)
+    # The same sign of zero as round gives, too.
+    assert [math.copysign(1.0, a) for a in got] == [math.copysign(1.0, b) for b in expected]

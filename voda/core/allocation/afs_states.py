@@ -1,0 +1,102 @@
+"""What the AFS-L tournament reads of a job at each size, computed for all jobs at once.
+
+For a running job at x workers the pairwise rule reads its remaining time at x
+(`length`), its gain relative to S(x), g = t(x)/t(x+1) - 1, and relative to
+S(x+1), h = 1 - t(x+1)/t(x) (t: epoch time). These depend on the job and x
+alone, so they are tabled before the tournament starts: one batch of epoch
+times (`epoch_time_runs`) and one batch of quantisations, where computing them
+job by job, round by round, cost more than the whole tournament walk.
+
+Quantisation keeps ties exact (a linear job's g is exactly 1, two equal lengths
+are equal): lengths to microseconds and gains to 1e-12, with Python's `round`,
+which rounds the exact binary value half-to-even. `rounded_as_python` gives the
+same floats for a whole array and falls back to `round` for the values it cannot
+prove it rounds the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+
+import numpy as np
+
+from voda.core.estimate import EpochTimes, epoch_time_runs
+from voda.core.model import Job
+
+_MIN, _MAX = attrgetter("min_workers"), attrgetter("max_workers")
+_EPOCHS, _COMPLETED = attrgetter("epochs"), attrgetter("completed_epochs")
+
+LENGTH_DIGITS = 6
+GAIN_DIGITS = 12
+
+# Sizes tabled per job: its min and, shared out, about twice the capacity more (a call
+# hands out at most the capacity). A job that grows past its tabled sizes has its next
+# states computed one at a time (`state_at`).
+GROWTH_TABLED = 2
+
+def rounded_as_python(values: np.ndarray, digits: int) -> np.ndarray:
+    """`round(v, digits)` for every v, as floats.
+
+    Python rounds the exact binary value of v to `digits` decimals and converts that
+    decimal back to the nearest float. P = v * 10**digits computed in floating point is
+    within |P| * 2**-52 of the exact product, so an integer q nearer to P than 0.5 less
+    that is the exact product's nearest integer, no tie: the decimal is q / 10**digits,
+    and its nearest float is the correctly rounded quotient of the exact q by 10**digits.
+    The few values not so placed (near a tie, huge, not finite) are rounded by Python.
+    """
+    scale = 10.0**digits
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = values * scale
+        nearest = np.rint(scaled)
+        out = nearest / scale
+        size = np.abs(scaled)
+        sure = (np.abs(scaled - nearest) < 0.5 - size * 2.0**-51) & (size < 2.0**50)
+    for k in np.flatnonzero(~sure).tolist():
+        out[k] = round(float(values[k]), digits)
+    return out
+
+
+def state_at(job: Job, times: EpochTimes, x: int) -> tuple[float, float, float]:
+    """The job's length, g and h at x workers (x below max), computed on their own."""
+    now, after = times(x), times(x + 1)
+    return (round(job.remaining_epochs * now, LENGTH_DIGITS),
+            round(now / after - 1.0, GAIN_DIGITS), round(1.0 - after / now, GAIN_DIGITS))
+
+
+class StateTables:
+    """Per job: its remaining time at min (`start`) and its states at the first sizes.
+
+    Job i at x = lo[i] .. lo[i] + tabled[i] - 1 workers has length, g and h
+    `length[k]`, `g[k]`, `h[k]` with k = offset[i] + x - lo[i] (arrays); sizes from
+    `end[i]` on are never asked for (the job is at max, or holds every GPU).
+    """
+
+    def __init__(self, jobs: Sequence[Job], capacity: int) -> None:
+        n = len(jobs)
+        self.lo: list[int] = list(map(_MIN, jobs))
+        lo = np.array(self.lo, dtype=np.int64)
+        end = np.minimum(np.fromiter(map(_MAX, jobs), dtype=np.int64, count=n), capacity)
+        self.end: list[int] = end.tolist()
+        span = 1 + -(-GROWTH_TABLED * capacity // max(1, n))
+        tabled = np.minimum(end - lo, span)
+        self.tabled: list[int] = tabled.tolist()
+        self.offset: list[int] = (np.cumsum(tabled) - tabled).tolist()
+        # Epoch times at lo .. lo + tabled (the last one for the gain of the last state).
+        counts = tabled + 1
+        times = epoch_time_runs(jobs, self.lo, counts.tolist())
+        ends = np.cumsum(counts)
+        left = (np.fromiter(map(_EPOCHS, jobs), dtype=float, count=n)
+                - np.fromiter(map(_COMPLETED, jobs), dtype=float, count=n))
+        remaining = np.where(left > 0.0, left, 0.0)  # Job.remaining_epochs
+        self.start = rounded_as_python(remaining * times[ends - counts], LENGTH_DIGITS)
+        # States: every time but each job's last, paired with the time after it.
+        is_now = np.ones(len(times), dtype=bool)
+        is_now[ends - 1] = False
+        now_at = np.flatnonzero(is_now)
+        now, after = times[now_at], times[now_at + 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.length = rounded_as_python(
+                np.repeat(remaining, tabled) * now, LENGTH_DIGITS)
+            self.g = rounded_as_python(now / after - 1.0, GAIN_DIGITS)
+            self.h = rounded_as_python(1.0 - after / now, GAIN_DIGITS)
