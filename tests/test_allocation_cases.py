@@ -13,9 +13,15 @@ from builders import make_job
 
 from voda.core.allocation import registry
 from voda.core.model import Job
+from voda.core.oracle import StepOracle
 
 POOR = {1: 100.0, 2: 90.0, 4: 85.0}
 LINEAR = {1: 100.0, 2: 50.0, 4: 25.0}
+# Oracle step times (s) on 1, 2, 3, 4 GPUs; 50 steps left at 0 epochs done of 2.
+FAST = StepOracle((1.0, 0.6, 0.5, 0.45), (50.0, 100.0))
+SLOW = StepOracle((1.0, 0.9, 0.85, 0.8), (50.0, 100.0))
+WORSE_AFTER_2 = StepOracle((1.0, 0.5, 0.6, 0.7), (50.0, 100.0))
+LONG_AGO = 1e6  # seconds since submission: the restart factor is about 1
 
 
 def case(
@@ -488,6 +494,99 @@ CASES = [
             make_job("b").workers(1, 4).epochs(10).submitted_at(1).epoch_times(LINEAR).obj(),
         ],
         6, {"a": 2, "b": 4},
+    ),
+    # ----- Optimus (+Oracle)
+    case(
+        "Optimus starts every job at one GPU, then adds the GPU that cuts most time",
+        "Optimus",
+        [
+            make_job("a").workers(1, 4).epochs(2).submitted_at(0).with_(oracle=FAST).obj(),
+            make_job("b").workers(1, 4).epochs(2).submitted_at(1).with_(oracle=SLOW).obj(),
+        ],
+        # gains x 50 steps: a 20 then 5 (tie with b's 5: the earlier job), b 5
+        4, {"a": 3, "b": 1},
+    ),
+    case(
+        "Optimus leaves GPUs idle once one more would slow every job down",
+        "Optimus",
+        [make_job("a").workers(1, 4).epochs(2).with_(oracle=WORSE_AFTER_2).obj()],
+        8, {"a": 2},
+    ),
+    case(
+        "Optimus without the oracle judges by measured epoch times",
+        "Optimus",
+        [
+            make_job("a").workers(1, 4).epochs(10).submitted_at(0).epoch_times(POOR)
+            .with_(oracle=FAST).obj(),
+            make_job("b").workers(1, 4).epochs(10).submitted_at(1).epoch_times(LINEAR).obj(),
+        ],
+        # b gains 500 s, then 167 s; a's 100 s comes next
+        4, {"a": 1, "b": 3}, oracle=False,
+    ),
+    # ----- Pollux
+    case(
+        "Pollux starts every job before it grows any",
+        "Pollux",
+        [
+            make_job("a").workers(1, 4).submitted_at(0).waited_for(60).obj(),
+            make_job("b").workers(1, 4).submitted_at(1).waited_for(60).obj(),
+        ],
+        4, {"a": 2, "b": 2},
+    ),
+    case(
+        "Pollux gives more GPUs to the job that speeds up more",
+        "Pollux",
+        [
+            make_job("a").workers(1, 4).epoch_times(POOR).waited_for(LONG_AGO).obj(),
+            make_job("b").workers(1, 4).epoch_times(LINEAR).waited_for(LONG_AGO).obj(),
+        ],
+        6, {"a": 2, "b": 4},
+    ),
+    case(
+        "Pollux keeps a job that was restarted often where it is",
+        "Pollux",
+        [make_job("a").workers(1, 4).running(2).ran_for(100).with_(restarts=3).obj()],
+        4, {"a": 2},
+    ),
+    case(
+        "Pollux grows an old job that was seldom restarted",
+        "Pollux",
+        [make_job("a").workers(1, 4).running(2).ran_for(1000).obj()],
+        4, {"a": 4},
+    ),
+    # ----- Voda: weight T(1)^-0.35 on the speedup; a change keeps 1 - 30 / min(T(n), 240)
+    case(
+        "Voda gives the GPUs to the job with the least work left",
+        "Voda",
+        [
+            # a: 500 s on one GPU, 0.114 x (4 x 0.76) at 4; b: 5,000 s, 0.051 x 4 x 0.875
+            make_job("a").workers(1, 4).epochs(5).epoch_times(LINEAR).submitted_at(1).obj(),
+            make_job("b").workers(1, 4).epochs(50).epoch_times(LINEAR).submitted_at(0).obj(),
+        ],
+        4, {"a": 4, "b": 0},
+    ),
+    case(
+        "Voda leaves a short job that scales poorly one GPU and gives a long one the rest",
+        "Voda",
+        [
+            make_job("a").workers(1, 4).epochs(5).epoch_times(POOR).submitted_at(0).obj(),
+            make_job("b").workers(1, 4).epochs(50).epoch_times(LINEAR).submitted_at(1).obj(),
+        ],
+        5, {"a": 1, "b": 4},
+    ),
+    case(
+        "Voda does not restart a running job for an 11 % gain",
+        "Voda",
+        [make_job("a").workers(1, 4).epochs(50).epoch_times({1: 100.0, 2: 50.0, 4: 45.0})
+         .running(2).obj()],
+        4, {"a": 2},
+    ),
+    case(
+        "Voda grows a running job when the gain pays for the restart",
+        "Voda",
+        [make_job("a").workers(1, 4).epochs(50).epoch_times({1: 100.0, 2: 50.0, 4: 26.0})
+         .running(2).obj()],
+        4, {"a": 4},
     ),
     case(
         "AFS-L skips a starting block that does not fit for a smaller one",

@@ -18,6 +18,7 @@ from voda.core.model import Cluster, Job, Node, Placement
 from voda.core.placement.base import placement_problems
 from voda.core.placement.first_fit import first_fit
 from voda.core.placement.manager import PlacementSettings, TopologyPlacer, counts_only
+from voda.core.placement.repack import repack
 from voda.core.plan import diff
 
 PROPERTY_SETTINGS = settings(
@@ -35,6 +36,7 @@ PLACERS = {
         PlacementSettings(spread_margin=0.0, relayout_margin=0.0)
     ),
     "off": counts_only,
+    "repack": repack,
 }
 
 

@@ -516,3 +516,51 @@ def test_after_a_backend_failure_the_records_follow_what_the_backend_runs() -> N
     assert plan is not None
     assert backend.running() == {"a": (("node-0", 2),), "b": (("node-0", 2),)}
     assert a.status is JobStatus.RUNNING
+
+
+# ----- restarts, ages and progress-driven decisions ----------------------------------
+
+
+def test_restarts_count_every_allocation_change_after_the_first_start() -> None:
+    sched, backend = scheduler(nodes=1, gpus=4, rate_limit=0.0)
+    sched.submit(make_job("a").workers(1, 4).submitted_at(0).obj())
+    sched.step(0.0)
+    assert sched.jobs["a"].restarts == 0  # the first start is no restart
+    sched.submit(make_job("b").workers(1, 4).submitted_at(1).obj())
+    sched.step(1.0)  # a shrinks to make room for b
+    assert sched.jobs["a"].restarts == 1
+    backend.complete("b", 2.0)
+    sched.step(2.0)  # a grows back
+    assert sched.jobs["a"].restarts == 2
+    assert sched.jobs["a"].snapshot().restarts == 2
+
+
+def test_a_job_submitted_between_steps_ages_from_its_submission() -> None:
+    sched, _ = scheduler(nodes=1, gpus=1, rate_limit=0.0)
+    sched.submit(make_job("a").rigid(1).submitted_at(0).obj())
+    sched.step(0.0)
+    sched.submit(make_job("b").rigid(1).submitted_at(40).obj())
+    sched.step(60.0)
+    b = sched.jobs["b"]
+    assert b.running_seconds + b.waiting_seconds == pytest.approx(20.0)
+    assert sched.jobs["a"].running_seconds == pytest.approx(60.0)
+
+
+def test_a_forced_step_decides_even_when_nothing_changed() -> None:
+    sched, _ = scheduler(rate_limit=30.0)
+    sched.submit(make_job("a").workers(1, 2).submitted_at(0).obj())
+    sched.step(0.0)
+    assert sched.step(1.0) is None
+    assert sched.step(1.0, force=True) is not None
+    assert sched.reschedules == 2
+
+
+@pytest.mark.parametrize(("algorithm", "reschedules"), [("Optimus", True), ("ElasticFIFO", False)])
+def test_progress_reschedules_only_algorithms_that_decide_on_it(
+    algorithm: str, reschedules: bool
+) -> None:
+    sched, backend = scheduler(rate_limit=0.0, algorithm=algorithm)
+    sched.submit(make_job("a").workers(1, 2).epochs(5).submitted_at(0).obj())
+    sched.step(0.0)
+    backend.report_epoch("a", 5.0, epoch=1, seconds=5.0, workers=2)
+    assert (sched.step(5.0) is not None) is reschedules

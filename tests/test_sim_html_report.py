@@ -11,6 +11,7 @@ import pytest
 from browser import screenshot
 
 from tests.conftest import ROOT
+from voda.core.allocation import registry
 from voda.sim.html_report import gpus_in_use, render_report, step_at, timeline_jobs
 from voda.sim.report import JobResult, SimResult
 
@@ -64,7 +65,7 @@ def test_simulate_writes_a_report_that_opens_from_disk(tmp_path: Path, page) -> 
     page.goto(path.as_uri())
     assert [u for u in requested if not u.startswith("file:")] == []
     rows = page.locator("#comparison tbody tr")
-    assert rows.count() == 8
+    assert rows.count() == len(registry.BUILTIN_NAMES)
     assert "★" in page.inner_text("#comparison")
     for chart in ("cdf-chart", "gpus-chart", "queue-chart", "job-chart"):
         page.locator(f"#{chart}[data-drawn='1'] canvas").first.wait_for(timeout=10000)

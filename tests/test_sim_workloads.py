@@ -33,6 +33,47 @@ def test_a_pollux_row_is_rigid_with_rigid_and_elastic_without(tmp_path: Path) ->
     assert elastic["ncf-1"].max_workers == 1  # 32768 per GPU is already the batch limit
 
 
+def test_a_fixed_batch_job_keeps_its_global_batch_on_up_to_batch_over_min_local_gpus(
+    tmp_path: Path,
+) -> None:
+    rows = "cifar10-0,107,cifar10,6,2048\nncf-1,9,ncf,1,32768\nimagenet-2,5,imagenet,24,3200\n"
+    path = write(tmp_path, "w.csv", POLLUX_HEADER + rows)
+    jobs = {j.name: j for j in load_workload(path, job_model="fixed-batch").jobs}
+    cifar = jobs["cifar10-0"]
+    # 2048 / min local batch 32 = 64 GPUs; the batch stays 2048 on any of them.
+    assert (cifar.min_workers, cifar.max_workers, cifar.preferred_workers) == (1, 64, 6)
+    assert cifar.batch_size == 2048 and not cifar.adaptive
+    assert jobs["imagenet-2"].max_workers == 64  # 3200 / 20 = 160, capped at 64 profiled GPUs
+    assert jobs["ncf-1"].max_workers == 1
+
+
+def test_an_adaptive_job_picks_its_batch_and_ncf_stays_on_one_gpu(tmp_path: Path) -> None:
+    rows = "cifar10-0,107,cifar10,6,2048\nncf-1,9,ncf,1,32768\nbert-2,5,bert,8,384\n"
+    path = write(tmp_path, "w.csv", POLLUX_HEADER + rows)
+    jobs = {j.name: j for j in load_workload(path, job_model="adaptive").jobs}
+    assert jobs["cifar10-0"].adaptive and jobs["cifar10-0"].batch_size is None
+    assert (jobs["cifar10-0"].min_workers, jobs["cifar10-0"].max_workers) == (1, 64)  # 4096/32
+    assert jobs["bert-2"].max_workers == 64  # 384 / 4 = 96, capped at 64
+    ncf = jobs["ncf-1"]
+    assert (ncf.max_workers, ncf.batch_size, ncf.adaptive) == (1, 32768, True)
+
+
+def test_an_unknown_job_model_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="job_model: must be one of"):
+        load_workload("workload-1", job_model="elastic-ish")
+
+
+@pytest.mark.parametrize(("name", "jobs"), [("workload-2@0.5", 80), ("workload-2@1.0", 160),
+                                            ("workload-2@1.5", 240), ("workload-2@2.0", 320)])
+def test_the_load_variants_load_by_name(name: str, jobs: int) -> None:
+    assert len(load_workload(name).jobs) == jobs
+
+
+def test_an_unknown_load_is_no_built_in_workload() -> None:
+    with pytest.raises(WorkloadError, match="no such file"):
+        load_workload("workload-2@3.0")
+
+
 def test_equal_arrivals_keep_row_order_for_the_engine(tmp_path: Path) -> None:
     path = write(tmp_path, "w.csv", POLLUX_HEADER + "b-0,60,ncf,1,32768\na-1,60,ncf,1,32768\n")
     w = load_workload(path)

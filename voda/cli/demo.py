@@ -1,7 +1,7 @@
 """`voda demo`: what `make demo` runs.
 
 1. Simulate workload 1 (160 Philly-sampled jobs) on 16 nodes x 4 GPUs with all
-   eight allocation algorithms and print the comparison table.
+   built-in allocation algorithms and print the comparison table.
 2. Start `voda serve` with the local backend and its default SQLite store, submit
    the four example jobs of examples/local onto 4 slots, show them start, scale
    and complete, and print each job's JCT and rescales.
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         slots: int = typer.Option(4, help="Worker slots for the local jobs."),
         algorithm: str = typer.Option("ElasticFIFO", help="Algorithm for the local jobs."),
     ) -> None:
-        """Simulate workload 1 with all eight algorithms, then run real elastic jobs locally."""
+        """Simulate workload 1 with every built-in algorithm, then run real elastic jobs locally."""
         from rich.console import Console
 
         console = Console()

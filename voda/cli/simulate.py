@@ -66,6 +66,7 @@ def run_simulation(
     until: float | None = None,
     report: str | None = None,
     report_job: str | None = None,
+    job_model: str | None = None,
 ) -> list[SimResult]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -78,12 +79,14 @@ def run_simulation(
     from voda.sim.workloads import WorkloadError
 
     names = list(registry.BUILTIN_NAMES) if algorithm == ALL else [algorithm]
+    if rigid and job_model not in (None, "rigid"):
+        _fail(f"--rigid and --job-model {job_model} contradict each other")
     try:
         knobs = parse_param_items(params or [])
         requests = [RunRequest(workload, cluster, name, rigid, preset, placement, penalty,
                                interval, layout_speed, jitter, seed,
                                params=_knobs_of(name, knobs, len(names) > 1),
-                               gpu_type=gpu_type, until=until)
+                               gpu_type=gpu_type, until=until, job_model=job_model)
                     for name in names]
         _check_every_knob_used(knobs, requests)
         for r in requests:
@@ -94,7 +97,8 @@ def run_simulation(
     if report_job is not None:
         from voda.sim.workloads import load_workload
 
-        if report_job not in {j.name for j in load_workload(workload, rigid=rigid).jobs}:
+        jobs = load_workload(workload, rigid=rigid, job_model=job_model).jobs
+        if report_job not in {j.name for j in jobs}:
             _fail(f"report-job: no job {report_job!r} in the workload {workload}")
     err = Console(stderr=True)
     show = not as_json and sys.stderr.isatty()
@@ -207,14 +211,20 @@ def register(app: typer.Typer) -> None:
     def simulate(
         workload: str = typer.Option(..., "--workload", "-w",
                                      help="Workload file (Pollux CSV, Philly CSV, native YAML/CSV)"
-                                          " or a built-in name: workload-1..4, philly."),
+                                          " or a built-in name: workload-1..4, workload-N@LOAD "
+                                          "(LOAD 0.5, 1.0, 1.5, 2.0), philly."),
         cluster: str = typer.Option("16x4", "--cluster", "-c",
                                     help="NODESxGPUS (e.g. 16x4) or a cluster YAML file."),
         algorithm: str | None = typer.Option(None, "--algorithm", "-a",
                                              help="Allocation algorithm (default: ElasticFIFO),"
-                                                  " or 'all' for all eight."),
+                                                  " or 'all' for every built-in one."),
         rigid: bool = typer.Option(False, "--rigid",
-                                   help="Every job at exactly its requested GPUs and batch."),
+                                   help="Every job at exactly its requested GPUs and batch "
+                                        "(--job-model rigid)."),
+        job_model: str | None = typer.Option(
+            None, "--job-model",
+            help="How profiled jobs use GPUs and batch: elastic (default), rigid, fixed-batch "
+                 "(the Pollux artifact's Optimus jobs) or adaptive (its Pollux jobs)."),
         preset: str | None = typer.Option(None, "--preset",
                                           help="'pollux': the Pollux artifact's simulator."),
         placement: str | None = typer.Option(None, "--placement",
@@ -267,4 +277,4 @@ def register(app: typer.Typer) -> None:
             _fail("report-job: needs --report DIR")
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
                        as_json, plot, layout_speed, jitter, seed, param, gpu_type, until,
-                       report, report_job)
+                       report, report_job, job_model)

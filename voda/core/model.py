@@ -11,7 +11,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from operator import attrgetter
 from types import MappingProxyType
-from typing import NewType
+from typing import TYPE_CHECKING, NewType
+
+if TYPE_CHECKING:  # numpy and scipy load only where the models are used
+    from voda.core.goodput import GoodputModel
+    from voda.core.oracle import StepOracle
 
 JobName = NewType("JobName", str)
 NodeName = NewType("NodeName", str)
@@ -133,6 +137,13 @@ class Job:
     # Samples per second by (workers, nodes spanned), for the job's category: how
     # fast each layout shape ran (voda.core.placement.layout).
     layout_throughput: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    # Allocation changes since the first start (resumes, rescales, migrations).
+    restarts: int = 0
+    # What a batch-adaptive job last reported: its throughput model, gradient
+    # statistics and batch limits (voda.core.goodput); None for other jobs.
+    goodput: GoodputModel | None = None
+    # Simulator-only truth (voda.core.oracle), read only by oracle baselines.
+    oracle: StepOracle | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epoch_time_by_workers", _frozen_map(self.epoch_time_by_workers))
@@ -181,6 +192,8 @@ def validate_job(job: Job) -> list[str]:
         errors.append(f"epochs: must be at least 1, got {job.epochs}")
     if job.completed_epochs < 0:
         errors.append(f"completed_epochs: must not be negative, got {job.completed_epochs}")
+    if job.restarts < 0:
+        errors.append(f"restarts: must not be negative, got {job.restarts}")
     if job.priority < 0:
         errors.append(f"priority: must not be negative (0 is highest), got {job.priority}")
     for workers, seconds in job.epoch_time_by_workers.items():

@@ -87,6 +87,8 @@ def sequence_problems(
     Backends apply a plan's actions one at a time (halts, scale-ins and
     migrations first), so a placement whose end state fits can still be
     unusable, e.g. when a job starts on GPUs that a later scale-out frees.
+    A placer marked `applies_at_once` (the Pollux artifact's rules, for the
+    simulator, which moves every job of a round at once) is not held to it.
     """
     used: dict[str, int] = {}
     for shards in previous.values():
@@ -165,7 +167,7 @@ def _decide_type(
         raise PlacementFailed(f"placer returned {type(placement).__name__}, not a mapping")
     placement = {name: tuple(p) for name, p in placement.items() if p}
     problems = placement_problems(allocation, by_name, cluster, placement)
-    if not problems:
+    if not problems and not getattr(placer, "applies_at_once", False):
         capacity = {n.name: n.gpus for n in cluster.nodes}
         problems = sequence_problems(previous, placement, capacity)
     if problems:

@@ -20,11 +20,14 @@ class EventKind(StrEnum):
     ALGORITHM_CHANGED = "algorithm-changed"
     EPOCH_REPORTED = "epoch-reported"  # a running job finished an epoch
     QUEUE_CHANGED = "queue-changed"  # attained service moved a job to another priority queue
+    GOODPUT_REPORTED = "goodput-reported"  # a batch-adaptive job's model changed
 
 
-# Events that change what the allocation should be. An epoch report only refines
-# estimates; it does not force a rescheduling by itself.
-RESCHEDULING_EVENTS = frozenset(set(EventKind) - {EventKind.EPOCH_REPORTED})
+# Events that change what the allocation should be. A progress report only refines
+# estimates; it reschedules only for algorithms whose decisions follow progress
+# (`decides_on_progress`, e.g. Optimus and Pollux).
+PROGRESS_EVENTS = frozenset({EventKind.EPOCH_REPORTED, EventKind.GOODPUT_REPORTED})
+RESCHEDULING_EVENTS = frozenset(set(EventKind) - PROGRESS_EVENTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,5 +38,6 @@ class Event:
     node: Node | None = None
     # EPOCH_REPORTED: epoch (int), epoch_seconds (float), workers (int), and
     # optionally samples_per_second (float, throughput on the current layout).
+    # GOODPUT_REPORTED: goodput (voda.core.goodput.GoodputModel).
     # JOB_FAILED: exit_code, reason. PRIORITY_CHANGED: priority.
     data: dict[str, Any] = field(default_factory=dict)

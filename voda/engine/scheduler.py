@@ -48,7 +48,7 @@ from voda.core.model import (
 from voda.core.placement.base import Placer
 from voda.core.placement.registry import DEFAULT_PLACER, get_placer
 from voda.core.plan import decide
-from voda.engine.events import RESCHEDULING_EVENTS, Event, EventKind
+from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,9 @@ class JobRecord:
     latency_sensitive: bool = False
     # Shared by the jobs of one category and GPU type (see Scheduler.layout_history).
     layout_throughput: dict[tuple[int, int], float] = field(default_factory=dict)
+    restarts: int = 0
+    goodput: Any = None  # voda.core.goodput.GoodputModel, as last reported
+    oracle: Any = None  # voda.core.oracle.StepOracle (simulator-only truth)
     # Engine-only fields (not part of Job):
     placement: JobPlacement = ()
     finish_time: float | None = None
@@ -364,12 +367,17 @@ class Scheduler:
             self._finish(record, JobStatus.FAILED, event.time)
         elif kind is EventKind.EPOCH_REPORTED and record:
             self._record_epoch(record, event)
+        elif kind is EventKind.GOODPUT_REPORTED and record:
+            record.goodput = event.data["goodput"]
         elif kind is EventKind.NODE_ADDED and event.node is not None:
             nodes = [n for n in self.cluster.nodes if n.name != event.node.name]
             self.cluster = Cluster((*nodes, event.node))
         elif kind is EventKind.NODE_REMOVED and event.node is not None:
             self._drop_node(event.node.name)
-        if kind in RESCHEDULING_EVENTS:
+        if kind in RESCHEDULING_EVENTS or (
+            kind in PROGRESS_EVENTS and record is not None
+            and getattr(self.algorithm_for(record.gpu_type), "decides_on_progress", False)
+        ):
             self._mark(kind)
 
     def halt_jobs_on(self, node_name: str, now: float) -> list[str]:
@@ -495,7 +503,11 @@ class Scheduler:
 
     # ----- the step ----------------------------------------------------------
     def step(self, now: float, force: bool = False) -> Plan | None:
-        """Advance to `now`, take in events and reschedule when due. Returns the applied plan."""
+        """Advance to `now`, take in events and reschedule when due. Returns the applied plan.
+
+        `force`: decide now even if nothing changed and the rate limit would wait (a
+        fixed round: progress alone can change what an algorithm decides).
+        """
         self._account(now)
         for event in self.backend.events():
             self.handle(event)
@@ -504,7 +516,7 @@ class Scheduler:
         if self._retry_at is not None and now >= self._retry_at:
             self._retry_at = None
             self._dirty = True
-        if not self._dirty:
+        if not self._dirty and not force:
             return None
         if not force and self._earliest_reschedule(now) > now:
             return None
@@ -611,6 +623,8 @@ class Scheduler:
             return
         record.restore_epoch = int(record.completed_epochs) + 1
         if action.kind is ActionKind.START:
+            if record.first_start_time is not None:
+                record.restarts += 1
             self._place(record, action.new)
             record.attained_gpu_seconds_since_start = 0.0
             record.running_seconds_since_start = 0.0
@@ -624,6 +638,7 @@ class Scheduler:
             record.migrations += 1
         else:
             record.rescales += 1
+        record.restarts += 1
 
     def _resync(self, now: float) -> None:
         """Make the records say what the backend runs, when it can tell (after a failure)."""

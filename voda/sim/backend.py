@@ -17,6 +17,13 @@ the artifact's interval-by-interval arithmetic); otherwise jobs are advanced
 lazily, only when they cross an epoch boundary or change allocation, which keeps
 long traces fast.
 
+A batch-adaptive job (`JobSpec.adaptive`) carries an `AdaptiveAgent`: on every
+stretch it runs it measures its configuration and gradient statistics, reports
+its goodput model to the scheduler (GOODPUT_REPORTED) when that changed, and
+picks its batch again, as the Pollux artifact's jobs do after every step of the
+simulation. In the lazy mode it also picks again at most `ADAPT_SECONDS` after
+it starts on a configuration it has not measured.
+
 A job's speed follows its layout: with `layout_speed` "actual" the GPUs per node
 it holds, slowed by `spine_oversubscription` when they span more than one leaf;
 with "packed" its GPU count packed onto as few nodes as possible; with "best" the
@@ -31,20 +38,24 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
+from voda.core.goodput import GoodputModel
 from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
+from voda.sim.adaptive import AdaptiveAgent
 from voda.sim.profiles import Profile, load_profile
-from voda.sim.progress import gain
+from voda.sim.progress import gain, grad_stats
 from voda.sim.throughput import (
     BatchSplit,
     best_placement,
     packed_placement,
     split_batch,
+    step_sync_time,
     step_time,
 )
 from voda.sim.workloads import JobSpec
 
 DEFAULT_PENALTY = 30.0
+ADAPT_SECONDS = 60.0  # lazy mode: an adaptive job re-picks its batch this soon on a new config
 LAYOUT_SPEEDS = ("actual", "packed", "best")
 
 
@@ -77,6 +88,8 @@ class SimJob:
     layout: tuple[int, ...] = ()  # the GPUs per node its speed follows (see layout_speed)
     placed_at: float = 0.0  # when the current placement began
     spine: float = 1.0  # oversubscription its all-reduce crosses (1: one leaf)
+    agent: AdaptiveAgent | None = None  # batch-adaptive jobs only
+    reported: GoodputModel | None = None  # the goodput model last reported
 
     @property
     def gpus(self) -> int:
@@ -263,6 +276,8 @@ class SimBackend:
                 raise KeyError(f"job {name!r}: not in the simulated workload")
             profile = load_profile(spec.profile) if spec.profile else None
             sim = SimJob(spec, profile, _boundaries(spec, profile), t=self.now)
+            if spec.adaptive and profile is not None:
+                sim.agent = AdaptiveAgent(profile, fixed_batch=spec.batch_size)
             self.jobs[name] = sim
         if sim.finished is not None:
             raise ValueError(f"job {name!r}: already completed at {sim.finished}")
@@ -283,12 +298,19 @@ class SimBackend:
             return
         replicas = sim.gpus
         if sim.profile is not None:
-            batch = sim.spec.batch_for(sim.profile, replicas)
-            sim.split = split_batch(sim.profile, batch, replicas)
+            if sim.agent is not None:
+                sim.split = sim.agent.split(len(sim.counts), replicas)
+            else:
+                batch = sim.spec.batch_for(sim.profile, replicas)
+                sim.split = split_batch(sim.profile, batch, replicas)
             self._set_layout(sim)
         sim.countdown = self.penalty
         sim.restarts += 1
         self._schedule(sim)
+        if sim.agent is None:  # _schedule predicts adaptive jobs' completions itself
+            self._push_completion(sim)
+
+    def _push_completion(self, sim: SimJob) -> None:
         heapq.heappush(self._completion_heap, (self._predict(sim), sim.version, sim.spec.name))
 
     def _account_layout(self, sim: SimJob, until: float) -> None:
@@ -339,15 +361,48 @@ class SimBackend:
         sim.rates.clear()
 
     def _schedule(self, sim: SimJob) -> None:
-        """Lazy mode: note when the job next crosses an epoch boundary."""
+        """Lazy mode: note when the job next crosses an epoch boundary (or, adaptive, when
+        it re-picks its batch on a configuration it has not measured)."""
         if self.integer_time or sim.finished is not None or not sim.counts:
             return
         r = sim.rate()
         if r <= 0:
             return
-        need = (sim.boundaries[sim.epoch + 1] - sim.progress) / r
+        need = max((sim.boundaries[sim.epoch + 1] - sim.progress) / r, 0.0)
+        if sim.agent is not None:
+            if not sim.agent.knows(self._config(sim)):
+                need = min(need, ADAPT_SECONDS)
+            self._push_completion(sim)
         heapq.heappush(self._boundary_heap,
-                       (sim.t + sim.countdown + max(need, 0.0), sim.version, sim.spec.name))
+                       (sim.t + sim.countdown + need, sim.version, sim.spec.name))
+
+    # ----- batch-adaptive jobs ---------------------------------------------------------
+    @staticmethod
+    def _config(sim: SimJob) -> tuple[int, int, int]:
+        assert sim.split is not None
+        return len(sim.layout), sim.gpus, sim.split.atomic_bsz
+
+    def _observe(self, sim: SimJob, t: float) -> None:
+        """The job measures its step and gradients; a changed model is reported."""
+        assert sim.agent is not None and sim.profile is not None and sim.split is not None
+        step, sync = step_sync_time(sim.profile.name, sim.layout, sim.split.atomic_bsz)
+        if sim.spine != 1.0:
+            step, sync = step + (sim.spine - 1.0) * sync, sim.spine * sync
+        stats = grad_stats(sim.profile.name, sim.split.effective_batch, sim.epoch)
+        sim.agent.observe(self._config(sim), step, sync, stats)
+        model = sim.agent.model()
+        if model != sim.reported:
+            sim.reported = model
+            self._pending.append(Event(EventKind.GOODPUT_REPORTED, t, job=sim.spec.name,
+                                       data={"goodput": model}))
+
+    def _adapt(self, sim: SimJob) -> None:
+        """The job picks its batch again for the GPUs it holds."""
+        assert sim.agent is not None
+        split = sim.agent.split(len(sim.counts), sim.gpus)
+        if split != sim.split:
+            sim.split = split
+            self._set_layout(sim)
 
     def _step(self, sim: SimJob, to: float) -> None:
         """Run `sim` from its own time to `to` on its current placement."""
@@ -360,17 +415,23 @@ class SimBackend:
         sim.t = to
         last = len(sim.boundaries) - 1
         while seconds > 0 and sim.finished is None:
+            if sim.agent is not None:
+                self._observe(sim, t)
             r = sim.rate()
             target = sim.boundaries[sim.epoch + 1]
             if self.integer_time:
                 if sim.progress + r * seconds < target:
                     sim.progress += r * seconds
+                    if sim.agent is not None:
+                        self._adapt(sim)
                     return
                 delta: float = round(float((target - sim.progress) / r))
             else:
                 need = (target - sim.progress) / r
                 if need > seconds * (1 + 1e-12) + 1e-9:
                     sim.progress += r * seconds
+                    if sim.agent is not None:
+                        self._adapt(sim)
                     return
                 delta = min(max(need, 0.0), seconds)
             sim.epoch += 1
@@ -396,6 +457,8 @@ class SimBackend:
                 self.timeline.append((t, sim.spec.name, 0))
                 self._pending.append(Event(EventKind.JOB_COMPLETED, t, job=sim.spec.name))
                 self._changed = True
+            elif sim.agent is not None:
+                self._adapt(sim)
 
     def _predict(self, sim: SimJob) -> float:
         """Completion time if the placement stays, without changing the job."""

@@ -37,6 +37,7 @@ class RunRequest:
     params: tuple[tuple[str, Any], ...] = ()
     gpu_type: str | None = None  # the GPU type of the jobs that name none
     until: float | None = None  # stop at this simulated time (jobs may be left unfinished)
+    job_model: str | None = None  # voda.sim.workloads.JOB_MODELS; None: rigid or elastic
 
 
 def settings_for(request: RunRequest) -> SimSettings:
@@ -51,7 +52,7 @@ def settings_for(request: RunRequest) -> SimSettings:
 
 
 def workload_for(request: RunRequest) -> Workload:
-    workload = load_workload(request.workload, rigid=request.rigid)
+    workload = load_workload(request.workload, rigid=request.rigid, job_model=request.job_model)
     if request.gpu_type is not None:
         workload = with_gpu_type(workload, request.gpu_type)
     return jitter_arrivals(workload, request.jitter, request.seed)

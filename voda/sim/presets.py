@@ -6,7 +6,10 @@ first considered at the first multiple of 60 at or after its submission), a
 placement of newly started jobs in the policy's queue order, and Tiresias
 with the artifact's knobs: one threshold at 16 GPU-hours, no promotion, total
 attained service (no promotion, so the service that places a job is its total),
-queues ordered by entry (SIMULATION.md §4-5).
+queues ordered by entry (SIMULATION.md §4-5). Optimus places as the artifact's
+Optimus does: a job whose count changes is placed afresh, fewest GPUs first
+(§6). Pollux's jobs are packed, a job that grows (and restarts anyway) placed
+afresh, every change at once (voda.core.placement.repack).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from typing import Any
 
 from voda.core.allocation import registry
 from voda.core.model import Job
+from voda.core.placement.base import Placer
 from voda.core.placement.most_free import make_most_free
+from voda.core.placement.repack import make_repack
 from voda.sim.runner import SimSettings
 
 POLLUX_TIRESIAS_PARAMS: Mapping[str, Any] = {
@@ -45,6 +50,14 @@ def _policy_order(algorithm: str, params: Mapping[str, Any]):  # type: ignore[no
     return None
 
 
+def _pollux_placer(algorithm: str, params: Mapping[str, Any]) -> Placer:
+    if algorithm == "Optimus":
+        return make_most_free(keep_resized=False, fewest_first=True)
+    if algorithm in ("Pollux", "Voda"):
+        return make_repack(simultaneous=True)
+    return make_most_free(_policy_order(algorithm, params))
+
+
 def apply_preset(
     preset: str | None,
     algorithm: str,
@@ -64,7 +77,7 @@ def apply_preset(
         settings.integer_time = True
         settings.interval = 60.0
         settings.penalty = 30.0
-        settings.placement = make_most_free(_policy_order(algorithm, params))
+        settings.placement = _pollux_placer(algorithm, params)
     if placement is not None:
         settings.placement = placement
     if penalty is not None:

@@ -91,6 +91,33 @@ class Profile:
         return isinstance(other, Profile) and other.name == self.name
 
 
+def bracket(profile: Profile, batch_size: float) -> tuple[Validation, Validation]:
+    """The validated batches just below and just above `batch_size` (the same one if it
+    is validated); ProfileError outside the validated range."""
+    lower = upper = None
+    for v in profile.validation:
+        if v.batch_size <= batch_size:
+            lower = v
+        if v.batch_size >= batch_size:
+            upper = v
+            break
+    if lower is None or upper is None:
+        raise ProfileError(
+            f"profile {profile.name!r}: batch {batch_size} outside the validated "
+            f"range {profile.validation[0].batch_size}..{profile.validation[-1].batch_size}"
+        )
+    return lower, upper
+
+
+def between(lower: Validation, upper: Validation, batch_size: float,
+            at_lower: float, at_upper: float) -> float:
+    """A value linear in the batch from `at_lower` (at lower's batch) to `at_upper`."""
+    if lower is upper:
+        return at_lower
+    lo, up = lower.batch_size, upper.batch_size
+    return ((batch_size - lo) * at_upper + (up - batch_size) * at_lower) / (up - lo)
+
+
 def add_profile_dir(path: str | Path) -> None:
     """Make the profiles in `path` (one sub-directory per application) available."""
     p = Path(path)

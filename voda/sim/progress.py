@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from voda.sim.profiles import Profile, load_profile
+from voda.sim.profiles import Profile, between, bracket, load_profile
 from voda.sim.throughput import BatchSplit, step_time
 
 
@@ -18,27 +18,10 @@ from voda.sim.throughput import BatchSplit, step_time
 def grad_stats(profile_name: str, batch_size: int, epoch: int) -> tuple[float, float]:
     """(grad_sqr, grad_var) during `epoch`, linear in the batch between validated files."""
     profile = load_profile(profile_name)
-    validation = profile.validation
-    lower = upper = None
-    for v in validation:
-        if v.batch_size <= batch_size:
-            lower = v
-        if v.batch_size >= batch_size:
-            upper = v
-            break
-    if lower is None or upper is None:
-        raise ValueError(
-            f"profile {profile_name!r}: batch {batch_size} outside the validated "
-            f"range {validation[0].batch_size}..{validation[-1].batch_size}"
-        )
+    lower, upper = bracket(profile, batch_size)
     e = min(epoch, len(lower.grad_sqr) - 1, len(upper.grad_sqr) - 1)
-    if lower is upper:
-        return lower.grad_sqr[e], lower.grad_var[e]
-    lo, up = lower.batch_size, upper.batch_size
-    b = batch_size
-    sqr = ((b - lo) * upper.grad_sqr[e] + (up - b) * lower.grad_sqr[e]) / (up - lo)
-    var = ((b - lo) * upper.grad_var[e] + (up - b) * lower.grad_var[e]) / (up - lo)
-    return sqr, var
+    return (between(lower, upper, batch_size, lower.grad_sqr[e], upper.grad_sqr[e]),
+            between(lower, upper, batch_size, lower.grad_var[e], upper.grad_var[e]))
 
 
 def gain(profile: Profile, batch_size: int, epoch: int) -> float:

@@ -20,9 +20,13 @@ from voda.core.placement import registry as placers
 from voda.core.placement.base import Placer
 from voda.engine.clock import ManualClock
 from voda.engine.scheduler import Scheduler, SchedulerSettings
+from voda.sim.adaptive import initial_model
 from voda.sim.backend import DEFAULT_PENALTY, SimBackend, check_layout_speed
 from voda.sim.cluster_file import SimCluster
+from voda.sim.oracle import step_oracle
+from voda.sim.profiles import load_profile
 from voda.sim.report import SimResult, build_result
+from voda.sim.throughput import serial_blas
 from voda.sim.workloads import JobSpec, Workload
 
 DEFAULT_INTERVAL = 60.0
@@ -61,6 +65,12 @@ def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
 
 
 def to_job(spec: JobSpec, workload: Workload) -> Job:
+    """The job the scheduler is given. A batch-adaptive job declares its batch limits
+    (`Job.goodput` with nothing measured yet); fixed-batch profiled jobs carry the
+    simulator's truth about them (`Job.oracle`), which only oracle baselines read."""
+    declared = None
+    if spec.adaptive and spec.profile is not None:
+        declared = initial_model(load_profile(spec.profile), spec.batch_size)
     return Job(
         name=spec.name,
         min_workers=spec.min_workers,
@@ -71,6 +81,8 @@ def to_job(spec: JobSpec, workload: Workload) -> Job:
         epochs=spec.epochs,
         category=spec.category,
         gpu_type=spec.gpu_type,
+        goodput=declared,
+        oracle=step_oracle(spec),
     )
 
 
@@ -107,7 +119,8 @@ def simulate(
         now=start,
     )
     loop = _Loop(workload, cluster, s, clock, backend, scheduler, progress)
-    loop.run()
+    with serial_blas():  # tiny linear algebra (goodput fits): threads only slow it down
+        loop.run()
     return build_result(
         algorithm=s.algorithm, workload=workload, backend=backend, scheduler=scheduler,
         queue=loop.queue, end=clock.now(), params=s.algorithm_params,

@@ -74,7 +74,7 @@ def _scattered(profile_name: str) -> LinearNDInterpolator:
         points.append(row[:3])
         values.append(row[3:])
     interpolator = LinearNDInterpolator(np.array(points), np.array(values))
-    with _serial_blas():
+    with serial_blas():
         interpolator.tri.transform  # noqa: B018 - the per-simplex transforms, built lazily
     return interpolator
 
@@ -102,7 +102,7 @@ def _openblas_thread_controls() -> list[tuple[Any, Any]]:
 
 
 @contextlib.contextmanager
-def _serial_blas() -> Iterator[None]:
+def serial_blas() -> Iterator[None]:
     """One OpenBLAS thread: building the interpolation tables makes thousands of tiny
     LAPACK calls, and OpenBLAS worker threads that spin-wait on a busy machine make
     them up to a thousand times slower."""

@@ -2,10 +2,15 @@
 
 Three formats, told apart by extension and header:
 
-- Pollux CSV `name,time,application,num_replicas,batch_size`: a profiled job.
-  Rigid: exactly num_replicas GPUs at the global batch batch_size. Elastic:
-  1..max GPUs at a fixed per-GPU batch l = ceil(batch_size / num_replicas), where
-  max = min(2 x num_replicas, floor(max batch / l), 64).
+- Pollux CSV `name,time,application,num_replicas,batch_size`: a profiled job,
+  under one of four job models (`JOB_MODELS`). Rigid: exactly num_replicas GPUs
+  at the global batch batch_size. Elastic (default): 1..max GPUs at a fixed
+  per-GPU batch l = ceil(batch_size / num_replicas), where
+  max = min(2 x num_replicas, floor(max batch / l), 64). Fixed-batch (the Pollux
+  artifact's Optimus jobs): the global batch batch_size on 1..floor(batch_size /
+  min local batch) GPUs. Adaptive (its Pollux jobs): the job picks its batch for
+  the GPUs it holds by goodput, on 1..floor(max batch / min local batch) GPUs.
+  Under both, ncf runs on one GPU (adaptive: at a fixed batch of 32768).
 - Philly CSV `timestamp,duration,num_gpus,gpu_time,cluster`: a job of fixed work,
   duration x num_gpus GPU-seconds at linear speedup, in 10 epochs. Rigid: exactly
   num_gpus; elastic: 1..num_gpus. Arrival is seconds after the earliest timestamp.
@@ -37,6 +42,11 @@ POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus")
 PHILLY_EPOCHS = 10
 MAX_PROFILED_GPUS = 64
+# How a profiled job uses GPUs and batch size (docs/design/002-simulator.md).
+JOB_MODELS = ("elastic", "rigid", "fixed-batch", "adaptive")
+# The Pollux artifact pins ncf to one GPU (and to this batch when adaptive).
+ONE_GPU_APPLICATIONS = {"ncf": 32768}
+LOADS = ("0.5", "1.0", "1.5", "2.0")  # the Pollux workloads' load variants
 # Row order is kept as a tie-break among equal arrival times: the engine sees
 # submit_time = arrival - (rows - row) * ORDER_EPSILON (see JobSpec.engine_submit).
 ORDER_EPSILON = 1e-7
@@ -69,6 +79,9 @@ class JobSpec:
     profile: str | None = None
     batch_size: int | None = None  # fixed global batch (rigid Pollux jobs)
     per_gpu_batch: int | None = None  # elastic jobs: global batch = per-GPU batch x GPUs
+    # The job picks its batch by goodput for the GPUs it holds (voda.sim.adaptive);
+    # with `batch_size` set too it keeps that batch but still reports its goodput.
+    adaptive: bool = False
     # Duration-based work: GPU-seconds at linear speedup.
     work: float | None = None
 
@@ -112,20 +125,33 @@ def jitter_arrivals(workload: Workload, seconds: float, seed: int) -> Workload:
     return Workload(workload.source, jobs)
 
 
+def check_job_model(value: str) -> str:
+    if value not in JOB_MODELS:
+        raise ValueError(f"job_model: must be one of {', '.join(JOB_MODELS)}, got {value!r}")
+    return value
+
+
 def _builtin_folders() -> tuple[Path, ...]:
     base = Path(str(resources.files("voda") / "data"))
     return (base / "pollux" / "workloads", base / "philly")
 
 
 def builtin_names() -> list[str]:
-    """The built-in workloads: `workload-1`..`workload-4` (Pollux) and `philly`."""
+    """The built-in workloads: `workload-1`..`workload-4` (Pollux) and `philly`; each
+    Pollux workload also comes at other loads as `workload-N@L` (L in LOADS)."""
     return sorted(p.stem for folder in _builtin_folders() for p in folder.glob("*.csv"))
 
 
 def builtin_workload(name: str) -> Path | None:
-    """The file of a built-in workload (see `builtin_names`), or None."""
-    stem = name.removesuffix(".csv")
-    for folder in _builtin_folders():
+    """The file of a built-in workload (see `builtin_names`; `workload-N@1.0` is
+    `workload-N`), or None."""
+    stem, _, load = name.removesuffix(".csv").partition("@")
+    if load and load not in LOADS:
+        return None
+    folders = _builtin_folders()
+    if load and load != "1.0":
+        folders = (Path(str(resources.files("voda") / "data" / "pollux" / f"workloads-{load}")),)
+    for folder in folders:
         candidate = folder / f"{stem}.csv"
         if candidate.is_file():
             return candidate
@@ -139,14 +165,22 @@ def with_gpu_type(workload: Workload, gpu_type: str) -> Workload:
     return Workload(workload.source, jobs)
 
 
-def load_workload(path: str | Path, rigid: bool = False) -> Workload:
-    """Read a workload file (or a built-in name); raises WorkloadError on bad input."""
+def load_workload(path: str | Path, rigid: bool = False, job_model: str | None = None
+                  ) -> Workload:
+    """Read a workload file (or a built-in name); raises WorkloadError on bad input.
+
+    `job_model` (one of JOB_MODELS) says how profiled jobs use GPUs and batch size;
+    `rigid=True` is the same as "rigid". Default: elastic.
+    """
+    model = check_job_model(job_model or ("rigid" if rigid else "elastic"))
+    rigid = model == "rigid"
     p = Path(path)
     if not p.exists():
         found = builtin_workload(str(path))
         if found is None:
             raise WorkloadError(path, None, "no such file, nor a built-in workload "
-                                            f"(built in: {', '.join(builtin_names())})")
+                                            f"(built in: {', '.join(builtin_names())}; "
+                                            f"workload-N@L at load L of {', '.join(LOADS)})")
         p = found
     if p.is_dir():
         raise WorkloadError(p, None, "is a directory, not a workload file")
@@ -157,7 +191,7 @@ def load_workload(path: str | Path, rigid: bool = False) -> Workload:
     if p.suffix.lower() in (".yaml", ".yml"):
         jobs = _native_yaml(p, text, rigid)
     else:
-        jobs = _csv(p, text, rigid)
+        jobs = _csv(p, text, model)
     if not jobs:
         raise WorkloadError(p, None, "no jobs")
     jobs.sort(key=lambda j: (j.submit, j.order))
@@ -171,7 +205,8 @@ def load_workload(path: str | Path, rigid: bool = False) -> Workload:
 
 
 # ----- CSV ------------------------------------------------------------------------
-def _csv(path: Path, text: str, rigid: bool) -> list[JobSpec]:
+def _csv(path: Path, text: str, model: str) -> list[JobSpec]:
+    rigid = model == "rigid"
     reader = csv.DictReader(text.splitlines())
     header = [h.strip() for h in (reader.fieldnames or [])]
     if not header:
@@ -190,7 +225,7 @@ def _csv(path: Path, text: str, rigid: bool) -> list[JobSpec]:
         )
     rows = [(reader.line_num, row) for row in reader]  # blank lines are skipped
     if kind == "pollux":
-        return [_pollux_row(path, line, row, i, rigid) for i, (line, row) in enumerate(rows)]
+        return [_pollux_row(path, line, row, i, model) for i, (line, row) in enumerate(rows)]
     if kind == "philly":
         return _philly(path, rows, rigid)
     return [_native(path, line, row, i, rigid) for i, (line, row) in enumerate(rows)]
@@ -246,7 +281,7 @@ def elastic_max(profile: Profile, replicas: int, per_gpu_batch: int) -> int:
     return max(1, min(2 * replicas, by_batch, MAX_PROFILED_GPUS))
 
 
-def _pollux_row(path: Path, line: int, row: Mapping[str, Any], i: int, rigid: bool) -> JobSpec:
+def _pollux_row(path: Path, line: int, row: Mapping[str, Any], i: int, model: str) -> JobSpec:
     name = _field(path, line, row, "name")
     submit = _time(path, line, row, "time")
     profile = _profile(path, line, _field(path, line, row, "application"))
@@ -258,9 +293,21 @@ def _pollux_row(path: Path, line: int, row: Mapping[str, Any], i: int, rigid: bo
             f"batch_size: {batch} outside {profile.name}'s range "
             f"{profile.init_batch_size}..{profile.max_batch_size}",
         )
-    if rigid:
+    if model == "rigid":
         return JobSpec(name, submit, i, replicas, replicas, replicas, profile.epochs,
                        category=profile.name, profile=profile.name, batch_size=batch)
+    if model == "fixed-batch":
+        top = 1 if profile.name in ONE_GPU_APPLICATIONS else min(
+            max(batch // profile.min_local_bsz, 1), MAX_PROFILED_GPUS)
+        return JobSpec(name, submit, i, 1, top, min(replicas, top), profile.epochs,
+                       category=profile.name, profile=profile.name, batch_size=batch)
+    if model == "adaptive":
+        fixed = ONE_GPU_APPLICATIONS.get(profile.name)
+        top = 1 if fixed is not None else min(
+            max(profile.max_batch_size // profile.min_local_bsz, 1), MAX_PROFILED_GPUS)
+        return JobSpec(name, submit, i, 1, top, min(replicas, top), profile.epochs,
+                       category=profile.name, profile=profile.name, batch_size=fixed,
+                       adaptive=True)
     per_gpu = ceil_div(batch, replicas)
     top = elastic_max(profile, replicas, per_gpu)
     return JobSpec(name, submit, i, 1, top, min(replicas, top), profile.epochs,

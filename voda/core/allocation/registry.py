@@ -1,4 +1,4 @@
-"""Algorithms by name: the eight built in, plus custom ones.
+"""Algorithms by name: the built-in ones, plus custom ones.
 
 A custom algorithm is found, in this order, in what was registered at run time
 (`register`), in the `voda.algorithms` entry-point group, or by import path
@@ -31,6 +31,9 @@ _BUILTIN: dict[str, str] = {
     "ElasticTiresias": "voda.core.allocation.tiresias:ElasticTiresias",
     "FfDLOptimizer": "voda.core.allocation.ffdl:FfDLOptimizer",
     "AFS-L": "voda.core.allocation.afs:AFSL",
+    "Optimus": "voda.core.allocation.optimus:Optimus",
+    "Pollux": "voda.core.allocation.pollux:Pollux",
+    "Voda": "voda.core.allocation.voda:Voda",
 }
 BUILTIN_NAMES: tuple[str, ...] = tuple(_BUILTIN)
 

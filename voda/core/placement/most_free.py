@@ -1,10 +1,14 @@
 """Most-free placement: the placement of the Pollux artifact's simulator (SIMULATION.md §5).
 
 1. A job whose GPU count is unchanged keeps exactly the workers it has.
-2. A job that shrinks keeps its workers on the nodes where it has most.
-3. Every other job, in order (submit order unless an `order` is given), takes
-   GPUs from the node with the most free GPUs of its type (ties: the lowest
-   node index), as many as it still needs there, until it has all it needs.
+2. A job that shrinks keeps its workers on the nodes where it has most, and one
+   that grows keeps those it has (unless `keep_resized` is off: then a job whose
+   count changes gives all its GPUs back and is placed afresh, the rule of the
+   artifact's Optimus baseline, SIMULATION.md §6).
+3. Every other job, in order (submit order unless an `order` is given; with
+   `fewest_first`, ascending GPU count first), takes GPUs from the node with the
+   most free GPUs of its type (ties: the lowest node index), as many as it still
+   needs there, until it has all it needs.
 
 The resulting JobPlacement lists nodes in the order they were taken, which is
 the order the throughput model reads a multi-node placement in.
@@ -22,7 +26,8 @@ from voda.core.placement.first_fit import shrink
 Order = Callable[[Sequence[Job]], list[Job]]
 
 
-def make_most_free(order: Order | None = None) -> Placer:
+def make_most_free(order: Order | None = None, *, keep_resized: bool = True,
+                   fewest_first: bool = False) -> Placer:
     """A most-free placer; `order` sorts the jobs that need new GPUs (default: submit order)."""
     order_jobs = order or by_submit
 
@@ -47,6 +52,8 @@ def make_most_free(order: Order | None = None) -> Placer:
                 (n, c) for n, c in previous.get(name, ())
                 if n in free and c > 0 and (job is None or gpu_type[n] == job.gpu_type)
             ]
+            if not keep_resized and sum(c for _, c in usable) != gpus:
+                usable = []
             if sum(c for _, c in usable) > gpus:
                 counts = shrink(dict(usable), gpus)
                 usable = [(n, counts[n]) for n, _ in usable if counts.get(n)]
@@ -64,6 +71,8 @@ def make_most_free(order: Order | None = None) -> Placer:
                 result[name] = tuple(kept[name])
         known = [jobs[n] for n in growing if n in jobs]
         ordered = [j.name for j in order_jobs(known)] + [n for n in growing if n not in jobs]
+        if fewest_first:
+            ordered.sort(key=lambda n: allocation[n])  # stable: `order` among equal counts
         for name in ordered:
             job = jobs.get(name)
             mine = kept[name]
@@ -85,6 +94,9 @@ def make_most_free(order: Order | None = None) -> Placer:
             result[name] = tuple(merged.items())
         return result
 
+    # Moving a resized job elsewhere is the artifact's rule for its simulator, where every
+    # change of a round happens at once (voda.core.plan.sequence_problems).
+    most_free.applies_at_once = not keep_resized  # type: ignore[attr-defined]
     return most_free
 
 

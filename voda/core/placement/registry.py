@@ -10,6 +10,7 @@ from voda.core.placement.base import Placer
 from voda.core.placement.first_fit import first_fit
 from voda.core.placement.manager import PlacementSettings, TopologyPlacer, counts_only
 from voda.core.placement.most_free import most_free
+from voda.core.placement.repack import repack
 
 DEFAULT_PLACER = "topology"
 
@@ -31,6 +32,7 @@ _PLACERS: dict[str, Callable[[], Placer]] = {
     "off": lambda: counts_only,
     "naive": lambda: first_fit,
     "most-free": lambda: most_free,
+    "repack": lambda: repack,
 }
 
 

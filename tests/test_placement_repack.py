@@ -1,0 +1,77 @@
+"""Restart-aware packing (repack) and the most-free variants of the Pollux artifact's baselines."""
+
+from __future__ import annotations
+
+from builders import make_cluster, make_job
+
+from voda.core.placement.most_free import make_most_free
+from voda.core.placement.registry import get_placer
+from voda.core.placement.repack import make_repack, repack
+
+CLUSTER = make_cluster().nodes(3, gpus=4).obj()
+
+
+def jobs(*names: str) -> dict:  # type: ignore[type-arg]
+    return {n: make_job(n).workers(1, 12).submitted_at(i).obj() for i, n in enumerate(names)}
+
+
+def test_a_small_job_fits_where_it_fits_most_tightly() -> None:
+    previous = {"old": (("node-0", 2),)}
+    placement = repack({"old": 2, "new": 2}, jobs("old", "new"), CLUSTER, previous)
+    assert placement == {"old": (("node-0", 2),), "new": (("node-0", 2),)}
+
+
+def test_a_large_job_takes_whole_empty_nodes_then_fits_its_remainder() -> None:
+    previous = {"old": (("node-1", 2),)}
+    placement = repack({"old": 2, "big": 6}, jobs("old", "big"), CLUSTER, previous)
+    assert placement["big"] == (("node-0", 4), ("node-1", 2))
+
+
+def test_larger_jobs_are_placed_first() -> None:
+    placement = repack({"a": 2, "b": 4, "c": 2}, jobs("a", "b", "c"),
+                       make_cluster().nodes(2, gpus=4).obj(), {})
+    assert placement["b"] == (("node-0", 4),)
+    assert placement["a"] == placement["c"] == (("node-1", 2),)
+
+
+def test_a_shrinking_job_keeps_its_largest_shards() -> None:
+    previous = {"a": (("node-0", 4), ("node-1", 2))}
+    assert repack({"a": 4}, jobs("a"), CLUSTER, previous) == {"a": (("node-0", 4),)}
+
+
+def test_a_growing_job_moves_to_pack_but_nobody_takes_its_gpus_before_it_moved() -> None:
+    previous = {"a": (("node-0", 2),), "b": (("node-0", 2),)}
+    placement = repack({"a": 4, "b": 2, "c": 2}, jobs("a", "b", "c"), CLUSTER, previous)
+    assert placement["a"] == (("node-1", 4),)
+    assert placement["b"] == (("node-0", 2),)
+    assert placement["c"] == (("node-2", 2),), "node-0's other half is free only after a moved"
+
+
+def test_when_the_gpus_a_growing_job_leaves_are_needed_it_grows_where_it_is() -> None:
+    cluster = make_cluster().nodes(2, gpus=2).obj()
+    previous = {"a": (("node-1", 1),)}
+    placement = repack({"a": 2, "b": 2}, jobs("a", "b"), cluster, previous)
+    assert placement["a"] == (("node-1", 2),)
+    assert placement["b"] == (("node-0", 2),)
+
+
+def test_in_the_simulators_rounds_every_changed_job_is_placed_afresh_at_once() -> None:
+    previous = {"a": (("node-0", 2),), "b": (("node-0", 2),)}
+    at_once = make_repack(simultaneous=True)
+    placement = at_once({"a": 4, "b": 2, "c": 2}, jobs("a", "b", "c"), CLUSTER, previous)
+    assert placement["a"] == (("node-1", 4),)
+    assert placement["c"] == (("node-0", 2),)  # the half a left is free at once
+
+
+def test_repack_is_a_named_placer() -> None:
+    assert get_placer("repack") is repack
+
+
+def test_the_optimus_variant_places_every_resized_job_afresh_fewest_gpus_first() -> None:
+    optimus = make_most_free(keep_resized=False, fewest_first=True)
+    previous = {"grow": (("node-0", 1),), "same": (("node-1", 2),)}
+    placement = optimus({"grow": 3, "same": 2, "new": 1}, jobs("grow", "same", "new"),
+                        CLUSTER, previous)
+    assert placement["same"] == (("node-1", 2),)
+    assert placement["new"] == (("node-0", 1),)  # 1 GPU before 3; node-0 and node-2 tie at 4
+    assert placement["grow"] == (("node-2", 3),)

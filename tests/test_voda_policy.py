@@ -1,0 +1,63 @@
+"""The Voda policy: what it reads, and how it shares a category's measurements."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from builders import make_job
+
+from voda.core.allocation import registry
+from voda.core.allocation.voda import Voda, category_models, measured_cap, own_model
+from voda.core.goodput import GoodputModel, PerfParams
+
+PERF = PerfParams(0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.1)
+
+
+def model(replicas: int, perf: PerfParams | None = PERF, grad_var: float = 1.0) -> GoodputModel:
+    return GoodputModel(perf=perf, grad_sqr=1.0, grad_var=grad_var, init_batch=128,
+                        max_batch=4096, min_local=32, max_local=256,
+                        max_profiled_replicas=replicas, epoch_samples=50_000.0)
+
+
+class Untouchable:
+    """Simulator-only truth that fails on any use."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"Voda read the oracle ({name})")
+
+
+def test_voda_never_reads_the_oracle() -> None:
+    jobs = [
+        make_job("a").workers(1, 8).epochs(5).with_(goodput=model(2), category="c").obj(),
+        make_job("b").workers(1, 8).epochs(40).with_(goodput=model(4), category="c")
+        .running(4).obj(),
+        make_job("d").workers(1, 8).epochs(10).epoch_times({1: 60.0, 2: 31.0}).obj(),
+    ]
+    plain = registry.create("Voda", {})(jobs, 12)
+    guarded = [dataclasses.replace(j, oracle=Untouchable()) for j in jobs]
+    assert registry.create("Voda", {})(guarded, 12) == plain
+
+
+def test_a_new_job_borrows_the_throughput_of_its_category_but_keeps_its_own_statistics() -> None:
+    measured = make_job("old").with_(goodput=model(8), category="bert").obj()
+    new = make_job("new").with_(goodput=model(0, perf=None, grad_var=5.0), category="bert").obj()
+    other = make_job("x").with_(goodput=model(16), category="yolo").obj()
+    borrowed = category_models([measured, new, other])
+    assert borrowed["bert"] is measured.goodput
+    seen = own_model(new, borrowed["bert"])
+    assert seen is not None and seen.perf == PERF and seen.max_profiled_replicas == 8
+    assert seen.grad_var == 5.0
+    # twice what the category measured, as far as its batch range allows
+    assert measured_cap(new, seen) == 16
+    assert measured_cap(new, own_model(new, None)) == new.max_workers
+
+
+def test_without_sharing_a_new_job_is_sized_on_what_it_measured_itself() -> None:
+    measured = make_job("old").workers(1, 32).epochs(10).with_(goodput=model(8),
+                                                                category="c").obj()
+    new = make_job("new").workers(1, 32).epochs(10).with_(goodput=model(1),
+                                                           category="c").obj()
+    shared = Voda()(
+        [measured, new], 64)
+    alone = Voda(share_models=False)([measured, new], 64)
+    assert alone["new"] <= 2 < shared["new"]

@@ -1,0 +1,62 @@
+"""Exact allocation over GPU counts when the objective is a sum over jobs.
+
+Several algorithms (Pollux, Voda) score each job by a function u_j(n) of the GPUs
+it gets alone. The best allocation under a capacity is then a knapsack with one
+choice per job, solved exactly by a dynamic program over (jobs x GPUs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def packs(cap: int, per_node: int) -> np.ndarray:
+    """Counts 0..cap that pack onto nodes of `per_node` GPUs without fragmenting them:
+    powers of two below a node (within one node), multiples of a node above."""
+    n = np.arange(cap + 1)
+    power_of_two = (n > 0) & ((n & (n - 1)) == 0)
+    return (n % per_node == 0) | ((n < per_node) & power_of_two & (per_node % np.maximum(n, 1)
+                                                                   == 0))
+
+
+def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
+    """Counts n_j maximising the sum of u_j(n_j) with sum n_j <= capacity (dynamic program).
+
+    `utilities[j][n]` is job j's value at n GPUs (-inf: not allowed; n = 0 must be
+    allowed). Exact. Jobs are folded from the last to the first, then decided from the
+    first: among equal totals the earlier job takes the largest of the counts that tie
+    (an idle GPU helps no one, and ties go to the job listed first).
+    """
+    columns = np.arange(capacity + 1)
+    best = np.zeros(capacity + 1)  # best total of the jobs folded so far with at most c GPUs
+    choices = []
+    for u in reversed(utilities):
+        options = np.arange(len(u))
+        source = columns[None, :] - options[:, None]
+        candidate = np.where(source >= 0, best[np.maximum(source, 0)], -np.inf) + u[:, None]
+        pick = len(u) - 1 - np.argmax(candidate[::-1], axis=0)  # ties: the larger count
+        best = candidate[pick, columns]
+        choices.append(pick)
+    counts = []
+    left = capacity
+    for pick in reversed(choices):
+        n = int(pick[left])
+        counts.append(n)
+        left -= n
+    return counts
+
+
+def check_gpus_per_node(value: object) -> None:
+    """The `gpus_per_node` knob of the algorithms that pack: an integer in [1, 1024]."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1024):
+        raise ValueError(f"gpus_per_node: must be an integer in [1, 1024], got {value!r}")
+
+
+def check_seconds(knob: str, value: object) -> None:
+    """A knob that is a finite number of seconds >= 0."""
+    if not (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{knob}: must be a number of seconds >= 0, got {value!r}")

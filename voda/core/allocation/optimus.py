@@ -1,0 +1,80 @@
+"""Optimus (Peng et al., EuroSys'18) as the Pollux artifact's Optimus+Oracle baseline.
+
+Within each priority class (strict, as in every algorithm), every job first gets
+its min workers, in submit order, while GPUs last. The GPUs
+left go one at a time to the job whose remaining time drops most with one more:
+(t(n) - t(n + 1)) x remaining work, ties to the earlier job, until no GPU is left
+or no job gains.
+
+With `oracle=True` (the baseline) the step time t(n) and the remaining steps come
+from `Job.oracle`, the simulator's truth (voda.core.oracle.StepOracle): that is
+the "+Oracle". A job without one, and every job with `oracle=False`, is judged
+by what the service observes instead: epoch times by worker count
+(voda.core.estimate) and remaining epochs. See docs/design/009-elastic-baselines.md.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from voda.core.allocation.base import allocate_by_priority, by_submit
+from voda.core.estimate import EpochTimes
+from voda.core.model import Job
+
+Prediction = tuple[Callable[[int], float], float]
+
+
+def _prediction(job: Job, use_oracle: bool) -> Prediction:
+    """(time per unit of work on n GPUs, units left): steps with the oracle, else epochs."""
+    oracle = job.oracle if use_oracle else None
+    if oracle is not None:
+        return oracle.step_time, oracle.remaining_steps(int(job.completed_epochs))
+    return EpochTimes(job), job.remaining_epochs
+
+
+@dataclass(frozen=True)
+class Optimus:
+    """Greedy marginal gain in remaining time; `oracle` reads the simulator's truth."""
+
+    name: str = "Optimus"
+    oracle: bool = True
+    # Remaining work and goodput change as jobs run: decide again on progress reports.
+    decides_on_progress: ClassVar[bool] = True
+
+    def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        return allocate_by_priority(jobs, capacity, self._allocate_class)
+
+    def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        ordered = by_submit(jobs)
+        allocation = {j.name: 0 for j in ordered}
+        free = capacity
+        predict: list[Prediction] = []
+        heap: list[tuple[float, int]] = []
+        for i, job in enumerate(ordered):
+            predict.append(_prediction(job, self.oracle))
+            if job.min_workers > free:
+                continue
+            allocation[job.name] = job.min_workers
+            free -= job.min_workers
+            self._push(heap, i, job, job.min_workers, predict[i])
+        while free > 0 and heap:
+            _, i = heapq.heappop(heap)
+            job = ordered[i]
+            allocation[job.name] += 1
+            free -= 1
+            self._push(heap, i, job, allocation[job.name], predict[i])
+        return allocation
+
+    @staticmethod
+    def _push(heap: list[tuple[float, int]], i: int, job: Job, gpus: int,
+              prediction: Prediction) -> None:
+        """Queue the job's gain from one more GPU, when it can take one and would gain."""
+        if gpus + 1 > job.max_workers:
+            return
+        unit_time, units = prediction
+        gain = (unit_time(gpus) - unit_time(gpus + 1)) * units
+        if gain > 0:
+            heapq.heappush(heap, (-gain, i))

@@ -1,0 +1,153 @@
+"""Pollux (Qiao et al., OSDI'21): goodput-driven allocation with a fairness exponent.
+
+Each job's speedup on n GPUs is its goodput there (voda.core.goodput: throughput x
+statistical efficiency, at the batch the job would pick, on the best of the even
+layouts of n GPUs in aligned shares of a node, e.g. 8 GPUs as 2 x 4, 4 x 2 or
+8 x 1) over its goodput at a fair share, ceil(GPUs / jobs)
+GPUs on one node. The allocation maximises the power mean with exponent
+`fairness` (p = -1: the harmonic mean) of the jobs' speedups scaled to one node's
+share (plus 1e-3, so a job left at 0 counts), where a job whose count changes
+has its speedup multiplied by the restart factor
+max(age - penalty x restarts, 0) / (age + penalty): a young job, or one restarted
+often, is not worth moving.
+
+The Pollux artifact searches job-by-node matrices with an unseeded genetic
+algorithm. Here the objective is maximised exactly over GPU counts by a dynamic
+program (it is a sum over jobs of a function of each job's count), with counts
+restricted to sizes that pack without fragmenting nodes: powers of two below a
+node, whole nodes above (`aligned`). The placer then packs
+(voda.core.placement.repack in the simulator's Pollux preset). The artifact's
+search reaches the same end by scoring real node counts and allowing one
+multi-node job per node; docs/design/009-elastic-baselines.md compares the two.
+
+Per-job limits, as in the artifact: a job may take at most twice the most GPUs it
+has measured a step on, once it has measured one (so it grows by doubling while it
+learns its throughput; before, it is sized as a job without a model), and no more
+than its largest valid batch allows. A job that reports no goodput model is judged
+by its epoch times (voda.core.estimate): speedup t(fair) / t(n), linear while
+unknown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from voda.core.allocation.base import allocate_by_priority
+from voda.core.allocation.counts import best_counts, check_gpus_per_node, check_seconds, packs
+from voda.core.estimate import EpochTimes
+from voda.core.goodput import GoodputModel, best_goodput
+from voda.core.model import Job
+
+SPEEDUP_FLOOR = 1e-3  # added to every scaled speedup, as in Pollux (a job at 0 counts)
+
+
+@dataclass(frozen=True)
+class Pollux:
+    """Maximise the power mean of goodput speedups over GPU counts (exact dynamic program).
+
+    Knobs: `fairness` (the power mean's exponent p; -1 in Pollux, 0 the geometric
+    mean), `restart_penalty` (seconds a restart costs in the restart factor; 30),
+    `gpus_per_node` (GPUs a packed job finds on one node; 4) and `aligned` (only
+    counts that pack: powers of two below a node, multiples of a node above).
+    """
+
+    name: str = "Pollux"
+    fairness: float = -1.0
+    restart_penalty: float = 30.0
+    gpus_per_node: int = 4
+    aligned: bool = True
+    # Remaining work and goodput change as jobs run: decide again on progress reports.
+    decides_on_progress: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.fairness, int | float) and -10 <= self.fairness <= 1):
+            raise ValueError(f"fairness: must be a number in [-10, 1], got {self.fairness!r}")
+        check_seconds("restart_penalty", self.restart_penalty)
+        check_gpus_per_node(self.gpus_per_node)
+
+    def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        return allocate_by_priority(jobs, capacity, self._allocate_class)
+
+    def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        """One priority class on what the classes above left (the whole cluster when all
+        jobs share one priority, as in Pollux)."""
+        ordered = sorted(jobs, key=lambda j: (j.attained_gpu_seconds, j.submit_time, j.name))
+        if not ordered or capacity <= 0:
+            return {j.name: 0 for j in ordered}
+        fair = math.ceil(capacity / len(ordered))
+        scale = 1.0 / self.gpus_per_node  # one GPU's share of the cluster -> one node's
+        utilities = [self.utility(job, fair, capacity, scale) for job in ordered]
+        counts = best_counts(utilities, capacity)
+        return {job.name: n for job, n in zip(ordered, counts, strict=True)}
+
+    def utility(self, job: Job, fair: int, capacity: int, scale: float) -> np.ndarray:
+        """u(n) for n = 0..cap: the job's term of the objective (-inf where not allowed)."""
+        cap = min(job.max_workers, capacity, replica_cap(job))
+        cap = max(cap, min(job.min_workers, job.max_workers, capacity))
+        speedup = np.zeros(cap + 1)
+        if cap >= 1:
+            max_nodes = max(capacity // self.gpus_per_node, 1)
+            speedup[1:] = speedups(job, fair, cap, self.gpus_per_node, max_nodes)
+        scaled = speedup * scale
+        value = scaled * restart_factor(job, self.restart_penalty)
+        kept = job.current_workers if 0 < job.current_workers <= cap else 0
+        value[kept] = scaled[kept]  # no change, no restart
+        u = power_utility(value + SPEEDUP_FLOOR, self.fairness)
+        allowed = np.arange(cap + 1) >= job.min_workers
+        if self.aligned:
+            allowed &= packs(cap, self.gpus_per_node)
+        allowed[0] = allowed[kept] = True
+        u[~allowed] = -np.inf
+        return u
+
+
+def replica_cap(job: Job) -> int:
+    """At most twice the most GPUs the job has measured, and what its batch range allows."""
+    model = job.goodput
+    if model is None or model.perf is None:
+        return job.max_workers  # nothing measured yet: sized like a job without a model
+    batch = model.fixed_batch if model.fixed_batch is not None else model.max_batch
+    by_batch = max(batch // max(model.min_local, 1), 1)
+    return min(max(2 * model.max_profiled_replicas, 1), by_batch)
+
+
+def speedups(job: Job, fair: int, cap: int, per_node: int, max_nodes: int) -> np.ndarray:
+    """Speedup on n = 1..cap GPUs (at the job's best even layout, voda.core.goodput) against
+    a fair share of `fair` GPUs on one node."""
+    model = job.goodput
+    if model is not None and model.perf is not None:
+        return _goodput_speedups(model, fair, cap, per_node, max_nodes)
+    times = EpochTimes(job)
+    base = times(fair)
+    return np.array([base / times(n) for n in range(1, cap + 1)])
+
+
+def _goodput_speedups(model: GoodputModel, fair: int, cap: int, per_node: int, max_nodes: int
+                      ) -> np.ndarray:
+    goodput = best_goodput(model, cap, per_node, max_nodes)
+    base = float(model.optimize([1], [fair])[0][0])
+    if not base > 0:
+        base = float(goodput[0])
+    if not base > 0:
+        return np.arange(1, cap + 1) / fair
+    return goodput / base
+
+
+def restart_factor(job: Job, penalty: float) -> float:
+    """max(age - penalty x restarts, 0) / (age + penalty): what a change of allocation keeps."""
+    age = job.running_seconds + job.waiting_seconds
+    if age + penalty <= 0:
+        return 1.0
+    return max(age - penalty * job.restarts, 0.0) / (age + penalty)
+
+
+def power_utility(x: np.ndarray, p: float) -> np.ndarray:
+    """An increasing function whose sum is maximised where the power mean with exponent p is."""
+    if p == 0:
+        return np.log(x)
+    return np.power(x, p) / p

@@ -1,0 +1,227 @@
+"""Voda: finish jobs sooner by knowing how much work each has left and how it scales.
+
+Pollux shares GPUs fairly by goodput; it does not know how long a job is. Voda
+does: a job asks for its epochs, reports each one, and (when it adapts its batch)
+its goodput model. From that, each job's remaining time on n GPUs is
+
+    T(n) = remaining epochs x epoch time(n),
+
+with the epoch time measured where the job ran and carried to other counts by
+the ratio of goodputs (throughput x statistical efficiency, voda.core.goodput);
+without a goodput model, from measured epoch times alone (voda.core.estimate).
+
+The allocation maximises the jobs' total completion rate, sum of 1 / T_j(n_j):
+the fraction of its remaining work each job finishes per second. With linear
+speedups that is shortest-remaining-first; with diminishing returns a short job
+keeps only the GPUs it uses well and the rest go to longer ones. A job whose
+count changes pays its restart: its rate counts for (1 - penalty / h) with
+h = min(T(n), `horizon`), so short jobs are not restarted for little and long
+ones not for nothing. The optimum is exact over counts that pack (powers of two
+below a node, whole nodes above; voda.core.allocation.counts).
+
+Voda uses only what the service observes: epochs asked for and done, epoch times
+by worker count (per job, and per category for a job that has not run yet), the
+goodput model an adaptive job reports, attained service. Jobs of one category
+train the same model on the same GPUs, so a job's throughput model is borrowed
+from the job of its category that measured the most GPUs (`share_models`); its
+own gradient statistics are kept. A job may take at most twice the GPUs its
+category has measured, as a measured model is trusted only that far.
+
+See docs/design/010-voda-policy.md for the measurements and an ablation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from voda.core.allocation.base import allocate_by_priority, by_submit
+from voda.core.allocation.counts import best_counts, check_gpus_per_node, check_seconds, packs
+from voda.core.estimate import DEFAULT_EPOCH_SECONDS, EpochTimes
+from voda.core.goodput import GoodputModel, best_goodput
+from voda.core.model import Job
+
+RATE_SCALE = 1e6  # completion rates (1/s) are small: scaled so float noise does not decide
+
+
+@dataclass(frozen=True)
+class Voda:
+    """Maximise the jobs' total weighted completion rate (exact over counts that pack).
+
+    Knobs: `restart_penalty` (seconds a change costs a job; 30, the simulator's
+    charge), `horizon` (seconds over which a restart is paid back; 240),
+    `size_exponent` (e in the weight T(1)^-e of a job's speedup: 0 maximises the
+    total speedup, 1 the total completion rate; 0.35), `gpus_per_node` (4),
+    `aligned` (only counts that pack), `share_models` (borrow a category's
+    best-measured throughput model).
+    """
+
+    name: str = "Voda"
+    restart_penalty: float = 30.0
+    horizon: float = 240.0
+    size_exponent: float = 0.35
+    gpus_per_node: int = 4
+    aligned: bool = True
+    share_models: bool = True
+    # Remaining work and goodput change as jobs run: decide again on progress reports.
+    decides_on_progress: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        check_seconds("restart_penalty", self.restart_penalty)
+        check_seconds("horizon", self.horizon)
+        if not self.horizon > 0:
+            raise ValueError(f"horizon: must be positive, got {self.horizon!r}")
+        if not (isinstance(self.size_exponent, int | float) and 0 <= self.size_exponent <= 2):
+            raise ValueError(
+                f"size_exponent: must be a number in [0, 2], got {self.size_exponent!r}")
+        check_gpus_per_node(self.gpus_per_node)
+
+    def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        return allocate_by_priority(jobs, capacity, self._allocate_class)
+
+    def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        ordered = by_submit(jobs)
+        if not ordered or capacity <= 0:
+            return {j.name: 0 for j in ordered}
+        borrowed = category_models(ordered) if self.share_models else {}
+        curves = [self.curve(job, borrowed.get(job.category), capacity) for job in ordered]
+        utilities = [self.utility(job, c, c.size ** -self.size_exponent if c.size > 0 else 1.0)
+                     for job, c in zip(ordered, curves, strict=True)]
+        counts = best_counts(utilities, capacity)
+        return {job.name: n for job, n in zip(ordered, counts, strict=True)}
+
+    def curve(self, job: Job, borrowed: GoodputModel | None, capacity: int) -> Curve:
+        model = own_model(job, borrowed)
+        cap = min(job.max_workers, capacity, measured_cap(job, model))
+        cap = max(cap, min(job.min_workers, job.max_workers, capacity))
+        seconds = np.full(cap + 1, np.inf)
+        if cap >= 1:
+            seconds[1:] = remaining_seconds(job, model, cap, self.gpus_per_node,
+                                            max(capacity // self.gpus_per_node, 1))
+        finite = seconds[np.isfinite(seconds)]
+        size = float(seconds[1]) if cap >= 1 and math.isfinite(seconds[1]) else (
+            float(np.min(finite)) if len(finite) else math.inf)
+        return Curve(cap, seconds, size)
+
+    def utility(self, job: Job, curve: Curve, weight: float) -> np.ndarray:
+        """The job's weighted speed on n = 0..cap GPUs (-inf where not allowed).
+
+        Speed is the speedup over one GPU, T(1) / T(n), held at its best so far: GPUs
+        past the count where it stops rising add (almost) nothing, so they go to other
+        jobs first. A change of count keeps 1 - penalty / min(T(n), horizon) of it; a
+        running job halted loses the same share of its current speed (it pays the
+        restart when it resumes).
+        """
+        cap, seconds, size = curve.cap, curve.seconds, curve.size
+        rate = np.zeros(cap + 1)
+        allowed = np.arange(cap + 1) >= job.min_workers
+        if self.aligned:
+            allowed &= packs(cap, self.gpus_per_node)
+        if cap >= 1 and math.isfinite(size):
+            speedup = np.zeros(cap + 1)
+            speedup[1:] = size / seconds[1:]
+            knee = rising_size(speedup, allowed)
+            within = np.minimum(speedup, speedup[knee])
+            beyond = np.maximum(speedup - speedup[knee], 0.0)
+            rate = RATE_SCALE * (within * weight + 1e-9 * beyond)
+        kept = job.current_workers if 0 < job.current_workers <= cap else 0
+        paid_back = np.minimum(seconds, self.horizon)
+        changed = rate * np.clip(1.0 - self.restart_penalty / paid_back, 0.0, 1.0)
+        changed[kept] = rate[kept]  # no change, no restart
+        if kept:
+            changed[0] = -rate[kept] * min(self.restart_penalty / paid_back[kept], 1.0)
+        allowed[0] = allowed[kept] = True
+        return np.where(allowed, changed, -np.inf)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A job's estimated remaining seconds on n = 0..cap GPUs, and on one (its size)."""
+
+    cap: int
+    seconds: np.ndarray
+    size: float
+
+
+def rising_size(speedup: np.ndarray, allowed: np.ndarray) -> int:
+    """The largest allowed count reached by steps that each raise the speedup
+    (speedup[n] on n GPUs; 0 when no count is allowed)."""
+    knee = 0
+    for n in np.flatnonzero(allowed[1:]) + 1:
+        if speedup[n] < speedup[knee]:
+            break
+        knee = int(n)
+    return knee
+
+
+def own_model(job: Job, borrowed: GoodputModel | None) -> GoodputModel | None:
+    """The job's goodput model: its category's best-measured throughput with its own
+    gradient statistics and batch limits."""
+    own = job.goodput
+    if borrowed is None or borrowed is own:
+        return own
+    if own is None:
+        return borrowed
+    if own.perf is not None and own.max_profiled_replicas >= borrowed.max_profiled_replicas:
+        return own
+    return dataclasses.replace(own, perf=borrowed.perf,
+                               max_profiled_replicas=borrowed.max_profiled_replicas)
+
+
+def category_models(jobs: Sequence[Job]) -> Mapping[str, GoodputModel]:
+    """Per category, the reported model fitted on the most GPUs (ties: the first job)."""
+    best: dict[str, GoodputModel] = {}
+    for job in jobs:
+        model = job.goodput
+        if not job.category or model is None or model.perf is None:
+            continue
+        held = best.get(job.category)
+        if held is None or model.max_profiled_replicas > held.max_profiled_replicas:
+            best[job.category] = model
+    return best
+
+
+def measured_cap(job: Job, model: GoodputModel | None) -> int:
+    """At most twice the GPUs the model was measured on, and what the batch range allows."""
+    if model is None or model.perf is None:
+        return job.max_workers  # nothing measured: no model to trust or to distrust
+    batch = model.fixed_batch if model.fixed_batch is not None else model.max_batch
+    by_batch = max(batch // max(model.min_local, 1), 1)
+    return min(max(2 * model.max_profiled_replicas, 1), by_batch)
+
+
+def remaining_seconds(job: Job, model: GoodputModel | None, cap: int, per_node: int,
+                      max_nodes: int) -> np.ndarray:
+    """Estimated seconds to finish on n = 1..cap GPUs (at the best even layout).
+
+    With a fitted goodput model and the job's epoch length: epochs left x epoch
+    samples / goodput(n). With a model but no epoch length: the epoch time measured
+    where the job ran, carried to n by the ratio of goodputs. Without a model: the
+    measured epoch times (voda.core.estimate).
+    """
+    epochs = job.remaining_epochs
+    if epochs <= 0:
+        return np.full(cap, 1e-3)
+    times = EpochTimes(job)
+    if model is None or model.perf is None:
+        return np.array([epochs * times(n) for n in range(1, cap + 1)])
+    observed = job.epoch_time_by_workers
+    anchor = 1
+    if observed and not model.epoch_samples:
+        anchor = job.current_workers if job.current_workers in observed else max(observed)
+    goodput = best_goodput(model, max(cap, anchor), per_node, max_nodes)
+    if not goodput[anchor - 1] > 0:
+        return np.array([epochs * times(n) for n in range(1, cap + 1)])
+    if model.epoch_samples:
+        samples = model.epoch_samples
+    elif observed:
+        samples = times(anchor) * goodput[anchor - 1]
+    else:
+        samples = DEFAULT_EPOCH_SECONDS * goodput[0]
+    with np.errstate(divide="ignore"):
+        return epochs * np.where(goodput[:cap] > 0, samples / goodput[:cap], np.inf)

@@ -1,0 +1,160 @@
+"""Restart-aware packing: a job that grows restarts anyway, so it is placed afresh, tightly.
+
+A job whose GPU count changes is checkpointed and restarted whatever the placer
+does, so keeping its old workers buys nothing; keeping them scatters a job that
+grows step by step over half-empty nodes. This placer:
+
+1. keeps every job whose GPU count is unchanged exactly where it is (moving it
+   would cost a restart), and a shrinking job on the nodes where it has most
+   (so it only frees GPUs);
+2. places every growing or starting job afresh, largest first: spread evenly over
+   the nodes that fit its share most tightly when its goodput model predicts it runs
+   faster so (voda.core.goodput.best_layouts: yolov3, say, syncs faster as 4 x 2
+   than as 2 x 4), else as many whole free nodes as it fills, then its remainder
+   on the node whose free GPUs fit it most tightly (best fit); a remainder no
+   single node can hold goes to the nodes with the most free GPUs. Ties go to the
+   node listed first. A growing job may reuse its
+   own GPUs; those it leaves stay idle until the next decision, because plan.diff
+   applies scale-outs last and no other job may take them before. When the GPUs
+   left that way are needed to place every job, growing jobs keep what they hold
+   and add what they lack instead.
+
+`make_repack(simultaneous=True)` is the simulator's variant for the Pollux preset:
+there, as in the Pollux artifact, all changes of a round happen at once, so every
+job whose count changes is placed afresh and the GPUs it leaves are free to any
+job at once.
+
+It is the placement Pollux's goodput model assumes (a job of n GPUs on
+ceil(n / GPUs per node) nodes), and what the simulator's Pollux preset uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from voda.core.goodput import best_layouts
+from voda.core.model import Allocation, Cluster, Job, JobPlacement, Placement
+from voda.core.placement.base import Placer
+from voda.core.placement.first_fit import shrink
+
+
+def make_repack(simultaneous: bool = False) -> Placer:
+    """The packer; `simultaneous`: every change happens at once (a simulator's rule, as in
+    the Pollux artifact), so a growing job's old GPUs are free to others at once."""
+
+    def placer(allocation: Allocation, jobs: Mapping[str, Job], cluster: Cluster,
+               previous: Placement) -> Placement:
+        if simultaneous:
+            return _repack(allocation, jobs, cluster, previous, mode="release")
+        try:
+            return _repack(allocation, jobs, cluster, previous, mode="reserve")
+        except ValueError:  # the GPUs growing jobs leave were needed: grow where they are
+            return _repack(allocation, jobs, cluster, previous, mode="keep")
+
+    placer.applies_at_once = simultaneous  # type: ignore[attr-defined]
+    return placer
+
+
+def _repack(allocation: Allocation, jobs: Mapping[str, Job], cluster: Cluster,
+            previous: Placement, mode: str) -> Placement:
+    """mode: what a growing job does with the GPUs it holds: "release" (free to all at
+    once), "reserve" (free to itself only) or "keep" (it grows where it is)."""
+    size = {n.name: n.gpus for n in cluster.nodes}
+    free = dict(size)
+    node_type = {n.name: n.gpu_type for n in cluster.nodes}
+    result: dict[str, JobPlacement] = {}
+    fresh: list[str] = []
+    reserved: dict[str, dict[str, int]] = {}  # what a growing job holds until it moves
+    for name in sorted(allocation):
+        gpus = allocation[name]
+        if gpus <= 0:
+            continue
+        job = jobs.get(name)
+        held: dict[str, int] = {}
+        for n, c in previous.get(name, ()):
+            if n in free and c > 0 and (job is None or node_type[n] == job.gpu_type):
+                take = min(c, free[n])
+                held[n] = held.get(n, 0) + take
+                free[n] -= take
+        if sum(held.values()) < gpus or (mode == "release" and sum(held.values()) > gpus):
+            fresh.append(name)
+            reserved[name] = held
+            if mode == "release":
+                for node, count in held.items():
+                    free[node] += count
+            continue
+        counts = shrink(held, gpus)
+        result[name] = tuple((n, counts[n]) for n in held if counts.get(n))
+        for node, count in held.items():
+            free[node] += count - counts.get(node, 0)
+    fresh.sort(key=lambda n: (-allocation[n], jobs[n].sort_key if n in jobs else (0, 0.0, n)))
+    for name in fresh:
+        job = jobs.get(name)
+        usable = [n.name for n in cluster.nodes
+                  if job is None or node_type[n.name] == job.gpu_type]
+        mine = reserved[name]
+        spread = _spread(job, allocation[name], [size[n] for n in usable])
+        if mode == "release":
+            result[name] = _pack(allocation[name], usable, size, free, name, spread)
+        elif mode == "reserve":
+            for node, count in mine.items():  # its own GPUs are free to it
+                free[node] += count
+            result[name] = _pack(allocation[name], usable, size, free, name, spread)
+            for node, count in mine.items():  # those it left are free only once it moved
+                free[node] -= min(count, free[node])
+        else:
+            added = _pack(allocation[name] - sum(mine.values()), usable, size, free, name)
+            merged = dict(mine)
+            for node, count in added:
+                merged[node] = merged.get(node, 0) + count
+            result[name] = tuple((n, c) for n, c in merged.items() if c)
+    return result
+
+
+def _spread(job: Job | None, gpus: int, sizes: list[int]) -> int:
+    """Nodes to spread `gpus` over evenly, when the job's goodput model prefers that to
+    packing (voda.core.goodput.best_layouts); 0: pack."""
+    model = job.goodput if job is not None else None
+    if model is None or model.perf is None or not sizes or gpus < 2:
+        return 0
+    per_node = max(sizes)
+    nodes = int(best_layouts(model, gpus, per_node, len(sizes))[1][gpus - 1])
+    return nodes if nodes > -(-gpus // per_node) and gpus % nodes == 0 else 0
+
+
+def _pack(gpus: int, nodes: list[str], size: Mapping[str, int], free: dict[str, int],
+          job: str, spread: int = 0) -> JobPlacement:
+    """Spread evenly over `spread` nodes where they fit most tightly, or else take whole
+    empty nodes while the job fills them, then fit the rest tightly."""
+    rank = {n: i for i, n in enumerate(nodes)}
+    if spread:
+        share = gpus // spread
+        fitting = sorted((n for n in nodes if free[n] >= share), key=lambda n: (free[n], rank[n]))
+        if len(fitting) >= spread:
+            chosen = sorted(fitting[:spread], key=lambda n: rank[n])
+            for node in chosen:
+                free[node] -= share
+            return tuple((node, share) for node in chosen)
+    taken: dict[str, int] = {}
+    missing = gpus
+    for node in nodes:
+        if 0 < free[node] == size[node] <= missing:
+            taken[node] = free[node]
+            missing -= free[node]
+            free[node] = 0
+    while missing > 0:
+        fitting = [n for n in nodes if free[n] >= missing]
+        if fitting:
+            node = min(fitting, key=lambda n: (free[n], rank[n]))
+        else:
+            node = max(nodes, key=lambda n: (free[n], -rank[n]))
+            if free[node] <= 0:
+                raise ValueError(f"job {job!r}: {missing} GPUs could not be placed")
+        take = min(free[node], missing)
+        taken[node] = taken.get(node, 0) + take
+        free[node] -= take
+        missing -= take
+    return tuple(taken.items())
+
+
+repack: Placer = make_repack()
