@@ -182,14 +182,17 @@ class ClusterView:
                 out[owner] = out.get(owner, 0) + gpus
             return out
 
-    def _taken(self, node: str, exclude: Collection[str] = ()) -> int:
-        """GPUs on `node` held or claimed by anyone not in `exclude` (an owner's bound
-        pods and claims on a node count once: the larger of the two)."""
+    def _taken(self, node: str, exclude: Collection[str] = (),
+               counted: Callable[[str], bool] | None = None) -> int:
+        """GPUs on `node` held or claimed by anyone not in `exclude` (and, given `counted`,
+        only by owners it accepts; pods of no known owner always count). An owner's bound
+        pods and claims on a node count once: the larger of the two."""
         held = self.held(node)
         claimed = self.claims_on.get(node, {})
         taken = held.get(None, 0)
         for owner in ({o for o in held if o is not None} | set(claimed)) - set(exclude):
-            taken += max(held.get(owner, 0), claimed.get(owner, 0))
+            if counted is None or counted(owner):
+                taken += max(held.get(owner, 0), claimed.get(owner, 0))
         return taken
 
     def free(self, node: str, exclude: Collection[str] = ()) -> int:
@@ -203,20 +206,10 @@ class ClusterView:
         """Usable nodes as the core sees them, less the GPUs of owners outside `owners`
         (a set of owner names, or a predicate on them)."""
         with self.lock:
-            keep = owners if callable(owners) else (lambda o, s=set(owners): o in s)
-            out = []
-            for name in sorted(self.node_infos):
-                info = self.node_infos[name]
-                if not info.usable:
-                    continue
-                held = self.held(name)
-                claimed = self.claims_on.get(name, {})
-                taken = held.get(None, 0)
-                for owner in ({o for o in held if o is not None} | set(claimed)):
-                    if not keep(owner):
-                        taken += max(held.get(owner, 0), claimed.get(owner, 0))
-                out.append(core_node(info, max(0, info.gpus - taken)))
-            return out
+            outside = ((lambda o: not owners(o)) if callable(owners)
+                       else (lambda o, s=frozenset(owners): o not in s))
+            return [core_node(info, max(0, info.gpus - self._taken(name, counted=outside)))
+                    for name, info in sorted(self.node_infos.items()) if info.usable]
 
     # ----- claims ---------------------------------------------------------------------------------
     def claim(self, owner: str, node: str, gpus: int) -> bool:
