@@ -91,3 +91,30 @@ def test_only_the_epoch_that_includes_the_restore_is_left_out() -> None:
     backend.report_epoch("x", 60.0, 5, 20.0, 4)  # epoch 4's report never came
     sched.step(60.0)
     assert sched.jobs["x"].epoch_time_by_workers == {4: 20.0}
+
+
+def test_a_category_keeps_its_best_measured_throughput_model_per_gpu_type() -> None:
+    from voda.core.goodput import GoodputModel, PerfParams
+    from voda.engine.events import Event, EventKind
+
+    def reported(replicas: int) -> GoodputModel:
+        return GoodputModel(perf=PerfParams(0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.1),
+                            grad_sqr=1.0, grad_var=1.0, init_batch=128, max_batch=4096,
+                            min_local=32, max_local=256, max_profiled_replicas=replicas)
+
+    sched, _ = engine()
+    for name in ("a", "b"):
+        sched.submit(make_job(name).workers(1, 4).category("bert").gpu_type("a100")
+                     .submitted_at(0).obj())
+    wide, narrow = reported(4), reported(2)
+    sched.handle(Event(EventKind.GOODPUT_REPORTED, 10.0, job="a", data={"goodput": wide}))
+    sched.handle(Event(EventKind.GOODPUT_REPORTED, 11.0, job="b", data={"goodput": narrow}))
+    assert sched.goodput_history == {("bert", "a100"): wide}, "the model measured on more GPUs"
+    assert sched.jobs["b"].goodput is narrow, "a job keeps its own report"
+    assert sched.jobs["b"].category_goodput is wide
+    sched.delete("a", 12.0)
+    later = sched.submit(make_job("c").category("bert").gpu_type("a100").submitted_at(13).obj())
+    other_type = sched.submit(make_job("d").category("bert").gpu_type("v100")
+                              .submitted_at(13).obj())
+    assert later.snapshot().category_goodput is wide, "a finished job's measurement is kept"
+    assert other_type.category_goodput is None, "an A100 model says nothing of a V100"

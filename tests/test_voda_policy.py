@@ -7,7 +7,13 @@ import dataclasses
 from builders import make_job
 
 from voda.core.allocation import registry
-from voda.core.allocation.voda import Voda, category_models, measured_cap, own_model
+from voda.core.allocation.voda import (
+    Voda,
+    category_models,
+    measured_cap,
+    own_model,
+    rank_weights,
+)
 from voda.core.goodput import GoodputModel, PerfParams
 
 PERF = PerfParams(0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.1)
@@ -61,3 +67,35 @@ def test_without_sharing_a_new_job_is_sized_on_what_it_measured_itself() -> None
         [measured, new], 64)
     alone = Voda(share_models=False)([measured, new], 64)
     assert alone["new"] <= 2 < shared["new"]
+
+
+def test_a_new_job_starts_from_what_its_category_measured_before() -> None:
+    # No other job of the category is active: what a finished one measured is all there is.
+    new = make_job("new").workers(1, 32).epochs(10).with_(
+        goodput=model(0, perf=None), category_goodput=model(8), category="c").obj()
+    assert category_models([new])["c"] is new.category_goodput
+    assert category_models([new], history=False) == {}
+    as_if_measured = dataclasses.replace(new, goodput=model(8), category_goodput=None)
+    assert Voda()([new], 64) == Voda()([as_if_measured], 64)
+    assert Voda()([new], 64)["new"] > 2
+
+
+def test_rank_weights_follow_the_order_of_sizes_not_their_ratio() -> None:
+    sizes = [1000.0, 10.0, 1001.0, 500.0]
+    weights = rank_weights(sizes, 0.8)
+    order = sorted(range(len(sizes)), key=sizes.__getitem__)
+    assert all(weights[a] > weights[b] for a, b in zip(order, order[1:], strict=False))
+    # the heSRPT shares (weights ** c) sum to one
+    assert abs(sum(weights ** 5) - 1.0) < 1e-9
+    # two long jobs of almost equal size are not treated alike
+    assert weights[0] > 1.5 * weights[2]
+    assert list(rank_weights(sizes, 0.0)) == [1.0] * 4
+    assert len(rank_weights([], 0.8)) == 0
+
+
+def test_rank_exponent_is_checked() -> None:
+    import pytest
+
+    for bad in (-0.1, 1.0, "0.5", float("nan")):
+        with pytest.raises(ValueError, match="rank_exponent"):
+            Voda(rank_exponent=bad)  # type: ignore[arg-type]

@@ -142,6 +142,10 @@ class Job:
     # What a batch-adaptive job last reported: its throughput model, gradient
     # statistics and batch limits (voda.core.goodput); None for other jobs.
     goodput: GoodputModel | None = None
+    # The throughput model the job's category measured on the most GPUs of its GPU type,
+    # reported by any of its jobs, finished ones included (the engine keeps it); None
+    # when no job of the category has reported one.
+    category_goodput: GoodputModel | None = None
     # Simulator-only truth (voda.core.oracle), read only by oracle baselines.
     oracle: StepOracle | None = None
 

@@ -110,6 +110,7 @@ class JobRecord:
     layout_throughput: dict[tuple[int, int], float] = field(default_factory=dict)
     restarts: int = 0
     goodput: Any = None  # voda.core.goodput.GoodputModel, as last reported
+    category_goodput: Any = None  # the category's best-measured one (Scheduler.goodput_history)
     oracle: Any = None  # voda.core.oracle.StepOracle (simulator-only truth)
     # Engine-only fields (not part of Job):
     placement: JobPlacement = ()
@@ -240,6 +241,9 @@ class Scheduler:
         self.layout_history: dict[HistoryKey, dict[tuple[int, int], float]] = {
             k: dict(v) for k, v in (layout_history or {}).items()
         }
+        # The throughput model (voda.core.goodput) measured on the most GPUs, per
+        # (category, GPU type), from batch-adaptive jobs' reports; in memory only.
+        self.goodput_history: dict[HistoryKey, Any] = {}
         self.cluster = Cluster(tuple(backend.nodes()))
         self._algorithms: dict[str, AllocationAlgorithm] = {}
         self._build_algorithms(self.settings)
@@ -306,6 +310,8 @@ class Scheduler:
         if not record.epoch_time_by_workers and known:
             record.epoch_time_by_workers = dict(known)
         self._share_layouts(record)
+        if record.category:
+            record.category_goodput = self.goodput_history.get(history_key(record))
         self.jobs[job.name] = record
         if not record.status.is_terminal:
             self.active[job.name] = record
@@ -324,6 +330,21 @@ class Scheduler:
         if not record.status.is_terminal:
             self.active[record.name] = record
         self._mark(EventKind.JOB_SUBMITTED)
+
+    def _learn_goodput(self, record: JobRecord) -> None:
+        """Keep, per category and GPU type, the reported throughput model measured on the
+        most GPUs, and show it to the category's active jobs (a new one starts from it)."""
+        model = record.goodput
+        if not record.category or model is None or model.perf is None:
+            return
+        key = history_key(record)
+        held = self.goodput_history.get(key)
+        if held is not None and model.max_profiled_replicas <= held.max_profiled_replicas:
+            return
+        self.goodput_history[key] = model
+        for other in self.active.values():
+            if history_key(other) == key:
+                other.category_goodput = model
 
     def _share_layouts(self, record: JobRecord) -> None:
         """Point the job at its category's layout history on its GPU type, adding what it
@@ -369,6 +390,7 @@ class Scheduler:
             self._record_epoch(record, event)
         elif kind is EventKind.GOODPUT_REPORTED and record:
             record.goodput = event.data["goodput"]
+            self._learn_goodput(record)
         elif kind is EventKind.NODE_ADDED and event.node is not None:
             nodes = [n for n in self.cluster.nodes if n.name != event.node.name]
             self.cluster = Cluster((*nodes, event.node))

@@ -10,20 +10,29 @@ with the epoch time measured where the job ran and carried to other counts by
 the ratio of goodputs (throughput x statistical efficiency, voda.core.goodput);
 without a goodput model, from measured epoch times alone (voda.core.estimate).
 
-The allocation maximises the jobs' total completion rate, sum of 1 / T_j(n_j):
-the fraction of its remaining work each job finishes per second. With linear
-speedups that is shortest-remaining-first; with diminishing returns a short job
-keeps only the GPUs it uses well and the rest go to longer ones. A job whose
-count changes pays its restart: its rate counts for (1 - penalty / h) with
-h = min(T(n), `horizon`), so short jobs are not restarted for little and long
-ones not for nothing. The optimum is exact over counts that pack (powers of two
-below a node, whole nodes above; voda.core.allocation.counts).
+The allocation maximises the sum over jobs of a weighted speedup, w_j T_j(1) / T_j(n_j).
+The weight puts the jobs with the least work left first, in two parts:
+
+- by rank: the k-th shortest of m jobs weighs as the share of the GPUs heSRPT gives it
+  (Berg, Vesilo and Harchol-Balter: the mean completion time is least, for speedups
+  k^p and no arrivals, when the k-th shortest holds ((m-k+1)/m)^c - ((m-k)/m)^c,
+  c = 1 / (1 - p)); only the order of the sizes counts, so of two long jobs of almost
+  the same size one finishes first instead of both finishing late (`rank_exponent`, p);
+- by size: T(1)^-e (`size_exponent`), so a job far shorter than the next one counts
+  for more than its rank says.
+
+The speedup is held at its best so far: GPUs past the count where a job stops speeding
+up go to other jobs first. A job whose count changes pays its restart: its value counts
+for (1 - penalty / h) with h = min(T(n), `horizon`), so short jobs are not restarted for
+little and long ones not for nothing. The optimum is exact over counts that pack (powers
+of two below a node, whole nodes above; voda.core.allocation.counts).
 
 Voda uses only what the service observes: epochs asked for and done, epoch times
 by worker count (per job, and per category for a job that has not run yet), the
 goodput model an adaptive job reports, attained service. Jobs of one category
 train the same model on the same GPUs, so a job's throughput model is borrowed
-from the job of its category that measured the most GPUs (`share_models`); its
+from the job of its category that measured the most GPUs (`share_models`), active
+or finished (`Job.category_goodput`, kept by the engine: `category_history`); its
 own gradient statistics are kept. A job may take at most twice the GPUs its
 category has measured, as a measured model is trusted only that far.
 
@@ -51,23 +60,27 @@ RATE_SCALE = 1e6  # completion rates (1/s) are small: scaled so float noise does
 
 @dataclass(frozen=True)
 class Voda:
-    """Maximise the jobs' total weighted completion rate (exact over counts that pack).
+    """Maximise the jobs' total weighted speedup (exact over counts that pack).
 
     Knobs: `restart_penalty` (seconds a change costs a job; 30, the simulator's
     charge), `horizon` (seconds over which a restart is paid back; 240),
-    `size_exponent` (e in the weight T(1)^-e of a job's speedup: 0 maximises the
-    total speedup, 1 the total completion rate; 0.35), `gpus_per_node` (4),
-    `aligned` (only counts that pack), `share_models` (borrow a category's
-    best-measured throughput model).
+    `rank_exponent` (p of the heSRPT weights by rank of remaining work, in [0, 1):
+    0 weighs every rank alike; 0.5), `size_exponent` (e in the weight T(1)^-e: 0
+    ignores sizes, 1 with p = 0 maximises the total completion rate; 0.1),
+    `gpus_per_node` (4), `aligned` (only counts that pack), `share_models` (borrow a
+    category's best-measured throughput model), `category_history` (from finished
+    jobs of the category too).
     """
 
     name: str = "Voda"
     restart_penalty: float = 30.0
     horizon: float = 240.0
-    size_exponent: float = 0.35
+    size_exponent: float = 0.1
+    rank_exponent: float = 0.5
     gpus_per_node: int = 4
     aligned: bool = True
     share_models: bool = True
+    category_history: bool = True
     # Remaining work and goodput change as jobs run: decide again on progress reports.
     decides_on_progress: ClassVar[bool] = True
 
@@ -79,6 +92,9 @@ class Voda:
         if not (isinstance(self.size_exponent, int | float) and 0 <= self.size_exponent <= 2):
             raise ValueError(
                 f"size_exponent: must be a number in [0, 2], got {self.size_exponent!r}")
+        if not (isinstance(self.rank_exponent, int | float) and 0 <= self.rank_exponent < 1):
+            raise ValueError(
+                f"rank_exponent: must be a number in [0, 1), got {self.rank_exponent!r}")
         check_gpus_per_node(self.gpus_per_node)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
@@ -88,10 +104,12 @@ class Voda:
         ordered = by_submit(jobs)
         if not ordered or capacity <= 0:
             return {j.name: 0 for j in ordered}
-        borrowed = category_models(ordered) if self.share_models else {}
+        borrowed = category_models(ordered, self.category_history) if self.share_models else {}
         curves = [self.curve(job, borrowed.get(job.category), capacity) for job in ordered]
-        utilities = [self.utility(job, c, c.size ** -self.size_exponent if c.size > 0 else 1.0)
-                     for job, c in zip(ordered, curves, strict=True)]
+        weights = rank_weights([c.size for c in curves], self.rank_exponent) * np.array(
+            [c.size ** -self.size_exponent if c.size > 0 else 1.0 for c in curves])
+        utilities = [self.utility(job, c, float(w))
+                     for job, c, w in zip(ordered, curves, weights, strict=True)]
         counts = best_counts(utilities, capacity)
         return {job.name: n for job, n in zip(ordered, counts, strict=True)}
 
@@ -139,6 +157,29 @@ class Voda:
         return np.where(allowed, changed, -np.inf)
 
 
+def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
+    """Weights by rank of remaining work, as heSRPT shares GPUs (Berg, Vesilo and
+    Harchol-Balter, 2020): with speedup k^p and no arrivals, the mean completion time is
+    least when the k-th shortest of m jobs holds the share
+    ((m - k + 1) / m)^c - ((m - k) / m)^c of the GPUs, c = 1 / (1 - p). The weight that
+    makes a job with speedup k^p take that share is the share to the power 1 / c.
+
+    Only ranks count: two long jobs of almost equal size are not treated alike, the
+    shorter finishes first (instead of both finishing late). p = 0 gives every job the
+    same weight. Ties in size go by position (the caller's submit order).
+    """
+    m = len(sizes)
+    weights = np.ones(m)
+    if m == 0 or p <= 0:
+        return weights
+    c = 1.0 / (1.0 - p)
+    order = sorted(range(m), key=lambda i: (sizes[i], i))
+    rank = np.arange(1, m + 1)
+    shares = ((m - rank + 1) / m) ** c - ((m - rank) / m) ** c
+    weights[order] = shares ** (1.0 / c)
+    return weights
+
+
 @dataclass(frozen=True)
 class Curve:
     """A job's estimated remaining seconds on n = 0..cap GPUs, and on one (its size)."""
@@ -173,16 +214,19 @@ def own_model(job: Job, borrowed: GoodputModel | None) -> GoodputModel | None:
                                max_profiled_replicas=borrowed.max_profiled_replicas)
 
 
-def category_models(jobs: Sequence[Job]) -> Mapping[str, GoodputModel]:
-    """Per category, the reported model fitted on the most GPUs (ties: the first job)."""
+def category_models(jobs: Sequence[Job], history: bool = True) -> Mapping[str, GoodputModel]:
+    """Per category, the model fitted on the most GPUs (ties: the first job), from what
+    the jobs report and what their category measured before (`Job.category_goodput`)."""
     best: dict[str, GoodputModel] = {}
     for job in jobs:
-        model = job.goodput
-        if not job.category or model is None or model.perf is None:
+        if not job.category:
             continue
-        held = best.get(job.category)
-        if held is None or model.max_profiled_replicas > held.max_profiled_replicas:
-            best[job.category] = model
+        for model in (job.goodput, job.category_goodput if history else None):
+            if model is None or model.perf is None:
+                continue
+            held = best.get(job.category)
+            if held is None or model.max_profiled_replicas > held.max_profiled_replicas:
+                best[job.category] = model
     return best
 
 
