@@ -155,8 +155,12 @@ class _Tournament:
         self.length_band: list[int] = length_band.tolist()
         self.gain_band: list[int] = gain_band.tolist()
         self.h_band: list[int] = h_band.tolist()
-        self.asks_gain: list[int] = gain_edges.bands(h).tolist()  # g >= own h: this band on
-        self.asks_h: list[int] = h_edges.bands(g).tolist()  # h > own g: this band on
+        # What a running incumbent in each state asks of a challenger: its length, g and
+        # h, and where the masks of those that could take over from it start (shorter:
+        # length band below its own; g >= own h: that g band on; h > own g: that h band on).
+        self.asks: list[tuple[float, float, float, int, int, int]] = list(zip(
+            self.length, self.g, self.h, (length_band + 1).tolist(),
+            gain_edges.bands(h).tolist(), h_edges.bands(g).tolist(), strict=True))
         self.strong_band = gain_edges.band(1.0)  # g >= 1 exactly when the band is this or more
         self.end = tables.end
         self.times: dict[int, EpochTimes] = {}  # for sizes beyond the tables
@@ -177,11 +181,12 @@ class _Tournament:
         self.length.append(length)
         self.g.append(g)
         self.h.append(h)
-        self.length_band.append(self.length_edges.band(length))
+        length_band = self.length_edges.band(length)
+        self.length_band.append(length_band)
         self.gain_band.append(self.gain_edges.band(g))
         self.h_band.append(self.h_edges.band(h))
-        self.asks_gain.append(self.gain_edges.band(h))
-        self.asks_h.append(self.h_edges.band(g))
+        self.asks.append((length, g, h, length_band + 1, self.gain_edges.band(h),
+                          self.h_edges.band(g)))
         return len(self.length) - 1
 
     # ----- the rounds --------------------------------------------------------------------
@@ -194,9 +199,9 @@ class _Tournament:
         reads everything through locals: attribute reads would cost as much as the work.
         """
         chain, x, state, start, lows = self.chain, self.x, self.state, self.start, self.lows
-        length, gain, lower = self.length, self.g, self.h
+        length, gain, lower, asks = self.length, self.g, self.h, self.asks
         length_band, gain_band, h_band = self.length_band, self.gain_band, self.h_band
-        asks_gain, asks_h, start_band = self.asks_gain, self.asks_h, self.start_band
+        start_band = self.start_band
         shorter, gain_from, h_from = self.shorter, self.gain_from, self.h_from
         start_below, strong, by_min, end = self.start_below, self.strong_band, self.by_min, self.end
         # A job's tabled states are consecutive entries: the next size is the next entry
@@ -210,8 +215,6 @@ class _Tournament:
             # (1) The last takeover before `position` stands, and no job between it and
             # `position` took over from it (none of them changed): the walk goes on
             # from `position`. With no takeover left, it starts at the first job.
-            while chain and chain[-1] >= position:
-                chain.pop()
             if chain:
                 incumbent, after = chain[-1], position - 1
             else:
@@ -241,17 +244,17 @@ class _Tournament:
                         maybe >>= skip
                         base = c + 1
                 else:  # at 0 when g < 1; shorter with g_c >= h; as long with h_c > g
-                    k = state[incumbent]
-                    own, g, h = length[k], gain[k], lower[k]
-                    maybe = (((shorter[length_band[k] + 1] & gain_from[asks_gain[k]])
-                              | h_from[asks_h[k]]) & running) >> base
-                    if g < 1.0 and (first := waiting >> base):
-                        taker = base + (first & -first).bit_length() - 1
+                    own, g, h, shorter_at, gain_at, h_at = asks[state[incumbent]]
+                    maybe = (((shorter[shorter_at] & gain_from[gain_at]) | h_from[h_at])
+                             & running) >> base
+                    if waiting and g < 1.0 and (first := waiting >> base):
+                        # the first job at 0 takes over unless a job before it does
+                        first &= -first
+                        taker = base + first.bit_length() - 1
+                        maybe &= first - 1
                     while maybe:
                         skip = (maybe & -maybe).bit_length()
                         c = base + skip - 1
-                        if 0 <= taker < c:  # the first job at 0 comes before
-                            break
                         j = state[c]
                         if (gain[j] >= h) if length[j] < own else (lower[j] > g):
                             taker = c
@@ -266,7 +269,7 @@ class _Tournament:
                 break
             # (2) The winner grows. Its bit flips in the masks of the bands it moved past
             # (and in `waiting` or `running`, where it is set).
-            winner = position = chain[-1]
+            winner = position = chain.pop()
             bit = 1 << winner
             if x[winner] == 0:
                 x[winner] = lows[winner]
@@ -306,4 +309,6 @@ class _Tournament:
                 if gone:
                     waiting &= ~_mask_of(gone, len(x))
                     position = min(position, min(gone))
+                    while chain and chain[-1] >= position:
+                        chain.pop()
         return x
