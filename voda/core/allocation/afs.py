@@ -29,6 +29,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -40,6 +41,8 @@ from voda.core.model import Job
 # Bands per quantity: more bands leave fewer jobs to check one by one in a query, and
 # cost more mask updates when a job moves to another band.
 BANDS = 32
+
+_NAME, _MAX = attrgetter("name"), attrgetter("max_workers")
 
 
 @dataclass(frozen=True)
@@ -53,16 +56,11 @@ class AFSL:
 
 
 def afs_l(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
-    """AFS-L on one priority class; `ordered` is in submit order."""
+    """AFS-L on one priority class; `ordered` is in submit order. A job left out gets 0."""
     jobs = [job for job in ordered if job.min_workers <= capacity]
-    held = {job.name: 0 for job in ordered}
-    if sum(job.max_workers for job in jobs) <= capacity:
-        held.update((job.name, job.max_workers) for job in jobs)  # room for all at max
-        return held
-    if jobs:
-        held.update(zip([job.name for job in jobs], _Tournament(jobs, capacity).run(),
-                        strict=True))
-    return held
+    if not jobs or sum(map(_MAX, jobs)) <= capacity:  # room for all at max
+        return dict(zip(map(_NAME, jobs), map(_MAX, jobs)))
+    return dict(zip(map(_NAME, jobs), _Tournament(jobs, capacity).run(), strict=True))
 
 
 class _Edges:

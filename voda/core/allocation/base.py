@@ -10,7 +10,8 @@ is refused instead of reaching the cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from itertools import groupby
+from itertools import groupby, repeat
+from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
 from voda.core.model import SORT_KEY, Job
@@ -86,6 +87,8 @@ def by_submit(jobs: Sequence[Job]) -> list[Job]:
 
 ClassAllocator = Callable[[Sequence[Job], int], Mapping[str, int]]
 
+_PRIORITY, _NAME = attrgetter("priority"), attrgetter("name")
+
 
 def allocate_by_priority(
     jobs: Sequence[Job], capacity: int, allocate_class: ClassAllocator
@@ -99,11 +102,11 @@ def allocate_by_priority(
     """
     allocation: dict[str, int] = {}
     free = capacity
-    for _, members in groupby(by_submit(jobs), key=lambda j: j.priority):
+    for _, members in groupby(by_submit(jobs), key=_PRIORITY):
         group = list(members)
         part = allocate_class(group, free)
-        for job in group:
-            gpus = part.get(job.name, 0)
-            allocation[job.name] = gpus
-            free -= gpus
+        names = list(map(_NAME, group))
+        gpus = list(map(part.get, names, repeat(0)))  # a job the class left out gets 0
+        allocation.update(zip(names, gpus))
+        free -= sum(gpus)
     return allocation
