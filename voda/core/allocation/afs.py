@@ -26,6 +26,7 @@ docs/design/001-allocation.md.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ def afs_l(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
     """AFS-L on one priority class; `ordered` is in submit order. A job left out gets 0."""
     jobs = [job for job in ordered if job.min_workers <= capacity]
     if not jobs or sum(map(_MAX, jobs)) <= capacity:  # room for all at max
-        return dict(zip(map(_NAME, jobs), map(_MAX, jobs)))
+        return {job.name: job.max_workers for job in jobs}
     return dict(zip(map(_NAME, jobs), _Tournament(jobs, capacity).run(), strict=True))
 
 
@@ -79,6 +80,10 @@ class _Edges:
     def band(self, value: float) -> int:
         return bisect_right(self.listed, value)
 
+    def never(self) -> int:
+        """The index of the empty mask in `at_least` (no value is in a band this high)."""
+        return len(self.listed) + 1
+
     def below(self, bands: np.ndarray) -> list[int]:
         """below[j]: the mask of positions i with bands[i] < j, for j = 0 .. len(edges) + 1."""
         return _masks(bands[None, :] < np.arange(len(self.listed) + 2)[:, None])
@@ -86,6 +91,30 @@ class _Edges:
     def at_least(self, bands: np.ndarray) -> list[int]:
         """at_least[j]: the mask of positions i with bands[i] >= j (the complement of below)."""
         return _masks(bands[None, :] >= np.arange(len(self.listed) + 2)[:, None])
+
+
+# g and h of one state read one ratio r = t(x)/t(x+1) two ways: g = r - 1, h = 1 - 1/r.
+# So h_c > g_X asks r_c > 1/(1 - g_X), that is g_c > 1/(1 - g_X) - 1, and nothing when
+# g_X >= 1 (h is below 1). Margins of 1e-9, relative and absolute, stay below that bound
+# whatever the 1e-12 quantisation and the floating-point rounding of the three did, so
+# every job whose h exceeds g_X has a g at or above `least_g_with_h_above(g_X)`.
+_MARGIN = 1e-9
+
+
+def least_g_with_h_above(g: float) -> float:
+    """A lower bound on g_c over every state c with h_c > g (inf: there is none)."""
+    if g < 1.0 - _MARGIN:
+        bound = 1.0 / (1.0 - g + _MARGIN) - 1.0
+        return bound - _MARGIN * abs(bound) - _MARGIN
+    return -math.inf if g < 1.0 else math.inf
+
+
+def least_g_with_h_above_all(g: np.ndarray) -> np.ndarray:
+    """`least_g_with_h_above` of every value of `g`."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        bound = 1.0 / (1.0 - g + _MARGIN) - 1.0
+        bound = bound - _MARGIN * np.abs(bound) - _MARGIN
+    return np.where(g < 1.0 - _MARGIN, bound, np.where(g < 1.0, -np.inf, np.inf))
 
 
 def _masks(flags: np.ndarray) -> list[int]:
@@ -109,16 +138,17 @@ class _Tournament:
     and the index the walk queries.
 
     Every state a job can be in (its size) has an entry in the state lists: length,
-    g (gain relative to S(now)), h (relative to S(next)), and bands: of length, of g,
-    of h, and of the values the job asks of others when it is the incumbent (h among
-    the g bands, g among the h bands). `state[i]` is job i's current entry.
+    g (gain relative to S(now)), h (relative to S(next)), the bands of its length and
+    its g, and what it asks of others when it is the incumbent (`asks`). `state[i]` is
+    job i's current entry.
 
     `shorter[j]` is the mask of jobs whose current length band is below j, and
-    `gain_from[j]`, `h_from[j]` those whose g (h) band is j or more (what the rule
-    asks of a challenger is always a lower bound on these two); a job waiting is filed
-    under its state at min, which is where it starts. `start_below[j]` holds the jobs
-    whose remaining time at min is in a band below j. Masks hold jobs that left too:
-    they are read through `running` and `waiting`.
+    `gain_from[j]` those whose g band is j or more: what the rule asks of a challenger
+    is a lower bound on its g, whether it is shorter (g >= h of the incumbent) or as
+    long (h > g of the incumbent, a bound on g by `least_g_with_h_above`). A job
+    waiting is filed under its state at min, which is where it starts.
+    `start_below[j]` holds the jobs whose remaining time at min is in a band below j.
+    Masks hold jobs that left too: they are read through `running` and `waiting`.
     """
 
     def __init__(self, jobs: Sequence[Job], capacity: int) -> None:
@@ -130,10 +160,8 @@ class _Tournament:
         length, g, h, start = tables.length, tables.g, tables.h, tables.start
         length_edges = self.length_edges = _Edges(length)
         gain_edges = self.gain_edges = _Edges(np.concatenate([g, h]), also=[1.0])
-        h_edges = self.h_edges = _Edges(np.concatenate([g, h]))
         start_edges = self.start_edges = _Edges(start)
-        length_band, gain_band, h_band = (
-            length_edges.bands(length), gain_edges.bands(g), h_edges.bands(h))
+        length_band, gain_band = length_edges.bands(length), gain_edges.bands(g)
         # Each job's first state (at min), or -1 for a job that has none (it never runs
         # below max); every job is filed under it while it waits.
         first = np.where(np.array(tables.tabled) > 0, tables.offset, -1)
@@ -141,7 +169,6 @@ class _Tournament:
         empty = np.zeros(n, dtype=np.int64)
         self.shorter = length_edges.below(length_band[filed] if len(length) else empty)
         self.gain_from = gain_edges.at_least(gain_band[filed] if len(g) else empty)
-        self.h_from = h_edges.at_least(h_band[filed] if len(h) else empty)
         start_band = start_edges.bands(start)
         self.start_below = start_edges.below(start_band)
         self.start_band: list[int] = start_band.tolist()
@@ -152,13 +179,16 @@ class _Tournament:
         self.h: list[float] = h.tolist()
         self.length_band: list[int] = length_band.tolist()
         self.gain_band: list[int] = gain_band.tolist()
-        self.h_band: list[int] = h_band.tolist()
         # What a running incumbent in each state asks of a challenger: its length, g and
         # h, and where the masks of those that could take over from it start (shorter:
-        # length band below its own; g >= own h: that g band on; h > own g: that h band on).
+        # length band below its own; g >= own h: that g band on; h > own g: the g band
+        # of `least_g_with_h_above` on).
+        least = least_g_with_h_above_all(g)
         self.asks: list[tuple[float, float, float, int, int, int]] = list(zip(
             self.length, self.g, self.h, (length_band + 1).tolist(),
-            gain_edges.bands(h).tolist(), h_edges.bands(g).tolist(), strict=True))
+            gain_edges.bands(h).tolist(),
+            np.where(least == np.inf, gain_edges.never(), gain_edges.bands(least)).tolist(),
+            strict=True))
         self.strong_band = gain_edges.band(1.0)  # g >= 1 exactly when the band is this or more
         self.end = tables.end
         self.times: dict[int, EpochTimes] = {}  # for sizes beyond the tables
@@ -181,10 +211,11 @@ class _Tournament:
         self.h.append(h)
         length_band = self.length_edges.band(length)
         self.length_band.append(length_band)
-        self.gain_band.append(self.gain_edges.band(g))
-        self.h_band.append(self.h_edges.band(h))
-        self.asks.append((length, g, h, length_band + 1, self.gain_edges.band(h),
-                          self.h_edges.band(g)))
+        gain_edges = self.gain_edges
+        self.gain_band.append(gain_edges.band(g))
+        least = least_g_with_h_above(g)
+        self.asks.append((length, g, h, length_band + 1, gain_edges.band(h),
+                          gain_edges.never() if least == math.inf else gain_edges.band(least)))
         return len(self.length) - 1
 
     # ----- the rounds --------------------------------------------------------------------
@@ -198,9 +229,9 @@ class _Tournament:
         """
         chain, x, state, start, lows = self.chain, self.x, self.state, self.start, self.lows
         length, gain, lower, asks = self.length, self.g, self.h, self.asks
-        length_band, gain_band, h_band = self.length_band, self.gain_band, self.h_band
+        length_band, gain_band = self.length_band, self.gain_band
         start_band = self.start_band
-        shorter, gain_from, h_from = self.shorter, self.gain_from, self.h_from
+        shorter, gain_from = self.shorter, self.gain_from
         start_below, strong, by_min, end = self.start_below, self.strong_band, self.by_min, self.end
         # A job's tabled states are consecutive entries: the next size is the next entry
         # up to its last tabled one.
@@ -243,7 +274,7 @@ class _Tournament:
                         base = c + 1
                 else:  # at 0 when g < 1; shorter with g_c >= h; as long with h_c > g
                     own, g, h, shorter_at, gain_at, h_at = asks[state[incumbent]]
-                    maybe = (((shorter[shorter_at] & gain_from[gain_at]) | h_from[h_at])
+                    maybe = (((shorter[shorter_at] & gain_from[gain_at]) | gain_from[h_at])
                              & running) >> base
                     if waiting and g < 1.0 and (first := waiting >> base):
                         # the first job at 0 takes over unless a job before it does
@@ -292,10 +323,6 @@ class _Tournament:
                     if a != b:
                         for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
                             gain_from[band] ^= bit
-                    a, b = h_band[old], h_band[new]
-                    if a != b:
-                        for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
-                            h_from[band] ^= bit
             # (3) Jobs at 0 whose min no longer fits leave; the walk is redone from the
             # earliest of them if it comes before the winner.
             if by_min and lows[by_min[-1]] > free:

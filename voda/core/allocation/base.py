@@ -107,6 +107,6 @@ def allocate_by_priority(
         part = allocate_class(group, free)
         names = list(map(_NAME, group))
         gpus = list(map(part.get, names, repeat(0)))  # a job the class left out gets 0
-        allocation.update(zip(names, gpus))
+        allocation.update(zip(names, gpus, strict=True))
         free -= sum(gpus)
     return allocation
