@@ -168,7 +168,7 @@ _VALUES = methodcaller("values")
 
 
 def epoch_time_runs(
-    jobs: Sequence[Job], first: Sequence[int], count: Sequence[int],
+    jobs: Sequence[Job], first: Sequence[int] | np.ndarray, count: Sequence[int] | np.ndarray,
     default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
 ) -> np.ndarray:
     """Epoch times of each job i at first[i], first[i] + 1, ... (count[i] worker counts,

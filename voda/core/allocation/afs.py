@@ -325,7 +325,7 @@ class _Tournament:
                             gain_from[band] ^= bit
             # (3) Jobs at 0 whose min no longer fits leave; the walk is redone from the
             # earliest of them if it comes before the winner.
-            if by_min and lows[by_min[-1]] > free:
+            if waiting and lows[by_min[-1]] > free:  # (jobs at 0 are all in `by_min`)
                 gone = []
                 while by_min and lows[by_min[-1]] > free:
                     i = by_min.pop()

@@ -84,7 +84,7 @@ class StateTables:
         self.offset: list[int] = (np.cumsum(tabled) - tabled).tolist()
         # Epoch times at lo .. lo + tabled (the last one for the gain of the last state).
         counts = tabled + 1
-        times = epoch_time_runs(jobs, self.lo, counts.tolist())
+        times = epoch_time_runs(jobs, lo, counts)
         ends = np.cumsum(counts)
         left = (np.fromiter(map(_EPOCHS, jobs), dtype=float, count=n)
                 - np.fromiter(map(_COMPLETED, jobs), dtype=float, count=n))
