@@ -259,41 +259,39 @@ class _Tournament:
                 # down to the first position still to check (`base`), which keeps the
                 # numbers short and every one non-negative.
                 base = after + 1
-                taker = -1
                 if x[incumbent] == 0:  # a job at 0 shorter at min, or one running at g >= 1
                     own = start[incumbent]
                     maybe = ((waiting & start_below[start_band[incumbent] + 1])
                              | (running & gain_from[strong])) >> base
                     while maybe:
-                        skip = (maybe & -maybe).bit_length()  # the lowest set bit, plus 1
-                        c = base + skip - 1
+                        low = maybe & -maybe
+                        c = base + low.bit_length() - 1
                         if (start[c] < own) if x[c] == 0 else (gain[state[c]] >= 1.0):
-                            taker = c
                             break
-                        maybe >>= skip
-                        base = c + 1
+                        maybe ^= low
+                    else:
+                        break  # no job takes over: the incumbent wins
                 else:  # at 0 when g < 1; shorter with g_c >= h; as long with h_c > g
                     own, g, h, shorter_at, gain_at, h_at = asks[state[incumbent]]
                     maybe = (((shorter[shorter_at] & gain_from[gain_at]) | gain_from[h_at])
                              & running) >> base
                     if waiting and g < 1.0 and (first := waiting >> base):
-                        # the first job at 0 takes over unless a job before it does
+                        # The first job at 0 takes over unless a running job before it
+                        # does: it is the last candidate, and `x[c] == 0` passes it (what
+                        # the rule reads of its state is read and not used).
                         first &= -first
-                        taker = base + first.bit_length() - 1
-                        maybe &= first - 1
+                        maybe = (maybe & (first - 1)) | first
                     while maybe:
-                        skip = (maybe & -maybe).bit_length()
-                        c = base + skip - 1
+                        low = maybe & -maybe
+                        c = base + low.bit_length() - 1
                         j = state[c]
-                        if (gain[j] >= h) if length[j] < own else (lower[j] > g):
-                            taker = c
+                        if ((gain[j] >= h) if length[j] < own else (lower[j] > g)) or x[c] == 0:
                             break
-                        maybe >>= skip
-                        base = c + 1
-                if taker < 0:
-                    break
-                chain.append(taker)
-                incumbent = after = taker
+                        maybe ^= low
+                    else:
+                        break  # no job takes over: the incumbent wins
+                chain.append(c)
+                incumbent = after = c
             if free <= 0:
                 break
             # (2) The winner grows. Its bit flips in the masks of the bands it moved past
