@@ -14,7 +14,7 @@ from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
-from voda.core.model import SORT_KEY, Job
+from voda.core.model import Job
 
 
 @runtime_checkable
@@ -80,14 +80,24 @@ def checked_allocate(
     return {j.name: int(raw.get(j.name, 0)) for j in jobs}
 
 
+_PRIORITY, _SUBMIT_TIME, _NAME = (
+    attrgetter("priority"), attrgetter("submit_time"), attrgetter("name"))
+
+
 def by_submit(jobs: Sequence[Job]) -> list[Job]:
-    """Jobs by priority, then submit order, then name: the order every algorithm breaks ties in."""
-    return sorted(jobs, key=SORT_KEY)
+    """Jobs by priority, then submit order, then name: the order every algorithm breaks ties in.
+
+    The same order as sorting by `Job.sort_key`, got by three stable sorts from the last key
+    to the first: one key each compares about three times faster than key tuples.
+    """
+    ordered = sorted(jobs, key=_NAME)
+    ordered.sort(key=_SUBMIT_TIME)
+    ordered.sort(key=_PRIORITY)
+    return ordered
 
 
 ClassAllocator = Callable[[Sequence[Job], int], Mapping[str, int]]
 
-_PRIORITY, _NAME = attrgetter("priority"), attrgetter("name")
 
 
 def allocate_by_priority(
