@@ -162,9 +162,8 @@ class _Tournament:
         gain_edges = self.gain_edges = _Edges(np.concatenate([g, h]), also=[1.0])
         start_edges = self.start_edges = _Edges(start)
         length_band, gain_band = length_edges.bands(length), gain_edges.bands(g)
-        # Each job's first state (at min), or -1 for a job that has none (it never runs
-        # below max); every job is filed under it while it waits.
-        first = np.where(np.array(tables.tabled) > 0, tables.offset, -1)
+        # Each job is filed under its first state (at min) while it waits.
+        first = tables.first
         filed = np.maximum(first, 0)
         empty = np.zeros(n, dtype=np.int64)
         self.shorter = length_edges.below(length_band[filed] if len(length) else empty)
@@ -194,7 +193,7 @@ class _Tournament:
         self.times: dict[int, EpochTimes] = {}  # for sizes beyond the tables
         # Jobs at 0 by min, largest last: they leave once their block cannot fit.
         self.lows = tables.lo
-        self.by_min: list[int] = np.argsort(tables.lo, kind="stable").tolist()
+        self.by_min = tables.by_min
         self.chain: list[int] = []  # the takeovers of the current walk, the winner last
 
     # ----- rare paths --------------------------------------------------------------------
@@ -235,8 +234,7 @@ class _Tournament:
         start_below, strong, by_min, end = self.start_below, self.strong_band, self.by_min, self.end
         # A job's tabled states are consecutive entries: the next size is the next entry
         # up to its last tabled one.
-        last_tabled = [o + t - 1 for o, t in zip(self.tables.offset, self.tables.tabled,
-                                                 strict=True)]
+        last_tabled = self.tables.last
         free = self.free
         waiting, running = (1 << len(x)) - 1, 0
         position = 0
