@@ -312,11 +312,15 @@ class _Tournament:
                     new = state[winner] = (old + 1 if old < last_tabled[winner]
                                            else self._state_index(winner, grown))
                     a, b = length_band[old], length_band[new]
-                    if a != b:
+                    if a == b + 1:  # one band down, the common move
+                        shorter[a] ^= bit
+                    elif a != b:
                         for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
                             shorter[band] ^= bit
                     a, b = gain_band[old], gain_band[new]
-                    if a != b:
+                    if a == b + 1:
+                        gain_from[a] ^= bit
+                    elif a != b:
                         for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
                             gain_from[band] ^= bit
             # (3) Jobs at 0 whose min no longer fits leave; the walk is redone from the
