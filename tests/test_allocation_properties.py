@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from voda.core.allocation import registry
-from voda.core.allocation.base import allocation_problems
+from voda.core.allocation.base import allocation_problems, by_submit
 from voda.core.allocation.ffdl import SPEEDUP_SCALE, FfDLOptimizer
 from voda.core.allocation.tiresias import Tiresias
 from voda.core.estimate import EpochTimes, speed_model
@@ -323,3 +323,16 @@ def test_epoch_times_read_off_agree_with_the_fitted_model(
 ) -> None:
     job = Job(name="j", epoch_time_by_workers=times)
     assert EpochTimes(job)(workers) == speed_model(job).epoch_time(workers)
+
+
+@PROPERTY_SETTINGS
+@given(keys=st.lists(st.tuples(st.integers(0, 3),
+                               st.sampled_from([0, 0.0, -0.0, 1, 1.5, 2.0, 1e9])), max_size=40),
+       names=st.permutations([f"{c}{i}" for c in "abAB-_" for i in range(7)]))
+def test_by_submit_is_the_order_of_the_sort_key(
+    keys: list[tuple[int, float]], names: list[str]
+) -> None:
+    """The three stable sorts give the order of (priority, submit time, name), ties included."""
+    jobs = [Job(name=name, min_workers=1, max_workers=1, priority=priority, submit_time=submit)
+            for (priority, submit), name in zip(keys, names, strict=False)]
+    assert by_submit(jobs) == sorted(jobs, key=lambda j: j.sort_key)

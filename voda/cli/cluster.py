@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from voda.cli.client import TOKEN, Client, segment
-from voda.cli.common import EXIT_USAGE, AsJson, Token, Url, die, out, print_json
+from voda.cli.common import EXIT_USAGE, AsJson, Token, Url, die, out, print_json, stop_on_interrupt
 
 JOB_COLORS = ("red", "green", "yellow", "blue", "magenta", "cyan", "bright_red",
               "bright_green", "bright_yellow", "bright_blue", "bright_magenta", "bright_cyan")
@@ -137,6 +137,7 @@ def register(app: typer.Typer) -> None:
             console.print(render())
             if once:
                 return
+        stop_on_interrupt()
         try:
             if console.is_terminal:
                 with Live(render(), console=console, auto_refresh=False, screen=True) as live:

@@ -10,6 +10,7 @@ Exit codes: 0 done, 1 refused by the service (bad request, forbidden), 2 bad usa
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from typing import Annotated, Any, NoReturn
@@ -43,6 +44,13 @@ class Consoles:
 
 out = Consoles(stderr=False)
 err = Consoles(stderr=True)
+
+
+def stop_on_interrupt() -> None:
+    """Let Ctrl-C (SIGINT) stop a live view even when we were started with SIGINT
+    ignored, as a shell starts a background job: Python then never raises
+    KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def die(message: str, code: int) -> NoReturn:

@@ -10,7 +10,18 @@ from typing import Annotated, Any
 import typer
 
 from voda.cli.client import Client, segment
-from voda.cli.common import EXIT_USAGE, AsJson, Token, Url, ago, die, duration, out, print_json
+from voda.cli.common import (
+    EXIT_USAGE,
+    AsJson,
+    Token,
+    Url,
+    ago,
+    die,
+    duration,
+    out,
+    print_json,
+    stop_on_interrupt,
+)
 from voda.cli.completion import complete_job_names
 
 JobName = Annotated[str, typer.Argument(help="Job name.", autocompletion=complete_job_names)]
@@ -59,6 +70,7 @@ def watch(client: Client, params: dict[str, Any], interval: float) -> None:
                          f"{interval:g} s · Ctrl-C to stop")
         return table
 
+    stop_on_interrupt()
     try:
         if console.is_terminal:
             with Live(render(), console=console, auto_refresh=False) as live:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import typer
 
+from voda.cli.common import stop_on_interrupt
+
 FOLLOW_POLL_SECONDS = 0.25
 FINAL_LINE = re.compile(rb"^\[voda [^\]]*\] (completed|failed)", re.MULTILINE)
 
@@ -75,6 +77,7 @@ def register(app: typer.Typer) -> None:
         sys.stdout.buffer.write(shown)
         sys.stdout.buffer.flush()
         if follow_log and not FINAL_LINE.search(data[-4096:]):
+            stop_on_interrupt()
             try:
                 follow(path, len(data))
             except KeyboardInterrupt:

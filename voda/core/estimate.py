@@ -29,7 +29,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter, methodcaller
+from operator import attrgetter
+from types import MappingProxyType
 
 import numpy as np
 
@@ -164,11 +165,13 @@ def epoch_time_at(job: Job, workers: int) -> float:
 
 
 _OBSERVED = attrgetter("epoch_time_by_workers")
-_VALUES = methodcaller("values")
+# Job keeps its epoch times in a MappingProxyType (Job.__post_init__): its own `values`
+# skips the look-up by name that methodcaller makes on every job.
+_VALUES = MappingProxyType.values
 
 
 def epoch_time_runs(
-    jobs: Sequence[Job], first: Sequence[int], count: Sequence[int],
+    jobs: Sequence[Job], first: Sequence[int] | np.ndarray, count: Sequence[int] | np.ndarray,
     default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
 ) -> np.ndarray:
     """Epoch times of each job i at first[i], first[i] + 1, ... (count[i] worker counts,

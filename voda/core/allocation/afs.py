@@ -26,9 +26,11 @@ docs/design/001-allocation.md.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -40,6 +42,8 @@ from voda.core.model import Job
 # Bands per quantity: more bands leave fewer jobs to check one by one in a query, and
 # cost more mask updates when a job moves to another band.
 BANDS = 32
+
+_NAME, _MAX = attrgetter("name"), attrgetter("max_workers")
 
 
 @dataclass(frozen=True)
@@ -53,16 +57,11 @@ class AFSL:
 
 
 def afs_l(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
-    """AFS-L on one priority class; `ordered` is in submit order."""
+    """AFS-L on one priority class; `ordered` is in submit order. A job left out gets 0."""
     jobs = [job for job in ordered if job.min_workers <= capacity]
-    held = {job.name: 0 for job in ordered}
-    if sum(job.max_workers for job in jobs) <= capacity:
-        held.update((job.name, job.max_workers) for job in jobs)  # room for all at max
-        return held
-    if jobs:
-        held.update(zip([job.name for job in jobs], _Tournament(jobs, capacity).run(),
-                        strict=True))
-    return held
+    if not jobs or sum(map(_MAX, jobs)) <= capacity:  # room for all at max
+        return {job.name: job.max_workers for job in jobs}
+    return dict(zip(map(_NAME, jobs), _Tournament(jobs, capacity).run(), strict=True))
 
 
 class _Edges:
@@ -81,6 +80,10 @@ class _Edges:
     def band(self, value: float) -> int:
         return bisect_right(self.listed, value)
 
+    def never(self) -> int:
+        """The index of the empty mask in `at_least` (no value is in a band this high)."""
+        return len(self.listed) + 1
+
     def below(self, bands: np.ndarray) -> list[int]:
         """below[j]: the mask of positions i with bands[i] < j, for j = 0 .. len(edges) + 1."""
         return _masks(bands[None, :] < np.arange(len(self.listed) + 2)[:, None])
@@ -88,6 +91,30 @@ class _Edges:
     def at_least(self, bands: np.ndarray) -> list[int]:
         """at_least[j]: the mask of positions i with bands[i] >= j (the complement of below)."""
         return _masks(bands[None, :] >= np.arange(len(self.listed) + 2)[:, None])
+
+
+# g and h of one state read one ratio r = t(x)/t(x+1) two ways: g = r - 1, h = 1 - 1/r.
+# So h_c > g_X asks r_c > 1/(1 - g_X), that is g_c > 1/(1 - g_X) - 1, and nothing when
+# g_X >= 1 (h is below 1). Margins of 1e-9, relative and absolute, stay below that bound
+# whatever the 1e-12 quantisation and the floating-point rounding of the three did, so
+# every job whose h exceeds g_X has a g at or above `least_g_with_h_above(g_X)`.
+_MARGIN = 1e-9
+
+
+def least_g_with_h_above(g: float) -> float:
+    """A lower bound on g_c over every state c with h_c > g (inf: there is none)."""
+    if g < 1.0 - _MARGIN:
+        bound = 1.0 / (1.0 - g + _MARGIN) - 1.0
+        return bound - _MARGIN * abs(bound) - _MARGIN
+    return -math.inf if g < 1.0 else math.inf
+
+
+def least_g_with_h_above_all(g: np.ndarray) -> np.ndarray:
+    """`least_g_with_h_above` of every value of `g`."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        bound = 1.0 / (1.0 - g + _MARGIN) - 1.0
+        bound = bound - _MARGIN * np.abs(bound) - _MARGIN
+    return np.where(g < 1.0 - _MARGIN, bound, np.where(g < 1.0, -np.inf, np.inf))
 
 
 def _masks(flags: np.ndarray) -> list[int]:
@@ -111,16 +138,17 @@ class _Tournament:
     and the index the walk queries.
 
     Every state a job can be in (its size) has an entry in the state lists: length,
-    g (gain relative to S(now)), h (relative to S(next)), and bands: of length, of g,
-    of h, and of the values the job asks of others when it is the incumbent (h among
-    the g bands, g among the h bands). `state[i]` is job i's current entry.
+    g (gain relative to S(now)), h (relative to S(next)), the bands of its length and
+    its g, and what it asks of others when it is the incumbent (`asks`). `state[i]` is
+    job i's current entry.
 
     `shorter[j]` is the mask of jobs whose current length band is below j, and
-    `gain_from[j]`, `h_from[j]` those whose g (h) band is j or more (what the rule
-    asks of a challenger is always a lower bound on these two); a job waiting is filed
-    under its state at min, which is where it starts. `start_below[j]` holds the jobs
-    whose remaining time at min is in a band below j. Masks hold jobs that left too:
-    they are read through `running` and `waiting`.
+    `gain_from[j]` those whose g band is j or more: what the rule asks of a challenger
+    is a lower bound on its g, whether it is shorter (g >= h of the incumbent) or as
+    long (h > g of the incumbent, a bound on g by `least_g_with_h_above`). A job
+    waiting is filed under its state at min, which is where it starts.
+    `start_below[j]` holds the jobs whose remaining time at min is in a band below j.
+    Masks hold jobs that left too: they are read through `running` and `waiting`.
     """
 
     def __init__(self, jobs: Sequence[Job], capacity: int) -> None:
@@ -132,18 +160,14 @@ class _Tournament:
         length, g, h, start = tables.length, tables.g, tables.h, tables.start
         length_edges = self.length_edges = _Edges(length)
         gain_edges = self.gain_edges = _Edges(np.concatenate([g, h]), also=[1.0])
-        h_edges = self.h_edges = _Edges(np.concatenate([g, h]))
         start_edges = self.start_edges = _Edges(start)
-        length_band, gain_band, h_band = (
-            length_edges.bands(length), gain_edges.bands(g), h_edges.bands(h))
-        # Each job's first state (at min), or -1 for a job that has none (it never runs
-        # below max); every job is filed under it while it waits.
-        first = np.where(np.array(tables.tabled) > 0, tables.offset, -1)
+        length_band, gain_band = length_edges.bands(length), gain_edges.bands(g)
+        # Each job is filed under its first state (at min) while it waits.
+        first = tables.first
         filed = np.maximum(first, 0)
         empty = np.zeros(n, dtype=np.int64)
         self.shorter = length_edges.below(length_band[filed] if len(length) else empty)
         self.gain_from = gain_edges.at_least(gain_band[filed] if len(g) else empty)
-        self.h_from = h_edges.at_least(h_band[filed] if len(h) else empty)
         start_band = start_edges.bands(start)
         self.start_below = start_edges.below(start_band)
         self.start_band: list[int] = start_band.tolist()
@@ -154,15 +178,22 @@ class _Tournament:
         self.h: list[float] = h.tolist()
         self.length_band: list[int] = length_band.tolist()
         self.gain_band: list[int] = gain_band.tolist()
-        self.h_band: list[int] = h_band.tolist()
-        self.asks_gain: list[int] = gain_edges.bands(h).tolist()  # g >= own h: this band on
-        self.asks_h: list[int] = h_edges.bands(g).tolist()  # h > own g: this band on
+        # What a running incumbent in each state asks of a challenger: its length, g and
+        # h, and where the masks of those that could take over from it start (shorter:
+        # length band below its own; g >= own h: that g band on; h > own g: the g band
+        # of `least_g_with_h_above` on).
+        least = least_g_with_h_above_all(g)
+        self.asks: list[tuple[float, float, float, int, int, int]] = list(zip(
+            self.length, self.g, self.h, (length_band + 1).tolist(),
+            gain_edges.bands(h).tolist(),
+            np.where(least == np.inf, gain_edges.never(), gain_edges.bands(least)).tolist(),
+            strict=True))
         self.strong_band = gain_edges.band(1.0)  # g >= 1 exactly when the band is this or more
         self.end = tables.end
         self.times: dict[int, EpochTimes] = {}  # for sizes beyond the tables
         # Jobs at 0 by min, largest last: they leave once their block cannot fit.
         self.lows = tables.lo
-        self.by_min: list[int] = np.argsort(tables.lo, kind="stable").tolist()
+        self.by_min = tables.by_min
         self.chain: list[int] = []  # the takeovers of the current walk, the winner last
 
     # ----- rare paths --------------------------------------------------------------------
@@ -177,11 +208,13 @@ class _Tournament:
         self.length.append(length)
         self.g.append(g)
         self.h.append(h)
-        self.length_band.append(self.length_edges.band(length))
-        self.gain_band.append(self.gain_edges.band(g))
-        self.h_band.append(self.h_edges.band(h))
-        self.asks_gain.append(self.gain_edges.band(h))
-        self.asks_h.append(self.h_edges.band(g))
+        length_band = self.length_edges.band(length)
+        self.length_band.append(length_band)
+        gain_edges = self.gain_edges
+        self.gain_band.append(gain_edges.band(g))
+        least = least_g_with_h_above(g)
+        self.asks.append((length, g, h, length_band + 1, gain_edges.band(h),
+                          gain_edges.never() if least == math.inf else gain_edges.band(least)))
         return len(self.length) - 1
 
     # ----- the rounds --------------------------------------------------------------------
@@ -194,15 +227,14 @@ class _Tournament:
         reads everything through locals: attribute reads would cost as much as the work.
         """
         chain, x, state, start, lows = self.chain, self.x, self.state, self.start, self.lows
-        length, gain, lower = self.length, self.g, self.h
-        length_band, gain_band, h_band = self.length_band, self.gain_band, self.h_band
-        asks_gain, asks_h, start_band = self.asks_gain, self.asks_h, self.start_band
-        shorter, gain_from, h_from = self.shorter, self.gain_from, self.h_from
+        length, gain, lower, asks = self.length, self.g, self.h, self.asks
+        length_band, gain_band = self.length_band, self.gain_band
+        start_band = self.start_band
+        shorter, gain_from = self.shorter, self.gain_from
         start_below, strong, by_min, end = self.start_below, self.strong_band, self.by_min, self.end
         # A job's tabled states are consecutive entries: the next size is the next entry
         # up to its last tabled one.
-        last_tabled = [o + t - 1 for o, t in zip(self.tables.offset, self.tables.tabled,
-                                                 strict=True)]
+        last_tabled = self.tables.last
         free = self.free
         waiting, running = (1 << len(x)) - 1, 0
         position = 0
@@ -210,8 +242,6 @@ class _Tournament:
             # (1) The last takeover before `position` stands, and no job between it and
             # `position` took over from it (none of them changed): the walk goes on
             # from `position`. With no takeover left, it starts at the first job.
-            while chain and chain[-1] >= position:
-                chain.pop()
             if chain:
                 incumbent, after = chain[-1], position - 1
             else:
@@ -227,46 +257,44 @@ class _Tournament:
                 # down to the first position still to check (`base`), which keeps the
                 # numbers short and every one non-negative.
                 base = after + 1
-                taker = -1
                 if x[incumbent] == 0:  # a job at 0 shorter at min, or one running at g >= 1
                     own = start[incumbent]
                     maybe = ((waiting & start_below[start_band[incumbent] + 1])
                              | (running & gain_from[strong])) >> base
                     while maybe:
-                        skip = (maybe & -maybe).bit_length()  # the lowest set bit, plus 1
-                        c = base + skip - 1
+                        low = maybe & -maybe
+                        c = base + low.bit_length() - 1
                         if (start[c] < own) if x[c] == 0 else (gain[state[c]] >= 1.0):
-                            taker = c
                             break
-                        maybe >>= skip
-                        base = c + 1
+                        maybe ^= low
+                    else:
+                        break  # no job takes over: the incumbent wins
                 else:  # at 0 when g < 1; shorter with g_c >= h; as long with h_c > g
-                    k = state[incumbent]
-                    own, g, h = length[k], gain[k], lower[k]
-                    maybe = (((shorter[length_band[k] + 1] & gain_from[asks_gain[k]])
-                              | h_from[asks_h[k]]) & running) >> base
-                    if g < 1.0 and (first := waiting >> base):
-                        taker = base + (first & -first).bit_length() - 1
+                    own, g, h, shorter_at, gain_at, h_at = asks[state[incumbent]]
+                    maybe = (((shorter[shorter_at] & gain_from[gain_at]) | gain_from[h_at])
+                             & running) >> base
+                    if waiting and g < 1.0 and (first := waiting >> base):
+                        # The first job at 0 takes over unless a running job before it
+                        # does: it is the last candidate, and `x[c] == 0` passes it (what
+                        # the rule reads of its state is read and not used).
+                        first &= -first
+                        maybe = (maybe & (first - 1)) | first
                     while maybe:
-                        skip = (maybe & -maybe).bit_length()
-                        c = base + skip - 1
-                        if 0 <= taker < c:  # the first job at 0 comes before
-                            break
+                        low = maybe & -maybe
+                        c = base + low.bit_length() - 1
                         j = state[c]
-                        if (gain[j] >= h) if length[j] < own else (lower[j] > g):
-                            taker = c
+                        if ((gain[j] >= h) if length[j] < own else (lower[j] > g)) or x[c] == 0:
                             break
-                        maybe >>= skip
-                        base = c + 1
-                if taker < 0:
-                    break
-                chain.append(taker)
-                incumbent = after = taker
+                        maybe ^= low
+                    else:
+                        break  # no job takes over: the incumbent wins
+                chain.append(c)
+                incumbent = after = c
             if free <= 0:
                 break
             # (2) The winner grows. Its bit flips in the masks of the bands it moved past
             # (and in `waiting` or `running`, where it is set).
-            winner = position = chain[-1]
+            winner = position = chain.pop()
             bit = 1 << winner
             if x[winner] == 0:
                 x[winner] = lows[winner]
@@ -284,20 +312,20 @@ class _Tournament:
                     new = state[winner] = (old + 1 if old < last_tabled[winner]
                                            else self._state_index(winner, grown))
                     a, b = length_band[old], length_band[new]
-                    if a != b:
+                    if a == b + 1:  # one band down, the common move
+                        shorter[a] ^= bit
+                    elif a != b:
                         for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
                             shorter[band] ^= bit
                     a, b = gain_band[old], gain_band[new]
-                    if a != b:
+                    if a == b + 1:
+                        gain_from[a] ^= bit
+                    elif a != b:
                         for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
                             gain_from[band] ^= bit
-                    a, b = h_band[old], h_band[new]
-                    if a != b:
-                        for band in range(a + 1, b + 1) if a < b else range(b + 1, a + 1):
-                            h_from[band] ^= bit
             # (3) Jobs at 0 whose min no longer fits leave; the walk is redone from the
             # earliest of them if it comes before the winner.
-            if by_min and lows[by_min[-1]] > free:
+            if waiting and lows[by_min[-1]] > free:  # (jobs at 0 are all in `by_min`)
                 gone = []
                 while by_min and lows[by_min[-1]] > free:
                     i = by_min.pop()
@@ -306,4 +334,6 @@ class _Tournament:
                 if gone:
                     waiting &= ~_mask_of(gone, len(x))
                     position = min(position, min(gone))
+                    while chain and chain[-1] >= position:
+                        chain.pop()
         return x

@@ -80,11 +80,18 @@ class StateTables:
         self.end: list[int] = end.tolist()
         span = 1 + -(-GROWTH_TABLED * capacity // max(1, n))
         tabled = np.minimum(end - lo, span)
+        offset = np.cumsum(tabled) - tabled
         self.tabled: list[int] = tabled.tolist()
-        self.offset: list[int] = (np.cumsum(tabled) - tabled).tolist()
+        self.offset: list[int] = offset.tolist()
+        # Each job's first state (at min), or -1 for a job that has none (it never runs
+        # below max); each job's last tabled state.
+        self.first = np.where(tabled > 0, offset, -1)
+        self.last: list[int] = (offset + tabled - 1).tolist()
+        # The jobs by min, stable.
+        self.by_min: list[int] = np.argsort(lo, kind="stable").tolist()
         # Epoch times at lo .. lo + tabled (the last one for the gain of the last state).
         counts = tabled + 1
-        times = epoch_time_runs(jobs, self.lo, counts.tolist())
+        times = epoch_time_runs(jobs, lo, counts)
         ends = np.cumsum(counts)
         left = (np.fromiter(map(_EPOCHS, jobs), dtype=float, count=n)
                 - np.fromiter(map(_COMPLETED, jobs), dtype=float, count=n))

@@ -29,17 +29,26 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
     allowed). Exact. Jobs are folded from the last to the first, then decided from the
     first: among equal totals the earlier job takes the largest of the counts that tie
     (an idle GPU helps no one, and ties go to the job listed first).
+
+    A fold reads only the counts a job may take (and its largest, which is what the
+    tie rule picks where every count is -inf): a count at -inf never wins a column, so
+    leaving its row out changes nothing, and the packing rules leave most counts out.
     """
-    columns = np.arange(capacity + 1)
-    best = np.zeros(capacity + 1)  # best total of the jobs folded so far with at most c GPUs
+    width = capacity + 1
+    columns = np.arange(width)
+    best = np.zeros(width)  # best total of the jobs folded so far with at most c GPUs
     choices = []
     for u in reversed(utilities):
-        options = np.arange(len(u))
-        source = columns[None, :] - options[:, None]
-        candidate = np.where(source >= 0, best[np.maximum(source, 0)], -np.inf) + u[:, None]
-        pick = len(u) - 1 - np.argmax(candidate[::-1], axis=0)  # ties: the larger count
+        options = np.flatnonzero(u != -np.inf)
+        if not len(options) or options[-1] != len(u) - 1:
+            options = np.append(options, len(u) - 1)
+        candidate = np.full((len(options), width), -np.inf)
+        for row, n in enumerate(options.tolist()):
+            if n < width:  # n GPUs on top of the best of the rest with c - n
+                candidate[row, n:] = best[:width - n] + u[n]
+        pick = len(options) - 1 - np.argmax(candidate[::-1], axis=0)  # ties: the larger count
         best = candidate[pick, columns]
-        choices.append(pick)
+        choices.append(options[pick])
     counts = []
     left = capacity
     for pick in reversed(choices):

@@ -52,29 +52,34 @@ class Optimus:
         allocation = {j.name: 0 for j in ordered}
         free = capacity
         predict: list[Prediction] = []
-        heap: list[tuple[float, int]] = []
+        # (-gain, position, time per unit at one GPU more): positions are unique in the
+        # heap (a job is pushed again only once popped), so ties never read the time,
+        # which the job's next push starts from instead of computing it again.
+        heap: list[tuple[float, int, float]] = []
         for i, job in enumerate(ordered):
             predict.append(_prediction(job, self.oracle))
             if job.min_workers > free:
                 continue
             allocation[job.name] = job.min_workers
             free -= job.min_workers
-            self._push(heap, i, job, job.min_workers, predict[i])
+            self._push(heap, i, job, job.min_workers, predict[i],
+                       predict[i][0](job.min_workers))
         while free > 0 and heap:
-            _, i = heapq.heappop(heap)
+            _, i, unit_time = heapq.heappop(heap)
             job = ordered[i]
             allocation[job.name] += 1
             free -= 1
-            self._push(heap, i, job, allocation[job.name], predict[i])
+            self._push(heap, i, job, allocation[job.name], predict[i], unit_time)
         return allocation
 
     @staticmethod
-    def _push(heap: list[tuple[float, int]], i: int, job: Job, gpus: int,
-              prediction: Prediction) -> None:
+    def _push(heap: list[tuple[float, int, float]], i: int, job: Job, gpus: int,
+              prediction: Prediction, unit_time_now: float) -> None:
         """Queue the job's gain from one more GPU, when it can take one and would gain."""
         if gpus + 1 > job.max_workers:
             return
         unit_time, units = prediction
-        gain = (unit_time(gpus) - unit_time(gpus + 1)) * units
+        unit_time_next = unit_time(gpus + 1)
+        gain = (unit_time_now - unit_time_next) * units
         if gain > 0:
-            heapq.heappush(heap, (-gain, i))
+            heapq.heappush(heap, (-gain, i, unit_time_next))
