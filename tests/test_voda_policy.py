@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from builders import make_job
 
@@ -84,7 +85,7 @@ def test_rank_weights_follow_the_order_of_sizes_not_their_ratio() -> None:
     sizes = [1000.0, 10.0, 1001.0, 500.0]
     weights = rank_weights(sizes, 0.8)
     order = sorted(range(len(sizes)), key=sizes.__getitem__)
-    assert all(weights[a] > weights[b] for a, b in zip(order, order[1:], strict=False))
+    assert all(weights[a] > weights[b] for a, b in itertools.pairwise(order))
     # the heSRPT shares (weights ** c) sum to one
     assert abs(sum(weights ** 5) - 1.0) < 1e-9
     # two long jobs of almost equal size are not treated alike
