@@ -99,7 +99,6 @@ def by_submit(jobs: Sequence[Job]) -> list[Job]:
 ClassAllocator = Callable[[Sequence[Job], int], Mapping[str, int]]
 
 
-
 def allocate_by_priority(
     jobs: Sequence[Job], capacity: int, allocate_class: ClassAllocator
 ) -> dict[str, int]:
