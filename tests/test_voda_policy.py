@@ -100,3 +100,40 @@ def test_rank_exponent_is_checked() -> None:
     for bad in (-0.1, 1.0, "0.5", float("nan")):
         with pytest.raises(ValueError, match="rank_exponent"):
             Voda(rank_exponent=bad)  # type: ignore[arg-type]
+
+
+def test_a_job_that_has_not_measured_its_gradients_yet_prices_batches_with_its_categorys() -> None:
+    # A job reports its gradient statistics after its first steps; until then they are
+    # zeros, which would make every batch above the initial one worth 1 / scale of its
+    # samples: a fixed-batch job at 64 x its initial batch would look 64 times longer.
+    fixed = dataclasses.replace(model(1), grad_sqr=2.0, grad_var=50.0, init_batch=64,
+                                max_batch=4096, fixed_batch=4096)
+    fresh = make_job("new").workers(1, 1).epochs(10).with_(
+        goodput=dataclasses.replace(fixed, perf=None, grad_sqr=0.0, grad_var=0.0,
+                                    max_profiled_replicas=0),
+        category_goodput=fixed, category="ncf").obj()
+    seen = own_model(fresh, fixed)
+    assert seen is not None and (seen.grad_sqr, seen.grad_var) == (2.0, 50.0)
+    voda = Voda()
+    as_if_measured = dataclasses.replace(fresh, goodput=fixed, category_goodput=None)
+    assert voda.curve(fresh, fixed, 64).size == voda.curve(as_if_measured, None, 64).size
+    # what it measured itself, once it has, is kept
+    own = dataclasses.replace(fresh.goodput, grad_sqr=1.0, grad_var=9.0)
+    assert own_model(dataclasses.replace(fresh, goodput=own), fixed).grad_var == 9.0
+
+
+def test_a_job_grows_past_a_dip_in_its_speedup_when_more_gpus_pay() -> None:
+    # Crossing to a second node costs a slow network step (8 GPUs run slower than 4),
+    # but more nodes then pay for it: the job is sized on its best speed, not on the
+    # first count where its speed drops.
+    perf = PerfParams(alpha_c=0.25, beta_c=0.011, alpha_n=1.5, beta_n=1e-8, alpha_r=0.17,
+                      beta_r=0.13, gamma=2.9)
+    dip = GoodputModel(perf=perf, grad_sqr=380.0, grad_var=17_000.0, init_batch=8,
+                       max_batch=512, min_local=4, max_local=8, max_profiled_replicas=40,
+                       epoch_samples=16_500.0)
+    job = make_job("yolo").workers(1, 64).epochs(40).with_(goodput=dip).running(4).obj()
+    curve = Voda().curve(job, None, 64)
+    speed = curve.size / curve.seconds
+    assert speed[8] < speed[4] < speed[16]
+    chosen = Voda()([job], 64)["yolo"]
+    assert chosen > 4 and speed[chosen] == max(speed[n] for n in (1, 2, 4, *range(8, 65, 4)))

@@ -21,11 +21,12 @@ The weight puts the jobs with the least work left first, in two parts:
 - by size: T(1)^-e (`size_exponent`), so a job far shorter than the next one counts
   for more than its rank says.
 
-The speedup is held at its best so far: GPUs past the count where a job stops speeding
-up go to other jobs first. A job whose count changes pays its restart: its value counts
-for (1 - penalty / h) with h = min(T(n), `horizon`), so short jobs are not restarted for
-little and long ones not for nothing. The optimum is exact over counts that pack (powers
-of two below a node, whole nodes above; voda.core.allocation.counts).
+The speedup is capped at its best: GPUs past the count where a job runs fastest go to
+other jobs first (a dip on the way, such as crossing to a second node, does not stop it
+growing to where more nodes pay). A job whose count changes pays its restart: its value
+counts for (1 - penalty / h) with h = min(T(n), `horizon`), so short jobs are not
+restarted for little and long ones not for nothing. The optimum is exact over counts
+that pack (powers of two below a node, whole nodes above; voda.core.allocation.counts).
 
 Voda uses only what the service observes: epochs asked for and done, epoch times
 by worker count (per job, and per category for a job that has not run yet), the
@@ -129,9 +130,9 @@ class Voda:
     def utility(self, job: Job, curve: Curve, weight: float) -> np.ndarray:
         """The job's weighted speed on n = 0..cap GPUs (-inf where not allowed).
 
-        Speed is the speedup over one GPU, T(1) / T(n), held at its best so far: GPUs
-        past the count where it stops rising add (almost) nothing, so they go to other
-        jobs first. A change of count keeps 1 - penalty / min(T(n), horizon) of it; a
+        Speed is the speedup over one GPU, T(1) / T(n), capped at its best: GPUs past
+        the count where it is highest add (almost) nothing, so they go to other jobs
+        first. A change of count keeps 1 - penalty / min(T(n), horizon) of it; a
         running job halted loses the same share of its current speed (it pays the
         restart when it resumes).
         """
@@ -143,7 +144,7 @@ class Voda:
         if cap >= 1 and math.isfinite(size):
             speedup = np.zeros(cap + 1)
             speedup[1:] = size / seconds[1:]
-            knee = rising_size(speedup, allowed)
+            knee = best_size(speedup, allowed)
             within = np.minimum(speedup, speedup[knee])
             beyond = np.maximum(speedup - speedup[knee], 0.0)
             rate = RATE_SCALE * (within * weight + 1e-9 * beyond)
@@ -189,25 +190,28 @@ class Curve:
     size: float
 
 
-def rising_size(speedup: np.ndarray, allowed: np.ndarray) -> int:
-    """The largest allowed count reached by steps that each raise the speedup
-    (speedup[n] on n GPUs; 0 when no count is allowed)."""
-    knee = 0
-    for n in np.flatnonzero(allowed[1:]) + 1:
-        if speedup[n] < speedup[knee]:
-            break
-        knee = int(n)
-    return knee
+def best_size(speedup: np.ndarray, allowed: np.ndarray) -> int:
+    """The smallest allowed count at which the speedup is highest (speedup[n] on n GPUs;
+    0 when no count is allowed). Not the first count where it drops: crossing to a
+    second node can cost more than two nodes give, and more nodes then pay for it."""
+    counts = np.flatnonzero(allowed[1:]) + 1
+    if len(counts) == 0:
+        return 0
+    return int(counts[np.argmax(speedup[counts])])
 
 
 def own_model(job: Job, borrowed: GoodputModel | None) -> GoodputModel | None:
     """The job's goodput model: its category's best-measured throughput with its own
-    gradient statistics and batch limits."""
+    gradient statistics (the category's until it has measured some) and batch limits."""
     own = job.goodput
     if borrowed is None or borrowed is own:
         return own
     if own is None:
         return borrowed
+    if own.grad_sqr == 0 and own.grad_var == 0:
+        # Not measured yet (a job reports them after its first steps): zeros would price
+        # every batch above the initial one at 1 / scale of its samples.
+        own = dataclasses.replace(own, grad_sqr=borrowed.grad_sqr, grad_var=borrowed.grad_var)
     if own.perf is not None and own.max_profiled_replicas >= borrowed.max_profiled_replicas:
         return own
     return dataclasses.replace(own, perf=borrowed.perf,
