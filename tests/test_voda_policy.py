@@ -137,3 +137,30 @@ def test_a_job_grows_past_a_dip_in_its_speedup_when_more_gpus_pay() -> None:
     assert speed[8] < speed[4] < speed[16]
     chosen = Voda()([job], 64)["yolo"]
     assert chosen > 4 and speed[chosen] == max(speed[n] for n in (1, 2, 4, *range(8, 65, 4)))
+
+
+def test_past_what_it_measured_a_job_is_sized_hopefully_and_within_it_as_measured() -> None:
+    # Fitted on 2, 4 and 8 GPUs: one multi-node count, so how the network time grows
+    # with more nodes is a guess, here a steep one. Voda holds the network time at the
+    # measured count's beyond it: the job grows to 16 and measures it, and its next fit
+    # corrects the guess; where it measured, the fitted model stands.
+    perf = PerfParams(alpha_c=0.19, beta_c=0.057, alpha_n=0.23, beta_n=0.25, alpha_r=0.06,
+                      beta_r=0.017, gamma=1.02)
+    steep = GoodputModel(perf=perf, grad_sqr=6.5e12, grad_var=6.1e15, init_batch=12,
+                         max_batch=384, min_local=4, max_local=12, max_profiled_replicas=8,
+                         epoch_samples=88_644.0)
+    job = make_job("bert").workers(1, 64).epochs(2).with_(goodput=steep).running(8).obj()
+    hopeful, fitted = Voda().curve(job, None, 64), Voda(explore=False).curve(job, None, 64)
+    assert list(hopeful.seconds[:9]) == list(fitted.seconds[:9])
+    assert fitted.seconds[16] > fitted.seconds[8] > hopeful.seconds[16]
+    assert fitted.cap == hopeful.cap == 16  # never past twice what it measured
+    assert Voda(explore=False)([job], 64)["bert"] == 8
+    assert Voda()([job], 64)["bert"] == 16
+
+
+def test_switches_must_be_booleans() -> None:
+    import pytest
+
+    for knob in ("aligned", "share_models", "category_history", "explore"):
+        with pytest.raises(ValueError, match=knob):
+            registry.create("Voda", {knob: "false"})

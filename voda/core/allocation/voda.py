@@ -25,8 +25,11 @@ The speedup is capped at its best: GPUs past the count where a job runs fastest 
 other jobs first (a dip on the way, such as crossing to a second node, does not stop it
 growing to where more nodes pay). A job whose count changes pays its restart: its value
 counts for (1 - penalty / h) with h = min(T(n), `horizon`), so short jobs are not
-restarted for little and long ones not for nothing. The optimum is exact over counts
-that pack (powers of two below a node, whole nodes above; voda.core.allocation.counts).
+restarted for little and long ones not for nothing. Past the most GPUs a job has
+measured, its fitted network time is not extrapolated but held (`explore`): a job
+grows to measure a larger count, and its next fit corrects the model. The optimum is
+exact over counts that pack (powers of two below a node, whole nodes above;
+voda.core.allocation.counts).
 
 Voda uses only what the service observes: epochs asked for and done, epoch times
 by worker count (per job, and per category for a job that has not run yet), the
@@ -70,7 +73,8 @@ class Voda:
     ignores sizes, 1 with p = 0 maximises the total completion rate; 0.1),
     `gpus_per_node` (4), `aligned` (only counts that pack), `share_models` (borrow a
     category's best-measured throughput model), `category_history` (from finished
-    jobs of the category too).
+    jobs of the category too), `explore` (past the most GPUs a job has measured, hold
+    its network time at the measured count's instead of extrapolating its growth).
     """
 
     name: str = "Voda"
@@ -82,6 +86,7 @@ class Voda:
     aligned: bool = True
     share_models: bool = True
     category_history: bool = True
+    explore: bool = True
     # Remaining work and goodput change as jobs run: decide again on progress reports.
     decides_on_progress: ClassVar[bool] = True
 
@@ -97,6 +102,9 @@ class Voda:
             raise ValueError(
                 f"rank_exponent: must be a number in [0, 1), got {self.rank_exponent!r}")
         check_gpus_per_node(self.gpus_per_node)
+        for knob in ("aligned", "share_models", "category_history", "explore"):
+            if not isinstance(getattr(self, knob), bool):
+                raise ValueError(f"{knob}: must be true or false, got {getattr(self, knob)!r}")
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
@@ -121,7 +129,8 @@ class Voda:
         seconds = np.full(cap + 1, np.inf)
         if cap >= 1:
             seconds[1:] = remaining_seconds(job, model, cap, self.gpus_per_node,
-                                            max(capacity // self.gpus_per_node, 1))
+                                            max(capacity // self.gpus_per_node, 1),
+                                            self.explore)
         finite = seconds[np.isfinite(seconds)]
         size = float(seconds[1]) if cap >= 1 and math.isfinite(seconds[1]) else (
             float(np.min(finite)) if len(finite) else math.inf)
@@ -244,7 +253,7 @@ def measured_cap(job: Job, model: GoodputModel | None) -> int:
 
 
 def remaining_seconds(job: Job, model: GoodputModel | None, cap: int, per_node: int,
-                      max_nodes: int) -> np.ndarray:
+                      max_nodes: int, explore: bool = False) -> np.ndarray:
     """Estimated seconds to finish on n = 1..cap GPUs (at the best even layout).
 
     With a fitted goodput model and the job's epoch length: epochs left x epoch
@@ -263,6 +272,11 @@ def remaining_seconds(job: Job, model: GoodputModel | None, cap: int, per_node: 
     if observed and not model.epoch_samples:
         anchor = job.current_workers if job.current_workers in observed else max(observed)
     goodput = best_goodput(model, max(cap, anchor), per_node, max_nodes)
+    measured = model.max_profiled_replicas
+    if explore and 0 < measured < len(goodput):
+        hopeful = best_goodput(network_held(model, measured), len(goodput), per_node, max_nodes)
+        goodput = np.concatenate([goodput[:measured],
+                                  np.maximum(goodput[measured:], hopeful[measured:])])
     if not goodput[anchor - 1] > 0:
         return np.array([epochs * times(n) for n in range(1, cap + 1)])
     if model.epoch_samples:
@@ -273,3 +287,19 @@ def remaining_seconds(job: Job, model: GoodputModel | None, cap: int, per_node: 
         samples = DEFAULT_EPOCH_SECONDS * goodput[0]
     with np.errstate(divide="ignore"):
         return epochs * np.where(goodput[:cap] > 0, samples / goodput[:cap], np.inf)
+
+
+def network_held(model: GoodputModel, replicas: int) -> GoodputModel:
+    """The model with its network time no longer growing past `replicas` GPUs.
+
+    A fit on steps of at most `replicas` GPUs extrapolates how the network time grows
+    beyond them, and from one or two multi-node counts that growth is a guess. Voda
+    trusts the model where it was measured and is hopeful beyond it: the job that
+    grows measures the larger count, and its next fit corrects the guess.
+    """
+    p = model.perf
+    assert p is not None
+    grown = max(replicas - 2, 0)
+    return dataclasses.replace(model, perf=dataclasses.replace(
+        p, alpha_n=p.alpha_n + p.beta_n * grown, beta_n=0.0,
+        alpha_r=p.alpha_r + p.beta_r * grown, beta_r=0.0))
