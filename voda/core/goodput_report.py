@@ -105,6 +105,10 @@ def problems(report: GoodputReport, max_workers: int) -> list[Problem]:
         if o.replicas > max_workers:
             found.append((f"{where}.replicas", f"the job runs on at most {max_workers} "
                                                f"workers, got {o.replicas}"))
+        if o.replicas * o.atomic_bsz > limits.max_batch:
+            found.append((f"{where}.atomic_bsz", f"{o.replicas} GPUs at micro-batch "
+                                                 f"{o.atomic_bsz} make a batch above max_batch "
+                                                 f"{limits.max_batch}"))
         if not limits.min_local <= o.atomic_bsz <= limits.max_local:
             found.append((f"{where}.atomic_bsz", f"{o.atomic_bsz} is outside the per-GPU "
                                                  f"range [{limits.min_local}, "
