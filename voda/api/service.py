@@ -660,6 +660,7 @@ class Service:
             _running(record, "reports goodput")
             return record.max_workers
 
+        self._require_store()  # before the fit: a report the store cannot take is refused
         with self._locked():
             self._admit()
             max_workers = check()

@@ -1,0 +1,150 @@
+"""Goodput reports survive a restart (SQLite file and PostgreSQL), and a store fault during
+a report keeps it whole or refuses it, never half, with the service up throughout."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import ServeFactory
+from tests.goodput_reports import SYNC_BOUND, body
+from tests.polling import wait_for
+from tests.test_api_goodput import report_of, start_job, submit
+from voda.api.service import Service
+from voda.api.writes import StoreUnavailable
+from voda.backends.emulated import EmulatedBackend, parse_cluster
+from voda.config import ServerSettings, User
+from voda.core.goodput_report import model_of, model_to_dict
+from voda.spec import parse_submission
+from voda.store.db import make_engine
+
+ARGS = ("--cluster", "4x4", "--time-scale", "0.001", "--rate-limit", "0.2",
+        "--step-interval", "0.2")
+
+
+def stored(url: str) -> tuple[dict[str, Any], dict[tuple[str, str], tuple[Any, int]]]:
+    """The goodput models in the store: by job, and by (category, GPU type)."""
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        jobs = {name: model for name, model in connection.execute(sa.text(
+            "SELECT name, goodput FROM jobs WHERE goodput IS NOT NULL"))}
+        categories = {(c, t): (m, g) for c, t, m, g in connection.execute(sa.text(
+            "SELECT category, gpu_type, model, measured_gpus FROM category_goodput"))}
+    engine.dispose()
+    return ({k: _json(v) for k, v in jobs.items()},
+            {k: (_json(m), g) for k, (m, g) in categories.items()})
+
+
+def _json(value: Any) -> Any:
+    import json
+
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def test_reports_survive_a_restart_for_the_job_and_its_category(
+        serve: ServeFactory, store_url: str) -> None:
+    first = serve(store_url, *ARGS, tokens=True)
+    doc = body(configs=[(1, 1, 64), (1, 2, 64), (1, 4, 64), (1, 4, 128)])
+    with first.client("alice") as client:
+        name = start_job(client, "kept", max=4, category="shared")
+        answer = client.post(f"/v1/jobs/{name}/goodput", json=doc)
+        assert answer.status_code == 200, answer.text
+    first.kill()  # SIGKILL: what was answered is in the store
+    expected = model_to_dict(model_of(report_of(doc), 4))
+    jobs, categories = stored(store_url)
+    assert jobs == {name: expected}
+    assert categories == {("alice/shared", "default"): (expected, 4)}
+
+    second = serve(store_url, *ARGS, tokens=True)
+    with second.client("alice") as client, second.client("bob") as bob:
+        kept = client.get(f"/v1/jobs/{name}").json()["goodput"]
+        assert kept["reported"] and kept["measured_gpus"] == 4
+        assert kept["category_measured_gpus"] == 4 and kept["throughput_from"] == "job"
+        newcomer = submit(client, "newcomer", max=4, category="shared")
+        seen = client.get(f"/v1/jobs/{newcomer}").json()["goodput"]
+        assert seen is not None and not seen["reported"]
+        assert seen["category_measured_gpus"] == 4 and seen["throughput_from"] == "category"
+        others = submit(bob, "others", max=4, category="shared")  # bob's history is his own
+        assert bob.get(f"/v1/jobs/{others}").json()["goodput"] is None
+
+
+def test_a_report_while_the_store_is_locked_is_refused_and_the_service_stays_up(
+        serve: ServeFactory, tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    url = f"sqlite:///{path}"
+    server = serve(url, *ARGS, tokens=True)
+    with server.client("alice") as client:
+        name = start_job(client, "locked", max=4)
+        locker = sqlite3.connect(path, isolation_level=None)
+        locker.execute("BEGIN EXCLUSIVE")
+        try:
+            refused = client.post(f"/v1/jobs/{name}/goodput", json=body())
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"].startswith("store: locked")
+            assert "Retry-After" in refused.headers
+            assert client.get("/healthz").status_code == 200  # the service is up
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        wait_for(lambda: client.get("/readyz").status_code == 200, timeout=30)
+        shown = client.get(f"/v1/jobs/{name}").json()["goodput"]
+        jobs, categories = stored(url)
+        if shown is None:  # refused before anything changed: nothing was stored either
+            assert jobs == {} and categories == {}
+        else:  # made before the write failed: kept, and stored whole once the store was back
+            assert shown["reported"] and set(jobs) == {name} and len(categories) == 1
+        again = client.post(f"/v1/jobs/{name}/goodput", json=body())
+        assert again.status_code == 200 and again.json()["goodput"]["reported"]
+
+
+def test_a_report_made_before_a_write_fails_is_kept_and_written_whole(
+        tmp_path: Path) -> None:
+    """In process, so the store fails exactly between the change and its write: the answer
+    is 503, the report stays queued and is written whole (job and category together) when
+    the store is back; a report while the store is known to fail changes nothing."""
+    path = tmp_path / "v.db"
+    url = f"sqlite:///{path}"
+    settings = ServerSettings(db=url, backend="emulated")
+    service = Service(settings, EmulatedBackend(parse_cluster("1x4"), time_scale=0.001))
+    service.start()
+    alice = User("alice", admin=True)
+    job, _ = service.submit(parse_submission(
+        b"name: fault\ncommand: x\nmin: 1\nmax: 4\nepochs: 100\ncategory: cat\n"), alice)
+    name = job["name"]
+    service.tick()
+    assert service.scheduler.jobs[name].current_workers > 0
+    first = body()
+    second = body(SYNC_BOUND, configs=[(1, 1, 64), (1, 2, 64), (1, 4, 64)])
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreUnavailable, match="the change is made but not stored yet"):
+            service.report_goodput(name, report_of(first), alice)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="nothing was changed"):
+            service.report_goodput(name, report_of(second), alice)
+        assert time.monotonic() - started < 1.0  # refused at once, not fitted or waited on
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    kept = model_of(report_of(first), 4)
+    assert service.scheduler.jobs[name].goodput == kept
+    time.sleep(service.writer.health.retry_after())
+    service.flush()
+    assert service.writer.health.ok and service.writer.unwritten == 0
+    jobs, categories = stored(url)
+    assert jobs == {name: model_to_dict(kept)}
+    assert categories == {("alice/cat", "default"): (model_to_dict(kept), 2)}
+    service.close()
+
+    restarted = Service(settings, EmulatedBackend(parse_cluster("1x4"), time_scale=0.001))
+    restarted.start()
+    assert restarted.scheduler.jobs[name].goodput == kept
+    assert restarted.scheduler.goodput_history == {("alice/cat", "default"): kept}
+    assert restarted.scheduler.jobs[name].category_goodput == kept
+    restarted.close()
