@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import ServeFactory, ServeProcess
 from tests.goodput_reports import SYNC_BOUND, body
+from tests.test_cli_service import voda
 from tests.polling import wait_for
 from voda.core.allocation.voda import Voda
 from voda.core.goodput_report import BatchLimits, GoodputReport, StepObservation, model_of
@@ -154,6 +155,11 @@ def test_a_report_is_shown_with_the_batch_the_job_would_pick(api_server: ServePr
             "gpus": gpus, "nodes": nodes, "batch_size": choice.batch_size(gpus),
             "atomic_bsz": choice.atomic_bsz, "accum_steps": choice.accum_steps,
             "goodput": pytest.approx(choice.goodput)}
+        code, out = voda(api_server, "describe", name)
+        assert code == 0, out
+        line = " ".join(out.split())
+        assert "Goodput reported, measured on 2 GPUs" in line
+        assert f"now batch {choice.batch_size(gpus)} ({choice.atomic_bsz} per GPU" in line
         client.delete(f"/v1/jobs/{name}")
 
 
