@@ -78,9 +78,9 @@ QUEUED = frozenset({JobStatus.SUBMITTED, JobStatus.WAITING})
 LOCK_STALL_SECONDS = 5.0  # /readyz fails when the scheduler lock is held longer
 WRITE_STALL_SECONDS = 5.0
 EVENTS_SHOWN = 20
-# Goodput fits (SciPy, 5-200 ms each) run outside the scheduler lock, this many at once:
-# reports cannot take every worker thread.
-CONCURRENT_FITS = 2
+# Goodput fits (SciPy, tens of milliseconds, mostly holding the GIL) run outside the
+# scheduler lock, one at a time: reports cannot take every worker thread or the interpreter.
+CONCURRENT_FITS = 1
 HISTORY_SHOWN = 1000  # the most history entries one answer holds (the newest)
 
 
