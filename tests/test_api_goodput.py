@@ -12,10 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
+import voda.report as voda_report
 from tests.conftest import ServeFactory, ServeProcess
 from tests.goodput_reports import SYNC_BOUND, body
-from tests.test_cli_service import voda
 from tests.polling import wait_for
+from tests.test_cli_service import voda
 from voda.core.allocation.voda import Voda
 from voda.core.goodput_report import BatchLimits, GoodputReport, StepObservation, model_of
 from voda.core.model import Job
@@ -160,6 +161,27 @@ def test_a_report_is_shown_with_the_batch_the_job_would_pick(api_server: ServePr
         line = " ".join(out.split())
         assert "Goodput reported, measured on 2 GPUs" in line
         assert f"now batch {choice.batch_size(gpus)} ({choice.atomic_bsz} per GPU" in line
+        client.delete(f"/v1/jobs/{name}")
+
+
+def test_a_training_script_reports_with_voda_report(api_server: ServeProcess,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with api_server.client("alice") as client:
+        name = start_job(client, "goodput-script")
+        doc = body()
+        monkeypatch.setenv("VODA_JOB", name)
+        monkeypatch.setenv("VODA_TOKEN", api_server.tokens["alice"])
+        monkeypatch.setenv("VODA_REPORT", api_server.url)
+        monkeypatch.setenv("RANK", "0")
+        bad = {**doc["limits"], "min_local": 1000}
+        assert voda_report.goodput(doc["observations"], 1.0, 40.0, bad) is False
+        assert "limits.min_local" in capsys.readouterr().err  # the service's reason
+        assert voda_report.goodput(doc["observations"], 1.0, 40.0, doc["limits"],
+                                   epoch_samples=50_000.0) is True
+        assert client.get(f"/v1/jobs/{name}").json()["goodput"]["measured_gpus"] == 2
+        monkeypatch.setenv("VODA_REPORT", "/tmp/a-report-file")
+        assert voda_report.goodput(doc["observations"], 1.0, 40.0, doc["limits"]) is False
         client.delete(f"/v1/jobs/{name}")
 
 
