@@ -4,6 +4,7 @@ a report keeps it whole or refuses it, never half, with the service up throughou
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from tests.conftest import ServeFactory
 from tests.goodput_reports import SYNC_BOUND, body
 from tests.polling import wait_for
 from tests.test_api_goodput import report_of, start_job, submit
-from voda.api.service import Service
+from voda.api.service import FIT_ADMISSIONS, Busy, Service
 from voda.api.writes import StoreUnavailable
 from voda.backends.emulated import EmulatedBackend, parse_cluster
 from voda.config import ServerSettings, User
@@ -102,22 +103,26 @@ def test_a_report_while_the_store_is_locked_is_refused_and_the_service_stays_up(
         assert again.status_code == 200 and again.json()["goodput"]["reported"]
 
 
-def test_a_report_made_before_a_write_fails_is_kept_and_written_whole(
-        tmp_path: Path) -> None:
-    """In process, so the store fails exactly between the change and its write: the answer
-    is 503, the report stays queued and is written whole (job and category together) when
-    the store is back; a report while the store is known to fail changes nothing."""
-    path = tmp_path / "v.db"
-    url = f"sqlite:///{path}"
-    settings = ServerSettings(db=url, backend="emulated")
+def running_job(tmp_path: Path) -> tuple[Service, str, User]:
+    """An in-process service on a SQLite file with one running job of alice's."""
+    settings = ServerSettings(db=f"sqlite:///{tmp_path / 'v.db'}", backend="emulated")
     service = Service(settings, EmulatedBackend(parse_cluster("1x4"), time_scale=0.001))
     service.start()
     alice = User("alice", admin=True)
     job, _ = service.submit(parse_submission(
         b"name: fault\ncommand: x\nmin: 1\nmax: 4\nepochs: 100\ncategory: cat\n"), alice)
-    name = job["name"]
     service.tick()
-    assert service.scheduler.jobs[name].current_workers > 0
+    assert service.scheduler.jobs[job["name"]].current_workers > 0
+    return service, job["name"], alice
+
+
+def test_a_report_made_before_a_write_fails_is_kept_and_written_whole(
+        tmp_path: Path) -> None:
+    """In process, so the store fails exactly between the change and its write: the answer
+    is 503, the report stays queued and is written whole (job and category together) when
+    the store is back; a report while the store is known to fail changes nothing."""
+    service, name, alice = running_job(tmp_path)
+    path, url, settings = tmp_path / "v.db", service.settings.db, service.settings
     first = body()
     second = body(SYNC_BOUND, configs=[(1, 1, 64), (1, 2, 64), (1, 4, 64)])
     locker = sqlite3.connect(path, isolation_level=None)
@@ -148,3 +153,30 @@ def test_a_report_made_before_a_write_fails_is_kept_and_written_whole(
     assert restarted.scheduler.goodput_history == {("alice/cat", "default"): kept}
     assert restarted.scheduler.jobs[name].category_goodput == kept
     restarted.close()
+
+
+def test_reports_past_the_fits_in_hand_are_429_at_once(tmp_path: Path) -> None:
+    service, name, alice = running_job(tmp_path)
+    service.fits.acquire()  # a fit in progress
+    waiting = [threading.Thread(target=service.report_goodput,
+                                args=(name, report_of(body()), alice))
+               for _ in range(FIT_ADMISSIONS)]
+    for thread in waiting:
+        thread.start()
+    def full() -> bool:  # every admission taken (a probe that gets one gives it back)
+        if service.fit_admissions.acquire(blocking=False):
+            service.fit_admissions.release()
+            return False
+        return True
+
+    wait_for(full, timeout=10)
+    started = time.monotonic()
+    with pytest.raises(Busy) as busy:
+        service.report_goodput(name, report_of(body()), alice)
+    assert time.monotonic() - started < 1.0 and busy.value.field == "observations"
+    service.fits.release()
+    for thread in waiting:
+        thread.join(30)
+    assert service.scheduler.jobs[name].goodput is not None  # the waiting ones went through
+    service.report_goodput(name, report_of(body()), alice)  # and room is back
+    service.close()

@@ -79,8 +79,10 @@ LOCK_STALL_SECONDS = 5.0  # /readyz fails when the scheduler lock is held longer
 WRITE_STALL_SECONDS = 5.0
 EVENTS_SHOWN = 20
 # Goodput fits (SciPy, tens of milliseconds, mostly holding the GIL) run outside the
-# scheduler lock, one at a time: reports cannot take every worker thread or the interpreter.
+# scheduler lock, one at a time; at most FIT_ADMISSIONS reports fit or wait to, the next
+# is answered 429 at once: reports cannot take every worker thread or the interpreter.
 CONCURRENT_FITS = 1
+FIT_ADMISSIONS = 4
 HISTORY_SHOWN = 1000  # the most history entries one answer holds (the newest)
 
 
@@ -128,6 +130,14 @@ class Conflict(ValueError):
 
 class StoreNotWritable(RuntimeError):
     pass
+
+
+class Busy(RuntimeError):
+    """429 naming a field: too many requests of this kind at once; retry after a while."""
+
+    def __init__(self, field: str, reason: str, retry_after: float = 1.0) -> None:
+        self.field, self.reason, self.retry_after = field, reason, retry_after
+        super().__init__(f"{field}: {reason}")
 
 
 class TimedPlacer:
@@ -252,6 +262,7 @@ class Service:
         self.adopted_running_jobs = 0
         self._backend_version = -1
         self.fits = threading.BoundedSemaphore(CONCURRENT_FITS)
+        self.fit_admissions = threading.BoundedSemaphore(FIT_ADMISSIONS)
         self.scheduler: Scheduler = None  # type: ignore[assignment]  # set by start()
 
     # ----- start-up and recovery --------------------------------------------------------
@@ -664,11 +675,16 @@ class Service:
         with self._locked():
             self._admit()
             max_workers = check()
-        with self.fits:
-            try:
+        if not self.fit_admissions.acquire(blocking=False):
+            raise Busy("observations", f"{FIT_ADMISSIONS} goodput reports are being fitted "
+                       "or wait to be; retry in a moment")
+        try:
+            with self.fits:
                 model = model_of(report, max_workers)
-            except ReportRefused as refused:
-                raise SpecError([FieldError(f, r) for f, r in refused.problems]) from None
+        except ReportRefused as refused:
+            raise SpecError([FieldError(f, r) for f, r in refused.problems]) from None
+        finally:
+            self.fit_admissions.release()
 
         def run() -> dict[str, Any]:
             record = self._visible(name, user)
