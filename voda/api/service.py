@@ -78,12 +78,12 @@ QUEUED = frozenset({JobStatus.SUBMITTED, JobStatus.WAITING})
 LOCK_STALL_SECONDS = 5.0  # /readyz fails when the scheduler lock is held longer
 WRITE_STALL_SECONDS = 5.0
 EVENTS_SHOWN = 20
+HISTORY_SHOWN = 1000  # the most history entries one answer holds (the newest)
 # Goodput fits (SciPy, tens of milliseconds, mostly holding the GIL) run outside the
 # scheduler lock, one at a time; at most FIT_ADMISSIONS reports fit or wait to, the next
 # is answered 429 at once: reports cannot take every worker thread or the interpreter.
 CONCURRENT_FITS = 1
 FIT_ADMISSIONS = 4
-HISTORY_SHOWN = 1000  # the most history entries one answer holds (the newest)
 
 
 @runtime_checkable
