@@ -180,3 +180,14 @@ def test_reports_past_the_fits_in_hand_are_429_at_once(tmp_path: Path) -> None:
     assert service.scheduler.jobs[name].goodput is not None  # the waiting ones went through
     service.report_goodput(name, report_of(body()), alice)  # and room is back
     service.close()
+
+
+def test_the_dashboards_job_page_shows_the_model(tmp_path: Path) -> None:
+    from voda.api.ui.routes import job_fragment
+
+    service, name, alice = running_job(tmp_path)
+    assert 'id="job-goodput"' not in job_fragment(service, alice, name)
+    service.report_goodput(name, report_of(body()), alice)
+    html = job_fragment(service, alice, name)
+    assert "reported, measured on 2 GPUs" in html and "sized by the job" in html
+    service.close()
