@@ -3,16 +3,18 @@ a report keeps it whole or refuses it, never half, with the service up throughou
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import ServeFactory
+from tests.conftest import PostgresServer, ServeFactory
 from tests.goodput_reports import SYNC_BOUND, body
 from tests.polling import wait_for
 from tests.test_api_goodput import report_of, start_job, submit
@@ -74,24 +76,50 @@ def test_reports_survive_a_restart_for_the_job_and_its_category(
         assert bob.get(f"/v1/jobs/{others}").json()["goodput"] is None
 
 
-def test_a_report_while_the_store_is_locked_is_refused_and_the_service_stays_up(
-        serve: ServeFactory, tmp_path: Path) -> None:
-    path = tmp_path / "locked.db"
-    url = f"sqlite:///{path}"
+@contextlib.contextmanager
+def sqlite_locked(path: Path) -> Iterator[None]:
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+
+
+@contextlib.contextmanager
+def postgres_stopped(server: PostgresServer) -> Iterator[None]:
+    server.stop("fast")
+    try:
+        yield
+    finally:
+        server.start()
+
+
+@pytest.mark.parametrize("fault", ["sqlite-locked", pytest.param(
+    "postgres-stopped", marks=pytest.mark.postgres)],
+    ids=["a locked SQLite file", "PostgreSQL stopped"])
+def test_a_report_during_a_store_fault_is_refused_and_the_service_stays_up(
+        serve: ServeFactory, tmp_path: Path, request: pytest.FixtureRequest,
+        fault: str) -> None:
+    if fault == "sqlite-locked":
+        url = f"sqlite:///{tmp_path / 'locked.db'}"
+        outage = sqlite_locked(tmp_path / "locked.db")
+        reason = "store: locked"
+    else:
+        postgres: PostgresServer = request.getfixturevalue("own_postgres")
+        url = postgres.create_database()
+        outage = postgres_stopped(postgres)
+        reason = "store: unreachable"
     server = serve(url, *ARGS, tokens=True)
     with server.client("alice") as client:
-        name = start_job(client, "locked", max=4)
-        locker = sqlite3.connect(path, isolation_level=None)
-        locker.execute("BEGIN EXCLUSIVE")
-        try:
+        name = start_job(client, "faulty", max=4)
+        with outage:
             refused = client.post(f"/v1/jobs/{name}/goodput", json=body())
             assert refused.status_code == 503, refused.text
-            assert refused.json()["error"].startswith("store: locked")
+            assert refused.json()["error"].startswith(reason)
             assert "Retry-After" in refused.headers
             assert client.get("/healthz").status_code == 200  # the service is up
-        finally:
-            locker.execute("ROLLBACK")
-            locker.close()
         wait_for(lambda: client.get("/readyz").status_code == 200, timeout=30)
         shown = client.get(f"/v1/jobs/{name}").json()["goodput"]
         jobs, categories = stored(url)
@@ -101,6 +129,9 @@ def test_a_report_while_the_store_is_locked_is_refused_and_the_service_stays_up(
             assert shown["reported"] and set(jobs) == {name} and len(categories) == 1
         again = client.post(f"/v1/jobs/{name}/goodput", json=body())
         assert again.status_code == 200 and again.json()["goodput"]["reported"]
+    server.kill()
+    jobs, categories = stored(url)
+    assert set(jobs) == {name} and len(categories) == 1
 
 
 def running_job(tmp_path: Path) -> tuple[Service, str, User]:
