@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from voda.api import views
 from voda.api.writes import Batch, Pending, StoreUnavailable, StoreWriter
 from voda.backends.base import Backend, SupportsAdoption, SupportsDelete
+from voda.blas import serial_blas
 from voda.config import ServerSettings, User, split_list
 from voda.core.allocation import registry
 from voda.core.goodput_report import GoodputReport, ReportRefused, model_of, model_to_dict
@@ -679,7 +680,7 @@ class Service:
             raise Busy("observations", f"{FIT_ADMISSIONS} goodput reports are being fitted "
                        "or wait to be; retry in a moment")
         try:
-            with self.fits:
+            with self.fits, serial_blas():  # one fit at a time: the thread count is ours
                 model = model_of(report, max_workers)
         except ReportRefused as refused:
             raise SpecError([FieldError(f, r) for f, r in refused.problems]) from None
