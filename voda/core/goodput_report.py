@@ -150,10 +150,10 @@ def best_fit(observations: tuple[StepObservation, ...]) -> PerfParams:
     times as they are and on the times counted in units of the median step.
 
     The model is the same in any unit of time (its parameters scale with it, its loss is
-    in log time), but the fit starts from fixed guesses of about 0.1 s: reports of
-    millisecond steps (ncf) ended 5-10x off in 3 of 360 reports drawn from the Pollux
-    profiles, none once the median step counts as one; on others the first start does
-    better (bench/goodput_report.py).
+    in log time), but the fit starts from fixed guesses of about 0.1 s: fits of
+    millisecond steps (ncf) ended 5-10x off in 5 of the 360 reports
+    bench/goodput_report.py draws from the Pollux profiles, none with both starts; on
+    other reports the first start fits better (tests/test_goodput_report.py).
     """
     unit = float(np.median([o.step_seconds for o in observations]))
     as_is = fit_perf_params(tuple(o.as_tuple() for o in observations))
