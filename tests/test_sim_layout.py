@@ -242,7 +242,7 @@ def test_cli_names_a_bad_spine_oversubscription(tmp_path: Path) -> None:
 
 
 def test_interpolation_tables_are_built_on_one_blas_thread_and_the_count_restored() -> None:
-    from voda.sim.throughput import _openblas_thread_controls, serial_blas
+    from voda.blas import _openblas_thread_controls, serial_blas
 
     controls = _openblas_thread_controls()
     assert controls  # scipy's OpenBLAS is loaded by the interpolators

@@ -2,6 +2,7 @@
 
     import voda.report
     voda.report.epoch(epoch=3, seconds=41.7, workers=4, samples=50_000)
+    voda.report.goodput(observations=[...], grad_sqr=..., grad_var=..., limits={...})
 
 Only rank 0 reports (the rank is read from RANK, as set by torchrun and by the
 local backend). The channel is named by the environment variable VODA_REPORT:
@@ -12,6 +13,10 @@ local backend). The channel is named by the environment variable VODA_REPORT:
 - an http(s) URL of the service: the report is POSTed as JSON to
   `<url>/v1/jobs/<VODA_JOB>/metrics` with the bearer token from VODA_TOKEN
   (an URL that already ends in `/metrics` is used as it is).
+
+`goodput` (what a batch-adaptive job measures: step times per configuration,
+gradient statistics, batch limits) goes over HTTP only, to
+`<url>/v1/jobs/<VODA_JOB>/goodput`; the local backend's report file does not carry it.
 
 Standard library only, and a report failure never stops training: it is
 written to stderr once and the call returns False.
@@ -28,9 +33,11 @@ import json
 import os
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 # EX_TEMPFAIL from sysexits.h: "try again later" - the job checkpointed and stopped.
 STOPPED_EXIT_CODE = 75
@@ -71,24 +78,59 @@ def epoch(epoch: int, seconds: float, workers: int, samples: int | None = None) 
     return True
 
 
+def goodput(observations: Sequence[Mapping[str, float]], grad_sqr: float, grad_var: float,
+            limits: Mapping[str, int], epoch_samples: float | None = None) -> bool:
+    """Report a batch-adaptive job's measurements (POST /v1/jobs/<job>/goodput): each
+    configuration run ({"nodes", "replicas", "atomic_bsz", "compute_seconds",
+    "step_seconds"}), the gradient statistics and the batch limits ({"init_batch",
+    "max_batch", "min_local", "max_local"}). Returns True when the service accepted it;
+    False on another rank, without an http(s) channel, or when it was refused (the reason
+    is written to stderr once).
+    """
+    if not is_reporting_rank():
+        return False
+    channel = os.environ.get(REPORT_ENV, "").strip()
+    if not channel.startswith(("http://", "https://")):
+        _warn_once(f"goodput {channel}", "voda.report: goodput is reported over HTTP only; "
+                   f"{REPORT_ENV} is not an http(s) URL of the service")
+        return False
+    payload: dict[str, Any] = {"observations": [dict(o) for o in observations],
+                               "grad_sqr": float(grad_sqr), "grad_var": float(grad_var),
+                               "limits": dict(limits)}
+    if epoch_samples is not None:
+        payload["epoch_samples"] = float(epoch_samples)
+    try:
+        _post(channel, payload, "goodput")
+    except Exception as exc:  # any failure to report must leave training running
+        reason = str(exc)
+        if isinstance(exc, urllib.error.HTTPError):  # the service says which field and why
+            with contextlib.suppress(Exception):
+                reason = f"{reason}: {exc.read(2000).decode(errors='replace')}"
+        _warn_once(f"goodput {channel}", f"voda.report: could not report goodput to "
+                   f"{channel}: {reason}")
+        return False
+    return True
+
+
 def is_reporting_rank(environ: Mapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     return env.get("RANK", "0").strip() in ("", "0")
 
 
-def metrics_url(base: str, job: str) -> str:
-    """The service's metrics endpoint for `job` under the base URL `base`."""
+def metrics_url(base: str, job: str, endpoint: str = "metrics") -> str:
+    """The service's `endpoint` (metrics, goodput) for `job` under the base URL `base`
+    (a base that already ends in /metrics names the job: its last part is replaced)."""
     base = base.rstrip("/")
     if base.endswith("/metrics"):
-        return base
-    return f"{base}/v1/jobs/{urllib.parse.quote(job, safe='')}/metrics"
+        return f"{base.removesuffix('/metrics')}/{endpoint}"
+    return f"{base}/v1/jobs/{urllib.parse.quote(job, safe='')}/{endpoint}"
 
 
-def _post(base: str, payload: dict[str, float | int]) -> None:
+def _post(base: str, payload: Mapping[str, Any], endpoint: str = "metrics") -> None:
     job = os.environ.get(JOB_ENV, "")
-    url = metrics_url(base, job)
+    url = metrics_url(base, job, endpoint)
     if not job and not base.rstrip("/").endswith("/metrics"):
-        raise ValueError(f"{JOB_ENV} is not set, so the job's metrics URL is unknown")
+        raise ValueError(f"{JOB_ENV} is not set, so the job's {endpoint} URL is unknown")
     headers = {"Content-Type": "application/json"}
     token = os.environ.get(TOKEN_ENV, "")
     if token:

@@ -21,7 +21,7 @@ from voda.api.backends import create_backend
 from voda.api.guard import RequestGuard
 from voda.api.http_metrics import RequestTimer
 from voda.api.routes import router
-from voda.api.service import Conflict, Forbidden, NotFound, Service
+from voda.api.service import Busy, Conflict, Forbidden, NotFound, Service
 from voda.api.writes import StoreUnavailable
 from voda.backends.base import Backend
 from voda.config import ConfigError, ServerSettings, split_list
@@ -138,6 +138,12 @@ def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Conflict)
     async def conflict(_: Request, exc: Conflict) -> JSONResponse:
         return _field_error(409, exc.field, exc.reason)
+
+    @app.exception_handler(Busy)
+    async def busy(_: Request, exc: Busy) -> JSONResponse:
+        return JSONResponse(_body(str(exc), [{"field": exc.field, "reason": exc.reason}]),
+                            status_code=429,
+                            headers={"Retry-After": str(max(1, round(exc.retry_after)))})
 
     @app.exception_handler(StoreUnavailable)
     async def store_unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:

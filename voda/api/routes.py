@@ -184,6 +184,18 @@ def report_epoch(request: Request, name: JobName, report: schemas.EpochReport,
                                             report.workers, user, report.samples_per_second)
 
 
+@router.post("/v1/jobs/{name}/goodput", response_model=schemas.JobDetail, tags=["jobs"],
+             responses=WITH_BODY)
+def report_goodput(request: Request, name: JobName, report: schemas.GoodputReportBody,
+                   user: CurrentUser) -> dict[str, Any]:
+    """How a running batch-adaptive training process reports its goodput: measured step
+    times, gradient statistics and batch limits. The service fits its step-time model
+    (422 naming the field when the report does not hold together or the fit misses what
+    was measured); the allocation (Voda, Pollux) sizes the job by it, and the owner's
+    later jobs of the same category start from it."""
+    return service_of(request).report_goodput(name, report.to_report(), user)
+
+
 @router.get("/v1/cluster", response_model=schemas.ClusterView, tags=["cluster"],
             responses=COMMON)
 def get_cluster(request: Request, user: CurrentUser) -> dict[str, Any]:

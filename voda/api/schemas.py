@@ -6,6 +6,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from voda.core.goodput_report import (
+    MAX_OBSERVATIONS,
+    BatchLimits,
+    GoodputReport,
+    StepObservation,
+)
 from voda.core.placement.manager import STRATEGIES
 from voda.spec.parse import (
     COMMAND_MAX,
@@ -21,6 +27,12 @@ from voda.spec.parse import (
 # Bounds of what a training process may report about one epoch.
 MAX_EPOCH_SECONDS = 1e7
 MAX_SAMPLES_PER_SECOND = 1e12
+# Bounds of a goodput report.
+MAX_BATCH = 10_000_000
+MIN_STEP_SECONDS = 1e-6
+MAX_STEP_SECONDS = 1e4
+MAX_GRADIENT_STATISTIC = 1e30
+MAX_EPOCH_SAMPLES = 1e12
 MAX_RATE_LIMIT_SECONDS = 86_400.0
 MAX_NODE_GPUS = 1_024
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -73,6 +85,28 @@ class JobEvent(BaseModel):
     message: str | None
 
 
+class GoodputBatch(BaseModel):
+    """The batch the job's model picks on the GPUs it holds now."""
+
+    gpus: int
+    nodes: int
+    batch_size: int
+    atomic_bsz: int
+    accum_steps: int
+    goodput: float  # M0-equivalent samples per second
+
+
+class GoodputSummary(BaseModel):
+    reported: bool  # the job reported its own model
+    measured_gpus: int | None  # the most GPUs the job measured a step on
+    category_measured_gpus: int | None  # the same for its category's best model
+    # Whose throughput model the Voda policy sizes the job with: "job", "category" or null.
+    throughput_from: str | None
+    grad_sqr: float | None
+    grad_var: float | None
+    batch_now: GoodputBatch | None  # null while it holds no GPUs or reported nothing
+
+
 class JobDetail(JobSummary):
     preferred_workers: int | None
     command: str | None
@@ -97,6 +131,8 @@ class JobDetail(JobSummary):
     failure_reason: str | None
     # Why the job cannot run as the cluster is now (its min does not fit), else null.
     unschedulable: str | None = None
+    # The goodput model reported (POST /v1/jobs/{name}/goodput) or its category's; or null.
+    goodput: GoodputSummary | None = None
     # The newest changes of the job (GET of one job only).
     events: list[JobEvent] = []
 
@@ -123,6 +159,58 @@ class EpochReport(BaseModel):
     workers: int = Field(ge=1, le=MAX_WORKERS, strict=True)
     # Training throughput over the epoch: the placer learns packed or spread from it.
     samples_per_second: float | None = Field(default=None, gt=0, le=MAX_SAMPLES_PER_SECOND)
+
+
+class StepObservationBody(BaseModel):
+    """One configuration the job ran: `replicas` GPUs over `nodes` nodes at per-GPU
+    micro-batch `atomic_bsz`; its compute time (one micro-batch forward and backward, no
+    gradient sync) and its optimiser step time (compute, gradient sync, update)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, title="StepObservation")
+    nodes: int = Field(ge=1, le=MAX_WORKERS, strict=True)
+    replicas: int = Field(ge=1, le=MAX_WORKERS, strict=True)
+    atomic_bsz: int = Field(ge=1, le=MAX_BATCH, strict=True)
+    compute_seconds: float = Field(ge=MIN_STEP_SECONDS, le=MAX_STEP_SECONDS)
+    step_seconds: float = Field(ge=MIN_STEP_SECONDS, le=MAX_STEP_SECONDS)
+
+
+class BatchLimitsBody(BaseModel):
+    """The batch sizes the job may train at: M0 (`init_batch`, what its learning rate is
+    set for) up to `max_batch`, split into per-GPU micro-batches of `min_local` to
+    `max_local`; `fixed_batch` for a job that does not adapt its batch."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="BatchLimits")
+    init_batch: int = Field(ge=1, le=MAX_BATCH)
+    max_batch: int = Field(ge=1, le=MAX_BATCH)
+    min_local: int = Field(ge=1, le=MAX_BATCH)
+    max_local: int = Field(ge=1, le=MAX_BATCH)
+    fixed_batch: int | None = Field(default=None, ge=1, le=MAX_BATCH)
+
+
+class GoodputReportBody(BaseModel):
+    """What a batch-adaptive job measures (as Pollux/AdaptDL jobs do). Checked against
+    itself and the job too: nodes <= replicas <= the job's max workers, min_local <=
+    atomic_bsz <= max_local, compute <= step time, init_batch <= max_batch; the fitted
+    step-time model must reproduce every measured time within a factor of 3."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, title="GoodputReport")
+    observations: list[StepObservationBody] = Field(min_length=1, max_length=MAX_OBSERVATIONS)
+    grad_sqr: float = Field(ge=0, le=MAX_GRADIENT_STATISTIC,
+                            description="Squared norm of the true gradient (estimate)")
+    grad_var: float = Field(ge=0, le=MAX_GRADIENT_STATISTIC,
+                            description="Variance of the gradient at the initial batch")
+    limits: BatchLimitsBody
+    epoch_samples: float | None = Field(default=None, gt=0, le=MAX_EPOCH_SAMPLES,
+                                        description="One epoch in samples")
+
+    def to_report(self) -> GoodputReport:
+        return GoodputReport(
+            observations=tuple(StepObservation(o.nodes, o.replicas, o.atomic_bsz,
+                                               o.compute_seconds, o.step_seconds)
+                               for o in self.observations),
+            grad_sqr=self.grad_sqr, grad_var=self.grad_var,
+            limits=BatchLimits(**self.limits.model_dump()),
+            epoch_samples=self.epoch_samples)
 
 
 class CompactJob(BaseModel):

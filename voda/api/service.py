@@ -36,8 +36,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from voda.api import views
 from voda.api.writes import Batch, Pending, StoreUnavailable, StoreWriter
 from voda.backends.base import Backend, SupportsAdoption, SupportsDelete
+from voda.blas import serial_blas
 from voda.config import ServerSettings, User, split_list
 from voda.core.allocation import registry
+from voda.core.goodput_report import GoodputReport, ReportRefused, model_of, model_to_dict
 from voda.core.model import (
     Allocation,
     Cluster,
@@ -78,6 +80,11 @@ LOCK_STALL_SECONDS = 5.0  # /readyz fails when the scheduler lock is held longer
 WRITE_STALL_SECONDS = 5.0
 EVENTS_SHOWN = 20
 HISTORY_SHOWN = 1000  # the most history entries one answer holds (the newest)
+# Goodput fits (SciPy, tens of milliseconds, mostly holding the GIL) run outside the
+# scheduler lock, one at a time; at most FIT_ADMISSIONS reports fit or wait to, the next
+# is answered 429 at once: reports cannot take every worker thread or the interpreter.
+CONCURRENT_FITS = 1
+FIT_ADMISSIONS = 4
 
 
 @runtime_checkable
@@ -124,6 +131,14 @@ class Conflict(ValueError):
 
 class StoreNotWritable(RuntimeError):
     pass
+
+
+class Busy(RuntimeError):
+    """429 naming a field: too many requests of this kind at once; retry after a while."""
+
+    def __init__(self, field: str, reason: str, retry_after: float = 1.0) -> None:
+        self.field, self.reason, self.retry_after = field, reason, retry_after
+        super().__init__(f"{field}: {reason}")
 
 
 class TimedPlacer:
@@ -187,6 +202,13 @@ class _Observer(SchedulerObserver):
     def on_promoted(self, record: JobRecord, now: float) -> None:
         self.service.pending.states[record.name] = record  # its reset counters are kept
 
+    def on_goodput(self, record: JobRecord, category_learned: bool) -> None:
+        s = self.service
+        values = model_to_dict(record.goodput)
+        s.pending.goodput[record.name] = values
+        if category_learned:
+            s.pending.category_goodput[history_key(record)] = values
+
     def on_epoch(self, record: JobRecord, epoch: int, seconds: float, workers: int) -> None:
         s = self.service
         s.pending.states[record.name] = record
@@ -240,6 +262,8 @@ class Service:
         self.recovered_jobs = 0
         self.adopted_running_jobs = 0
         self._backend_version = -1
+        self.fits = threading.BoundedSemaphore(CONCURRENT_FITS)
+        self.fit_admissions = threading.BoundedSemaphore(FIT_ADMISSIONS)
         self.scheduler: Scheduler = None  # type: ignore[assignment]  # set by start()
 
     # ----- start-up and recovery --------------------------------------------------------
@@ -252,6 +276,7 @@ class Service:
             rows = store.load_jobs(session)
             history = store.load_category_history(session)
             layouts = store.load_layout_history(session)
+            goodput = store.load_goodput_history(session)
             settings_rows = store.load_settings(session)
             node_rows = store.load_nodes(session)
             backend_state = (store.load_backend_state(session, self.backend.name)
@@ -262,7 +287,7 @@ class Service:
         sched_settings = self._scheduler_settings(settings_rows)
         self.scheduler = Scheduler(self.backend, sched_settings, placer=self.placer,
                                    observers=[_Observer(self)], category_history=history, now=now,
-                                   layout_history=layouts)
+                                   layout_history=layouts, goodput_history=goodput)
         running = self.backend.running() if isinstance(self.backend, SupportsAdoption) else {}
         records = [self._recover(store.row_to_record(row), row.accounted_at, now, running)
                    for row in rows]
@@ -620,9 +645,7 @@ class Service:
                      user: User, samples_per_second: float | None = None) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             record = self._visible(name, user)
-            if record.status is not JobStatus.RUNNING:
-                raise Conflict("status", f"job {name!r} is {record.status}; only a running "
-                               "job reports epochs")
+            _running(record, "reports epochs")
             errors = []
             if epoch > record.epochs:
                 errors.append(FieldError("epoch", f"the job has {record.epochs} epochs, "
@@ -637,6 +660,39 @@ class Service:
             if samples_per_second is not None:
                 data["samples_per_second"] = samples_per_second
             self.scheduler.handle(Event(EventKind.EPOCH_REPORTED, now, job=name, data=data))
+            return self._describe(record, now)
+        return self._mutate(run)
+
+    def report_goodput(self, name: str, report: GoodputReport, user: User) -> dict[str, Any]:
+        """A running batch-adaptive job's measurements: fitted (outside the lock) into its
+        goodput model, which the allocation then reads, and which becomes its category's
+        when measured on more GPUs than the category's."""
+        def check() -> int:
+            record = self._visible(name, user)
+            _running(record, "reports goodput")
+            return record.max_workers
+
+        self._require_store()  # before the fit: a report the store cannot take is refused
+        with self._locked():
+            self._admit()
+            max_workers = check()
+        if not self.fit_admissions.acquire(blocking=False):
+            raise Busy("observations", f"{FIT_ADMISSIONS} goodput reports are being fitted "
+                       "or wait to be; retry in a moment")
+        try:
+            with self.fits, serial_blas():  # one fit at a time: the thread count is ours
+                model = model_of(report, max_workers)
+        except ReportRefused as refused:
+            raise SpecError([FieldError(f, r) for f, r in refused.problems]) from None
+        finally:
+            self.fit_admissions.release()
+
+        def run() -> dict[str, Any]:
+            record = self._visible(name, user)
+            _running(record, "reports goodput")
+            now = time.time()
+            self.scheduler.handle(Event(EventKind.GOODPUT_REPORTED, now, job=name,
+                                        data={"goodput": model}))
             return self._describe(record, now)
         return self._mutate(run)
 
@@ -1027,7 +1083,15 @@ class Service:
             queued=sorted(p.queued - set(p.states)),
             backend_name=self.backend_name,
             nodes=p.nodes,
+            goodput=list(p.goodput.items()),
+            category_goodput=list(p.category_goodput.items()),
         )
+
+
+def _running(record: JobRecord, what: str) -> None:
+    if record.status is not JobStatus.RUNNING:
+        raise Conflict("status", f"job {record.name!r} is {record.status}; only a running job "
+                       f"{what}")
 
 
 def _history_entry(job: str, now: float, field_name: str, old: str | None, new: str,

@@ -104,8 +104,36 @@ def describe(r: JobRecord, now: float, accounted: float, cluster: Cluster,
         "preemptions": r.preemptions,
         "failure_reason": r.failure_reason,
         "unschedulable": unschedulable,
+        "goodput": goodput_summary(r),
         "events": [],
     }
+
+
+def goodput_summary(r: JobRecord) -> dict[str, Any] | None:
+    """What the job reported of its goodput, and its category's best-measured model; the
+    batch it would train at now on the GPUs it holds. None: neither is known."""
+    own, category = r.goodput, r.category_goodput
+    if own is None and category is None:
+        return None
+    own_gpus = own.max_profiled_replicas if own is not None else None
+    category_gpus = category.max_profiled_replicas if category is not None else None
+    if own is not None and own.perf is not None and (category_gpus or 0) <= (own_gpus or 0):
+        throughput_from = "job"
+    else:
+        throughput_from = "category" if category is not None else None
+    batch = None
+    if own is not None and r.current_workers > 0:
+        nodes = max(1, len({node for node, count in r.placement if count > 0}))
+        choice = own.choose(nodes, r.current_workers)
+        batch = {"gpus": r.current_workers, "nodes": nodes,
+                 "batch_size": choice.batch_size(r.current_workers),
+                 "atomic_bsz": choice.atomic_bsz, "accum_steps": choice.accum_steps,
+                 "goodput": choice.goodput}
+    return {"reported": own is not None, "measured_gpus": own_gpus,
+            "category_measured_gpus": category_gpus, "throughput_from": throughput_from,
+            "grad_sqr": own.grad_sqr if own is not None else None,
+            "grad_var": own.grad_var if own is not None else None,
+            "batch_now": batch}
 
 
 def refusals(s: Scheduler, user: User) -> dict[str, str]:

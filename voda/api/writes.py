@@ -61,6 +61,9 @@ class Pending:
     backend_state: dict[str, Any] | None = None
     queued: set[str] = field(default_factory=set)  # Submitted -> Waiting, nothing else
     nodes: list[dict[str, Any]] = field(default_factory=list)
+    # Goodput models as stored JSON: by job (its own), by (category, GPU type) (the best).
+    goodput: dict[str, dict[str, Any]] = field(default_factory=dict)
+    category_goodput: dict[HistoryKey, dict[str, Any]] = field(default_factory=dict)
 
 
 Unit = Callable[[Session], None]
@@ -82,12 +85,14 @@ class Batch:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     # A submission: its insert and history are one unit, refused or written whole.
     submission: bool = False
+    goodput: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    category_goodput: list[tuple[HistoryKey, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not (self.inserts or self.states or self.history or self.category
-                    or self.layouts or self.queued or self.nodes
-                    or self.backend_state is not None)
+                    or self.layouts or self.queued or self.nodes or self.goodput
+                    or self.category_goodput or self.backend_state is not None)
 
     def write(self, session: Session) -> None:
         store.insert_jobs(session, self.inserts)
@@ -100,8 +105,17 @@ class Batch:
             store.save_category_layout(session, category, layout, rate, self.now)
         for node in self.nodes:
             store.save_node(session, node)
+        self._write_goodput(session)
         if self.backend_state is not None:
             store.save_backend_state(session, self.backend_name, self.backend_state, self.now)
+
+    def _write_goodput(self, session: Session) -> None:
+        """Jobs' goodput models and their categories' together: one unit, so a report is
+        never stored half."""
+        for name, model in self.goodput:
+            store.save_job_goodput(session, name, model)
+        for key, model in self.category_goodput:
+            store.save_category_goodput(session, key, model, self.now)
 
     def units(self) -> list[tuple[str, Unit]]:
         """The batch as separately writable pieces, each named for the log."""
@@ -119,6 +133,9 @@ class Batch:
         out += [(f"layout of {c}", _bind(store.save_category_layout, c, lay, r, now))
                 for c, lay, r in self.layouts]
         out += [(f"node {n['name']}", _bind(store.save_node, n)) for n in self.nodes]
+        if self.goodput or self.category_goodput:
+            out.append(("goodput reports of " + ", ".join(n for n, _ in self.goodput),
+                        self._write_goodput))
         if self.backend_state is not None:
             out.append(("backend state", _bind(store.save_backend_state, self.backend_name,
                                                self.backend_state, now)))

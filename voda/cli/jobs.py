@@ -42,6 +42,24 @@ def jobs_table(items: list[dict[str, Any]]) -> Any:
     return table
 
 
+def goodput_line(summary: dict[str, Any]) -> str:
+    """The goodput model a job reported (or its category's), and the batch it picks now."""
+    if summary["reported"]:
+        text = f"reported, measured on {summary['measured_gpus']} GPUs"
+    else:
+        text = "not reported"
+    if summary.get("category_measured_gpus"):
+        text += f"; category's best on {summary['category_measured_gpus']} GPUs"
+    if summary.get("throughput_from"):
+        text += f"; sized by the {summary['throughput_from']}'s model"
+    batch = summary.get("batch_now")
+    if batch:
+        text += (f"; now batch {batch['batch_size']} ({batch['atomic_bsz']} per GPU x "
+                 f"{batch['accum_steps'] + 1} on {batch['gpus']} GPUs), goodput "
+                 f"{batch['goodput']:.4g}/s")
+    return text
+
+
 def all_pages(client: Client, params: dict[str, Any]) -> dict[str, Any]:
     """Every job the filters match, following next_offset page by page."""
     items: list[dict[str, Any]] = []
@@ -166,6 +184,8 @@ def register(app: typer.Typer) -> None:
             ("Remaining (est.)", duration(job["estimated_remaining_seconds"])),
             ("Speedup", " ".join(f"{k}:{v:.2f}" for k, v in job["speedup"].items())),
         ]
+        if job.get("goodput"):
+            rows.append(("Goodput", goodput_line(job["goodput"])))
         if job.get("queue") is not None:
             rows.append(("Queue", str(job["queue"])))
         if job.get("unschedulable"):

@@ -203,6 +203,10 @@ class SchedulerObserver:
     def on_promoted(self, record: JobRecord, now: float) -> None:
         """The algorithm promoted a waiting job (its queue counters started over)."""
 
+    def on_goodput(self, record: JobRecord, category_learned: bool) -> None:
+        """A job reported its goodput model (`record.goodput`); `category_learned`: it is
+        now its category's best-measured one (Scheduler.goodput_history)."""
+
 
 class DecisionRefused(RuntimeError):
     """A decision for one GPU type (or all) was refused; its plan in force stays."""
@@ -224,6 +228,7 @@ class Scheduler:
         category_history: Mapping[HistoryKey, Mapping[int, float]] | None = None,
         now: float = 0.0,
         layout_history: Mapping[HistoryKey, Mapping[tuple[int, int], float]] | None = None,
+        goodput_history: Mapping[HistoryKey, Any] | None = None,
     ) -> None:
         self.backend = backend
         self.settings = settings or SchedulerSettings()
@@ -242,8 +247,8 @@ class Scheduler:
             k: dict(v) for k, v in (layout_history or {}).items()
         }
         # The throughput model (voda.core.goodput) measured on the most GPUs, per
-        # (category, GPU type), from batch-adaptive jobs' reports; in memory only.
-        self.goodput_history: dict[HistoryKey, Any] = {}
+        # (category, GPU type), from batch-adaptive jobs' reports (the service stores it).
+        self.goodput_history: dict[HistoryKey, Any] = dict(goodput_history or {})
         self.cluster = Cluster(tuple(backend.nodes()))
         self._algorithms: dict[str, AllocationAlgorithm] = {}
         self._build_algorithms(self.settings)
@@ -326,25 +331,29 @@ class Scheduler:
         Running jobs are adopted, not restarted; the next rescheduling decides afresh.
         """
         self._share_layouts(record)
+        if record.category:
+            record.category_goodput = self.goodput_history.get(history_key(record))
         self.jobs[record.name] = record
         if not record.status.is_terminal:
             self.active[record.name] = record
         self._mark(EventKind.JOB_SUBMITTED)
 
-    def _learn_goodput(self, record: JobRecord) -> None:
+    def _learn_goodput(self, record: JobRecord) -> bool:
         """Keep, per category and GPU type, the reported throughput model measured on the
-        most GPUs, and show it to the category's active jobs (a new one starts from it)."""
+        most GPUs, and show it to the category's active jobs (a new one starts from it).
+        True when the job's model is now its category's."""
         model = record.goodput
         if not record.category or model is None or model.perf is None:
-            return
+            return False
         key = history_key(record)
         held = self.goodput_history.get(key)
         if held is not None and model.max_profiled_replicas <= held.max_profiled_replicas:
-            return
+            return False
         self.goodput_history[key] = model
         for other in self.active.values():
             if history_key(other) == key:
                 other.category_goodput = model
+        return True
 
     def _share_layouts(self, record: JobRecord) -> None:
         """Point the job at its category's layout history on its GPU type, adding what it
@@ -390,7 +399,9 @@ class Scheduler:
             self._record_epoch(record, event)
         elif kind is EventKind.GOODPUT_REPORTED and record:
             record.goodput = event.data["goodput"]
-            self._learn_goodput(record)
+            learned = self._learn_goodput(record)
+            for observer in self.observers:
+                observer.on_goodput(record, learned)
         elif kind is EventKind.NODE_ADDED and event.node is not None:
             nodes = [n for n in self.cluster.nodes if n.name != event.node.name]
             self.cluster = Cluster((*nodes, event.node))

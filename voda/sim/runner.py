@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from voda.blas import serial_blas
 from voda.core.allocation import registry
 from voda.core.model import Job
 from voda.core.placement import registry as placers
@@ -26,7 +27,6 @@ from voda.sim.cluster_file import SimCluster
 from voda.sim.oracle import step_oracle
 from voda.sim.profiles import load_profile
 from voda.sim.report import SimResult, build_result
-from voda.sim.throughput import serial_blas
 from voda.sim.workloads import JobSpec, Workload
 
 DEFAULT_INTERVAL = 60.0

@@ -12,17 +12,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator, interp1d
 
+from voda.blas import serial_blas
 from voda.sim.profiles import Profile, ceil_div, load_profile
 
 
@@ -77,44 +75,6 @@ def _scattered(profile_name: str) -> LinearNDInterpolator:
     with serial_blas():
         interpolator.tri.transform  # noqa: B018 - the per-simplex transforms, built lazily
     return interpolator
-
-
-def _openblas_thread_controls() -> list[tuple[Any, Any]]:
-    """(get, set) thread-count functions of the OpenBLAS copies loaded in this process."""
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
-    except OSError:
-        return []
-    controls = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix, suffix in (("", ""), ("scipy_", ""), ("scipy_", "64_")):
-            get = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
-            set_ = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
-            if get is not None and set_ is not None:
-                controls.append((get, set_))
-                break
-    return controls
-
-
-@contextlib.contextmanager
-def serial_blas() -> Iterator[None]:
-    """One OpenBLAS thread: building the interpolation tables makes thousands of tiny
-    LAPACK calls, and OpenBLAS worker threads that spin-wait on a busy machine make
-    them up to a thousand times slower."""
-    controls = _openblas_thread_controls()
-    before = [get() for get, _ in controls]
-    for _, set_ in controls:
-        set_(1)
-    try:
-        yield
-    finally:
-        for (_, set_), n in zip(controls, before, strict=True):
-            set_(n)
 
 
 @functools.cache

@@ -8,10 +8,13 @@ from typing import Any
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from voda.core.goodput import GoodputModel
+from voda.core.goodput_report import model_from_dict
 from voda.core.model import JobStatus
 from voda.engine.scheduler import HistoryKey, JobRecord
 from voda.store.models import (
     BackendStateRow,
+    CategoryGoodputRow,
     CategoryLayoutRow,
     CategorySpeedRow,
     JobHistoryRow,
@@ -172,6 +175,7 @@ def row_to_record(row: JobRow) -> JobRecord:
         preemptions=row.preemptions,
         promotions=row.promotions,
         failure_reason=row.failure_reason,
+        goodput=model_from_dict(row.goodput) if row.goodput else None,
         extra={
             "user": row.user,
             "kind": row.kind,
@@ -218,6 +222,25 @@ def load_layout_history(session: Session) -> dict[HistoryKey, dict[tuple[int, in
         key = (row.category, row.gpu_type)
         history_.setdefault(key, {})[(row.workers, row.nodes)] = row.samples_per_second
     return history_
+
+
+# ----- goodput models: each job's own, and each category's best-measured -------------
+def save_job_goodput(session: Session, name: str, model: Mapping[str, Any]) -> None:
+    session.execute(update(_JOBS).where(_JOBS.c.name == name).values(goodput=dict(model)))
+
+
+def save_category_goodput(session: Session, key: HistoryKey, model: Mapping[str, Any],
+                          now: float) -> None:
+    category, gpu_type = key
+    session.merge(CategoryGoodputRow(category=category, gpu_type=gpu_type, model=dict(model),
+                                     measured_gpus=int(model["max_profiled_replicas"]),
+                                     updated_at=now))
+
+
+def load_goodput_history(session: Session) -> dict[HistoryKey, GoodputModel]:
+    """What Scheduler.goodput_history held: the best-measured model per category."""
+    return {(row.category, row.gpu_type): model_from_dict(row.model)
+            for row in session.scalars(select(CategoryGoodputRow))}
 
 
 # ----- scheduler settings ---------------------------------------------------------

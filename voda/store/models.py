@@ -61,6 +61,8 @@ class JobRow(Base):
     # A submission's Idempotency-Key (unique per user) and the SHA-256 of its body.
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The goodput model the job reported last (voda.core.goodput_report.model_to_dict).
+    goodput: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (Index("ux_jobs_user_idempotency_key", "user", "idempotency_key",
                             unique=True),)
@@ -104,6 +106,18 @@ class CategoryLayoutRow(Base):
     workers: Mapped[int] = mapped_column(Integer, primary_key=True)
     nodes: Mapped[int] = mapped_column(Integer, primary_key=True)
     samples_per_second: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class CategoryGoodputRow(Base):
+    """The goodput model of a job category on a GPU type measured on the most GPUs."""
+
+    __tablename__ = "category_goodput"
+
+    category: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(100), primary_key=True)
+    model: Mapped[dict[str, Any]] = mapped_column(JSON)
+    measured_gpus: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[float] = mapped_column(Float)
 
 
