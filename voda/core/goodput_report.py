@@ -14,6 +14,7 @@ Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -166,16 +167,25 @@ def best_fit(observations: tuple[StepObservation, ...]) -> PerfParams:
     return min((as_is, rescaled), key=lambda perf: log_error(perf, observations))
 
 
+def predicted_times(model: GoodputModel, observations: tuple[StepObservation, ...]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(compute, step) seconds the model's step-time parameters predict for each measured
+    configuration (no accumulation steps, as measured)."""
+    perf = model.perf
+    assert perf is not None
+    nodes, replicas, atomic, _, _ = np.array([o.as_tuple() for o in observations],
+                                             dtype=float).T
+    with np.errstate(all="ignore"):
+        return (perf.alpha_c + perf.beta_c * atomic,
+                model.step_time(nodes, replicas, atomic, np.zeros(len(observations))))
+
+
 def log_error(perf: PerfParams, observations: tuple[StepObservation, ...]) -> float:
     """RMS log error of the compute and step times `perf` predicts (inf: not finite)."""
-    model = GoodputModel(perf, 0.0, 0.0, 1, 1, 1, 1)
-    nodes, replicas, atomic, compute, step = np.array(
-        [o.as_tuple() for o in observations], dtype=float).T
+    compute, step = predicted_times(GoodputModel(perf, 0.0, 0.0, 1, 1, 1, 1), observations)
+    measured = np.array([(o.compute_seconds, o.step_seconds) for o in observations]).T
     with np.errstate(all="ignore"):
-        predicted = np.concatenate([
-            perf.alpha_c + perf.beta_c * atomic,
-            model.step_time(nodes, replicas, atomic, np.zeros(len(observations)))])
-        errors = np.log(predicted / np.concatenate([compute, step]))
+        errors = np.log(np.concatenate([compute, step]) / np.concatenate(measured))
     value = float(np.sqrt(np.mean(errors ** 2)))
     return value if math.isfinite(value) else math.inf
 
@@ -191,13 +201,10 @@ def fit_problem(model: GoodputModel, observations: tuple[StepObservation, ...]
     if not (np.all(np.isfinite(values)) and np.all(values > 0)):
         return ("observations", "the fitted step-time model is not usable (parameters "
                                 "that are not finite and positive)")
-    nodes = np.array([o.nodes for o in observations], dtype=float)
-    replicas = np.array([o.replicas for o in observations], dtype=float)
-    atomic = np.array([o.atomic_bsz for o in observations], dtype=float)
+    compute, step = predicted_times(model, observations)
     with np.errstate(all="ignore"):
-        step = model.step_time(nodes, replicas, atomic, np.zeros(len(observations)))
-        compute = perf.alpha_c + perf.beta_c * atomic
-        goodput, _, _ = model.optimize(nodes, replicas)
+        goodput, _, _ = model.optimize([o.nodes for o in observations],
+                                       [o.replicas for o in observations])
     if not (np.all(np.isfinite(goodput)) and np.all(goodput > 0)):
         return ("observations", "the fitted model gives no positive goodput on the measured "
                                 "configurations")
@@ -215,25 +222,15 @@ def fit_problem(model: GoodputModel, observations: tuple[StepObservation, ...]
 
 
 # ----- as plain values (the store keeps models as JSON) ------------------------------------
-_PERF_FIELDS = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
-
-
 def model_to_dict(model: GoodputModel) -> dict[str, Any]:
-    return {
-        "perf": None if model.perf is None else {
-            f: getattr(model.perf, f) for f in _PERF_FIELDS},
-        "grad_sqr": model.grad_sqr, "grad_var": model.grad_var,
-        "init_batch": model.init_batch, "max_batch": model.max_batch,
-        "min_local": model.min_local, "max_local": model.max_local,
-        "max_profiled_replicas": model.max_profiled_replicas,
-        "fixed_batch": model.fixed_batch, "epoch_samples": model.epoch_samples,
-    }
+    return dataclasses.asdict(model)
 
 
 def model_from_dict(values: Mapping[str, Any]) -> GoodputModel:
     perf = values.get("perf")
     return GoodputModel(
-        perf=None if perf is None else PerfParams(*(float(perf[f]) for f in _PERF_FIELDS)),
+        perf=None if perf is None else PerfParams(
+            *(float(perf[f.name]) for f in dataclasses.fields(PerfParams))),
         grad_sqr=float(values["grad_sqr"]), grad_var=float(values["grad_var"]),
         init_batch=int(values["init_batch"]), max_batch=int(values["max_batch"]),
         min_local=int(values["min_local"]), max_local=int(values["max_local"]),

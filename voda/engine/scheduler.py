@@ -314,9 +314,7 @@ class Scheduler:
         known = self.category_history.get(history_key(record))
         if not record.epoch_time_by_workers and known:
             record.epoch_time_by_workers = dict(known)
-        self._share_layouts(record)
-        if record.category:
-            record.category_goodput = self.goodput_history.get(history_key(record))
+        self._share_category(record)
         self.jobs[job.name] = record
         if not record.status.is_terminal:
             self.active[job.name] = record
@@ -330,9 +328,7 @@ class Scheduler:
 
         Running jobs are adopted, not restarted; the next rescheduling decides afresh.
         """
-        self._share_layouts(record)
-        if record.category:
-            record.category_goodput = self.goodput_history.get(history_key(record))
+        self._share_category(record)
         self.jobs[record.name] = record
         if not record.status.is_terminal:
             self.active[record.name] = record
@@ -355,15 +351,17 @@ class Scheduler:
                 other.category_goodput = model
         return True
 
-    def _share_layouts(self, record: JobRecord) -> None:
+    def _share_category(self, record: JobRecord) -> None:
         """Point the job at its category's layout history on its GPU type, adding what it
-        brought."""
+        brought, and show it the category's best-measured goodput model."""
         if not record.category:
             return
-        shared = self.layout_history.setdefault(history_key(record), {})
-        for key, seconds in record.layout_throughput.items():
-            shared.setdefault(key, seconds)
+        key = history_key(record)
+        shared = self.layout_history.setdefault(key, {})
+        for layout, seconds in record.layout_throughput.items():
+            shared.setdefault(layout, seconds)
         record.layout_throughput = shared
+        record.category_goodput = self.goodput_history.get(key)
 
     def delete(self, name: str, now: float) -> JobRecord:
         record = self.jobs[name]
