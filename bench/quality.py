@@ -15,13 +15,19 @@ It prints:
    four workloads), rescales and preemptions per job, and the average JCT over
    Pollux's published one;
 3. per algorithm: the mean of the 16 average JCTs over Pollux's published mean, the
-   worst workload's ratio, and the mean p99 over Pollux's published mean p99.
+   worst workload's ratio, the mean p99 over Pollux's published mean p99, and in how
+   many runs the p99 is above Pollux's;
+4. with `--by-application`: per algorithm and load, what each application (a job's
+   name without its number: cifar10, yolov3, ...) adds to the difference between the
+   average JCT and Pollux's published one, so a gain or a loss can be traced to the
+   jobs that make it.
 
 Runs go in parallel over `--workers` processes (default: every core), with a
 progress bar.
 
 Run: .venv/bin/python bench/quality.py [--algorithms Pollux,Optimus] [--loads 1.0]
      [--workloads workload-1] [--workers N] [--json FILE] [--param NAME=VALUE ...]
+     [--by-application]
 """
 
 from __future__ import annotations
@@ -166,7 +172,7 @@ def summary_table(results: dict[Key, SimResult], algorithms: list[str], workload
     table = Table(title="Over every workload and load, against Pollux published",
                   box=None, padding=(0, 1))
     for column in ("algorithm", "runs", "mean avg JCT ratio", "worst workload", "mean p99 ratio",
-                   "unfinished"):
+                   "runs p99 above", "unfinished"):
         table.add_column(column, justify="left" if column == "algorithm" else "right")
     for algorithm in algorithms:
         keys = [(algorithm, w, load) for load in loads for w in workloads
@@ -184,7 +190,50 @@ def summary_table(results: dict[Key, SimResult], algorithms: list[str], workload
                       f"{statistics.mean(ours) / statistics.mean(theirs):.3f}",
                       f"{worst_ratio:.3f} ({worst[1]}@{worst[2]})",
                       f"{statistics.mean(our_p99) / statistics.mean(their_p99):.3f}",
+                      str(sum(ours > theirs for ours, theirs in zip(our_p99, their_p99,
+                                                                     strict=True))),
                       str(sum(results[k].unfinished for k in keys)))
+    return table
+
+
+def application(job_name: str) -> str:
+    """A Pollux workload job's application: its name without the number (yolov3-41)."""
+    return job_name.rsplit("-", 1)[0]
+
+
+def by_application_table(results: dict[Key, SimResult], algorithm: str, workloads: list[str],
+                         loads: list[str]) -> Table:
+    """Per load and application: seconds it adds to (average JCT - Pollux published),
+    averaged over the workloads as the main table's average is."""
+    table = Table(title=f"{algorithm}: what each application adds to the average JCT's "
+                  "difference from Pollux published", box=None, padding=(0, 1))
+    for column in ("load", "application", "jobs", "avg JCT", "published", "ratio",
+                   "adds (s)", "of the average"):
+        table.add_column(column, justify="left" if column == "application" else "right")
+    for load in loads:
+        ref = published("pollux", load)
+        runs = [(w, results[(algorithm, w, load)]) for w in workloads
+                if (algorithm, w, load) in results]
+        if not runs:
+            continue
+        pub_avg = statistics.mean(ref.avg_jct[w] for w, _ in runs)
+        ours: dict[str, list[float]] = {}
+        theirs: dict[str, list[float]] = {}
+        adds: dict[str, float] = {}
+        for w, result in runs:
+            done = [j for j in result.jobs if j.jct is not None]
+            for job in done:
+                app = application(job.name)
+                pub = ref.jct[w][job.name]
+                ours.setdefault(app, []).append(float(job.jct or 0.0))
+                theirs.setdefault(app, []).append(float(pub))
+                adds[app] = adds.get(app, 0.0) + (float(job.jct or 0.0) - pub) / len(done)
+        for app in sorted(adds, key=adds.__getitem__):
+            added = adds[app] / len(runs)
+            table.add_row(load, app, str(len(ours[app])), f"{statistics.mean(ours[app]):,.0f}",
+                          f"{statistics.mean(theirs[app]):,.0f}",
+                          f"{sum(ours[app]) / sum(theirs[app]):.3f}", f"{added:+,.1f}",
+                          f"{added / pub_avg:+.3f}")
     return table
 
 
@@ -197,6 +246,8 @@ def main() -> None:
     parser.add_argument("--json", help="also write every run's figures to this file")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                         help="a knob of the algorithms run (repeatable; for an ablation)")
+    parser.add_argument("--by-application", action="store_true",
+                        help="also show what each application adds to the difference")
     args = parser.parse_args()
     algorithms, workloads, loads = (_names(args.algorithms), _names(args.workloads),
                                     _names(args.loads))
@@ -221,6 +272,9 @@ def main() -> None:
         out.print(per_workload_table(results, "Pollux", "pollux", workloads, loads))
     out.print(main_table(results, algorithms, workloads, loads))
     out.print(summary_table(results, algorithms, workloads, loads))
+    if args.by_application:
+        for algorithm in algorithms:
+            out.print(by_application_table(results, algorithm, workloads, loads))
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{"algorithm": k[0], "workload": k[1], "load": k[2],

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from voda.core.allocation.base import AllocationAlgorithm, checked_allocate
+from voda.core.allocation.counts import sized_to
 from voda.core.model import (
     ACTION_ORDER,
     Action,
@@ -155,8 +156,8 @@ def _decide_type(
     placer: Placer,
 ) -> tuple[dict[str, int], Placement]:
     """Steps 1 and 2 for the jobs and nodes of one GPU type (raises when refused)."""
-    # 1. allocate
-    allocation = checked_allocate(algorithm, jobs, cluster.capacity())
+    # 1. allocate (packing for this type's nodes, unless the algorithm was told a size)
+    allocation = checked_allocate(sized_to(algorithm, cluster), jobs, cluster.capacity())
     # 2. place, then check the result and the way to it
     by_name = {j.name: j for j in jobs}
     try:

@@ -7,10 +7,20 @@ choice per job, solved exactly by a dynamic program over (jobs x GPUs).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections import Counter
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
+
+from voda.core.model import Cluster
+
+FROM_CLUSTER = 0  # `gpus_per_node`: the size of the nodes decide() allocates on
+DEFAULT_GPUS_PER_NODE = 4  # what FROM_CLUSTER means when an algorithm is called without one
+
+Algorithm = TypeVar("Algorithm")
 
 
 def packs(cap: int, per_node: int) -> np.ndarray:
@@ -59,9 +69,35 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
 
 
 def check_gpus_per_node(value: object) -> None:
-    """The `gpus_per_node` knob of the algorithms that pack: an integer in [1, 1024]."""
-    if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1024):
-        raise ValueError(f"gpus_per_node: must be an integer in [1, 1024], got {value!r}")
+    """The `gpus_per_node` knob of the algorithms that pack: an integer in [1, 1024], or 0
+    (FROM_CLUSTER) for the size of the cluster's nodes."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1024):
+        raise ValueError(f"gpus_per_node: must be an integer in [1, 1024], or 0 for the "
+                         f"cluster's node size, got {value!r}")
+
+
+def per_node(gpus_per_node: int) -> int:
+    """The node size an algorithm packs for (FROM_CLUSTER outside decide(): the default)."""
+    return gpus_per_node or DEFAULT_GPUS_PER_NODE
+
+
+def node_size(cluster: Cluster) -> int:
+    """The GPUs of the cluster's most common node (ties: the larger; 0 without nodes)."""
+    sizes = Counter(n.gpus for n in cluster.nodes if n.gpus > 0)
+    if not sizes:
+        return 0
+    return max(sizes, key=lambda gpus: (sizes[gpus], gpus))
+
+
+def sized_to(algorithm: Algorithm, cluster: Cluster) -> Algorithm:
+    """`algorithm` packing for the cluster's nodes where its `gpus_per_node` says
+    FROM_CLUSTER (the default of Voda and Pollux); otherwise `algorithm` itself."""
+    if getattr(algorithm, "gpus_per_node", None) != FROM_CLUSTER:
+        return algorithm
+    size = node_size(cluster)
+    if not size or not dataclasses.is_dataclass(algorithm) or isinstance(algorithm, type):
+        return algorithm
+    return dataclasses.replace(algorithm, gpus_per_node=size)
 
 
 def check_seconds(knob: str, value: object) -> None:

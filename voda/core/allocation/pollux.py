@@ -38,7 +38,14 @@ from typing import ClassVar
 import numpy as np
 
 from voda.core.allocation.base import allocate_by_priority
-from voda.core.allocation.counts import best_counts, check_gpus_per_node, check_seconds, packs
+from voda.core.allocation.counts import (
+    FROM_CLUSTER,
+    best_counts,
+    check_gpus_per_node,
+    check_seconds,
+    packs,
+    per_node,
+)
 from voda.core.estimate import EpochTimes
 from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
@@ -52,14 +59,15 @@ class Pollux:
 
     Knobs: `fairness` (the power mean's exponent p; -1 in Pollux, 0 the geometric
     mean), `restart_penalty` (seconds a restart costs in the restart factor; 30),
-    `gpus_per_node` (GPUs a packed job finds on one node; 4) and `aligned` (only
+    `gpus_per_node` (GPUs a packed job finds on one node; 0: the cluster's, 4
+    when called without one) and `aligned` (only
     counts that pack: powers of two below a node, multiples of a node above).
     """
 
     name: str = "Pollux"
     fairness: float = -1.0
     restart_penalty: float = 30.0
-    gpus_per_node: int = 4
+    gpus_per_node: int = FROM_CLUSTER
     aligned: bool = True
     # Remaining work and goodput change as jobs run: decide again on progress reports.
     decides_on_progress: ClassVar[bool] = True
@@ -80,7 +88,7 @@ class Pollux:
         if not ordered or capacity <= 0:
             return {j.name: 0 for j in ordered}
         fair = math.ceil(capacity / len(ordered))
-        scale = 1.0 / self.gpus_per_node  # one GPU's share of the cluster -> one node's
+        scale = 1.0 / per_node(self.gpus_per_node)  # one GPU's share of the cluster -> one node's
         utilities = [self.utility(job, fair, capacity, scale) for job in ordered]
         counts = best_counts(utilities, capacity)
         return {job.name: n for job, n in zip(ordered, counts, strict=True)}
@@ -91,8 +99,8 @@ class Pollux:
         cap = max(cap, min(job.min_workers, job.max_workers, capacity))
         speedup = np.zeros(cap + 1)
         if cap >= 1:
-            max_nodes = max(capacity // self.gpus_per_node, 1)
-            speedup[1:] = speedups(job, fair, cap, self.gpus_per_node, max_nodes)
+            size = per_node(self.gpus_per_node)
+            speedup[1:] = speedups(job, fair, cap, size, max(capacity // size, 1))
         scaled = speedup * scale
         value = scaled * restart_factor(job, self.restart_penalty)
         kept = job.current_workers if 0 < job.current_workers <= cap else 0
@@ -100,7 +108,7 @@ class Pollux:
         u = power_utility(value + SPEEDUP_FLOOR, self.fairness)
         allowed = np.arange(cap + 1) >= job.min_workers
         if self.aligned:
-            allowed &= packs(cap, self.gpus_per_node)
+            allowed &= packs(cap, per_node(self.gpus_per_node))
         allowed[0] = allowed[kept] = True
         u[~allowed] = -np.inf
         return u

@@ -54,7 +54,14 @@ from typing import ClassVar
 import numpy as np
 
 from voda.core.allocation.base import allocate_by_priority, by_submit
-from voda.core.allocation.counts import best_counts, check_gpus_per_node, check_seconds, packs
+from voda.core.allocation.counts import (
+    FROM_CLUSTER,
+    best_counts,
+    check_gpus_per_node,
+    check_seconds,
+    packs,
+    per_node,
+)
 from voda.core.estimate import DEFAULT_EPOCH_SECONDS, EpochTimes
 from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
@@ -71,7 +78,8 @@ class Voda:
     `rank_exponent` (p of the heSRPT weights by rank of remaining work, in [0, 1):
     0 weighs every rank alike; 0.5), `size_exponent` (e in the weight T(1)^-e: 0
     ignores sizes, 1 with p = 0 maximises the total completion rate; 0.1),
-    `gpus_per_node` (4), `aligned` (only counts that pack), `share_models` (borrow a
+    `gpus_per_node` (0: the size of the cluster's nodes, 4 when called without a
+    cluster), `aligned` (only counts that pack), `share_models` (borrow a
     category's best-measured throughput model), `category_history` (from finished
     jobs of the category too), `explore` (past the most GPUs a job has measured, hold
     its network time at the measured count's instead of extrapolating its growth).
@@ -82,7 +90,7 @@ class Voda:
     horizon: float = 240.0
     size_exponent: float = 0.1
     rank_exponent: float = 0.5
-    gpus_per_node: int = 4
+    gpus_per_node: int = FROM_CLUSTER
     aligned: bool = True
     share_models: bool = True
     category_history: bool = True
@@ -128,8 +136,8 @@ class Voda:
         cap = max(cap, min(job.min_workers, job.max_workers, capacity))
         seconds = np.full(cap + 1, np.inf)
         if cap >= 1:
-            seconds[1:] = remaining_seconds(job, model, cap, self.gpus_per_node,
-                                            max(capacity // self.gpus_per_node, 1),
+            node = per_node(self.gpus_per_node)
+            seconds[1:] = remaining_seconds(job, model, cap, node, max(capacity // node, 1),
                                             self.explore)
         finite = seconds[np.isfinite(seconds)]
         size = float(seconds[1]) if cap >= 1 and math.isfinite(seconds[1]) else (
@@ -149,7 +157,7 @@ class Voda:
         rate = np.zeros(cap + 1)
         allowed = np.arange(cap + 1) >= job.min_workers
         if self.aligned:
-            allowed &= packs(cap, self.gpus_per_node)
+            allowed &= packs(cap, per_node(self.gpus_per_node))
         if cap >= 1 and math.isfinite(size):
             speedup = np.zeros(cap + 1)
             speedup[1:] = size / seconds[1:]
