@@ -14,9 +14,14 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import ServeFactory
 from tests.goodput_reports import body
+from tests.polling import wait_for
+from tests.test_api_goodput import _settled
 from tests.test_local_backend import TRAIN, read_jsonl, wait_for_events, write_script
 from voda.backends.local import LocalBackend
+from voda.core.allocation.voda import Voda
+from voda.core.goodput import GoodputModel
 from voda.core.goodput_report import ReportRefused, model_of, report_from_values
 from voda.core.model import Job
 from voda.demo_local import PROJECT_ROOT
@@ -168,3 +173,77 @@ def test_the_example_script_reports_each_configuration_it_ran_across_a_rescale(
     assert len(reports) == len(models)  # every line was fitted, none refused
     epochs = read_jsonl(backend.checkpoint_dir("meter") / "epochs.jsonl")
     assert [e["epoch"] for e in epochs] == [1, 2, 3, 4]
+
+
+# ----- through the service ----------------------------------------------------------------
+def category_model(lines: list[dict[str, Any]], max_workers: int) -> GoodputModel:
+    """The model the engine keeps for the category of a job that reported `lines`: the
+    first measured on the most GPUs (Scheduler._learn_goodput)."""
+    held: GoodputModel | None = None
+    for values in lines:
+        model = model_of(report_from_values(values, max_workers), max_workers)
+        if held is None or model.max_profiled_replicas > held.max_profiled_replicas:
+            held = model
+    assert held is not None
+    return held
+
+
+def as_job(view: dict[str, Any], category_goodput: GoodputModel | None) -> Job:
+    """The job as the scheduler sees it, from what the API shows of it."""
+    return Job(name=view["name"], min_workers=view["min_workers"],
+               max_workers=view["max_workers"], priority=view["priority"],
+               submit_time=view["submit_time"], epochs=view["epochs"],
+               completed_epochs=view["completed_epochs"], category=view["category"],
+               gpu_type=view["gpu_type"], current_workers=view["workers"],
+               epoch_time_by_workers={int(k): v for k, v in
+                                      view["epoch_time_by_workers"].items()},
+               category_goodput=category_goodput)
+
+
+def test_a_local_job_reports_its_model_to_the_service_and_voda_sizes_its_category_by_it(
+        serve: ServeFactory, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    server = serve(f"sqlite:///{tmp_path / 'v.db'}", "--backend", "local", "--slots", "4",
+                   "--run-dir", str(runs), "--algorithm", "Voda", "--rate-limit", "0.2",
+                   "--step-interval", "0.2", tokens=True)
+    sleeper = write_script(tmp_path, "sleeper.py", "import time\ntime.sleep(300)\n")
+    with server.client("root") as client:  # the local backend runs administrators' commands
+        def submit(doc: dict[str, Any]) -> str:
+            response = client.post("/v1/jobs", json=doc)
+            assert response.status_code == 201, response.text
+            return str(response.json()["name"])
+
+        meter = submit({"name": "meter", "category": "meter", "min": 1, "max": 2, "epochs": 3,
+                        "command": f"python {TRAIN} --steps-per-epoch 8 --batch-size 64 "
+                                   "--sample-seconds 0.001"})
+        wait_for(lambda: client.get(f"/v1/jobs/{meter}").json()["status"] == "Completed",
+                 timeout=90)
+        summary = client.get(f"/v1/jobs/{meter}").json()["goodput"]
+        lines = [r["goodput"] for r in read_jsonl(runs / meter / "reports.jsonl")
+                 if "goodput" in r]
+        assert len(lines) == 3  # one report an epoch
+        assert summary["reported"] is True
+        assert summary["measured_gpus"] == max(
+            o["replicas"] for o in lines[-1]["observations"]) >= 1
+        assert (summary["grad_sqr"], summary["grad_var"]) == pytest.approx(
+            (lines[-1]["grad_sqr"], lines[-1]["grad_var"]))
+        assert summary["grad_sqr"] > 0 and summary["grad_var"] > 0
+        assert "refused" not in (runs / meter / "log.txt").read_text()
+        model = category_model(lines, 2)
+
+        # A new job of the category is sized by the model the first one reported.
+        decided_after = time.time()
+        # (Long enough that a restart's 30 s is worth paying for both.)
+        borrower, stranger = (
+            submit({"name": name, "category": category, "min": 1, "max": 4, "epochs": epochs,
+                    "command": sleeper})
+            for name, category, epochs in (("borrower", "meter", 2000),
+                                           ("stranger", "other", 200)))
+        allocation = _settled(client, since=decided_after)
+        views = [client.get(f"/v1/jobs/{n}").json() for n in (borrower, stranger)]
+        assert views[0]["goodput"]["throughput_from"] == "category"
+        assert views[0]["goodput"]["category_measured_gpus"] == model.max_profiled_replicas
+        assert views[1]["goodput"] is None
+        jobs = [as_job(views[0], model), as_job(views[1], None)]
+        assert allocation == Voda()(jobs, 4)
+        assert [v["workers"] for v in views] == [allocation[borrower], allocation[stranger]]
