@@ -4,7 +4,7 @@ the example training script measuring its model across a rescale with real proce
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import math
 import time
@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import ServeFactory
 from tests.goodput_reports import body
 from tests.polling import wait_for
-from tests.test_api_goodput import _settled
+from tests.test_api_goodput import HOSTILE as API_HOSTILE
+from tests.test_api_goodput import _job, _settled, changed
 from tests.test_local_backend import TRAIN, read_jsonl, wait_for_events, write_script
 from voda.backends.local import LocalBackend
 from voda.core.allocation.voda import Voda
@@ -29,39 +30,21 @@ from voda.engine.events import Event, EventKind
 from voda.goodput_meter import GOODPUT_FILE
 
 
-def changed(path: str, value: Any, doc: dict[str, Any] | None = None) -> dict[str, Any]:
-    doc = copy.deepcopy(doc or body())
-    *parents, last = path.split(".")
-    target: Any = doc
-    for part in parents:
-        target = target[int(part)] if part.isdigit() else target[part]
-    target[int(last) if last.isdigit() else last] = value
-    return doc
-
-
 def without(doc: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k != key}
 
 
 # ----- the report file's goodput lines, checked -------------------------------------------
-HOSTILE = [
+# What only JSON read without a schema can hold, beside every case the API refuses.
+FILE_ONLY = [
     ("not an object", [1, 2], "report"),
-    ("no observations", changed("observations", []), "observations"),
     ("observations that are not a list", changed("observations", {"a": 1}), "observations"),
-    ("65 observations", changed("observations", body()["observations"] * 17), "observations"),
     ("an observation that is not an object", changed("observations.1", 3), "observations.1"),
-    ("a GPU count as text", changed("observations.0.replicas", "2"), "observations.0.replicas"),
     ("a GPU count as a boolean", changed("observations.0.replicas", True),
      "observations.0.replicas"),
     ("a GPU count as a fraction", changed("observations.0.replicas", 1.5),
      "observations.0.replicas"),
-    ("more GPUs than the job's max", changed("observations.0.replicas", 3),
-     "observations.0.replicas"),
     ("no nodes", changed("observations.0.nodes", 0), "observations.0.nodes"),
-    ("a step of no time", changed("observations.0.step_seconds", 0.0),
-     "observations.0.step_seconds"),
-    ("a step of a day", changed("observations.0.step_seconds", 86_400.0),
-     "observations.0.step_seconds"),
     ("a step of NaN", changed("observations.0.step_seconds", math.nan),
      "observations.0.step_seconds"),
     ("a missing time", changed("observations.0", {"nodes": 1, "replicas": 1, "atomic_bsz": 64,
@@ -69,23 +52,21 @@ HOSTILE = [
      "observations.0.compute_seconds"),
     ("an unknown field in an observation", changed("observations.0.gpu", "t4"),
      "observations.0.gpu"),
-    ("a negative gradient statistic", changed("grad_sqr", -1.0), "grad_sqr"),
     ("an infinite gradient statistic", changed("grad_var", math.inf), "grad_var"),
     ("a gradient statistic past the bound", changed("grad_var", 1e31), "grad_var"),
-    ("no limits", without(body(), "limits"), "limits"),
-    ("a batch limit past the bound", changed("limits.max_batch", 10**12), "limits.max_batch"),
     ("a fixed batch as text", changed("limits.fixed_batch", "64"), "limits.fixed_batch"),
-    ("an epoch of no samples", changed("epoch_samples", 0), "epoch_samples"),
-    ("an unknown field", {**body(), "surprise": 1}, "surprise"),
 ]
+CASES = [*API_HOSTILE, *FILE_ONLY]
 
 
-@pytest.mark.parametrize(("doc", "field"), [(d, f) for _, d, f in HOSTILE],
-                         ids=[i for i, _, _ in HOSTILE])
-def test_a_bad_report_line_is_refused_naming_the_field(doc: Any, field: str) -> None:
+@pytest.mark.parametrize(("doc", "field"), [(d, f) for _, d, f in CASES],
+                         ids=[i for i, _, _ in CASES])
+def test_a_report_line_is_refused_as_the_api_refuses_it_naming_the_field(
+        doc: Any, field: str) -> None:
     with pytest.raises(ReportRefused) as refused:
-        report_from_values(doc, max_workers=2)
-    assert field in [f for f, _ in refused.value.problems], refused.value.problems
+        model_of(report_from_values(doc, max_workers=2), max_workers=2)
+    fields = [f for f, _ in refused.value.problems]
+    assert any(f.startswith(field) for f in fields), fields
 
 
 def test_a_good_report_line_reads_as_the_api_reads_the_body() -> None:
@@ -110,7 +91,9 @@ def test_the_backend_turns_report_lines_into_goodput_events_and_logs_refusals(
     good = body(epoch_samples=50_000.0)
     bad = changed("limits.min_local", 1000)
     script = write_script(tmp_path, "reports.py", (
-        "import voda.report\n"
+        "import os, voda.report\n"
+        "with open(os.environ['VODA_REPORT'], 'a') as f:\n"
+        "    f.write('[' * 100000 + '\\n')  # nested past any parser's depth\n"
         f"good, bad = {good!r}, {bad!r}\n"
         "for doc in (bad, good):\n"
         "    assert voda.report.goodput(doc['observations'], doc['grad_sqr'], doc['grad_var'],"
@@ -188,18 +171,6 @@ def category_model(lines: list[dict[str, Any]], max_workers: int) -> GoodputMode
     return held
 
 
-def as_job(view: dict[str, Any], category_goodput: GoodputModel | None) -> Job:
-    """The job as the scheduler sees it, from what the API shows of it."""
-    return Job(name=view["name"], min_workers=view["min_workers"],
-               max_workers=view["max_workers"], priority=view["priority"],
-               submit_time=view["submit_time"], epochs=view["epochs"],
-               completed_epochs=view["completed_epochs"], category=view["category"],
-               gpu_type=view["gpu_type"], current_workers=view["workers"],
-               epoch_time_by_workers={int(k): v for k, v in
-                                      view["epoch_time_by_workers"].items()},
-               category_goodput=category_goodput)
-
-
 def test_a_local_job_reports_its_model_to_the_service_and_voda_sizes_its_category_by_it(
         serve: ServeFactory, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
@@ -244,6 +215,7 @@ def test_a_local_job_reports_its_model_to_the_service_and_voda_sizes_its_categor
         assert views[0]["goodput"]["throughput_from"] == "category"
         assert views[0]["goodput"]["category_measured_gpus"] == model.max_profiled_replicas
         assert views[1]["goodput"] is None
-        jobs = [as_job(views[0], model), as_job(views[1], None)]
+        # The borrower has no model of its own, only its category's.
+        jobs = [dataclasses.replace(_job(views[0], model), goodput=None), _job(views[1])]
         assert allocation == Voda()(jobs, 4)
         assert [v["workers"] for v in views] == [allocation[borrower], allocation[stranger]]

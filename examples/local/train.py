@@ -248,8 +248,9 @@ def train(args: argparse.Namespace) -> int:
         epoch, step = int(state["epoch"]), int(state["step"])
     for p in model.parameters():  # every rank starts from rank 0's weights
         dist.broadcast(p.data, src=0)
-    meter = (GoodputMeter.load(ckpt_dir / GOODPUT_FILE, args.init_batch)
-             if args.report_goodput and rank == 0 else None)
+    measuring = args.report_goodput  # on every rank: the all-reduce carries the statistics
+    meter = GoodputMeter.load(ckpt_dir / GOODPUT_FILE, args.init_batch) if (
+        measuring and rank == 0) else None
     config = Configuration(nodes_in_placement(world), world, math.ceil(args.batch_size / world))
     steps_per_epoch = math.ceil(args.samples / args.batch_size)
     log(f"world size {world} ({backend}), resuming at epoch {epoch + 1} step {step + 1}"
@@ -271,17 +272,20 @@ def train(args: argparse.Namespace) -> int:
         gradient with the replicas' gradient statistics, the update."""
         started = time.perf_counter()
         shard = batch.tensor_split(world)[rank]
-        pieces = shard.tensor_split(2) if world == 1 and len(shard) >= 2 else (shard,)
+        halves = measuring and world == 1 and len(shard) >= 2
+        pieces = shard.tensor_split(2) if halves else (shard,)
         scale = world / len(batch)  # the ranks' average is the full batch's mean gradient
         grads = [local_gradient(model, x_all[p].to(device), y_all[p].to(device), scale)
                  for p in pieces]
         if args.sample_seconds:
             time.sleep(len(shard) * args.sample_seconds)
         computed = time.perf_counter()
-        # sum_i (b_i / B) |mean gradient of piece i|^2, this rank's pieces (the mean
-        # gradient of piece i is its gradient x B / (world b_i)).
-        local_sqr = sum(float(g.double().pow(2).sum()) * len(batch) / (world ** 2 * len(p))
-                        for g, p in zip(grads, pieces, strict=True) if len(p))
+        local_sqr = 0.0
+        if measuring:
+            # sum_i (b_i / B) |mean gradient of piece i|^2, this rank's pieces (the mean
+            # gradient of piece i is its gradient x B / (world b_i)).
+            local_sqr = sum(float(g.double().pow(2).sum()) * len(batch) / (world ** 2 * len(p))
+                            for g, p in zip(grads, pieces, strict=True) if len(p))
         buffer = torch.cat([sum(grads[1:], grads[0]).double(),
                             torch.tensor([local_sqr], dtype=torch.float64, device=device)])
         if world > 1:
