@@ -86,14 +86,16 @@ def clock() -> Callable[[], float]:
     return lambda: time.monotonic() - started
 
 
-def test_the_backend_turns_report_lines_into_goodput_events_and_logs_refusals(
+def test_the_backend_fits_report_lines_into_goodput_events_and_logs_refusals_cut_short(
         tmp_path: Path, clock: Callable[[], float]) -> None:
     good = body(epoch_samples=50_000.0)
     bad = changed("limits.min_local", 1000)
     script = write_script(tmp_path, "reports.py", (
-        "import os, voda.report\n"
+        "import json, os, voda.report\n"
         "with open(os.environ['VODA_REPORT'], 'a') as f:\n"
         "    f.write('[' * 100000 + '\\n')  # nested past any parser's depth\n"
+        "    flood = {f'x{i}': 1 for i in range(5000)}  # 5,000 unknown fields\n"
+        "    f.write(json.dumps({'goodput': flood}) + '\\n')\n"
         f"good, bad = {good!r}, {bad!r}\n"
         "for doc in (bad, good):\n"
         "    assert voda.report.goodput(doc['observations'], doc['grad_sqr'], doc['grad_var'],"
@@ -116,6 +118,8 @@ def test_the_backend_turns_report_lines_into_goodput_events_and_logs_refusals(
     assert kinds.index(EventKind.GOODPUT_REPORTED) < kinds.index(EventKind.JOB_COMPLETED)
     log = backend.log_path("adaptive").read_text()
     assert "goodput report refused: limits.min_local: 1000 is above max_local" in log
+    flood = next(line for line in log.splitlines() if "x4999" in line or "x0:" in line)
+    assert "unknown field" in flood and len(flood) < 2_100  # the reasons are cut short
 
 
 def test_the_example_script_reports_each_configuration_it_ran_across_a_rescale(

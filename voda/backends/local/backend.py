@@ -64,6 +64,7 @@ from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
 
 MAX_LAUNCHER_FAILURES = 3
+MAX_REFUSAL_CHARS = 2_000  # of a refused report's reasons, in the job's log
 
 CommandSource = Callable[[Job], "str | Sequence[str] | None"]
 
@@ -595,7 +596,11 @@ class LocalBackend:
                 model = model_of(report_from_values(values, run.job.max_workers),
                                  run.job.max_workers)
         except ReportRefused as refused:
-            write_log(run, f"goodput report refused: {refused}")
+            write_log(run, f"goodput report refused: {str(refused)[:MAX_REFUSAL_CHARS]}")
+            return
+        except Exception as exc:  # a report line must never stop the monitor
+            write_log(run, f"goodput report not fitted: {type(exc).__name__}: "
+                      f"{str(exc)[:MAX_REFUSAL_CHARS]}")
             return
         self._events.append(Event(EventKind.GOODPUT_REPORTED, self._clock(), job=run.name,
                                   data={"goodput": model}))
