@@ -58,8 +58,6 @@ from voda.backends.local.run import (
     write_state,
 )
 from voda.backends.local.zygote import FORK_PRELOAD, ZYGOTE_START_TIMEOUT, Zygote, forkable
-from voda.blas import serial_blas
-from voda.core.goodput_report import ReportRefused, model_of, report_from_values
 from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
 
@@ -591,6 +589,10 @@ class LocalBackend:
         """A goodput report from the job's report file: checked and fitted as the service
         checks and fits a POSTed one (one fit, milliseconds, once per epoch at most); a
         refusal goes to the job's log, naming the fields."""
+        # Here, not at the top: `voda logs` imports this package and must not pay for SciPy.
+        from voda.blas import serial_blas
+        from voda.core.goodput_report import ReportRefused, model_of, report_from_values
+
         try:
             with serial_blas():
                 model = model_of(report_from_values(values, run.job.max_workers),
