@@ -5,7 +5,7 @@ LocalBackend, then rescales it N times through sizes 2, 4, 1, 3, ... and
 measures, per rescale, the time from `backend.scale()` to the first training
 step the job completes at its new size (the job logs that step with a
 wall-clock time stamp). The interval covers the graceful stop (SIGTERM,
-checkpoint, exit), the launch of the new ranks, the gloo rendezvous, DDP set-up
+checkpoint, exit), the launch of the new ranks, the gloo rendezvous
 and the checkpoint load. Target for the example job: median <= 5 s.
 
     .venv/bin/python bench/rescale.py [--rescales 6] [--launcher fork --launcher direct]

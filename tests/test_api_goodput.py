@@ -166,7 +166,8 @@ def test_a_report_is_shown_with_the_batch_the_job_would_pick(api_server: ServePr
 
 def test_a_training_script_reports_with_voda_report(api_server: ServeProcess,
                                                     monkeypatch: pytest.MonkeyPatch,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Any) -> None:
     with api_server.client("alice") as client:
         name = start_job(client, "goodput-script")
         doc = body()
@@ -180,8 +181,12 @@ def test_a_training_script_reports_with_voda_report(api_server: ServeProcess,
         assert voda_report.goodput(doc["observations"], 1.0, 40.0, doc["limits"],
                                    epoch_samples=50_000.0) is True
         assert client.get(f"/v1/jobs/{name}").json()["goodput"]["measured_gpus"] == 2
-        monkeypatch.setenv("VODA_REPORT", "/tmp/a-report-file")
-        assert voda_report.goodput(doc["observations"], 1.0, 40.0, doc["limits"]) is False
+        # A report file (the local backend's channel) gets the report as one line.
+        monkeypatch.setenv("VODA_REPORT", str(tmp_path / "reports.jsonl"))
+        assert voda_report.goodput(doc["observations"], 1.0, 40.0, doc["limits"]) is True
+        line = json.loads((tmp_path / "reports.jsonl").read_text())
+        assert line["goodput"] == {"observations": doc["observations"], "grad_sqr": 1.0,
+                                   "grad_var": 40.0, "limits": doc["limits"]}
         client.delete(f"/v1/jobs/{name}")
 
 

@@ -15,8 +15,9 @@ local backend). The channel is named by the environment variable VODA_REPORT:
   (an URL that already ends in `/metrics` is used as it is).
 
 `goodput` (what a batch-adaptive job measures: step times per configuration,
-gradient statistics, batch limits) goes over HTTP only, to
-`<url>/v1/jobs/<VODA_JOB>/goodput`; the local backend's report file does not carry it.
+gradient statistics, batch limits) goes to `<url>/v1/jobs/<VODA_JOB>/goodput` over
+HTTP, or as a line {"goodput": {...}, "time"} to the report file, which the local
+backend checks and fits as the service does (voda.core.goodput_report).
 
 Standard library only, and a report failure never stops training: it is
 written to stderr once and the call returns False.
@@ -80,19 +81,18 @@ def epoch(epoch: int, seconds: float, workers: int, samples: int | None = None) 
 
 def goodput(observations: Sequence[Mapping[str, float]], grad_sqr: float, grad_var: float,
             limits: Mapping[str, int], epoch_samples: float | None = None) -> bool:
-    """Report a batch-adaptive job's measurements (POST /v1/jobs/<job>/goodput): each
-    configuration run ({"nodes", "replicas", "atomic_bsz", "compute_seconds",
-    "step_seconds"}), the gradient statistics and the batch limits ({"init_batch",
-    "max_batch", "min_local", "max_local"}). Returns True when the service accepted it;
-    False on another rank, without an http(s) channel, or when it was refused (the reason
-    is written to stderr once).
+    """Report a batch-adaptive job's measurements (POST /v1/jobs/<job>/goodput, or a line
+    of the local backend's report file): each configuration run ({"nodes", "replicas",
+    "atomic_bsz", "compute_seconds", "step_seconds"}), the gradient statistics and the
+    batch limits ({"init_batch", "max_batch", "min_local", "max_local"}). Returns True
+    when the service accepted it or the line was written; False on another rank, without
+    a channel, or when it was refused (the reason is written to stderr once; the local
+    backend writes its refusals to the job's log).
     """
     if not is_reporting_rank():
         return False
     channel = os.environ.get(REPORT_ENV, "").strip()
-    if not channel.startswith(("http://", "https://")):
-        _warn_once(f"goodput {channel}", "voda.report: goodput is reported over HTTP only; "
-                   f"{REPORT_ENV} is not an http(s) URL of the service")
+    if not channel:
         return False
     payload: dict[str, Any] = {"observations": [dict(o) for o in observations],
                                "grad_sqr": float(grad_sqr), "grad_var": float(grad_var),
@@ -100,7 +100,10 @@ def goodput(observations: Sequence[Mapping[str, float]], grad_sqr: float, grad_v
     if epoch_samples is not None:
         payload["epoch_samples"] = float(epoch_samples)
     try:
-        _post(channel, payload, "goodput")
+        if channel.startswith(("http://", "https://")):
+            _post(channel, payload, "goodput")
+        else:
+            _append(channel, {"goodput": payload, "time": time.time()})
     except Exception as exc:  # any failure to report must leave training running
         reason = str(exc)
         if isinstance(exc, urllib.error.HTTPError):  # the service says which field and why
@@ -143,7 +146,7 @@ def _post(base: str, payload: Mapping[str, Any], endpoint: str = "metrics") -> N
             raise OSError(f"HTTP {response.status}")
 
 
-def _append(path: str, record: dict[str, float | int]) -> None:
+def _append(path: str, record: Mapping[str, Any]) -> None:
     # One write of one whole line to a file opened for appending: readers never see half a line
     # followed by someone else's line.
     line = (json.dumps(record) + "\n").encode()

@@ -18,6 +18,17 @@ Elasticity:
   after the checkpoint is safe, so a lost or repeated epoch is visible, and
   reports it with voda.report.epoch.
 
+Goodput (on unless --no-report-goodput): as an AdaptDL job does, rank 0 measures
+per configuration (nodes, world size, per-rank micro-batch) the compute time
+(forward and backward) and the whole step (with the gradient all-reduce and the
+update), and the gradient statistics from the ranks' local gradients before they
+are averaged (on one rank, from the two halves of its batch); it keeps them in
+`<checkpoint dir>/goodput.json` across restarts (voda.goodput_meter) and reports
+them after every epoch with voda.report.goodput. The gradients are averaged with
+one all-reduce after the backward pass (no DDP), so the step is compute then sync.
+The script trains at a fixed global batch (--batch-size): it reports it as its
+fixed batch, with the limits of --init-batch, --max-batch, --min-local, --max-local.
+
 `--sample-seconds` adds an emulated compute time per sample (a sleep on each
 rank for its share of the batch) so epochs speed up with more workers, as on
 GPUs, even on a machine with few cores.
@@ -52,9 +63,9 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 import voda.report  # noqa: E402
+from voda.goodput_meter import GOODPUT_FILE, Configuration, GoodputMeter  # noqa: E402
 
 CHECKPOINT = "checkpoint.pt"
 EPOCH_RECORD = "epochs.jsonl"
@@ -76,6 +87,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sample-seconds", type=float,
                         default=float(env.get("VODA_SAMPLE_SECONDS", "0")),
                         help="emulated compute time per sample (sleep)")
+    parser.add_argument("--report-goodput", action=argparse.BooleanOptionalAction,
+                        default=True, help="measure and report the goodput model")
+    parser.add_argument("--init-batch", type=int, default=None,
+                        help="the batch the learning rate is set for (default: --batch-size)")
+    parser.add_argument("--max-batch", type=int, default=None,
+                        help="the largest global batch (default: --batch-size)")
+    parser.add_argument("--min-local", type=int, default=1, help="the smallest per-rank batch")
+    parser.add_argument("--max-local", type=int, default=None,
+                        help="the largest per-rank batch (default: --batch-size)")
     parser.add_argument("--checkpoint-dir",
                         default=env.get("VODA_CHECKPOINT_DIR") or
                         os.path.join("checkpoints", env.get("VODA_JOB", "train")))
@@ -89,7 +109,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')}: must be at least 1")
     if args.sample_seconds < 0:
         parser.error("--sample-seconds: must not be negative")
+    args.init_batch = args.batch_size if args.init_batch is None else args.init_batch
+    args.max_batch = args.batch_size if args.max_batch is None else args.max_batch
+    args.max_local = args.batch_size if args.max_local is None else args.max_local
+    if not 1 <= args.init_batch <= args.batch_size <= args.max_batch:
+        parser.error("--init-batch, --batch-size, --max-batch: need 1 <= init <= batch <= max")
+    if not 1 <= args.min_local <= args.max_local:
+        parser.error("--min-local, --max-local: need 1 <= min <= max")
     return args
+
+
+def batch_limits(args: argparse.Namespace) -> dict[str, int]:
+    """What the goodput report says of the batch: this script trains at a fixed one."""
+    return {"init_batch": args.init_batch, "max_batch": args.max_batch,
+            "min_local": args.min_local, "max_local": args.max_local,
+            "fixed_batch": args.batch_size}
+
+
+def nodes_in_placement(world: int) -> int:
+    """How many (virtual) nodes the ranks run on, from VODA_PLACEMENT ('node:count,...')."""
+    nodes = 0
+    for part in os.environ.get("VODA_PLACEMENT", "").split(","):
+        _, _, count = part.rpartition(":")
+        if count.strip().isdigit() and int(count) > 0:
+            nodes += 1
+    return min(max(nodes, 1), world)
 
 
 def log(message: str) -> None:
@@ -166,6 +210,21 @@ def agree_to_stop(device: torch.device) -> bool:
     return bool(flag.item() > 0)
 
 
+def local_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                   scale: float) -> torch.Tensor:
+    """The flat gradient of `scale` x the squared error summed over (x, y)."""
+    params = list(model.parameters())
+    loss = ((model(x) - y) ** 2).sum() * scale
+    return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
+
+
+def set_gradient(model: nn.Module, flat: torch.Tensor) -> None:
+    offset = 0
+    for p in model.parameters():
+        p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+
+
 def train(args: argparse.Namespace) -> int:
     ckpt_dir = Path(args.checkpoint_dir)
     ckpt_path = ckpt_dir / CHECKPOINT
@@ -187,7 +246,12 @@ def train(args: argparse.Namespace) -> int:
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
         epoch, step = int(state["epoch"]), int(state["step"])
-    ddp = DistributedDataParallel(model)
+    for p in model.parameters():  # every rank starts from rank 0's weights
+        dist.broadcast(p.data, src=0)
+    measuring = args.report_goodput  # on every rank: the all-reduce carries the statistics
+    meter = GoodputMeter.load(ckpt_dir / GOODPUT_FILE, args.init_batch) if (
+        measuring and rank == 0) else None
+    config = Configuration(nodes_in_placement(world), world, math.ceil(args.batch_size / world))
     steps_per_epoch = math.ceil(args.samples / args.batch_size)
     log(f"world size {world} ({backend}), resuming at epoch {epoch + 1} step {step + 1}"
         if state is not None else f"world size {world} ({backend}), starting")
@@ -198,6 +262,43 @@ def train(args: argparse.Namespace) -> int:
                 "epoch": at_epoch, "step": at_step, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
             })
+        if meter is not None:
+            meter.end_epoch()
+            meter.save(ckpt_dir / GOODPUT_FILE)
+
+    def train_step(batch: torch.Tensor) -> None:
+        """One optimiser step on the global `batch`: each rank's gradient of its shard
+        (of each half on one rank), the emulated compute, one all-reduce of the summed
+        gradient with the replicas' gradient statistics, the update."""
+        started = time.perf_counter()
+        shard = batch.tensor_split(world)[rank]
+        halves = measuring and world == 1 and len(shard) >= 2
+        pieces = shard.tensor_split(2) if halves else (shard,)
+        scale = world / len(batch)  # the ranks' average is the full batch's mean gradient
+        grads = [local_gradient(model, x_all[p].to(device), y_all[p].to(device), scale)
+                 for p in pieces]
+        if args.sample_seconds:
+            time.sleep(len(shard) * args.sample_seconds)
+        computed = time.perf_counter()
+        local_sqr = 0.0
+        if measuring:
+            # sum_i (b_i / B) |mean gradient of piece i|^2, this rank's pieces (the mean
+            # gradient of piece i is its gradient x B / (world b_i)).
+            local_sqr = sum(float(g.double().pow(2).sum()) * len(batch) / (world ** 2 * len(p))
+                            for g, p in zip(grads, pieces, strict=True) if len(p))
+        buffer = torch.cat([sum(grads[1:], grads[0]).double(),
+                            torch.tensor([local_sqr], dtype=torch.float64, device=device)])
+        if world > 1:
+            dist.all_reduce(buffer)
+        mean = (buffer[:-1] / world).float()
+        set_gradient(model, mean)
+        optimizer.step()
+        if meter is not None:
+            meter.step(config, computed - started, time.perf_counter() - started)
+            count = len(pieces) if world == 1 else min(world, len(batch))
+            if count > 1:
+                meter.gradients(float(buffer[-1]), float(mean.double().pow(2).sum()),
+                                count, len(batch))
 
     first_step = True
     while epoch < args.epochs:
@@ -209,15 +310,7 @@ def train(args: argparse.Namespace) -> int:
                 checkpoint(epoch, step)
                 log(f"stopped before epoch {epoch + 1} step {step + 1}, checkpoint saved")
                 exit_now(voda.report.STOPPED_EXIT_CODE)
-            batch = perm[step * args.batch_size:(step + 1) * args.batch_size]
-            shard = batch.tensor_split(world)[rank]
-            x, y = x_all[shard].to(device), y_all[shard].to(device)
-            loss = ((ddp(x) - y) ** 2).sum() * world / len(batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if args.sample_seconds:
-                time.sleep(len(shard) * args.sample_seconds)
+            train_step(perm[step * args.batch_size:(step + 1) * args.batch_size])
             step += 1
             steps_here += 1
             if first_step:
@@ -231,6 +324,8 @@ def train(args: argparse.Namespace) -> int:
             append_line(ckpt_dir / EPOCH_RECORD, {
                 "epoch": epoch, "workers": world, "seconds": seconds, "time": time.time()})
             voda.report.epoch(epoch, seconds, world, samples=args.samples)
+            if meter is not None:
+                meter.report(batch_limits(args), epoch_samples=args.samples)
             log(f"epoch {epoch}/{args.epochs} done in {seconds:.2f} s on {world} workers")
     if rank == 0:
         with torch.no_grad():

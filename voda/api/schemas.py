@@ -7,7 +7,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from voda.core.goodput_report import (
+    MAX_BATCH,
+    MAX_EPOCH_SAMPLES,
+    MAX_GRADIENT_STATISTIC,
     MAX_OBSERVATIONS,
+    MAX_STEP_SECONDS,
+    MIN_STEP_SECONDS,
     BatchLimits,
     GoodputReport,
     StepObservation,
@@ -27,12 +32,6 @@ from voda.spec.parse import (
 # Bounds of what a training process may report about one epoch.
 MAX_EPOCH_SECONDS = 1e7
 MAX_SAMPLES_PER_SECOND = 1e12
-# Bounds of a goodput report.
-MAX_BATCH = 10_000_000
-MIN_STEP_SECONDS = 1e-6
-MAX_STEP_SECONDS = 1e4
-MAX_GRADIENT_STATISTIC = 1e30
-MAX_EPOCH_SAMPLES = 1e12
 MAX_RATE_LIMIT_SECONDS = 86_400.0
 MAX_NODE_GPUS = 1_024
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"

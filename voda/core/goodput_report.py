@@ -25,6 +25,12 @@ import numpy as np
 from voda.core.goodput import GoodputModel, PerfParams, fit_perf_params
 
 MAX_OBSERVATIONS = 64
+# Bounds of each number in a report (the API's schema uses the same).
+MAX_BATCH = 10_000_000
+MIN_STEP_SECONDS = 1e-6
+MAX_STEP_SECONDS = 1e4
+MAX_GRADIENT_STATISTIC = 1e30
+MAX_EPOCH_SAMPLES = 1e12
 # A fit is refused when it predicts a measured time off by more than this factor.
 FIT_TOLERANCE = 3.0
 
@@ -72,6 +78,95 @@ class ReportRefused(ValueError):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         super().__init__("; ".join(f"{f}: {r}" for f, r in problems))
+
+
+def report_from_values(values: object, max_workers: int) -> GoodputReport:
+    """A report from plain JSON values (as a training process writes it to the local
+    backend's report file), each number checked against the bounds the API's schema
+    enforces. Raises ReportRefused naming every field at fault."""
+    reader = _Reader()
+    doc = reader.mapping(values, "", {"observations", "grad_sqr", "grad_var", "limits",
+                                      "epoch_samples"})
+    raw_observations = doc.get("observations")
+    if not isinstance(raw_observations, list) or not raw_observations:
+        reader.refuse("observations", "a list of at least one measured configuration is needed")
+        raw_observations = []
+    elif len(raw_observations) > MAX_OBSERVATIONS:
+        reader.refuse("observations", f"at most {MAX_OBSERVATIONS} configurations, got "
+                                      f"{len(raw_observations)}")
+        raw_observations = []
+    observations = []
+    for i, raw in enumerate(raw_observations):
+        where = f"observations.{i}"
+        o = reader.mapping(raw, where, {"nodes", "replicas", "atomic_bsz", "compute_seconds",
+                                        "step_seconds"})
+        observations.append(StepObservation(
+            reader.count(o, where, "nodes", max_workers),
+            reader.count(o, where, "replicas", max_workers),
+            reader.count(o, where, "atomic_bsz", MAX_BATCH),
+            reader.number(o, where, "compute_seconds", MIN_STEP_SECONDS, MAX_STEP_SECONDS),
+            reader.number(o, where, "step_seconds", MIN_STEP_SECONDS, MAX_STEP_SECONDS)))
+    raw_limits = reader.mapping(doc.get("limits"), "limits", {
+        "init_batch", "max_batch", "min_local", "max_local", "fixed_batch"})
+    limits = BatchLimits(*(reader.count(raw_limits, "limits", name, MAX_BATCH) for name in
+                           ("init_batch", "max_batch", "min_local", "max_local")),
+                         fixed_batch=(None if raw_limits.get("fixed_batch") is None else
+                                      reader.count(raw_limits, "limits", "fixed_batch",
+                                                   MAX_BATCH)))
+    report = GoodputReport(
+        tuple(observations),
+        reader.number(doc, "", "grad_sqr", 0.0, MAX_GRADIENT_STATISTIC),
+        reader.number(doc, "", "grad_var", 0.0, MAX_GRADIENT_STATISTIC), limits,
+        None if doc.get("epoch_samples") is None else reader.number(
+            doc, "", "epoch_samples", 0.0, MAX_EPOCH_SAMPLES, above_low=True))
+    if reader.found:
+        raise ReportRefused(reader.found)
+    return report
+
+
+class _Reader:
+    """Reads typed, bounded fields out of JSON values, collecting what is wrong."""
+
+    def __init__(self) -> None:
+        self.found: list[Problem] = []
+
+    def refuse(self, where: str, reason: str) -> None:
+        self.found.append((where, reason))
+
+    def mapping(self, value: object, where: str, known: set[str]) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            self.refuse(where or "report", "an object is needed")
+            return {}
+        for key in sorted(set(value) - known, key=str):
+            self.refuse(_field(where, str(key)), "unknown field")
+        return value
+
+    def count(self, values: Mapping[str, Any], where: str, name: str, high: int) -> int:
+        value = values.get(name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.refuse(_field(where, name), "a whole number is needed")
+            return 1
+        if not 1 <= value <= high:
+            self.refuse(_field(where, name), f"{value} is outside [1, {high}]")
+            return 1
+        return value
+
+    def number(self, values: Mapping[str, Any], where: str, name: str, low: float,
+               high: float, above_low: bool = False) -> float:
+        value = values.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+                value):
+            self.refuse(_field(where, name), "a finite number is needed")
+            return high
+        if not (low < value <= high if above_low else low <= value <= high):
+            self.refuse(_field(where, name), f"{value:g} is outside "
+                                             f"{'(' if above_low else '['}{low:g}, {high:g}]")
+            return high
+        return float(value)
+
+
+def _field(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
 
 
 def problems(report: GoodputReport, max_workers: int) -> list[Problem]:

@@ -62,6 +62,7 @@ from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
 
 MAX_LAUNCHER_FAILURES = 3
+MAX_REFUSAL_CHARS = 2_000  # of a refused report's reasons, in the job's log
 
 CommandSource = Callable[[Job], "str | Sequence[str] | None"]
 
@@ -567,6 +568,9 @@ class LocalBackend:
 
     def _read_reports(self, run: Run) -> None:
         for record in new_reports(run):
+            if "goodput" in record:
+                self._goodput_reported(run, record["goodput"])
+                continue
             try:
                 epoch = int(record["epoch"])
                 seconds = float(record["epoch_seconds"])
@@ -580,6 +584,28 @@ class LocalBackend:
                 data["samples_per_second"] = float(throughput)
             self._events.append(Event(EventKind.EPOCH_REPORTED, self._clock(), job=run.name,
                                       data=data))
+
+    def _goodput_reported(self, run: Run, values: object) -> None:
+        """A goodput report from the job's report file: checked and fitted as the service
+        checks and fits a POSTed one (one fit, milliseconds, once per epoch at most); a
+        refusal goes to the job's log, naming the fields."""
+        # Here, not at the top: `voda logs` imports this package and must not pay for SciPy.
+        from voda.blas import serial_blas
+        from voda.core.goodput_report import ReportRefused, model_of, report_from_values
+
+        try:
+            with serial_blas():
+                model = model_of(report_from_values(values, run.job.max_workers),
+                                 run.job.max_workers)
+        except ReportRefused as refused:
+            write_log(run, f"goodput report refused: {str(refused)[:MAX_REFUSAL_CHARS]}")
+            return
+        except Exception as exc:  # a report line must never stop the monitor
+            write_log(run, f"goodput report not fitted: {type(exc).__name__}: "
+                      f"{str(exc)[:MAX_REFUSAL_CHARS]}")
+            return
+        self._events.append(Event(EventKind.GOODPUT_REPORTED, self._clock(), job=run.name,
+                                  data={"goodput": model}))
 
     # ----- adoption -----------------------------------------------------------
     def _adopt_left_running(self) -> None:

@@ -92,7 +92,7 @@ def new_reports(run: Run) -> list[dict[str, object]]:
     for line in data[:end].splitlines():
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             continue
         if isinstance(record, dict):
             records.append(record)

@@ -1,0 +1,225 @@
+"""Goodput reports through the local backend: the report file's goodput lines checked
+(every field bounded, refusals naming it) and fitted into GOODPUT_REPORTED events, and
+the example training script measuring its model across a rescale with real processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ServeFactory
+from tests.goodput_reports import body
+from tests.polling import wait_for
+from tests.test_api_goodput import HOSTILE as API_HOSTILE
+from tests.test_api_goodput import _job, _settled, changed
+from tests.test_local_backend import TRAIN, read_jsonl, wait_for_events, write_script
+from voda.backends.local import LocalBackend
+from voda.core.allocation.voda import Voda
+from voda.core.goodput import GoodputModel
+from voda.core.goodput_report import ReportRefused, model_of, report_from_values
+from voda.core.model import Job
+from voda.demo_local import PROJECT_ROOT
+from voda.engine.events import Event, EventKind
+from voda.goodput_meter import GOODPUT_FILE
+
+
+def without(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != key}
+
+
+# ----- the report file's goodput lines, checked -------------------------------------------
+# What only JSON read without a schema can hold, beside every case the API refuses.
+FILE_ONLY = [
+    ("not an object", [1, 2], "report"),
+    ("observations that are not a list", changed("observations", {"a": 1}), "observations"),
+    ("an observation that is not an object", changed("observations.1", 3), "observations.1"),
+    ("a GPU count as a boolean", changed("observations.0.replicas", True),
+     "observations.0.replicas"),
+    ("a GPU count as a fraction", changed("observations.0.replicas", 1.5),
+     "observations.0.replicas"),
+    ("no nodes", changed("observations.0.nodes", 0), "observations.0.nodes"),
+    ("a step of NaN", changed("observations.0.step_seconds", math.nan),
+     "observations.0.step_seconds"),
+    ("a missing time", changed("observations.0", {"nodes": 1, "replicas": 1, "atomic_bsz": 64,
+                                                  "step_seconds": 0.3}),
+     "observations.0.compute_seconds"),
+    ("an unknown field in an observation", changed("observations.0.gpu", "t4"),
+     "observations.0.gpu"),
+    ("an infinite gradient statistic", changed("grad_var", math.inf), "grad_var"),
+    ("a gradient statistic past the bound", changed("grad_var", 1e31), "grad_var"),
+    ("a fixed batch as text", changed("limits.fixed_batch", "64"), "limits.fixed_batch"),
+]
+CASES = [*API_HOSTILE, *FILE_ONLY]
+
+
+@pytest.mark.parametrize(("doc", "field"), [(d, f) for _, d, f in CASES],
+                         ids=[i for i, _, _ in CASES])
+def test_a_report_line_is_refused_as_the_api_refuses_it_naming_the_field(
+        doc: Any, field: str) -> None:
+    with pytest.raises(ReportRefused) as refused:
+        model_of(report_from_values(doc, max_workers=2), max_workers=2)
+    fields = [f for f, _ in refused.value.problems]
+    assert any(f.startswith(field) for f in fields), fields
+
+
+def test_a_good_report_line_reads_as_the_api_reads_the_body() -> None:
+    doc = body(epoch_samples=50_000.0)
+    report = report_from_values(json.loads(json.dumps(doc)), max_workers=2)
+    assert [(o.nodes, o.replicas, o.atomic_bsz) for o in report.observations] == [
+        (o["nodes"], o["replicas"], o["atomic_bsz"]) for o in doc["observations"]]
+    assert report.limits.max_local == doc["limits"]["max_local"]
+    assert report.epoch_samples == 50_000.0
+    assert report_from_values(without(doc, "epoch_samples"), 2).epoch_samples is None
+
+
+# ----- the backend fits what a script writes ------------------------------------------------
+@pytest.fixture
+def clock() -> Callable[[], float]:
+    started = time.monotonic()
+    return lambda: time.monotonic() - started
+
+
+def test_the_backend_fits_report_lines_into_goodput_events_and_logs_refusals_cut_short(
+        tmp_path: Path, clock: Callable[[], float]) -> None:
+    good = body(epoch_samples=50_000.0)
+    bad = changed("limits.min_local", 1000)
+    script = write_script(tmp_path, "reports.py", (
+        "import json, os, voda.report\n"
+        "with open(os.environ['VODA_REPORT'], 'a') as f:\n"
+        "    f.write('[' * 100000 + '\\n')  # nested past any parser's depth\n"
+        "    flood = {f'x{i}': 1 for i in range(5000)}  # 5,000 unknown fields\n"
+        "    f.write(json.dumps({'goodput': flood}) + '\\n')\n"
+        f"good, bad = {good!r}, {bad!r}\n"
+        "for doc in (bad, good):\n"
+        "    assert voda.report.goodput(doc['observations'], doc['grad_sqr'], doc['grad_var'],"
+        " doc['limits'], epoch_samples=doc.get('epoch_samples'))\n"
+        "voda.report.epoch(1, 2.0, 1)\n"))
+    backend = LocalBackend(slots=2, run_dir=tmp_path / "runs", clock=clock,
+                           commands={"adaptive": script}, launcher="fork", preload=())
+    try:
+        backend.start(Job("adaptive", 1, 2, epochs=1), (("local", 1),))
+        events = wait_for_events(backend, lambda ev: any(
+            e.kind is EventKind.JOB_COMPLETED for e in ev))
+    finally:
+        backend.close()
+    reported = [e for e in events if e.kind is EventKind.GOODPUT_REPORTED]
+    assert len(reported) == 1
+    model = reported[0].data["goodput"]
+    assert model == model_of(report_from_values(good, 2), 2)  # as the service fits it
+    assert model.max_profiled_replicas == 2 and model.epoch_samples == 50_000.0
+    kinds = [e.kind for e in events]
+    assert kinds.index(EventKind.GOODPUT_REPORTED) < kinds.index(EventKind.JOB_COMPLETED)
+    log = backend.log_path("adaptive").read_text()
+    assert "goodput report refused: limits.min_local: 1000 is above max_local" in log
+    flood = next(line for line in log.splitlines() if "x4999" in line or "x0:" in line)
+    assert "unknown field" in flood and len(flood) < 2_100  # the reasons are cut short
+
+
+def test_the_example_script_reports_each_configuration_it_ran_across_a_rescale(
+        tmp_path: Path, clock: Callable[[], float]) -> None:
+    command = (f"python {TRAIN} --epochs 4 --steps-per-epoch 12 --batch-size 64 "
+               "--sample-seconds 0.001")
+    backend = LocalBackend(slots=2, nodes="2x1", run_dir=tmp_path / "runs", cwd=PROJECT_ROOT,
+                           clock=clock, commands={"meter": command}, stop_timeout=15.0)
+    job = Job("meter", 1, 2, epochs=4)
+    seen: list[Event] = []
+    try:
+        assert backend.wait_ready()
+        backend.start(job, (("local-0", 1),))
+        seen += wait_for_events(backend, lambda ev: any(
+            e.kind is EventKind.GOODPUT_REPORTED for e in ev), timeout=60)
+        backend.scale(job, (("local-0", 1), ("local-1", 1)))  # two nodes of one GPU
+        seen += wait_for_events(backend, lambda ev: any(
+            e.kind is EventKind.JOB_COMPLETED for e in ev), timeout=90)
+    finally:
+        backend.close()
+    models = [e.data["goodput"] for e in seen if e.kind is EventKind.GOODPUT_REPORTED]
+    assert models[0].max_profiled_replicas == 1
+    assert models[-1].max_profiled_replicas == 2
+    last = models[-1]
+    assert last.fixed_batch == 64 and last.init_batch == 64 and last.epoch_samples == 12 * 64
+    assert last.grad_sqr > 0 and last.grad_var > 0
+    # What the script keeps in its checkpoint directory: one configuration per size.
+    kept = json.loads((backend.checkpoint_dir("meter") / GOODPUT_FILE).read_text())
+    configs = {(n, r, a): (c, s) for n, r, a, c, s in kept["observations"]}
+    assert set(configs) == {(1, 1, 64), (2, 2, 32)}
+    for compute, step in configs.values():
+        assert 0 < compute <= step
+    # The emulated compute (1 ms a sample) is what the compute time measures.
+    assert configs[(1, 1, 64)][0] == pytest.approx(0.064, rel=0.5)
+    assert configs[(2, 2, 32)][0] == pytest.approx(0.032, rel=0.5)
+    reports = [r["goodput"] for r in read_jsonl(backend.run_dir / "meter" / "reports.jsonl")
+               if "goodput" in r]
+    assert len(reports) == len(models)  # every line was fitted, none refused
+    epochs = read_jsonl(backend.checkpoint_dir("meter") / "epochs.jsonl")
+    assert [e["epoch"] for e in epochs] == [1, 2, 3, 4]
+
+
+# ----- through the service ----------------------------------------------------------------
+def category_model(lines: list[dict[str, Any]], max_workers: int) -> GoodputModel:
+    """The model the engine keeps for the category of a job that reported `lines`: the
+    first measured on the most GPUs (Scheduler._learn_goodput)."""
+    held: GoodputModel | None = None
+    for values in lines:
+        model = model_of(report_from_values(values, max_workers), max_workers)
+        if held is None or model.max_profiled_replicas > held.max_profiled_replicas:
+            held = model
+    assert held is not None
+    return held
+
+
+def test_a_local_job_reports_its_model_to_the_service_and_voda_sizes_its_category_by_it(
+        serve: ServeFactory, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    server = serve(f"sqlite:///{tmp_path / 'v.db'}", "--backend", "local", "--slots", "4",
+                   "--run-dir", str(runs), "--algorithm", "Voda", "--rate-limit", "0.2",
+                   "--step-interval", "0.2", tokens=True)
+    sleeper = write_script(tmp_path, "sleeper.py", "import time\ntime.sleep(300)\n")
+    with server.client("root") as client:  # the local backend runs administrators' commands
+        def submit(doc: dict[str, Any]) -> str:
+            response = client.post("/v1/jobs", json=doc)
+            assert response.status_code == 201, response.text
+            return str(response.json()["name"])
+
+        meter = submit({"name": "meter", "category": "meter", "min": 1, "max": 2, "epochs": 3,
+                        "command": f"python {TRAIN} --steps-per-epoch 8 --batch-size 64 "
+                                   "--sample-seconds 0.001"})
+        wait_for(lambda: client.get(f"/v1/jobs/{meter}").json()["status"] == "Completed",
+                 timeout=90)
+        summary = client.get(f"/v1/jobs/{meter}").json()["goodput"]
+        lines = [r["goodput"] for r in read_jsonl(runs / meter / "reports.jsonl")
+                 if "goodput" in r]
+        assert len(lines) == 3  # one report an epoch
+        assert summary["reported"] is True
+        assert summary["measured_gpus"] == max(
+            o["replicas"] for o in lines[-1]["observations"]) >= 1
+        assert (summary["grad_sqr"], summary["grad_var"]) == pytest.approx(
+            (lines[-1]["grad_sqr"], lines[-1]["grad_var"]))
+        assert summary["grad_sqr"] > 0 and summary["grad_var"] > 0
+        assert "refused" not in (runs / meter / "log.txt").read_text()
+        model = category_model(lines, 2)
+
+        # A new job of the category is sized by the model the first one reported.
+        decided_after = time.time()
+        # (Long enough that a restart's 30 s is worth paying for both.)
+        borrower, stranger = (
+            submit({"name": name, "category": category, "min": 1, "max": 4, "epochs": epochs,
+                    "command": sleeper})
+            for name, category, epochs in (("borrower", "meter", 2000),
+                                           ("stranger", "other", 200)))
+        allocation = _settled(client, since=decided_after)
+        views = [client.get(f"/v1/jobs/{n}").json() for n in (borrower, stranger)]
+        assert views[0]["goodput"]["throughput_from"] == "category"
+        assert views[0]["goodput"]["category_measured_gpus"] == model.max_profiled_replicas
+        assert views[1]["goodput"] is None
+        # The borrower has no model of its own, only its category's.
+        jobs = [dataclasses.replace(_job(views[0], model), goodput=None), _job(views[1])]
+        assert allocation == Voda()(jobs, 4)
+        assert [v["workers"] for v in views] == [allocation[borrower], allocation[stranger]]
