@@ -118,3 +118,25 @@ def test_a_category_keeps_its_best_measured_throughput_model_per_gpu_type() -> N
                               .submitted_at(13).obj())
     assert later.snapshot().category_goodput is wide, "a finished job's measurement is kept"
     assert other_type.category_goodput is None, "an A100 model says nothing of a V100"
+
+
+def test_an_epoch_the_old_size_finishes_after_a_resize_moves_the_restore_epoch() -> None:
+    sched, backend = engine()
+    sched.submit(make_job("x").workers(1, 4).epochs(10).gpu_type("a100").submitted_at(0).obj())
+    sched.step(0.0)
+    backend.report_epoch("x", 90.0, 1, 90.0, 4)
+    backend.report_epoch("x", 120.0, 2, 30.0, 4)
+    sched.step(120.0)
+    sched.submit(make_job("y").workers(1, 4).gpu_type("a100").submitted_at(121).obj())
+    sched.step(121.0)  # x shrinks to 2 after epoch 2: epoch 3 should hold the restore
+    record = sched.jobs["x"]
+    assert record.current_workers == 2
+    # The 4 workers, stopping gracefully, finish epoch 3; the 2 start from its checkpoint.
+    backend.report_epoch("x", 150.0, 3, 30.0, 4)
+    backend.report_epoch("x", 230.0, 4, 80.0, 2)  # includes the restore: not a speed
+    sched.step(230.0)
+    assert record.epoch_time_by_workers == {4: 30.0}
+    backend.report_epoch("x", 280.0, 5, 50.0, 2)
+    sched.step(280.0)
+    assert record.epoch_time_by_workers == {4: 30.0, 2: 50.0}
+    assert record.completed_epochs == 5

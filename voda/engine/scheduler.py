@@ -123,6 +123,10 @@ class JobRecord:
     # The epoch that includes restoring the checkpoint after the last (re)start, resize or
     # move (the first one run there): progress, but not a measure of speed.
     restore_epoch: int | None = None
+    # The size it was last (re)started at, until it reports an epoch there. An epoch the
+    # old size still reports after the change was decided (a process stopping gracefully
+    # finishes its epoch) moves restore_epoch past it.
+    restore_workers: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def snapshot(self) -> Job:
@@ -441,6 +445,11 @@ class Scheduler:
         if workers < 1 or not seconds > 0:
             return
         record.completed_epochs = max(record.completed_epochs, float(epoch))
+        if record.restore_workers is not None and record.restore_epoch is not None:
+            if workers == record.restore_workers:
+                record.restore_workers = None  # the new size reports: the restore is behind
+            elif epoch >= record.restore_epoch:
+                record.restore_epoch = epoch + 1  # the old size still ran this epoch
         if record.restore_epoch is None or epoch > record.restore_epoch:
             new = _smoothed(record.epoch_time_by_workers.get(workers), seconds)
             record.epoch_time_by_workers[workers] = new
@@ -653,6 +662,7 @@ class Scheduler:
             self._set_status(record, JobStatus.WAITING, now)
             return
         record.restore_epoch = int(record.completed_epochs) + 1
+        record.restore_workers = action.workers_after
         if action.kind is ActionKind.START:
             if record.first_start_time is not None:
                 record.restarts += 1
@@ -684,6 +694,7 @@ class Scheduler:
             self._place(record, actual)
             if started:
                 record.restore_epoch = int(record.completed_epochs) + 1
+                record.restore_workers = record.current_workers
                 if record.first_start_time is None:
                     record.first_start_time = now
                 self._set_status(record, JobStatus.RUNNING, now)
