@@ -223,3 +223,43 @@ def test_a_local_job_reports_its_model_to_the_service_and_voda_sizes_its_categor
         jobs = [dataclasses.replace(_job(views[0], model), goodput=None), _job(views[1])]
         assert allocation == Voda()(jobs, 4)
         assert [v["workers"] for v in views] == [allocation[borrower], allocation[stranger]]
+
+
+def test_a_flood_of_goodput_lines_costs_one_fit_per_read_of_the_report_file(
+        tmp_path: Path, clock: Callable[[], float]) -> None:
+    from voda.backends.local.paths import REPORT_FILE
+    from voda.backends.local.run import Run
+
+    good, bad = body(epoch_samples=50_000.0), changed("limits.min_local", 1000)
+    run = Run("flood", Job("flood", 1, 2, epochs=1), tmp_path / "flood")
+    run.dir.mkdir()
+    lines = [json.dumps({"goodput": bad})] + [json.dumps({"goodput": good})] * 300
+    (run.dir / REPORT_FILE).write_text("\n".join(lines) + "\n")
+    backend = LocalBackend(slots=2, run_dir=tmp_path / "runs", clock=clock,
+                           launcher="fork", preload=())
+    try:
+        backend._read_reports(run)
+        events = backend.events()
+    finally:
+        backend.close()
+    reported = [e for e in events if e.kind is EventKind.GOODPUT_REPORTED]
+    assert len(reported) == 1  # 300 good lines, one fit
+    assert reported[0].data["goodput"] == model_of(report_from_values(good, 2), 2)
+
+
+def test_the_report_file_is_read_a_bounded_chunk_at_a_time(tmp_path: Path) -> None:
+    from voda.backends.local.paths import REPORT_FILE
+    from voda.backends.local.run import MAX_REPORT_READ, Run, new_reports
+
+    run = Run("big", Job("big", 1, 1, epochs=1), tmp_path)
+    path = tmp_path / REPORT_FILE
+    huge = json.dumps({"epoch": 1, "pad": "x" * (3 * MAX_REPORT_READ)})
+    path.write_text(huge + "\n" + json.dumps({"epoch": 2, "epoch_seconds": 1.0,
+                                              "workers": 1}) + "\n")
+    seen: list[dict[str, object]] = []
+    for _ in range(6):
+        before = run.report_offset
+        seen += new_reports(run)
+        assert run.report_offset - before <= MAX_REPORT_READ
+    assert [r["epoch"] for r in seen] == [2]  # the line longer than a read is dropped
+    assert run.report_offset == path.stat().st_size

@@ -567,9 +567,10 @@ class LocalBackend:
             run.last_epoch = max(run.last_epoch, int(record.get("epoch", 0)))
 
     def _read_reports(self, run: Run) -> None:
+        goodput: list[object] = []
         for record in new_reports(run):
             if "goodput" in record:
-                self._goodput_reported(run, record["goodput"])
+                goodput.append(record["goodput"])
                 continue
             try:
                 epoch = int(record["epoch"])
@@ -584,19 +585,39 @@ class LocalBackend:
                 data["samples_per_second"] = float(throughput)
             self._events.append(Event(EventKind.EPOCH_REPORTED, self._clock(), job=run.name,
                                       data=data))
+        if goodput:
+            self._goodput_reported(run, goodput)
 
-    def _goodput_reported(self, run: Run, values: object) -> None:
-        """A goodput report from the job's report file: checked and fitted as the service
-        checks and fits a POSTed one (one fit, milliseconds, once per epoch at most); a
-        refusal goes to the job's log, naming the fields."""
+    def _goodput_reported(self, run: Run, lines: list[object]) -> None:
+        """Goodput reports from the job's report file: checked as the service checks a
+        POSTed one, refusals to the job's log naming the fields, and the newest good one
+        fitted (a fit takes milliseconds: one per read of the file, however many lines a
+        job writes)."""
         # Here, not at the top: `voda logs` imports this package and must not pay for SciPy.
         from voda.blas import serial_blas
-        from voda.core.goodput_report import ReportRefused, model_of, report_from_values
+        from voda.core.goodput_report import (
+            GoodputReport,
+            ReportRefused,
+            model_of,
+            problems,
+            report_from_values,
+        )
 
+        newest: GoodputReport | None = None
+        for values in lines:
+            try:
+                report = report_from_values(values, run.job.max_workers)
+                found = problems(report, run.job.max_workers)
+                if found:
+                    raise ReportRefused(found)
+                newest = report
+            except ReportRefused as refused:
+                write_log(run, f"goodput report refused: {str(refused)[:MAX_REFUSAL_CHARS]}")
+        if newest is None:
+            return
         try:
             with serial_blas():
-                model = model_of(report_from_values(values, run.job.max_workers),
-                                 run.job.max_workers)
+                model = model_of(newest, run.job.max_workers)
         except ReportRefused as refused:
             write_log(run, f"goodput report refused: {str(refused)[:MAX_REFUSAL_CHARS]}")
             return

@@ -21,6 +21,8 @@ from voda.backends.local.paths import LOG_FILE, REPORT_FILE, STATE_FILE
 from voda.backends.local.process import AdoptedProcess, Process, is_alive
 from voda.core.model import Job, JobPlacement
 
+MAX_REPORT_READ = 1 << 20  # bytes of a job's report file read per pass
+
 
 @dataclass
 class Run:
@@ -78,15 +80,18 @@ def close_log(run: Run) -> None:
 
 # ----- reports ----------------------------------------------------------------
 def new_reports(run: Run) -> list[dict[str, object]]:
-    """The complete report lines written since the last call (JSON objects only)."""
+    """The complete report lines written since the last call (JSON objects only), at most
+    MAX_REPORT_READ bytes of them: the rest on the next call."""
     path = run.dir / REPORT_FILE
     try:
         with open(path, "rb") as f:
             f.seek(run.report_offset)
-            data = f.read()
+            data = f.read(MAX_REPORT_READ)
     except OSError:
         return []
     end = data.rfind(b"\n") + 1  # complete lines only
+    if end == 0 and len(data) == MAX_REPORT_READ:
+        end = len(data)  # a line longer than one read: dropped (its tail parses as nothing)
     run.report_offset += end
     records = []
     for line in data[:end].splitlines():
