@@ -131,7 +131,8 @@ def test_an_epoch_the_old_size_finishes_after_a_resize_moves_the_restore_epoch()
     sched.step(121.0)  # x shrinks to 2 after epoch 2: epoch 3 should hold the restore
     record = sched.jobs["x"]
     assert record.current_workers == 2
-    # The 4 workers, stopping gracefully, finish epoch 3; the 2 start from its checkpoint.
+    # The 4 workers, stopping gracefully, finish epoch 3 (a speed of 4: their restore was
+    # epoch 1); the 2 start from its checkpoint.
     backend.report_epoch("x", 150.0, 3, 30.0, 4)
     backend.report_epoch("x", 230.0, 4, 80.0, 2)  # includes the restore: not a speed
     sched.step(230.0)
@@ -140,3 +141,30 @@ def test_an_epoch_the_old_size_finishes_after_a_resize_moves_the_restore_epoch()
     sched.step(280.0)
     assert record.epoch_time_by_workers == {4: 30.0, 2: 50.0}
     assert record.completed_epochs == 5
+
+
+def test_a_size_changed_again_before_its_second_epoch_is_reported_keeps_that_epoch() -> None:
+    sched, backend = engine()
+    sched.submit(make_job("x").workers(1, 4).epochs(10).gpu_type("a100").submitted_at(0).obj())
+    sched.step(0.0)
+    backend.report_epoch("x", 90.0, 1, 90.0, 4)  # the restore
+    sched.submit(make_job("y").workers(1, 4).gpu_type("a100").submitted_at(91).obj())
+    sched.step(91.0)  # x shrinks to 2 after epoch 1
+    record = sched.jobs["x"]
+    assert record.current_workers == 2
+    backend.report_epoch("x", 100.0, 2, 30.0, 4)  # the 4 finish epoch 2: a speed of 4
+    backend.report_epoch("x", 180.0, 3, 80.0, 2)  # the 2's restore
+    sched.step(180.0)
+    assert record.epoch_time_by_workers == {4: 30.0}
+    sched.delete("y", 181.0)
+    sched.step(181.0)  # x grows back to 4 while the 2 run epoch 4
+    assert record.current_workers == 4
+    backend.report_epoch("x", 230.0, 4, 50.0, 2)  # the 2 finish epoch 4: a speed of 2
+    backend.report_epoch("x", 320.0, 5, 90.0, 4)  # the 4's restore
+    sched.step(320.0)
+    assert record.epoch_time_by_workers == {4: 30.0, 2: 50.0}
+    backend.report_epoch("x", 350.0, 6, 28.0, 4)
+    sched.step(350.0)
+    assert set(record.epoch_time_by_workers) == {4, 2}
+    assert record.epoch_time_by_workers[4] != 30.0  # epoch 6 measured, epoch 5 not
+    assert record.epoch_time_by_workers[4] < 30.0

@@ -127,6 +127,7 @@ class JobRecord:
     # old size still reports after the change was decided (a process stopping gracefully
     # finishes its epoch) moves restore_epoch past it.
     restore_workers: int | None = None
+    restore_epoch_before: int | None = None  # the restore epoch of the size before the change
     extra: dict[str, Any] = field(default_factory=dict)
 
     def snapshot(self) -> Job:
@@ -445,12 +446,18 @@ class Scheduler:
         if workers < 1 or not seconds > 0:
             return
         record.completed_epochs = max(record.completed_epochs, float(epoch))
+        measured = record.restore_epoch is None or epoch > record.restore_epoch
         if record.restore_workers is not None and record.restore_epoch is not None:
             if workers == record.restore_workers:
                 record.restore_workers = None  # the new size reports: the restore is behind
             elif epoch >= record.restore_epoch:
-                record.restore_epoch = epoch + 1  # the old size still ran this epoch
-        if record.restore_epoch is None or epoch > record.restore_epoch:
+                # The old size still ran this epoch (stopping gracefully, it finishes the
+                # one under way): a speed of the old size unless it held that size's own
+                # restore; the new size's first epoch is the next one.
+                record.restore_epoch = epoch + 1
+                before = record.restore_epoch_before
+                measured = before is None or epoch > before
+        if measured:
             new = _smoothed(record.epoch_time_by_workers.get(workers), seconds)
             record.epoch_time_by_workers[workers] = new
             if record.category:
@@ -661,6 +668,7 @@ class Scheduler:
             self._place(record, ())
             self._set_status(record, JobStatus.WAITING, now)
             return
+        record.restore_epoch_before = record.restore_epoch
         record.restore_epoch = int(record.completed_epochs) + 1
         record.restore_workers = action.workers_after
         if action.kind is ActionKind.START:
