@@ -668,9 +668,7 @@ class Scheduler:
             self._place(record, ())
             self._set_status(record, JobStatus.WAITING, now)
             return
-        record.restore_epoch_before = record.restore_epoch
-        record.restore_epoch = int(record.completed_epochs) + 1
-        record.restore_workers = action.workers_after
+        self._restarting(record, action.workers_after)
         if action.kind is ActionKind.START:
             if record.first_start_time is not None:
                 record.restarts += 1
@@ -701,8 +699,7 @@ class Scheduler:
             started = not record.placement and actual
             self._place(record, actual)
             if started:
-                record.restore_epoch = int(record.completed_epochs) + 1
-                record.restore_workers = record.current_workers
+                self._restarting(record, record.current_workers)
                 if record.first_start_time is None:
                     record.first_start_time = now
                 self._set_status(record, JobStatus.RUNNING, now)
@@ -711,6 +708,14 @@ class Scheduler:
                 self._set_status(record, JobStatus.WAITING, now)
 
     # ----- helpers ---------------------------------------------------------------
+    @staticmethod
+    def _restarting(record: JobRecord, workers: int) -> None:
+        """The job (re)starts on `workers` from its checkpoint: its next epoch there holds
+        the restore (see _record_epoch)."""
+        record.restore_epoch_before = record.restore_epoch
+        record.restore_epoch = int(record.completed_epochs) + 1
+        record.restore_workers = workers
+
     def _place(self, record: JobRecord, placement: JobPlacement) -> None:
         record.placement = placement
         record.current_workers = sum(c for _, c in placement)
