@@ -95,17 +95,25 @@ def adascale_gain(model: GoodputModel, batch: int) -> float:
     return float(model.efficiency(np.array([float(batch)]))[0] * scale)
 
 
+def plan(model: GoodputModel, nodes: int, replicas: int, fitted: bool) -> BatchPlan:
+    """The batch `model` picks on `replicas` ranks over `nodes` nodes, within its limits,
+    with AdaScale's learning-rate factor for it."""
+    choice = within_limits(model.choose(nodes, replicas), model, replicas)
+    batch = choice.batch_size(replicas)
+    return BatchPlan(batch, choice.atomic_bsz, choice.accum_steps,
+                     adascale_gain(model, batch), fitted, choice.goodput)
+
+
 def decide(limits: BatchLimits, values: Mapping[str, Any] | None, nodes: int, replicas: int,
            epoch_samples: float | None = None) -> BatchPlan:
     """The batch to train at on `replicas` ranks over `nodes` nodes, given the meter's
     report body `values` (None: nothing measured yet)."""
-    declared = declared_model(limits, epoch_samples)
     fitted = measured_model(values, replicas)
-    model = fitted if fitted is not None else declared
-    choice = within_limits(model.choose(nodes, replicas), model, replicas)
-    batch = choice.batch_size(replicas)
-    statistics = model if fitted is not None else dataclasses.replace(
-        declared, grad_sqr=float((values or {}).get("grad_sqr", 0.0)),
+    if fitted is not None:
+        return plan(fitted, nodes, replicas, fitted=True)
+    # The initial batch; its learning-rate factor from what gradients were measured.
+    declared = dataclasses.replace(
+        declared_model(limits, epoch_samples),
+        grad_sqr=float((values or {}).get("grad_sqr", 0.0)),
         grad_var=float((values or {}).get("grad_var", 0.0)))
-    return BatchPlan(batch, choice.atomic_bsz, choice.accum_steps,
-                     adascale_gain(statistics, batch), fitted is not None, choice.goodput)
+    return plan(declared, nodes, replicas, fitted=False)

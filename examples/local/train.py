@@ -370,7 +370,7 @@ def train(args: argparse.Namespace) -> int:
                 meter.gradients(float(buffer[-2]), float(mean.double().pow(2).sum()),
                                 count, len(batch))
 
-    first_step = True
+    first_step = first_epoch = True  # (first_epoch: the first completed in this process)
     while epoch < args.epochs:
         perm = torch.randperm(args.samples, generator=torch.Generator().manual_seed(
             args.seed * 100_003 + epoch))
@@ -395,7 +395,8 @@ def train(args: argparse.Namespace) -> int:
             append_line(ckpt_dir / EPOCH_RECORD, {
                 "epoch": epoch, "workers": world, "seconds": seconds, "time": time.time(),
                 "batch_size": batch_size, "atomic_bsz": atomic, "accum_steps": accum,
-                "lr_factor": lr_factor})
+                "lr_factor": lr_factor, "restarted": first_epoch})
+            first_epoch = False
             voda.report.epoch(epoch, seconds, world, samples=args.samples)
             if meter is not None:
                 meter.report(batch_limits(args), epoch_samples=args.samples)
