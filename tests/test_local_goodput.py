@@ -125,24 +125,33 @@ def test_the_backend_fits_report_lines_into_goodput_events_and_logs_refusals_cut
     assert "unknown field" in flood and len(flood) < 2_100  # the reasons are cut short
 
 
+def rescaled_after_a_report(backend: LocalBackend, job: Job,
+                            first: tuple[tuple[str, int], ...],
+                            then: tuple[tuple[str, int], ...]) -> list[Event]:
+    """The events of `job` started on `first`, rescaled to `then` once it has reported
+    its goodput, and run to completion; the backend closed."""
+    seen: list[Event] = []
+    try:
+        assert backend.wait_ready()
+        backend.start(job, first)
+        seen += wait_for_events(backend, lambda ev: any(
+            e.kind is EventKind.GOODPUT_REPORTED for e in ev), timeout=60)
+        backend.scale(job, then)
+        seen += wait_for_events(backend, lambda ev: any(
+            e.kind is EventKind.JOB_COMPLETED for e in ev), timeout=90)
+    finally:
+        backend.close()
+    return seen
+
+
 def test_the_example_script_reports_each_configuration_it_ran_across_a_rescale(
         tmp_path: Path, clock: Callable[[], float]) -> None:
     command = (f"python {TRAIN} --epochs 4 --steps-per-epoch 12 --batch-size 64 "
                "--fixed-batch --sample-seconds 0.001")
     backend = LocalBackend(slots=2, nodes="2x1", run_dir=tmp_path / "runs", cwd=PROJECT_ROOT,
                            clock=clock, commands={"meter": command}, stop_timeout=15.0)
-    job = Job("meter", 1, 2, epochs=4)
-    seen: list[Event] = []
-    try:
-        assert backend.wait_ready()
-        backend.start(job, (("local-0", 1),))
-        seen += wait_for_events(backend, lambda ev: any(
-            e.kind is EventKind.GOODPUT_REPORTED for e in ev), timeout=60)
-        backend.scale(job, (("local-0", 1), ("local-1", 1)))  # two nodes of one GPU
-        seen += wait_for_events(backend, lambda ev: any(
-            e.kind is EventKind.JOB_COMPLETED for e in ev), timeout=90)
-    finally:
-        backend.close()
+    seen = rescaled_after_a_report(backend, Job("meter", 1, 2, epochs=4), (("local-0", 1),),
+                                   (("local-0", 1), ("local-1", 1)))  # two nodes of 1 GPU
     models = [e.data["goodput"] for e in seen if e.kind is EventKind.GOODPUT_REPORTED]
     assert models[0].max_profiled_replicas == 1
     assert models[-1].max_profiled_replicas == 2
@@ -176,18 +185,8 @@ def test_the_example_script_trains_at_the_larger_batch_its_measured_model_makes_
                "--sample-seconds 0.0002 --label-noise 1")
     backend = LocalBackend(slots=2, run_dir=tmp_path / "runs", cwd=PROJECT_ROOT, clock=clock,
                            commands={"adaptive": command}, stop_timeout=15.0)
-    job = Job("adaptive", 1, 2, epochs=6)
-    seen: list[Event] = []
-    try:
-        assert backend.wait_ready()
-        backend.start(job, (("local", 1),))
-        seen += wait_for_events(backend, lambda ev: any(
-            e.kind is EventKind.GOODPUT_REPORTED for e in ev), timeout=60)
-        backend.scale(job, (("local", 2),))
-        seen += wait_for_events(backend, lambda ev: any(
-            e.kind is EventKind.JOB_COMPLETED for e in ev), timeout=90)
-    finally:
-        backend.close()
+    seen = rescaled_after_a_report(backend, Job("adaptive", 1, 2, epochs=6), (("local", 1),),
+                                   (("local", 2),))
     epochs = read_jsonl(backend.checkpoint_dir("adaptive") / "epochs.jsonl")
     assert [e["epoch"] for e in epochs] == [1, 2, 3, 4, 5, 6]  # each once, in order
     lines = [r["goodput"] for r in read_jsonl(backend.run_dir / "adaptive" / "reports.jsonl")

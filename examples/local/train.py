@@ -81,6 +81,7 @@ from voda.goodput_meter import GOODPUT_FILE, Configuration, GoodputMeter  # noqa
 CHECKPOINT = "checkpoint.pt"
 EPOCH_RECORD = "epochs.jsonl"
 FINAL = "final.json"
+MAX_BATCH = 10_000_000  # the service's bound on a reported batch
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -139,8 +140,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.max_local = args.batch_size if args.fixed_batch else args.max_batch
     if args.fixed_batch and not 1 <= args.init_batch <= args.batch_size <= args.max_batch:
         parser.error("--init-batch, --batch-size, --max-batch: need 1 <= init <= batch <= max")
-    if not 1 <= args.init_batch <= args.max_batch:
-        parser.error("--init-batch, --max-batch: need 1 <= init <= max")
+    if not 1 <= args.init_batch <= args.max_batch <= MAX_BATCH:
+        parser.error(f"--init-batch, --max-batch: need 1 <= init <= max <= {MAX_BATCH}")
     if not 1 <= args.min_local <= args.max_local <= args.max_batch:
         parser.error("--min-local, --max-local: need 1 <= min <= max <= --max-batch")
     return args
