@@ -314,6 +314,14 @@ def train(args: argparse.Namespace) -> int:
         if state is not None else f"world size {world} ({backend}), starting")
     batch_size, atomic, accum, lr_factor = plan_batch(args, meter, rank, world, device)
 
+    def within_limits() -> bool:
+        """Whether the split is one the limits allow (with more ranks than max_batch /
+        min_local none is: its times would make every later report refused)."""
+        return (args.min_local <= atomic <= args.max_local
+                and world * atomic * (accum + 1) <= args.max_batch)
+
+    legal = within_limits()
+
     def checkpoint(at_epoch: int, at_sample: int) -> None:
         if rank == 0:
             save_checkpoint(ckpt_path, {
@@ -361,7 +369,7 @@ def train(args: argparse.Namespace) -> int:
             group["lr"] = args.lr * lr_factor
         optimizer.step()
         if meter is not None:
-            if len(batch) == batch_size:  # a configuration's times: full steps only
+            if len(batch) == batch_size and legal:  # a configuration's times: full steps
                 # The model's step: accum micro-batches of compute, then one with the sync.
                 compute = (computed - started) / (accum + 1)
                 meter.step(Configuration(nodes, world, atomic), compute,
@@ -404,6 +412,7 @@ def train(args: argparse.Namespace) -> int:
             log(f"epoch {epoch}/{args.epochs} done in {seconds:.2f} s on {world} workers")
         if epoch < args.epochs:
             batch_size, atomic, accum, lr_factor = plan_batch(args, meter, rank, world, device)
+            legal = within_limits()
     if rank == 0:
         with torch.no_grad():
             final_loss = float(((model(x_all.to(device)) - y_all.to(device)) ** 2).mean())
