@@ -3,8 +3,9 @@
     .venv/bin/python bench/local_goodput.py [--repeats 3] [--epochs 6] [--steps 16]
                                             [--sample-seconds 0 --sample-seconds 0.0005]
 
-1. Training: examples/local/train.py on 1 and 2 ranks (torch.distributed.run, gloo on
-   CPU), with --report-goodput and with --no-report-goodput, each --repeats times; the
+1. Training: examples/local/train.py at --fixed-batch on 1 and 2 ranks
+   (torch.distributed.run, gloo on CPU), with --report-goodput and with
+   --no-report-goodput, each --repeats times; the
    median epoch time (the first epoch of each run left out: start-up) and the ratio on /
    off. With goodput on, one rank computes its batch's gradient in two halves (the
    gradient statistics need two parts of a batch) and every step computes two squared
@@ -14,6 +15,13 @@
    as a share of the median epoch time of (1).
 3. In the local backend: reading and fitting one report line of the runs of (1)
    (voda.core.goodput_report: checks, SciPy fit, the fit's check): median ms.
+4. The adaptive batch: per epoch, rank 0's decision (voda.adaptive_batch.decide: the
+   same fit, then the batch search) on the report lines of (1), median ms and as a share
+   of the adaptive job's median epoch in (5); once per start, importing it (NumPy,
+   SciPy) on rank 0.
+5. Adaptive against fixed batch on 2 ranks, with 20 ms of emulated fixed compute a
+   micro-batch and noisy labels (a job whose larger batches pay): the median epoch time
+   (epochs 3 on: the adaptive job has measured) and the batches the adaptive job chose.
 """
 
 from __future__ import annotations
@@ -31,15 +39,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from voda.adaptive_batch import decide  # noqa: E402
 from voda.blas import serial_blas  # noqa: E402
-from voda.core.goodput_report import model_of, report_from_values  # noqa: E402
+from voda.core.goodput import fit_perf_params  # noqa: E402
+from voda.core.goodput_report import (  # noqa: E402
+    BatchLimits,
+    model_of,
+    report_from_values,
+)
 from voda.goodput_meter import GOODPUT_FILE, Configuration, GoodputMeter  # noqa: E402
 
 TRAIN = ROOT / "examples" / "local" / "train.py"
 
 
 def run_training(folder: Path, world: int, goodput: bool, epochs: int, steps: int,
-                 sample_seconds: float) -> list[float]:
+                 sample_seconds: float, extra: tuple[str, ...] = ("--fixed-batch",)
+                 ) -> list[float]:
     """Epoch seconds of one run (its first epoch left out)."""
     env = {**os.environ, "VODA_REPORT": str(folder / "reports.jsonl"), "OMP_NUM_THREADS": "1",
            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONPATH": str(ROOT),
@@ -48,7 +63,7 @@ def run_training(folder: Path, world: int, goodput: bool, epochs: int, steps: in
             f"--nproc-per-node={world}", str(TRAIN), "--epochs", str(epochs),
             "--steps-per-epoch", str(steps), "--sample-seconds", str(sample_seconds),
             "--checkpoint-dir", str(folder / "checkpoint"),
-            "--report-goodput" if goodput else "--no-report-goodput"]
+            "--report-goodput" if goodput else "--no-report-goodput", *extra]
     subprocess.run(argv, env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.STDOUT, timeout=600)
     lines = (folder / "checkpoint" / "epochs.jsonl").read_text().splitlines()
@@ -82,6 +97,37 @@ def bookkeeping_ms(folder: Path, steps: int, repeats: int) -> float:
     return statistics.median(times)
 
 
+def import_seconds(module: str) -> float:
+    """Seconds a fresh interpreter takes to import `module`, less its bare start-up."""
+    def run(code: str) -> float:
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        return time.perf_counter() - started
+    return statistics.median(run(f"import {module}") - run("pass") for _ in range(5))
+
+
+def adaptive_against_fixed(base: Path, repeats: int, epochs: int, steps: int) -> float:
+    """Prints the comparison; returns the adaptive job's median epoch seconds."""
+    emulated = ("--micro-batch-seconds", "0.02", "--label-noise", "1", "--batch-size", "32",
+                "--max-batch", "256")
+    times: dict[str, list[float]] = {"fixed": [], "adaptive": []}
+    batches: list[int] = []
+    for r in range(repeats):
+        for mode in ("fixed", "adaptive"):
+            folder = base / f"mode-{mode}-{r}"
+            extra = (*emulated, "--fixed-batch") if mode == "fixed" else emulated
+            times[mode] += run_training(folder, 2, True, epochs, steps, 0.0002, extra)[1:]
+            if mode == "adaptive":
+                lines = (folder / "checkpoint" / "epochs.jsonl").read_text().splitlines()
+                batches += [int(json.loads(line)["batch_size"]) for line in lines[2:]]
+    fixed, adaptive = (statistics.median(times[m]) for m in ("fixed", "adaptive"))
+    print(f"\n2 ranks, 20 ms fixed compute a micro-batch, batch 32 fixed: median epoch "
+          f"{fixed:.3f} s; adaptive (32..256): {adaptive:.3f} s = {adaptive / fixed:.2f}x, "
+          f"at batches {min(batches)}..{max(batches)} (median {statistics.median(batches):g})")
+    return adaptive
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -92,6 +138,7 @@ def main() -> None:
     args = parser.parse_args()
     sample_seconds = args.sample_seconds or [0.0, 0.0005]
     fit_ms: list[float] = []
+    decide_ms: list[float] = []
     medians: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
@@ -111,11 +158,17 @@ def main() -> None:
                                 with serial_blas():
                                     model_of(report_from_values(values, 4), 4)
                                 fit_ms.append((time.perf_counter() - started) * 1000)
+                                fit_perf_params.cache_clear()  # as on rank 0: unfitted
+                                started = time.perf_counter()
+                                decide(BatchLimits(96, 384, 1, 384), values, 1, world,
+                                       values.get("epoch_samples"))
+                                decide_ms.append((time.perf_counter() - started) * 1000)
                 epoch = {on: statistics.median(t) for on, t in times.items()}
                 medians.append(epoch[True])
                 print(f"| {world} | {seconds:g} | {epoch[False]:.4f} | {epoch[True]:.4f} | "
                       f"{epoch[True] / epoch[False]:.3f} |")
         book = bookkeeping_ms(base, args.steps, 200)
+        adaptive_epoch = adaptive_against_fixed(base, args.repeats, args.epochs, args.steps)
     shortest = min(medians)
     print(f"\nper epoch on rank 0 (medians, the kept file, the report line): median "
           f"{book:.3f} ms = {book / 1000 / shortest:.2%} of the shortest median epoch "
@@ -123,6 +176,12 @@ def main() -> None:
     print(f"local backend, one report line read and fitted: median "
           f"{statistics.median(fit_ms):.1f} ms, max {max(fit_ms):.1f} ms "
           f"({len(fit_ms)} lines of 1-2 configurations)")
+    decision = statistics.median(decide_ms)
+    print(f"adaptive batch, rank 0's decision per epoch (fit and search): median "
+          f"{decision:.1f} ms = {decision / 1000 / adaptive_epoch:.2%} of the adaptive job's "
+          f"median epoch; "
+          f"importing voda.adaptive_batch once per start: "
+          f"{import_seconds('voda.adaptive_batch'):.2f} s")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Goodput reports through the local backend: the report file's goodput lines checked
 (every field bounded, refusals naming it) and fitted into GOODPUT_REPORTED events, and
-the example training script measuring its model across a rescale with real processes."""
+the example training script measuring its model across a rescale with real processes,
+at a fixed batch and adapting its batch to what it measured."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.conftest import ServeFactory
@@ -20,10 +22,11 @@ from tests.polling import wait_for
 from tests.test_api_goodput import HOSTILE as API_HOSTILE
 from tests.test_api_goodput import _job, _settled, changed
 from tests.test_local_backend import TRAIN, read_jsonl, wait_for_events, write_script
+from voda.adaptive_batch import decide, plan
 from voda.backends.local import LocalBackend
 from voda.core.allocation.voda import Voda
 from voda.core.goodput import GoodputModel
-from voda.core.goodput_report import ReportRefused, model_of, report_from_values
+from voda.core.goodput_report import BatchLimits, ReportRefused, model_of, report_from_values
 from voda.core.model import Job
 from voda.demo_local import PROJECT_ROOT
 from voda.engine.events import Event, EventKind
@@ -122,24 +125,33 @@ def test_the_backend_fits_report_lines_into_goodput_events_and_logs_refusals_cut
     assert "unknown field" in flood and len(flood) < 2_100  # the reasons are cut short
 
 
-def test_the_example_script_reports_each_configuration_it_ran_across_a_rescale(
-        tmp_path: Path, clock: Callable[[], float]) -> None:
-    command = (f"python {TRAIN} --epochs 4 --steps-per-epoch 12 --batch-size 64 "
-               "--sample-seconds 0.001")
-    backend = LocalBackend(slots=2, nodes="2x1", run_dir=tmp_path / "runs", cwd=PROJECT_ROOT,
-                           clock=clock, commands={"meter": command}, stop_timeout=15.0)
-    job = Job("meter", 1, 2, epochs=4)
+def rescaled_after_a_report(backend: LocalBackend, job: Job,
+                            first: tuple[tuple[str, int], ...],
+                            then: tuple[tuple[str, int], ...]) -> list[Event]:
+    """The events of `job` started on `first`, rescaled to `then` once it has reported
+    its goodput, and run to completion; the backend closed."""
     seen: list[Event] = []
     try:
         assert backend.wait_ready()
-        backend.start(job, (("local-0", 1),))
+        backend.start(job, first)
         seen += wait_for_events(backend, lambda ev: any(
             e.kind is EventKind.GOODPUT_REPORTED for e in ev), timeout=60)
-        backend.scale(job, (("local-0", 1), ("local-1", 1)))  # two nodes of one GPU
+        backend.scale(job, then)
         seen += wait_for_events(backend, lambda ev: any(
             e.kind is EventKind.JOB_COMPLETED for e in ev), timeout=90)
     finally:
         backend.close()
+    return seen
+
+
+def test_the_example_script_reports_each_configuration_it_ran_across_a_rescale(
+        tmp_path: Path, clock: Callable[[], float]) -> None:
+    command = (f"python {TRAIN} --epochs 4 --steps-per-epoch 12 --batch-size 64 "
+               "--fixed-batch --sample-seconds 0.001")
+    backend = LocalBackend(slots=2, nodes="2x1", run_dir=tmp_path / "runs", cwd=PROJECT_ROOT,
+                           clock=clock, commands={"meter": command}, stop_timeout=15.0)
+    seen = rescaled_after_a_report(backend, Job("meter", 1, 2, epochs=4), (("local-0", 1),),
+                                   (("local-0", 1), ("local-1", 1)))  # two nodes of 1 GPU
     models = [e.data["goodput"] for e in seen if e.kind is EventKind.GOODPUT_REPORTED]
     assert models[0].max_profiled_replicas == 1
     assert models[-1].max_profiled_replicas == 2
@@ -160,6 +172,61 @@ def test_the_example_script_reports_each_configuration_it_ran_across_a_rescale(
     assert len(reports) == len(models)  # every line was fitted, none refused
     epochs = read_jsonl(backend.checkpoint_dir("meter") / "epochs.jsonl")
     assert [e["epoch"] for e in epochs] == [1, 2, 3, 4]
+
+
+def test_the_example_script_trains_at_the_larger_batch_its_measured_model_makes_pay(
+        tmp_path: Path, clock: Callable[[], float]) -> None:
+    # A fixed 20 ms a micro-batch (a GPU's launches) and noisy labels (large gradient
+    # noise): a larger batch shares the fixed cost and loses little efficiency.
+    limits = BatchLimits(init_batch=32, max_batch=256, min_local=4, max_local=128)
+    command = (f"python {TRAIN} --epochs 6 --steps-per-epoch 8 --batch-size 32 "
+               f"--max-batch {limits.max_batch} --min-local {limits.min_local} "
+               f"--max-local {limits.max_local} --micro-batch-seconds 0.02 "
+               "--sample-seconds 0.0002 --label-noise 1")
+    backend = LocalBackend(slots=2, run_dir=tmp_path / "runs", cwd=PROJECT_ROOT, clock=clock,
+                           commands={"adaptive": command}, stop_timeout=15.0)
+    seen = rescaled_after_a_report(backend, Job("adaptive", 1, 2, epochs=6), (("local", 1),),
+                                   (("local", 2),))
+    epochs = read_jsonl(backend.checkpoint_dir("adaptive") / "epochs.jsonl")
+    assert [e["epoch"] for e in epochs] == [1, 2, 3, 4, 5, 6]  # each once, in order
+    lines = [r["goodput"] for r in read_jsonl(backend.run_dir / "adaptive" / "reports.jsonl")
+             if "goodput" in r]
+    assert len(lines) == len(epochs)  # one report an epoch
+    models = [e.data["goodput"] for e in seen if e.kind is EventKind.GOODPUT_REPORTED]
+    assert len(models) == len(lines)  # every report fitted by the backend, none refused
+    for m in models:  # an adaptive job with its limits, as the policy sizes one
+        assert m.fixed_batch is None and m.epoch_samples == 8 * 32
+        assert (m.init_batch, m.max_batch, m.min_local, m.max_local) == (
+            limits.init_batch, limits.max_batch, limits.min_local, limits.max_local)
+    assert models[-1].max_profiled_replicas == 2
+    # Before it measured anything the job trained at its initial batch.
+    assert (epochs[0]["batch_size"], epochs[0]["lr_factor"]) == (limits.init_batch, 1.0)
+    for record in epochs:
+        assert record["batch_size"] == record["workers"] * record["atomic_bsz"] * (
+            record["accum_steps"] + 1) <= limits.max_batch
+        assert limits.min_local <= record["atomic_bsz"] <= limits.max_local
+    # Within a process, each epoch trained at what the last report's fit chose.
+    for before, record, line in zip(epochs, epochs[1:], lines, strict=False):
+        if not record["restarted"]:
+            want = decide(limits, line, 1, record["workers"], line["epoch_samples"])
+            assert (record["batch_size"], record["atomic_bsz"], record["accum_steps"]) == (
+                want.batch, want.atomic_bsz, want.accum_steps), (before, record)
+            assert record["lr_factor"] == pytest.approx(want.lr_factor)
+    # On two ranks, once measured, it trained at a larger batch than its initial one, and
+    # the model it reported last says that batch pays.
+    larger = [e for e in epochs if e["workers"] == 2 and e["batch_size"] > limits.init_batch]
+    assert larger, epochs
+    last, chosen = models[-1], larger[-1]
+    start = plan(dataclasses.replace(last, perf=None), 1, 2, fitted=False)
+    assert start.batch == limits.init_batch
+    assert goodput_at(last, 2, chosen["atomic_bsz"], chosen["accum_steps"]) > goodput_at(
+        last, 2, start.atomic_bsz, start.accum_steps)
+    assert chosen["lr_factor"] > 1.0  # AdaScale: a larger batch takes larger steps
+
+
+def goodput_at(model: GoodputModel, replicas: int, atomic: int, accum: int) -> float:
+    return float(model.goodput(np.array([1]), np.array([replicas]), np.array([atomic]),
+                               np.array([accum]))[0])
 
 
 # ----- through the service ----------------------------------------------------------------

@@ -5,12 +5,13 @@ MASTER_PORT in the environment), or alone as one process. It uses
 torch.distributed with gloo (nccl when CUDA is available) and DDP.
 
 Elasticity:
-- every epoch ends with an atomic checkpoint (model, optimizer, epoch, step,
-  RNG) in VODA_CHECKPOINT_DIR, written by rank 0;
+- every epoch ends with an atomic checkpoint (model, optimizer, epoch, the
+  samples done in it, RNG) in VODA_CHECKPOINT_DIR, written by rank 0;
 - the run resumes from that checkpoint at ANY world size: each step takes the
-  same global batch (a seeded permutation per epoch) and splits it among the
-  ranks, with the loss scaled so DDP's gradient average equals the full-batch
-  gradient; so the weights do not depend on how many workers ran which step;
+  next global batch of a seeded permutation per epoch and splits it among the
+  ranks (and their micro-batches), with the loss scaled so the ranks' gradient
+  average equals the full-batch gradient; with --fixed-batch the weights do not
+  depend on how many workers ran which step;
 - on SIGTERM all ranks agree (an all-reduce of a stop flag at every step) to
   stop before the next step, rank 0 checkpoints the position inside the epoch
   and every rank exits with voda.report.STOPPED_EXIT_CODE (75);
@@ -26,12 +27,22 @@ are averaged (on one rank, from the two halves of its batch); it keeps them in
 `<checkpoint dir>/goodput.json` across restarts (voda.goodput_meter) and reports
 them after every epoch with voda.report.goodput. The gradients are averaged with
 one all-reduce after the backward pass (no DDP), so the step is compute then sync.
-The script trains at a fixed global batch (--batch-size): it reports it as its
-fixed batch, with the limits of --init-batch, --max-batch, --min-local, --max-local.
+Adaptive batch (the default; voda.adaptive_batch): as AdaptDL's data loader does, at
+each (re)start and each epoch boundary rank 0 fits its measurements into the goodput
+model the service fits and picks the global batch and its split (per-rank micro-batch,
+accumulation steps) that maximise predicted goodput on the ranks it has, within
+--init-batch (default --batch-size) .. --max-batch and --min-local .. --max-local; until
+it has measured enough to fit, it trains at its initial batch. The learning rate is
+scaled by AdaScale's gain. An epoch is --samples samples: a bigger batch takes fewer
+steps. It reports an adaptive model (no fixed batch) with those limits and the epoch's
+samples. --fixed-batch trains at --batch-size whatever the ranks, unscaled, and reports
+it as its fixed batch.
 
 `--sample-seconds` adds an emulated compute time per sample (a sleep on each
 rank for its share of the batch) so epochs speed up with more workers, as on
-GPUs, even on a machine with few cores.
+GPUs, even on a machine with few cores; `--micro-batch-seconds` adds a fixed
+emulated time per micro-batch (what makes a larger batch pay on a GPU: kernel
+launches and per-step work that do not grow with the batch).
 """
 
 from __future__ import annotations
@@ -70,6 +81,7 @@ from voda.goodput_meter import GOODPUT_FILE, Configuration, GoodputMeter  # noqa
 CHECKPOINT = "checkpoint.pt"
 EPOCH_RECORD = "epochs.jsonl"
 FINAL = "final.json"
+MAX_BATCH = 10_000_000  # the service's bound on a reported batch
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -77,25 +89,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=int(env.get("VODA_EPOCHS", "6")))
     parser.add_argument("--samples", type=int, default=1536, help="samples per epoch")
-    parser.add_argument("--batch-size", type=int, default=96, help="global batch size")
+    parser.add_argument("--batch-size", type=int, default=96,
+                        help="the global batch with --fixed-batch; else the default of "
+                             "--init-batch, the adaptive batch's start")
+    parser.add_argument("--fixed-batch", action="store_true",
+                        help="train at --batch-size whatever the ranks (no adaptive batch)")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
-                        help="sets --samples to this many global batches")
+                        help="sets --samples to this many batches of --batch-size")
     parser.add_argument("--features", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--label-noise", type=float, default=0.05,
+                        help="std of the noise on the targets (more: noisier gradients, so "
+                             "larger batches lose less statistical efficiency)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sample-seconds", type=float,
                         default=float(env.get("VODA_SAMPLE_SECONDS", "0")),
                         help="emulated compute time per sample (sleep)")
+    parser.add_argument("--micro-batch-seconds", type=float, default=0.0,
+                        help="emulated fixed compute time per micro-batch (sleep)")
     parser.add_argument("--report-goodput", action=argparse.BooleanOptionalAction,
                         default=True, help="measure and report the goodput model")
     parser.add_argument("--init-batch", type=int, default=None,
                         help="the batch the learning rate is set for (default: --batch-size)")
     parser.add_argument("--max-batch", type=int, default=None,
-                        help="the largest global batch (default: --batch-size)")
+                        help="the largest global batch (default: --batch-size with "
+                             "--fixed-batch, else 4 x --init-batch)")
     parser.add_argument("--min-local", type=int, default=1, help="the smallest per-rank batch")
     parser.add_argument("--max-local", type=int, default=None,
-                        help="the largest per-rank batch (default: --batch-size)")
+                        help="the largest per-rank batch (default: --batch-size with "
+                             "--fixed-batch, else --max-batch)")
     parser.add_argument("--checkpoint-dir",
                         default=env.get("VODA_CHECKPOINT_DIR") or
                         os.path.join("checkpoints", env.get("VODA_JOB", "train")))
@@ -107,23 +130,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("epochs", "samples", "batch_size", "features", "hidden"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')}: must be at least 1")
-    if args.sample_seconds < 0:
-        parser.error("--sample-seconds: must not be negative")
+    for name in ("sample_seconds", "micro_batch_seconds", "label_noise"):
+        if not 0 <= getattr(args, name) <= 10:
+            parser.error(f"--{name.replace('_', '-')}: must be in [0, 10]")
     args.init_batch = args.batch_size if args.init_batch is None else args.init_batch
-    args.max_batch = args.batch_size if args.max_batch is None else args.max_batch
-    args.max_local = args.batch_size if args.max_local is None else args.max_local
-    if not 1 <= args.init_batch <= args.batch_size <= args.max_batch:
+    if args.max_batch is None:
+        args.max_batch = args.batch_size if args.fixed_batch else 4 * args.init_batch
+    if args.max_local is None:
+        args.max_local = args.batch_size if args.fixed_batch else args.max_batch
+    if args.fixed_batch and not 1 <= args.init_batch <= args.batch_size <= args.max_batch:
         parser.error("--init-batch, --batch-size, --max-batch: need 1 <= init <= batch <= max")
-    if not 1 <= args.min_local <= args.max_local:
-        parser.error("--min-local, --max-local: need 1 <= min <= max")
+    if not 1 <= args.init_batch <= args.max_batch <= MAX_BATCH:
+        parser.error(f"--init-batch, --max-batch: need 1 <= init <= max <= {MAX_BATCH}")
+    if not 1 <= args.min_local <= args.max_local <= args.max_batch:
+        parser.error("--min-local, --max-local: need 1 <= min <= max <= --max-batch")
     return args
 
 
 def batch_limits(args: argparse.Namespace) -> dict[str, int]:
-    """What the goodput report says of the batch: this script trains at a fixed one."""
-    return {"init_batch": args.init_batch, "max_batch": args.max_batch,
-            "min_local": args.min_local, "max_local": args.max_local,
-            "fixed_batch": args.batch_size}
+    """What the goodput report says of the batch: no fixed batch unless --fixed-batch."""
+    limits = {"init_batch": args.init_batch, "max_batch": args.max_batch,
+              "min_local": args.min_local, "max_local": args.max_local}
+    return {**limits, "fixed_batch": args.batch_size} if args.fixed_batch else limits
 
 
 def nodes_in_placement(world: int) -> int:
@@ -146,7 +174,7 @@ def make_data(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.randn(args.samples, args.features, generator=g)
     w1 = torch.randn(args.features, 8, generator=g) / math.sqrt(args.features)
     w2 = torch.randn(8, 1, generator=g)
-    y = torch.tanh(x @ w1) @ w2 + 0.05 * torch.randn(args.samples, 1, generator=g)
+    y = torch.tanh(x @ w1) @ w2 + args.label_noise * torch.randn(args.samples, 1, generator=g)
     return x, y
 
 
@@ -225,6 +253,34 @@ def set_gradient(model: nn.Module, flat: torch.Tensor) -> None:
         offset += p.numel()
 
 
+def plan_batch(args: argparse.Namespace, meter: GoodputMeter | None, rank: int, world: int,
+               device: torch.device) -> tuple[int, int, int, float]:
+    """(global batch, per-rank micro-batch, accumulation steps, learning-rate factor) to
+    train at until the next epoch: decided on rank 0 (the one that measures), broadcast
+    so every rank trains at the same. Called by every rank together."""
+    if args.fixed_batch:
+        return args.batch_size, math.ceil(args.batch_size / world), 0, 1.0
+    decision = torch.zeros(4, dtype=torch.float64)
+    if rank == 0:
+        from voda.adaptive_batch import decide  # NumPy and SciPy: on rank 0 only
+        from voda.core.goodput_report import BatchLimits
+
+        limits = BatchLimits(args.init_batch, args.max_batch, args.min_local, args.max_local)
+        values = None if meter is None else meter.report_values(batch_limits(args),
+                                                                args.samples)
+        plan = decide(limits, values, nodes_in_placement(world), world, args.samples)
+        decision = torch.tensor([plan.batch, plan.atomic_bsz, plan.accum_steps,
+                                 plan.lr_factor], dtype=torch.float64)
+        log(f"batch {plan.batch} on {world} ranks ({plan.atomic_bsz} a rank x "
+            f"{plan.accum_steps + 1} micro-batches), learning rate x {plan.lr_factor:.3g}, "
+            + (f"predicted goodput {plan.goodput:.4g}" if plan.fitted else "initial batch"))
+    if world > 1:
+        decision = decision.to(device)
+        dist.broadcast(decision, src=0)
+    batch, atomic, accum, factor = decision.cpu().tolist()
+    return int(batch), int(atomic), int(accum), float(factor)
+
+
 def train(args: argparse.Namespace) -> int:
     ckpt_dir = Path(args.checkpoint_dir)
     ckpt_path = ckpt_dir / CHECKPOINT
@@ -240,26 +296,36 @@ def train(args: argparse.Namespace) -> int:
     x_all, y_all = make_data(args)
     model = make_model(args).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    epoch, step = 0, 0
+    epoch, sample = 0, 0
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
-        epoch, step = int(state["epoch"]), int(state["step"])
+        epoch = int(state["epoch"])
+        # (A checkpoint of before the adaptive batch counts steps of --batch-size.)
+        sample = int(state.get("sample", int(state.get("step", 0)) * args.batch_size))
     for p in model.parameters():  # every rank starts from rank 0's weights
         dist.broadcast(p.data, src=0)
     measuring = args.report_goodput  # on every rank: the all-reduce carries the statistics
     meter = GoodputMeter.load(ckpt_dir / GOODPUT_FILE, args.init_batch) if (
         measuring and rank == 0) else None
-    config = Configuration(nodes_in_placement(world), world, math.ceil(args.batch_size / world))
-    steps_per_epoch = math.ceil(args.samples / args.batch_size)
-    log(f"world size {world} ({backend}), resuming at epoch {epoch + 1} step {step + 1}"
+    nodes = nodes_in_placement(world)
+    log(f"world size {world} ({backend}), resuming at epoch {epoch + 1} sample {sample + 1}"
         if state is not None else f"world size {world} ({backend}), starting")
+    batch_size, atomic, accum, lr_factor = plan_batch(args, meter, rank, world, device)
 
-    def checkpoint(at_epoch: int, at_step: int) -> None:
+    def within_limits() -> bool:
+        """Whether the split is one the limits allow (with more ranks than max_batch /
+        min_local none is: its times would make every later report refused)."""
+        return (args.min_local <= atomic <= args.max_local
+                and world * atomic * (accum + 1) <= args.max_batch)
+
+    legal = within_limits()
+
+    def checkpoint(at_epoch: int, at_sample: int) -> None:
         if rank == 0:
             save_checkpoint(ckpt_path, {
-                "epoch": at_epoch, "step": at_step, "model": model.state_dict(),
+                "epoch": at_epoch, "sample": at_sample, "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
             })
         if meter is not None:
@@ -267,18 +333,24 @@ def train(args: argparse.Namespace) -> int:
             meter.save(ckpt_dir / GOODPUT_FILE)
 
     def train_step(batch: torch.Tensor) -> None:
-        """One optimiser step on the global `batch`: each rank's gradient of its shard
-        (of each half on one rank), the emulated compute, one all-reduce of the summed
-        gradient with the replicas' gradient statistics, the update."""
+        """One optimiser step on the global `batch`: each rank's gradient of its shard, in
+        accum + 1 micro-batches (on one rank without accumulation, in two halves), each
+        with its emulated compute; one all-reduce of the summed gradient with the
+        replicas' gradient statistics; the update at the scaled learning rate."""
         started = time.perf_counter()
         shard = batch.tensor_split(world)[rank]
-        halves = measuring and world == 1 and len(shard) >= 2
-        pieces = shard.tensor_split(2) if halves else (shard,)
+        micro = shard.tensor_split(accum + 1)
+        halves = measuring and world == 1 and accum == 0 and len(shard) >= 2
         scale = world / len(batch)  # the ranks' average is the full batch's mean gradient
-        grads = [local_gradient(model, x_all[p].to(device), y_all[p].to(device), scale)
-                 for p in pieces]
-        if args.sample_seconds:
-            time.sleep(len(shard) * args.sample_seconds)
+        grads: list[torch.Tensor] = []
+        pieces: list[torch.Tensor] = []
+        for part in micro:
+            for piece in (part.tensor_split(2) if halves else (part,)):
+                pieces.append(piece)
+                grads.append(local_gradient(model, x_all[piece].to(device),
+                                            y_all[piece].to(device), scale))
+            if args.sample_seconds or args.micro_batch_seconds:
+                time.sleep(args.micro_batch_seconds + len(part) * args.sample_seconds)
         computed = time.perf_counter()
         local_sqr = 0.0
         if measuring:
@@ -286,47 +358,61 @@ def train(args: argparse.Namespace) -> int:
             # gradient of piece i is its gradient x B / (world b_i)).
             local_sqr = sum(float(g.double().pow(2).sum()) * len(batch) / (world ** 2 * len(p))
                             for g, p in zip(grads, pieces, strict=True) if len(p))
-        buffer = torch.cat([sum(grads[1:], grads[0]).double(),
-                            torch.tensor([local_sqr], dtype=torch.float64, device=device)])
+        buffer = torch.cat([sum(grads[1:], grads[0]).double(), torch.tensor(
+            [local_sqr, sum(1 for p in pieces if len(p))], dtype=torch.float64,
+            device=device)])
         if world > 1:
             dist.all_reduce(buffer)
-        mean = (buffer[:-1] / world).float()
+        mean = (buffer[:-2] / world).float()
         set_gradient(model, mean)
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * lr_factor
         optimizer.step()
         if meter is not None:
-            meter.step(config, computed - started, time.perf_counter() - started)
-            count = len(pieces) if world == 1 else min(world, len(batch))
+            if len(batch) == batch_size and legal:  # a configuration's times: full steps
+                # The model's step: accum micro-batches of compute, then one with the sync.
+                compute = (computed - started) / (accum + 1)
+                meter.step(Configuration(nodes, world, atomic), compute,
+                           time.perf_counter() - started - accum * compute)
+            count = int(buffer[-1])
             if count > 1:
-                meter.gradients(float(buffer[-1]), float(mean.double().pow(2).sum()),
+                meter.gradients(float(buffer[-2]), float(mean.double().pow(2).sum()),
                                 count, len(batch))
 
-    first_step = True
+    first_step = first_epoch = True  # (first_epoch: the first completed in this process)
     while epoch < args.epochs:
         perm = torch.randperm(args.samples, generator=torch.Generator().manual_seed(
             args.seed * 100_003 + epoch))
-        started, steps_here = time.perf_counter(), 0
-        while step < steps_per_epoch:
+        started, samples_here = time.perf_counter(), 0
+        while sample < args.samples:
             if agree_to_stop(device):
-                checkpoint(epoch, step)
-                log(f"stopped before epoch {epoch + 1} step {step + 1}, checkpoint saved")
+                checkpoint(epoch, sample)
+                log(f"stopped before epoch {epoch + 1} sample {sample + 1}, checkpoint saved")
                 exit_now(voda.report.STOPPED_EXIT_CODE)
-            train_step(perm[step * args.batch_size:(step + 1) * args.batch_size])
-            step += 1
-            steps_here += 1
+            step_batch = perm[sample:sample + batch_size]
+            train_step(step_batch)
+            sample += len(step_batch)
+            samples_here += len(step_batch)
             if first_step:
                 first_step = False
-                log(f"training at world size {world} (epoch {epoch + 1} step {step}) "
+                log(f"training at world size {world} (epoch {epoch + 1} sample {sample}) "
                     f"t={time.time():.3f}")
-        seconds = (time.perf_counter() - started) * steps_per_epoch / max(1, steps_here)
-        epoch, step = epoch + 1, 0
+        seconds = (time.perf_counter() - started) * args.samples / max(1, samples_here)
+        epoch, sample = epoch + 1, 0
         checkpoint(epoch, 0)
         if rank == 0:
             append_line(ckpt_dir / EPOCH_RECORD, {
-                "epoch": epoch, "workers": world, "seconds": seconds, "time": time.time()})
+                "epoch": epoch, "workers": world, "seconds": seconds, "time": time.time(),
+                "batch_size": batch_size, "atomic_bsz": atomic, "accum_steps": accum,
+                "lr_factor": lr_factor, "restarted": first_epoch})
+            first_epoch = False
             voda.report.epoch(epoch, seconds, world, samples=args.samples)
             if meter is not None:
                 meter.report(batch_limits(args), epoch_samples=args.samples)
             log(f"epoch {epoch}/{args.epochs} done in {seconds:.2f} s on {world} workers")
+        if epoch < args.epochs:
+            batch_size, atomic, accum, lr_factor = plan_batch(args, meter, rank, world, device)
+            legal = within_limits()
     if rank == 0:
         with torch.no_grad():
             final_loss = float(((model(x_all.to(device)) - y_all.to(device)) ** 2).mean())
