@@ -306,6 +306,15 @@ def test_api_faults_and_outages_lose_no_job_and_never_make_two_leaders(
     names = [first.submit(cluster.document("mpijob" if i % 2 else "pytorchjob", f"f{i}",
                                            work=30 + 5 * i, low=1, high=3)) for i in range(4)]
     eventually(lambda: any(j["status"] == "Running" for j in first.jobs()), timeout=60)
+    first_agent = f"pid {first.proc.pid})"
+
+    def writes_by_first() -> list[float]:
+        return [r.time for r in list(api.requests) if r.method != "GET"
+                and r.resource != "leases" and first_agent in r.user_agent]
+
+    # A job shows Running once it is decided; its objects are written after that. The
+    # leader must have written before the outage, or there is nothing to check below.
+    eventually(writes_by_first, timeout=60)
     with api.outage("refuse"):
         time.sleep(LEASE["renew_deadline_seconds"] / 2)  # shorter than the renew deadline
     assert first.proc.poll() is None  # survived it
@@ -316,8 +325,7 @@ def test_api_faults_and_outages_lose_no_job_and_never_make_two_leaders(
     eventually(lambda: all_done(second, names), timeout=180)
     writers = [(r.time, r.user_agent) for r in api.requests
                if r.method != "GET" and r.resource != "leases" and "voda/" in r.user_agent]
-    first_agent = f"pid {first.proc.pid})"
-    last_of_first = max(t for t, agent in writers if first_agent in agent)
+    last_of_first = max(writes_by_first())
     first_of_second = min(t for t, agent in writers if first_agent not in agent)
     assert last_of_first < first_of_second  # never two leaders writing
     assert len({n for n in names}) == len(names)
