@@ -563,14 +563,21 @@ class KubernetesBackend:
         """The job's Secret, holding `token`, owned by `owner` (None: the object is not
         created yet). Raises ApiError (retried) while a stale Secret is being removed."""
         ns, name = self.settings.namespace, report_secret_name(d.job)
-        self.report_checked[d.job] = ((owner or {}).get("metadata", {}).get("uid", ""),
-                                      time.monotonic())
+        self.report_checked[d.job] = ("", 0.0)  # touched (deleted with the job), unchecked
         wanted = report_secret(d.job, token, self.settings, owner)
         secret = self.api.try_get(SECRETS, ns, name)
         if secret is None:
             self.api.create(SECRETS, ns, wanted)  # a 409 (a concurrent create) is retried
             self._count("report_secrets")
-            return
+        else:
+            self._fix_report_secret(d, adapter, token, owner, secret)
+        if owner is not None:
+            self.report_checked[d.job] = (owner["metadata"]["uid"], time.monotonic())
+
+    def _fix_report_secret(self, d: Desired, adapter: Adapter, token: str,
+                           owner: Obj | None, secret: Obj) -> None:
+        ns, name = self.settings.namespace, secret["metadata"]["name"]
+        wanted = report_secret(d.job, token, self.settings, owner)
         meta = secret["metadata"]
         if meta.get("deletionTimestamp"):
             raise ApiError(409, "Conflict", f"secret {name} is being deleted; waiting")
