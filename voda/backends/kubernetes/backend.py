@@ -524,8 +524,9 @@ class KubernetesBackend:
         document = d.document if d.document is not None else self._template(
             self.objects.get(d.job) or {})
         token = self._report_token(d.job)
+        secret = None
         if token is not None:  # the pods' env names the Secret: it comes first
-            self._ensure_report_secret(d, adapter, token, None)
+            secret = self._ensure_report_secret(d, adapter, token, None)
         # Checked against the CRD at submission (check_spec); the server validates it too.
         obj = render_job(document, d.job, d.sizes, d.plan, d.run, self.settings,
                          validate=False, report=token is not None)
@@ -539,7 +540,7 @@ class KubernetesBackend:
         with self.lock:
             self.objects.setdefault(d.job, created)
         if token is not None:
-            self._ensure_report_secret(d, adapter, token, created)
+            self._ensure_report_secret(d, adapter, token, created, secret)
 
     # ----- the report Secret ------------------------------------------------------------------
     def _report_token(self, job: str) -> str | None:
@@ -559,23 +560,26 @@ class KubernetesBackend:
         self._ensure_report_secret(d, adapter, token, obj)
 
     def _ensure_report_secret(self, d: Desired, adapter: Adapter, token: str,
-                              owner: Obj | None) -> None:
+                              owner: Obj | None, known: Obj | None = None) -> Obj:
         """The job's Secret, holding `token`, owned by `owner` (None: the object is not
-        created yet). Raises ApiError (retried) while a stale Secret is being removed."""
+        created yet); `known`: the Secret as this pass just left it (not read again).
+        Raises ApiError (retried) while a stale Secret is being removed."""
         ns, name = self.settings.namespace, report_secret_name(d.job)
         self.report_checked[d.job] = ("", 0.0)  # touched (deleted with the job), unchecked
-        wanted = report_secret(d.job, token, self.settings, owner)
-        secret = self.api.try_get(SECRETS, ns, name)
+        secret = known if known is not None else self.api.try_get(SECRETS, ns, name)
         if secret is None:
-            self.api.create(SECRETS, ns, wanted)  # a 409 (a concurrent create) is retried
+            # a 409 (a concurrent create) is retried
+            secret = self.api.create(SECRETS, ns, report_secret(d.job, token, self.settings,
+                                                                 owner))
             self._count("report_secrets")
         else:
-            self._fix_report_secret(d, adapter, token, owner, secret)
+            secret = self._fix_report_secret(d, adapter, token, owner, secret)
         if owner is not None:
             self.report_checked[d.job] = (owner["metadata"]["uid"], time.monotonic())
+        return secret
 
     def _fix_report_secret(self, d: Desired, adapter: Adapter, token: str,
-                           owner: Obj | None, secret: Obj) -> None:
+                           owner: Obj | None, secret: Obj) -> Obj:
         ns, name = self.settings.namespace, secret["metadata"]["name"]
         wanted = report_secret(d.job, token, self.settings, owner)
         meta = secret["metadata"]
@@ -594,7 +598,8 @@ class KubernetesBackend:
         if owner is not None and not owners:
             patch["metadata"] = {"ownerReferences": [owner_reference(owner)]}
         if patch:
-            self.api.patch(SECRETS, ns, name, patch, MERGE_PATCH)
+            return self.api.patch(SECRETS, ns, name, patch, MERGE_PATCH)
+        return secret
 
     def _current_uid(self, d: Desired, adapter: Adapter, owners: set[str | None]) -> str:
         """Before creating: the uid of an object of this run already there (created by an
