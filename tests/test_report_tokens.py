@@ -17,6 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from voda.api.report_tokens import PREFIX, Reporter, ReportKeys, incarnation_of, new_secret
+from voda.api.service import Service
+from voda.backends.emulated import EmulatedBackend, parse_cluster
 from voda.backends.kubernetes.adapters import Sizes
 from voda.backends.kubernetes.config import kubernetes_settings
 from voda.backends.kubernetes.manifests import (
@@ -29,6 +31,8 @@ from voda.backends.kubernetes.manifests import (
 from voda.backends.kubernetes.settings import KubernetesSettings
 from voda.config import ServerSettings
 from voda.spec import crd
+from voda.store import jobs as store
+from voda.store.models import ServiceStateRow
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ReportKeys(new_secret())
@@ -163,3 +167,35 @@ def test_the_report_url_comes_from_the_table_or_voda_report_url() -> None:
     assert kubernetes_settings(ServerSettings(report_url="https://v:1")).report_url == (
         "https://v:1")
     assert kubernetes_settings(ServerSettings()).report_url == ""
+
+
+# ----- the signing secret in the store -----------------------------------------------------
+def started(url: str) -> Service:
+    service = Service(ServerSettings(db=url, backend="emulated"),
+                      EmulatedBackend(parse_cluster("1x4"), time_scale=0.001))
+    service.start()
+    return service
+
+
+def test_replicas_and_restarts_share_one_secret_even_when_two_write_it_at_once(
+        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = started(store_url)
+    token = first.report_keys.mint("alice", "job", "1.0")
+    first.close()
+    restarted = started(store_url)
+    assert restarted.report_keys.verify(token) is not None
+    restarted.close()
+    # A replica that found no secret, as another wrote one: its insert fails on the key
+    # and it reads the other's.
+    read, calls = store.state_value, []
+
+    def unseen_once(session: Any, key: str) -> str | None:
+        calls.append(key)
+        return None if len(calls) == 1 else read(session, key)
+
+    monkeypatch.setattr(store, "state_value", unseen_once)
+    racer = started(store_url)
+    assert len(calls) == 2 and racer.report_keys.verify(token) is not None
+    with racer.sessions() as session:
+        assert session.query(ServiceStateRow).filter_by(key="report_secret").count() == 1
+    racer.close()
