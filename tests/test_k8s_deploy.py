@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from voda.backends.kubernetes.elector import LeaseElector
-from voda.backends.kubernetes.settings import ElectorSettings
+from voda.backends.kubernetes.settings import ElectorSettings, KubernetesSettings
 from voda.core.model import Job
 from voda.spec import crd, parse_document
 from voda_testing.kube import Fault
@@ -71,7 +71,8 @@ def on_nodes(cluster: FakeCluster, job: str) -> list[str]:
 @pytest.fixture
 def flow_requests(tmp_path: Path) -> Iterator[list[tuple[str, str, str, str | None, bool]]]:
     """(group, resource, verb, name, namespaced) of every request a flow sends: the leader
-    elects, runs an MPIJob and a PyTorchJob, pins, resizes, migrates and halts them."""
+    elects, runs an MPIJob and a PyTorchJob (with their report Secrets), pins, resizes,
+    migrates and halts them."""
     cluster = FakeCluster.start(tmp_path)
     for i in range(3):
         cluster.sim.add_node(f"n{i}", 4)
@@ -79,13 +80,16 @@ def flow_requests(tmp_path: Path) -> Iterator[list[tuple[str, str, str, str | No
         lease_seconds=3, renew_deadline_seconds=2, retry_seconds=0.5))
     assert elector.acquire()
     elector.start_renewing()
-    backend = cluster.backend(fence=elector.may_act)
+    backend = cluster.backend(KubernetesSettings(
+        unschedulable_seconds=2.0, report_url="http://voda.voda.svc:8470"),
+        fence=elector.may_act)
     backend.running()
     cluster.server.add_fault(Fault(409, verb="patch", resource="pods", times=1))
     for kind in ("mpijob", "pytorchjob"):
         doc = yaml.safe_load((ROOT / "examples" / f"{kind}.yaml").read_text())
         doc["metadata"]["annotations"][WORK_ANNOTATION] = "1000"
         backend.specs[kind] = doc
+        backend.report_tokens[kind] = f"vr1.report-token-of-{kind}"  # type: ignore[index]
         job = Job(kind, 1, 4)
         backend.start(job, (("n0", 1),))
         eventually(lambda k=kind: on_nodes(cluster, k) == ["n0"])

@@ -45,6 +45,7 @@ config.toml:
     namespace = "training"
     gpu_type_label = "voda.io/gpu-type"
     lease_seconds = 15.0       # the leader elector: client-go's timings by default
+    report_url = "http://voda.voda.svc:8470"  # pods report here (or VODA_REPORT_URL)
 
     [pod_scheduler]            # voda.podsched.service (backend "kubernetes")
     enabled = true
@@ -156,6 +157,8 @@ class ServerSettings:
     kubeconfig: str = ""
     namespace: str = "default"
     kubernetes_settings: Mapping[str, Any] = field(default_factory=dict)
+    # Where the jobs' pods reach the service (kubernetes.report_url; VODA_REPORT_URL).
+    report_url: str = ""
     # The pod scheduler beside the Kubernetes backend: config.toml [pod_scheduler]
     # (voda.podsched.service).
     pod_scheduler_settings: Mapping[str, Any] = field(default_factory=dict)
@@ -239,6 +242,7 @@ _SERVER_ENV = {
     "step_interval": "VODA_STEP_INTERVAL",
     "kubeconfig": "VODA_KUBECONFIG",
     "namespace": "VODA_NAMESPACE",
+    "report_url": "VODA_REPORT_URL",
     "tokens": "VODA_TOKENS",
     "token_file": "VODA_TOKEN_FILE",
     "allowed_hosts": "VODA_ALLOWED_HOSTS",

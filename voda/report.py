@@ -13,6 +13,8 @@ local backend). The channel is named by the environment variable VODA_REPORT:
 - an http(s) URL of the service: the report is POSTed as JSON to
   `<url>/v1/jobs/<VODA_JOB>/metrics` with the bearer token from VODA_TOKEN
   (an URL that already ends in `/metrics` is used as it is).
+  On Kubernetes the backend sets all three when it is given a `report_url`, with a
+  token that may only report for this job (docs/design/006-kubernetes.md).
 
 `goodput` (what a batch-adaptive job measures: step times per configuration,
 gradient statistics, batch limits) goes to `<url>/v1/jobs/<VODA_JOB>/goodput` over

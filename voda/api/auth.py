@@ -6,6 +6,9 @@ leaks through timing. A client that presents unknown tokens too often is refused
 with 429 for the rest of a one-minute window (by client address), whatever token it
 presents next; a request with no token at all is simply 401.
 
+A report token (voda.api.report_tokens) is accepted only by `authenticate_reporter`,
+the report routes' dependency; anywhere else it is refused with 403.
+
 `authenticate` is async: it never blocks, so it runs on the event loop (no thread hop).
 """
 
@@ -19,6 +22,7 @@ from collections.abc import Callable, Mapping
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from voda.api.report_tokens import ReportKeys, is_report_token
 from voda.config import User, hash_token
 
 FAILURE_WINDOW_SECONDS = 60.0
@@ -76,18 +80,33 @@ async def authenticate(
     request: Request,
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
 ) -> User:
+    return _bearer_user(request, credentials, reporting=False)
+
+
+async def authenticate_reporter(
+    request: Request,
+    credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+) -> User:
+    """For the report routes: a user's token, or a report token (a `Reporter`, which the
+    service holds to its one job)."""
+    return _bearer_user(request, credentials, reporting=True)
+
+
+def _bearer_user(request: Request, credentials: HTTPAuthorizationCredentials | None,
+                 reporting: bool) -> User:
     if credentials is None or not credentials.credentials.strip():
         raise _unauthorized("a bearer token is required")
-    user = user_for_token(request, credentials.credentials)
+    user = user_for_token(request, credentials.credentials, reporting)
     if user is None:
         raise _unauthorized("unknown token")
     return user
 
 
-def user_for_token(request: Request, token: str) -> User | None:
+def user_for_token(request: Request, token: str, reporting: bool = False) -> User | None:
     """The user a presented token names, or None (a failed attempt, counted against the
     client). 429 while the client is held back after too many failed attempts. The
-    dashboard's login and its cookie go through here too."""
+    dashboard's login and its cookie go through here too. A valid report token is 403
+    unless `reporting`."""
     authenticator: Authenticator = request.app.state.authenticator
     client = request.client.host if request.client else "unknown"
     wait = authenticator.retry_after(client)  # only tokens are held back: they are guesses
@@ -95,10 +114,23 @@ def user_for_token(request: Request, token: str) -> User | None:
         raise HTTPException(429, "authorization: too many failed attempts; try again later",
                             headers={"Retry-After": str(int(wait + 0.999))})
     token = token.strip()
-    user = authenticator.user_for(token) if 0 < len(token) <= MAX_TOKEN_LENGTH else None
+    user = None
+    if 0 < len(token) <= MAX_TOKEN_LENGTH:
+        reporter = _report_keys(request).verify(token) if is_report_token(token) else None
+        if reporter is not None:
+            if not reporting:
+                raise HTTPException(403, "authorization: a report token may only report its "
+                                    "own job's epochs and goodput (POST /v1/jobs/JOB/metrics "
+                                    "or /goodput)")
+            return reporter
+        user = authenticator.user_for(token)
     if user is None:
         authenticator.failed(client)
     return user
+
+
+def _report_keys(request: Request) -> ReportKeys:
+    return request.app.state.service.report_keys  # type: ignore[no-any-return]
 
 
 def can_see(user: User, owner: str) -> bool:

@@ -14,7 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from voda.api import schemas
-from voda.api.auth import authenticate
+from voda.api.auth import authenticate, authenticate_reporter
 from voda.api.service import HISTORY_SHOWN, Service
 from voda.config import User
 from voda.core.model import JobStatus, Node
@@ -25,6 +25,8 @@ from voda.spec.errors import fail
 router = APIRouter()
 STATUSES = frozenset(str(s).lower() for s in JobStatus)
 CurrentUser = Annotated[User, Depends(authenticate)]
+# A user's token or the job's own report token (voda.api.report_tokens).
+Reporting = Annotated[User, Depends(authenticate_reporter)]
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 MAX_OFFSET = 1_000_000_000
 
@@ -177,7 +179,7 @@ def patch_job(request: Request, name: JobName, patch: schemas.PriorityPatch,
 @router.post("/v1/jobs/{name}/metrics", response_model=schemas.JobDetail, tags=["jobs"],
              responses=WITH_BODY)
 def report_epoch(request: Request, name: JobName, report: schemas.EpochReport,
-                 user: CurrentUser) -> dict[str, Any]:
+                 user: Reporting) -> dict[str, Any]:
     """How a running training process reports an epoch: refines speed and remaining-time
     estimates (of the job, and of its owner's jobs of the same category)."""
     return service_of(request).report_epoch(name, report.epoch, report.epoch_seconds,
@@ -187,7 +189,7 @@ def report_epoch(request: Request, name: JobName, report: schemas.EpochReport,
 @router.post("/v1/jobs/{name}/goodput", response_model=schemas.JobDetail, tags=["jobs"],
              responses=WITH_BODY)
 def report_goodput(request: Request, name: JobName, report: schemas.GoodputReportBody,
-                   user: CurrentUser) -> dict[str, Any]:
+                   user: Reporting) -> dict[str, Any]:
     """How a running batch-adaptive training process reports its goodput: measured step
     times, gradient statistics and batch limits. The service fits its step-time model
     (422 naming the field when the report does not hold together or the fit misses what

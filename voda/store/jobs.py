@@ -301,3 +301,14 @@ def touch(session: Session, key: str, value: str, now: float) -> None:
     """Write one small row: at start, proof that the store takes writes."""
     session.merge(ServiceStateRow(key=key, value=value, updated_at=now))
     session.flush()
+
+
+def state_value(session: Session, key: str) -> str | None:
+    row = session.get(ServiceStateRow, key)
+    return None if row is None else row.value
+
+
+def add_state_value(session: Session, key: str, value: str, now: float) -> None:
+    """Insert a fact that must never be overwritten (a second writer fails on the key)."""
+    session.add(ServiceStateRow(key=key, value=value, updated_at=now))
+    session.flush()

@@ -52,6 +52,7 @@ class Kind:
 
 NODES = Kind("", "v1", "nodes", namespaced=False)
 PODS = Kind("", "v1", "pods")
+SECRETS = Kind("", "v1", "secrets")
 EVENTS = Kind("", "v1", "events")
 LEASES = Kind("coordination.k8s.io", "v1", "leases")
 MPIJOBS = Kind("kubeflow.org", "v2beta1", "mpijobs")

@@ -10,6 +10,8 @@ Per job, the reconciler (`_reconcile`):
 2. an object of another run (a restart): delete it, wait until it is gone;
 3. no object: create it (an AlreadyExists is an object the informer has not shown
    yet, never a second copy);
+   With a report URL configured, the job's report Secret is made first (and owned by
+   the object once it exists); a Secret left by an earlier run is deleted first.
 4. a size or plan that differs: one patch (MPIJob: merge patch of replicas and the
    plan annotation; PyTorchJob: the annotation, then /scale);
 5. each worker pod: gated -> pin it where the plan says and ungate it, once its node
@@ -43,6 +45,7 @@ from voda.backends.kubernetes.adapters import (
 from voda.backends.kubernetes.api import (
     MERGE_PATCH,
     PODS,
+    SECRETS,
     ApiError,
     KubeApi,
     NotLeader,
@@ -54,7 +57,11 @@ from voda.backends.kubernetes.manifests import (
     RUN_ANNOTATION,
     kubeflow_document,
     object_name,
+    owner_reference,
     render_job,
+    report_secret,
+    report_secret_name,
+    secret_token,
 )
 from voda.backends.kubernetes.pinning import (
     Plan,
@@ -127,6 +134,9 @@ class KubernetesBackend:
         self.lock = threading.RLock()
         self.desired: dict[str, Desired] = {}
         self.specs: dict[str, Obj] = {}  # job -> submitted document (set by the service)
+        # job -> its report token (set by the service), when pods get a report channel
+        self.report_tokens: dict[str, str] | None = {} if self.settings.report_url else None
+        self.report_checked: dict[str, tuple[str, float]] = {}  # job -> (object uid, when)
         self.objects: dict[str, Obj] = {}  # job -> its object, as last seen
         self.pods: dict[str, dict[str, Obj]] = {}  # job -> pod name -> pod
         self.evictions: dict[str, int] = {}
@@ -275,6 +285,8 @@ class KubernetesBackend:
         self._drop(job)
         with self.lock:
             self.specs.pop(job, None)
+            if self.report_tokens is not None:
+                self.report_tokens.pop(job, None)
 
     def _drop(self, job: str) -> None:
         with self.lock:
@@ -401,6 +413,8 @@ class KubernetesBackend:
         self.reported.add((job, run))
         self.desired.pop(job, None)
         self.specs.pop(job, None)  # an ended job is never created again
+        if self.report_tokens is not None:
+            self.report_tokens.pop(job, None)
         self._events.append(event)
         self.view.release(job)
 
@@ -471,6 +485,10 @@ class KubernetesBackend:
                 if adapter is not None and adapter.observe(obj).phase in (Phase.PENDING,
                                                                           Phase.RUNNING):
                     self._delete_object(adapter, obj)
+            if self.report_checked.pop(job, None) is not None:
+                # Owned by the object, the collector deletes it too; not yet owned, only this
+                self.api.delete(SECRETS, self.settings.namespace, report_secret_name(job),
+                                propagation=None)
             return
         adapter = self.adapters[d.kind]
         self.view.set_claims(job, _counts(d.plan))
@@ -486,6 +504,7 @@ class KubernetesBackend:
             return
         if adapter.observe(obj).phase not in (Phase.PENDING, Phase.RUNNING):
             return
+        self._check_report_secret(d, adapter, obj)
         # 4. size and plan
         self._resize(d, adapter, obj)
         # 5. workers
@@ -504,9 +523,13 @@ class KubernetesBackend:
     def _create(self, d: Desired, adapter: Adapter) -> None:
         document = d.document if d.document is not None else self._template(
             self.objects.get(d.job) or {})
+        token = self._report_token(d.job)
+        secret = None
+        if token is not None:  # the pods' env names the Secret: it comes first
+            secret = self._ensure_report_secret(d, adapter, token, None)
         # Checked against the CRD at submission (check_spec); the server validates it too.
         obj = render_job(document, d.job, d.sizes, d.plan, d.run, self.settings,
-                         validate=False)
+                         validate=False, report=token is not None)
         try:
             created = self.api.create(adapter.kind, self.settings.namespace, obj)
         except ApiError as exc:
@@ -516,6 +539,78 @@ class KubernetesBackend:
         self._count("creates")
         with self.lock:
             self.objects.setdefault(d.job, created)
+        if token is not None:
+            self._ensure_report_secret(d, adapter, token, created, secret)
+
+    # ----- the report Secret ------------------------------------------------------------------
+    def _report_token(self, job: str) -> str | None:
+        return None if self.report_tokens is None else self.report_tokens.get(job)
+
+    def _check_report_secret(self, d: Desired, adapter: Adapter, obj: Obj) -> None:
+        """Now and then (and for each new object), see that the running job's Secret is
+        there, holds its token and is owned by its object; recreate or fix it if not."""
+        token = self._report_token(d.job)
+        if token is None:
+            return
+        uid, now = obj["metadata"].get("uid", ""), time.monotonic()
+        last = self.report_checked.get(d.job)
+        if last is not None and last[0] == uid and (
+                now - last[1] < self.settings.report_secret_check_seconds):
+            return
+        self._ensure_report_secret(d, adapter, token, obj)
+
+    def _ensure_report_secret(self, d: Desired, adapter: Adapter, token: str,
+                              owner: Obj | None, known: Obj | None = None) -> Obj:
+        """The job's Secret, holding `token`, owned by `owner` (None: the object is not
+        created yet); `known`: the Secret as this pass just left it (not read again).
+        Raises ApiError (retried) while a stale Secret is being removed."""
+        ns, name = self.settings.namespace, report_secret_name(d.job)
+        self.report_checked[d.job] = ("", 0.0)  # touched (deleted with the job), unchecked
+        secret = known if known is not None else self.api.try_get(SECRETS, ns, name)
+        if secret is None:
+            # a 409 (a concurrent create) is retried
+            secret = self.api.create(SECRETS, ns, report_secret(d.job, token, self.settings,
+                                                                 owner))
+            self._count("report_secrets")
+        else:
+            secret = self._fix_report_secret(d, adapter, token, owner, secret)
+        if owner is not None:
+            self.report_checked[d.job] = (owner["metadata"]["uid"], time.monotonic())
+        return secret
+
+    def _fix_report_secret(self, d: Desired, adapter: Adapter, token: str,
+                           owner: Obj | None, secret: Obj) -> Obj:
+        ns, name = self.settings.namespace, secret["metadata"]["name"]
+        wanted = report_secret(d.job, token, self.settings, owner)
+        meta = secret["metadata"]
+        if meta.get("deletionTimestamp"):
+            raise ApiError(409, "Conflict", f"secret {name} is being deleted; waiting")
+        owners = {r.get("uid") for r in meta.get("ownerReferences") or ()}
+        ours = owner["metadata"]["uid"] if owner is not None else self._current_uid(
+            d, adapter, owners)
+        if owners and ours not in owners:  # left by an earlier run's object
+            self.api.delete(SECRETS, ns, name, propagation=None, uid=meta["uid"])
+            raise ApiError(409, "Conflict", f"secret {name} belonged to an earlier run; "
+                           "recreating it")
+        patch: Obj = {}
+        if secret_token(secret) != token:
+            patch["data"] = wanted["data"]
+        if owner is not None and not owners:
+            patch["metadata"] = {"ownerReferences": [owner_reference(owner)]}
+        if patch:
+            return self.api.patch(SECRETS, ns, name, patch, MERGE_PATCH)
+        return secret
+
+    def _current_uid(self, d: Desired, adapter: Adapter, owners: set[str | None]) -> str:
+        """Before creating: the uid of an object of this run already there (created by an
+        earlier leader, not yet shown by the informer), else ""."""
+        if not owners:
+            return ""
+        obj = self.api.try_get(adapter.kind, self.settings.namespace, d.object_name)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return ""
+        run = (obj["metadata"].get("annotations") or {}).get(RUN_ANNOTATION)
+        return str(obj["metadata"]["uid"]) if run == d.run else ""
 
     def _resize(self, d: Desired, adapter: Adapter, obj: Obj) -> None:
         ns, name = self.settings.namespace, obj["metadata"]["name"]

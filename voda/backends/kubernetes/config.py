@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from voda.backends.kubernetes.settings import ElectorSettings, KubernetesSettings
 
@@ -38,6 +39,8 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
         values["kubeconfig"] = server.kubeconfig
     if getattr(server, "namespace", ""):
         values["namespace"] = server.namespace
+    if getattr(server, "report_url", ""):
+        values["report_url"] = server.report_url
     elector_settings = ElectorSettings()
     for name, value in elector.items():
         default = getattr(elector_settings, name)
@@ -58,4 +61,19 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
         raise ValueError("kubernetes.max_evictions: must not be negative")
     if not 1 <= settings.workers <= 64:
         raise ValueError("kubernetes.workers: must lie in [1, 64]")
+    if settings.report_url and not _is_http_url(settings.report_url):
+        raise ValueError(f"kubernetes.report_url: expected an http(s) URL with a host, got "
+                         f"{settings.report_url[:200]!r}")
+    if settings.report_secret_check_seconds <= 0:
+        raise ValueError("kubernetes.report_secret_check_seconds: must be positive")
     return settings
+
+
+def _is_http_url(text: str) -> bool:
+    try:
+        parts = urlsplit(text)
+        return (parts.scheme in ("http", "https") and bool(parts.hostname)
+                and len(text) <= 1000 and not any(c.isspace() for c in text)
+                and (parts.port is None or parts.port > 0))
+    except ValueError:  # a port that is no number or out of range
+        return False

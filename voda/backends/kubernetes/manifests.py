@@ -9,6 +9,7 @@ PyTorchJob. `voda render` prints exactly what `start` would create.
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import shlex
@@ -73,8 +74,10 @@ def kubeflow_document(document: Obj) -> Obj:
 
 
 def render_job(document: Obj, job: str, sizes: Sizes, plan: Plan, run: str,
-               settings: KubernetesSettings, validate: bool = True) -> Obj:
-    """The job object for the cluster; raises SpecError naming the field at fault."""
+               settings: KubernetesSettings, validate: bool = True,
+               report: bool = False) -> Obj:
+    """The job object for the cluster; raises SpecError naming the field at fault.
+    `report`: with the report channel's env (settings.report_url must be set)."""
     source = kubeflow_document(document)
     adapter = adapter_for(str(source.get("kind")), settings.gpu_resource)
     problems = adapter.check(source, sizes)
@@ -90,6 +93,8 @@ def render_job(document: Obj, job: str, sizes: Sizes, plan: Plan, run: str,
     meta["labels"] = {**(meta.get("labels") or {}), JOB_LABEL: job, MANAGED_LABEL: MANAGER}
     meta["annotations"] = {**(meta.get("annotations") or {}), PLAN_ANNOTATION: encode(plan),
                            RUN_ANNOTATION: run, JOB_ANNOTATION: job}
+    if report and settings.report_url:
+        add_report_env(obj, job, settings.report_url)
     errors = crd.schema_errors(obj) if validate else []
     if errors:
         raise SpecError(errors)
@@ -100,4 +105,62 @@ def check_document(document: Obj, min_workers: int, max_workers: int,
                    settings: KubernetesSettings) -> None:
     """Refuse at submission what could never be created (raises SpecError)."""
     render_job(copy.deepcopy(document), "check", Sizes(min_workers, min_workers, max_workers),
-               {}, "0", settings)
+               {}, "0", settings, report=True)
+
+
+# ----- the report channel ------------------------------------------------------------------
+REPORT_SECRET_KEY = "token"
+REPORT_SECRET_SUFFIX = "-voda-report"
+REPLICA_SPECS = ("mpiReplicaSpecs", "pytorchReplicaSpecs")
+
+
+def report_secret_name(job: str) -> str:
+    return f"{object_name(job)}{REPORT_SECRET_SUFFIX}"
+
+
+def report_secret(job: str, token: str, settings: KubernetesSettings,
+                  owner: Obj | None = None) -> Obj:
+    """The Secret holding a job's report token; owned by the job's object once it exists
+    (so the garbage collector deletes it with the object)."""
+    meta: Obj = {"name": report_secret_name(job), "namespace": settings.namespace,
+                 "labels": {JOB_LABEL: job, MANAGED_LABEL: MANAGER},
+                 "annotations": {JOB_ANNOTATION: job}}
+    if owner is not None:
+        meta["ownerReferences"] = [owner_reference(owner)]
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque",
+            "data": {REPORT_SECRET_KEY: base64.b64encode(token.encode()).decode()}}
+
+
+def owner_reference(obj: Obj) -> Obj:
+    meta = obj["metadata"]
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+            "uid": meta["uid"]}
+
+
+def secret_token(secret: Obj) -> str | None:
+    value = (secret.get("data") or {}).get(REPORT_SECRET_KEY)
+    try:
+        return base64.b64decode(str(value), validate=True).decode() if value else None
+    except ValueError:
+        return None
+
+
+def add_report_env(obj: Obj, job: str, report_url: str) -> None:
+    """Give every container of every replica of `obj` the report channel: VODA_REPORT (the
+    service's URL), VODA_JOB and VODA_TOKEN from the job's Secret. A variable the user set
+    is kept as it is."""
+    from voda.report import JOB_ENV, REPORT_ENV, TOKEN_ENV
+
+    ours = [{"name": REPORT_ENV, "value": report_url}, {"name": JOB_ENV, "value": job},
+            {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {
+                "name": report_secret_name(job), "key": REPORT_SECRET_KEY}}}]
+    spec = obj.get("spec") or {}
+    for key in REPLICA_SPECS:
+        for replica in (spec.get(key) or {}).values():
+            pod = ((replica or {}).get("template") or {}).get("spec") or {}
+            for container in pod.get("containers") or ():
+                env = container.setdefault("env", [])
+                if not isinstance(env, list):
+                    continue  # the schema check names the field
+                names = {entry.get("name") for entry in env if isinstance(entry, dict)}
+                env.extend(copy.deepcopy(e) for e in ours if e["name"] not in names)

@@ -50,4 +50,10 @@ class KubernetesSettings:
     request_timeout_seconds: float = 10.0
     workers: int = 8  # jobs reconciled at once (each with its own requests)
     watch_seconds: int = 300
+    # The URL at which the jobs' pods reach the service (e.g. http://voda.voda.svc:8080).
+    # Set: each job gets a Secret with its report token and the env VODA_REPORT, VODA_JOB
+    # and VODA_TOKEN in every container. Empty: nothing is injected.
+    report_url: str = ""
+    # How often a running job's report Secret is checked (and recreated when missing).
+    report_secret_check_seconds: float = 30.0
     elector: ElectorSettings = field(default_factory=ElectorSettings)
