@@ -151,13 +151,39 @@ def test_a_compact_spec_with_an_image_renders_as_an_elastic_pytorchjob() -> None
     assert crd.schema_errors(obj) == []
 
 
+@pytest.mark.parametrize("example", ["mpijob.yaml", "pytorchjob.yaml"])
+def test_render_with_a_report_url_shows_the_report_channel_in_every_container(
+        example: str) -> None:
+    done = render("-f", f"examples/{example}", "--workers", "2", "-o", "json",
+                  "--report-url", "http://voda.team.svc:8470")
+    assert done.returncode == 0, done.stderr
+    obj = json.loads(done.stdout)
+    assert crd.schema_errors(obj) == []
+    specs = obj["spec"].get("mpiReplicaSpecs") or obj["spec"]["pytorchReplicaSpecs"]
+    containers = [c for replica in specs.values()
+                  for c in replica["template"]["spec"]["containers"]]
+    assert containers
+    job = obj["metadata"]["labels"]["voda.io/job"]
+    for container in containers:
+        env = {e["name"]: e for e in container["env"]}
+        assert env["VODA_REPORT"]["value"] == "http://voda.team.svc:8470"
+        assert env["VODA_JOB"]["value"] == job
+        ref = env["VODA_TOKEN"]["valueFrom"]["secretKeyRef"]
+        assert ref["name"].endswith("-voda-report") and "value" not in env["VODA_TOKEN"]
+    without = json.loads(render("-f", f"examples/{example}", "--workers", "2",
+                                "-o", "json").stdout)
+    assert "VODA_REPORT" not in json.dumps(without)
+
+
 @pytest.mark.parametrize("args,code,message", [
+    (["--workers", "2", "--report-url", "ftp://x"], 2,
+     "report-url: expected an http(s) URL with a host, got 'ftp://x'"),
     (["--workers", "9"], 2, "workers: must lie in [min, max] = [1, 4], got 9"),
     (["--workers", "2", "--nodes", "n1"], 2, "nodes: place 2 workers, got 1"),
     (["--workers", "2", "--nodes", "n1:x"], 2, "nodes: expected NODE or NODE:WORKERS"),
     (["--workers", "2", "-o", "xml"], 2, "output: expected yaml or json"),
-], ids=["more workers than max", "fewer nodes than workers", "a count that is no number",
-        "an unknown output format"])
+], ids=["a report URL that is no http URL", "more workers than max",
+        "fewer nodes than workers", "a count that is no number", "an unknown output format"])
 def test_render_refuses_bad_input_naming_the_field(args: list[str], code: int,
                                                    message: str) -> None:
     done = render("-f", "examples/mpijob.yaml", *args)

@@ -39,11 +39,15 @@ def register(app: typer.Typer) -> None:
             help="Where the workers go: n1,n2 (one per worker) or n1:2,n2:1.")] = None,
         namespace: Annotated[str, typer.Option(help="Namespace of the objects.")] = "default",
         output: Annotated[str, typer.Option("-o", "--output", help="yaml or json.")] = "yaml",
+        report_url: Annotated[str, typer.Option(
+            help="The URL pods reach the service at (the backend's report_url): renders the "
+                 "report channel's env, VODA_TOKEN from the Secret the service creates.")] = "",
     ) -> None:
         """Print the objects `voda serve --backend kubernetes` would create (a dry run)."""
         import yaml
 
         from voda.backends.kubernetes.adapters import Sizes
+        from voda.backends.kubernetes.config import check_report_url
         from voda.backends.kubernetes.manifests import render_job
         from voda.backends.kubernetes.pinning import assign
         from voda.backends.kubernetes.settings import KubernetesSettings
@@ -70,11 +74,16 @@ def register(app: typer.Typer) -> None:
             placement = parse_nodes(nodes, workers) if nodes else ()
         except ValueError as exc:
             raise fail(str(exc), EXIT_USAGE) from None
-        settings = KubernetesSettings(namespace=namespace)
+        try:
+            check_report_url(report_url, "report-url")
+        except ValueError as exc:
+            raise fail(str(exc), EXIT_USAGE) from None
+        settings = KubernetesSettings(namespace=namespace, report_url=report_url)
         try:
             obj = render_job(spec.document, spec.name,
                              Sizes(workers, spec.min_workers, spec.max_workers),
-                             assign({}, placement), "render", settings)
+                             assign({}, placement), "render", settings,
+                             report=bool(report_url))
         except SpecError as exc:
             raise fail("\n".join(str(e) for e in exc.errors), EXIT_REFUSED) from None
         if output == "json":

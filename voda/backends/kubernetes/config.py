@@ -61,12 +61,16 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
         raise ValueError("kubernetes.max_evictions: must not be negative")
     if not 1 <= settings.workers <= 64:
         raise ValueError("kubernetes.workers: must lie in [1, 64]")
-    if settings.report_url and not _is_http_url(settings.report_url):
-        raise ValueError(f"kubernetes.report_url: expected an http(s) URL with a host, got "
-                         f"{settings.report_url[:200]!r}")
+    check_report_url(settings.report_url)
     if settings.report_secret_check_seconds <= 0:
         raise ValueError("kubernetes.report_secret_check_seconds: must be positive")
     return settings
+
+
+def check_report_url(url: str, name: str = "kubernetes.report_url") -> None:
+    """Raises ValueError naming `name` unless `url` is empty or an http(s) URL with a host."""
+    if url and not _is_http_url(url):
+        raise ValueError(f"{name}: expected an http(s) URL with a host, got {url[:200]!r}")
 
 
 def _is_http_url(text: str) -> bool:
