@@ -133,7 +133,7 @@ def test_a_launcher_master_and_workers_all_get_it() -> None:
     obj = {"spec": {"pytorchReplicaSpecs": {
         role: {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}
         for role in ("Master", "Worker")}}}
-    add_report_env(obj, "j", URL)
+    add_report_env(obj, "pytorchReplicaSpecs", "j", URL)
     assert {k: sorted(channel(v)) for k, v in env_of(obj).items()} == {
         "Master/c": ["VODA_JOB", "VODA_REPORT", "VODA_TOKEN"],
         "Worker/c": ["VODA_JOB", "VODA_REPORT", "VODA_TOKEN"]}

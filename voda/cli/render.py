@@ -82,8 +82,7 @@ def register(app: typer.Typer) -> None:
         try:
             obj = render_job(spec.document, spec.name,
                              Sizes(workers, spec.min_workers, spec.max_workers),
-                             assign({}, placement), "render", settings,
-                             report=bool(report_url))
+                             assign({}, placement), "render", settings, report=True)
         except SpecError as exc:
             raise fail("\n".join(str(e) for e in exc.errors), EXIT_REFUSED) from None
         if output == "json":

@@ -94,7 +94,7 @@ def render_job(document: Obj, job: str, sizes: Sizes, plan: Plan, run: str,
     meta["annotations"] = {**(meta.get("annotations") or {}), PLAN_ANNOTATION: encode(plan),
                            RUN_ANNOTATION: run, JOB_ANNOTATION: job}
     if report and settings.report_url:
-        add_report_env(obj, job, settings.report_url)
+        add_report_env(obj, adapter.replicas_key, job, settings.report_url)
     errors = crd.schema_errors(obj) if validate else []
     if errors:
         raise SpecError(errors)
@@ -111,7 +111,6 @@ def check_document(document: Obj, min_workers: int, max_workers: int,
 # ----- the report channel ------------------------------------------------------------------
 REPORT_SECRET_KEY = "token"
 REPORT_SECRET_SUFFIX = "-voda-report"
-REPLICA_SPECS = ("mpiReplicaSpecs", "pytorchReplicaSpecs")
 
 
 def report_secret_name(job: str) -> str:
@@ -145,22 +144,20 @@ def secret_token(secret: Obj) -> str | None:
         return None
 
 
-def add_report_env(obj: Obj, job: str, report_url: str) -> None:
-    """Give every container of every replica of `obj` the report channel: VODA_REPORT (the
-    service's URL), VODA_JOB and VODA_TOKEN from the job's Secret. A variable the user set
-    is kept as it is."""
+def add_report_env(obj: Obj, replicas_key: str, job: str, report_url: str) -> None:
+    """Give every container of every replica of `obj` (under spec.`replicas_key`) the report
+    channel: VODA_REPORT (the service's URL), VODA_JOB and VODA_TOKEN from the job's Secret.
+    A variable the user set is kept as it is."""
     from voda.report import JOB_ENV, REPORT_ENV, TOKEN_ENV
 
     ours = [{"name": REPORT_ENV, "value": report_url}, {"name": JOB_ENV, "value": job},
             {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {
                 "name": report_secret_name(job), "key": REPORT_SECRET_KEY}}}]
-    spec = obj.get("spec") or {}
-    for key in REPLICA_SPECS:
-        for replica in (spec.get(key) or {}).values():
-            pod = ((replica or {}).get("template") or {}).get("spec") or {}
-            for container in pod.get("containers") or ():
-                env = container.setdefault("env", [])
-                if not isinstance(env, list):
-                    continue  # the schema check names the field
-                names = {entry.get("name") for entry in env if isinstance(entry, dict)}
-                env.extend(copy.deepcopy(e) for e in ours if e["name"] not in names)
+    for replica in ((obj.get("spec") or {}).get(replicas_key) or {}).values():
+        pod = ((replica or {}).get("template") or {}).get("spec") or {}
+        for container in pod.get("containers") or ():
+            env = container.setdefault("env", [])
+            if not isinstance(env, list):
+                continue  # the schema check names the field
+            names = {entry.get("name") for entry in env if isinstance(entry, dict)}
+            env.extend(copy.deepcopy(e) for e in ours if e["name"] not in names)
