@@ -63,6 +63,7 @@ def job_strategy(draw: st.DrawFn, name: str) -> Job:
         attained_gpu_seconds_since_start=attained,
         running_seconds=run_since * 2,
         running_seconds_since_start=run_since,
+        running_seconds_since_epoch=draw(st.sampled_from([0.0, 5.0, 60.0, 1e6])),
         waiting_seconds_since_start=0.0 if running else wait_since,
         attained_gpu_seconds_since_promotion=attained / 4 if promoted else attained * 2,
         running_seconds_since_promotion=run_since if promoted else run_since * 2,

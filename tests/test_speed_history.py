@@ -168,3 +168,40 @@ def test_a_size_changed_again_before_its_second_epoch_is_reported_keeps_that_epo
     assert set(record.epoch_time_by_workers) == {4, 2}
     assert record.epoch_time_by_workers[4] != 30.0  # epoch 6 measured, epoch 5 not
     assert record.epoch_time_by_workers[4] < 30.0
+
+
+# ----- how far into the epoch under way a job is ---------------------------------------
+class ResumingBackend(InMemoryBackend):
+    """A backend whose jobs go on from where they stopped within an epoch."""
+
+    resumes_within_epoch = True
+
+
+@pytest.mark.parametrize("resumes", [False, True])
+def test_the_epoch_under_way_counts_running_time_until_its_report_or_a_restart(
+        resumes: bool) -> None:
+    nodes = make_cluster().nodes(1, gpus=4).node_list()
+    backend = (ResumingBackend if resumes else InMemoryBackend)(nodes)
+    sched = Scheduler(backend, SchedulerSettings(algorithm="ElasticFIFO",  # type: ignore[arg-type]
+                                                 rate_limit_seconds=0.0))
+    sched.submit(make_job("x").workers(1, 4).epochs(10).submitted_at(0).obj())
+    sched.step(0.0)
+    sched.step(40.0)
+    record = sched.jobs["x"]
+    assert record.snapshot().running_seconds_since_epoch == 40.0
+    backend.report_epoch("x", 50.0, 1, 50.0, 4)
+    sched.step(50.0)
+    assert record.running_seconds_since_epoch == 0.0  # the epoch ended
+    sched.step(70.0)
+    assert record.running_seconds_since_epoch == 20.0
+    # a second job makes x shrink at 70 s: it restarts from its checkpoint
+    sched.submit(make_job("y").workers(1, 4).submitted_at(70).obj())
+    sched.step(70.0)
+    assert record.current_workers == 2 and record.restarts == 1
+    assert record.running_seconds_since_epoch == (20.0 if resumes else 0.0)
+    sched.step(100.0)
+    assert record.running_seconds_since_epoch == (50.0 if resumes else 30.0)
+    # an epoch reported again (a late duplicate) does not end the one under way
+    backend.report_epoch("x", 100.0, 1, 50.0, 4)
+    sched.step(100.0)
+    assert record.running_seconds_since_epoch == (50.0 if resumes else 30.0)

@@ -14,6 +14,7 @@ from voda.core.allocation.voda import (
     measured_cap,
     own_model,
     rank_weights,
+    share_left,
 )
 from voda.core.goodput import GoodputModel, PerfParams
 
@@ -94,12 +95,35 @@ def test_rank_weights_follow_the_order_of_sizes_not_their_ratio() -> None:
     assert len(rank_weights([], 0.8)) == 0
 
 
+def test_the_epoch_under_way_counts_as_partly_done_by_the_time_run_in_it() -> None:
+    # Two running jobs on 2 GPUs each, 2 of 10 epochs left at 1,000 s an epoch (linear
+    # speedup); "late" was submitted second but is 900 s into its epoch: 1.1 epochs left.
+    times = {1: 2000.0, 2: 1000.0, 4: 500.0}
+    early, late = (make_job(name).workers(1, 4).epochs(10, completed=8).epoch_times(times)
+                   .running(2).submitted_at(at).obj() for name, at in (("early", 0), ("late", 1)))
+    late = dataclasses.replace(late, running_seconds_since_epoch=900.0)
+    assert share_left(late, [float("inf"), 4000.0, 2000.0], 0.9) == (2 - 0.9) / 2
+    assert share_left(late, [float("inf"), 4000.0, 2000.0], 0.5) == (2 - 0.5) / 2  # at most
+    assert share_left(early, [float("inf"), 4000.0, 2000.0], 0.9) == 1.0
+    waiting = dataclasses.replace(late, current_workers=0)  # no count to time it at
+    assert share_left(waiting, [float("inf"), 4000.0, 2000.0], 0.9) == 1.0
+    # the one nearer its end is ranked first: it takes the 2 GPUs left over
+    both = Voda()([early, late], 6)
+    assert (both["late"], both["early"]) == (4, 2)
+    # counting epochs only once reported, the two tie and the first submitted goes first
+    reported = Voda(epoch_progress=0.0)([early, late], 6)
+    assert (reported["early"], reported["late"]) == (4, 2)
+
+
 def test_rank_exponent_is_checked() -> None:
     import pytest
 
     for bad in (-0.1, 1.0, "0.5", float("nan")):
         with pytest.raises(ValueError, match="rank_exponent"):
             Voda(rank_exponent=bad)  # type: ignore[arg-type]
+    for bad in (-0.1, 1.0, "0.5", float("nan")):
+        with pytest.raises(ValueError, match="epoch_progress"):
+            Voda(epoch_progress=bad)  # type: ignore[arg-type]
 
 
 def test_a_job_that_has_not_measured_its_gradients_yet_prices_batches_with_its_categorys() -> None:

@@ -25,6 +25,11 @@ class Backend(Protocol):
     def events(self) -> list[Event]:
         """Events since the last call: completions, failures, epoch reports, node changes."""
 
+    # A backend may set `resumes_within_epoch = True` when a job it (re)starts, resizes or
+    # moves goes on from where it stopped within an epoch (the engine then keeps counting
+    # the epoch under way, Job.running_seconds_since_epoch); without it, from the last
+    # epoch's end. Not part of the protocol: an attribute read with a default of False.
+
 
 @runtime_checkable
 class SupportsDelete(Protocol):

@@ -94,6 +94,7 @@ class JobRecord:
     attained_gpu_seconds_since_start: float = 0.0
     running_seconds: float = 0.0
     running_seconds_since_start: float = 0.0
+    running_seconds_since_epoch: float = 0.0
     waiting_seconds: float = 0.0
     waiting_seconds_since_start: float = 0.0
     attained_gpu_seconds_since_promotion: float = 0.0
@@ -152,6 +153,7 @@ def account(record: JobRecord, dt: float) -> None:
     if workers > 0:
         record.running_seconds += dt
         record.running_seconds_since_start += dt
+        record.running_seconds_since_epoch += dt
         record.running_seconds_since_promotion += dt
         gpu_seconds = dt * workers
         record.attained_gpu_seconds += gpu_seconds
@@ -445,6 +447,8 @@ class Scheduler:
         epoch = int(event.data.get("epoch", record.completed_epochs + 1))
         if workers < 1 or not seconds > 0:
             return
+        if epoch > record.completed_epochs:
+            record.running_seconds_since_epoch = 0.0
         record.completed_epochs = max(record.completed_epochs, float(epoch))
         measured = record.restore_epoch is None or epoch > record.restore_epoch
         if record.restore_workers is not None and record.restore_epoch is not None:
@@ -708,10 +712,12 @@ class Scheduler:
                 self._set_status(record, JobStatus.WAITING, now)
 
     # ----- helpers ---------------------------------------------------------------
-    @staticmethod
-    def _restarting(record: JobRecord, workers: int) -> None:
+    def _restarting(self, record: JobRecord, workers: int) -> None:
         """The job (re)starts on `workers` from its checkpoint: its next epoch there holds
-        the restore (see _record_epoch)."""
+        the restore (see _record_epoch). Unless the backend resumes it where it stopped
+        within an epoch, the epoch under way starts over."""
+        if not getattr(self.backend, "resumes_within_epoch", False):
+            record.running_seconds_since_epoch = 0.0
         record.restore_epoch_before = record.restore_epoch
         record.restore_epoch = int(record.completed_epochs) + 1
         record.restore_workers = workers

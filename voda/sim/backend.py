@@ -37,6 +37,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from voda.core.goodput import GoodputModel
 from voda.core.model import Job, JobPlacement, Node
@@ -124,6 +125,10 @@ def _boundaries(spec: JobSpec, profile: Profile | None) -> tuple[float, ...]:
 
 
 class SimBackend:
+    # A job's progress is continuous (the Pollux artifact's model): a restart costs the
+    # penalty, not the part of an epoch done.
+    resumes_within_epoch: ClassVar[bool] = True
+
     def __init__(
         self,
         nodes: list[Node],

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest revision in migrations/versions (a test checks it against Alembic's head).
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 
 
 # How long a write waits for another holder of a SQLite lock, or for a PostgreSQL

@@ -9,6 +9,8 @@ its goodput model. From that, each job's remaining time on n GPUs is
 with the epoch time measured where the job ran and carried to other counts by
 the ratio of goodputs (throughput x statistical efficiency, voda.core.goodput);
 without a goodput model, from measured epoch times alone (voda.core.estimate).
+A running job's epoch under way counts as partly done, by the time it has run in it
+(epochs are reported at their end, and a bert job trains only 2).
 
 The allocation maximises the sum over jobs of a weighted speedup, w_j T_j(1) / T_j(n_j).
 The weight puts the jobs with the least work left first, in two parts:
@@ -82,7 +84,9 @@ class Voda:
     cluster), `aligned` (only counts that pack), `share_models` (borrow a
     category's best-measured throughput model), `category_history` (from finished
     jobs of the category too), `explore` (past the most GPUs a job has measured, hold
-    its network time at the measured count's instead of extrapolating its growth).
+    its network time at the measured count's instead of extrapolating its growth),
+    `epoch_progress` (the most of the epoch under way a running job is credited with,
+    from the time it has run in it; 0: an epoch counts only once reported; 0.9).
     """
 
     name: str = "Voda"
@@ -95,6 +99,7 @@ class Voda:
     share_models: bool = True
     category_history: bool = True
     explore: bool = True
+    epoch_progress: float = 0.9
     # Remaining work and goodput change as jobs run: decide again on progress reports.
     decides_on_progress: ClassVar[bool] = True
 
@@ -109,6 +114,9 @@ class Voda:
         if not (isinstance(self.rank_exponent, int | float) and 0 <= self.rank_exponent < 1):
             raise ValueError(
                 f"rank_exponent: must be a number in [0, 1), got {self.rank_exponent!r}")
+        if not (isinstance(self.epoch_progress, int | float) and 0 <= self.epoch_progress < 1):
+            raise ValueError(
+                f"epoch_progress: must be a number in [0, 1), got {self.epoch_progress!r}")
         check_gpus_per_node(self.gpus_per_node)
         for knob in ("aligned", "share_models", "category_history", "explore"):
             if not isinstance(getattr(self, knob), bool):
@@ -139,6 +147,7 @@ class Voda:
             node = per_node(self.gpus_per_node)
             seconds[1:] = remaining_seconds(job, model, cap, node, max(capacity // node, 1),
                                             self.explore)
+            seconds *= share_left(job, seconds, self.epoch_progress)
         finite = seconds[np.isfinite(seconds)]
         size = float(seconds[1]) if cap >= 1 and math.isfinite(seconds[1]) else (
             float(np.min(finite)) if len(finite) else math.inf)
@@ -173,6 +182,19 @@ class Voda:
             changed[0] = -rate[kept] * min(self.restart_penalty / paid_back[kept], 1.0)
         allowed[0] = allowed[kept] = True
         return np.where(allowed, changed, -np.inf)
+
+
+def share_left(job: Job, seconds: np.ndarray, most: float) -> float:
+    """The share of its estimated remaining time a running job still has, counting the
+    epoch under way as done by the time it has run in it over its epoch time at its
+    count (at most `most` of an epoch). Epochs are reported at their end: a job with few
+    epochs (bert trains 2) would otherwise look up to a whole epoch longer than it is."""
+    n, left = job.current_workers, job.remaining_epochs
+    if most <= 0 or left < 1 or not 0 < n < len(seconds) or not (
+            math.isfinite(seconds[n]) and seconds[n] > 0):
+        return 1.0
+    done = min(job.running_seconds_since_epoch * left / seconds[n], most)
+    return (left - done) / left
 
 
 def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
