@@ -189,9 +189,11 @@ def test_the_epoch_under_way_counts_running_time_until_its_report_or_a_restart(
     sched.step(40.0)
     record = sched.jobs["x"]
     assert record.snapshot().running_seconds_since_epoch == 40.0
+    assert record.snapshot().attained_gpu_seconds_since_epoch == 160.0
     backend.report_epoch("x", 50.0, 1, 50.0, 4)
     sched.step(50.0)
     assert record.running_seconds_since_epoch == 0.0  # the epoch ended
+    assert record.attained_gpu_seconds_since_epoch == 0.0
     sched.step(70.0)
     assert record.running_seconds_since_epoch == 20.0
     # a second job makes x shrink at 70 s: it restarts from its checkpoint
@@ -201,6 +203,8 @@ def test_the_epoch_under_way_counts_running_time_until_its_report_or_a_restart(
     assert record.running_seconds_since_epoch == (20.0 if resumes else 0.0)
     sched.step(100.0)
     assert record.running_seconds_since_epoch == (50.0 if resumes else 30.0)
+    # 20 s on 4 GPUs before the resize, if it resumes within the epoch; 30 s on 2 after
+    assert record.attained_gpu_seconds_since_epoch == (140.0 if resumes else 60.0)
     # an epoch reported again (a late duplicate) does not end the one under way
     backend.report_epoch("x", 100.0, 1, 50.0, 4)
     sched.step(100.0)

@@ -55,6 +55,7 @@ def test_jobs_round_trip_with_state_updates(store_url: str) -> None:
     record.running_seconds_since_promotion = 4.0
     record.waiting_seconds_since_promotion = 9.0
     record.running_seconds_since_epoch = 6.5
+    record.attained_gpu_seconds_since_epoch = 19.5
     record.promotions = 2
     record.epoch_time_by_workers = {3: 7.5}
     record.priority = 0
@@ -71,7 +72,8 @@ def test_jobs_round_trip_with_state_updates(store_url: str) -> None:
     assert (back.attained_gpu_seconds_since_promotion, back.running_seconds_since_promotion,
             back.waiting_seconds_since_promotion, back.promotions) == (12.5, 4.0, 9.0, 2)
     assert back.epoch_time_by_workers == {3: 7.5}
-    assert back.running_seconds_since_epoch == 6.5
+    assert (back.running_seconds_since_epoch, back.attained_gpu_seconds_since_epoch) == (
+        6.5, 19.5)
     assert back.extra["user"] == "alice" and back.extra["profile"] == "ncf"
     engine.dispose()
 
@@ -173,7 +175,8 @@ def test_the_history_migration_keeps_existing_rows_under_the_default_gpu_type(
     assert job.attained_gpu_seconds_since_promotion == 5000.0
     assert job.running_seconds_since_promotion == 1250.0
     assert (job.waiting_seconds_since_promotion, job.promotions) == (0.0, 0)
-    assert job.running_seconds_since_epoch == 0.0  # unknown before: no epoch under way counted
+    # unknown before: no epoch under way counted
+    assert (job.running_seconds_since_epoch, job.attained_gpu_seconds_since_epoch) == (0.0, 0.0)
     with sessions.begin() as session:  # the new key: a second GPU type beside the old rows
         store.save_category_speed(session, ("resnet", "a100"), 2, 3.0, 2.0)
     with sessions() as session:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import numpy as np
+import pytest
 from builders import make_job
 
 from voda.core.allocation import registry
@@ -101,12 +103,21 @@ def test_the_epoch_under_way_counts_as_partly_done_by_the_time_run_in_it() -> No
     times = {1: 2000.0, 2: 1000.0, 4: 500.0}
     early, late = (make_job(name).workers(1, 4).epochs(10, completed=8).epoch_times(times)
                    .running(2).submitted_at(at).obj() for name, at in (("early", 0), ("late", 1)))
-    late = dataclasses.replace(late, running_seconds_since_epoch=900.0)
-    assert share_left(late, [float("inf"), 4000.0, 2000.0], 0.9) == (2 - 0.9) / 2
-    assert share_left(late, [float("inf"), 4000.0, 2000.0], 0.5) == (2 - 0.5) / 2  # at most
-    assert share_left(early, [float("inf"), 4000.0, 2000.0], 0.9) == 1.0
-    waiting = dataclasses.replace(late, current_workers=0)  # no count to time it at
-    assert share_left(waiting, [float("inf"), 4000.0, 2000.0], 0.9) == 1.0
+    late = dataclasses.replace(late, running_seconds_since_epoch=900.0,
+                               attained_gpu_seconds_since_epoch=1800.0)
+    seconds = np.array([np.inf, 4000.0, 2000.0, 1500.0, 1000.0])
+    assert share_left(late, seconds, 0.9) == (2 - 0.9) / 2
+    assert share_left(late, seconds, 0.5) == (2 - 0.5) / 2  # at most
+    assert share_left(early, seconds, 0.9) == 1.0  # nothing run in the epoch under way
+    # halted part-way it keeps what it did; timed at the GPUs it held on average there
+    # (300 s on 4 GPUs, 500 s an epoch there: 0.6 of it done)
+    halted = dataclasses.replace(late, current_workers=0, running_seconds_since_epoch=300.0,
+                                 attained_gpu_seconds_since_epoch=1200.0)
+    assert share_left(halted, seconds, 0.9) == pytest.approx((2 - 0.6) / 2)
+    # (on 2 GPUs, then 4: 3 on average, 750 s an epoch: 0.4 of it done)
+    resized = dataclasses.replace(halted, attained_gpu_seconds_since_epoch=900.0)
+    assert share_left(resized, seconds, 0.9) == pytest.approx((2 - 0.4) / 2)
+    assert share_left(halted, seconds, 0.0) == 1.0  # counting off
     # the one nearer its end is ranked first: it takes the 2 GPUs left over
     both = Voda()([early, late], 6)
     assert (both["late"], both["early"]) == (4, 2)
@@ -116,8 +127,6 @@ def test_the_epoch_under_way_counts_as_partly_done_by_the_time_run_in_it() -> No
 
 
 def test_rank_exponent_is_checked() -> None:
-    import pytest
-
     for bad in (-0.1, 1.0, "0.5", float("nan")):
         with pytest.raises(ValueError, match="rank_exponent"):
             Voda(rank_exponent=bad)  # type: ignore[arg-type]

@@ -119,10 +119,12 @@ class Job:
     attained_gpu_seconds_since_start: float = 0.0
     running_seconds: float = 0.0
     running_seconds_since_start: float = 0.0
-    # Seconds run since the last epoch it reported ended: how far into the epoch under way
-    # it is. Reset by an epoch report, and by a (re)start, resize or move unless the
-    # backend resumes a job where it stopped within an epoch (Backend.resumes_within_epoch).
+    # Seconds run, and GPU-seconds held, since the last epoch it reported ended: how far
+    # into the epoch under way it is, and on how many GPUs on average. Reset by an epoch
+    # report, and by a (re)start, resize or move unless the backend resumes a job where it
+    # stopped within an epoch (Backend.resumes_within_epoch).
     running_seconds_since_epoch: float = 0.0
+    attained_gpu_seconds_since_epoch: float = 0.0
     waiting_seconds: float = 0.0
     waiting_seconds_since_start: float = 0.0  # waiting since it was last preempted/queued
     attained_gpu_seconds_since_promotion: float = 0.0

@@ -95,6 +95,7 @@ class JobRecord:
     running_seconds: float = 0.0
     running_seconds_since_start: float = 0.0
     running_seconds_since_epoch: float = 0.0
+    attained_gpu_seconds_since_epoch: float = 0.0
     waiting_seconds: float = 0.0
     waiting_seconds_since_start: float = 0.0
     attained_gpu_seconds_since_promotion: float = 0.0
@@ -158,12 +159,19 @@ def account(record: JobRecord, dt: float) -> None:
         gpu_seconds = dt * workers
         record.attained_gpu_seconds += gpu_seconds
         record.attained_gpu_seconds_since_start += gpu_seconds
+        record.attained_gpu_seconds_since_epoch += gpu_seconds
         record.attained_gpu_seconds_since_promotion += gpu_seconds
     else:
         record.waiting_seconds += dt
         record.waiting_seconds_since_start += dt
         if record.running_seconds_since_promotion > 0:
             record.waiting_seconds_since_promotion += dt
+
+
+def epoch_starts(record: JobRecord) -> None:
+    """An epoch ended, or the job goes on from the last one's end: nothing of the next done."""
+    record.running_seconds_since_epoch = 0.0
+    record.attained_gpu_seconds_since_epoch = 0.0
 
 
 def promote(record: JobRecord) -> None:
@@ -448,7 +456,7 @@ class Scheduler:
         if workers < 1 or not seconds > 0:
             return
         if epoch > record.completed_epochs:
-            record.running_seconds_since_epoch = 0.0
+            epoch_starts(record)
         record.completed_epochs = max(record.completed_epochs, float(epoch))
         measured = record.restore_epoch is None or epoch > record.restore_epoch
         if record.restore_workers is not None and record.restore_epoch is not None:
@@ -717,7 +725,7 @@ class Scheduler:
         the restore (see _record_epoch). Unless the backend resumes it where it stopped
         within an epoch, the epoch under way starts over."""
         if not getattr(self.backend, "resumes_within_epoch", False):
-            record.running_seconds_since_epoch = 0.0
+            epoch_starts(record)
         record.restore_epoch_before = record.restore_epoch
         record.restore_epoch = int(record.completed_epochs) + 1
         record.restore_workers = workers

@@ -41,6 +41,7 @@ class JobRow(Base):
     running_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     running_seconds_since_start: Mapped[float] = mapped_column(Float, default=0.0)
     running_seconds_since_epoch: Mapped[float] = mapped_column(Float, default=0.0)
+    attained_gpu_seconds_since_epoch: Mapped[float] = mapped_column(Float, default=0.0)
     waiting_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     waiting_seconds_since_start: Mapped[float] = mapped_column(Float, default=0.0)
     attained_gpu_seconds_since_promotion: Mapped[float] = mapped_column(Float, default=0.0)

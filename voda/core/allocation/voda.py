@@ -9,8 +9,8 @@ its goodput model. From that, each job's remaining time on n GPUs is
 with the epoch time measured where the job ran and carried to other counts by
 the ratio of goodputs (throughput x statistical efficiency, voda.core.goodput);
 without a goodput model, from measured epoch times alone (voda.core.estimate).
-A running job's epoch under way counts as partly done, by the time it has run in it
-(epochs are reported at their end, and a bert job trains only 2).
+A job's epoch under way counts as partly done, by the time it has run in it at the GPUs
+it held there (epochs are reported at their end, and a bert job trains only 2).
 
 The allocation maximises the sum over jobs of a weighted speedup, w_j T_j(1) / T_j(n_j).
 The weight puts the jobs with the least work left first, in two parts:
@@ -85,8 +85,8 @@ class Voda:
     category's best-measured throughput model), `category_history` (from finished
     jobs of the category too), `explore` (past the most GPUs a job has measured, hold
     its network time at the measured count's instead of extrapolating its growth),
-    `epoch_progress` (the most of the epoch under way a running job is credited with,
-    from the time it has run in it; 0: an epoch counts only once reported; 0.9).
+    `epoch_progress` (the most of the epoch under way a job is credited with, from the
+    time it has run in it; 0: an epoch counts only once reported; 0.9).
     """
 
     name: str = "Voda"
@@ -185,15 +185,18 @@ class Voda:
 
 
 def share_left(job: Job, seconds: np.ndarray, most: float) -> float:
-    """The share of its estimated remaining time a running job still has, counting the
-    epoch under way as done by the time it has run in it over its epoch time at its
-    count (at most `most` of an epoch). Epochs are reported at their end: a job with few
-    epochs (bert trains 2) would otherwise look up to a whole epoch longer than it is."""
-    n, left = job.current_workers, job.remaining_epochs
-    if most <= 0 or left < 1 or not 0 < n < len(seconds) or not (
-            math.isfinite(seconds[n]) and seconds[n] > 0):
+    """The share of its estimated remaining time a job still has, counting the epoch under
+    way as done by the time it has run in it over its epoch time at the GPUs it held there
+    on average (GPU-seconds over seconds; at most `most` of an epoch). Epochs are reported
+    at their end: a job with few epochs (bert trains 2) would otherwise look up to a whole
+    epoch longer than it is, running or halted part-way."""
+    ran, left = job.running_seconds_since_epoch, job.remaining_epochs
+    if most <= 0 or left < 1 or ran <= 0 or len(seconds) < 2:
         return 1.0
-    done = min(job.running_seconds_since_epoch * left / seconds[n], most)
+    n = min(max(round(job.attained_gpu_seconds_since_epoch / ran), 1), len(seconds) - 1)
+    if not (math.isfinite(seconds[n]) and seconds[n] > 0):
+        return 1.0
+    done = min(ran * left / seconds[n], most)
     return (left - done) / left
 
 

@@ -1,4 +1,6 @@
-"""How far into its current epoch each job has run (JobRecord.running_seconds_since_epoch).
+"""How far into its current epoch each job has run, and on how many GPUs: the seconds and
+GPU-seconds since its last epoch ended (JobRecord.running_seconds_since_epoch,
+attained_gpu_seconds_since_epoch).
 
 Revision ID: 0006
 Revises: 0005
@@ -16,10 +18,11 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("running_seconds_since_epoch", sa.Float(), nullable=False,
-                                   server_default="0"))
+        for column in ("running_seconds_since_epoch", "attained_gpu_seconds_since_epoch"):
+            batch.add_column(sa.Column(column, sa.Float(), nullable=False, server_default="0"))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("attained_gpu_seconds_since_epoch")
         batch.drop_column("running_seconds_since_epoch")
