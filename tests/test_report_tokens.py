@@ -40,12 +40,32 @@ names = st.text(min_size=1, max_size=200)
 URL = "http://voda.voda.svc:8470"
 
 
-@given(names, names, st.floats(0, 4e9))
+owners = st.from_regex(r"\A[A-Za-z0-9][-_.A-Za-z0-9]{0,63}\Z")  # config.USER_RE
+jobs = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?\Z")  # a job name, 40 at most
+
+
+@given(owners, jobs, st.floats(0, 4e9))
 def test_a_minted_token_names_its_owner_job_and_incarnation(owner: str, job: str,
                                                             submitted: float) -> None:
     token = KEYS.mint(owner, job, incarnation_of(submitted))
     assert token.startswith(PREFIX) and len(token) <= 4096
     assert KEYS.verify(token) == Reporter(owner, False, job, incarnation_of(submitted))
+
+
+@given(names, names, st.floats(0, 4e9))
+def test_any_names_make_a_token_that_verifies_or_none_at_all(owner: str, job: str,
+                                                             submitted: float) -> None:
+    try:
+        token = KEYS.mint(owner, job, incarnation_of(submitted))
+    except ValueError as refused:
+        assert "too long" in str(refused)
+        return
+    assert KEYS.verify(token) == Reporter(owner, False, job, incarnation_of(submitted))
+
+
+def test_names_too_long_to_sign_are_refused_not_signed_unverifiable() -> None:
+    with pytest.raises(ValueError, match="too long"):
+        KEYS.mint("alice", "\U0001f600" * 200, "1.0")
 
 
 @given(names, st.integers(0, 10_000), st.characters(codec="ascii"))

@@ -25,7 +25,9 @@ from voda.config import User
 
 PREFIX = "vr1."
 SECRET_BYTES = 32
-MAX_PAYLOAD = 1024  # owner (100) and job (200) names, escaped, fit with room to spare
+# The service's names (owners: 64 ASCII characters, jobs: 40) fit many times over; mint
+# refuses a longer payload rather than sign a token verify would refuse.
+MAX_PAYLOAD = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,9 @@ class ReportKeys:
 
     def mint(self, owner: str, job: str, incarnation: str) -> str:
         payload = _b64(json.dumps([owner, job, incarnation], separators=(",", ":")).encode())
+        if len(payload) > MAX_PAYLOAD:
+            raise ValueError(f"report token: owner and job names too long to sign "
+                             f"({len(payload)} characters encoded, at most {MAX_PAYLOAD})")
         return f"{PREFIX}{payload}.{_b64(self._sign(payload))}"
 
     def verify(self, token: str) -> Reporter | None:
