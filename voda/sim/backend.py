@@ -45,6 +45,8 @@ from voda.engine.events import Event, EventKind
 from voda.sim.adaptive import AdaptiveAgent
 from voda.sim.profiles import Profile, load_profile
 from voda.sim.progress import gain, grad_stats
+from voda.sim.speed import default_batch
+from voda.sim.speed import epoch_seconds as profile_epoch_seconds
 from voda.sim.throughput import (
     BatchSplit,
     best_placement,
@@ -58,6 +60,12 @@ from voda.sim.workloads import JobSpec
 DEFAULT_PENALTY = 30.0
 ADAPT_SECONDS = 60.0  # lazy mode: an adaptive job re-picks its batch this soon on a new config
 LAYOUT_SPEEDS = ("actual", "packed", "best")
+
+
+def emulated_epoch_seconds(profile: str, layout: tuple[int, ...]) -> float:
+    """Seconds per epoch as the emulated backend computes them (GPUs per node, largest
+    first: voda.backends.emulated.EmulatedBackend.wall_epoch_seconds)."""
+    return profile_epoch_seconds(profile, tuple(sorted(layout, reverse=True)))
 
 
 def check_layout_speed(value: str) -> str:
@@ -99,7 +107,10 @@ class SimJob:
     def rate(self) -> float:
         r = self.rates.get(self.epoch)
         if r is None:
-            if self.profile is not None and self.split is not None:
+            if self.spec.emulated_speed is not None and self.profile is not None:
+                r = self.spec.emulated_speed / emulated_epoch_seconds(self.profile.name,
+                                                                      self.layout)
+            elif self.profile is not None and self.split is not None:
                 g = gain(self.profile, self.split.effective_batch, self.epoch)
                 r = g / step_time(self.profile, self.layout, self.split, self.spine)
             else:
@@ -111,11 +122,15 @@ class SimJob:
         """Training throughput on the current layout (None for duration-based jobs)."""
         if self.profile is None or self.split is None:
             return None
+        if self.spec.emulated_speed is not None:  # as the emulated backend reports it
+            return self.profile.samples_per_epoch * self.rate()
         seconds = step_time(self.profile, self.layout, self.split, self.spine)
         return self.split.effective_batch / seconds
 
 
 def _boundaries(spec: JobSpec, profile: Profile | None) -> tuple[float, ...]:
+    if spec.emulated_speed is not None:  # progress in epochs
+        return tuple(float(k) for k in range(spec.epochs + 1))
     if profile is not None:
         if spec.epochs == profile.epochs:
             return profile.boundaries
@@ -183,6 +198,8 @@ class SimBackend:
         sim = self._job(job.name)
         self._catch_up(sim)
         self._set_placement(sim, ())
+        if sim.spec.emulated_speed is not None:  # it resumes from its last whole epoch
+            sim.progress = sim.boundaries[sim.epoch]
 
     def nodes(self) -> list[Node]:
         return list(self._nodes.values())
@@ -305,6 +322,9 @@ class SimBackend:
         if sim.profile is not None:
             if sim.agent is not None:
                 sim.split = sim.agent.split(len(sim.counts), replicas)
+            elif sim.spec.emulated_speed is not None:
+                sim.split = split_batch(sim.profile, default_batch(sim.profile, replicas),
+                                        replicas)
             else:
                 batch = sim.spec.batch_for(sim.profile, replicas)
                 sim.split = split_batch(sim.profile, batch, replicas)

@@ -1,0 +1,116 @@
+"""A trace replayed through the real service (HTTP, emulated cluster) matches the simulator.
+
+The service runs `voda serve --backend emulated` 200 times faster than the trace; the
+simulator runs the same jobs (the emulated backend's job model) arriving when the service
+took them in, on the same clock, without a restart charge. See voda_testing/replay.py and
+docs/design/002-simulator.md, "Replayed through the service".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from voda.sim.workloads import Workload, as_emulated, load_workload
+from voda_testing.replay import (
+    ReplaySettings,
+    disagreements,
+    jct_tolerance,
+    job_document,
+    replay_workload,
+    run_once_problems,
+    run_replay,
+    simulate_as_emulated,
+)
+
+# Ten jobs of workload-1 (cifar10, deepspeech2, ncf; elastic) on 16 GPUs: they queue, grow
+# and shrink (27 rescales and 3 migrations under ElasticFIFO), about 30 s of wall time.
+SMALL = ReplaySettings(workload="workload-1", jobs=10, cluster="4x4", time_scale=200.0,
+                       rate_limit=60.0, step_interval=0.05, timeout=300.0)
+# Wall seconds a step may take beyond its interval on a loaded 2-core machine.
+LATENCY = 0.1
+
+
+@pytest.mark.slow
+def test_the_service_schedules_a_replayed_trace_as_the_simulator_does(tmp_path: Path) -> None:
+    replay = run_replay(SMALL, tmp_path)
+    assert run_once_problems(replay, replay_workload(SMALL)) == []
+    assert disagreements(replay, LATENCY) == []
+    figures = replay.figures()
+    assert figures["avg_ratio"] == pytest.approx(1.0, abs=0.03)
+    assert figures["service_rescales"] > 0  # the replay exercises elastic changes
+    assert figures["service_preemptions"] == figures["sim_preemptions"]
+
+
+@pytest.mark.slow
+def test_the_comparison_fails_when_the_service_runs_another_algorithm(tmp_path: Path) -> None:
+    """ElasticSRJF differs from ElasticFIFO on this trace only in the order of a few
+    jobs: the check must still see it."""
+    replay = run_replay(dataclasses.replace(SMALL, service_algorithm="ElasticSRJF"), tmp_path)
+    assert run_once_problems(replay, replay_workload(SMALL)) == []
+    assert len(disagreements(replay, LATENCY)) >= 2
+
+
+def test_the_emulated_job_model_runs_epochs_at_the_emulated_backends_speed() -> None:
+    from voda.backends.emulated import EmulatedBackend
+    from voda.backends.emulated import parse_cluster as emulated_cluster
+    from voda.core.model import Job
+    from voda.engine.events import EventKind
+    from voda.sim.backend import SimBackend
+
+    workload = as_emulated(replay_workload(dataclasses.replace(SMALL, jobs=1)), 10.0)
+    spec = workload.jobs[0]
+    placement = (("node-0", 4), ("node-1", 2))
+    sim = SimBackend(emulated_cluster("4x4"), {spec.name: spec}, penalty=0.0)
+    job = Job(spec.name, spec.min_workers, spec.max_workers, epochs=spec.epochs)
+    sim.start(job, placement)
+    emulated = EmulatedBackend(emulated_cluster("4x4"), time_scale=10.0, clock=lambda: 0.0)
+    emulated.profiles[spec.name] = str(spec.profile)
+    wall = emulated.wall_epoch_seconds(spec.profile, placement)
+    sim.advance(2.5 * wall)
+    reports = [e for e in sim.events() if e.kind is EventKind.EPOCH_REPORTED]
+    assert [e.data["epoch"] for e in reports] == [1, 2]
+    assert reports[1].time == pytest.approx(2 * wall)
+    assert reports[0].data["epoch_seconds"] == pytest.approx(wall)
+    sim.halt(job)  # the half epoch under way is lost, as on the emulated cluster
+    assert sim.jobs[spec.name].progress == 2.0
+
+
+def test_the_simulated_twin_keeps_the_policy_and_scales_only_the_clock() -> None:
+    """ElasticFIFO has no time knob: the same JCTs on the trace clock and 200x faster."""
+    workload = replay_workload(SMALL)
+    fast = simulate_as_emulated(workload, SMALL)
+    trace = simulate_as_emulated(workload, SMALL, time_scale=1.0)
+    assert [j.jct for j in fast.jobs] == pytest.approx([j.jct for j in trace.jobs], rel=1e-9)
+    assert fast.rescales == trace.rescales > 0
+
+
+def test_tolerance_grows_with_the_changes_and_the_clock() -> None:
+    assert jct_tolerance(1000.0, 0, SMALL, LATENCY) == pytest.approx(30 + 2 * 0.15 * 200)
+    assert jct_tolerance(1000.0, 3, SMALL, LATENCY) > jct_tolerance(1000.0, 0, SMALL, LATENCY)
+
+
+def test_jobs_are_submitted_with_their_trace_range() -> None:
+    spec = load_workload("workload-1").jobs[0]
+    doc = job_document(spec)
+    assert (doc["min"], doc["max"], doc["preferred"], doc["profile"], doc["epochs"]) == (
+        spec.min_workers, spec.max_workers, spec.preferred_workers, spec.profile, spec.epochs)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("jobs", 0), ("jobs", 10_000), ("time_scale", 0.0), ("time_scale", float("inf")),
+    ("rate_limit", -1.0), ("step_interval", 0.0), ("timeout", 1e9), ("cluster", "100x8"),
+    ("algorithm", "NoSuchPolicy"),
+], ids=lambda v: str(v))
+def test_every_replay_setting_is_bounded(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field if field != "algorithm" else "NoSuchPolicy"):
+        dataclasses.replace(SMALL, **{field: value}).check()
+
+
+def test_a_job_without_a_profile_cannot_be_emulated() -> None:
+    workload = load_workload("workload-1")
+    duration = dataclasses.replace(workload.jobs[0], profile=None, work=100.0)
+    with pytest.raises(ValueError, match="profiled jobs only"):
+        as_emulated(Workload(workload.source, (duration,)))
