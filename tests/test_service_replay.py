@@ -73,18 +73,44 @@ def test_the_emulated_job_model_runs_epochs_at_the_emulated_backends_speed() -> 
     reports = [e for e in sim.events() if e.kind is EventKind.EPOCH_REPORTED]
     assert [e.data["epoch"] for e in reports] == [1, 2]
     assert reports[1].time == pytest.approx(2 * wall)
-    assert reports[0].data["epoch_seconds"] == pytest.approx(wall)
+    # Both report epoch times in emulated seconds (wall x time scale).
+    assert reports[0].data["epoch_seconds"] == pytest.approx(wall * 10.0)
     sim.halt(job)  # the half epoch under way is lost, as on the emulated cluster
     assert sim.jobs[spec.name].progress == 2.0
 
 
-def test_the_simulated_twin_keeps_the_policy_and_scales_only_the_clock() -> None:
-    """ElasticFIFO has no time knob: the same JCTs on the trace clock and 200x faster."""
-    workload = replay_workload(SMALL)
-    fast = simulate_as_emulated(workload, SMALL)
-    trace = simulate_as_emulated(workload, SMALL, time_scale=1.0)
-    assert [j.jct for j in fast.jobs] == pytest.approx([j.jct for j in trace.jobs], rel=1e-9)
-    assert fast.rescales == trace.rescales > 0
+@pytest.mark.parametrize("algorithm", ["ElasticFIFO", "Voda", "AFS-L", "ElasticSRJF"])
+def test_the_time_scale_changes_no_decision(algorithm: str) -> None:
+    """Epoch times are reported in emulated seconds, so a policy whose constants are in
+    seconds (Voda's restart charge and horizon, the epoch time assumed before one is
+    measured) decides the same 200 times faster as on the trace's own clock."""
+    settings = dataclasses.replace(SMALL, algorithm=algorithm)
+    workload = replay_workload(settings)
+    fast = simulate_as_emulated(workload, settings)
+    trace = simulate_as_emulated(workload, settings, time_scale=1.0)
+    assert [j.jct for j in fast.jobs] == pytest.approx([j.jct for j in trace.jobs], rel=1e-6)
+    assert (fast.rescales, fast.migrations) == (trace.rescales, trace.migrations)
+
+
+def test_the_emulated_cluster_reports_the_same_epoch_times_at_any_time_scale() -> None:
+    from voda.backends.emulated import EmulatedBackend
+    from voda.backends.emulated import parse_cluster as emulated_cluster
+    from voda.core.model import Job
+    from voda.engine.events import EventKind
+
+    reported = []
+    for scale in (1.0, 60.0, 500.0):
+        now = [0.0]
+        backend = EmulatedBackend(emulated_cluster("2x4"), time_scale=scale,
+                                  clock=lambda now=now: now[0])
+        backend.profiles["a"] = "cifar10"
+        backend.start(Job("a", 1, 4, epochs=3), (("node-0", 4),))
+        now[0] = 2.5 * backend.wall_epoch_seconds("cifar10", (("node-0", 4),))
+        epochs = [e.data for e in backend.events() if e.kind is EventKind.EPOCH_REPORTED]
+        assert len(epochs) == 2
+        reported.append((epochs[0]["epoch_seconds"], epochs[0]["samples_per_second"]))
+    assert reported[1] == pytest.approx(reported[0]) and reported[2] == pytest.approx(
+        reported[0])
 
 
 def test_tolerance_grows_with_the_changes_and_the_clock() -> None:

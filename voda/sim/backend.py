@@ -123,7 +123,7 @@ class SimJob:
         if self.profile is None or self.split is None:
             return None
         if self.spec.emulated_speed is not None:  # as the emulated backend reports it
-            return self.profile.samples_per_epoch * self.rate()
+            return self.profile.samples_per_epoch * self.rate() / self.spec.emulated_speed
         seconds = step_time(self.profile, self.layout, self.split, self.spine)
         return self.split.effective_batch / seconds
 
@@ -465,7 +465,8 @@ class SimBackend:
             seconds -= delta
             if self.report_epochs:
                 width = target - sim.boundaries[sim.epoch - 1]
-                data = {"epoch": sim.epoch, "epoch_seconds": max(width / r, 1e-9),
+                took = width / r * (sim.spec.emulated_speed or 1.0)  # emulated: its units
+                data = {"epoch": sim.epoch, "epoch_seconds": max(took, 1e-9),
                         "workers": sim.gpus}
                 throughput = sim.samples_per_second()
                 if throughput is not None:

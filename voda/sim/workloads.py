@@ -85,8 +85,9 @@ class JobSpec:
     # Duration-based work: GPU-seconds at linear speedup.
     work: float | None = None
     # The emulated backend's job (`as_emulated`): epochs of one length at the default batch,
-    # `voda.sim.speed.epoch_seconds(profile, layout) / emulated_speed` seconds each, no
-    # statistical efficiency; a halt loses the epoch under way. None: the job model above.
+    # `voda.sim.speed.epoch_seconds(profile, layout) / emulated_speed` seconds each (reported
+    # in emulated seconds, x emulated_speed), no statistical efficiency; a halt loses the
+    # epoch under way. None: the job model above.
     emulated_speed: float | None = None
 
     def batch_for(self, profile: Profile, replicas: int) -> int:
