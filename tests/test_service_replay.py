@@ -140,3 +140,49 @@ def test_a_job_without_a_profile_cannot_be_emulated() -> None:
     duration = dataclasses.replace(workload.jobs[0], profile=None, work=100.0)
     with pytest.raises(ValueError, match="profiled jobs only"):
         as_emulated(Workload(workload.source, (duration,)))
+
+
+def test_the_event_loop_decides_on_epoch_reports_when_asked() -> None:
+    """The service decides again on an epoch report for a policy that decides on progress;
+    the simulator's event loop does so with `progress_decisions` (off by default)."""
+    from voda.sim.cluster_file import parse_cluster
+    from voda.sim.runner import SimSettings, simulate
+
+    workload = as_emulated(replay_workload(SMALL))
+    cluster = parse_cluster("4x4")
+
+    def run(algorithm: str, progress: bool):  # type: ignore[no-untyped-def]
+        return simulate(workload, cluster, SimSettings(
+            algorithm=algorithm, penalty=0.0, interval=60.0, progress_decisions=progress))
+
+    fifo = run("ElasticFIFO", False), run("ElasticFIFO", True)
+    # No decision on progress: the same changes (stepping at more instants moves float sums).
+    assert [(j, g) for _, j, g in fifo[0].timeline] == [(j, g) for _, j, g in fifo[1].timeline]
+    assert [t for t, _, _ in fifo[0].timeline] == pytest.approx(
+        [t for t, _, _ in fifo[1].timeline], rel=1e-9)
+    voda = run("Voda", False), run("Voda", True)
+    assert voda[0].timeline != voda[1].timeline
+    arrivals = {spec.submit for spec in workload.jobs}
+    finishes = {j.finish for j in voda[1].jobs}
+    # Changes at instants that are neither an arrival nor a completion nor the rate limit
+    # after one: decisions on epoch reports.
+    moments = {t for t, _, _ in voda[1].timeline} - arrivals - finishes
+    assert any(all(abs(t - (e + 60.0)) > 1e-6 for e in arrivals | finishes) for t in moments)
+
+
+def test_the_simulated_backend_says_when_a_job_reports_progress() -> None:
+    from voda.core.model import Job
+    from voda.sim.backend import SimBackend
+    from voda.sim.cluster_file import parse_cluster
+
+    spec = as_emulated(replay_workload(dataclasses.replace(SMALL, jobs=1))).jobs[0]
+    sim = SimBackend(list(parse_cluster("4x4").nodes), {spec.name: spec}, penalty=0.0)
+    assert sim.next_boundary() is None
+    sim.start(Job(spec.name, 1, 8, epochs=spec.epochs), (("node-0", 4),))
+    first = sim.next_boundary()
+    assert first is not None and first > 0
+    sim.advance(first / 2)
+    assert not sim.take_progressed()
+    sim.advance(first)
+    assert sim.take_progressed() and not sim.take_progressed()
+    assert sim.next_boundary() == pytest.approx(2 * first)

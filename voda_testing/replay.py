@@ -61,6 +61,8 @@ class ReplaySettings:
     step_interval: float = 0.05  # wall seconds between the service's scheduling steps
     placement: str = "topology"
     timeout: float = 600.0  # wall seconds for the whole run
+    # The simulator decides on epoch reports too, as the service does (SimSettings).
+    progress_decisions: bool = True
 
     def check(self) -> None:
         """Bounds on everything a caller gives; ValueError naming the field."""
@@ -202,7 +204,8 @@ def simulate_as_emulated(workload: Workload, settings: ReplaySettings,
         as_emulated(workload, scale), parse_cluster(settings.cluster),
         SimSettings(algorithm=settings.algorithm, algorithm_params=dict(settings.params),
                     placement=settings.placement, penalty=0.0,
-                    interval=settings.rate_limit / scale, record_queue=False))
+                    interval=settings.rate_limit / scale, record_queue=False,
+                    progress_decisions=settings.progress_decisions))
     return _in_trace_seconds(result, scale)
 
 
@@ -257,7 +260,8 @@ def run_replay(settings: ReplaySettings, folder: Path) -> Replay:
                 _put(client, "/v1/schedulers/default",
                      {"algorithm": settings.algorithm, "params": dict(settings.params)})
             deadline = began + settings.timeout
-            origin, names = _submit_all(client, workload, settings.time_scale, deadline)
+            origin, names = _submit_all(client, workload, settings.time_scale,
+                                        settings.rate_limit / settings.time_scale, deadline)
             _wait_until_ended(client, list(names.values()), deadline, settings.step_interval)
             service = {trace: _read_job(client, name, origin, settings.time_scale)
                        for trace, name in names.items()}
@@ -275,12 +279,14 @@ def _put(client: httpx.Client, path: str, body: dict[str, Any]) -> None:
         raise ReplayError(f"PUT {path}: {response.status_code} {response.text[:500]}")
 
 
-def _submit_all(client: httpx.Client, workload: Workload, scale: float,
+def _submit_all(client: httpx.Client, workload: Workload, scale: float, rate_limit_wall: float,
                 deadline: float) -> tuple[float, dict[str, str]]:
     """Submit each job at its arrival / scale (wall seconds after the origin); the origin
     (wall clock, seconds) and trace name -> service name."""
+    # The service decides once as it starts (on the empty cluster), and the rate limit runs
+    # from there; the simulator makes no such decision. The first job comes after it.
     first = workload.jobs[0].submit
-    origin = time.time() + 0.5 - first / scale
+    origin = time.time() + rate_limit_wall + 0.5 - first / scale
     names: dict[str, str] = {}
     for spec in workload.jobs:
         wait = origin + spec.submit / scale - time.time()

@@ -178,6 +178,7 @@ class SimBackend:
         self._completion_heap: list[tuple[float, int, str]] = []
         self._held = 0
         self._changed = False  # a completion or node change since take_changed()
+        self._progressed = False  # an epoch or goodput report since take_progressed()
         self._advancing_to = start
         # Accounting for reports.
         self.busy_gpu_seconds = 0.0
@@ -212,6 +213,24 @@ class SimBackend:
         """Whether a job completed or a node changed since the last call."""
         changed, self._changed = self._changed, False
         return changed
+
+    def take_progressed(self) -> bool:
+        """Whether a job reported an epoch or a goodput model since the last call."""
+        progressed, self._progressed = self._progressed, False
+        return progressed
+
+    def next_boundary(self) -> float | None:
+        """Lazy mode: the earliest time a running job crosses an epoch boundary (or, adaptive,
+        measures again) if nothing changes."""
+        heap = self._boundary_heap
+        while heap:
+            _, version, name = heap[0]
+            sim = self.jobs[name]
+            if version != sim.version or sim.finished is not None or not sim.counts:
+                heapq.heappop(heap)
+                continue
+            return heap[0][0]
+        return None
 
     # ----- cluster changes ---------------------------------------------------------
     def _refresh_shape(self) -> None:
@@ -420,6 +439,7 @@ class SimBackend:
             sim.reported = model
             self._pending.append(Event(EventKind.GOODPUT_REPORTED, t, job=sim.spec.name,
                                        data={"goodput": model}))
+            self._progressed = True
 
     def _adapt(self, sim: SimJob) -> None:
         """The job picks its batch again for the GPUs it holds."""
@@ -473,6 +493,7 @@ class SimBackend:
                     data["samples_per_second"] = throughput
                 self._pending.append(Event(EventKind.EPOCH_REPORTED, t, job=sim.spec.name,
                                            data=data))
+                self._progressed = True
             if sim.epoch >= last:
                 self._account_layout(sim, t)
                 sim.finished = t
