@@ -50,7 +50,7 @@ def test_the_comparison_fails_when_the_service_runs_another_algorithm(tmp_path: 
     jobs: the check must still see it."""
     replay = run_replay(dataclasses.replace(SMALL, service_algorithm="ElasticSRJF"), tmp_path)
     assert run_once_problems(replay, replay_workload(SMALL)) == []
-    assert len(disagreements(replay, LATENCY)) >= 2
+    assert disagreements(replay, LATENCY) != []
 
 
 def test_the_emulated_job_model_runs_epochs_at_the_emulated_backends_speed() -> None:
