@@ -186,3 +186,19 @@ def test_the_simulated_backend_says_when_a_job_reports_progress() -> None:
     sim.advance(first)
     assert sim.take_progressed() and not sim.take_progressed()
     assert sim.next_boundary() == pytest.approx(2 * first)
+
+
+def test_simulate_decides_on_progress_with_the_flag() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from voda.cli.main import app
+
+    def avg_jct(*extra: str) -> float:
+        result = CliRunner().invoke(app, ["simulate", "--workload", "workload-1", "--cluster",
+                                          "16x4", "--algorithm", "Voda", "--json", *extra])
+        assert result.exit_code == 0, result.output
+        return float(json.loads(result.stdout)["results"][0]["avg_jct"])
+
+    assert avg_jct("--progress-decisions") != avg_jct()
