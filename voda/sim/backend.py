@@ -223,14 +223,14 @@ class SimBackend:
         """Lazy mode: the earliest time a running job crosses an epoch boundary (or, adaptive,
         measures again) if nothing changes."""
         heap = self._boundary_heap
-        while heap:
-            _, version, name = heap[0]
-            sim = self.jobs[name]
-            if version != sim.version or sim.finished is not None or not sim.counts:
-                heapq.heappop(heap)
-                continue
-            return heap[0][0]
-        return None
+        while heap and self._stale(heap[0][1], heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _stale(self, version: int, name: str) -> bool:
+        """A heap entry made before the job's last change, or for a job that stopped."""
+        sim = self.jobs[name]
+        return version != sim.version or sim.finished is not None or not sim.counts
 
     # ----- cluster changes ---------------------------------------------------------
     def _refresh_shape(self) -> None:
@@ -282,9 +282,9 @@ class SimBackend:
             heap = self._boundary_heap
             while heap and heap[0][0] <= to:
                 when, version, name = heapq.heappop(heap)
-                sim = self.jobs[name]
-                if version != sim.version or sim.finished is not None or not sim.counts:
+                if self._stale(version, name):
                     continue
+                sim = self.jobs[name]
                 self._step(sim, max(when, sim.t))
                 self._schedule(sim)
         self.now = to
@@ -295,7 +295,7 @@ class SimBackend:
         while heap:
             t, version, name = heap[0]
             sim = self.jobs[name]
-            if version != sim.version or sim.finished is not None or not sim.counts:
+            if self._stale(version, name):
                 heapq.heappop(heap)
                 continue
             if t <= self.now:  # float noise left the job just short: predict afresh
