@@ -202,3 +202,14 @@ def test_simulate_decides_on_progress_with_the_flag() -> None:
         return float(json.loads(result.stdout)["results"][0]["avg_jct"])
 
     assert avg_jct("--progress-decisions") != avg_jct()
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    ({"workload": "philly", "jobs": 3}, "profiled jobs only"),
+    ({"workload": "no-such-workload"}, "no such file"),
+    ({"jobs": 200}, "workload-1 has 160 jobs"),
+], ids=["a trace of durations", "an unknown workload", "more jobs than the workload has"])
+def test_a_replay_refuses_what_the_emulated_service_cannot_run(changes: dict[str, object],
+                                                                reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        dataclasses.replace(SMALL, **changes).check()  # type: ignore[arg-type]

@@ -21,15 +21,16 @@ import secrets
 import statistics
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from voda.core.allocation import registry
 from voda.sim.cluster_file import parse_cluster
-from voda.sim.report import SimResult
+from voda.sim.report import JobResult, SimResult
 from voda.sim.runner import SimSettings, simulate
 from voda.sim.workloads import JobSpec, Workload, as_emulated, load_workload
 from voda_testing.serve import ServeProcess, free_port
@@ -87,6 +88,7 @@ class ReplaySettings:
                 raise ValueError(f"algorithm: unknown {name!r}; valid: "
                                  f"{', '.join(registry.available())}")
         registry.create(self.algorithm, dict(self.params))  # validates the knobs
+        as_emulated(replay_workload(self))  # a known workload of profiled jobs, enough of them
 
 
 @dataclass(frozen=True)
@@ -163,11 +165,7 @@ def _mean(values: list[float]) -> float:
 
 
 def _p99(values: list[float]) -> float:
-    if not values:
-        return math.nan
-    import numpy as np
-
-    return float(np.percentile(values, 99))
+    return float(np.percentile(values, 99)) if values else math.nan
 
 
 def replay_workload(settings: ReplaySettings) -> Workload:
@@ -199,7 +197,7 @@ def simulate_as_emulated(workload: Workload, settings: ReplaySettings,
     if arrivals is not None:
         jobs = sorted((arrivals[s.name], s.order, s) for s in workload.jobs)
         workload = Workload(workload.source, tuple(
-            _replace_submit(s, t, i) for i, (t, _, s) in enumerate(jobs)))
+            replace(s, submit=t, order=i) for i, (t, _, s) in enumerate(jobs)))
     result = simulate(
         as_emulated(workload, scale), parse_cluster(settings.cluster),
         SimSettings(algorithm=settings.algorithm, algorithm_params=dict(settings.params),
@@ -209,17 +207,7 @@ def simulate_as_emulated(workload: Workload, settings: ReplaySettings,
     return _in_trace_seconds(result, scale)
 
 
-def _replace_submit(spec: JobSpec, submit: float, order: int) -> JobSpec:
-    from dataclasses import replace
-
-    return replace(spec, submit=submit, order=order)
-
-
 def _in_trace_seconds(result: SimResult, scale: float) -> SimResult:
-    from dataclasses import replace
-
-    from voda.sim.report import JobResult
-
     jobs = tuple(JobResult(j.name, j.submit * scale,
                            None if j.finish is None else j.finish * scale,
                            None if j.jct is None else j.jct * scale) for j in result.jobs)
@@ -228,7 +216,9 @@ def _in_trace_seconds(result: SimResult, scale: float) -> SimResult:
                    makespan=result.makespan * scale, timeline=(), queue=())
 
 
-def start_service(settings: ReplaySettings, folder: Path) -> tuple[ServeProcess, str]:
+def start_service(settings: ReplaySettings, folder: Path) -> ServeProcess:
+    """`voda serve --backend emulated` on loopback, its store in `folder`, with one
+    administrator (`replay`) whose token is new."""
     token = secrets.token_urlsafe(24)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
     env["VODA_CONFIG"] = str(folder / "no-config.toml")
@@ -245,7 +235,7 @@ def start_service(settings: ReplaySettings, folder: Path) -> tuple[ServeProcess,
               "--step-interval", repr(settings.step_interval),
               "--placement", settings.placement],
         tokens={"replay": token})
-    return process.start(), token
+    return process.start()
 
 
 def run_replay(settings: ReplaySettings, folder: Path) -> Replay:
@@ -253,7 +243,7 @@ def run_replay(settings: ReplaySettings, folder: Path) -> Replay:
     settings.check()
     workload = replay_workload(settings)
     began = time.monotonic()
-    process, _ = start_service(settings, folder)
+    process = start_service(settings, folder)
     try:
         with process.client("replay") as client:
             if settings.params and settings.service_algorithm is None:
