@@ -7,7 +7,8 @@ finish from the API, and simulates the same jobs arriving when the service took 
 (voda_testing.replay). Prints, in trace seconds, the average and p99 JCT of both and their
 ratio, the median and worst per-job |service - simulated| / simulated JCT, and the rescale,
 migration and preemption counts of both. A last column shows the simulator on the trace's own
-clock (the policy's knobs in trace seconds) for the same arrivals: what the time scale changes.
+clock for the same arrivals, and its spread when every arrival of the trace moves by up to
+5 s (20 seeds): what a few seconds of timing change in the simulator alone.
 
     .venv/bin/python bench/service_replay.py --jobs 10 --cluster 4x4 --time-scale 100
 """
@@ -16,13 +17,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from voda_testing.replay import ReplaySettings, run_replay, simulate_as_emulated
+from voda.sim.workloads import jitter_arrivals
+from voda_testing.replay import (
+    ReplaySettings,
+    replay_workload,
+    run_replay,
+    simulate_as_emulated,
+)
 
 MAX_ALGORITHMS = 8
+JITTER_SECONDS = 5.0
+JITTER_SEEDS = 20
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,11 +72,15 @@ def main(argv: list[str] | None = None) -> int:
             replay = run_replay(settings, Path(folder))
         figures = replay.figures()
         arrivals = {name: job.submit for name, job in replay.service.items()}
-        from voda_testing.replay import replay_workload
-
-        trace_clock = simulate_as_emulated(replay_workload(settings), settings, arrivals,
-                                           time_scale=1.0)
+        workload = replay_workload(settings)
+        trace_clock = simulate_as_emulated(workload, settings, arrivals, time_scale=1.0)
         figures["sim_trace_clock_avg_jct"] = trace_clock.avg_jct
+        # What a few seconds of timing change in the simulator alone: the trace's arrivals
+        # each moved by up to JITTER_SECONDS, JITTER_SEEDS times.
+        spread = [simulate_as_emulated(jitter_arrivals(workload, JITTER_SECONDS, seed),
+                                       settings, time_scale=1.0).avg_jct
+                  for seed in range(JITTER_SEEDS)]
+        figures["sim_jitter_avg_jct"] = [min(spread), statistics.median(spread), max(spread)]
         rows.append(figures)
         print(_line(figures), file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.json:
@@ -84,7 +98,9 @@ def _line(f: dict) -> str:
             f"rescales {f['service_rescales']}/{f['sim_rescales']} "
             f"migrations {f['service_migrations']}/{f['sim_migrations']} "
             f"preemptions {f['service_preemptions']}/{f['sim_preemptions']} (service/sim)  "
-            f"sim on the trace clock avg {f['sim_trace_clock_avg_jct']:.0f} s  "
+            f"sim on the trace clock avg {f['sim_trace_clock_avg_jct']:.0f} s, with arrivals "
+            f"moved by up to {JITTER_SECONDS:g} s min/median/max "
+            f"{'/'.join(f'{v:.0f}' for v in f['sim_jitter_avg_jct'])} s  "
             f"wall {f['wall_seconds']:.0f} s")
 
 
