@@ -72,12 +72,12 @@ def main(argv: list[str] | None = None) -> int:
             replay = run_replay(settings, Path(folder))
         figures = replay.figures()
         arrivals = {name: job.submit for name, job in replay.service.items()}
-        workload = replay_workload(settings)
-        trace_clock = simulate_as_emulated(workload, settings, arrivals, time_scale=1.0)
+        trace = replay_workload(settings)
+        trace_clock = simulate_as_emulated(trace, settings, arrivals, time_scale=1.0)
         figures["sim_trace_clock_avg_jct"] = trace_clock.avg_jct
         # What a few seconds of timing change in the simulator alone: the trace's arrivals
         # each moved by up to JITTER_SECONDS, JITTER_SEEDS times.
-        spread = [simulate_as_emulated(jitter_arrivals(workload, JITTER_SECONDS, seed),
+        spread = [simulate_as_emulated(jitter_arrivals(trace, JITTER_SECONDS, seed),
                                        settings, time_scale=1.0).avg_jct
                   for seed in range(JITTER_SEEDS)]
         figures["sim_jitter_avg_jct"] = [min(spread), statistics.median(spread), max(spread)]
