@@ -213,3 +213,18 @@ def test_a_replay_refuses_what_the_emulated_service_cannot_run(changes: dict[str
                                                                 reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         dataclasses.replace(SMALL, **changes).check()  # type: ignore[arg-type]
+
+
+def test_the_twin_counts_the_epoch_under_way_as_the_emulated_backend_does() -> None:
+    """The engine restarts the count of the epoch under way on every (re)start unless the
+    backend resumes within an epoch: the emulated backend does not say so, nor its twin."""
+    from voda.backends.emulated import EmulatedBackend
+    from voda.sim.backend import SimBackend
+    from voda.sim.cluster_file import parse_cluster
+
+    trace = replay_workload(dataclasses.replace(SMALL, jobs=2))
+    nodes = list(parse_cluster("4x4").nodes)
+    assert not getattr(EmulatedBackend, "resumes_within_epoch", False)
+    twin = SimBackend(nodes, {s.name: s for s in as_emulated(trace).jobs})
+    assert twin.resumes_within_epoch is False
+    assert SimBackend(nodes, {s.name: s for s in trace.jobs}).resumes_within_epoch is True

@@ -37,7 +37,6 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from voda.core.goodput import GoodputModel
 from voda.core.model import Job, JobPlacement, Node
@@ -141,8 +140,9 @@ def _boundaries(spec: JobSpec, profile: Profile | None) -> tuple[float, ...]:
 
 class SimBackend:
     # A job's progress is continuous (the Pollux artifact's model): a restart costs the
-    # penalty, not the part of an epoch done.
-    resumes_within_epoch: ClassVar[bool] = True
+    # penalty, not the part of an epoch done. Not so for the emulated backend's jobs
+    # (JobSpec.emulated_speed), whose backend does not say it resumes within an epoch.
+    resumes_within_epoch: bool
 
     def __init__(
         self,
@@ -162,6 +162,7 @@ class SimBackend:
                 f"spine_oversubscription: must be a number >= 1, got {spine_oversubscription}"
             )
         self.layout_speed = check_layout_speed(layout_speed)
+        self.resumes_within_epoch = all(s.emulated_speed is None for s in specs.values())
         self.spine_oversubscription = float(spine_oversubscription)
         self._nodes = {n.name: n for n in nodes}
         self._leaf: dict[str, str] = {}  # node -> leaf, kept with _nodes
