@@ -11,20 +11,17 @@ import glob
 import itertools
 import os
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 from hypothesis import settings
+
+from voda_testing.serve import ServeProcess, free_port
 
 # CI runs the same examples every time (a red CI must be reproducible); locally the
 # property tests draw new examples on every run and keep exploring.
@@ -37,12 +34,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # (fake_api, namespace, kubeconfig).
 pytest_plugins = ("browser", "voda_testing.kube.fixtures")
 _db_counter = itertools.count()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pg_bin(name: str) -> str:
@@ -139,76 +130,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return make_store_url(request.param, request, tmp_path)
 
 
-# ----- `voda serve` as a real subprocess ---------------------------------------------------
-@dataclass
-class ServeProcess:
-    url: str
-    port: int
-    args: list[str]
-    env: dict[str, str]
-    log_path: Path
-    proc: subprocess.Popen | None = None
-    started_in: float = 0.0
-    tokens: dict[str, str] = field(default_factory=dict)
-    host: str = "127.0.0.1"
-    token_file: Path | None = None
-    verify: ssl.SSLContext | bool = True  # trusts the CA of a server with --tls-cert
-
-    def start(self, timeout: float = 60.0) -> ServeProcess:
-        began = time.monotonic()
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "voda.cli.main", "serve", *self._backend_args(), *self.args,
-             "--host", self.host, "--port", str(self.port)],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        while time.monotonic() - began < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"voda serve exited: {self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0,
-                             verify=self.verify).status_code == 200:
-                    self.started_in = time.monotonic() - began
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"voda serve did not answer: {self.log_path.read_text()[-3000:]}")
-
-    def _backend_args(self) -> list[str]:
-        """These servers run the emulated backend unless a test names another."""
-        return [] if "--backend" in self.args else ["--backend", "emulated"]
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    @property
-    def admin_token(self) -> str:
-        """The administrator's token: root's, or the one `voda serve` generated."""
-        if "root" in self.tokens:
-            return self.tokens["root"]
-        assert self.token_file is not None
-        return self.token_file.read_text().strip()
-
-    def client(self, user: str | None = None, anonymous: bool = False) -> httpx.Client:
-        """A client with `user`'s token (default: an administrator's); `anonymous`: none."""
-        token = None if anonymous else self.tokens[user] if user else self.admin_token
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30.0,
-                            verify=self.verify)
-
-
+# ----- `voda serve` as a real subprocess (voda_testing.serve) ------------------------------
 TOKENS = {"alice": "tok-alice", "bob": "tok-bob1", "root": "tok-root"}
 TOKENS_ENV = "alice:tok-alice,bob:tok-bob1,root:tok-root:admin"
 

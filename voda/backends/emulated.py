@@ -3,7 +3,10 @@
 A job with a measured profile runs at the profile's speed on its placement
 (`voda.sim.speed.epoch_seconds`); a job without one takes
 `default_epoch_seconds` per epoch on one GPU, with linear speedup. Epoch
-boundaries become EPOCH_REPORTED events, the last one JOB_COMPLETED.
+boundaries become EPOCH_REPORTED events, the last one JOB_COMPLETED. The epoch
+times and throughputs they report are in emulated seconds (wall x time_scale),
+so a policy decides as it would on the slower cluster emulated
+(docs/design/002-simulator.md, "Replayed through the service").
 
 Progress is a function of the wall clock from the moment of the last start or
 rescale, so the emulated cluster behaves like a real one that keeps running
@@ -214,12 +217,16 @@ class EmulatedBackend:
             done = min(run.epochs, math.floor(progress + 1e-9))
             reporting = run.profile and done > run.reported
             samples = _samples_per_epoch(run.profile) if reporting else None
+            # Speeds in emulated seconds, as the job would measure them on a cluster
+            # `time_scale` times slower: the policies' own constants (a restart charge, the
+            # epoch time assumed before any is measured) are in those seconds too.
+            measured = run.epoch_seconds * self.time_scale
             for epoch in range(run.reported + 1, done + 1):
                 at = run.base_time + (epoch - run.base_epochs) * run.epoch_seconds
-                data: dict[str, float] = {"epoch": epoch, "epoch_seconds": run.epoch_seconds,
+                data: dict[str, float] = {"epoch": epoch, "epoch_seconds": measured,
                                           "workers": workers}
                 if samples is not None:
-                    data["samples_per_second"] = samples / run.epoch_seconds
+                    data["samples_per_second"] = samples / measured
                 out.append(Event(EventKind.EPOCH_REPORTED, min(at, now), job=name, data=data))
             if done > run.reported:
                 run.reported = done

@@ -67,6 +67,7 @@ def run_simulation(
     report: str | None = None,
     report_job: str | None = None,
     job_model: str | None = None,
+    progress_decisions: bool = False,
 ) -> list[SimResult]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -86,7 +87,8 @@ def run_simulation(
         requests = [RunRequest(workload, cluster, name, rigid, preset, placement, penalty,
                                interval, layout_speed, jitter, seed,
                                params=_knobs_of(name, knobs, len(names) > 1),
-                               gpu_type=gpu_type, until=until, job_model=job_model)
+                               gpu_type=gpu_type, until=until, job_model=job_model,
+                               progress_decisions=progress_decisions)
                     for name in names]
         _check_every_knob_used(knobs, requests)
         for r in requests:
@@ -264,6 +266,11 @@ def register(app: typer.Typer) -> None:
         report_job: str | None = typer.Option(None, "--report-job",
                                               help="The job the report's timeline shows "
                                                    "first."),
+        progress_decisions: bool = typer.Option(
+            False, "--progress-decisions",
+            help="Decide again on epoch and goodput reports, as the service does for a "
+                 "policy that decides on progress (Voda, Pollux, Optimus); event-driven "
+                 "runs only."),
     ) -> None:
         """Simulate a workload on a cluster with one or all allocation algorithms.
 
@@ -277,4 +284,4 @@ def register(app: typer.Typer) -> None:
             _fail("report-job: needs --report DIR")
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
                        as_json, plot, layout_speed, jitter, seed, param, gpu_type, until,
-                       report, report_job, job_model)
+                       report, report_job, job_model, progress_decisions)

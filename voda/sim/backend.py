@@ -37,7 +37,6 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from voda.core.goodput import GoodputModel
 from voda.core.model import Job, JobPlacement, Node
@@ -45,6 +44,8 @@ from voda.engine.events import Event, EventKind
 from voda.sim.adaptive import AdaptiveAgent
 from voda.sim.profiles import Profile, load_profile
 from voda.sim.progress import gain, grad_stats
+from voda.sim.speed import default_batch
+from voda.sim.speed import epoch_seconds as profile_epoch_seconds
 from voda.sim.throughput import (
     BatchSplit,
     best_placement,
@@ -58,6 +59,12 @@ from voda.sim.workloads import JobSpec
 DEFAULT_PENALTY = 30.0
 ADAPT_SECONDS = 60.0  # lazy mode: an adaptive job re-picks its batch this soon on a new config
 LAYOUT_SPEEDS = ("actual", "packed", "best")
+
+
+def emulated_epoch_seconds(profile: str, layout: tuple[int, ...]) -> float:
+    """Seconds per epoch as the emulated backend computes them (GPUs per node, largest
+    first: voda.backends.emulated.EmulatedBackend.wall_epoch_seconds)."""
+    return profile_epoch_seconds(profile, tuple(sorted(layout, reverse=True)))
 
 
 def check_layout_speed(value: str) -> str:
@@ -99,7 +106,10 @@ class SimJob:
     def rate(self) -> float:
         r = self.rates.get(self.epoch)
         if r is None:
-            if self.profile is not None and self.split is not None:
+            if self.spec.emulated_speed is not None and self.profile is not None:
+                r = self.spec.emulated_speed / emulated_epoch_seconds(self.profile.name,
+                                                                      self.layout)
+            elif self.profile is not None and self.split is not None:
                 g = gain(self.profile, self.split.effective_batch, self.epoch)
                 r = g / step_time(self.profile, self.layout, self.split, self.spine)
             else:
@@ -111,11 +121,15 @@ class SimJob:
         """Training throughput on the current layout (None for duration-based jobs)."""
         if self.profile is None or self.split is None:
             return None
+        if self.spec.emulated_speed is not None:  # as the emulated backend reports it
+            return self.profile.samples_per_epoch * self.rate() / self.spec.emulated_speed
         seconds = step_time(self.profile, self.layout, self.split, self.spine)
         return self.split.effective_batch / seconds
 
 
 def _boundaries(spec: JobSpec, profile: Profile | None) -> tuple[float, ...]:
+    if spec.emulated_speed is not None:  # progress in epochs
+        return tuple(float(k) for k in range(spec.epochs + 1))
     if profile is not None:
         if spec.epochs == profile.epochs:
             return profile.boundaries
@@ -126,8 +140,9 @@ def _boundaries(spec: JobSpec, profile: Profile | None) -> tuple[float, ...]:
 
 class SimBackend:
     # A job's progress is continuous (the Pollux artifact's model): a restart costs the
-    # penalty, not the part of an epoch done.
-    resumes_within_epoch: ClassVar[bool] = True
+    # penalty, not the part of an epoch done. Not so for the emulated backend's jobs
+    # (JobSpec.emulated_speed), whose backend does not say it resumes within an epoch.
+    resumes_within_epoch: bool
 
     def __init__(
         self,
@@ -147,6 +162,7 @@ class SimBackend:
                 f"spine_oversubscription: must be a number >= 1, got {spine_oversubscription}"
             )
         self.layout_speed = check_layout_speed(layout_speed)
+        self.resumes_within_epoch = all(s.emulated_speed is None for s in specs.values())
         self.spine_oversubscription = float(spine_oversubscription)
         self._nodes = {n.name: n for n in nodes}
         self._leaf: dict[str, str] = {}  # node -> leaf, kept with _nodes
@@ -163,6 +179,7 @@ class SimBackend:
         self._completion_heap: list[tuple[float, int, str]] = []
         self._held = 0
         self._changed = False  # a completion or node change since take_changed()
+        self._progressed = False  # an epoch or goodput report since take_progressed()
         self._advancing_to = start
         # Accounting for reports.
         self.busy_gpu_seconds = 0.0
@@ -183,6 +200,8 @@ class SimBackend:
         sim = self._job(job.name)
         self._catch_up(sim)
         self._set_placement(sim, ())
+        if sim.spec.emulated_speed is not None:  # it resumes from its last whole epoch
+            sim.progress = sim.boundaries[sim.epoch]
 
     def nodes(self) -> list[Node]:
         return list(self._nodes.values())
@@ -195,6 +214,24 @@ class SimBackend:
         """Whether a job completed or a node changed since the last call."""
         changed, self._changed = self._changed, False
         return changed
+
+    def take_progressed(self) -> bool:
+        """Whether a job reported an epoch or a goodput model since the last call."""
+        progressed, self._progressed = self._progressed, False
+        return progressed
+
+    def next_boundary(self) -> float | None:
+        """Lazy mode: the earliest time a running job crosses an epoch boundary (or, adaptive,
+        measures again) if nothing changes."""
+        heap = self._boundary_heap
+        while heap and self._stale(heap[0][1], heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _stale(self, version: int, name: str) -> bool:
+        """A heap entry made before the job's last change, or for a job that stopped."""
+        sim = self.jobs[name]
+        return version != sim.version or sim.finished is not None or not sim.counts
 
     # ----- cluster changes ---------------------------------------------------------
     def _refresh_shape(self) -> None:
@@ -246,9 +283,9 @@ class SimBackend:
             heap = self._boundary_heap
             while heap and heap[0][0] <= to:
                 when, version, name = heapq.heappop(heap)
-                sim = self.jobs[name]
-                if version != sim.version or sim.finished is not None or not sim.counts:
+                if self._stale(version, name):
                     continue
+                sim = self.jobs[name]
                 self._step(sim, max(when, sim.t))
                 self._schedule(sim)
         self.now = to
@@ -259,7 +296,7 @@ class SimBackend:
         while heap:
             t, version, name = heap[0]
             sim = self.jobs[name]
-            if version != sim.version or sim.finished is not None or not sim.counts:
+            if self._stale(version, name):
                 heapq.heappop(heap)
                 continue
             if t <= self.now:  # float noise left the job just short: predict afresh
@@ -305,6 +342,9 @@ class SimBackend:
         if sim.profile is not None:
             if sim.agent is not None:
                 sim.split = sim.agent.split(len(sim.counts), replicas)
+            elif sim.spec.emulated_speed is not None:
+                sim.split = split_batch(sim.profile, default_batch(sim.profile, replicas),
+                                        replicas)
             else:
                 batch = sim.spec.batch_for(sim.profile, replicas)
                 sim.split = split_batch(sim.profile, batch, replicas)
@@ -400,6 +440,7 @@ class SimBackend:
             sim.reported = model
             self._pending.append(Event(EventKind.GOODPUT_REPORTED, t, job=sim.spec.name,
                                        data={"goodput": model}))
+            self._progressed = True
 
     def _adapt(self, sim: SimJob) -> None:
         """The job picks its batch again for the GPUs it holds."""
@@ -445,13 +486,15 @@ class SimBackend:
             seconds -= delta
             if self.report_epochs:
                 width = target - sim.boundaries[sim.epoch - 1]
-                data = {"epoch": sim.epoch, "epoch_seconds": max(width / r, 1e-9),
+                took = width / r * (sim.spec.emulated_speed or 1.0)  # emulated: its units
+                data = {"epoch": sim.epoch, "epoch_seconds": max(took, 1e-9),
                         "workers": sim.gpus}
                 throughput = sim.samples_per_second()
                 if throughput is not None:
                     data["samples_per_second"] = throughput
                 self._pending.append(Event(EventKind.EPOCH_REPORTED, t, job=sim.spec.name,
                                            data=data))
+                self._progressed = True
             if sim.epoch >= last:
                 self._account_layout(sim, t)
                 sim.finished = t

@@ -38,6 +38,7 @@ class RunRequest:
     gpu_type: str | None = None  # the GPU type of the jobs that name none
     until: float | None = None  # stop at this simulated time (jobs may be left unfinished)
     job_model: str | None = None  # voda.sim.workloads.JOB_MODELS; None: rigid or elastic
+    progress_decisions: bool = False  # SimSettings.progress_decisions
 
 
 def settings_for(request: RunRequest) -> SimSettings:
@@ -48,6 +49,7 @@ def settings_for(request: RunRequest) -> SimSettings:
     )
     settings.layout_speed = request.layout_speed
     settings.until = request.until
+    settings.progress_decisions = request.progress_decisions
     return settings
 
 

@@ -54,6 +54,10 @@ class SimSettings:
     # few nodes as possible) or "best" (the fastest layout: a bound on any placer).
     layout_speed: str = "actual"
     until: float | None = None  # stop at this simulated time, jobs finished or not
+    # Event-driven: decide again on epoch and goodput reports (rate-limited), as the service
+    # does for a policy that decides on progress (Voda, Pollux, Optimus). Off: only on
+    # arrivals, completions, node events and the scheduler's wake-ups.
+    progress_decisions: bool = False
 
 
 def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
@@ -152,6 +156,8 @@ class _Loop:
         """Advance to `t`; True when something happened that calls for a decision."""
         self.backend.advance(t)
         changed = self.backend.take_changed()
+        if self.s.progress_decisions and self.backend.take_progressed():
+            changed = True
         self.clock.set(t)
         while (self.next_node_event < len(self.node_events)
                and self.node_events[self.next_node_event].time <= t):
@@ -230,6 +236,10 @@ class _Loop:
             completion = self.backend.next_completion()
             if completion is not None:
                 candidates.append(completion)
+            if self.s.progress_decisions:
+                boundary = self.backend.next_boundary()
+                if boundary is not None:
+                    candidates.append(boundary)
             if not candidates:
                 break  # jobs left that can never run (e.g. larger than the cluster)
             t = max(min(candidates), now)

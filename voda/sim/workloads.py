@@ -84,6 +84,11 @@ class JobSpec:
     adaptive: bool = False
     # Duration-based work: GPU-seconds at linear speedup.
     work: float | None = None
+    # The emulated backend's job (`as_emulated`): epochs of one length at the default batch,
+    # `voda.sim.speed.epoch_seconds(profile, layout) / emulated_speed` seconds each (reported
+    # in emulated seconds, x emulated_speed), no statistical efficiency; a halt loses the
+    # epoch under way. None: the job model above.
+    emulated_speed: float | None = None
 
     def batch_for(self, profile: Profile, replicas: int) -> int:
         """The global batch on `replicas` GPUs, within the profile's validated range."""
@@ -123,6 +128,27 @@ def jitter_arrivals(workload: Workload, seconds: float, seed: int) -> Workload:
     jobs = tuple(replace(spec, submit=submit, order=i)
                  for i, (submit, _, spec) in enumerate(moved))
     return Workload(workload.source, jobs)
+
+
+def as_emulated(workload: Workload, time_scale: float = 1.0) -> Workload:
+    """The profiled jobs of `workload` as `voda serve --backend emulated` runs them, on a
+    clock `time_scale` times faster: arrivals divided by it, epochs that many times shorter.
+
+    The emulated backend knows a job only by its profile, epochs and worker range: its
+    epochs take `speed.epoch_seconds` at the default batch (M0 per GPU), whatever the job
+    model said about batch sizes (docs/design/002-simulator.md, "Replayed through the
+    service"). Raises ValueError for a job without a profile.
+    """
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise ValueError(f"time_scale: must be a positive number, got {time_scale!r}")
+    jobs = []
+    for spec in workload.jobs:
+        if spec.profile is None:
+            raise ValueError(f"job {spec.name!r}: the emulated backend runs profiled jobs "
+                             "only (this one has a duration, not a model)")
+        jobs.append(replace(spec, submit=spec.submit / time_scale, batch_size=None,
+                            per_gpu_batch=None, adaptive=False, emulated_speed=time_scale))
+    return Workload(workload.source, tuple(jobs))
 
 
 def check_job_model(value: str) -> str:

@@ -1,0 +1,108 @@
+"""A trace replayed through the running service, against the simulator on the same jobs.
+
+For each algorithm: starts `voda serve --backend emulated` (its own SQLite file in a temp
+dir, real HTTP on loopback, an API token), submits the first --jobs jobs of a Pollux workload
+at their arrival times / --time-scale, waits for every job to end, reads each job's submit and
+finish from the API, and simulates the same jobs arriving when the service took them in
+(voda_testing.replay). Prints, in trace seconds, the average and p99 JCT of both and their
+ratio, the median and worst per-job |service - simulated| / simulated JCT, and the rescale,
+migration and preemption counts of both. A last column shows the simulator on the trace's own
+clock for the same arrivals, and its spread when every arrival of the trace moves by up to
+5 s (20 seeds): what a few seconds of timing change in the simulator alone.
+
+    .venv/bin/python bench/service_replay.py --jobs 10 --cluster 4x4 --time-scale 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from voda.sim.workloads import jitter_arrivals
+from voda_testing.replay import (
+    ReplaySettings,
+    replay_workload,
+    run_replay,
+    simulate_as_emulated,
+)
+
+MAX_ALGORITHMS = 8
+JITTER_SECONDS = 5.0
+JITTER_SEEDS = 20
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="workload-1",
+                        help="a built-in Pollux workload (workload-N)")
+    parser.add_argument("--load", default=None, help="the load variant (0.5, 1.0, 1.5, 2.0)")
+    parser.add_argument("--jobs", type=int, default=10, help="the first N jobs")
+    parser.add_argument("--cluster", default="4x4", help="NODESxGPUS (at most 256 GPUs)")
+    parser.add_argument("--algorithms", default="Voda,ElasticFIFO")
+    parser.add_argument("--rigid", action="store_true", help="min = max = num_replicas")
+    parser.add_argument("--time-scale", type=float, default=100.0,
+                        help="trace seconds per wall second")
+    parser.add_argument("--rate-limit", type=float, default=60.0,
+                        help="trace seconds between decisions")
+    parser.add_argument("--step-interval", type=float, default=0.05,
+                        help="wall seconds between the service's scheduling steps")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="wall seconds per algorithm")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    if not 1 <= len(algorithms) <= MAX_ALGORITHMS:
+        parser.error(f"--algorithms: 1 to {MAX_ALGORITHMS} names")
+    workload = args.workload if args.load is None else f"{args.workload}@{args.load}"
+    rows = []
+    for algorithm in algorithms:
+        settings = ReplaySettings(
+            workload=workload, jobs=args.jobs, cluster=args.cluster, algorithm=algorithm,
+            rigid=args.rigid, time_scale=args.time_scale, rate_limit=args.rate_limit,
+            step_interval=args.step_interval, timeout=args.timeout)
+        try:
+            settings.check()
+        except ValueError as exc:
+            parser.error(str(exc))
+        with tempfile.TemporaryDirectory(prefix="voda-replay-") as folder:
+            replay = run_replay(settings, Path(folder))
+        figures = replay.figures()
+        arrivals = {name: job.submit for name, job in replay.service.items()}
+        trace = replay_workload(settings)
+        trace_clock = simulate_as_emulated(trace, settings, arrivals, time_scale=1.0)
+        figures["sim_trace_clock_avg_jct"] = trace_clock.avg_jct
+        # What a few seconds of timing change in the simulator alone: the trace's arrivals
+        # each moved by up to JITTER_SECONDS, JITTER_SEEDS times.
+        spread = [simulate_as_emulated(jitter_arrivals(trace, JITTER_SECONDS, seed),
+                                       settings, time_scale=1.0).avg_jct
+                  for seed in range(JITTER_SEEDS)]
+        figures["sim_jitter_avg_jct"] = [min(spread), statistics.median(spread), max(spread)]
+        rows.append(figures)
+        print(_line(figures), file=sys.stderr if args.json else sys.stdout, flush=True)
+    if args.json:
+        print(json.dumps({"workload": workload, "jobs": args.jobs, "cluster": args.cluster,
+                          "time_scale": args.time_scale, "results": rows}, indent=2))
+    return 0
+
+
+def _line(f: dict) -> str:
+    return (f"{f['algorithm']:<12} jobs {f['finished']}/{f['jobs']}  "
+            f"avg JCT service {f['service_avg_jct']:.0f} s sim {f['sim_avg_jct']:.0f} s "
+            f"(ratio {f['avg_ratio']:.3f})  p99 service {f['service_p99_jct']:.0f} s "
+            f"sim {f['sim_p99_jct']:.0f} s (ratio {f['p99_ratio']:.3f})  "
+            f"|diff|/sim median {f['median_rel_diff']:.4f} worst {f['worst_rel_diff']:.4f}  "
+            f"rescales {f['service_rescales']}/{f['sim_rescales']} "
+            f"migrations {f['service_migrations']}/{f['sim_migrations']} "
+            f"preemptions {f['service_preemptions']}/{f['sim_preemptions']} (service/sim)  "
+            f"sim on the trace clock avg {f['sim_trace_clock_avg_jct']:.0f} s, with arrivals "
+            f"moved by up to {JITTER_SECONDS:g} s min/median/max "
+            f"{'/'.join(f'{v:.0f}' for v in f['sim_jitter_avg_jct'])} s  "
+            f"wall {f['wall_seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,230 @@
+"""A trace replayed through the real service (HTTP, emulated cluster) matches the simulator.
+
+The service runs `voda serve --backend emulated` 200 times faster than the trace; the
+simulator runs the same jobs (the emulated backend's job model) arriving when the service
+took them in, on the same clock, without a restart charge. See voda_testing/replay.py and
+docs/design/002-simulator.md, "Replayed through the service".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from voda.sim.workloads import Workload, as_emulated, load_workload
+from voda_testing.replay import (
+    ReplaySettings,
+    disagreements,
+    jct_tolerance,
+    job_document,
+    replay_workload,
+    run_once_problems,
+    run_replay,
+    simulate_as_emulated,
+)
+
+# Ten jobs of workload-1 (cifar10, deepspeech2, ncf; elastic) on 16 GPUs: they queue, grow
+# and shrink (27 rescales and 3 migrations under ElasticFIFO), about 30 s of wall time.
+SMALL = ReplaySettings(workload="workload-1", jobs=10, cluster="4x4", time_scale=200.0,
+                       rate_limit=60.0, step_interval=0.05, timeout=300.0)
+# Wall seconds a step may take beyond its interval on a loaded 2-core machine.
+LATENCY = 0.1
+
+
+@pytest.mark.slow
+def test_the_service_schedules_a_replayed_trace_as_the_simulator_does(tmp_path: Path) -> None:
+    replay = run_replay(SMALL, tmp_path)
+    assert run_once_problems(replay, replay_workload(SMALL)) == []
+    assert disagreements(replay, LATENCY) == []
+    figures = replay.figures()
+    assert figures["avg_ratio"] == pytest.approx(1.0, abs=0.03)
+    assert figures["service_rescales"] > 0  # the replay exercises elastic changes
+    assert figures["service_preemptions"] == figures["sim_preemptions"]
+
+
+@pytest.mark.slow
+def test_the_comparison_fails_when_the_service_runs_another_algorithm(tmp_path: Path) -> None:
+    """ElasticSRJF differs from ElasticFIFO on this trace only in the order of a few
+    jobs: the check must still see it."""
+    replay = run_replay(dataclasses.replace(SMALL, service_algorithm="ElasticSRJF"), tmp_path)
+    assert run_once_problems(replay, replay_workload(SMALL)) == []
+    assert disagreements(replay, LATENCY) != []
+
+
+def test_the_emulated_job_model_runs_epochs_at_the_emulated_backends_speed() -> None:
+    from voda.backends.emulated import EmulatedBackend
+    from voda.backends.emulated import parse_cluster as emulated_cluster
+    from voda.core.model import Job
+    from voda.engine.events import EventKind
+    from voda.sim.backend import SimBackend
+
+    workload = as_emulated(replay_workload(dataclasses.replace(SMALL, jobs=1)), 10.0)
+    spec = workload.jobs[0]
+    placement = (("node-0", 4), ("node-1", 2))
+    sim = SimBackend(emulated_cluster("4x4"), {spec.name: spec}, penalty=0.0)
+    job = Job(spec.name, spec.min_workers, spec.max_workers, epochs=spec.epochs)
+    sim.start(job, placement)
+    emulated = EmulatedBackend(emulated_cluster("4x4"), time_scale=10.0, clock=lambda: 0.0)
+    emulated.profiles[spec.name] = str(spec.profile)
+    wall = emulated.wall_epoch_seconds(spec.profile, placement)
+    sim.advance(2.5 * wall)
+    reports = [e for e in sim.events() if e.kind is EventKind.EPOCH_REPORTED]
+    assert [e.data["epoch"] for e in reports] == [1, 2]
+    assert reports[1].time == pytest.approx(2 * wall)
+    # Both report epoch times in emulated seconds (wall x time scale).
+    assert reports[0].data["epoch_seconds"] == pytest.approx(wall * 10.0)
+    sim.halt(job)  # the half epoch under way is lost, as on the emulated cluster
+    assert sim.jobs[spec.name].progress == 2.0
+
+
+@pytest.mark.parametrize("algorithm", ["ElasticFIFO", "Voda", "AFS-L", "ElasticSRJF"])
+def test_the_time_scale_changes_no_decision(algorithm: str) -> None:
+    """Epoch times are reported in emulated seconds, so a policy whose constants are in
+    seconds (Voda's restart charge and horizon, the epoch time assumed before one is
+    measured) decides the same 200 times faster as on the trace's own clock."""
+    settings = dataclasses.replace(SMALL, algorithm=algorithm)
+    workload = replay_workload(settings)
+    fast = simulate_as_emulated(workload, settings)
+    trace = simulate_as_emulated(workload, settings, time_scale=1.0)
+    assert [j.jct for j in fast.jobs] == pytest.approx([j.jct for j in trace.jobs], rel=1e-6)
+    assert (fast.rescales, fast.migrations) == (trace.rescales, trace.migrations)
+
+
+def test_the_emulated_cluster_reports_the_same_epoch_times_at_any_time_scale() -> None:
+    from voda.backends.emulated import EmulatedBackend
+    from voda.backends.emulated import parse_cluster as emulated_cluster
+    from voda.core.model import Job
+    from voda.engine.events import EventKind
+
+    reported = []
+    for scale in (1.0, 60.0, 500.0):
+        now = [0.0]
+        backend = EmulatedBackend(emulated_cluster("2x4"), time_scale=scale,
+                                  clock=lambda now=now: now[0])
+        backend.profiles["a"] = "cifar10"
+        backend.start(Job("a", 1, 4, epochs=3), (("node-0", 4),))
+        now[0] = 2.5 * backend.wall_epoch_seconds("cifar10", (("node-0", 4),))
+        epochs = [e.data for e in backend.events() if e.kind is EventKind.EPOCH_REPORTED]
+        assert len(epochs) == 2
+        reported.append((epochs[0]["epoch_seconds"], epochs[0]["samples_per_second"]))
+    assert reported[1] == pytest.approx(reported[0]) and reported[2] == pytest.approx(
+        reported[0])
+
+
+def test_tolerance_grows_with_the_changes_and_the_clock() -> None:
+    assert jct_tolerance(1000.0, 0, SMALL, LATENCY) == pytest.approx(30 + 2 * 0.15 * 200)
+    assert jct_tolerance(1000.0, 3, SMALL, LATENCY) > jct_tolerance(1000.0, 0, SMALL, LATENCY)
+
+
+def test_jobs_are_submitted_with_their_trace_range() -> None:
+    spec = load_workload("workload-1").jobs[0]
+    doc = job_document(spec)
+    assert (doc["min"], doc["max"], doc["preferred"], doc["profile"], doc["epochs"]) == (
+        spec.min_workers, spec.max_workers, spec.preferred_workers, spec.profile, spec.epochs)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("jobs", 0), ("jobs", 10_000), ("time_scale", 0.0), ("time_scale", float("inf")),
+    ("rate_limit", -1.0), ("step_interval", 0.0), ("timeout", 1e9), ("cluster", "100x8"),
+    ("algorithm", "NoSuchPolicy"),
+], ids=lambda v: str(v))
+def test_every_replay_setting_is_bounded(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field if field != "algorithm" else "NoSuchPolicy"):
+        dataclasses.replace(SMALL, **{field: value}).check()
+
+
+def test_a_job_without_a_profile_cannot_be_emulated() -> None:
+    workload = load_workload("workload-1")
+    duration = dataclasses.replace(workload.jobs[0], profile=None, work=100.0)
+    with pytest.raises(ValueError, match="profiled jobs only"):
+        as_emulated(Workload(workload.source, (duration,)))
+
+
+def test_the_event_loop_decides_on_epoch_reports_when_asked() -> None:
+    """The service decides again on an epoch report for a policy that decides on progress;
+    the simulator's event loop does so with `progress_decisions` (off by default)."""
+    from voda.sim.cluster_file import parse_cluster
+    from voda.sim.runner import SimSettings, simulate
+
+    workload = as_emulated(replay_workload(SMALL))
+    cluster = parse_cluster("4x4")
+
+    def run(algorithm: str, progress: bool):  # type: ignore[no-untyped-def]
+        return simulate(workload, cluster, SimSettings(
+            algorithm=algorithm, penalty=0.0, interval=60.0, progress_decisions=progress))
+
+    fifo = run("ElasticFIFO", False), run("ElasticFIFO", True)
+    # No decision on progress: the same changes (stepping at more instants moves float sums).
+    assert [(j, g) for _, j, g in fifo[0].timeline] == [(j, g) for _, j, g in fifo[1].timeline]
+    assert [t for t, _, _ in fifo[0].timeline] == pytest.approx(
+        [t for t, _, _ in fifo[1].timeline], rel=1e-9)
+    voda = run("Voda", False), run("Voda", True)
+    assert voda[0].timeline != voda[1].timeline
+    arrivals = {spec.submit for spec in workload.jobs}
+    finishes = {j.finish for j in voda[1].jobs}
+    # Changes at instants that are neither an arrival nor a completion nor the rate limit
+    # after one: decisions on epoch reports.
+    moments = {t for t, _, _ in voda[1].timeline} - arrivals - finishes
+    assert any(all(abs(t - (e + 60.0)) > 1e-6 for e in arrivals | finishes) for t in moments)
+
+
+def test_the_simulated_backend_says_when_a_job_reports_progress() -> None:
+    from voda.core.model import Job
+    from voda.sim.backend import SimBackend
+    from voda.sim.cluster_file import parse_cluster
+
+    spec = as_emulated(replay_workload(dataclasses.replace(SMALL, jobs=1))).jobs[0]
+    sim = SimBackend(list(parse_cluster("4x4").nodes), {spec.name: spec}, penalty=0.0)
+    assert sim.next_boundary() is None
+    sim.start(Job(spec.name, 1, 8, epochs=spec.epochs), (("node-0", 4),))
+    first = sim.next_boundary()
+    assert first is not None and first > 0
+    sim.advance(first / 2)
+    assert not sim.take_progressed()
+    sim.advance(first)
+    assert sim.take_progressed() and not sim.take_progressed()
+    assert sim.next_boundary() == pytest.approx(2 * first)
+
+
+def test_simulate_decides_on_progress_with_the_flag() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from voda.cli.main import app
+
+    def avg_jct(*extra: str) -> float:
+        result = CliRunner().invoke(app, ["simulate", "--workload", "workload-1", "--cluster",
+                                          "16x4", "--algorithm", "Voda", "--json", *extra])
+        assert result.exit_code == 0, result.output
+        return float(json.loads(result.stdout)["results"][0]["avg_jct"])
+
+    assert avg_jct("--progress-decisions") != avg_jct()
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    ({"workload": "philly", "jobs": 3}, "profiled jobs only"),
+    ({"workload": "no-such-workload"}, "no such file"),
+    ({"jobs": 200}, "workload-1 has 160 jobs"),
+], ids=["a trace of durations", "an unknown workload", "more jobs than the workload has"])
+def test_a_replay_refuses_what_the_emulated_service_cannot_run(changes: dict[str, object],
+                                                                reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        dataclasses.replace(SMALL, **changes).check()  # type: ignore[arg-type]
+
+
+def test_the_twin_counts_the_epoch_under_way_as_the_emulated_backend_does() -> None:
+    """The engine restarts the count of the epoch under way on every (re)start unless the
+    backend resumes within an epoch: the emulated backend does not say so, nor its twin."""
+    from voda.backends.emulated import EmulatedBackend
+    from voda.sim.backend import SimBackend
+    from voda.sim.cluster_file import parse_cluster
+
+    trace = replay_workload(dataclasses.replace(SMALL, jobs=2))
+    nodes = list(parse_cluster("4x4").nodes)
+    assert not getattr(EmulatedBackend, "resumes_within_epoch", False)
+    twin = SimBackend(nodes, {s.name: s for s in as_emulated(trace).jobs})
+    assert twin.resumes_within_epoch is False
+    assert SimBackend(nodes, {s.name: s for s in trace.jobs}).resumes_within_epoch is True
