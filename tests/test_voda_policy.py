@@ -17,6 +17,7 @@ from voda.core.allocation.voda import (
     own_model,
     rank_weights,
     share_left,
+    short_start_bonus,
 )
 from voda.core.goodput import GoodputModel, PerfParams
 
@@ -126,6 +127,36 @@ def test_the_epoch_under_way_counts_as_partly_done_by_the_time_run_in_it() -> No
     assert (reported["early"], reported["late"]) == (4, 2)
 
 
+def test_a_short_job_is_not_kept_waiting_by_a_long_one_holding_the_cluster() -> None:
+    # "big" holds both 4-GPU nodes, 50 epochs of 100 s there (5,000 s) left; "short" is
+    # 80 s of work on one GPU. Freeing a GPU means restarting big on one node (half its
+    # speed): by rates alone that costs more than short's one GPU brings, and short would
+    # wait 5,000 s; started now it saves them, for two restarts of big.
+    big = (make_job("big").workers(1, 8).epochs(50).epoch_times({8: 100.0}).running(8)
+           .submitted_at(0).obj())
+    short = make_job("short").workers(1, 1).epochs(1).epoch_times({1: 80.0}).submitted_at(1).obj()
+    by_rate = Voda(short_start=1.0, gpus_per_node=4)([big, short], 8)
+    assert by_rate == {"big": 8, "short": 0}
+    started = Voda(gpus_per_node=4)([big, short], 8)
+    assert started == {"big": 4, "short": 1}
+    # a job that would not finish within the restart horizon is left to the rank order
+    longer = dataclasses.replace(short, epoch_time_by_workers={1: 300.0})
+    assert Voda(gpus_per_node=4)([big, longer], 8) == {"big": 8, "short": 0}
+
+
+def test_the_short_start_bonus_counts_the_wait_it_spares() -> None:
+    voda = Voda(gpus_per_node=4)
+    big = make_job("big").workers(1, 8).epochs(5).epoch_times({8: 100.0}).running(8).obj()
+    short = make_job("short").epochs(1).epoch_times({1: 100.0}).obj()
+    curves = [voda.curve(j, None, 8) for j in (big, short)]
+    # big ends in 500 s at its count: short is spared 500 s against its 100 s
+    assert list(short_start_bonus([big, short], curves, 240.0, 10.0)) == [1.0, 6.0]
+    assert list(short_start_bonus([big, short], curves, 240.0, 3.0)) == [1.0, 3.0]  # at most
+    assert list(short_start_bonus([big, short], curves, 240.0, 1.0)) == [1.0, 1.0]  # off
+    idle = dataclasses.replace(big, current_workers=0)  # nothing to wait for
+    assert list(short_start_bonus([idle, short], curves, 240.0, 10.0)) == [1.0, 1.0]
+
+
 def test_rank_exponent_is_checked() -> None:
     for bad in (-0.1, 1.0, "0.5", float("nan")):
         with pytest.raises(ValueError, match="rank_exponent"):
@@ -133,6 +164,9 @@ def test_rank_exponent_is_checked() -> None:
     for bad in (-0.1, 1.0, "0.5", float("nan")):
         with pytest.raises(ValueError, match="epoch_progress"):
             Voda(epoch_progress=bad)  # type: ignore[arg-type]
+    for bad in (0.5, 101, "10", float("nan")):
+        with pytest.raises(ValueError, match="short_start"):
+            Voda(short_start=bad)  # type: ignore[arg-type]
 
 
 def test_a_job_that_has_not_measured_its_gradients_yet_prices_batches_with_its_categorys() -> None:

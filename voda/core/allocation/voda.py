@@ -27,7 +27,9 @@ The speedup is capped at its best: GPUs past the count where a job runs fastest 
 other jobs first (a dip on the way, such as crossing to a second node, does not stop it
 growing to where more nodes pay). A job whose count changes pays its restart: its value
 counts for (1 - penalty / h) with h = min(T(n), `horizon`), so short jobs are not
-restarted for little and long ones not for nothing. Past the most GPUs a job has
+restarted for little and long ones not for nothing. A waiting job short enough to finish
+within that horizon is worth more than its speed says: started now, it is spared the wait
+until a running job's GPUs free up without a restart (`short_start`). Past the most GPUs a job has
 measured, its fitted network time is not extrapolated but held (`explore`): a job
 grows to measure a larger count, and its next fit corrects the model. The optimum is
 exact over counts that pack (powers of two below a node, whole nodes above;
@@ -86,7 +88,9 @@ class Voda:
     jobs of the category too), `explore` (past the most GPUs a job has measured, hold
     its network time at the measured count's instead of extrapolating its growth),
     `epoch_progress` (the most of the epoch under way a job is credited with, from the
-    time it has run in it; 0: an epoch counts only once reported; 0.9).
+    time it has run in it; 0: an epoch counts only once reported; 0.9), `short_start`
+    (the most a waiting job that would finish within `horizon` on one GPU has its weight
+    raised for the wait starting it spares it; 1: not raised; 10).
     """
 
     name: str = "Voda"
@@ -100,6 +104,7 @@ class Voda:
     category_history: bool = True
     explore: bool = True
     epoch_progress: float = 0.9
+    short_start: float = 10.0
     # Remaining work and goodput change as jobs run: decide again on progress reports.
     decides_on_progress: ClassVar[bool] = True
 
@@ -117,6 +122,9 @@ class Voda:
         if not (isinstance(self.epoch_progress, int | float) and 0 <= self.epoch_progress < 1):
             raise ValueError(
                 f"epoch_progress: must be a number in [0, 1), got {self.epoch_progress!r}")
+        if not (isinstance(self.short_start, int | float) and 1 <= self.short_start <= 100):
+            raise ValueError(
+                f"short_start: must be a number in [1, 100], got {self.short_start!r}")
         check_gpus_per_node(self.gpus_per_node)
         for knob in ("aligned", "share_models", "category_history", "explore"):
             if not isinstance(getattr(self, knob), bool):
@@ -133,6 +141,7 @@ class Voda:
         curves = [self.curve(job, borrowed.get(job.category), capacity) for job in ordered]
         weights = rank_weights([c.size for c in curves], self.rank_exponent) * np.array(
             [c.size ** -self.size_exponent if c.size > 0 else 1.0 for c in curves])
+        weights *= short_start_bonus(ordered, curves, self.horizon, self.short_start)
         utilities = [self.utility(job, c, float(w))
                      for job, c, w in zip(ordered, curves, weights, strict=True)]
         counts = best_counts(utilities, capacity)
@@ -198,6 +207,32 @@ def share_left(job: Job, seconds: np.ndarray, most: float) -> float:
         return 1.0
     done = min(ran * left / seconds[n], most)
     return (left - done) / left
+
+
+def short_start_bonus(jobs: Sequence[Job], curves: Sequence[Curve], horizon: float,
+                      most: float) -> np.ndarray:
+    """Per job, the factor its weight is raised by for the wait starting it now spares it.
+
+    A waiting job that would finish on one GPU within the restart horizon otherwise waits
+    until the first running job ends at its count (E seconds) whenever freeing GPUs for it
+    costs a restart of a job holding many: its value counts a rate, the restart a share of
+    the other's. Started now it saves E of its completion time against at most two
+    restarts of another (shrunk and grown back within the horizon), so its weight counts
+    (1 + E / T(1)), at most `most`. A job this short holds its GPUs briefly; longer ones
+    are left to the rank order.
+    """
+    factors = np.ones(len(jobs))
+    if most <= 1:
+        return factors
+    running = [c.seconds[j.current_workers] for j, c in zip(jobs, curves, strict=True)
+               if 0 < j.current_workers <= c.cap]
+    free_in = min(running, default=0.0)
+    if not (math.isfinite(free_in) and free_in > 0):
+        return factors
+    for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
+        if job.current_workers == 0 and 0 < curve.size <= horizon:
+            factors[i] = min(1.0 + free_in / curve.size, most)
+    return factors
 
 
 def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
