@@ -413,7 +413,7 @@ class Service:
                 record.preemptions += 1
                 record.waiting_seconds_since_start = 0.0
             record.placement, record.current_workers = (), 0
-        account(record, dt)
+        account(record, dt * self.scheduler.time_scale)  # the counters are in job seconds
         self.pending.states[record.name] = record
         return record
 
@@ -978,7 +978,7 @@ class Service:
     def _describe(self, record: JobRecord, now: float) -> dict[str, Any]:
         return views.describe(record, now, self.scheduler.accounted_until,
                               self.scheduler.cluster, self.unschedulable.get(record.name),
-                              self._queue_of(record))
+                              self._queue_of(record), self.scheduler.time_scale)
 
     def _summary(self, record: JobRecord) -> dict[str, Any]:
         return views.summary(record, self._queue_of(record))
