@@ -22,7 +22,7 @@ from voda_testing.replay import (
     replay_workload,
     run_once_problems,
     run_replay,
-    simulate_as_emulated,
+    simulate_twin,
 )
 
 # Ten jobs of workload-1 (cifar10, deepspeech2, ncf; elastic) on 16 GPUs: they queue, grow
@@ -87,8 +87,8 @@ def test_the_time_scale_changes_no_decision(algorithm: str) -> None:
     measured) decides the same 200 times faster as on the trace's own clock."""
     settings = dataclasses.replace(SMALL, algorithm=algorithm)
     workload = replay_workload(settings)
-    fast = simulate_as_emulated(workload, settings)
-    trace = simulate_as_emulated(workload, settings, time_scale=1.0)
+    fast = simulate_twin(workload, settings)
+    trace = simulate_twin(workload, settings, time_scale=1.0)
     assert [j.jct for j in fast.jobs] == pytest.approx([j.jct for j in trace.jobs], rel=1e-6)
     assert (fast.rescales, fast.migrations) == (trace.rescales, trace.migrations)
 
@@ -108,8 +108,8 @@ def test_policies_that_read_job_time_decide_the_same_at_any_time_scale(
     settings = dataclasses.replace(SMALL, algorithm=algorithm, params=params, jobs=jobs,
                                    cluster=cluster)
     workload = replay_workload(settings)
-    fast = simulate_as_emulated(workload, settings)
-    trace = simulate_as_emulated(workload, settings, time_scale=1.0)
+    fast = simulate_twin(workload, settings)
+    trace = simulate_twin(workload, settings, time_scale=1.0)
     assert fast.avg_jct == pytest.approx(trace.avg_jct, rel=1e-3)
     moved = [a.name for a, b in zip(fast.jobs, trace.jobs, strict=True)
              if a.jct != pytest.approx(b.jct, rel=1e-6)]

@@ -615,6 +615,12 @@ class Service:
         if errors:
             raise SpecError(errors)
         self._check_profile(spec)
+        if spec.adaptive and not callable(getattr(self.backend, "adaptive_batch", None)):
+            raise SpecError([FieldError("adaptive", f"the {self.backend_name} backend runs "
+                                        "what the job's command does: a batch-adaptive job "
+                                        "there reports its goodput itself (POST "
+                                        "/v1/jobs/{name}/goodput); only the emulated "
+                                        "cluster runs one from its profile")])
         check_spec = getattr(self.backend, "check_spec", None)
         if check_spec is not None:  # what this backend could never run (SpecError)
             check_spec(spec)
