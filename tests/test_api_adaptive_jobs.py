@@ -79,20 +79,20 @@ def test_the_emulated_adaptive_job_is_the_simulators_in_emulated_time() -> None:
     placement = (("node-0", 4), ("node-1", 2))
     emulated.start(job, placement)
     sim = SimBackend(parse_cluster("2x4"), {spec.name: spec}, penalty=0.0,
-                     start=origin * scale)
+                     start=0.0)
     sim.start(job, placement)
     seen: list = []
     expected: list = []
     for k in range(1, 200):
         now[0] = origin + k * 0.5
         seen += emulated.events()
-        sim.advance(now[0] * scale)
+        sim.advance((now[0] - origin) * scale)
         expected += sim.events()
         if any(e.kind is EventKind.JOB_COMPLETED for e in seen):
             break
     assert [e.kind for e in seen] == [e.kind for e in expected]
     assert EventKind.JOB_COMPLETED in {e.kind for e in seen}
-    assert [e.time * scale for e in seen] == pytest.approx([e.time for e in expected])
+    assert [(e.time - origin) * scale for e in seen] == pytest.approx([e.time for e in expected])
     epochs = [e for e in seen if e.kind is EventKind.EPOCH_REPORTED]
     assert [e.data["epoch_seconds"] for e in epochs] == pytest.approx(
         [e.data["epoch_seconds"] for e in expected if e.kind is EventKind.EPOCH_REPORTED])

@@ -191,7 +191,14 @@ def replay_workload(settings: ReplaySettings) -> Workload:
     if settings.jobs > len(loaded.jobs):
         raise ValueError(f"jobs: {settings.workload} has {len(loaded.jobs)} jobs, "
                          f"asked for {settings.jobs}")
-    return Workload(loaded.source, loaded.jobs[:settings.jobs])
+    # The service refuses a job that could never run whole (max over the cluster's GPUs);
+    # no decision can give a job more than the cluster has, so both sides get the cap.
+    capacity = sum(n.gpus for n in parse_cluster(settings.cluster).nodes)
+    jobs = tuple(replace(s, max_workers=min(s.max_workers, capacity),
+                         preferred_workers=None if s.preferred_workers is None else min(
+                             s.preferred_workers, capacity))
+                 for s in loaded.jobs[:settings.jobs])
+    return Workload(loaded.source, jobs)
 
 
 def job_document(spec: JobSpec) -> dict[str, Any]:

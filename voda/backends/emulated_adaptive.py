@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from voda.blas import serial_blas
 from voda.core.goodput import GoodputModel
 from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
@@ -47,6 +48,9 @@ class AdaptiveJobs:
         self.restart_seconds = restart_seconds
         self._nodes = list(nodes)
         self._inner: SimBackend | None = None  # built with the first job (loads SciPy)
+        # Emulated time counts from here (wall seconds): from 0, not from the epoch of the
+        # wall clock, where a float no longer holds the simulator's small steps.
+        self._origin: float | None = None
 
     # ----- the jobs ------------------------------------------------------------------------
     def start(self, job: Job, profile: str, fixed_batch: int | None,
@@ -91,7 +95,7 @@ class AdaptiveJobs:
         for event in inner.events():
             if event.kind in NODE_EVENTS:
                 continue
-            out.append(replace(event, time=event.time / self.time_scale))
+            out.append(replace(event, time=self._wall(event.time)))
             if event.kind is EventKind.JOB_COMPLETED and event.job is not None:
                 inner.jobs.pop(event.job, None)
                 inner.specs.pop(event.job, None)
@@ -132,7 +136,7 @@ class AdaptiveJobs:
                              for config, (step, sync) in sim.agent.measured.items()],
                 "grad": list(sim.agent.grad),
             }
-        return {"now": self._inner.now, "jobs": jobs}
+        return {"origin": self._origin, "jobs": jobs}
 
     def import_state(self, state: dict[str, Any], wall: float) -> None:
         """Take the jobs back where they were (their measurements refitted); a job whose
@@ -141,6 +145,7 @@ class AdaptiveJobs:
         jobs = state.get("jobs") or {}
         if not jobs:
             return
+        self._origin = float(state["origin"])
         inner = self._at(wall)
         names = {n.name for n in self._nodes}
         for name, values in jobs.items():
@@ -161,14 +166,21 @@ class AdaptiveJobs:
     # ----- internals ---------------------------------------------------------------------------
     def _at(self, wall: float) -> SimBackend:
         """The simulated backend, advanced to `wall` (emulated seconds: wall x time_scale)."""
-        now = wall * self.time_scale
+        if self._origin is None:
+            self._origin = wall
+        now = (wall - self._origin) * self.time_scale
         if self._inner is None:
             from voda.sim.backend import SimBackend
 
             self._inner = SimBackend(list(self._nodes), {}, penalty=self.restart_seconds,
                                      start=now)
-        self._inner.advance(now)
+        with serial_blas():  # the jobs' goodput fits: tiny linear algebra
+            self._inner.advance(now)
         return self._inner
+
+    def _wall(self, emulated: float) -> float:
+        assert self._origin is not None
+        return self._origin + emulated / self.time_scale
 
     @staticmethod
     def _spec(job: Job, profile: str, fixed_batch: int | None) -> SimJobSpec:
