@@ -121,3 +121,41 @@ def test_an_adaptive_job_survives_a_restart_of_the_service() -> None:
     now[0] += 1.0
     later = [e.data["epoch"] for e in again.events() if e.kind is EventKind.EPOCH_REPORTED]
     assert later and later[0] == reported[-1].data["epoch"] + 1
+
+
+class ProcessCluster:
+    """A backend that runs what a job's command does (as the local and Kubernetes ones)."""
+
+    name = "process"
+
+    def start(self, job: Job, placement: object) -> None: ...
+    def scale(self, job: Job, placement: object) -> None: ...
+    def halt(self, job: Job) -> None: ...
+
+    def nodes(self) -> list:  # type: ignore[type-arg]
+        return parse_cluster("1x4")
+
+    def events(self) -> list:  # type: ignore[type-arg]
+        return []
+
+
+def test_a_backend_that_does_not_emulate_jobs_refuses_adaptive(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """On a backend that runs real processes `adaptive` would do nothing: it is refused,
+    naming the field (a real batch-adaptive process reports its goodput itself)."""
+    from voda.api.service import Service
+    from voda.config import ServerSettings, User
+    from voda.spec.errors import SpecError
+    from voda.spec.parse import parse_document
+
+    settings = ServerSettings(backend="emulated", cluster="1x4",
+                              db=f"sqlite:///{tmp_path / 'voda.db'}")
+    service = Service(settings, ProcessCluster())
+    service.start()
+    try:
+        spec = parse_document({"name": "a", "command": "x", "profile": "cifar10",
+                               "adaptive": True})
+        with pytest.raises(SpecError) as refused:
+            service.submit(spec, User("root", admin=True))
+        assert [e.field for e in refused.value.errors] == ["adaptive"]
+    finally:
+        service.close()

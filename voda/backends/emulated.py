@@ -36,6 +36,7 @@ import yaml
 from voda.backends.emulated_adaptive import AdaptiveJobs, declared_model
 from voda.core.model import DEFAULT_GPU_TYPE, Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
+from voda.spec import JobSpec
 from voda.spec.errors import FieldError, SpecError
 
 DEFAULT_EPOCH_SECONDS = 60.0
@@ -177,9 +178,9 @@ class EmulatedBackend:
         """Adaptive jobs go on from where they stopped; epoch jobs from their last epoch."""
         return self.adaptive_batch(name)[0]
 
-    def check_spec(self, spec: Any) -> None:
+    def check_spec(self, spec: JobSpec) -> None:
         """Refuse at submission an adaptive job this cluster cannot run (SpecError)."""
-        if not getattr(spec, "adaptive", False):
+        if not spec.adaptive:
             return
         if not spec.profile:
             raise SpecError([FieldError("profile", "a batch-adaptive job (adaptive: true) "
