@@ -22,7 +22,7 @@ from voda_testing.replay import (
     replay_workload,
     run_once_problems,
     run_replay,
-    simulate_as_emulated,
+    simulate_twin,
 )
 
 # Ten jobs of workload-1 (cifar10, deepspeech2, ncf; elastic) on 16 GPUs: they queue, grow
@@ -79,17 +79,41 @@ def test_the_emulated_job_model_runs_epochs_at_the_emulated_backends_speed() -> 
     assert sim.jobs[spec.name].progress == 2.0
 
 
-@pytest.mark.parametrize("algorithm", ["ElasticFIFO", "Voda", "AFS-L", "ElasticSRJF"])
+@pytest.mark.parametrize("algorithm", ["ElasticFIFO", "Voda", "AFS-L", "ElasticSRJF", "Tiresias",
+                                       "Pollux"])
 def test_the_time_scale_changes_no_decision(algorithm: str) -> None:
     """Epoch times are reported in emulated seconds, so a policy whose constants are in
     seconds (Voda's restart charge and horizon, the epoch time assumed before one is
     measured) decides the same 200 times faster as on the trace's own clock."""
     settings = dataclasses.replace(SMALL, algorithm=algorithm)
     workload = replay_workload(settings)
-    fast = simulate_as_emulated(workload, settings)
-    trace = simulate_as_emulated(workload, settings, time_scale=1.0)
+    fast = simulate_twin(workload, settings)
+    trace = simulate_twin(workload, settings, time_scale=1.0)
     assert [j.jct for j in fast.jobs] == pytest.approx([j.jct for j in trace.jobs], rel=1e-6)
     assert (fast.rescales, fast.migrations) == (trace.rescales, trace.migrations)
+
+
+@pytest.mark.parametrize(("algorithm", "params", "jobs", "cluster"), [
+    ("Voda", {}, 60, "16x4"),
+    ("Tiresias", {"queue_thresholds": [1000.0]}, 10, "4x4"),
+], ids=["Voda's credit for the epoch under way", "Tiresias's queues"])
+def test_policies_that_read_job_time_decide_the_same_at_any_time_scale(
+        algorithm: str, params: dict[str, object], jobs: int, cluster: str) -> None:
+    """The engine counts a job's running, waiting and attained GPU-seconds in the backend's
+    seconds (emulated: wall x S), so Voda's credit for the epoch under way and Tiresias's
+    queues read the same figures 200 times faster. Counted in wall seconds they did not
+    (Voda 2405 s against 2636 s, Tiresias 4223 s against 4457 s). One job of the 60 may
+    still move by one rate limit: a decision due at the same instant as an event, to
+    within float rounding (it does so at S = 1.0000001 too)."""
+    settings = dataclasses.replace(SMALL, algorithm=algorithm, params=params, jobs=jobs,
+                                   cluster=cluster)
+    workload = replay_workload(settings)
+    fast = simulate_twin(workload, settings)
+    trace = simulate_twin(workload, settings, time_scale=1.0)
+    assert fast.avg_jct == pytest.approx(trace.avg_jct, rel=1e-3)
+    moved = [a.name for a, b in zip(fast.jobs, trace.jobs, strict=True)
+             if a.jct != pytest.approx(b.jct, rel=1e-6)]
+    assert len(moved) <= 1
 
 
 def test_the_emulated_cluster_reports_the_same_epoch_times_at_any_time_scale() -> None:
@@ -228,3 +252,55 @@ def test_the_twin_counts_the_epoch_under_way_as_the_emulated_backend_does() -> N
     twin = SimBackend(nodes, {s.name: s for s in as_emulated(trace).jobs})
     assert twin.resumes_within_epoch is False
     assert SimBackend(nodes, {s.name: s for s in trace.jobs}).resumes_within_epoch is True
+
+
+# Ten jobs of workload-1 as the Pollux workload's own batch-adaptive jobs (cifar10,
+# deepspeech2, ncf; they pick their batch by goodput and report their goodput models) on 16
+# GPUs, 100 times faster than the trace: about 45 s of wall time. A rate limit of 10 s, not
+# 60: each decision of the service comes up to a step late, and a decision held back by the
+# rate limit inherits the lag of the one before it, so with 60 s the lags of a chain of
+# decisions a minute apart (five in a row on this trace) add up before a short job (ncf,
+# 46 s alone) starts, beyond what the per-job tolerance counts.
+ADAPTIVE = dataclasses.replace(SMALL, job_model="adaptive", time_scale=100.0, rate_limit=10.0)
+
+
+@pytest.mark.slow
+def test_the_service_runs_batch_adaptive_jobs_as_the_simulator_does(tmp_path: Path) -> None:
+    """The emulated cluster runs the simulator's adaptive job model in emulated time; under
+    ElasticFIFO (whose decisions do not depend on when events come) every job's JCT is
+    within the same tolerance as the epoch jobs': each decision of the service comes up to a
+    step (+ latency) late, x S in trace seconds, per change of the job's workers."""
+    replay = run_replay(ADAPTIVE, tmp_path)
+    assert run_once_problems(replay, replay_workload(ADAPTIVE)) == []
+    assert disagreements(replay, LATENCY) == []
+    figures = replay.figures()
+    assert figures["avg_ratio"] == pytest.approx(1.0, abs=0.03)
+    assert figures["service_rescales"] > 0
+
+
+@pytest.mark.slow
+def test_the_adaptive_comparison_fails_when_the_service_runs_another_algorithm(
+        tmp_path: Path) -> None:
+    replay = run_replay(dataclasses.replace(ADAPTIVE, service_algorithm="Pollux"), tmp_path)
+    assert run_once_problems(replay, replay_workload(ADAPTIVE)) == []
+    assert disagreements(replay, LATENCY) != []
+
+
+def test_adaptive_jobs_are_submitted_as_batch_adaptive() -> None:
+    jobs = replay_workload(ADAPTIVE).jobs
+    documents = [job_document(spec) for spec in jobs]
+    assert all(d["adaptive"] is True for d in documents)
+    ncf = next(d for d, s in zip(documents, jobs, strict=True) if s.profile == "ncf")
+    assert ncf["batch_size"] == 32768 and ncf["max"] == 1
+    # A job's max is capped at the cluster's GPUs on both sides (the service refuses more).
+    assert max(d["max"] for d in documents) == 16
+
+
+def test_the_adaptive_twin_runs_the_simulators_adaptive_job_model() -> None:
+    workload = replay_workload(ADAPTIVE)
+    result = simulate_twin(workload, ADAPTIVE)
+    # On the trace's own clock whatever the service's time scale (the service's job
+    # counters are emulated seconds): the same result at any time_scale.
+    again = simulate_twin(workload, dataclasses.replace(ADAPTIVE, time_scale=7.0))
+    assert [j.jct for j in result.jobs] == [j.jct for j in again.jobs]
+    assert result.avg_jct != simulate_twin(workload, SMALL).avg_jct  # not the epoch jobs

@@ -9,6 +9,12 @@
    arrivals in wall seconds, no restart charge (the emulated backend charges none), the same
    algorithm, knobs and placer.
 
+With `job_model="adaptive"` the service runs the Pollux workload's own jobs instead
+(batch-adaptive: `adaptive: true` in the job document; the emulated cluster runs the
+simulator's job model in emulated time and the jobs report their goodput models), and the
+twin is the simulator's adaptive job model on the trace's own clock (the service's job
+counters are in emulated seconds, which are trace seconds).
+
 Both sides then speak in trace seconds (wall seconds x `time_scale`). What differs and why:
 docs/design/002-simulator.md, "Replayed through the service".
 """
@@ -41,6 +47,9 @@ MAX_TIME_SCALE = 10_000.0
 MAX_TIMEOUT = 3600.0
 ENDED = {"Completed", "Failed", "Canceled"}
 ALLOCATION_CHANGES = {"start", "scale-in", "scale-out", "migrate", "halt"}
+# The jobs the service is given: the emulated backend's epoch jobs (`as_emulated`), or the
+# Pollux workloads' batch-adaptive jobs (voda.sim.workloads "adaptive").
+REPLAY_JOB_MODELS = ("emulated", "adaptive")
 
 
 class ReplayError(RuntimeError):
@@ -64,6 +73,7 @@ class ReplaySettings:
     timeout: float = 600.0  # wall seconds for the whole run
     # The simulator decides on epoch reports too, as the service does (SimSettings).
     progress_decisions: bool = True
+    job_model: str = "emulated"  # one of REPLAY_JOB_MODELS
 
     def check(self) -> None:
         """Bounds on everything a caller gives; ValueError naming the field."""
@@ -88,6 +98,12 @@ class ReplaySettings:
                 raise ValueError(f"algorithm: unknown {name!r}; valid: "
                                  f"{', '.join(registry.available())}")
         registry.create(self.algorithm, dict(self.params))  # validates the knobs
+        if self.job_model not in REPLAY_JOB_MODELS:
+            raise ValueError(f"job_model: must be one of {', '.join(REPLAY_JOB_MODELS)}, got "
+                             f"{self.job_model!r}")
+        if self.rigid and self.job_model != "emulated":
+            raise ValueError("rigid: only with the emulated job model (adaptive jobs size "
+                             "themselves)")
         as_emulated(replay_workload(self))  # a known workload of profiled jobs, enough of them
 
 
@@ -169,37 +185,56 @@ def _p99(values: list[float]) -> float:
 
 
 def replay_workload(settings: ReplaySettings) -> Workload:
-    """The first `jobs` jobs of the workload (elastic, or rigid), in trace seconds."""
-    loaded = load_workload(settings.workload, rigid=settings.rigid)
+    """The first `jobs` jobs of the workload (elastic, rigid or adaptive), in trace seconds."""
+    model = "adaptive" if settings.job_model == "adaptive" else None
+    loaded = load_workload(settings.workload, rigid=settings.rigid, job_model=model)
     if settings.jobs > len(loaded.jobs):
         raise ValueError(f"jobs: {settings.workload} has {len(loaded.jobs)} jobs, "
                          f"asked for {settings.jobs}")
-    return Workload(loaded.source, loaded.jobs[:settings.jobs])
+    # The service refuses a job that could never run whole (max over the cluster's GPUs);
+    # no decision can give a job more than the cluster has, so both sides get the cap.
+    capacity = sum(n.gpus for n in parse_cluster(settings.cluster).nodes)
+    jobs = tuple(replace(s, max_workers=min(s.max_workers, capacity),
+                         preferred_workers=None if s.preferred_workers is None else min(
+                             s.preferred_workers, capacity))
+                 for s in loaded.jobs[:settings.jobs])
+    return Workload(loaded.source, jobs)
 
 
 def job_document(spec: JobSpec) -> dict[str, Any]:
     """The compact Voda spec the service is given for a trace job."""
     assert spec.profile is not None
-    return {"name": spec.name, "command": f"train {spec.profile}", "profile": spec.profile,
-            "epochs": spec.epochs, "min": spec.min_workers, "max": spec.max_workers,
-            "preferred": spec.preferred_workers or spec.min_workers,
-            "priority": spec.priority, "gpu_type": spec.gpu_type}
+    document: dict[str, Any] = {
+        "name": spec.name, "command": f"train {spec.profile}", "profile": spec.profile,
+        "epochs": spec.epochs, "min": spec.min_workers, "max": spec.max_workers,
+        "preferred": spec.preferred_workers or spec.min_workers, "priority": spec.priority,
+        "gpu_type": spec.gpu_type}
+    if spec.adaptive:
+        document["adaptive"] = True
+        if spec.batch_size is not None:
+            document["batch_size"] = spec.batch_size
+    return document
 
 
-def simulate_as_emulated(workload: Workload, settings: ReplaySettings,
-                         arrivals: Mapping[str, float] | None = None,
-                         time_scale: float | None = None) -> SimResult:
+def simulate_twin(workload: Workload, settings: ReplaySettings,
+                  arrivals: Mapping[str, float] | None = None,
+                  time_scale: float | None = None) -> SimResult:
     """The simulation matching the emulated service, JCTs in trace seconds.
 
     `arrivals` (trace seconds) replace the workload's own; `time_scale` is the clock the
-    scheduler runs on (default: the service's; 1 is the trace's own seconds)."""
+    scheduler runs on (default: the service's; 1 is the trace's own seconds). Adaptive
+    jobs run on the trace's own clock: their backend is the simulator's."""
     scale = settings.time_scale if time_scale is None else time_scale
     if arrivals is not None:
         jobs = sorted((arrivals[s.name], s.order, s) for s in workload.jobs)
         workload = Workload(workload.source, tuple(
             replace(s, submit=t, order=i) for i, (t, _, s) in enumerate(jobs)))
+    if settings.job_model == "adaptive":
+        scale = 1.0
+    else:
+        workload = as_emulated(workload, scale)
     result = simulate(
-        as_emulated(workload, scale), parse_cluster(settings.cluster),
+        workload, parse_cluster(settings.cluster),
         SimSettings(algorithm=settings.algorithm, algorithm_params=dict(settings.params),
                     placement=settings.placement, penalty=0.0,
                     interval=settings.rate_limit / scale, record_queue=False,
@@ -259,7 +294,7 @@ def run_replay(settings: ReplaySettings, folder: Path) -> Replay:
         process.stop()
     wall = time.monotonic() - began
     arrivals = {name: job.submit for name, job in service.items()}
-    simulated = simulate_as_emulated(workload, settings, arrivals)
+    simulated = simulate_twin(workload, settings, arrivals)
     return Replay(settings, service, simulated, wall)
 
 

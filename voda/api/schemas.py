@@ -232,6 +232,11 @@ class CompactJob(BaseModel):
                                          pattern=TOKEN_PATTERN)
     profile: str | None = Field(default=None, max_length=TOKEN_MAX, pattern=TOKEN_PATTERN)
     category: str | None = Field(default=None, max_length=TOKEN_MAX, pattern=TOKEN_PATTERN)
+    adaptive: bool | None = Field(default=None, description=(
+        "A batch-adaptive job: it picks its batch by goodput for the GPUs it holds and "
+        "reports its goodput model (the emulated cluster runs it from its profile)"))
+    batch_size: int | None = Field(default=None, ge=1, le=MAX_BATCH, description=(
+        "With adaptive: the global batch it keeps (it still measures and reports)"))
 
 
 class KubeflowJob(BaseModel):

@@ -413,7 +413,7 @@ class Service:
                 record.preemptions += 1
                 record.waiting_seconds_since_start = 0.0
             record.placement, record.current_workers = (), 0
-        account(record, dt)
+        account(record, dt * self.scheduler.time_scale)  # the counters are in job seconds
         self.pending.states[record.name] = record
         return record
 
@@ -615,6 +615,12 @@ class Service:
         if errors:
             raise SpecError(errors)
         self._check_profile(spec)
+        if spec.adaptive and not callable(getattr(self.backend, "adaptive_batch", None)):
+            raise SpecError([FieldError("adaptive", f"the {self.backend_name} backend runs "
+                                        "what the job's command does: a batch-adaptive job "
+                                        "there reports its goodput itself (POST "
+                                        "/v1/jobs/{name}/goodput); only the emulated "
+                                        "cluster runs one from its profile")])
         check_spec = getattr(self.backend, "check_spec", None)
         if check_spec is not None:  # what this backend could never run (SpecError)
             check_spec(spec)
@@ -978,7 +984,7 @@ class Service:
     def _describe(self, record: JobRecord, now: float) -> dict[str, Any]:
         return views.describe(record, now, self.scheduler.accounted_until,
                               self.scheduler.cluster, self.unschedulable.get(record.name),
-                              self._queue_of(record))
+                              self._queue_of(record), self.scheduler.time_scale)
 
     def _summary(self, record: JobRecord) -> dict[str, Any]:
         return views.summary(record, self._queue_of(record))

@@ -71,10 +71,14 @@ def remaining_seconds(r: JobRecord, model: estimate.SpeedModel | None = None) ->
 
 
 def describe(r: JobRecord, now: float, accounted: float, cluster: Cluster,
-             unschedulable: str | None, queue: int | None = None) -> dict[str, Any]:
+             unschedulable: str | None, queue: int | None = None,
+             time_scale: float = 1.0) -> dict[str, Any]:
+    """Timestamps are the service's clock; durations (waiting, running, total, GPU-seconds,
+    the estimated remaining time) are in the backend's seconds, `time_scale` per second of
+    the service's clock (an emulated cluster's: the epoch times' unit)."""
     # Counters are accounted up to the last step; carry them to `now` for display.
     since = max(accounted, r.submit_time)
-    dt = 0.0 if r.status.is_terminal else max(0.0, now - since)
+    dt = 0.0 if r.status.is_terminal else max(0.0, now - since) * time_scale
     running = r.current_workers > 0
     model = estimate.speed_model(r.snapshot())
     end = r.finish_time if r.finish_time is not None else now
@@ -93,7 +97,7 @@ def describe(r: JobRecord, now: float, accounted: float, cluster: Cluster,
         "finish_time": r.finish_time,
         "waiting_seconds": r.waiting_seconds + (0.0 if running else dt),
         "running_seconds": r.running_seconds + (dt if running else 0.0),
-        "total_seconds": max(0.0, end - r.submit_time),
+        "total_seconds": max(0.0, end - r.submit_time) * time_scale,
         "gpu_seconds": r.attained_gpu_seconds + dt * r.current_workers,
         "epoch_time_by_workers": dict(sorted(r.epoch_time_by_workers.items())),
         "layout_throughput": {f"{w}x{n}": rate

@@ -29,6 +29,14 @@ class Backend(Protocol):
     # moves goes on from where it stopped within an epoch (the engine then keeps counting
     # the epoch under way, Job.running_seconds_since_epoch); without it, from the last
     # epoch's end. Not part of the protocol: an attribute read with a default of False.
+    # A backend that decides per job gives `job_resumes_within_epoch(name) -> bool` instead.
+    #
+    # A backend whose cluster runs on a clock of its own may set `time_scale`: how many of
+    # its seconds pass per second of the engine's clock (an emulated cluster `time_scale`
+    # times faster than the one it emulates). The engine keeps every per-job counter
+    # (running, waiting, attained GPU-seconds) in those seconds, the unit of the epoch
+    # times the backend reports, so a policy compares like with like. An attribute read
+    # with a default of 1 (see voda.engine.scheduler.backend_time_scale).
 
 
 @runtime_checkable

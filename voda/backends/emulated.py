@@ -13,6 +13,13 @@ rescale, so the emulated cluster behaves like a real one that keeps running
 while the service is down: `export_state` / `import_state` carry the running
 jobs across a restart, and `running()` lets the restarted service adopt them.
 A halted job resumes from its last completed epoch (its checkpoint).
+
+A job submitted with `adaptive: true` (and a profile) is a batch-adaptive job instead:
+the simulator's job model run in emulated time (voda.backends.emulated_adaptive). It
+declares its batch limits when it is registered, then reports its goodput model and its
+epochs as the simulator's jobs do, and goes on from where it stopped after a halt,
+resize or move. Its progress is carried across a restart as of the last export (at most
+an epoch behind), not as if it had kept running.
 """
 
 from __future__ import annotations
@@ -26,8 +33,11 @@ from typing import Any
 
 import yaml
 
+from voda.backends.emulated_adaptive import AdaptiveJobs, declared_model
 from voda.core.model import DEFAULT_GPU_TYPE, Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
+from voda.spec import JobSpec
+from voda.spec.errors import FieldError, SpecError
 
 DEFAULT_EPOCH_SECONDS = 60.0
 EpochSeconds = Callable[[str, tuple[int, ...]], float]
@@ -149,13 +159,77 @@ class EmulatedBackend:
         self._profile_epoch_seconds = profile_epoch_seconds
         self.runs: dict[str, Run] = {}
         self.profiles: dict[str, str] = {}  # job -> profile, set by the service at submission
+        # job -> its submitted document, set by the service (`adaptive`, `batch_size`).
+        self.specs: dict[str, dict[str, Any]] = {}
+        self.adaptive_jobs = AdaptiveJobs(self._nodes, time_scale)
+        self.declared: set[str] = set()  # adaptive jobs whose batch limits were reported
         self.version = 0  # bumped on every change of exported state
+
+    # ----- batch-adaptive jobs ---------------------------------------------------------
+    def adaptive_batch(self, name: str) -> tuple[bool, int | None]:
+        """Whether the job is batch-adaptive (with a profile), and the batch it keeps."""
+        document = self.specs.get(name) or {}
+        if document.get("adaptive") is not True or not self.profiles.get(name):
+            return False, None
+        batch = document.get("batch_size")
+        return True, batch if isinstance(batch, int) and not isinstance(batch, bool) else None
+
+    def job_resumes_within_epoch(self, name: str) -> bool:
+        """Adaptive jobs go on from where they stopped; epoch jobs from their last epoch."""
+        return self.adaptive_batch(name)[0]
+
+    def check_spec(self, spec: JobSpec) -> None:
+        """Refuse at submission an adaptive job this cluster cannot run (SpecError)."""
+        if not spec.adaptive:
+            return
+        if not spec.profile:
+            raise SpecError([FieldError("profile", "a batch-adaptive job (adaptive: true) "
+                                        "needs a profile on the emulated cluster")])
+        from voda.sim.profiles import load_profile
+
+        profile = load_profile(spec.profile)
+        errors = []
+        epochs = min(len(v.progress) for v in profile.validation)
+        if spec.epochs > epochs:
+            errors.append(FieldError("epochs", f"{profile.name} is profiled for {epochs} "
+                                     f"epochs at most, got {spec.epochs}"))
+        batch = profile.max_batch_size
+        if spec.batch_size is not None:
+            if not profile.init_batch_size <= spec.batch_size <= profile.max_batch_size:
+                errors.append(FieldError("batch_size", f"must lie in {profile.name}'s range "
+                                         f"[{profile.init_batch_size}, "
+                                         f"{profile.max_batch_size}], got {spec.batch_size}"))
+            batch = spec.batch_size
+        most = max(batch // profile.min_local_bsz, 1)
+        if spec.max_workers > most:
+            errors.append(FieldError("max", f"a batch of at most {batch} runs on at most "
+                                     f"{most} GPUs ({profile.name}'s smallest per-GPU batch "
+                                     f"is {profile.min_local_bsz}), got {spec.max_workers}"))
+        if errors:
+            raise SpecError(errors)
+
+    def _declarations(self, now: float) -> list[Event]:
+        """Adaptive jobs registered since the last call declare their batch limits."""
+        out = []
+        for name in sorted(set(self.specs) - self.declared):
+            adaptive, batch = self.adaptive_batch(name)
+            if adaptive and not self.adaptive_jobs.knows(name):
+                model = declared_model(self.profiles[name], batch)
+                out.append(Event(EventKind.GOODPUT_REPORTED, now, job=name,
+                                 data={"goodput": model}))
+            self.declared.add(name)
+        return out
 
     # ----- Backend ------------------------------------------------------------------
     def start(self, job: Job, placement: JobPlacement) -> None:
         self._check(job.name, placement)
         now = self.clock()
         profile = self.profiles.get(job.name)
+        adaptive, batch = self.adaptive_batch(job.name)
+        if adaptive and profile:
+            self.adaptive_jobs.start(job, profile, batch, placement, now)
+            self.version += 1
+            return
         self.runs[job.name] = Run(
             placement=tuple(placement),
             epochs=job.epochs,
@@ -169,6 +243,10 @@ class EmulatedBackend:
 
     def scale(self, job: Job, placement: JobPlacement) -> None:
         self._check(job.name, placement)
+        if self.adaptive_jobs.knows(job.name):
+            self.adaptive_jobs.scale(job, placement, self.clock())
+            self.version += 1
+            return
         run = self.runs.get(job.name)
         if run is None:
             self.start(job, placement)
@@ -181,12 +259,23 @@ class EmulatedBackend:
         self.version += 1
 
     def halt(self, job: Job) -> None:
+        if self.adaptive_jobs.knows(job.name):
+            self.adaptive_jobs.halt(job.name, self.clock())
+            self.version += 1
         if self.runs.pop(job.name, None) is not None:
             self.version += 1
 
     def delete(self, job: str) -> None:
-        self.profiles.pop(job, None)
+        self._forget(job)
         if self.runs.pop(job, None) is not None:
+            self.version += 1
+
+    def _forget(self, job: str) -> None:
+        self.profiles.pop(job, None)
+        self.specs.pop(job, None)
+        self.declared.discard(job)
+        if self.adaptive_jobs.knows(job):
+            self.adaptive_jobs.forget(job, self.clock())
             self.version += 1
 
     def nodes(self) -> list[Node]:
@@ -197,6 +286,7 @@ class EmulatedBackend:
         if any(n.name == node.name for n in self._nodes):
             raise ValueError(f"name: node {node.name!r} exists")
         self._nodes.append(node)
+        self.adaptive_jobs.add_node(node, self.clock())
         self.version += 1
 
     def remove_node(self, name: str) -> None:
@@ -205,11 +295,19 @@ class EmulatedBackend:
         for job, run in list(self.runs.items()):
             if any(node == name for node, _ in run.placement):
                 del self.runs[job]
+        self.adaptive_jobs.remove_node(name, self.clock())
         self.version += 1
 
     def events(self) -> list[Event]:
         now = self.clock()
-        out: list[Event] = []
+        out: list[Event] = self._declarations(now)
+        adaptive = self.adaptive_jobs.events(now)
+        if adaptive:
+            self.version += 1
+        for event in adaptive:
+            if event.kind is EventKind.JOB_COMPLETED and event.job is not None:
+                self._forget(event.job)
+        out.extend(adaptive)
         for name in sorted(self.runs):
             run = self.runs[name]
             progress = run.progress(now)
@@ -235,20 +333,24 @@ class EmulatedBackend:
                 at = run.base_time + (run.epochs - run.base_epochs) * run.epoch_seconds
                 out.append(Event(EventKind.JOB_COMPLETED, min(at, now), job=name))
                 del self.runs[name]
-                self.profiles.pop(name, None)
+                self._forget(name)
                 self.version += 1
         return out
 
     # ----- SupportsAdoption and state across restarts ------------------------------------
     def running(self) -> dict[str, JobPlacement]:
-        return {name: run.placement for name, run in self.runs.items()}
+        return {**{name: run.placement for name, run in self.runs.items()},
+                **self.adaptive_jobs.running()}
 
     def export_state(self) -> dict[str, Any]:
         return {"runs": {name: asdict(run) for name, run in self.runs.items()},
-                "profiles": dict(self.profiles)}
+                "profiles": dict(self.profiles), "declared": sorted(self.declared),
+                "adaptive": self.adaptive_jobs.export_state()}
 
     def import_state(self, state: dict[str, Any]) -> None:
         self.profiles = dict(state.get("profiles", {}))
+        self.declared = {str(name) for name in state.get("declared", [])}
+        self.adaptive_jobs.import_state(state.get("adaptive") or {}, self.clock())
         self.runs = {}
         capacity = {n.name for n in self._nodes}
         for name, values in state.get("runs", {}).items():
@@ -274,10 +376,10 @@ class EmulatedBackend:
     def _check(self, job: str, placement: JobPlacement) -> None:
         capacity = {n.name: n.gpus for n in self._nodes}
         used: dict[str, int] = {}
-        for name, run in self.runs.items():
+        for name, held in self.running().items():
             if name == job:
                 continue
-            for node, count in run.placement:
+            for node, count in held:
                 used[node] = used.get(node, 0) + count
         for node, count in placement:
             if node not in capacity:

@@ -17,6 +17,15 @@ A GPU type whose decision is refused keeps its plan in force and is retried
 after the rate limit, with a backoff that doubles on each refusal in a row;
 the other types go on. A backend that fails an action ends the application of
 the plan: what runs is read back from it and a new decision follows.
+
+Two clocks. `now` is the engine's clock (wall seconds in the service): timestamps
+(submit, first start, finish, queue entry) and the rate limit are in its seconds. A job's
+counters (running, waiting, attained GPU-seconds, in total and since a start, an epoch or
+a promotion) are in the backend's seconds, `time_scale` of them per engine second
+(`backend_time_scale`): the unit of the epoch times the backend reports, so a policy that
+compares them (Voda's credit for the epoch under way, Tiresias's queues, Pollux's age)
+decides the same on an emulated cluster at any speed. A policy's wake-up
+(`seconds_until_class_change`) is in job seconds too.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
+import math
 import operator
 import time
 from collections.abc import Hashable, Iterable, Mapping
@@ -143,6 +153,16 @@ class JobRecord:
         return cls(**values)
 
 
+def backend_time_scale(backend: object) -> float:
+    """The backend's seconds per engine second (its optional `time_scale`; 1 without one)."""
+    scale = getattr(backend, "time_scale", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not (
+        math.isfinite(scale) and scale > 0
+    ):
+        raise ValueError(f"time_scale: the backend's must be a positive number, got {scale!r}")
+    return float(scale)
+
+
 def history_key(job: Job | JobRecord) -> HistoryKey:
     """The key of the speed and layout history a job learns from and adds to."""
     return (job.category, job.gpu_type)
@@ -172,6 +192,12 @@ def epoch_starts(record: JobRecord) -> None:
     """An epoch ended, or the job goes on from the last one's end: nothing of the next done."""
     record.running_seconds_since_epoch = 0.0
     record.attained_gpu_seconds_since_epoch = 0.0
+
+
+def account_epoch(record: JobRecord, dt: float) -> None:
+    """`dt` seconds run into the epoch under way (the counters since the epoch's start)."""
+    record.running_seconds_since_epoch += dt
+    record.attained_gpu_seconds_since_epoch += dt * record.current_workers
 
 
 def promote(record: JobRecord) -> None:
@@ -246,6 +272,8 @@ class Scheduler:
         goodput_history: Mapping[HistoryKey, Any] | None = None,
     ) -> None:
         self.backend = backend
+        # Job seconds per engine second: every per-job counter is kept in job seconds.
+        self.time_scale = backend_time_scale(backend)
         self.settings = settings or SchedulerSettings()
         self.placer = placer if placer is not None else get_placer(DEFAULT_PLACER)
         self.observers = list(observers)
@@ -457,6 +485,11 @@ class Scheduler:
             return
         if epoch > record.completed_epochs:
             epoch_starts(record)
+            # Accounting ran up to the step before the report was read: what ran since the
+            # epoch ended belongs to the next one.
+            since = (self._last_accounted - event.time) * self.time_scale
+            if since > 0 and record.current_workers > 0:
+                account_epoch(record, since)
         record.completed_epochs = max(record.completed_epochs, float(epoch))
         measured = record.restore_epoch is None or epoch > record.restore_epoch
         if record.restore_workers is not None and record.restore_epoch is not None:
@@ -492,12 +525,13 @@ class Scheduler:
         dt = now - self._last_accounted
         if dt <= 0:
             return
+        scale = self.time_scale  # the counters are in job seconds
         for record in self.active.values():
             if record.status is JobStatus.SUBMITTED and record.submit_time > self._last_accounted:
                 if record.submit_time < now:  # arrived in between: counted from its arrival
-                    account(record, now - record.submit_time)
+                    account(record, (now - record.submit_time) * scale)
                 continue
-            account(record, dt)
+            account(record, dt * scale)
         self._last_accounted = now
 
     def _take_arrivals(self, now: float) -> None:
@@ -551,8 +585,8 @@ class Scheduler:
             until = getattr(algorithm, "seconds_until_class_change", None)
             if until is not None:
                 seconds = until(record)  # read-only hook: the live record, as above
-                if seconds is not None and seconds >= 0:
-                    candidates.append(now + max(seconds, 1e-6))
+                if seconds is not None and seconds >= 0:  # job seconds: on the engine's clock
+                    candidates.append(now + max(seconds / self.time_scale, 1e-6))
         return min(candidates) if candidates else None
 
     def _earliest_reschedule(self, now: float) -> float:
@@ -724,11 +758,17 @@ class Scheduler:
         """The job (re)starts on `workers` from its checkpoint: its next epoch there holds
         the restore (see _record_epoch). Unless the backend resumes it where it stopped
         within an epoch, the epoch under way starts over."""
-        if not getattr(self.backend, "resumes_within_epoch", False):
+        if not self._resumes_within_epoch(record.name):
             epoch_starts(record)
         record.restore_epoch_before = record.restore_epoch
         record.restore_epoch = int(record.completed_epochs) + 1
         record.restore_workers = workers
+
+    def _resumes_within_epoch(self, name: str) -> bool:
+        per_job = getattr(self.backend, "job_resumes_within_epoch", None)
+        if callable(per_job):
+            return bool(per_job(name))
+        return bool(getattr(self.backend, "resumes_within_epoch", False))
 
     def _place(self, record: JobRecord, placement: JobPlacement) -> None:
         record.placement = placement

@@ -143,6 +143,9 @@ class SimBackend:
     # penalty, not the part of an epoch done. Not so for the emulated backend's jobs
     # (JobSpec.emulated_speed), whose backend does not say it resumes within an epoch.
     resumes_within_epoch: bool
+    # The emulated backend's jobs run on a clock `emulated_speed` times faster and report in
+    # emulated seconds: the engine then keeps its counters in those (Backend.time_scale).
+    time_scale: float
 
     def __init__(
         self,
@@ -163,6 +166,11 @@ class SimBackend:
             )
         self.layout_speed = check_layout_speed(layout_speed)
         self.resumes_within_epoch = all(s.emulated_speed is None for s in specs.values())
+        speeds = {s.emulated_speed for s in specs.values()}
+        if len(speeds) > 1:
+            raise ValueError("emulated_speed: the jobs of one simulation run on one clock, "
+                             f"got {sorted(speeds, key=str)}")
+        self.time_scale = next(iter(speeds), None) or 1.0
         self.spine_oversubscription = float(spine_oversubscription)
         self._nodes = {n.name: n for n in nodes}
         self._leaf: dict[str, str] = {}  # node -> leaf, kept with _nodes

@@ -4,7 +4,10 @@ Three forms are accepted:
 
 - the Voda compact spec, a flat mapping (kind absent or `VodaJob`):
   name, command (a string or a list of arguments) or image, gpu_type, min, max,
-  preferred, epochs, priority, placement_strategy, preferred_domain, profile, category;
+  preferred, epochs, priority, placement_strategy, preferred_domain, profile, category,
+  adaptive (a batch-adaptive job: it picks its batch by goodput and reports its goodput
+  model, as a Pollux/AdaptDL job does; the emulated cluster runs such jobs) and
+  batch_size (an adaptive job's fixed global batch, when it keeps one);
 - a Kubeflow MPIJob (kubeflow.org/v2beta1);
 - a Kubeflow PyTorchJob (kubeflow.org/v1), elastic through spec.elasticPolicy.
 
@@ -20,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from voda.core.goodput_report import MAX_BATCH
 from voda.core.model import DEFAULT_GPU_TYPE
 from voda.core.placement.manager import STRATEGIES
 from voda.spec import crd
@@ -59,6 +63,10 @@ class JobSpec:
     preferred_domain: str | None = None
     profile: str | None = None
     category: str = ""
+    # A batch-adaptive job (picks its batch by goodput and reports its goodput model), and
+    # the global batch it keeps if it keeps one.
+    adaptive: bool = False
+    batch_size: int | None = None
     document: dict[str, Any] = field(default_factory=dict)
     # Where each value came from in the document, for errors found later (admission).
     field_names: Mapping[str, str] = field(default_factory=dict)
@@ -165,10 +173,11 @@ def _check_sizes(values: dict[str, Any], names: dict[str, str], errors: list[Fie
 
 
 # ----- compact --------------------------------------------------------------------
-_COMPACT_INTS = ("min", "max", "preferred", "epochs", "priority")
+_COMPACT_INTS = ("min", "max", "preferred", "epochs", "priority", "batch_size")
 _COMPACT_STRS = ("name", "image", "gpu_type", "placement_strategy",
                  "preferred_domain", "profile", "category")
-_COMPACT_FIELDS = frozenset({*_COMPACT_INTS, *_COMPACT_STRS, "command", "kind", "apiVersion"})
+_COMPACT_FIELDS = frozenset({*_COMPACT_INTS, *_COMPACT_STRS, "command", "kind", "apiVersion",
+                             "adaptive"})
 MAX_COMMAND_ARGS = 1000
 
 
@@ -201,6 +210,22 @@ def _command(value: Any, errors: list[FieldError]) -> str | None:
     return joined
 
 
+def _adaptive(doc: dict[str, Any], batch_size: int | None, errors: list[FieldError]) -> bool:
+    """`adaptive: true|false`, and `batch_size` (only with it, 1..MAX_BATCH)."""
+    value = doc.get("adaptive", False)
+    if not isinstance(value, bool):
+        errors.append(FieldError("adaptive", f"must be true or false, got {_shown(value)}"))
+        value = False
+    if batch_size is not None:
+        if not value:
+            errors.append(FieldError("batch_size", "only a batch-adaptive job (adaptive: true) "
+                                     "takes a batch size here"))
+        elif not 1 <= batch_size <= MAX_BATCH:
+            errors.append(FieldError("batch_size", f"must lie in [1, {MAX_BATCH:,}], got "
+                                     f"{batch_size}"))
+    return value
+
+
 def _compact(doc: dict[str, Any]) -> JobSpec:
     errors: list[FieldError] = []
     for key in sorted(set(doc) - _COMPACT_FIELDS, key=str):
@@ -226,6 +251,7 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
         _check_token(strs.get(key), key, errors)
     _check_token(strs.get("preferred_domain"), "preferred_domain", errors, DOMAIN_MAX)
     _check_strategy(strs.get("placement_strategy"), "placement_strategy", errors)
+    adaptive = _adaptive(doc, ints.get("batch_size"), errors)
     if errors:
         raise SpecError(errors)
     name = str(strs["name"])
@@ -244,8 +270,10 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
         preferred_domain=strs.get("preferred_domain"),
         profile=strs.get("profile"),
         category=strs.get("category") or strs.get("profile") or name,
+        adaptive=adaptive,
+        batch_size=ints.get("batch_size"),
         document=doc,
-        field_names={k: k for k in (*_COMPACT_INTS, *_COMPACT_STRS)},
+        field_names={k: k for k in (*_COMPACT_INTS, *_COMPACT_STRS, "adaptive")},
     )
 
 
