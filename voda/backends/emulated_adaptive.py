@@ -72,7 +72,8 @@ class AdaptiveJobs:
         """The job is deleted (or ended): its state goes."""
         if self._inner is None or name not in self._inner.specs:
             return
-        self.halt(name, wall)
+        if name in self._inner.running:  # deleted while it runs (an ended job does not)
+            self.halt(name, wall)
         self._inner.jobs.pop(name, None)
         self._inner.specs.pop(name, None)
 
@@ -91,15 +92,9 @@ class AdaptiveJobs:
         inner = self._at(wall)
         inner.timeline.clear()  # the simulator's report of who held what: not kept here
         del inner.capacity_changes[:-1]
-        out = []
-        for event in inner.events():
-            if event.kind in NODE_EVENTS:
-                continue
-            out.append(replace(event, time=self._wall(event.time)))
-            if event.kind is EventKind.JOB_COMPLETED and event.job is not None:
-                inner.jobs.pop(event.job, None)
-                inner.specs.pop(event.job, None)
-        return out
+        # An ended job's state goes when the emulated cluster forgets it (`forget`).
+        return [replace(event, time=self._wall(event.time)) for event in inner.events()
+                if event.kind not in NODE_EVENTS]
 
     # ----- nodes ---------------------------------------------------------------------------
     def add_node(self, node: Node, wall: float) -> None:

@@ -174,13 +174,12 @@ def account(record: JobRecord, dt: float) -> None:
     if workers > 0:
         record.running_seconds += dt
         record.running_seconds_since_start += dt
-        record.running_seconds_since_epoch += dt
         record.running_seconds_since_promotion += dt
         gpu_seconds = dt * workers
         record.attained_gpu_seconds += gpu_seconds
         record.attained_gpu_seconds_since_start += gpu_seconds
-        record.attained_gpu_seconds_since_epoch += gpu_seconds
         record.attained_gpu_seconds_since_promotion += gpu_seconds
+        account_epoch(record, dt)
     else:
         record.waiting_seconds += dt
         record.waiting_seconds_since_start += dt

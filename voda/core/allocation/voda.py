@@ -29,8 +29,8 @@ growing to where more nodes pay). A job whose count changes pays its restart: it
 counts for (1 - penalty / h) with h = min(T(n), `horizon`), so short jobs are not
 restarted for little and long ones not for nothing. A waiting job short enough to finish
 within that horizon is worth more than its speed says: started now, it is spared the wait
-until a running job's GPUs free up without a restart (`short_start`). Past the most GPUs a job has
-measured, its fitted network time is not extrapolated but held (`explore`): a job
+until a running job's GPUs free up without a restart (`short_start`). Past the most GPUs
+a job has measured, its fitted network time is not extrapolated but held (`explore`): a job
 grows to measure a larger count, and its next fit corrects the model. The optimum is
 exact over counts that pack (powers of two below a node, whole nodes above;
 voda.core.allocation.counts).
