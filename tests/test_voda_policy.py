@@ -13,6 +13,7 @@ from voda.core.allocation import registry
 from voda.core.allocation.voda import (
     Voda,
     category_models,
+    inelastic_first,
     measured_cap,
     own_model,
     rank_weights,
@@ -157,6 +158,44 @@ def test_the_short_start_bonus_counts_the_wait_it_spares() -> None:
     assert list(short_start_bonus([idle, short], curves, 240.0, 10.0)) == [1.0, 1.0]
 
 
+def test_a_job_that_scales_poorly_is_weighed_up_by_its_efficiency_at_an_even_share() -> None:
+    voda = Voda(gpus_per_node=4)
+    linear = make_job("linear").workers(1, 8).epochs(10).epoch_times(
+        {1: 100.0, 2: 50.0, 4: 25.0, 8: 12.5}).obj()
+    poor = make_job("poor").workers(1, 8).epochs(10).epoch_times(
+        {1: 100.0, 2: 80.0, 4: 70.0, 8: 70.0}).obj()
+    jobs = [linear, poor]
+
+    def factors(capacity: int, exponent: float) -> list[float]:
+        curves = [voda.curve(j, None, capacity) for j in jobs]
+        return [round(float(f), 3) for f in inelastic_first(jobs, curves, capacity, exponent, 4)]
+
+    # an even share of 8 GPUs is 4: poor runs 100 / 70 times faster there, 1 / 2.8 efficient
+    assert factors(8, 1.0) == [1.0, 2.8]
+    assert factors(8, 2.0) == [1.0, 7.84]
+    assert factors(8, 0.0) == [1.0, 1.0]  # off
+    # with GPUs for every job's cap, the share is the cap (8, where poor is 1 / 5.6)
+    assert factors(64, 1.0) == [1.0, 5.6]
+    # more jobs than GPUs: the share is one GPU, where every job is fully efficient
+    crowd = [dataclasses.replace(poor, name=f"p{i}") for i in range(3)]
+    curves = [voda.curve(j, None, 2) for j in crowd]
+    assert list(inelastic_first(crowd, curves, 2, 1.0, 4)) == [1.0, 1.0, 1.0]
+
+
+def test_a_job_that_scales_poorly_is_served_before_a_slightly_shorter_one_that_scales_well(
+) -> None:
+    # "elastic" is a little shorter, so it ranks first; by rank alone it takes the node.
+    # "inelastic" runs barely faster on 2 GPUs than on 1: it cannot make up later for
+    # waiting now, while elastic can take more GPUs once inelastic is done.
+    elastic = make_job("elastic").workers(1, 4).epochs(10).epoch_times(
+        {1: 100.0, 2: 52.6, 4: 38.5}).submitted_at(0).obj()
+    inelastic = make_job("inelastic").workers(1, 4).epochs(11).epoch_times(
+        {1: 100.0, 2: 91.0, 4: 85.0}).submitted_at(1).obj()
+    by_rank = Voda(inelastic_first=0, gpus_per_node=4)([elastic, inelastic], 4)
+    assert by_rank == {"elastic": 4, "inelastic": 0}
+    assert Voda(gpus_per_node=4)([elastic, inelastic], 4) == {"elastic": 2, "inelastic": 2}
+
+
 def test_rank_exponent_is_checked() -> None:
     for bad in (-0.1, 1.0, "0.5", float("nan")):
         with pytest.raises(ValueError, match="rank_exponent"):
@@ -167,6 +206,9 @@ def test_rank_exponent_is_checked() -> None:
     for bad in (0.5, 101, "10", float("nan")):
         with pytest.raises(ValueError, match="short_start"):
             Voda(short_start=bad)  # type: ignore[arg-type]
+    for bad in (-0.1, 4.5, "1", float("nan"), True):
+        with pytest.raises(ValueError, match="inelastic_first"):
+            Voda(inelastic_first=bad)  # type: ignore[arg-type]
 
 
 def test_a_job_that_has_not_measured_its_gradients_yet_prices_batches_with_its_categorys() -> None:

@@ -84,6 +84,17 @@ _PRIORITY, _SUBMIT_TIME, _NAME = (
     attrgetter("priority"), attrgetter("submit_time"), attrgetter("name"))
 
 
+def water_level(rooms: list[int], free: int) -> int:
+    """The largest L with sum(min(room, L)) <= free (`rooms` ascending, their sum > free)."""
+    below = 0  # sum of the rooms already under the level
+    for i, room in enumerate(rooms):
+        count = len(rooms) - i  # jobs whose room is at least `room`
+        if below + room * count > free:
+            return (free - below) // count
+        below += room
+    return rooms[-1]
+
+
 def by_submit(jobs: Sequence[Job]) -> list[Job]:
     """Jobs by priority, then submit order, then name: the order every algorithm breaks ties in.
 

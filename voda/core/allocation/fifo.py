@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from voda.core.allocation.base import allocate_by_priority
+from voda.core.allocation.base import allocate_by_priority, water_level
 from voda.core.model import Job
 
 Growth = Literal["round_robin", "in_order"]
@@ -53,7 +53,7 @@ def grow_round_robin(ordered: Sequence[Job], allocation: dict[str, int], capacit
         for job in growing:
             allocation[job.name] = job.max_workers
         return
-    level = _water_level(sorted(headroom), free)
+    level = water_level(sorted(headroom), free)
     for job, room in zip(growing, headroom, strict=True):
         extra = min(room, level)
         allocation[job.name] += extra
@@ -89,17 +89,6 @@ GROWERS: dict[str, Callable[[Sequence[Job], dict[str, int], int], None]] = {
 def check_growth(growth: str) -> None:
     if growth not in GROWTHS:
         raise ValueError(f"growth: must be one of {list(GROWTHS)}, got {growth!r}")
-
-
-def _water_level(rooms: list[int], free: int) -> int:
-    """The largest L with sum(min(room, L)) <= free (`rooms` ascending, their sum > free)."""
-    below = 0  # sum of the rooms already under the level
-    for i, room in enumerate(rooms):
-        count = len(rooms) - i  # jobs whose room is at least `room`
-        if below + room * count > free:
-            return (free - below) // count
-        below += room
-    return rooms[-1]
 
 
 @dataclass(frozen=True)

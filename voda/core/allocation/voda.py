@@ -13,7 +13,7 @@ A job's epoch under way counts as partly done, by the time it has run in it at t
 it held there (epochs are reported at their end, and a bert job trains only 2).
 
 The allocation maximises the sum over jobs of a weighted speedup, w_j T_j(1) / T_j(n_j).
-The weight puts the jobs with the least work left first, in two parts:
+The weight puts the jobs with the least work left first, and those that scale poorly:
 
 - by rank: the k-th shortest of m jobs weighs as the share of the GPUs heSRPT gives it
   (Berg, Vesilo and Harchol-Balter: the mean completion time is least, for speedups
@@ -21,7 +21,10 @@ The weight puts the jobs with the least work left first, in two parts:
   c = 1 / (1 - p)); only the order of the sizes counts, so of two long jobs of almost
   the same size one finishes first instead of both finishing late (`rank_exponent`, p);
 - by size: T(1)^-e (`size_exponent`), so a job far shorter than the next one counts
-  for more than its rank says.
+  for more than its rank says;
+- by how it scales: divided by its parallel efficiency at an even share of the GPUs
+  (`inelastic_first`): a job that scales well can take the GPUs left over later, one that
+  scales poorly cannot make up later for being kept waiting.
 
 The speedup is capped at its best: GPUs past the count where a job runs fastest go to
 other jobs first (a dip on the way, such as crossing to a second node, does not stop it
@@ -57,7 +60,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from voda.core.allocation.base import allocate_by_priority, by_submit
+from voda.core.allocation.base import allocate_by_priority, by_submit, water_level
 from voda.core.allocation.counts import (
     FROM_CLUSTER,
     best_counts,
@@ -90,7 +93,9 @@ class Voda:
     `epoch_progress` (the most of the epoch under way a job is credited with, from the
     time it has run in it; 0: an epoch counts only once reported; 0.9), `short_start`
     (the most a waiting job that would finish within `horizon` on one GPU has its weight
-    raised for the wait starting it spares it; 1: not raised; 10).
+    raised for the wait starting it spares it; 1: not raised; 10), `inelastic_first` (the
+    power of 1 / a job's parallel efficiency at an even share its weight is raised by: jobs
+    that scale poorly first; 0: off; 1).
     """
 
     name: str = "Voda"
@@ -105,6 +110,7 @@ class Voda:
     explore: bool = True
     epoch_progress: float = 0.9
     short_start: float = 10.0
+    inelastic_first: float = 1.0
     # Remaining work and goodput change as jobs run: decide again on progress reports.
     decides_on_progress: ClassVar[bool] = True
 
@@ -125,6 +131,11 @@ class Voda:
         if not (isinstance(self.short_start, int | float) and 1 <= self.short_start <= 100):
             raise ValueError(
                 f"short_start: must be a number in [1, 100], got {self.short_start!r}")
+        if not (isinstance(self.inelastic_first, int | float)
+                and not isinstance(self.inelastic_first, bool)
+                and 0 <= self.inelastic_first <= 4):
+            raise ValueError(
+                f"inelastic_first: must be a number in [0, 4], got {self.inelastic_first!r}")
         check_gpus_per_node(self.gpus_per_node)
         for knob in ("aligned", "share_models", "category_history", "explore"):
             if not isinstance(getattr(self, knob), bool):
@@ -142,6 +153,8 @@ class Voda:
         weights = rank_weights([c.size for c in curves], self.rank_exponent) * np.array(
             [c.size ** -self.size_exponent if c.size > 0 else 1.0 for c in curves])
         weights *= short_start_bonus(ordered, curves, self.horizon, self.short_start)
+        weights *= inelastic_first(ordered, curves, capacity, self.inelastic_first,
+                                   per_node(self.gpus_per_node))
         utilities = [self.utility(job, c, float(w))
                      for job, c, w in zip(ordered, curves, weights, strict=True)]
         counts = best_counts(utilities, capacity)
@@ -232,6 +245,40 @@ def short_start_bonus(jobs: Sequence[Job], curves: Sequence[Curve], horizon: flo
     for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
         if job.current_workers == 0 and 0 < curve.size <= horizon:
             factors[i] = min(1.0 + free_in / curve.size, most)
+    return factors
+
+
+def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
+                    exponent: float, node: int) -> np.ndarray:
+    """Per job, the factor its weight is raised by for scaling poorly: 1 / its parallel
+    efficiency at an even share of the GPUs, to the power `exponent` (0: all 1).
+
+    A job that scales well can take whatever GPUs are left over, now or later; one that
+    scales poorly cannot make up later, on more GPUs, for the time it was kept waiting,
+    and once the others have finished it runs alone on a cluster it cannot use. Serving
+    inelastic jobs first lowers the mean response time (Berg, Harchol-Balter, Moseley,
+    Wang and Whitehouse, "Optimal resource allocation for elastic and inelastic jobs",
+    SPAA 2020: with jobs either fully elastic or inelastic, Inelastic-First is optimal
+    where inelastic jobs are no larger on average). Here scaling comes in degrees: a job's
+    efficiency is its speedup on n GPUs over n, n its even share of the cluster
+    (water-filled over what the jobs may take) rounded down to a count that packs, at
+    least one GPU (and the job's minimum); a job faster per GPU there than on one GPU
+    counts as fully efficient.
+    """
+    factors = np.ones(len(jobs))
+    if exponent <= 0 or not len(jobs):
+        return factors
+    caps = [max(c.cap, 0) for c in curves]
+    level = max(caps) if sum(caps) <= capacity else water_level(sorted(caps), capacity)
+    for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
+        if curve.cap < 1 or not math.isfinite(curve.size):
+            continue
+        fits = np.flatnonzero(packs(curve.cap, node)[1:]) + 1
+        share = max(min(curve.cap, level), min(job.min_workers, curve.cap), 1)
+        n = int(fits[fits <= share][-1]) if np.any(fits <= share) else 1
+        speedup = curve.size / curve.seconds[n]
+        if math.isfinite(speedup) and speedup > 0:
+            factors[i] = (n / speedup) ** exponent if speedup < n else 1.0
     return factors
 
 
