@@ -101,19 +101,22 @@ def test_policies_that_read_job_time_decide_the_same_at_any_time_scale(
         algorithm: str, params: dict[str, object], jobs: int, cluster: str) -> None:
     """The engine counts a job's running, waiting and attained GPU-seconds in the backend's
     seconds (emulated: wall x S), so Voda's credit for the epoch under way and Tiresias's
-    queues read the same figures 200 times faster. Counted in wall seconds they did not
-    (Voda 2405 s against 2636 s, Tiresias 4223 s against 4457 s). One job of the 60 may
-    still move by one rate limit: a decision due at the same instant as an event, to
-    within float rounding (it does so at S = 1.0000001 too)."""
+    queues read the same figures 256 times faster. Counted in wall seconds they did not
+    (at S = 200: Voda 2405 s against 2636 s, Tiresias 4223 s against 4457 s).
+
+    S is a power of two so that every time divided by it is exact in binary floating point
+    and rounds as on the trace's clock: at S = 200 an arrival due at the same instant as a
+    decision can fall before it on one clock and after it on the other, and the two runs
+    part from there (one job of these 60 moved; since jobs that scale poorly are weighed
+    up, the parting grows to 5 % of the average JCT). At S = 256 the runs make the same
+    decisions; the JCTs agree to within float noise (Tiresias's within 5e-7 of each)."""
     settings = dataclasses.replace(SMALL, algorithm=algorithm, params=params, jobs=jobs,
-                                   cluster=cluster)
+                                   cluster=cluster, time_scale=256.0)
     workload = replay_workload(settings)
     fast = simulate_twin(workload, settings)
     trace = simulate_twin(workload, settings, time_scale=1.0)
-    assert fast.avg_jct == pytest.approx(trace.avg_jct, rel=1e-3)
-    moved = [a.name for a, b in zip(fast.jobs, trace.jobs, strict=True)
-             if a.jct != pytest.approx(b.jct, rel=1e-6)]
-    assert len(moved) <= 1
+    assert [j.jct for j in fast.jobs] == pytest.approx([j.jct for j in trace.jobs], rel=1e-6)
+    assert (fast.rescales, fast.preemptions) == (trace.rescales, trace.preemptions)
 
 
 def test_the_emulated_cluster_reports_the_same_epoch_times_at_any_time_scale() -> None:
