@@ -72,8 +72,7 @@ class AdaptiveJobs:
         """The job is deleted (or ended): its state goes."""
         if self._inner is None or name not in self._inner.specs:
             return
-        if name in self._inner.running:  # deleted while it runs (an ended job does not)
-            self.halt(name, wall)
+        self.halt(name, wall)  # deleted while it runs
         self._inner.jobs.pop(name, None)
         self._inner.specs.pop(name, None)
 

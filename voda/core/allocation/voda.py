@@ -275,7 +275,7 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
             continue
         fits = np.flatnonzero(packs(curve.cap, node)[1:]) + 1
         share = max(min(curve.cap, level), min(job.min_workers, curve.cap), 1)
-        n = int(fits[fits <= share][-1]) if np.any(fits <= share) else 1
+        n = int(fits[fits <= share][-1])  # one GPU always fits
         speedup = curve.size / curve.seconds[n]
         if math.isfinite(speedup) and speedup > 0:
             factors[i] = (n / speedup) ** exponent if speedup < n else 1.0
