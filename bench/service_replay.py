@@ -114,7 +114,7 @@ def _line(f: dict) -> str:
             f"sim on the trace clock avg {f['sim_trace_clock_avg_jct']:.0f} s, with arrivals "
             f"moved by up to {JITTER_SECONDS:g} s min/median/max "
             f"{'/'.join(f'{v:.0f}' for v in f['sim_jitter_avg_jct']) or '-'} s  "
-            f"wall {f['wall_seconds']:.0f} s")
+            f"wall {f['wall_seconds']:.0f} s, steps at most {f['longest_step_period']:g} s apart")
 
 
 if __name__ == "__main__":

@@ -59,3 +59,20 @@ def test_counters_and_gauges_follow_the_jobs(api_server: ServeProcess) -> None:
     assert after[("voda_gpus", key)] == 16
     assert 0 <= after[("voda_gpus_in_use", key)] <= 16
     assert after[("voda_reschedules_total", key)] >= 1
+
+
+def test_the_step_period_counts_the_steps_and_is_never_below_the_interval(
+        api_server: ServeProcess) -> None:
+    """The server steps every 0.2 s (conftest): each period is at least that, and one is
+    counted per step."""
+    with api_server.client("alice") as client:
+        before = samples(client.get("/metrics").text)
+        time.sleep(1.0)
+        after = samples(client.get("/metrics").text)
+    count = after[("voda_scheduler_step_period_seconds_count", ())] - before.get(
+        ("voda_scheduler_step_period_seconds_count", ()), 0)
+    total = after[("voda_scheduler_step_period_seconds_sum", ())] - before.get(
+        ("voda_scheduler_step_period_seconds_sum", ()), 0)
+    assert 2 <= count <= 5  # 1 s of steps 0.2 s apart, plus the steps themselves
+    assert total >= 0.2 * count
+    assert after[("voda_scheduler_step_period_seconds_bucket", (("le", "0.15"),))] == 0

@@ -9,16 +9,19 @@ docs/design/002-simulator.md, "Replayed through the service".
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
 
 from voda.sim.workloads import Workload, as_emulated, load_workload
 from voda_testing.replay import (
+    ReplayError,
     ReplaySettings,
     disagreements,
     jct_tolerance,
     job_document,
+    longest_step_period,
     replay_workload,
     run_once_problems,
     run_replay,
@@ -50,7 +53,7 @@ def test_the_comparison_fails_when_the_service_runs_another_algorithm(tmp_path: 
     jobs: the check must still see it."""
     replay = run_replay(dataclasses.replace(SMALL, service_algorithm="ElasticSRJF"), tmp_path)
     assert run_once_problems(replay, replay_workload(SMALL)) == []
-    assert disagreements(replay, LATENCY) != []
+    assert disagreements(replay, LATENCY, measured=False) != []
 
 
 def test_the_emulated_job_model_runs_epochs_at_the_emulated_backends_speed() -> None:
@@ -143,6 +146,29 @@ def test_the_emulated_cluster_reports_the_same_epoch_times_at_any_time_scale() -
 def test_tolerance_grows_with_the_changes_and_the_clock() -> None:
     assert jct_tolerance(1000.0, 0, SMALL, LATENCY) == pytest.approx(30 + 2 * 0.15 * 200)
     assert jct_tolerance(1000.0, 3, SMALL, LATENCY) > jct_tolerance(1000.0, 0, SMALL, LATENCY)
+    # A measured step period counts where it is longer than the interval + latency only.
+    assert jct_tolerance(1000.0, 0, SMALL, LATENCY, 0.1) == jct_tolerance(1000.0, 0, SMALL,
+                                                                         LATENCY)
+    assert jct_tolerance(1000.0, 0, SMALL, LATENCY, 0.5) == pytest.approx(30 + 2 * 0.5 * 200)
+
+
+def _period_metrics(counts: dict[str, int]) -> str:
+    lines = ["# HELP voda_scheduler_step_period_seconds x",
+             "# TYPE voda_scheduler_step_period_seconds histogram"]
+    lines += [f'voda_scheduler_step_period_seconds_bucket{{le="{le}"}} {n}'
+              for le, n in counts.items()]
+    lines += [f"voda_scheduler_step_period_seconds_count {max(counts.values())}",
+              "voda_scheduler_step_period_seconds_sum 1.0"]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_longest_step_period_is_the_first_bucket_holding_every_step() -> None:
+    assert longest_step_period(_period_metrics(
+        {"0.05": 0, "0.075": 7, "0.1": 9, "0.15": 10, "+Inf": 10})) == 0.15
+    assert longest_step_period(_period_metrics({"0.05": 0, "0.1": 3, "+Inf": 4})) == math.inf
+    assert longest_step_period(_period_metrics({"0.05": 0, "+Inf": 0})) == 0.0
+    with pytest.raises(ReplayError):
+        longest_step_period("# TYPE other_total counter\nother_total 1\n")
 
 
 def test_jobs_are_submitted_with_their_trace_range() -> None:
@@ -286,7 +312,7 @@ def test_the_adaptive_comparison_fails_when_the_service_runs_another_algorithm(
         tmp_path: Path) -> None:
     replay = run_replay(dataclasses.replace(ADAPTIVE, service_algorithm="Pollux"), tmp_path)
     assert run_once_problems(replay, replay_workload(ADAPTIVE)) == []
-    assert disagreements(replay, LATENCY) != []
+    assert disagreements(replay, LATENCY, measured=False) != []
 
 
 def test_adaptive_jobs_are_submitted_as_batch_adaptive() -> None:

@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from voda.core.allocation import registry
 from voda.sim.cluster_file import parse_cluster
@@ -135,6 +136,9 @@ class Replay:
     service: dict[str, ServiceJob]  # by trace name
     simulated: SimResult  # the matching simulation, in trace seconds
     wall_seconds: float
+    # The longest the service went between two scheduling steps, in wall seconds (the upper
+    # bound of its step-period histogram's highest bucket in use; 0: none measured).
+    step_period: float = 0.0
 
     def simulated_jcts(self) -> dict[str, float | None]:
         return {j.name: j.jct for j in self.simulated.jobs}
@@ -173,6 +177,7 @@ class Replay:
             "service_preemptions": sum(j.preemptions for j in self.service.values()),
             "sim_preemptions": self.simulated.preemptions,
             "wall_seconds": self.wall_seconds,
+            "longest_step_period": self.step_period,
         }
 
 
@@ -290,12 +295,31 @@ def run_replay(settings: ReplaySettings, folder: Path) -> Replay:
             _wait_until_ended(client, list(names.values()), deadline, settings.step_interval)
             service = {trace: _read_job(client, name, origin, settings.time_scale)
                        for trace, name in names.items()}
+            period = longest_step_period(client.get("/metrics").text)
     finally:
         process.stop()
     wall = time.monotonic() - began
     arrivals = {name: job.submit for name, job in service.items()}
     simulated = simulate_twin(workload, settings, arrivals)
-    return Replay(settings, service, simulated, wall)
+    return Replay(settings, service, simulated, wall, period)
+
+
+def longest_step_period(metrics: str) -> float:
+    """From the service's /metrics, an upper bound on the longest time between two of its
+    scheduling steps: the smallest bucket bound of voda_scheduler_step_period_seconds that
+    holds every step (inf if the last, open bucket holds some; 0 if none was counted)."""
+    buckets: list[tuple[float, float]] = []
+    for family in text_string_to_metric_families(metrics):
+        if family.name == "voda_scheduler_step_period_seconds":
+            buckets = [(float(s.labels["le"]), s.value) for s in family.samples
+                       if s.name.endswith("_bucket")]
+    if not buckets:
+        raise ReplayError("/metrics: no voda_scheduler_step_period_seconds histogram")
+    buckets.sort()
+    total = buckets[-1][1]
+    if total == 0:
+        return 0.0
+    return next(bound for bound, count in buckets if count >= total)
 
 
 def _put(client: httpx.Client, path: str, body: dict[str, Any]) -> None:
@@ -364,22 +388,26 @@ def _read_job(client: httpx.Client, name: str, origin: float, scale: float) -> S
 
 # ----- checks ----------------------------------------------------------------------------------
 def jct_tolerance(simulated_jct: float, changes: int, settings: ReplaySettings,
-                  latency: float) -> float:
+                  latency: float, step_period: float = 0.0) -> float:
     """How far a job's service JCT may be from the simulated one, in trace seconds.
 
     The service sees an arrival or a completion only at its next step, so each of its
-    decisions comes up to `step_interval` + `latency` wall seconds after the simulator's.
-    A job's JCT moves by the lag of its start, of each change of its workers (the speed
-    changes later) and of the completion that freed its GPUs: (2 + changes) lags. On top,
-    3 % of the JCT for lags passed on through the jobs it waited behind.
+    decisions comes up to `step_interval` + `latency` wall seconds after the simulator's,
+    or up to the longest step period it measured where that is longer (a busy machine
+    wakes its loop late). A job's JCT moves by the lag of its start, of each change of its
+    workers (the speed changes later) and of the completion that freed its GPUs:
+    (2 + changes) lags. On top, 3 % of the JCT for lags passed on through the jobs it
+    waited behind.
     """
-    lag = (settings.step_interval + latency) * settings.time_scale
+    lag = max(settings.step_interval + latency, step_period) * settings.time_scale
     return 0.03 * simulated_jct + (2 + changes) * lag
 
 
-def disagreements(replay: Replay, latency: float) -> list[str]:
-    """The jobs whose service JCT is outside `jct_tolerance` of the simulated one."""
+def disagreements(replay: Replay, latency: float, measured: bool = True) -> list[str]:
+    """The jobs whose service JCT is outside `jct_tolerance` of the simulated one; with
+    `measured`, the lag allowed is at least the service's longest step period."""
     sim = replay.simulated_jcts()
+    period = replay.step_period if measured else 0.0
     out = []
     for name, job in sorted(replay.service.items()):
         expected = sim.get(name)
@@ -387,7 +415,7 @@ def disagreements(replay: Replay, latency: float) -> list[str]:
             out.append(f"{name}: service JCT {job.jct}, simulated {expected}")
             continue
         changes = max(len(job.worker_counts) - 1, 0)
-        tolerance = jct_tolerance(expected, changes, replay.settings, latency)
+        tolerance = jct_tolerance(expected, changes, replay.settings, latency, period)
         if abs(job.jct - expected) > tolerance:
             out.append(f"{name}: service JCT {job.jct:.1f} s, simulated {expected:.1f} s "
                        f"(|diff| {abs(job.jct - expected):.1f} > {tolerance:.1f})")

@@ -14,6 +14,9 @@ from voda.engine.scheduler import JobRecord
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                     5.0, 10.0)
+# Scheduling loop periods: the step interval (0.5 s by default) and what comes on top.
+PERIOD_BUCKETS = (0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0,
+                  10.0, 30.0, 60.0, 120.0)
 
 
 class ServiceMetrics:
@@ -84,6 +87,12 @@ class ServiceMetrics:
         self.last_step = Gauge(
             "voda_scheduler_last_step_timestamp_seconds",
             "When the scheduling loop last finished a step (Unix time).", registry=r)
+        self.step_period = Histogram(
+            "voda_scheduler_step_period_seconds",
+            "Time between two scheduling steps that succeeded: the step interval, the step "
+            "and how late the loop woke. An event waits up to this long for a decision.",
+            buckets=PERIOD_BUCKETS, registry=r)
+        self._last_step: float | None = None
         self.step_failures = Counter(
             "voda_scheduler_step_failures", "Scheduling steps that raised an error.", registry=r)
         # Store health beside voda_store_up and voda_store_write_failures: what was written.
@@ -146,6 +155,9 @@ class ServiceMetrics:
 
     def step(self, now: float, ok: bool) -> None:
         if ok:
+            if self._last_step is not None:
+                self.step_period.observe(max(now - self._last_step, 0.0))
+            self._last_step = now
             self.last_step.set(now)
         else:
             self.step_failures.inc()
