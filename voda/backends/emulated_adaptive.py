@@ -72,7 +72,7 @@ class AdaptiveJobs:
         """The job is deleted (or ended): its state goes."""
         if self._inner is None or name not in self._inner.specs:
             return
-        self.halt(name, wall)  # deleted while it runs
+        self.halt(name, wall)  # if it still runs: deleted while running
         self._inner.jobs.pop(name, None)
         self._inner.specs.pop(name, None)
 

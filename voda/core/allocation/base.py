@@ -85,7 +85,8 @@ _PRIORITY, _SUBMIT_TIME, _NAME = (
 
 
 def water_level(rooms: list[int], free: int) -> int:
-    """The largest L with sum(min(room, L)) <= free (`rooms` ascending, their sum > free)."""
+    """The largest L with sum(min(room, L)) <= free (`rooms` ascending, not empty); the
+    largest room where they all fit."""
     below = 0  # sum of the rooms already under the level
     for i, room in enumerate(rooms):
         count = len(rooms) - i  # jobs whose room is at least `room`

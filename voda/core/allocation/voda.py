@@ -268,8 +268,7 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
     factors = np.ones(len(jobs))
     if exponent <= 0 or not len(jobs):
         return factors
-    caps = [max(c.cap, 0) for c in curves]
-    level = max(caps) if sum(caps) <= capacity else water_level(sorted(caps), capacity)
+    level = water_level(sorted(max(c.cap, 0) for c in curves), capacity)
     for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
         if curve.cap < 1 or not math.isfinite(curve.size):
             continue
