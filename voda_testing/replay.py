@@ -156,7 +156,9 @@ class Replay:
     def figures(self) -> dict[str, Any]:
         service = [j.jct for j in self.service.values() if j.jct is not None]
         sim = [v for v in self.simulated_jcts().values() if v is not None]
-        diffs = sorted(self.relative_differences().values())
+        by_job = self.relative_differences()
+        diffs = sorted(by_job.values())
+        worst = max(by_job, key=by_job.__getitem__) if by_job else None
         avg_service, avg_sim = _mean(service), _mean(sim)
         return {
             "algorithm": self.settings.algorithm,
@@ -170,6 +172,10 @@ class Replay:
             "p99_ratio": _p99(service) / _p99(sim) if sim and _p99(sim) else math.nan,
             "median_rel_diff": statistics.median(diffs) if diffs else math.nan,
             "worst_rel_diff": diffs[-1] if diffs else math.nan,
+            # The job furthest from its twin, and its JCT in the service and the simulator.
+            "worst_job": worst,
+            "worst_job_jct": ([self.service[worst].jct, self.simulated_jcts()[worst]]
+                              if worst is not None else []),
             "service_rescales": sum(j.rescales for j in self.service.values()),
             "sim_rescales": self.simulated.rescales,
             "service_migrations": sum(j.migrations for j in self.service.values()),
