@@ -159,3 +159,36 @@ def test_a_backend_that_does_not_emulate_jobs_refuses_adaptive(tmp_path) -> None
         assert [e.field for e in refused.value.errors] == ["adaptive"]
     finally:
         service.close()
+
+
+def test_a_job_forgotten_mid_epoch_leaves_the_others_reporting() -> None:
+    """A deleted (or ended) job's state goes while its next epoch end is still due: the
+    emulated cluster must skip that entry, not fail every later step, which lost the
+    other jobs' reports and completions with it."""
+    specs = load_workload("workload-1", job_model="adaptive").jobs[:2]
+    now = [10.0]
+    emulated = EmulatedBackend(parse_cluster("2x4"), time_scale=100.0, clock=lambda: now[0])
+    jobs = []
+    for spec, epochs in zip(specs, (50, 2), strict=True):  # the first outlives its delete
+        emulated.profiles[spec.name] = str(spec.profile)
+        emulated.specs[spec.name] = {"adaptive": True}
+        jobs.append(Job(spec.name, spec.min_workers, spec.max_workers, epochs=epochs))
+    emulated.events()
+    emulated.start(jobs[0], (("node-0", 4),))
+    emulated.start(jobs[1], (("node-1", 4),))
+    now[0] += 0.2
+    emulated.events()
+    assert set(emulated.running()) == {jobs[0].name, jobs[1].name}
+    emulated.delete(jobs[0].name)
+    deleted_at = now[0]
+    seen: list = []
+    for _ in range(400):
+        now[0] += 0.5
+        seen += emulated.events()
+        if any(e.kind is EventKind.JOB_COMPLETED for e in seen):
+            break
+    # What the deleted job did before its delete may still be told; nothing after it.
+    assert all(e.time <= deleted_at for e in seen if e.job == jobs[0].name)
+    assert {e.job for e in seen if e.time > deleted_at} == {jobs[1].name}
+    assert EventKind.JOB_COMPLETED in {e.kind for e in seen}
+    assert emulated.running() == {}

@@ -237,9 +237,11 @@ class SimBackend:
         return heap[0][0] if heap else None
 
     def _stale(self, version: int, name: str) -> bool:
-        """A heap entry made before the job's last change, or for a job that stopped."""
-        sim = self.jobs[name]
-        return version != sim.version or sim.finished is not None or not sim.counts
+        """A heap entry made before the job's last change, or for a job that stopped or
+        was forgotten (the emulated cluster drops a deleted or ended job's state)."""
+        sim = self.jobs.get(name)
+        return (sim is None or version != sim.version or sim.finished is not None
+                or not sim.counts)
 
     # ----- cluster changes ---------------------------------------------------------
     def _refresh_shape(self) -> None:
@@ -303,10 +305,10 @@ class SimBackend:
         heap = self._completion_heap
         while heap:
             t, version, name = heap[0]
-            sim = self.jobs[name]
             if self._stale(version, name):
                 heapq.heappop(heap)
                 continue
+            sim = self.jobs[name]
             if t <= self.now:  # float noise left the job just short: predict afresh
                 heapq.heappop(heap)
                 self._catch_up(sim)
