@@ -158,7 +158,7 @@ def _summary(rows: list[dict]) -> str:
 
 
 def _worst_job(f: dict) -> str:
-    if not f.get("worst_job"):
+    if f["worst_job"] is None:
         return ""
     service, sim = f["worst_job_jct"]
     return f" ({f['worst_job']}: {service:.0f} s against {sim:.0f} s)"

@@ -50,10 +50,8 @@ def test_the_service_schedules_a_replayed_trace_as_the_simulator_does(tmp_path: 
     assert figures["avg_ratio"] == pytest.approx(1.0, abs=0.03)
     assert figures["service_rescales"] > 0  # the replay exercises elastic changes
     assert figures["service_preemptions"] == figures["sim_preemptions"]
-    worst = figures["worst_job"]
     service_jct, sim_jct = figures["worst_job_jct"]
     assert abs(service_jct - sim_jct) / sim_jct == pytest.approx(figures["worst_rel_diff"])
-    assert service_jct == replay.service[worst].jct
 
 
 @pytest.mark.slow

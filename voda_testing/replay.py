@@ -155,10 +155,11 @@ class Replay:
 
     def figures(self) -> dict[str, Any]:
         service = [j.jct for j in self.service.values() if j.jct is not None]
-        sim = [v for v in self.simulated_jcts().values() if v is not None]
+        sim_jcts = self.simulated_jcts()
+        sim = [v for v in sim_jcts.values() if v is not None]
         by_job = self.relative_differences()
         diffs = sorted(by_job.values())
-        worst = max(by_job, key=by_job.__getitem__) if by_job else None
+        worst = max(by_job, key=by_job.__getitem__, default=None)
         avg_service, avg_sim = _mean(service), _mean(sim)
         return {
             "algorithm": self.settings.algorithm,
@@ -174,7 +175,7 @@ class Replay:
             "worst_rel_diff": diffs[-1] if diffs else math.nan,
             # The job furthest from its twin, and its JCT in the service and the simulator.
             "worst_job": worst,
-            "worst_job_jct": ([self.service[worst].jct, self.simulated_jcts()[worst]]
+            "worst_job_jct": ([self.service[worst].jct, sim_jcts[worst]]
                               if worst is not None else []),
             "service_rescales": sum(j.rescales for j in self.service.values()),
             "sim_rescales": self.simulated.rescales,
