@@ -192,3 +192,26 @@ def test_a_job_forgotten_mid_epoch_leaves_the_others_reporting() -> None:
     assert {e.job for e in seen if e.time > deleted_at} == {jobs[1].name}
     assert EventKind.JOB_COMPLETED in {e.kind for e in seen}
     assert emulated.running() == {}
+
+
+def test_events_made_before_a_failure_part_way_are_handed_over_by_the_next_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulated cluster makes its events in parts (declarations, the adaptive jobs',
+    the epoch-time jobs'); one part raising must not lose what the parts before it made,
+    since their state (a declaration made) has moved on and will not make them again."""
+    spec = load_workload("workload-1", job_model="adaptive").jobs[0]
+    emulated = EmulatedBackend(parse_cluster("2x4"), time_scale=100.0, clock=lambda: 10.0)
+    emulated.profiles[spec.name] = str(spec.profile)
+    emulated.specs[spec.name] = {"adaptive": True}
+    working = emulated.adaptive_jobs.events
+
+    def broken(wall: float) -> list:
+        raise KeyError("the emulated cluster broke")
+
+    monkeypatch.setattr(emulated.adaptive_jobs, "events", broken)
+    with pytest.raises(KeyError):
+        emulated.events()
+    monkeypatch.setattr(emulated.adaptive_jobs, "events", working)
+    declared = emulated.events()
+    assert [(e.kind, e.job) for e in declared] == [(EventKind.GOODPUT_REPORTED, spec.name)]
+    assert emulated.events() == [], "handed over once"

@@ -110,7 +110,7 @@ def test_alerting_rules_pass_promtool() -> None:
     done = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 6 rules found" in done.stdout
+    assert "SUCCESS: 7 rules found" in done.stdout
     alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
     assert {"VodaSchedulerStuck", "VodaStoreWritesFailing", "VodaStoreRejectingRows",
             "VodaGPUsIdleWhileJobsWait"} <= alerts
@@ -119,8 +119,8 @@ def test_alerting_rules_pass_promtool() -> None:
 # Alerts evaluated by `promtool test rules` on made-up series (one sample a minute):
 # the loop stops stepping at minute 3, the store goes down at minute 2, jobs that fit wait
 # beside free a100 GPUs (the v100 GPUs are all in use: no alert there), steps keep failing
-# (one a minute; another service's single failure is no alert), and one row is refused for
-# good at minute 4; decisions take 1-5 s each.
+# (one a minute; another service's single failure is no alert), one row is refused for
+# good at minute 4 and one completion is dropped then; decisions take 1-5 s each.
 RULE_TESTS = {
     "evaluation_interval": "1m",
     "tests": [{
@@ -132,6 +132,10 @@ RULE_TESTS = {
             {"series": 'voda_scheduler_step_failures_total{job="once"}', "values": "0 1x30"},
             {"series": 'voda_store_up{job="voda"}', "values": "1 1 0x30"},
             {"series": 'voda_store_rejected_rows{job="voda"}', "values": "0x3 1x30"},
+            {"series": 'voda_scheduler_events_failed_total{job="voda",kind="job-completed"}',
+             "values": "0x3 1x30"},
+            {"series": 'voda_scheduler_events_failed_total{job="voda",kind="epoch-reported"}',
+             "values": "0x30"},
             {"series": 'voda_jobs_waiting_fitting{job="voda",gpu_type="a100"}',
              "values": "2x30"},
             {"series": 'voda_gpus{job="voda",gpu_type="a100"}', "values": "8x30"},
@@ -161,6 +165,11 @@ RULE_TESTS = {
             {"eval_time": "3m", "alertname": "VodaStoreRejectingRows", "exp_alerts": []},
             {"eval_time": "5m", "alertname": "VodaStoreRejectingRows",
              "exp_alerts": [{"exp_labels": {"severity": "warning", "job": "voda"}}]},
+            {"eval_time": "3m", "alertname": "VodaEventsDropped", "exp_alerts": []},
+            {"eval_time": "5m", "alertname": "VodaEventsDropped",
+             "exp_alerts": [{"exp_labels": {"severity": "warning", "job": "voda",
+                                            "kind": "job-completed"}}]},
+            {"eval_time": "20m", "alertname": "VodaEventsDropped", "exp_alerts": []},
             {"eval_time": "9m", "alertname": "VodaGPUsIdleWhileJobsWait", "exp_alerts": []},
             {"eval_time": "11m", "alertname": "VodaGPUsIdleWhileJobsWait",
              "exp_alerts": [{"exp_labels": {"severity": "warning", "job": "voda",

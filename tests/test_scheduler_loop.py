@@ -13,7 +13,14 @@ from voda.backends.memory import InMemoryBackend
 from voda.core.allocation import registry
 from voda.core.allocation.registry import UnknownAlgorithm
 from voda.core.model import ActionKind, Allocation, Cluster, Job, JobStatus, Placement
-from voda.engine.scheduler import DecisionRefused, Scheduler, SchedulerSettings
+from voda.engine.events import Event
+from voda.engine.scheduler import (
+    DecisionRefused,
+    JobRecord,
+    Scheduler,
+    SchedulerObserver,
+    SchedulerSettings,
+)
 
 
 def scheduler(
@@ -450,6 +457,30 @@ def test_the_backend_is_told_before_the_records_change() -> None:
     # the backend gets the job at its new size; the engine's record still says 0
     assert seen == [("a", 2, 0)]
     assert sched.jobs["a"].current_workers == 2
+
+
+def test_an_event_that_cannot_be_applied_is_dropped_and_the_ones_after_it_are_not() -> None:
+    failures: list[tuple[str, str | None, str]] = []
+
+    class BrokenOnEpochs(SchedulerObserver):
+        def on_epoch(self, record: JobRecord, epoch: int, seconds: float, workers: int) -> None:
+            raise RuntimeError("observer broke")
+
+        def on_event_failed(self, event: Event, error: Exception, now: float) -> None:
+            failures.append((str(event.kind), event.job, str(error)))
+
+    sched, backend = scheduler(rate_limit=0.0, observers=[BrokenOnEpochs()])
+    for name in "ab":
+        sched.submit(make_job(name).rigid(2).submitted_at(0).obj())
+    sched.step(0.0)
+    backend.report_epoch("a", 5.0, epoch=1, seconds=5.0, workers=2)
+    backend.complete("b", 6.0)  # handed over in the same call, after the report that breaks
+    sched.step(6.0)
+    assert failures == [("epoch-reported", "a", "observer broke")]
+    assert sched.failed_events == 1
+    assert sched.jobs["b"].status is JobStatus.COMPLETED, "the completion after it is applied"
+    assert "b" not in backend.running
+    assert sched.jobs["a"].status is JobStatus.RUNNING
 
 
 # ----- jobs submitted for a later time ----------------------------------------------

@@ -10,6 +10,7 @@ from voda.api.writes import StoreHealth
 from voda.core.model import ActionKind, Cluster, JobStatus, Plan
 from voda.core.placement.metrics import fragmentation_ratio
 from voda.core.plan import moved_workers
+from voda.engine.events import EventKind
 from voda.engine.scheduler import JobRecord
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -95,6 +96,12 @@ class ServiceMetrics:
         self._last_step: float | None = None
         self.step_failures = Counter(
             "voda_scheduler_step_failures", "Scheduling steps that raised an error.", registry=r)
+        self.events_failed = Counter(
+            "voda_scheduler_events_failed",
+            "Events from the backend (completions, epoch reports, node changes) that could "
+            "not be applied and were dropped, by kind.", ["kind"], registry=r)
+        for kind in EventKind:
+            self.events_failed.labels(str(kind))
         # Store health beside voda_store_up and voda_store_write_failures: what was written.
         self.store_writes = Counter(
             "voda_store_writes", "Transactions of changes committed to the store.", registry=r)
@@ -152,6 +159,9 @@ class ServiceMetrics:
         """A group of changes was committed (failures: voda_store_write_failures)."""
         self.store_write_seconds.observe(seconds)
         self.store_writes.inc()
+
+    def event_failed(self, kind: str) -> None:
+        self.events_failed.labels(kind).inc()
 
     def step(self, now: float, ok: bool) -> None:
         if ok:

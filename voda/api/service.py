@@ -200,6 +200,15 @@ class _Observer(SchedulerObserver):
     def on_recovered(self, gpu_type: str, now: float) -> None:
         self.service.metrics.decision_recovered(gpu_type)
 
+    def on_event_failed(self, event: Event, error: Exception, now: float) -> None:
+        s = self.service
+        s.metrics.event_failed(str(event.kind))
+        record = s.scheduler.jobs.get(event.job) if event.job else None
+        node = event.node.name if event.node else "?"
+        about = f"job {event.job}" if event.job else f"node {node}"
+        s.activity.error(now, record.gpu_type if record else ALL_GPU_TYPES,
+                         f"{event.kind} of {about} dropped: {type(error).__name__}: {error}")
+
     def on_promoted(self, record: JobRecord, now: float) -> None:
         self.service.pending.states[record.name] = record  # its reset counters are kept
 

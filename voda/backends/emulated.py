@@ -164,6 +164,9 @@ class EmulatedBackend:
         self.adaptive_jobs = AdaptiveJobs(self._nodes, time_scale)
         self.declared: set[str] = set()  # adaptive jobs whose batch limits were reported
         self.version = 0  # bumped on every change of exported state
+        # Events made but not yet handed over: a call that fails part-way keeps those it
+        # made (their state changes are done) for the next call.
+        self._outbox: list[Event] = []
 
     # ----- batch-adaptive jobs ---------------------------------------------------------
     def adaptive_batch(self, name: str) -> tuple[bool, int | None]:
@@ -300,14 +303,15 @@ class EmulatedBackend:
 
     def events(self) -> list[Event]:
         now = self.clock()
-        out: list[Event] = self._declarations(now)
+        out = self._outbox
+        out.extend(self._declarations(now))
         adaptive = self.adaptive_jobs.events(now)
         if adaptive:
             self.version += 1
+        out.extend(adaptive)
         for event in adaptive:
             if event.kind is EventKind.JOB_COMPLETED and event.job is not None:
                 self._forget(event.job)
-        out.extend(adaptive)
         for name in sorted(self.runs):
             run = self.runs[name]
             progress = run.progress(now)
@@ -335,6 +339,7 @@ class EmulatedBackend:
                 del self.runs[name]
                 self._forget(name)
                 self.version += 1
+        self._outbox = []
         return out
 
     # ----- SupportsAdoption and state across restarts ------------------------------------

@@ -247,6 +247,9 @@ class SchedulerObserver:
         """A job reported its goodput model (`record.goodput`); `category_learned`: it is
         now its category's best-measured one (Scheduler.goodput_history)."""
 
+    def on_event_failed(self, event: Event, error: Exception, now: float) -> None:
+        """Applying one of the backend's events raised; it was dropped, the others applied."""
+
 
 class DecisionRefused(RuntimeError):
     """A decision for one GPU type (or all) was refused; its plan in force stays."""
@@ -306,6 +309,7 @@ class Scheduler:
         self._refusals_in_a_row = 0
         self._retry_at: float | None = None
         self.reschedules = 0
+        self.failed_events = 0
         # What called for the next decision, and what called for the last one.
         self._reasons: set[EventKind] = set()
         self.last_reasons: tuple[EventKind, ...] = ()
@@ -602,7 +606,7 @@ class Scheduler:
         """
         self._account(now)
         for event in self.backend.events():
-            self.handle(event)
+            self._handle_taken(event, now)
         self._take_arrivals(now)
         self._check_priority_classes(now)
         if self._retry_at is not None and now >= self._retry_at:
@@ -613,6 +617,19 @@ class Scheduler:
         if not force and self._earliest_reschedule(now) > now:
             return None
         return self.reschedule(now)
+
+    def _handle_taken(self, event: Event, now: float) -> None:
+        """Apply an event the backend has handed over. The backend will not hand it over
+        again, so an error here must not cost the events after it (a completion among them
+        would leave its job holding GPUs for ever): the one event is dropped, loudly."""
+        try:
+            self.handle(event)
+        except Exception as error:
+            log.exception("event %s (job %s, node %s) could not be applied; dropped",
+                          event.kind, event.job, event.node.name if event.node else None)
+            self.failed_events += 1
+            for observer in self.observers:
+                observer.on_event_failed(event, error, now)
 
     def reschedule(self, now: float) -> Plan | None:
         self._account(now)
