@@ -8,14 +8,18 @@ import itertools
 import numpy as np
 import pytest
 from builders import make_job
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voda.core.allocation import registry
+from voda.core.allocation.base import water_level
 from voda.core.allocation.voda import (
     Voda,
     category_models,
     inelastic_first,
     measured_cap,
     own_model,
+    prefix_water_levels,
     rank_weights,
     share_left,
     short_start_bonus,
@@ -182,6 +186,37 @@ def test_a_job_that_scales_poorly_is_weighed_up_by_its_efficiency_at_an_even_sha
     assert list(inelastic_first(crowd, curves, 2, 1.0, 4)) == [1.0, 1.0, 1.0]
 
 
+def test_a_long_job_that_scales_poorly_is_weighed_at_the_share_it_would_hold_later() -> None:
+    # Three short jobs that scale linearly and one long job that scales poorly, on 8 GPUs:
+    # the even share now is 2 GPUs; once the short ones have finished, the long job could
+    # hold all 8, where it would use them badly. Deferred, it runs then.
+    poor = make_job("poor").workers(1, 8).epochs(10).epoch_times(
+        {1: 100.0, 2: 80.0, 4: 70.0, 8: 70.0}).submitted_at(0).obj()
+    short = [make_job(f"short{i}").workers(1, 8).epochs(10).epoch_times(
+        {1: 30.0, 2: 15.0, 4: 7.5, 8: 3.75}).submitted_at(i + 1).obj() for i in range(3)]
+    jobs = [poor, *short]
+
+    def factors(share: str) -> list[float]:
+        curves = [Voda(gpus_per_node=4).curve(j, None, 8) for j in jobs]
+        return [round(float(f), 3) for f in inelastic_first(jobs, curves, 8, 1.0, 4, share)]
+
+    assert factors("even") == [1.6, 1.0, 1.0, 1.0]  # 100 / 80 on 2 GPUs: 1 / 1.6 efficient
+    assert factors("later") == [5.6, 1.0, 1.0, 1.0]  # 100 / 70 on 8
+    assert factors("between") == [2.8, 1.0, 1.0, 1.0]  # 100 / 70 on 4, sqrt(2 x 8)
+    assert Voda(gpus_per_node=4, inelastic_share="even")(jobs, 8)["poor"] == 0
+    assert Voda(gpus_per_node=4)(jobs, 8)["poor"] == 1  # it starts now, on one GPU
+
+
+@settings(max_examples=300, deadline=None)
+@given(rooms=st.lists(st.integers(0, 64), min_size=1, max_size=30), free=st.integers(0, 400))
+def test_prefix_water_levels_are_each_prefixs_water_level(rooms: list[int], free: int) -> None:
+    levels = prefix_water_levels(rooms, free)
+    for k in range(len(rooms)):
+        prefix = rooms[:k + 1]
+        # Where every room fits, any level from the largest room up is the water level.
+        assert min(int(levels[k]), max(prefix)) == water_level(sorted(prefix), free)
+
+
 def test_a_job_that_scales_poorly_is_served_before_a_slightly_shorter_one_that_scales_well(
 ) -> None:
     # "elastic" is a little shorter, so it ranks first; by rank alone it takes the node.
@@ -209,6 +244,9 @@ def test_rank_exponent_is_checked() -> None:
     for bad in (-0.1, 4.5, "1", float("nan"), True):
         with pytest.raises(ValueError, match="inelastic_first"):
             Voda(inelastic_first=bad)  # type: ignore[arg-type]
+    for bad in ("mean", "", 1, None):
+        with pytest.raises(ValueError, match="inelastic_share: must be one of even, between"):
+            Voda(inelastic_share=bad)  # type: ignore[arg-type]
 
 
 def test_a_job_that_has_not_measured_its_gradients_yet_prices_batches_with_its_categorys() -> None:

@@ -22,9 +22,10 @@ The weight puts the jobs with the least work left first, and those that scale po
   the same size one finishes first instead of both finishing late (`rank_exponent`, p);
 - by size: T(1)^-e (`size_exponent`), so a job far shorter than the next one counts
   for more than its rank says;
-- by how it scales: divided by its parallel efficiency at an even share of the GPUs
-  (`inelastic_first`): a job that scales well can take the GPUs left over later, one that
-  scales poorly cannot make up later for being kept waiting.
+- by how it scales: divided by its parallel efficiency at its share of the GPUs
+  (`inelastic_first`; the share between the even one now and the one it would hold once
+  the shorter jobs have finished, `inelastic_share`): a job that scales well can take the
+  GPUs left over later, one that scales poorly cannot make up later for being kept waiting.
 
 The speedup is capped at its best: GPUs past the count where a job runs fastest go to
 other jobs first (a dip on the way, such as crossing to a second node, does not stop it
@@ -53,6 +54,7 @@ See docs/design/010-voda-policy.md for the measurements and an ablation.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -73,6 +75,7 @@ from voda.core.estimate import DEFAULT_EPOCH_SECONDS, EpochTimes
 from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
 
+INELASTIC_SHARES = ("even", "between", "later")  # the share a job's efficiency is taken at
 RATE_SCALE = 1e6  # completion rates (1/s) are small: scaled so float noise does not decide
 
 
@@ -94,8 +97,9 @@ class Voda:
     time it has run in it; 0: an epoch counts only once reported; 0.9), `short_start`
     (the most a waiting job that would finish within `horizon` on one GPU has its weight
     raised for the wait starting it spares it; 1: not raised; 10), `inelastic_first` (the
-    power of 1 / a job's parallel efficiency at an even share its weight is raised by: jobs
-    that scale poorly first; 0: off; 1).
+    power of 1 / a job's parallel efficiency at its share its weight is raised by: jobs
+    that scale poorly first; 0: off; 1), `inelastic_share` (that share: "even" now,
+    "later" once the shorter jobs have finished, "between" their geometric mean; "between").
     """
 
     name: str = "Voda"
@@ -111,6 +115,7 @@ class Voda:
     epoch_progress: float = 0.9
     short_start: float = 10.0
     inelastic_first: float = 1.0
+    inelastic_share: str = "between"
     # Remaining work and goodput change as jobs run: decide again on progress reports.
     decides_on_progress: ClassVar[bool] = True
 
@@ -136,6 +141,9 @@ class Voda:
                 and 0 <= self.inelastic_first <= 4):
             raise ValueError(
                 f"inelastic_first: must be a number in [0, 4], got {self.inelastic_first!r}")
+        if self.inelastic_share not in INELASTIC_SHARES:
+            raise ValueError(f"inelastic_share: must be one of {', '.join(INELASTIC_SHARES)}, "
+                             f"got {self.inelastic_share!r}")
         check_gpus_per_node(self.gpus_per_node)
         for knob in ("aligned", "share_models", "category_history", "explore"):
             if not isinstance(getattr(self, knob), bool):
@@ -154,7 +162,7 @@ class Voda:
             [c.size ** -self.size_exponent if c.size > 0 else 1.0 for c in curves])
         weights *= short_start_bonus(ordered, curves, self.horizon, self.short_start)
         weights *= inelastic_first(ordered, curves, capacity, self.inelastic_first,
-                                   per_node(self.gpus_per_node))
+                                   per_node(self.gpus_per_node), self.inelastic_share)
         utilities = [self.utility(job, c, float(w))
                      for job, c, w in zip(ordered, curves, weights, strict=True)]
         counts = best_counts(utilities, capacity)
@@ -249,9 +257,10 @@ def short_start_bonus(jobs: Sequence[Job], curves: Sequence[Curve], horizon: flo
 
 
 def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
-                    exponent: float, node: int) -> np.ndarray:
+                    exponent: float, node: int, share_of: str = "between") -> np.ndarray:
     """Per job, the factor its weight is raised by for scaling poorly: 1 / its parallel
-    efficiency at an even share of the GPUs, to the power `exponent` (0: all 1).
+    efficiency at its share of the GPUs (`share_of`, below), to the power `exponent`
+    (0: all 1).
 
     A job that scales well can take whatever GPUs are left over, now or later; one that
     scales poorly cannot make up later, on more GPUs, for the time it was kept waiting,
@@ -260,25 +269,62 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
     Wang and Whitehouse, "Optimal resource allocation for elastic and inelastic jobs",
     SPAA 2020: with jobs either fully elastic or inelastic, Inelastic-First is optimal
     where inelastic jobs are no larger on average). Here scaling comes in degrees: a job's
-    efficiency is its speedup on n GPUs over n, n its even share of the cluster
-    (water-filled over what the jobs may take) rounded down to a count that packs, at
-    least one GPU (and the job's minimum); a job faster per GPU there than on one GPU
-    counts as fully efficient.
+    efficiency is its speedup on n GPUs over n, n its share of the cluster rounded down
+    to a count that packs, at least one GPU (and the job's minimum); a job faster per GPU
+    there than on one GPU counts as fully efficient.
+
+    The share, water-filled over what the jobs may take: "even", over every job, the share
+    now; "later", over the jobs at least as long as this one, the share it would hold
+    once the shorter ones have finished if nothing arrived, which is when a deferred job
+    runs; "between", their geometric mean, since arrivals keep a busy cluster crowded
+    (in a crowded cluster the even share is one GPU, where every job is efficient, though
+    the longest jobs will run when it has emptied).
     """
     factors = np.ones(len(jobs))
     if exponent <= 0 or not len(jobs):
         return factors
-    level = water_level(sorted(max(c.cap, 0) for c in curves), capacity)
+    caps = np.array([max(c.cap, 0) for c in curves], dtype=np.int64)
+    shares = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
+    if share_of != "even":
+        longest_first = sorted(range(len(jobs)), key=lambda i: (curves[i].size, i),
+                               reverse=True)
+        later = np.empty(len(jobs), dtype=np.int64)
+        later[longest_first] = prefix_water_levels(caps[longest_first].tolist(), capacity)
+        later = np.minimum(caps, later)
+        shares = later if share_of == "later" else np.sqrt(shares * later).astype(np.int64)
     for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
         if curve.cap < 1 or not math.isfinite(curve.size):
             continue
         fits = np.flatnonzero(packs(curve.cap, node)[1:]) + 1
-        share = max(min(curve.cap, level), min(job.min_workers, curve.cap), 1)
+        share = max(int(shares[i]), min(job.min_workers, curve.cap), 1)
         n = int(fits[fits <= share][-1])  # one GPU always fits
         speedup = curve.size / curve.seconds[n]
         if math.isfinite(speedup) and speedup > 0:
             factors[i] = (n / speedup) ** exponent if speedup < n else 1.0
     return factors
+
+
+def prefix_water_levels(rooms: Sequence[int], free: int) -> list[int]:
+    """For each k, the water level of the first k + 1 rooms (as `water_level`, without the
+    sort): the largest L with sum(min(room, L)) <= free, or the largest room if all fit.
+
+    The level only falls as rooms are added, so a room once above it stays above: rooms at
+    or below the level (summing to `below`) sit in a max-heap, those above it are counted,
+    and each room crosses at most once. O(n log n) in all.
+    """
+    levels = []
+    under: list[int] = []  # rooms at or below the level, negated (a max-heap)
+    below, above, largest = 0, 0, 0
+    for room in rooms:
+        largest = max(largest, room)
+        heapq.heappush(under, -room)
+        below += room
+        while under and (below > free if above == 0
+                         else -under[0] > (free - below) // above):
+            below += heapq.heappop(under)  # the largest room goes above the level
+            above += 1
+        levels.append((free - below) // above if above else largest)
+    return levels
 
 
 def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
