@@ -284,14 +284,14 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
     if exponent <= 0 or not len(jobs):
         return factors
     caps = np.array([max(c.cap, 0) for c in curves], dtype=np.int64)
-    shares = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
+    even = shares = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
     if share_of != "even":
         longest_first = sorted(range(len(jobs)), key=lambda i: (curves[i].size, i),
                                reverse=True)
         later = np.empty(len(jobs), dtype=np.int64)
         later[longest_first] = prefix_water_levels(caps[longest_first].tolist(), capacity)
         later = np.minimum(caps, later)
-        shares = later if share_of == "later" else np.sqrt(shares * later).astype(np.int64)
+        shares = later if share_of == "later" else np.sqrt(even * later).astype(np.int64)
     for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
         if curve.cap < 1 or not math.isfinite(curve.size):
             continue
