@@ -177,3 +177,15 @@ def test_a_read_only_store_stops_the_service_at_start(serve: ServeFactory,
     engine.dispose()
     with pytest.raises(RuntimeError, match="does not take writes: read-only"):
         serve(f"sqlite:///file:{path}?mode=ro&uri=true", *ARGS)
+
+
+def test_a_sqlite_uri_makes_no_directories(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "db" / "ro.db"
+    path.parent.mkdir()
+    engine = make_engine(f"sqlite:///{path}")
+    migrate(engine)
+    engine.dispose()
+    monkeypatch.chdir(tmp_path)
+    make_engine(f"sqlite:///file:{path}?mode=ro&uri=true").dispose()
+    assert not (tmp_path / "file:").exists()  # the URI is not a relative file name

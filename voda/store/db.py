@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -25,7 +25,7 @@ def make_engine(url: str, max_bytes: int = 0) -> Engine:
     file's size when positive) or a PostgreSQL URL."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
+        if parsed.database and parsed.database != ":memory:" and not _sqlite_uri(parsed):
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url, connect_args={"timeout": LOCK_WAIT_SECONDS, "check_same_thread": False},
@@ -35,6 +35,12 @@ def make_engine(url: str, max_bytes: int = 0) -> Engine:
         return engine
     return create_engine(url, pool_size=16, max_overflow=8, pool_pre_ping=True,
                          connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS})
+
+
+def _sqlite_uri(parsed: URL) -> bool:
+    """Whether SQLite reads the database as a URI ("file:PATH?mode=ro" with uri=true): its
+    path is not a file name, and a read-only store must not have directories made for it."""
+    return str(parsed.query.get("uri", "")).lower() in ("true", "1")
 
 
 def _sqlite_pragmas(dbapi_connection: Any, max_bytes: int) -> None:
