@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from voda.cli.params import parse_param_items
+from voda.core.allocation.registry import BUILTIN_NAMES
 from voda.sim.compare import RunRequest, run_many
 from voda.sim.published import WORKLOADS
 from voda.sim.report import SimResult
@@ -103,14 +104,26 @@ def main() -> None:
                         help="a knob of --algorithm (as `voda simulate --param`)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
-    params = tuple(parse_param_items(args.param).items())
+    try:
+        params = tuple(parse_param_items(args.param).items())
+    except ValueError as e:
+        parser.error(f"--param: {e}")
+    if args.algorithm not in BUILTIN_NAMES:
+        parser.error(f"--algorithm: {args.algorithm!r} is not one of {', '.join(BUILTIN_NAMES)}")
+    specs = [s.strip() for s in args.sets.split(",") if s.strip()]
+    for spec in specs:
+        kind, _, value = spec.partition(":")
+        if kind not in ("jitter", "cluster", "resampled") or not value or (
+                kind != "cluster" and not value.isdigit()):
+            parser.error(f"--sets: {spec!r}: expected jitter:SEED, cluster:NxG or "
+                         "resampled:SEED")
     console = Console(width=120)
     table = Table(title=f"{args.algorithm} against {BASELINE} simulated on the same inputs")
     for column in ("inputs", "mean", "worst run", "p99", "p99 above", "per load 0.5-2.0"):
         table.add_column(column, justify="left" if column == "inputs" else "right")
     above = total = 0
     with tempfile.TemporaryDirectory() as folder:
-        for spec in (s.strip() for s in args.sets.split(",") if s.strip()):
+        for spec in specs:
             runs = runs_of(spec, args.jitter, Path(folder))
             requests = [replace(r.request, algorithm=args.algorithm, params=params)
                         for r in runs] + [r.request for r in runs]
