@@ -57,6 +57,9 @@ def runs_of(spec: str, jitter: float, folder: Path) -> list[Run]:
     """The 16 runs of an input set (`jitter:S`, `cluster:NxG` or `resampled:S`), as
     requests for the baseline (the algorithm is set per run)."""
     kind, _, value = spec.partition(":")
+    if kind not in ("jitter", "cluster", "resampled") or not value or (
+            kind != "cluster" and not value.isdigit()):
+        raise ValueError(f"{spec!r}: expected jitter:SEED, cluster:NxG or resampled:SEED")
     base = RunRequest("", "16x4", BASELINE, preset="pollux", job_model="adaptive")
     if kind == "jitter":
         return [Run(load, replace(base, workload=f"{w}@{load}", jitter=jitter, seed=int(value)))
@@ -64,15 +67,13 @@ def runs_of(spec: str, jitter: float, folder: Path) -> list[Run]:
     if kind == "cluster":
         return [Run(load, replace(base, workload=f"{w}@{load}", cluster=value))
                 for load in LOADS for w in WORKLOADS]
-    if kind == "resampled":
-        runs = []
-        for load in LOADS:
-            count = round(POLLUX_JOBS_AT_LOAD_1 * float(load))
-            for seed in range(int(value), int(value) + 4):
-                path = write_resampled(folder / f"resampled-{seed}-{count}.csv", count, seed)
-                runs.append(Run(load, replace(base, workload=str(path))))
-        return runs
-    raise SystemExit(f"--sets: {spec!r}: expected jitter:SEED, cluster:NxG or resampled:SEED")
+    runs = []
+    for load in LOADS:  # resampled
+        count = round(POLLUX_JOBS_AT_LOAD_1 * float(load))
+        for seed in range(int(value), int(value) + 4):
+            path = write_resampled(folder / f"resampled-{seed}-{count}.csv", count, seed)
+            runs.append(Run(load, replace(base, workload=str(path))))
+    return runs
 
 
 def summary(ours: list[SimResult], theirs: list[SimResult], loads: list[str]
@@ -111,20 +112,17 @@ def main() -> None:
     if args.algorithm not in BUILTIN_NAMES:
         parser.error(f"--algorithm: {args.algorithm!r} is not one of {', '.join(BUILTIN_NAMES)}")
     specs = [s.strip() for s in args.sets.split(",") if s.strip()]
-    for spec in specs:
-        kind, _, value = spec.partition(":")
-        if kind not in ("jitter", "cluster", "resampled") or not value or (
-                kind != "cluster" and not value.isdigit()):
-            parser.error(f"--sets: {spec!r}: expected jitter:SEED, cluster:NxG or "
-                         "resampled:SEED")
     console = Console(width=120)
     table = Table(title=f"{args.algorithm} against {BASELINE} simulated on the same inputs")
     for column in ("inputs", "mean", "worst run", "p99", "p99 above", "per load 0.5-2.0"):
         table.add_column(column, justify="left" if column == "inputs" else "right")
     above = total = 0
     with tempfile.TemporaryDirectory() as folder:
-        for spec in specs:
-            runs = runs_of(spec, args.jitter, Path(folder))
+        try:  # every set built before any runs, so a bad one stops nothing half-done
+            sets = [(spec, runs_of(spec, args.jitter, Path(folder))) for spec in specs]
+        except ValueError as e:
+            parser.error(f"--sets: {e}")
+        for spec, runs in sets:
             requests = [replace(r.request, algorithm=args.algorithm, params=params)
                         for r in runs] + [r.request for r in runs]
             results = run_many(requests, args.workers)
