@@ -4,7 +4,7 @@ The elastic path places whole allocations at once (`manager.TopologyPlacer`).
 A pod scheduler places one gang at a time on what is free now, must be able to
 say "no" instead of spilling anywhere, and wants to know which domain it chose
 and how that scored. `RequestPacker` runs the manager's packer and weighted
-score (`manager._Packer`) over a view of free units per node, and adds the one
+score (`packer.Packer`) over a view of free units per node, and adds the one
 step the manager does not have: a request wider than a leaf goes to the fewest
 *adjacent* leaves of one spine (leaves in view order) before it goes to the
 fewest leaves of a spine wherever they are, then across spines.
@@ -21,7 +21,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from voda.core.model import Job, Node
-from voda.core.placement.manager import PlacementSettings, _Ask, _Packer
+from voda.core.placement.packer import Ask, Packer
+from voda.core.placement.settings import PlacementSettings
 from voda.core.placement.topology import FreeIndex, Topology
 
 # Levels of the domain a request landed in, smallest first.
@@ -70,7 +71,7 @@ class RequestPacker:
             if i is not None:
                 ix.sensitive[i] += max(0, count)
         self._ix = ix
-        self._packer = _Packer(ix, self.settings)
+        self._packer = Packer(ix, self.settings)
 
     # ----- the view ----------------------------------------------------------------
     def free(self, node: str) -> int:
@@ -129,7 +130,7 @@ class RequestPacker:
             if not scope:
                 return None
         ask = packer.ask(job, k, own_ids)
-        attempts: list[_Ask] = []
+        attempts: list[Ask] = []
         if ask.allowed is not None:  # the preferred domain has room
             narrowed = ask.allowed if scope is None else [x for x in ask.allowed if x in scope]
             if narrowed:
@@ -144,7 +145,7 @@ class RequestPacker:
                 return self._packed(attempt, counts)
         return None
 
-    def _consolidate(self, ask: _Ask) -> dict[int, int] | None:
+    def _consolidate(self, ask: Ask) -> dict[int, int] | None:
         """One node, else one leaf, else adjacent leaves of one spine, else the manager's
         fewest leaves of one spine, else across spines (unless the job needs one leaf)."""
         packer = self._packer
@@ -164,7 +165,7 @@ class RequestPacker:
                 return counts
         return packer._multi_leaf(ask)
 
-    def _best_window(self, ask: _Ask) -> list[int] | None:
+    def _best_window(self, ask: Ask) -> list[int] | None:
         """The fewest adjacent leaves of one spine whose room holds the request (best score).
 
         Leaves are adjacent when consecutive in view order under the same spine;
@@ -199,7 +200,7 @@ class RequestPacker:
                 total -= rooms[start]
         return best_window if best is not None and len(best_window) > 1 else None
 
-    def _packed(self, ask: _Ask, counts: Mapping[int, int]) -> Packed:
+    def _packed(self, ask: Ask, counts: Mapping[int, int]) -> Packed:
         ix, packer = self._ix, self._packer
         order = sorted(counts)
         leaves = sorted({ix.leaf[i] for i in order})

@@ -1,0 +1,514 @@
+"""Packing one request of k GPUs on one GPU type's FreeIndex: the Packer.
+
+The span a job needs and has, the weighted score of a candidate, and the
+consolidated, balanced and distributed layouts, relaxed step by step down to
+"anywhere". See voda.core.placement.manager for the rules.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from voda.core.model import Job
+from voda.core.placement.layout import half_node, spread_pays, worth_moving
+from voda.core.placement.settings import (
+    BALANCED,
+    CONSOLIDATED,
+    DISTRIBUTED,
+    PlacementSettings,
+    strategy_of,
+)
+from voda.core.placement.topology import FreeIndex
+
+NodeCounts = dict[int, int]  # node id in a FreeIndex -> workers
+
+
+@dataclass(slots=True)
+class Ask:
+    """One request: k GPUs for a job, with the constraints that apply to it."""
+
+    job: Job
+    k: int
+    spread: bool  # distributed: spread across nodes and leaves
+    node_cap: int  # most workers per node (balanced: half a node)
+    sensitive: bool  # latency-sensitive: avoid nodes of other latency-sensitive jobs
+    own: NodeCounts  # the job's workers already placed
+    near_leaves: frozenset[int] = frozenset()
+    near_spines: frozenset[int] = frozenset()
+    allowed: list[int] | None = None  # leaf ids (preferred domain with room)
+    single_leaf: bool = False  # bandwidth above a leaf uplink
+    max_nodes_per_leaf: int | None = None
+    max_gpus_per_leaf: int | None = None
+
+    def relaxed(self, keep_sensitive: bool = False) -> Ask:
+        """The same request with the optional constraints dropped (or all but one)."""
+        return Ask(self.job, self.k, keep_sensitive, 1 << 30, keep_sensitive, self.own,
+                    self.near_leaves, self.near_spines)
+
+
+class Packer:
+    """Packing requests on one FreeIndex (one GPU type) under the settings."""
+
+    def __init__(
+        self, ix: FreeIndex, settings: PlacementSettings, jobs: Mapping[str, Job] | None = None
+    ) -> None:
+        self.ix = ix
+        self.s = settings
+        self.jobs: Mapping[str, Job] = jobs or {}
+        caps = sorted(ix.cap, reverse=True)
+        self._node_prefix = _prefix(caps)
+        self._leaf_prefix = _prefix(sorted(ix.leaf_cap, reverse=True))
+        # Free nodes of a leaf, largest first, for requests without per-node limits.
+        self._rooms: dict[int, tuple[int, list[tuple[int, int]]]] = {}
+        self._reserved: list[tuple[Job, NodeCounts]] = []
+        self.released = False  # whether reservations had to be given back
+        self._spread_pays: dict[tuple[str, int], bool] = {}
+        self._half: tuple[list[int], list[int]] | None = None
+        self.defragmented = False  # whether step 3b moved a job
+        self._history = [
+            settings.history(name, ix.spine_names[ix.leaf_spine[leaf]])
+            for leaf, name in enumerate(ix.leaf_names)
+        ]
+
+    # ----- the span a job needs and the span it has -----------------------------
+    def halves(self, job: Job, total: int) -> bool:
+        """Whether a job of `total` workers gets at most half a node on each node.
+
+        Balanced jobs always do; a consolidated job wider than one node does when
+        `spread_multi_node` says so, or when its category's epoch times show that
+        spreading runs faster (voda.core.placement.layout).
+        """
+        strategy = strategy_of(job)
+        if strategy == BALANCED:
+            return True
+        if strategy != CONSOLIDATED or job.latency_sensitive or total <= self.ix.max_cap:
+            return False
+        if self.s.spread_multi_node:
+            return True
+        if not self.s.learn_layout or not job.layout_throughput:
+            return False
+        key = (job.name, total)
+        known = self._spread_pays.get(key)
+        if known is None:
+            known = spread_pays(job.layout_throughput, total, self.ix.max_cap,
+                                self.s.spread_margin)
+            self._spread_pays[key] = known
+        return known
+
+    def slow_layout(self, job: Job, counts: NodeCounts) -> bool:
+        """Whether a running job's layout is known to be slower than the other by a margin."""
+        if (not self.s.learn_layout or self.s.spread_multi_node
+                or strategy_of(job) != CONSOLIDATED or job.latency_sensitive):
+            return False
+        return worth_moving(job.layout_throughput, sum(counts.values()), len(counts),
+                            self.ix.max_cap, self.s.relayout_margin)
+
+    def penalty(self, job: Job, counts: NodeCounts) -> int:
+        """Nodes and leaves used beyond what the job needs on an empty cluster.
+
+        For a job spread at half a node per node, what it needs is counted with
+        halved nodes, and every node holding more than half a node adds one.
+        """
+        if strategy_of(job) != CONSOLIDATED or job.latency_sensitive or not counts:
+            return 0
+        k = sum(counts.values())
+        leaves = {self.ix.leaf[i] for i in counts}
+        if self.halves(job, k):
+            node_prefix, leaf_prefix = self._half_prefixes()
+            half = half_node(self.ix.max_cap)
+            crowded = sum(1 for c in counts.values() if c > half)
+            return crowded + max(0, len(counts) - _needed(node_prefix, k)) + max(
+                0, len(leaves) - _needed(leaf_prefix, k)
+            )
+        return (len(counts) - _needed(self._node_prefix, k)) + (
+            len(leaves) - _needed(self._leaf_prefix, k)
+        )
+
+    def _half_prefixes(self) -> tuple[list[int], list[int]]:
+        """Prefix sums of node and leaf capacities with every node capped at half a node."""
+        if self._half is None:
+            ix, half = self.ix, half_node(self.ix.max_cap)
+            leaf_caps = [sum(min(ix.cap[i], half) for i in nodes) for nodes in ix.leaf_nodes]
+            self._half = (_prefix(sorted((min(c, half) for c in ix.cap), reverse=True)),
+                          _prefix(sorted(leaf_caps, reverse=True)))
+        return self._half
+
+    # ----- a request ------------------------------------------------------------
+    def ask(self, job: Job, k: int, own: NodeCounts) -> Ask:
+        ix, s = self.ix, self.s
+        strategy = strategy_of(job)
+        spread = strategy == DISTRIBUTED or job.latency_sensitive
+        node_cap = ix.max_cap
+        if self.halves(job, k + sum(own.values())):
+            node_cap = half_node(ix.max_cap)
+        near_leaves = {ix.leaf[i] for i in own}
+        allowed = None
+        if job.preferred_domain:
+            leaves = ix.domain_leaves(job.preferred_domain)
+            if sum(ix.leaf_free[leaf] for leaf in leaves) >= k:
+                allowed = leaves
+            near_leaves.update(leaves)
+        bandwidth = job.network_bandwidth
+        return Ask(
+            job=job,
+            k=k,
+            spread=spread,
+            node_cap=node_cap,
+            sensitive=job.latency_sensitive,
+            own=own,
+            near_leaves=frozenset(near_leaves),
+            near_spines=frozenset(ix.leaf_spine[leaf] for leaf in near_leaves),
+            allowed=allowed,
+            single_leaf=bandwidth is not None and bandwidth > s.leaf_uplink_bandwidth,
+            max_nodes_per_leaf=s.max_nodes_per_leaf,
+            max_gpus_per_leaf=s.max_gpus_per_leaf,
+        )
+
+    def reserve(self, job: Job, counts: NodeCounts) -> None:
+        """Keep GPUs taken for the rest of the call (see steps._add), unless room runs out."""
+        self.take(job, counts)
+        self._reserved.append((job, counts))
+
+    def unreserve(self, job: Job, counts: NodeCounts) -> None:
+        """Give back a reservation, if `place` has not given it back already."""
+        for pos, (other, reserved) in enumerate(self._reserved):
+            if other is job and reserved is counts:
+                self.release(job, counts)
+                del self._reserved[pos]
+                return
+
+    def place(self, ask: Ask) -> NodeCounts:
+        """Where the request goes (nothing is taken): constraints first, then relaxed."""
+        if self.ix.total_free < ask.k:
+            for job, counts in self._reserved:
+                self.release(job, counts)
+            self._reserved.clear()
+            self.released = True
+        attempts = [ask]
+        if ask.allowed is not None:
+            attempts.append(_without_domain(ask))
+        if ask.sensitive:
+            attempts.append(ask.relaxed(keep_sensitive=True))
+        attempts.append(ask.relaxed())
+        for attempt in attempts:
+            strategy = self._spread if attempt.spread else self._consolidate
+            counts = strategy(attempt)
+            if counts is not None:
+                return counts
+        return self._anywhere(ask.k)
+
+    def take(self, job: Job, counts: NodeCounts) -> None:
+        for i, c in counts.items():
+            self.ix.take(i, c, job.latency_sensitive)
+
+    def release(self, job: Job, counts: NodeCounts) -> None:
+        for i, c in counts.items():
+            self.ix.release(i, c, job.latency_sensitive)
+
+    # ----- rooms and scores -------------------------------------------------------
+    def room(self, ask: Ask, i: int) -> int:
+        ix = self.ix
+        if ask.sensitive and ix.sensitive[i] - ask.own.get(i, 0) > 0:
+            return 0
+        return min(ix.free[i], ask.node_cap)
+
+    def _score(self, ask: Ask, leaf: int, fit: float) -> float:
+        """The weighted score of a candidate in `leaf`; `fit` in [0, 1], 1 is a tight fit."""
+        ix, s = self.ix, self.s
+        spine = ix.leaf_spine[leaf]
+        if leaf in ask.near_leaves:
+            alignment = 1.0
+        elif spine in ask.near_spines:
+            alignment = 0.5
+        else:
+            alignment = 0.0
+        utilization = 1.0 - ix.leaf_free[leaf] / ix.leaf_cap[leaf]
+        if ask.spread:
+            fit, utilization = 1.0 - fit, 1.0 - utilization
+        history = self._history[leaf]
+        return (
+            s.resource_weight * fit
+            + s.topology_weight * alignment
+            + s.utilization_weight * utilization
+            + s.history_weight * history
+        )
+
+    def _leaf_rooms(self, ask: Ask, leaf: int) -> list[tuple[int, int]]:
+        """(room, node) of the leaf's nodes with room, largest first, within the limits."""
+        ix = self.ix
+        if not ask.sensitive and ask.node_cap >= ix.max_cap:
+            cached = self._rooms.get(leaf)
+            if cached is None or cached[0] != ix.leaf_version[leaf]:
+                rooms = sorted(
+                    ((ix.free[i], i) for i in ix.leaf_nodes[leaf] if ix.free[i] > 0),
+                    key=lambda x: (-x[0], x[1]),
+                )
+                cached = (ix.leaf_version[leaf], rooms)
+                self._rooms[leaf] = cached
+            rooms = cached[1]
+        else:
+            rooms = sorted(
+                ((r, i) for i in ix.leaf_nodes[leaf] if (r := self.room(ask, i)) > 0),
+                key=lambda x: (-x[0], x[1]),
+            )
+        if ask.max_nodes_per_leaf is not None:
+            rooms = rooms[: ask.max_nodes_per_leaf]
+        return rooms
+
+    def _leaf_room(self, ask: Ask, leaf: int) -> int:
+        plain = not ask.sensitive and ask.node_cap >= self.ix.max_cap
+        if plain and ask.max_nodes_per_leaf is None:
+            total = self.ix.leaf_free[leaf]
+        else:
+            total = sum(r for r, _ in self._leaf_rooms(ask, leaf))
+        if ask.max_gpus_per_leaf is not None:
+            total = min(total, ask.max_gpus_per_leaf)
+        return total
+
+    def _leaves(self, ask: Ask) -> list[int]:
+        """Candidate leaves: the preferred domain, else the near leaves then the others."""
+        if ask.allowed is not None:
+            return ask.allowed
+        near = sorted(ask.near_leaves)
+        near_set = set(near)
+        return near + [leaf for leaf in range(len(self.ix.leaf_names)) if leaf not in near_set]
+
+    # ----- consolidated and balanced ------------------------------------------------
+    def _consolidate(self, ask: Ask) -> NodeCounts | None:
+        k = ask.k
+        if k <= ask.node_cap:
+            node = self._best_node(ask)
+            if node is not None:
+                return {node: k}
+        leaf = self._best_leaf(ask)
+        if leaf is not None:
+            return self._fill_leaf(ask, leaf, k)
+        if ask.single_leaf:
+            return None
+        return self._multi_leaf(ask)
+
+    def _best_node(self, ask: Ask) -> int | None:
+        """The best-scoring node with room for the whole request, or None."""
+        ix, k = self.ix, ask.k
+        pool: Iterable[int]
+        if ask.allowed is not None:
+            pool = (i for leaf in ask.allowed for i in ix.leaf_nodes[leaf])
+        else:
+            near = (i for leaf in sorted(ask.near_leaves) for i in ix.leaf_nodes[leaf])
+            pool = itertools.chain(self._best_fits(ask), near)
+        best: tuple[float, int] | None = None
+        seen: set[tuple[int, int]] = set()
+        for i in pool:
+            free = ix.free[i]
+            if free < k or (ask.sensitive and self.room(ask, i) < k):
+                continue
+            leaf = ix.leaf[i]
+            if (leaf, free) in seen:  # the same score as a node seen before, with a lower id
+                continue
+            seen.add((leaf, free))
+            key = (self._score(ask, leaf, 1.0 - (free - k) / ix.max_cap), -i)
+            if best is None or key > best:
+                best = key
+        return None if best is None else -best[1]
+
+    def _best_fits(self, ask: Ask) -> Iterable[int]:
+        """Nodes with room, tightest first, `candidates` of them at most."""
+        ix, k, left = self.ix, ask.k, self.s.candidates
+        for free in range(k, ix.max_cap + 1):
+            for i in ix.buckets[free]:
+                if ask.sensitive and self.room(ask, i) < k:
+                    continue
+                yield i
+                left -= 1
+                if left == 0:
+                    return
+
+    def _best_leaf(self, ask: Ask) -> int | None:
+        ix, k = self.ix, ask.k
+        fewest = _needed(self._node_prefix, k) if ask.node_cap >= ix.max_cap else math.ceil(
+            k / max(1, min(ask.node_cap, ix.max_cap))
+        )
+        best: tuple[int, float, int] | None = None
+        at_fewest = 0
+        for leaf in self._leaves(ask):
+            if ix.leaf_free[leaf] < k or self._leaf_room(ask, leaf) < k:
+                continue
+            parts = _split(self._leaf_rooms(ask, leaf), k)
+            if parts is None:
+                continue
+            fit = 1.0 - (ix.leaf_free[leaf] - k) / ix.leaf_cap[leaf]
+            key = (-len(parts), self._score(ask, leaf, fit), -leaf)
+            if best is None or key > best:
+                best = key
+            if len(parts) <= fewest:
+                at_fewest += 1
+                if at_fewest >= self.s.candidates:
+                    break
+        return None if best is None else -best[2]
+
+    def _fill_leaf(self, ask: Ask, leaf: int, amount: int) -> NodeCounts:
+        parts = _split(self._leaf_rooms(ask, leaf), amount)
+        if parts is None:  # cannot happen: callers check the leaf's room
+            raise ValueError(f"leaf {self.ix.leaf_names[leaf]!r}: no room for {amount} GPUs")
+        return dict(parts)
+
+    def _multi_leaf(self, ask: Ask) -> NodeCounts | None:
+        """Leaves of one spine (fewest leaves, best score), else across spines."""
+        ix, k = self.ix, ask.k
+        allowed = None if ask.allowed is None else set(ask.allowed)
+        rooms_by_spine: list[list[tuple[int, int]]] = []
+        for leaves in ix.spine_leaves:
+            rooms = [
+                (r, leaf)
+                for leaf in leaves
+                if (allowed is None or leaf in allowed) and (r := self._leaf_room(ask, leaf)) > 0
+            ]
+            rooms.sort(key=lambda x: (-x[0], x[1]))
+            rooms_by_spine.append(rooms)
+        best: tuple[int, float, int] | None = None
+        best_parts: list[tuple[int, int]] = []
+        for spine, rooms in enumerate(rooms_by_spine):
+            if ix.spine_free[spine] < k:
+                continue
+            parts = _split(rooms, k)
+            if parts is None:
+                continue
+            fit = 1.0 - (ix.spine_free[spine] - k) / ix.spine_cap[spine]
+            key = (-len(parts), self._score(ask, parts[0][0], fit), -spine)
+            if best is None or key > best:
+                best, best_parts = key, parts
+        if best is None:
+            spine_rooms = sorted(
+                ((sum(r for r, _ in rooms), s) for s, rooms in enumerate(rooms_by_spine)),
+                key=lambda x: (-x[0], x[1]),
+            )
+            spine_parts = _split([x for x in spine_rooms if x[0] > 0], k)
+            if spine_parts is None:
+                return None
+            for spine, amount in spine_parts:
+                parts = _split(rooms_by_spine[spine], amount)
+                if parts is None:
+                    return None
+                best_parts.extend(parts)
+        counts: NodeCounts = {}
+        for leaf, amount in best_parts:
+            counts.update(self._fill_leaf(ask, leaf, amount))
+        return counts
+
+    # ----- distributed and latency-sensitive ------------------------------------------
+    def _spread(self, ask: Ask) -> NodeCounts | None:
+        """One worker per node in turn, across the emptiest leaves."""
+        ix, k = self.ix, ask.k
+        leaves = self._leaves(ask)
+        if ask.single_leaf:
+            fitting = [leaf for leaf in leaves if self._leaf_room(ask, leaf) >= k]
+            if not fitting:
+                return None
+            leaves = [max(fitting, key=lambda leaf: (ix.leaf_free[leaf], -leaf))]
+        ordered = sorted(
+            (leaf for leaf in leaves if ix.leaf_free[leaf] > 0),
+            key=lambda leaf: (-self._score(ask, leaf, 0.0), -ix.leaf_free[leaf], leaf),
+        )
+        columns: list[list[int]] = []
+        total = 0
+        for leaf in ordered:
+            rooms = self._leaf_rooms(ask, leaf)
+            # the job's own nodes come last, so it spreads onto new ones
+            nodes = [i for _, i in sorted(rooms, key=lambda x: (x[1] in ask.own, -x[0], x[1]))]
+            if not nodes:
+                continue
+            columns.append(nodes)
+            total += min(sum(r for r, _ in rooms), ask.max_gpus_per_leaf or k)
+            if len(columns) >= k and total >= k:
+                break
+        if total < k:
+            return None
+        sequence = [col[p] for p in range(max(map(len, columns))) for col in columns
+                    if p < len(col)]
+        left = {i: self.room(ask, i) for i in sequence}
+        per_leaf: dict[int, int] = {}
+        counts: NodeCounts = {}
+        placed = 0
+        while placed < k:
+            progress = False
+            for i in sequence:
+                leaf = ix.leaf[i]
+                limit = ask.max_gpus_per_leaf
+                if left[i] == 0 or (limit is not None and per_leaf.get(leaf, 0) >= limit):
+                    continue
+                counts[i] = counts.get(i, 0) + 1
+                left[i] -= 1
+                per_leaf[leaf] = per_leaf.get(leaf, 0) + 1
+                placed += 1
+                progress = True
+                if placed == k:
+                    break
+            if not progress:
+                return None
+        return counts
+
+    def _anywhere(self, k: int) -> NodeCounts:
+        """The last resort: the freest nodes, whatever the topology."""
+        ix = self.ix
+        counts: NodeCounts = {}
+        for i in sorted(range(len(ix.free)), key=lambda i: (-ix.free[i], i)):
+            if k == 0:
+                break
+            take = min(ix.free[i], k)
+            if take:
+                counts[i] = take
+                k -= take
+        if k:
+            raise ValueError(f"placement: {k} GPUs could not be placed, the nodes are full")
+        return counts
+
+
+def _prefix(values: Sequence[int]) -> list[int]:
+    out, total = [], 0
+    for v in values:
+        total += v
+        out.append(total)
+    return out
+
+
+def _needed(prefix: Sequence[int], k: int) -> int:
+    """How many of the largest domains hold k GPUs (prefix sums of capacities, descending)."""
+    lo, hi = 0, len(prefix)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if prefix[mid] >= k:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo + 1
+
+
+def _split(rooms: Sequence[tuple[int, int]], k: int) -> list[tuple[int, int]] | None:
+    """Fewest domains for k: the largest rooms, then the best fit for the rest.
+
+    `rooms` are (room, id), largest first; returns [(id, amount)] or None.
+    """
+    chosen: list[tuple[int, int]] = []
+    left = k
+    for pos, (room, ident) in enumerate(rooms):
+        if room >= left:
+            best = pos
+            for j in range(pos + 1, len(rooms)):
+                if rooms[j][0] < left:
+                    break
+                if rooms[j][0] < rooms[best][0]:
+                    best = j
+            chosen.append((rooms[best][1], left))
+            return chosen
+        chosen.append((ident, room))
+        left -= room
+    return None
+
+
+def _without_domain(ask: Ask) -> Ask:
+    return Ask(ask.job, ask.k, ask.spread, ask.node_cap, ask.sensitive, ask.own,
+                ask.near_leaves, ask.near_spines, None, ask.single_leaf,
+                ask.max_nodes_per_leaf, ask.max_gpus_per_leaf)

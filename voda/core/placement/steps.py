@@ -1,0 +1,252 @@
+"""Steps 1-3 of one placement call for one GPU type: keep, add, defragment.
+
+Also the modes (MODES) that redo them with less freedom until the plan is
+reachable. See voda.core.placement.manager for the steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from voda.core.model import Allocation, Job, Node, Placement
+from voda.core.placement.first_fit import shrink
+from voda.core.placement.packer import NodeCounts, Packer
+from voda.core.placement.rebuild import rebuild
+from voda.core.placement.settings import DISTRIBUTED, PlacementSettings, strategy_of
+from voda.core.placement.topology import FreeIndex, Topology
+
+# How much of steps 2-3 a call may use, in this order, until the actions that lead
+# from the previous placement to the new one can be applied one by one (see
+# sequence_problems): everything; no defragmentation; running jobs only grow in
+# place. The last one is always applicable when the previous placement is valid:
+# its actions only free GPUs before they only take free ones. (A rebuild, 3a, is
+# checked where it is made and dropped when it is not applicable.)
+FULL, NO_DEFRAGMENT, IN_PLACE = "full", "no-defragment", "in-place"
+MODES = (FULL, NO_DEFRAGMENT, IN_PLACE)
+
+
+def run_steps(
+    jobs: Sequence[Job],
+    allocation: Allocation,
+    nodes: Sequence[Node],
+    topology: Topology,
+    previous: Placement,
+    settings: PlacementSettings,
+    mode: str,
+    reachable: Callable[[Mapping[str, Mapping[str, int]]], bool],
+) -> tuple[dict[str, dict[str, int]], Packer]:
+    """Steps 1-3 of voda.core.placement.manager's doc for the jobs and nodes of one GPU type.
+
+    Returns {job: {node: workers}} and the packer, whose flags tell what it did.
+    """
+    packer = Packer(FreeIndex(nodes, topology), settings, {j.name: j for j in jobs})
+    ix = packer.ix
+    current: dict[str, NodeCounts] = {}
+    # 1. keep
+    for job in jobs:
+        mine: dict[str, int] = {}
+        for node, count in previous.get(job.name, ()):
+            if node in ix.index and count > 0:
+                mine[node] = mine.get(node, 0) + count
+        counts: NodeCounts = {}
+        for node, count in sorted(shrink(mine, allocation[job.name]).items()):
+            i = ix.index[node]
+            take = min(count, ix.free[i])
+            if take:
+                counts[i] = take
+        packer.take(job, counts)
+        current[job.name] = counts
+    # 2. add
+    short = [j for j in jobs if sum(current[j.name].values()) < allocation[j.name]]
+    short.sort(key=lambda j: (-(allocation[j.name] - sum(current[j.name].values())), j.sort_key))
+    started = {j.name for j in short if not current[j.name]}
+    # Jobs whose count stays: moving them is a migration, applied before any start.
+    steady = {
+        j.name for j in jobs
+        if sum(c for n, c in previous.get(j.name, ()) if n in ix.index) == allocation[j.name]
+    }
+    for job in short:
+        current[job.name] = _add(packer, job, allocation[job.name], current[job.name],
+                                 afresh=mode != IN_PLACE)
+    changed = {j.name for j in short}
+    if changed and settings.defragment and mode == FULL:
+        _relayout(packer, jobs, current, steady - changed)
+    # 3. defragment: many changes -> rebuild and match; else make room on one node
+    if changed and settings.defragment and mode == FULL:
+        penalty = sum(packer.penalty(j, current[j.name]) for j in short)
+        rebuilt = None
+        if penalty > 0 and len(changed) >= settings.rebuild_changed_share * len(jobs):
+            rebuilt = rebuild(packer, jobs, allocation, current, previous,
+                               started | (steady - changed), started, topology)
+            if rebuilt is not None and not reachable(_named(rebuilt, ix)):
+                rebuilt = None
+        if rebuilt is not None:
+            current = rebuilt
+        elif penalty > 0:
+            residents = _residents(current, len(ix.nodes))
+            for job in sorted(short, key=lambda j: (-allocation[j.name], j.sort_key)):
+                k = allocation[job.name]
+                if k <= ix.max_cap and packer.penalty(job, current[job.name]) > 0:
+                    movable = started | (steady - changed)
+                    _make_room(packer, job, current, residents, movable, started, settings)
+    return _named(current, ix), packer
+
+
+def _named(current: Mapping[str, NodeCounts], ix: FreeIndex) -> dict[str, dict[str, int]]:
+    return {name: {ix.nodes[i].name: c for i, c in counts.items()}
+            for name, counts in current.items()}
+
+
+def _add(packer: Packer, job: Job, k: int, have: NodeCounts, afresh: bool = True) -> NodeCounts:
+    """Bring a job to k workers: grow on and near its nodes, or place it afresh if tighter.
+
+    The GPUs a job placed afresh leaves stay taken for the rest of the call: they
+    are freed only when its scale-out is applied, after every other start.
+    """
+    ix = packer.ix
+    counts = dict(have)
+    missing = k - sum(counts.values())
+    if counts and not (strategy_of(job) == DISTRIBUTED or job.latency_sensitive):
+        probe = packer.ask(job, missing, counts)
+        for i in sorted(counts, key=lambda i: (-counts[i], i)):
+            extra = min(packer.room(probe, i), missing)
+            if extra > 0:
+                ix.take(i, extra, job.latency_sensitive)
+                counts[i] += extra
+                missing -= extra
+    if missing > 0:
+        more = packer.place(packer.ask(job, missing, counts))
+        packer.take(job, more)
+        for i, c in more.items():
+            counts[i] = counts.get(i, 0) + c
+    if afresh and have and packer.penalty(job, counts) > 0:
+        packer.release(job, counts)
+        fresh = packer.place(packer.ask(job, k, {}))
+        if packer.penalty(job, fresh) < packer.penalty(job, counts):
+            left = {i: c - fresh.get(i, 0) for i, c in have.items() if c > fresh.get(i, 0)}
+            counts = fresh
+            packer.reserve(job, left)
+        packer.take(job, counts)
+    return counts
+
+
+def _relayout(
+    packer: Packer, jobs: Sequence[Job], current: dict[str, NodeCounts], steady: set[str]
+) -> None:
+    """Move running jobs of unchanged size whose layout is known to be slow (step 2b).
+
+    At most `defragment_max_moved_jobs` per call, earliest jobs first; a job
+    moves only when its new layout is nearer to what it should have.
+    """
+    moved = 0
+    for job in jobs:
+        if moved >= packer.s.defragment_max_moved_jobs:
+            return
+        counts = current[job.name]
+        if job.name not in steady or not packer.slow_layout(job, counts):
+            continue
+        packer.release(job, counts)
+        fresh = packer.place(packer.ask(job, sum(counts.values()), {}))
+        if packer.penalty(job, fresh) < packer.penalty(job, counts):
+            counts, moved = fresh, moved + 1
+            packer.defragmented = True
+        packer.take(job, counts)
+        current[job.name] = counts
+
+
+def _residents(current: Mapping[str, NodeCounts], size: int) -> list[dict[str, int]]:
+    """{job: workers} per node id."""
+    residents: list[dict[str, int]] = [{} for _ in range(size)]
+    for name, counts in current.items():
+        for i, c in counts.items():
+            residents[i][name] = c
+    return residents
+
+
+def _make_room(
+    packer: Packer,
+    job: Job,
+    current: dict[str, NodeCounts],
+    residents: list[dict[str, int]],
+    movable: set[str],
+    started: set[str],
+    settings: PlacementSettings,
+) -> None:
+    """Step 3b: put a job that fits on one node on one node, moving a few one-node jobs.
+
+    The candidate nodes are the freest ones; on each, the fewest one-node jobs
+    to move away are the largest. Only `movable` jobs move: jobs started in
+    this call (for free) and at most `defragment_max_moved_jobs` jobs that keep
+    their size, each to a single node; resized jobs never move (a plan frees
+    their GPUs too late).
+    Changes `current`, `residents` and the index only when it succeeds.
+    """
+    ix = packer.ix
+    mine = current[job.name]
+    k = sum(mine.values())
+    packer.release(job, mine)
+    best: tuple[tuple[int, int, int], int, list[str]] | None = None
+    scanned = 0
+    for free in range(ix.max_cap, 0, -1):
+        if scanned >= settings.candidates:
+            break
+        for i in ix.buckets[free]:
+            if ix.cap[i] < k or (job.latency_sensitive and ix.sensitive[i] > 0):
+                continue
+            scanned += 1
+            movable = sorted(
+                (
+                    name for name in residents[i]
+                    if len(current[name]) == 1 and name in movable
+                ),
+                key=lambda n: (n not in started, -residents[i][n], n),
+            )
+            chosen, room = [], free
+            for name in movable:
+                if room >= k:
+                    break
+                chosen.append(name)
+                room += residents[i][name]
+            paid = sum(1 for name in chosen if name not in started)
+            if room >= k and paid <= settings.defragment_max_moved_jobs:
+                key = (paid, len(chosen), i)
+                if best is None or key < best[0]:
+                    best = (key, i, chosen)
+            if scanned >= settings.candidates:
+                break
+    if best is None:
+        packer.take(job, mine)
+        return
+    _, node, evicted = best
+    old = {name: current[name] for name in evicted}
+    for name in evicted:
+        packer.release(packer.jobs[name], old[name])
+    packer.take(job, {node: k})
+    # A resized job frees its old GPUs only when its scale-out is applied: keep them.
+    held = {} if job.name in started else {
+        i: c - (k if i == node else 0) for i, c in mine.items() if c > (k if i == node else 0)
+    }
+    packer.reserve(job, held)
+    moved: dict[str, NodeCounts] = {}
+    for name in sorted(evicted, key=lambda n: (-sum(old[n].values()), n)):
+        other = packer.jobs[name]
+        counts = packer.place(packer.ask(other, sum(old[name].values()), {}))
+        packer.take(other, counts)
+        moved[name] = counts
+        if len(counts) > 1:  # it would get wider: undo everything
+            for n, c in moved.items():
+                packer.release(packer.jobs[n], c)
+            packer.release(job, {node: k})
+            packer.unreserve(job, held)
+            for n, c in old.items():
+                packer.take(packer.jobs[n], c)
+            packer.take(job, mine)
+            return
+    packer.defragmented = True
+    for name, counts in [*moved.items(), (job.name, {node: k})]:
+        for i in current[name]:
+            residents[i].pop(name, None)
+        for i, c in counts.items():
+            residents[i][name] = c
+        current[name] = counts
+
