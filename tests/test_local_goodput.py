@@ -24,11 +24,11 @@ from tests.test_api_goodput import _job, _settled, changed
 from tests.test_local_backend import TRAIN, read_jsonl, wait_for_events, write_script
 from voda.adaptive_batch import decide, plan
 from voda.backends.local import LocalBackend
+from voda.cli.demo_local import PROJECT_ROOT
 from voda.core.allocation.voda import Voda
 from voda.core.goodput import GoodputModel
 from voda.core.goodput_report import BatchLimits, ReportRefused, model_of, report_from_values
 from voda.core.model import Job
-from voda.demo_local import PROJECT_ROOT
 from voda.engine.events import Event, EventKind
 from voda.goodput_meter import GOODPUT_FILE
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from voda.api import service as service_module
+from voda.api import reads as reads_module
 from voda.api.app import create_app
 from voda.api.service import Service
 from voda.api.writes import Batch, StoreWriter
@@ -78,7 +78,7 @@ def test_an_unexpected_error_is_a_json_500_that_closes_the_connection() -> None:
 def test_readyz_fails_while_the_scheduler_lock_is_held_too_long(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service_module, "LOCK_STALL_SECONDS", 0.2)
+    monkeypatch.setattr(reads_module, "LOCK_STALL_SECONDS", 0.2)
     settings = ServerSettings(db=f"sqlite:///{tmp_path / 'v.db'}", backend="emulated")
     service = Service(settings, EmulatedBackend(parse_cluster("1x2")))
     service.start()

@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
             run_simulation("workload-1", "16x4", "all", rigid=False, preset=None, placement=None,
                            penalty=None, interval=None, as_json=False, plot=None)
         if local:
-            from voda.demo_local import run_local_demo
+            from voda.cli.demo_local import run_local_demo
 
             console.rule(f"Real elastic training: voda serve --backend local, {slots} slots")
             results = run_local_demo(console, slots=slots, algorithm=algorithm)

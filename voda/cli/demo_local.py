@@ -8,7 +8,7 @@ SQLite store and submits the jobs over HTTP; otherwise it drives the
 ElasticFIFO scheduler and a LocalBackend in this process. Either way the jobs
 are real processes with real checkpoints.
 
-    python -m voda.demo_local [--slots 4] [--nodes 2x2] [--in-process]
+    python -m voda.cli.demo_local [--slots 4] [--nodes 2x2] [--in-process]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from voda.backends.local import LocalBackend, free_port, read_tail
 from voda.core.model import ActionKind, Job, JobStatus, Plan, validate_job
 from voda.engine.scheduler import JobRecord, Scheduler, SchedulerObserver, SchedulerSettings
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 STEP_SECONDS = 0.25
 
 

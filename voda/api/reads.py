@@ -1,0 +1,252 @@
+"""The service's read-only views: what the routes read of it (a job, the job list and
+counts, a job's history and log, the cluster, the scheduler's settings, refused
+decisions, health, readiness, the metrics) and the helpers that shape a job or a node
+for an answer.
+
+`ServiceReads` is the read-only part of Service (voda.api.service), which extends it:
+its methods read the state Service keeps, under Service's lock, and answer once what
+they show is in the store; they change nothing. The changes are in voda.api.service;
+the views of one record in voda.api.views.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from voda.api import views
+from voda.api.errors import NotFound
+from voda.api.metrics import ServiceMetrics
+from voda.api.writes import StoreWriter
+from voda.backends.base import Backend
+from voda.config import ServerSettings, User
+from voda.core.allocation import registry
+from voda.core.model import JobStatus, Node
+from voda.engine.scheduler import JobRecord, Scheduler
+from voda.store import jobs as store
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from sqlalchemy.orm import Session
+
+T = TypeVar("T")
+
+LOCK_STALL_SECONDS = 5.0  # /readyz fails when the scheduler lock is held longer
+WRITE_STALL_SECONDS = 5.0
+EVENTS_SHOWN = 20
+HISTORY_SHOWN = 1000  # the most history entries one answer holds (the newest)
+
+
+class ServiceReads:
+    """What Service answers without changing anything (see the module's docstring)."""
+
+    # Set by Service's __init__ and start().
+    settings: ServerSettings
+    backend: Backend
+    scheduler: Scheduler
+    writer: StoreWriter
+    metrics: ServiceMetrics
+    inbox_lock: threading.Lock
+    names: set[str]
+    unschedulable: dict[str, str]
+    drained: dict[str, Node]
+    seen_nodes: dict[str, Node]
+    import_paths: frozenset[str]
+    started_at: float
+    first_schedule_at: float | None
+    recovered_jobs: int
+    adopted_running_jobs: int
+    _lock_since: float | None
+
+    if TYPE_CHECKING:  # Service's own: its lock, the store, the admitted jobs, the nodes
+        def _locked(self) -> AbstractContextManager[None]: ...
+
+        def _read(self, read: Callable[[], T]) -> T: ...
+
+        def _store_read(self, read: Callable[[Session], T]) -> T: ...
+
+        def _admit(self) -> None: ...
+
+        def _note_nodes(self) -> set[str]: ...
+
+    # ----- reads ------------------------------------------------------------------------------
+    def get(self, name: str, user: User) -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            self._admit()
+            return self._describe(self._visible(name, user), time.time())
+        view = self._read(read)
+        rows = self._store_read(lambda s: store.history(s, name, last=EVENTS_SHOWN))
+        view["events"] = [{"time": r.time, "field": r.field, "old": r.old, "new": r.new,
+                           "message": r.message} for r in rows]
+        return view
+
+    def list(self, user: User, status: str | None, gpu_type: str | None, owner: str | None,
+             offset: int, limit: int, search: str | None = None,
+             newest_first: bool = False) -> tuple[list[dict[str, Any]], int]:
+        """One page of the jobs `user` may see, oldest first (or newest first), and how many
+        there are. `search` keeps the jobs whose name or owner contains it (any case)."""
+        status_l = status.lower() if status is not None else None
+        needle = search.lower() if search else None
+
+        def read() -> tuple[list[dict[str, Any]], int]:
+            self._admit()
+            records = [r for r in self.scheduler.jobs.values()
+                       if views.visible(user, r)
+                       and (status_l is None or str(r.status).lower() == status_l)
+                       and (gpu_type is None or r.gpu_type == gpu_type)
+                       and (owner is None or views.owner_of(r) == owner)
+                       and (needle is None or needle in r.name.lower()
+                            or needle in views.owner_of(r).lower())]
+            records.sort(key=lambda r: (r.submit_time, r.name), reverse=newest_first)
+            page = records[offset:offset + limit]
+            return [self._summary(r) for r in page], len(records)
+        return self._read(read)
+
+    def counts_by_status(self, user: User) -> dict[str, int]:
+        """How many of the jobs `user` may see are in each status."""
+        def read() -> dict[str, int]:
+            self._admit()
+            counts = {str(s): 0 for s in JobStatus}
+            for r in self.scheduler.jobs.values():
+                if views.visible(user, r):
+                    counts[str(r.status)] += 1
+            return counts
+        return self._read(read)
+
+    def job_history(self, name: str, user: User,
+                    last: int = HISTORY_SHOWN) -> list[dict[str, Any]]:
+        """A job's newest `last` status, priority, event and allocation changes, oldest
+        first (as stored)."""
+        def read() -> None:
+            self._admit()
+            self._visible(name, user)
+        self._read(read)
+        rows = self._store_read(lambda s: store.history(s, name, last=last))
+        return [{"time": r.time, "field": r.field, "old": r.old, "new": r.new,
+                 "message": r.message} for r in rows]
+
+    def log_tail(self, name: str, user: User, lines: int) -> str | None:
+        """The last lines of a job's log, on a backend that keeps logs (None elsewhere)."""
+        with self._locked():
+            self._visible(name, user)
+        log_path = getattr(self.backend, "log_path", None)
+        if log_path is None:
+            return None
+        from voda.backends.local import read_tail
+
+        path = log_path(name)
+        return read_tail(path, lines=lines) if path.is_file() else ""
+
+    def scheduler_view(self, gpu_type: str) -> dict[str, Any]:
+        return self._read(lambda: self._scheduler_view(gpu_type))
+
+    def _scheduler_view(self, gpu_type: str) -> dict[str, Any]:
+        self._known_gpu_type(gpu_type)
+        name, params = self._algorithm_of(gpu_type)
+        return {"gpu_type": gpu_type, "algorithm": name, "params": params,
+                "rate_limit_seconds": self.scheduler.settings.rate_limit_seconds,
+                "valid_algorithms": registry.available(self.import_paths)}
+
+    def cluster_view(self, user: User) -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            algorithms = {t: self._algorithm_of(t)[0]
+                          for t in self.scheduler.cluster.gpu_types()}
+            return views.cluster_view(self.scheduler, user, algorithms,
+                                      self.drained.values(), self._lost_nodes())
+        return self._read(read)
+
+    def refusals(self, user: User) -> dict[str, str]:
+        """Refused decisions in force by GPU type (reasons for administrators only)."""
+        return self._read(lambda: views.refusals(self.scheduler, user))
+
+    def _lost_nodes(self) -> list[Node]:
+        """Nodes the cluster had and has no more: removed, or lost by the backend."""
+        present = self._note_nodes()
+        return [n for name, n in self.seen_nodes.items() if name not in present]
+
+    def health(self) -> dict[str, Any]:
+        with self.inbox_lock:
+            jobs = len(self.names)
+        first = (self.first_schedule_at - self.started_at) if self.first_schedule_at else None
+        fault = self.writer.health.fault
+        return {"status": "ok", "backend": self.settings.backend, "jobs": jobs,
+                "started_at": self.started_at, "recovered_jobs": self.recovered_jobs,
+                "adopted_running_jobs": self.adopted_running_jobs,
+                "first_schedule_seconds": first,
+                "store": "ok" if fault is None else str(fault)}
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        """Ready: the store takes writes and the scheduler lock is not stuck. Never waits
+        for a lock itself."""
+        reasons = []
+        health = self.writer.health
+        if health.fault is not None:
+            reasons.append(f"{health.fault}; {self.writer.unwritten} batches of changes "
+                           "wait to be written")
+        writing = health.writing_since
+        if writing is not None and time.monotonic() - writing > WRITE_STALL_SECONDS:
+            reasons.append(f"store: a write has taken {time.monotonic() - writing:.1f} s")
+        held = self.lock_held_seconds()
+        if held > LOCK_STALL_SECONDS:
+            reasons.append(f"scheduler: the lock has been held for {held:.1f} s")
+        return not reasons, reasons
+
+    def lock_held_seconds(self) -> float:
+        since = self._lock_since
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
+
+    # ----- helpers of the views ------------------------------------------------------
+    def _describe(self, record: JobRecord, now: float) -> dict[str, Any]:
+        return views.describe(record, now, self.scheduler.accounted_until,
+                              self.scheduler.cluster, self.unschedulable.get(record.name),
+                              self._queue_of(record), self.scheduler.time_scale)
+
+    def _summary(self, record: JobRecord) -> dict[str, Any]:
+        return views.summary(record, self._queue_of(record))
+
+    def _queue_of(self, record: JobRecord) -> int | None:
+        """The priority queue (0 is the top) of an active job under an algorithm that keeps
+        queues (Tiresias); None elsewhere."""
+        if record.status.is_terminal:
+            return None
+        priority_class = getattr(self.scheduler.algorithm_for(record.gpu_type),
+                                 "priority_class", None)
+        if priority_class is None:
+            return None
+        value = priority_class(record)
+        return value if isinstance(value, int) else None
+
+    def _visible(self, name: str, user: User) -> JobRecord:
+        record = self.scheduler.jobs.get(name)
+        if record is None or not views.visible(user, record):
+            raise NotFound(f"job {name!r} not found")
+        return record
+
+    def _known_gpu_type(self, gpu_type: str) -> None:
+        types = self.scheduler.cluster.gpu_types()
+        if gpu_type not in types:
+            raise NotFound(f"GPU type {gpu_type!r} not found; the cluster has: {', '.join(types)}")
+
+    def _algorithm_of(self, gpu_type: str) -> tuple[str, dict[str, Any]]:
+        settings = self.scheduler.settings
+        if gpu_type in settings.algorithm_by_gpu_type:
+            name, params = settings.algorithm_by_gpu_type[gpu_type]
+            return name, dict(params)
+        return settings.algorithm, dict(settings.algorithm_params)
+
+    def render_metrics(self) -> bytes:
+        """The Prometheus text, gauges refreshed from the scheduler's state now."""
+        with self._locked():
+            s = self.scheduler
+            self.metrics.set_state(s.cluster, list(s.active.values()))
+        self.metrics.set_store(self.writer.health, self.writer.unwritten,
+                               self.lock_held_seconds())
+        return self.metrics.render()
+
+    def _node_view(self, node: Node) -> dict[str, Any]:
+        return {"name": node.name, "gpus": node.gpus, "gpu_type": node.gpu_type,
+                "leaf": node.leaf_name, "spine": node.spine_name,
+                "schedulable": node.name not in self.drained, "removed": False}
