@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from voda.api.backends import BACKENDS, create_backend
-from voda.backends.base import Backend, SupportsAdoption, SupportsDelete
 from voda.backends.emulated import ClusterSpecError, EmulatedBackend, parse_cluster
 from voda.config import ServerSettings
 from voda.core.model import Job
+from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete
 from voda.engine.events import EventKind
 
 

@@ -23,11 +23,11 @@ import typer
 from typer.testing import CliRunner
 
 import voda.report
-from voda.backends.base import Backend, SupportsAdoption, SupportsDelete
 from voda.backends.local import LocalBackend, forkable, from_settings, parse_nodes
 from voda.cli import logs
 from voda.cli.demo_local import PROJECT_ROOT, SpecError, load_job_spec, load_job_specs
 from voda.core.model import Job, JobStatus
+from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete
 from voda.engine.events import Event, EventKind
 from voda.engine.scheduler import Scheduler, SchedulerSettings
 

@@ -23,9 +23,9 @@ from voda.api.http_metrics import RequestTimer
 from voda.api.routes import router
 from voda.api.service import Busy, Conflict, Forbidden, NotFound, Service
 from voda.api.writes import StoreUnavailable
-from voda.backends.base import Backend
 from voda.config import ConfigError, ServerSettings, split_list
 from voda.core.allocation.registry import UnknownAlgorithm
+from voda.engine.backend import Backend
 from voda.spec import SpecError
 
 log = logging.getLogger(__name__)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from voda.backends.base import Backend
 from voda.config import ServerSettings
+from voda.engine.backend import Backend
 
 
 def _emulated(settings: ServerSettings) -> Backend:

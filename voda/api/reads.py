@@ -20,10 +20,10 @@ from voda.api import views
 from voda.api.errors import NotFound
 from voda.api.metrics import ServiceMetrics
 from voda.api.writes import StoreWriter
-from voda.backends.base import Backend
 from voda.config import ServerSettings, User
 from voda.core.allocation import registry
 from voda.core.model import JobStatus, Node
+from voda.engine.backend import Backend
 from voda.engine.scheduler import JobRecord, Scheduler
 from voda.store import jobs as store
 

@@ -43,7 +43,6 @@ from voda.api.reads import HISTORY_SHOWN as HISTORY_SHOWN  # the routes import i
 from voda.api.reads import ServiceReads
 from voda.api.report_tokens import Reporter, ReportKeys, incarnation_of, new_secret
 from voda.api.writes import Batch, Pending, StoreUnavailable, StoreWriter
-from voda.backends.base import Backend, SupportsAdoption, SupportsDelete
 from voda.blas import serial_blas
 from voda.config import ServerSettings, User, split_list
 from voda.core.allocation import registry
@@ -61,6 +60,7 @@ from voda.core.model import (
 )
 from voda.core.placement.base import Placer
 from voda.core.placement.registry import get_placer
+from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete
 from voda.engine.events import Event, EventKind
 from voda.engine.scheduler import (
     ALL_GPU_TYPES,

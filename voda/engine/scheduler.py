@@ -40,7 +40,6 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from voda.backends.base import Backend, SupportsAdoption, SupportsDelete
 from voda.core.allocation import registry
 from voda.core.allocation.base import AllocationAlgorithm
 from voda.core.model import (
@@ -58,6 +57,7 @@ from voda.core.model import (
 from voda.core.placement.base import Placer
 from voda.core.placement.registry import DEFAULT_PLACER, get_placer
 from voda.core.plan import decide
+from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,9 @@
-"""The Backend protocol: about five methods, optional capabilities apart."""
+"""The Backend protocol: the port the engine drives, and its optional capabilities.
+
+About five methods, optional capabilities apart (SupportsDelete, SupportsAdoption).
+It lives beside the engine so that the engine needs no backend: voda.backends and
+voda.sim implement it, and the engine imports neither (checked by lint-imports).
+"""
 
 from __future__ import annotations
 
