@@ -125,6 +125,8 @@ CONFIGS = [
     ("ElasticTiresias", {"queue_thresholds": [3600], "starvation_knob": None,
                          "compaction_threshold": 0}),
     ("FfDLOptimizer", {"max_jobs": 3}),
+    ("Voda", {"tail_floor": 0}),
+    ("Voda", {"tail_floor": 1.0}),
 ]
 
 

@@ -16,6 +16,7 @@ from voda.core.allocation.base import water_level
 from voda.core.allocation.voda import (
     Voda,
     category_models,
+    hardware_efficiency,
     inelastic_first,
     measured_cap,
     own_model,
@@ -23,6 +24,8 @@ from voda.core.allocation.voda import (
     rank_weights,
     share_left,
     short_start_bonus,
+    tail_floors,
+    with_floors,
 )
 from voda.core.goodput import GoodputModel, PerfParams
 
@@ -203,8 +206,10 @@ def test_a_long_job_that_scales_poorly_is_weighed_at_the_share_it_would_hold_lat
     assert factors("even") == [1.6, 1.0, 1.0, 1.0]  # 100 / 80 on 2 GPUs: 1 / 1.6 efficient
     assert factors("later") == [5.6, 1.0, 1.0, 1.0]  # 100 / 70 on 8
     assert factors("between") == [2.8, 1.0, 1.0, 1.0]  # 100 / 70 on 4, sqrt(2 x 8)
-    assert Voda(gpus_per_node=4, inelastic_share="even")(jobs, 8)["poor"] == 0
-    assert Voda(gpus_per_node=4)(jobs, 8)["poor"] == 1  # it starts now, on one GPU
+    # (without the floor for the tail, which would start it on one GPU under either share)
+    assert Voda(gpus_per_node=4, inelastic_share="even", tail_floor=0)(jobs, 8)["poor"] == 0
+    assert Voda(gpus_per_node=4, tail_floor=0)(jobs, 8)["poor"] == 1  # it starts now, on one GPU
+    assert Voda(gpus_per_node=4, inelastic_share="even")(jobs, 8)["poor"] == 1
 
 
 @settings(max_examples=300, deadline=None)
@@ -311,3 +316,64 @@ def test_switches_must_be_booleans() -> None:
     for knob in ("aligned", "share_models", "category_history", "explore"):
         with pytest.raises(ValueError, match=knob):
             registry.create("Voda", {knob: "false"})
+
+
+def long_poor_and_short_linear(count: int) -> list:
+    """One long job whose hardware scales poorly (70 s an epoch from 4 GPUs up, 100 s on
+    one) and `count` shorter ones that scale linearly, submitted after it."""
+    poor = make_job("poor").workers(1, 16).epochs(30).epoch_times(
+        {1: 100.0, 2: 80.0, 4: 70.0, 8: 70.0, 16: 70.0}).submitted_at(0).obj()
+    short = [make_job(f"short{i}").workers(1, 4).epochs(10).epoch_times(
+        {1: 30.0, 2: 15.0, 4: 7.5}).submitted_at(i + 1).obj() for i in range(count)]
+    return [poor, *short]
+
+
+def test_a_tail_floor_holds_a_long_job_that_scales_poorly_at_one_gpu() -> None:
+    jobs = long_poor_and_short_linear(3)
+    assert Voda(gpus_per_node=4, tail_floor=0)(jobs, 4)["poor"] == 0  # the rank order defers it
+    floored = Voda(gpus_per_node=4, tail_floor=0.25)(jobs, 4)
+    assert floored["poor"] == 1
+    assert sum(floored.values()) == 4
+
+
+def test_a_tail_floor_spares_jobs_that_scale_well_short_jobs_and_its_budget() -> None:
+    voda = Voda(gpus_per_node=4)
+    jobs = long_poor_and_short_linear(3)
+    well = make_job("well").workers(1, 16).epochs(30).epoch_times(
+        {1: 100.0, 2: 50.0, 4: 25.0, 8: 12.5, 16: 6.25}).submitted_at(0).obj()
+    second = dataclasses.replace(jobs[0], name="poor2", submit_time=0.5)
+    jobs = [jobs[0], well, second, *jobs[1:]]
+    curves = [voda.curve(j, None, 8) for j in jobs]
+    models = [None] * len(jobs)
+    # poor and poor2 are long and 100 / 70 / 16 efficient on 16 GPUs; well is linear;
+    # the short jobs are the shorter half. The budget goes in submit order.
+    assert tail_floors(curves, models, 8, 4) == [True, False, True, False, False, False]
+    assert tail_floors(curves, models, 1, 4) == [True, False, False, False, False, False]
+    assert tail_floors(curves, models, 0, 4) == [False] * 6
+
+
+def test_hardware_efficiency_is_throughput_without_the_statistical_efficiency() -> None:
+    curve = Voda(gpus_per_node=4).curve(make_job("j").workers(1, 16).obj(), None, 16)
+    no_network = PerfParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0)
+    slow_network = PerfParams(0.1, 0.01, 1.0, 0.5, 1.0, 0.5, 1.0)
+    assert hardware_efficiency(curve, model(4, no_network), 16, 4) == pytest.approx(1.0)
+    assert hardware_efficiency(curve, model(4, slow_network), 16, 4) < 0.5
+    # the gradient statistics, which change as a job trains, do not enter
+    assert hardware_efficiency(curve, model(4, slow_network, grad_var=100.0), 16, 4) == \
+        hardware_efficiency(curve, model(4, slow_network, grad_var=0.01), 16, 4)
+    # nothing measured: taken to scale linearly, so never floored
+    assert hardware_efficiency(curve, None, 16, 4) == pytest.approx(1.0)
+
+
+def test_with_floors_puts_a_floored_jobs_value_at_none_below_any_other_choice() -> None:
+    utilities = [np.array([0.0, 5.0, 9.0]), np.array([0.0, 3.0, -np.inf])]
+    floored = with_floors(utilities, [False, True])
+    assert floored[0] is utilities[0]
+    assert floored[1][0] < -(9.0 + 3.0)
+    assert list(floored[1][1:]) == [3.0, -np.inf]
+
+
+def test_tail_floor_is_checked() -> None:
+    for bad in (-0.1, 1.5, "0.1", float("nan"), True):
+        with pytest.raises(ValueError, match="tail_floor"):
+            Voda(tail_floor=bad)  # type: ignore[arg-type]

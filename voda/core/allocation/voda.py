@@ -39,6 +39,11 @@ grows to measure a larger count, and its next fit corrects the model. The optimu
 exact over counts that pack (powers of two below a node, whole nodes above;
 voda.core.allocation.counts).
 
+For the tail (`tail_floor`): the rank order defers the longest jobs behind shorter
+arrivals, and those whose hardware scales poorly cannot make up for it later on more GPUs,
+so they set the p99. On up to an eighth of the GPUs, such jobs hold one GPU from their
+arrival (`tail_floors`), where they run efficiently: the p99 falls, the mean pays a little.
+
 Voda uses only what the service observes: epochs asked for and done, epoch times
 by worker count (per job, and per category for a job that has not run yet), the
 goodput model an adaptive job reports, attained service. Jobs of one category
@@ -99,7 +104,9 @@ class Voda:
     raised for the wait starting it spares it; 1: not raised; 10), `inelastic_first` (the
     power of 1 / a job's parallel efficiency at its share its weight is raised by: jobs
     that scale poorly first; 0: off; 1), `inelastic_share` (that share: "even" now,
-    "later" once the shorter jobs have finished, "between" their geometric mean; "between").
+    "later" once the shorter jobs have finished, "between" their geometric mean; "between"),
+    `tail_floor` (the share of the GPUs that may hold long jobs whose hardware scales poorly
+    at one GPU from their arrival, for the tail: `tail_floors`; 0: off; 0.125).
     """
 
     name: str = "Voda"
@@ -116,6 +123,7 @@ class Voda:
     short_start: float = 10.0
     inelastic_first: float = 1.0
     inelastic_share: str = "between"
+    tail_floor: float = 0.125
     # Remaining work and goodput change as jobs run: decide again on progress reports.
     decides_on_progress: ClassVar[bool] = True
 
@@ -144,6 +152,10 @@ class Voda:
         if self.inelastic_share not in INELASTIC_SHARES:
             raise ValueError(f"inelastic_share: must be one of {', '.join(INELASTIC_SHARES)}, "
                              f"got {self.inelastic_share!r}")
+        if not (isinstance(self.tail_floor, int | float) and not isinstance(self.tail_floor, bool)
+                and 0 <= self.tail_floor <= 1):
+            raise ValueError(
+                f"tail_floor: must be a number in [0, 1], got {self.tail_floor!r}")
         check_gpus_per_node(self.gpus_per_node)
         for knob in ("aligned", "share_models", "category_history", "explore"):
             if not isinstance(getattr(self, knob), bool):
@@ -165,6 +177,11 @@ class Voda:
                                    per_node(self.gpus_per_node), self.inelastic_share)
         utilities = [self.utility(job, c, float(w))
                      for job, c, w in zip(ordered, curves, weights, strict=True)]
+        if self.tail_floor > 0:
+            models = [own_model(job, borrowed.get(job.category)) for job in ordered]
+            floored = tail_floors(curves, models, int(self.tail_floor * capacity),
+                                  per_node(self.gpus_per_node))
+            utilities = with_floors(utilities, floored)
         counts = best_counts(utilities, capacity)
         return {job.name: n for job, n in zip(ordered, counts, strict=True)}
 
@@ -302,6 +319,70 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
         if math.isfinite(speedup) and speedup > 0:
             factors[i] = (n / speedup) ** exponent if speedup < n else 1.0
     return factors
+
+
+FLOOR_NODES = 4  # a job's hardware scaling is judged on this many nodes' GPUs
+FLOOR_EFFICIENCY = 0.5  # below this share of linear scaling there, it scales poorly
+
+
+def tail_floors(curves: Sequence[Curve], models: Sequence[GoodputModel | None], budget: int,
+                node: int) -> list[bool]:
+    """Per job (in submit order), whether it holds at least one GPU whatever its rank: it is
+    longer on one GPU than at least half the jobs present, and its hardware scales poorly
+    (`hardware_efficiency` below FLOOR_EFFICIENCY); the first `budget` such jobs.
+
+    The rank order defers the longest jobs behind shorter arrivals, and one that scales
+    poorly cannot make up for it later on more GPUs: those jobs set the p99. One GPU is
+    where they run efficiently. The test is on throughput alone, not goodput: a job's
+    statistical efficiency grows as it trains, so a test on goodput (or on its share, which
+    moves with the jobs present) flips from decision to decision and each flip starts or
+    halts a job (docs/design/010-voda-policy.md, "Floors of one GPU").
+    """
+    floored = [False] * len(curves)
+    sizes = np.sort([c.size for c in curves])
+    half = sizes[-(-len(sizes) // 2) - 1] if len(sizes) else math.inf  # longer than it: long
+    for i, (curve, model) in enumerate(zip(curves, models, strict=True)):
+        if budget < 1:
+            break
+        if curve.cap < 1 or not math.isfinite(curve.size) or not curve.size > half:
+            continue
+        if hardware_efficiency(curve, model, FLOOR_NODES * node, node) < FLOOR_EFFICIENCY:
+            floored[i] = True
+            budget -= 1
+    return floored
+
+
+def hardware_efficiency(curve: Curve, model: GoodputModel | None, n: int, node: int) -> float:
+    """A job's throughput on n GPUs over n times its throughput on one (1: linear).
+
+    With a fitted model, at its initial per-GPU batch on as few nodes as hold n (step time
+    on one GPU over step time on n: each GPU does as much per step); without one, from its
+    epoch times at the most GPUs up to n it may take (1 where it may take one only).
+    """
+    if model is not None and model.perf is not None:
+        local = float(min(max(model.init_batch, model.min_local), model.max_local))
+        nodes = -(-n // node)
+        one, many = (float(model.step_time(np.array([k]), np.array([r]), np.array([local]),
+                                           np.array([0.0]))[0])
+                     for k, r in ((1.0, 1.0), (float(nodes), float(n))))
+        return one / many if many > 0 else 1.0
+    m = min(n, curve.cap)
+    if m < 2 or not (math.isfinite(curve.seconds[m]) and curve.seconds[m] > 0):
+        return 1.0
+    return curve.size / curve.seconds[m] / m
+
+
+def with_floors(utilities: Sequence[np.ndarray], floored: Sequence[bool]) -> list[np.ndarray]:
+    """The utilities with each floored job's value at no GPUs below what any other choice
+    can add up to, so the program gives it at least one GPU wherever the floors fit."""
+    finite = [np.abs(u[np.isfinite(u)]) for u in utilities]
+    below = 1.0 + sum(float(f.max()) for f in finite if len(f))
+    out = list(utilities)
+    for i, floor in enumerate(floored):
+        if floor:
+            out[i] = utilities[i].copy()
+            out[i][0] = -below
+    return out
 
 
 def prefix_water_levels(rooms: Sequence[int], free: int) -> list[int]:
