@@ -344,12 +344,11 @@ def test_a_tail_floor_spares_jobs_that_scale_well_short_jobs_and_its_budget() ->
     second = dataclasses.replace(jobs[0], name="poor2", submit_time=0.5)
     jobs = [jobs[0], well, second, *jobs[1:]]
     curves = [voda.curve(j, None, 8) for j in jobs]
-    models = [None] * len(jobs)
     # poor and poor2 are long and 100 / 70 / 16 efficient on 16 GPUs; well is linear;
     # the short jobs are the shorter half. The budget goes in submit order.
-    assert tail_floors(curves, models, 8, 4) == [True, False, True, False, False, False]
-    assert tail_floors(curves, models, 1, 4) == [True, False, False, False, False, False]
-    assert tail_floors(curves, models, 0, 4) == [False] * 6
+    assert tail_floors(curves, 8, 4) == [True, False, True, False, False, False]
+    assert tail_floors(curves, 1, 4) == [True, False, False, False, False, False]
+    assert tail_floors(curves, 0, 4) == [False] * 6
 
 
 def test_hardware_efficiency_is_throughput_without_the_statistical_efficiency() -> None:

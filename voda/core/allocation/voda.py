@@ -178,8 +178,7 @@ class Voda:
         utilities = [self.utility(job, c, float(w))
                      for job, c, w in zip(ordered, curves, weights, strict=True)]
         if self.tail_floor > 0:
-            models = [own_model(job, borrowed.get(job.category)) for job in ordered]
-            floored = tail_floors(curves, models, int(self.tail_floor * capacity),
+            floored = tail_floors(curves, int(self.tail_floor * capacity),
                                   per_node(self.gpus_per_node))
             utilities = with_floors(utilities, floored)
         counts = best_counts(utilities, capacity)
@@ -198,7 +197,7 @@ class Voda:
         finite = seconds[np.isfinite(seconds)]
         size = float(seconds[1]) if cap >= 1 and math.isfinite(seconds[1]) else (
             float(np.min(finite)) if len(finite) else math.inf)
-        return Curve(cap, seconds, size)
+        return Curve(cap, seconds, size, model)
 
     def utility(self, job: Job, curve: Curve, weight: float) -> np.ndarray:
         """The job's weighted speed on n = 0..cap GPUs (-inf where not allowed).
@@ -325,8 +324,7 @@ FLOOR_NODES = 4  # a job's hardware scaling is judged on this many nodes' GPUs
 FLOOR_EFFICIENCY = 0.5  # below this share of linear scaling there, it scales poorly
 
 
-def tail_floors(curves: Sequence[Curve], models: Sequence[GoodputModel | None], budget: int,
-                node: int) -> list[bool]:
+def tail_floors(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
     """Per job (in submit order), whether it holds at least one GPU whatever its rank: it is
     longer on one GPU than at least half the jobs present, and its hardware scales poorly
     (`hardware_efficiency` below FLOOR_EFFICIENCY); the first `budget` such jobs.
@@ -341,12 +339,12 @@ def tail_floors(curves: Sequence[Curve], models: Sequence[GoodputModel | None], 
     floored = [False] * len(curves)
     sizes = np.sort([c.size for c in curves])
     half = sizes[-(-len(sizes) // 2) - 1] if len(sizes) else math.inf  # longer than it: long
-    for i, (curve, model) in enumerate(zip(curves, models, strict=True)):
+    for i, curve in enumerate(curves):
         if budget < 1:
             break
         if curve.cap < 1 or not math.isfinite(curve.size) or not curve.size > half:
             continue
-        if hardware_efficiency(curve, model, FLOOR_NODES * node, node) < FLOOR_EFFICIENCY:
+        if hardware_efficiency(curve, curve.model, FLOOR_NODES * node, node) < FLOOR_EFFICIENCY:
             floored[i] = True
             budget -= 1
     return floored
@@ -361,11 +359,9 @@ def hardware_efficiency(curve: Curve, model: GoodputModel | None, n: int, node: 
     """
     if model is not None and model.perf is not None:
         local = float(min(max(model.init_batch, model.min_local), model.max_local))
-        nodes = -(-n // node)
-        one, many = (float(model.step_time(np.array([k]), np.array([r]), np.array([local]),
-                                           np.array([0.0]))[0])
-                     for k, r in ((1.0, 1.0), (float(nodes), float(n))))
-        return one / many if many > 0 else 1.0
+        one, many = model.step_time(np.array([1.0, -(-n // node)]), np.array([1.0, n]),
+                                    np.full(2, local), np.zeros(2))
+        return float(one / many) if many > 0 else 1.0
     m = min(n, curve.cap)
     if m < 2 or not (math.isfinite(curve.seconds[m]) and curve.seconds[m] > 0):
         return 1.0
@@ -433,11 +429,13 @@ def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Curve:
-    """A job's estimated remaining seconds on n = 0..cap GPUs, and on one (its size)."""
+    """A job's estimated remaining seconds on n = 0..cap GPUs, and on one (its size), and
+    the goodput model they were estimated with (None: from epoch times)."""
 
     cap: int
     seconds: np.ndarray
     size: float
+    model: GoodputModel | None = None
 
 
 def best_size(speedup: np.ndarray, allowed: np.ndarray) -> int:
