@@ -12,6 +12,7 @@ import pytest
 from builders import make_job
 
 from voda.core.allocation import registry
+from voda.core.goodput import GoodputModel
 from voda.core.model import Job
 from voda.core.oracle import StepOracle
 
@@ -22,6 +23,8 @@ FAST = StepOracle((1.0, 0.6, 0.5, 0.45), (50.0, 100.0))
 SLOW = StepOracle((1.0, 0.9, 0.85, 0.8), (50.0, 100.0))
 WORSE_AFTER_2 = StepOracle((1.0, 0.5, 0.6, 0.7), (50.0, 100.0))
 LONG_AGO = 1e6  # seconds since submission: the restart factor is about 1
+UNMEASURED = GoodputModel(perf=None, grad_sqr=0.0, grad_var=0.0, init_batch=128,
+                          max_batch=4096, min_local=32, max_local=256)
 
 
 def case(
@@ -541,6 +544,12 @@ CASES = [
             make_job("b").workers(1, 4).epoch_times(LINEAR).waited_for(LONG_AGO).obj(),
         ],
         6, {"a": 2, "b": 4},
+    ),
+    case(
+        "Pollux gives a batch-adaptive job that has measured nothing one GPU, as the artifact",
+        "Pollux",
+        [make_job("a").workers(1, 16).with_(goodput=UNMEASURED).waited_for(LONG_AGO).obj()],
+        16, {"a": 1},
     ),
     case(
         "Pollux keeps a job that was restarted often where it is",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from builders import make_cluster, make_job
+
+from voda.core.goodput import GoodputModel, PerfParams
 
 from voda.core.placement.most_free import make_most_free
 from voda.core.placement.registry import get_placer
@@ -61,6 +65,40 @@ def test_in_the_simulators_rounds_every_changed_job_is_placed_afresh_at_once() -
     placement = at_once({"a": 4, "b": 2, "c": 2}, jobs("a", "b", "c"), CLUSTER, previous)
     assert placement["a"] == (("node-1", 4),)
     assert placement["c"] == (("node-0", 2),)  # the half a left is free at once
+
+
+# Links between nodes cost 0.5 s a step against 0.01 s within one: packing pays.
+SLOW_ACROSS = PerfParams(0.05, 0.001, 0.5, 0.01, 0.01, 0.001, 1.1)
+SPLIT = {"a": (("node-0", 2), ("node-1", 2)), "b": (("node-0", 2),), "c": (("node-1", 2),)}
+
+
+def measured(name: str, perf: PerfParams | None = SLOW_ACROSS, age: float = 3600.0,
+             restarts: int = 1):  # type: ignore[no-untyped-def]
+    model = GoodputModel(perf=perf, grad_sqr=1.0, grad_var=1.0, init_batch=128,
+                         max_batch=4096, min_local=32, max_local=256,
+                         max_profiled_replicas=4 if perf else 0, epoch_samples=50_000.0)
+    job = make_job(name).workers(1, 12).obj()
+    return dataclasses.replace(job, goodput=model, running_seconds=age, restarts=restarts)
+
+
+def test_the_pollux_variant_gathers_a_split_job_once_a_node_is_free_and_a_restart_pays() -> None:
+    gather = make_repack(simultaneous=True, consolidate_penalty=30.0)
+    jobs = {"a": measured("a"), "b": measured("b"), "c": measured("c")}
+    placement = gather({"a": 4, "b": 2, "c": 2}, jobs, CLUSTER, SPLIT)
+    assert placement["a"] == (("node-2", 4),)
+    assert placement["b"] == SPLIT["b"] and placement["c"] == SPLIT["c"]
+    assert make_repack(simultaneous=True)({"a": 4, "b": 2, "c": 2}, jobs, CLUSTER, SPLIT) == SPLIT
+
+
+def test_the_pollux_variant_leaves_a_split_job_when_a_restart_does_not_pay_or_cannot_help() -> None:
+    gather = make_repack(simultaneous=True, consolidate_penalty=30.0)
+    young = {"a": measured("a", age=40.0), "b": measured("b"), "c": measured("c")}
+    assert gather({"a": 4, "b": 2, "c": 2}, young, CLUSTER, SPLIT)["a"] == SPLIT["a"]
+    unknown = {"a": measured("a", perf=None), "b": measured("b"), "c": measured("c")}
+    assert gather({"a": 4, "b": 2, "c": 2}, unknown, CLUSTER, SPLIT)["a"] == SPLIT["a"]
+    full = {**SPLIT, "d": (("node-2", 4),)}
+    everyone = {n: measured(n) for n in "abcd"}
+    assert gather({"a": 4, "b": 2, "c": 2, "d": 4}, everyone, CLUSTER, full) == full
 
 
 def test_repack_is_a_named_placer() -> None:

@@ -47,10 +47,12 @@ def test_deterministic_baselines_reproduce_every_published_jct_at_other_loads(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("load", ["0.5", "1.0"])
 @pytest.mark.parametrize("workload", WORKLOADS)
-def test_pollux_average_jct_is_within_3_percent_of_the_published_one(workload: str) -> None:
-    result = reproduce("pollux", workload, "1.0")
-    expected = published("pollux", "1.0").avg_jct[workload]
+def test_pollux_average_jct_is_within_3_percent_of_the_published_one(workload: str, load: str
+                                                                    ) -> None:
+    result = reproduce("pollux", workload, load)
+    expected = published("pollux", load).avg_jct[workload]
     print(f"{workload}: Pollux {result.avg_jct:.0f} s, published {expected:.0f} s")
     assert result.unfinished == 0
     assert abs(result.avg_jct / expected - 1) <= 0.03

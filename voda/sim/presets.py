@@ -9,7 +9,9 @@ attained service (no promotion, so the service that places a job is its total),
 queues ordered by entry (SIMULATION.md §4-5). Optimus places as the artifact's
 Optimus does: a job whose count changes is placed afresh, fewest GPUs first
 (§6). Pollux's jobs are packed, a job that grows (and restarts anyway) placed
-afresh, every change at once (voda.core.placement.repack).
+afresh, every change at once (voda.core.placement.repack); a Pollux job left
+spanning more nodes than it needs is gathered when its model says a restart pays
+(the artifact's search scores each job at the nodes it really spans).
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ def _policy_order(algorithm: str, params: Mapping[str, Any]):  # type: ignore[no
 def _pollux_placer(algorithm: str, params: Mapping[str, Any]) -> Placer:
     if algorithm == "Optimus":
         return make_most_free(keep_resized=False, fewest_first=True)
-    if algorithm in ("Pollux", "Voda"):
+    if algorithm == "Pollux":
+        penalty = float(params.get("restart_penalty", 30.0))
+        return make_repack(simultaneous=True, consolidate_penalty=penalty)
+    if algorithm == "Voda":
         return make_repack(simultaneous=True)
     return make_most_free(_policy_order(algorithm, params))
 

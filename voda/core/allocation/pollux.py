@@ -21,9 +21,9 @@ search reaches the same end by scoring real node counts and allowing one
 multi-node job per node; docs/design/009-elastic-baselines.md compares the two.
 
 Per-job limits, as in the artifact: a job may take at most twice the most GPUs it
-has measured a step on, once it has measured one (so it grows by doubling while it
-learns its throughput; before, it is sized as a job without a model), and no more
-than its largest valid batch allows. A job that reports no goodput model is judged
+has measured a step on, and one GPU before it has measured any (so it grows by
+doubling while it learns its throughput), and no more than its largest valid batch
+allows. A job that reports no goodput model is judged
 by its epoch times (voda.core.estimate): speedup t(fair) / t(n), linear while
 unknown.
 """
@@ -115,10 +115,11 @@ class Pollux:
 
 
 def replica_cap(job: Job) -> int:
-    """At most twice the most GPUs the job has measured, and what its batch range allows."""
+    """At most twice the most GPUs the job has measured (one before it has measured any),
+    and what its batch range allows; a job that reports no model: its max."""
     model = job.goodput
-    if model is None or model.perf is None:
-        return job.max_workers  # nothing measured yet: sized like a job without a model
+    if model is None:
+        return job.max_workers
     batch = model.fixed_batch if model.fixed_batch is not None else model.max_batch
     by_batch = max(batch // max(model.min_local, 1), 1)
     return min(max(2 * model.max_profiled_replicas, 1), by_batch)

@@ -22,7 +22,12 @@ grows step by step over half-empty nodes. This placer:
 `make_repack(simultaneous=True)` is the simulator's variant for the Pollux preset:
 there, as in the Pollux artifact, all changes of a round happen at once, so every
 job whose count changes is placed afresh and the GPUs it leaves are free to any
-job at once.
+job at once. With `consolidate_penalty` it also moves a job whose count is
+unchanged but which spans more nodes than it needs (placed so when the cluster was
+full) onto fewer nodes once GPUs there are free, when its goodput model says the
+move is worth a restart: goodput packed x max(age - penalty x restarts, 0) /
+(age + penalty) above its goodput where it is. The artifact's search reaches the
+same end, since it scores each job at the nodes it really spans, with that factor.
 
 It is the placement Pollux's goodput model assumes (a job of n GPUs on
 ceil(n / GPUs per node) nodes), and what the simulator's Pollux preset uses.
@@ -38,14 +43,21 @@ from voda.core.placement.base import Placer
 from voda.core.placement.first_fit import shrink
 
 
-def make_repack(simultaneous: bool = False) -> Placer:
+def make_repack(simultaneous: bool = False, consolidate_penalty: float | None = None
+                ) -> Placer:
     """The packer; `simultaneous`: every change happens at once (a simulator's rule, as in
-    the Pollux artifact), so a growing job's old GPUs are free to others at once."""
+    the Pollux artifact), so a growing job's old GPUs are free to others at once;
+    `consolidate_penalty` (simultaneous only): the seconds a restart costs when weighing
+    whether to gather a job that spans more nodes than it needs (None: never move it)."""
 
     def placer(allocation: Allocation, jobs: Mapping[str, Job], cluster: Cluster,
                previous: Placement) -> Placement:
         if simultaneous:
-            return _repack(allocation, jobs, cluster, previous, mode="release")
+            placed = _repack(allocation, jobs, cluster, previous, mode="release")
+            if consolidate_penalty is not None:
+                placed = _consolidate(placed, allocation, jobs, cluster, previous,
+                                      consolidate_penalty)
+            return placed
         try:
             return _repack(allocation, jobs, cluster, previous, mode="reserve")
         except ValueError:  # the GPUs growing jobs leave were needed: grow where they are
@@ -108,6 +120,48 @@ def _repack(allocation: Allocation, jobs: Mapping[str, Job], cluster: Cluster,
             for node, count in added:
                 merged[node] = merged.get(node, 0) + count
             result[name] = tuple((n, c) for n, c in merged.items() if c)
+    return result
+
+
+def _consolidate(placed: Placement, allocation: Allocation, jobs: Mapping[str, Job],
+                 cluster: Cluster, previous: Placement, penalty: float) -> Placement:
+    """Gather jobs kept where they were that span more nodes than they need, largest
+    first, onto the GPUs left free, where the job's model says it is worth a restart."""
+    size = {n.name: n.gpus for n in cluster.nodes}
+    per_node = max(size.values(), default=0)
+    free = dict(size)
+    for placement in placed.values():
+        for node, count in placement:
+            free[node] -= count
+    result = dict(placed)
+    kept = [name for name, placement in placed.items()
+            if name in jobs and tuple(placement) == tuple(previous.get(name, ()))]
+    kept.sort(key=lambda n: (-allocation[n], jobs[n].sort_key))
+    for name in kept:
+        job = jobs[name]
+        model = job.goodput
+        gpus = allocation[name]
+        spans = sum(1 for _, c in placed[name] if c)
+        if model is None or model.perf is None or per_node <= 0 or spans <= -(-gpus // per_node):
+            continue
+        if _spread(job, gpus, [per_node] * len(size)):
+            continue  # its model prefers it spread
+        usable = [n.name for n in cluster.nodes if n.gpu_type == job.gpu_type]
+        trial = dict(free)
+        for node, count in placed[name]:
+            trial[node] += count
+        try:
+            moved = _pack(gpus, usable, size, trial, name)
+        except ValueError:
+            continue
+        if len(moved) >= spans:
+            continue
+        goodput, _, _ = model.optimize([spans, len(moved)], [gpus, gpus])
+        age = job.running_seconds + job.waiting_seconds
+        factor = max(age - penalty * job.restarts, 0.0) / (age + penalty) if age + penalty > 0 else 1.0
+        if goodput[1] * factor > goodput[0]:
+            result[name] = moved
+            free = trial
     return result
 
 
