@@ -7,7 +7,6 @@ import dataclasses
 from builders import make_cluster, make_job
 
 from voda.core.goodput import GoodputModel, PerfParams
-
 from voda.core.placement.most_free import make_most_free
 from voda.core.placement.registry import get_placer
 from voda.core.placement.repack import make_repack, repack

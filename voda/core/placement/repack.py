@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from voda.core.allocation.pollux import restart_factor
 from voda.core.goodput import best_layouts
 from voda.core.model import Allocation, Cluster, Job, JobPlacement, Placement
 from voda.core.placement.base import Placer
@@ -157,9 +158,7 @@ def _consolidate(placed: Placement, allocation: Allocation, jobs: Mapping[str, J
         if len(moved) >= spans:
             continue
         goodput, _, _ = model.optimize([spans, len(moved)], [gpus, gpus])
-        age = job.running_seconds + job.waiting_seconds
-        factor = max(age - penalty * job.restarts, 0.0) / (age + penalty) if age + penalty > 0 else 1.0
-        if goodput[1] * factor > goodput[0]:
+        if goodput[1] * restart_factor(job, penalty) > goodput[0]:
             result[name] = moved
             free = trial
     return result
