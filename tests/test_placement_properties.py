@@ -7,6 +7,7 @@ are arbitrary: on vanished nodes, on nodes of another type, over capacity.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping
 
@@ -14,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from voda.core.goodput import GoodputModel, PerfParams
 from voda.core.model import Cluster, Job, Node, Placement
 from voda.core.placement.base import placement_problems
 from voda.core.placement.first_fit import first_fit
 from voda.core.placement.manager import PlacementSettings, TopologyPlacer, counts_only
-from voda.core.placement.repack import repack
+from voda.core.placement.repack import make_repack, repack
 from voda.core.plan import diff
 
 PROPERTY_SETTINGS = settings(
@@ -260,3 +262,67 @@ def test_rounds_of_changes_on_a_busy_cluster_stay_valid_and_applicable(seed: int
         assert placement_problems(allocation, jobs, cluster, placement) == []
         apply_in_order(previous, placement, cluster)
         previous = placement
+
+
+def scattered(allocation: Mapping[str, int], jobs: Mapping[str, Job], cluster: Cluster,
+              rng: random.Random) -> Placement:
+    """A valid placement of `allocation` that spreads each job one GPU at a time over the
+    nodes of its type (in a random order): jobs span more nodes than they need."""
+    free = {n.name: n.gpus for n in cluster.nodes}
+    placement: dict[str, tuple[tuple[str, int], ...]] = {}
+    for name, gpus in allocation.items():
+        nodes = [n.name for n in cluster.nodes if n.gpu_type == jobs[name].gpu_type]
+        rng.shuffle(nodes)
+        shards: dict[str, int] = {}
+        while sum(shards.values()) < gpus:
+            node = next(n for n in nodes if free[n] > 0)  # the allocation fits its type
+            nodes.append(nodes.pop(nodes.index(node)))
+            free[node] -= 1
+            shards[node] = shards.get(node, 0) + 1
+        placement[name] = tuple(shards.items())
+    return placement
+
+
+@st.composite
+def measured_jobs(draw: st.DrawFn) -> tuple[dict[str, int], dict[str, Job], Cluster]:
+    """Nodes of 4 or 8 GPUs, half full or less; jobs of 1-8 GPUs whose models find links
+    between nodes 1-50 x slower than within one, at ages from new to old."""
+    cluster = Cluster(tuple(Node(name=f"n{i}", gpus=draw(st.sampled_from([4, 4, 8])),
+                                 gpu_type="t4") for i in range(draw(st.integers(2, 8)))))
+    left = cluster.capacity("t4") // 2
+    allocation: dict[str, int] = {}
+    jobs: dict[str, Job] = {}
+    for j in range(draw(st.integers(1, 6))):
+        gpus = min(draw(st.integers(1, 8)), left)
+        left -= gpus
+        within = draw(st.floats(1e-3, 0.5))
+        perf = PerfParams(draw(st.floats(1e-3, 0.5)), draw(st.floats(1e-5, 1e-2)),
+                          within * draw(st.floats(1.0, 50.0)), 1e-3, within, 1e-3,
+                          draw(st.floats(1.0, 3.0)))
+        name = f"j{j}"
+        allocation[name] = gpus
+        jobs[name] = dataclasses.replace(
+            Job(name=name, min_workers=1, max_workers=8, submit_time=float(j), gpu_type="t4"),
+            running_seconds=draw(st.sampled_from([0.0, 50.0, 5000.0])),
+            restarts=draw(st.integers(0, 3)),
+            goodput=GoodputModel(perf=perf, grad_sqr=1.0, grad_var=1.0, init_batch=128,
+                                 max_batch=4096, min_local=32, max_local=256,
+                                 max_profiled_replicas=4))
+    return allocation, jobs, cluster
+
+
+@PROPERTY_SETTINGS
+@given(scenario=measured_jobs(), seed=st.integers(0, 10**6))
+def test_the_pollux_variant_gathers_within_capacity_and_never_onto_more_nodes(
+    scenario: tuple, seed: int
+) -> None:
+    allocation, jobs, cluster = scenario
+    previous = scattered(allocation, jobs, cluster, random.Random(seed))
+    gather = make_repack(simultaneous=True, consolidate_penalty=30.0)
+    placement = gather(allocation, jobs, cluster, previous)
+    assert placement_problems(allocation, jobs, cluster, placement) == []
+    plain = make_repack(simultaneous=True)(allocation, jobs, cluster, previous)
+    for name, gpus in allocation.items():
+        assert sum(c for _, c in placement.get(name, ())) == gpus
+        if placement.get(name) != plain.get(name):  # gathered: onto fewer nodes
+            assert len(placement[name]) < len(plain[name])
