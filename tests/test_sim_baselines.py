@@ -46,8 +46,10 @@ def test_deterministic_baselines_reproduce_every_published_jct_at_other_loads(
     assert differing_jobs(policy, workload, load) == {}
 
 
+# Load 2.0 is left out: there workload-2 comes out 3.3 % faster than the published run
+# (docs/design/009-elastic-baselines.md); the other three are within 3 %.
 @pytest.mark.slow
-@pytest.mark.parametrize("load", ["0.5", "1.0"])
+@pytest.mark.parametrize("load", ["0.5", "1.0", "1.5"])
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_pollux_average_jct_is_within_3_percent_of_the_published_one(workload: str, load: str
                                                                     ) -> None:
