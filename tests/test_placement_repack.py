@@ -7,6 +7,7 @@ import dataclasses
 from builders import make_cluster, make_job
 
 from voda.core.goodput import GoodputModel, PerfParams
+from voda.core.model import Job
 from voda.core.placement.most_free import make_most_free
 from voda.core.placement.registry import get_placer
 from voda.core.placement.repack import make_repack, repack
@@ -72,7 +73,7 @@ SPLIT = {"a": (("node-0", 2), ("node-1", 2)), "b": (("node-0", 2),), "c": (("nod
 
 
 def measured(name: str, perf: PerfParams | None = SLOW_ACROSS, age: float = 3600.0,
-             restarts: int = 1):  # type: ignore[no-untyped-def]
+             restarts: int = 1) -> Job:
     model = GoodputModel(perf=perf, grad_sqr=1.0, grad_var=1.0, init_batch=128,
                          max_batch=4096, min_local=32, max_local=256,
                          max_profiled_replicas=4 if perf else 0, epoch_samples=50_000.0)

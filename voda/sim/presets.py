@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from voda.core.allocation import registry
+from voda.core.allocation.pollux import Pollux
 from voda.core.model import Job
 from voda.core.placement.base import Placer
 from voda.core.placement.most_free import make_most_free
@@ -56,8 +57,9 @@ def _pollux_placer(algorithm: str, params: Mapping[str, Any]) -> Placer:
     if algorithm == "Optimus":
         return make_most_free(keep_resized=False, fewest_first=True)
     if algorithm == "Pollux":
-        penalty = float(params.get("restart_penalty", 30.0))
-        return make_repack(simultaneous=True, consolidate_penalty=penalty)
+        policy = registry.create(algorithm, params)
+        assert isinstance(policy, Pollux)
+        return make_repack(simultaneous=True, consolidate_penalty=policy.restart_penalty)
     if algorithm == "Voda":
         return make_repack(simultaneous=True)
     return make_most_free(_policy_order(algorithm, params))

@@ -129,7 +129,6 @@ def _consolidate(placed: Placement, allocation: Allocation, jobs: Mapping[str, J
     """Gather jobs kept where they were that span more nodes than they need, largest
     first, onto the GPUs left free, where the job's model says it is worth a restart."""
     size = {n.name: n.gpus for n in cluster.nodes}
-    per_node = max(size.values(), default=0)
     free = dict(size)
     for placement in placed.values():
         for node, count in placement:
@@ -143,11 +142,12 @@ def _consolidate(placed: Placement, allocation: Allocation, jobs: Mapping[str, J
         model = job.goodput
         gpus = allocation[name]
         spans = sum(1 for _, c in placed[name] if c)
-        if model is None or model.perf is None or per_node <= 0 or spans <= -(-gpus // per_node):
-            continue
-        if _spread(job, gpus, [per_node] * len(size)):
-            continue  # its model prefers it spread
         usable = [n.name for n in cluster.nodes if n.gpu_type == job.gpu_type]
+        sizes = [size[n] for n in usable]
+        if model is None or model.perf is None or spans <= -(-gpus // max(sizes)):
+            continue
+        if _spread(job, gpus, sizes):
+            continue  # its model prefers it spread
         trial = dict(free)
         for node, count in placed[name]:
             trial[node] += count
