@@ -11,9 +11,9 @@ It prints:
 1. the baselines against the published results (voda/data/pollux/published):
    Tiresias and Optimus job by job (how many JCTs match, and the difference of the
    average), Pollux by its average JCT per workload;
-2. per algorithm and load: the average JCT, p99 JCT and makespan (means over the
-   four workloads), rescales and preemptions per job, and the average JCT over
-   Pollux's published one;
+2. per algorithm and load: the average JCT, p99 JCT, makespan and GPU-hours the jobs
+   held (means over the four workloads), rescales and preemptions per job, and the
+   average JCT over Pollux's published one;
 3. per algorithm: the mean of the 16 average JCTs over Pollux's published mean, the
    worst workload's ratio, the mean p99 over Pollux's published mean p99, and in how
    many runs the p99 is above Pollux's;
@@ -143,15 +143,15 @@ def main_table(results: dict[Key, SimResult], algorithms: list[str], workloads: 
                loads: list[str]) -> Table:
     table = Table(title="Mean over workloads; ratio = average JCT / Pollux published",
                   box=None, padding=(0, 1))
-    for column in ("algorithm", "load", "avg JCT", "p99 JCT", "makespan", "rescales/job",
-                   "preempt/job", "ratio"):
+    for column in ("algorithm", "load", "avg JCT", "p99 JCT", "makespan", "GPU-h",
+                   "rescales/job", "preempt/job", "ratio"):
         table.add_column(column, justify="left" if column == "algorithm" else "right")
     for load in loads:
         ref = published("pollux", load)
         pub_avg = statistics.mean(ref.avg_jct[w] for w in workloads)
         pub_p99 = statistics.mean(p99(list(ref.jct[w].values())) for w in workloads)
         table.add_row("Pollux (published)", load, f"{pub_avg:,.0f}", f"{pub_p99:,.0f}",
-                      "", "", "", "1.000")
+                      "", "", "", "", "1.000")
         for algorithm in algorithms:
             rs = [results[(algorithm, w, load)] for w in workloads
                   if (algorithm, w, load) in results]
@@ -162,6 +162,7 @@ def main_table(results: dict[Key, SimResult], algorithms: list[str], workloads: 
             table.add_row(
                 algorithm, load, f"{avg:,.0f}", f"{statistics.mean(r.p99_jct for r in rs):,.0f}",
                 f"{statistics.mean(r.makespan for r in rs):,.0f}",
+                f"{statistics.mean(r.gpu_hours for r in rs):,.0f}",
                 f"{sum(r.rescales + r.migrations for r in rs) / jobs:.2f}",
                 f"{sum(r.preemptions for r in rs) / jobs:.2f}", f"{avg / pub_avg:.3f}")
     return table
@@ -279,7 +280,7 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump([{"algorithm": k[0], "workload": k[1], "load": k[2],
                         **{m: getattr(r, m) for m in ("avg_jct", "p99_jct", "makespan",
-                                                      "rescales", "migrations",
+                                                      "gpu_hours", "rescales", "migrations",
                                                       "preemptions", "unfinished")}}
                        for k, r in sorted(results.items())], f, indent=1)
 

@@ -33,13 +33,14 @@ def test_json_output_has_every_metric(small: Path) -> None:
     assert result.exit_code == 0, result.output
     (r,) = json.loads(result.output)["results"]
     assert r["algorithm"] == "ElasticFIFO"
-    for key in ("avg_jct", "p50_jct", "p99_jct", "makespan", "utilization", "rescales",
-                "migrations", "preemptions"):
+    for key in ("avg_jct", "p50_jct", "p99_jct", "makespan", "utilization", "gpu_hours",
+                "rescales", "migrations", "preemptions"):
         assert key in r
     assert [j["name"] for j in r["jobs"]] == ["a", "b", "c"]
     for j in r["jobs"]:
         assert j["jct"] == pytest.approx(j["finish"] - j["submit"])
     assert 0 < r["utilization"] <= 1
+    assert r["gpu_hours"] > 0
 
 
 def test_all_algorithms_compare_in_one_table_and_plot(small: Path, tmp_path: Path) -> None:

@@ -67,6 +67,9 @@ def test_simulate_writes_a_report_that_opens_from_disk(tmp_path: Path, page) -> 
     rows = page.locator("#comparison tbody tr")
     assert rows.count() == len(registry.BUILTIN_NAMES)
     assert "★" in page.inner_text("#comparison")
+    gpu_hours = [float(t.replace(",", "")) for t in
+                 page.locator("#comparison td.gpu-hours").all_inner_texts()]
+    assert len(gpu_hours) == rows.count() and min(gpu_hours) > 0
     for chart in ("cdf-chart", "gpus-chart", "queue-chart", "job-chart"):
         page.locator(f"#{chart}[data-drawn='1'] canvas").first.wait_for(timeout=10000)
     assert page.input_value("#job-select") == "imagenet-126"

@@ -144,3 +144,31 @@ def test_a_job_larger_than_the_cluster_is_reported_unfinished(tmp_path, preset) 
                       apply_preset(preset, "FIFO"))
     assert result.unfinished == 1
     assert {j.name: j.finish is None for j in result.jobs} == {"a": False, "huge": True}
+
+
+def test_gpu_hours_count_the_gpus_held_restarts_included(tmp_path) -> None:
+    # a: 100 s on 1 GPU plus its 30 s start; b: 2 GPUs, 50 s of work, plus its start.
+    jobs = ONE_JOB + "- {name: b, arrival: 0, duration: 50, min: 2, max: 2}\n"
+    result = simulate(workload(tmp_path, jobs), parse_cluster("1x4"),
+                      SimSettings(algorithm="FIFO", penalty=30.0, interval=1.0))
+    assert finishes(result) == {"a": pytest.approx(130.0), "b": pytest.approx(80.0)}
+    assert result.gpu_hours == pytest.approx((1 * 130.0 + 2 * 80.0) / 3600)
+    assert result.to_dict()["gpu_hours"] == result.gpu_hours
+
+
+def test_gpu_hours_agree_with_the_timeline_of_an_elastic_run(tmp_path) -> None:
+    jobs = "".join(f"- {{name: j{i}, arrival: {20 * i}, duration: {300 + 50 * i}, min: 1, "
+                   f"max: 4}}\n" for i in range(6))
+    result = simulate(workload(tmp_path, jobs), parse_cluster("2x4"),
+                      SimSettings(algorithm="ElasticFIFO", penalty=30.0, interval=1.0))
+    finish = {j.name: j.finish for j in result.jobs}
+    held: dict[str, tuple[float, int]] = {}
+    gpu_seconds = 0.0
+    for t, name, gpus in result.timeline:
+        since, before = held.get(name, (t, 0))
+        gpu_seconds += before * (t - since)
+        held[name] = (t, gpus)
+    for name, (since, gpus) in held.items():
+        gpu_seconds += gpus * (finish[name] - since)
+    assert result.unfinished == 0 and result.rescales > 0
+    assert result.gpu_hours == pytest.approx(gpu_seconds / 3600, rel=1e-9)

@@ -29,13 +29,14 @@ def results_table(results: list[SimResult]) -> Table:
     table = Table(title="JCT and makespan in seconds", box=None, padding=(0, 1),
                   collapse_padding=True, pad_edge=False, header_style="bold")
     table.add_column("algorithm", no_wrap=True)
-    for column in ("jobs", "avg JCT", "p50", "p99", "makespan", "util", "resc", "migr",
-                   "preempt"):
+    for column in ("jobs", "avg JCT", "p50", "p99", "makespan", "util", "GPU-h", "resc",
+                   "migr", "preempt"):
         table.add_column(column, justify="right", no_wrap=True)
     for r in results:
         jobs = str(len(r.jobs)) + (f" ({r.unfinished} left)" if r.unfinished else "")
         table.add_row(r.algorithm, jobs, _fmt(r.avg_jct), _fmt(r.p50_jct), _fmt(r.p99_jct),
-                      _fmt(r.makespan), f"{r.utilization:.0%}", str(r.rescales),
+                      _fmt(r.makespan), f"{r.utilization:.0%}", _fmt(r.gpu_hours, 1),
+                      str(r.rescales),
                       str(r.migrations), str(r.preemptions))
     return table
 

@@ -80,8 +80,8 @@ def comparison_rows(results: Sequence[SimResult]) -> list[dict[str, Any]]:
             "algorithm": r.algorithm, "jobs": len(r.jobs), "unfinished": r.unfinished,
             "avg_jct": _number(r.avg_jct), "p50_jct": _number(r.p50_jct),
             "p99_jct": _number(r.p99_jct), "makespan": _number(r.makespan),
-            "utilization": r.utilization, "rescales": r.rescales, "migrations": r.migrations,
-            "preemptions": r.preemptions,
+            "utilization": r.utilization, "gpu_hours": r.gpu_hours, "rescales": r.rescales,
+            "migrations": r.migrations, "preemptions": r.preemptions,
             "per_job": (r.rescales + r.preemptions) / done if done else None,
             "best": best is not None and r.avg_jct == best,
         })

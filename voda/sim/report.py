@@ -40,6 +40,9 @@ class SimResult:
     # and by jobs that fit in one leaf but span several (placement quality).
     split_share: float = 0.0
     cross_leaf_share: float = 0.0
+    # GPU-hours the jobs held, restarts included: what a schedule spends for its JCTs. On a
+    # full cluster, more of it pushes the makespan, and with it the longest jobs, later.
+    gpu_hours: float = 0.0
     layout_speed: str = "actual"  # what job speed followed (voda.sim.backend.LAYOUT_SPEEDS)
     params: dict[str, Any] = field(default_factory=dict)  # the algorithm's knobs
     timeline: tuple[tuple[float, str, int], ...] = field(default=(), repr=False)
@@ -63,6 +66,7 @@ class SimResult:
             "p99_jct": self.p99_jct,
             "makespan": self.makespan,
             "utilization": self.utilization,
+            "gpu_hours": self.gpu_hours,
             "rescales": self.rescales,
             "migrations": self.migrations,
             "preemptions": self.preemptions,
@@ -125,6 +129,7 @@ def build_result(
         p99_jct=float(np.percentile(jcts, 99)) if len(jcts) else float("nan"),
         makespan=(last - first) if finishes else float("nan"),
         utilization=backend.busy_gpu_seconds / capacity if capacity > 0 else 0.0,
+        gpu_hours=backend.busy_gpu_seconds / 3600.0,
         rescales=sum(r.rescales for r in records),
         migrations=sum(r.migrations for r in records),
         preemptions=sum(r.preemptions for r in records),
