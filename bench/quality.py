@@ -23,11 +23,12 @@ It prints:
    jobs that make it.
 
 Runs go in parallel over `--workers` processes (default: every core), with a
-progress bar.
+progress bar. `--rounds-only` steps every algorithm in the 60 s rounds alone (Voda
+otherwise decides at arrivals between them too, as the service does: voda.sim.runner).
 
 Run: .venv/bin/python bench/quality.py [--algorithms Pollux,Optimus] [--loads 1.0]
      [--workloads workload-1] [--workers N] [--json FILE] [--param NAME=VALUE ...]
-     [--by-application]
+     [--by-application] [--rounds-only]
 """
 
 from __future__ import annotations
@@ -66,14 +67,15 @@ def _names(text: str) -> list[str]:
 
 
 def request(algorithm: str, workload: str, load: str,
-            params: Mapping[str, Any] | None = None) -> RunRequest:
+            params: Mapping[str, Any] | None = None, rounds_only: bool = False) -> RunRequest:
     return RunRequest(f"{workload}@{load}", "16x4", algorithm, preset="pollux",
                       job_model=JOB_MODELS.get(algorithm, DEFAULT_JOB_MODEL),
-                      params=tuple((params or {}).items()))
+                      params=tuple((params or {}).items()),
+                      arrival_decisions=False if rounds_only else None)
 
 
-def run_all(keys: list[Key], workers: int, params: Mapping[str, Any] | None = None
-            ) -> dict[Key, SimResult]:
+def run_all(keys: list[Key], workers: int, params: Mapping[str, Any] | None = None,
+            rounds_only: bool = False) -> dict[Key, SimResult]:
     keys = sorted(keys, key=lambda k: -LOAD_COST[k[2]])
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
@@ -81,7 +83,8 @@ def run_all(keys: list[Key], workers: int, params: Mapping[str, Any] | None = No
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar, \
             ProcessPoolExecutor(max_workers=workers) as pool:
         task = bar.add_task("simulating", total=len(keys))
-        futures = {pool.submit(run_one, request(*key, params)): key for key in keys}
+        futures = {pool.submit(run_one, request(*key, params, rounds_only)): key
+                   for key in keys}
         for future in as_completed(futures):
             results[futures[future]] = future.result()
             bar.advance(task)
@@ -249,6 +252,8 @@ def main() -> None:
                         help="a knob of the algorithms run (repeatable; for an ablation)")
     parser.add_argument("--by-application", action="store_true",
                         help="also show what each application adds to the difference")
+    parser.add_argument("--rounds-only", action="store_true",
+                        help="no decisions at arrivals between rounds (for an ablation)")
     args = parser.parse_args()
     algorithms, workloads, loads = (_names(args.algorithms), _names(args.workloads),
                                     _names(args.loads))
@@ -264,7 +269,7 @@ def main() -> None:
         parser.error(f"--param: {e}")
     keys = [(a, w, load) for a in algorithms for w in workloads for load in loads]
     started = time.perf_counter()
-    results = run_all(keys, max(1, args.workers), params)
+    results = run_all(keys, max(1, args.workers), params, args.rounds_only)
     out = Console(width=200)
     out.print(f"{len(keys)} simulations in {time.perf_counter() - started:.0f} s "
               f"on {args.workers} processes")

@@ -172,3 +172,27 @@ def test_gpu_hours_agree_with_the_timeline_of_an_elastic_run(tmp_path) -> None:
         gpu_seconds += gpus * (finish[name] - since)
     assert result.unfinished == 0 and result.rescales > 0
     assert result.gpu_hours == pytest.approx(gpu_seconds / 3600, rel=1e-9)
+
+
+def test_a_policy_that_decides_on_arrival_starts_jobs_between_rounds(tmp_path) -> None:
+    # Voda decides on a submission, as in the service; the artifact's rounds wait for t = 60.
+    text = "- {name: a, arrival: 16, duration: 100, min: 1, max: 1}\n"
+    on_arrival = simulate(workload(tmp_path, text), parse_cluster("1x1"),
+                          apply_preset("pollux", "Voda"))
+    assert finishes(on_arrival) == {"a": 146.0}  # started at 16, penalty to 46
+    rounds = apply_preset("pollux", "Voda")
+    rounds.arrival_decisions = False
+    assert finishes(simulate(workload(tmp_path, text), parse_cluster("1x1"), rounds)) == {
+        "a": 190.0}
+
+
+def test_decisions_at_arrivals_keep_the_services_rate_limit(tmp_path) -> None:
+    from voda.sim.runner import ARRIVAL_RATE_LIMIT
+
+    text = ("- {name: a, arrival: 70, duration: 100, min: 1, max: 1}\n"
+            "- {name: b, arrival: 80, duration: 100, min: 1, max: 1}\n")
+    result = simulate(workload(tmp_path, text), parse_cluster("1x2"),
+                      apply_preset("pollux", "Voda"))
+    # a starts on arrival; b waits until the rate limit has passed since a's decision.
+    assert ARRIVAL_RATE_LIMIT == 30.0
+    assert finishes(result) == {"a": 200.0, "b": 230.0}

@@ -39,6 +39,7 @@ class RunRequest:
     until: float | None = None  # stop at this simulated time (jobs may be left unfinished)
     job_model: str | None = None  # voda.sim.workloads.JOB_MODELS; None: rigid or elastic
     progress_decisions: bool = False  # SimSettings.progress_decisions
+    arrival_decisions: bool | None = None  # SimSettings.arrival_decisions (None: the policy's)
 
 
 def settings_for(request: RunRequest) -> SimSettings:
@@ -50,6 +51,7 @@ def settings_for(request: RunRequest) -> SimSettings:
     settings.layout_speed = request.layout_speed
     settings.until = request.until
     settings.progress_decisions = request.progress_decisions
+    settings.arrival_decisions = request.arrival_decisions
     return settings
 
 

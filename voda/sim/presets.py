@@ -1,7 +1,8 @@
 """Named settings. `pollux` reproduces the Pollux OSDI'21 artifact's simulator.
 
 pollux: 60 s fixed scheduling rounds (the first decision at t = 60; a job is
-first considered at the first multiple of 60 at or after its submission), a
+first considered at the first multiple of 60 at or after its submission; a policy
+that decides on arrival, Voda, also at arrivals between rounds: voda.sim.runner), a
 30 s restart penalty, epoch crossings rounded to whole seconds, most-free
 placement of newly started jobs in the policy's queue order, and Tiresias
 with the artifact's knobs: one threshold at 16 GPU-hours, no promotion, total

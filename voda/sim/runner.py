@@ -30,6 +30,8 @@ from voda.sim.report import SimResult, build_result
 from voda.sim.workloads import JobSpec, Workload
 
 DEFAULT_INTERVAL = 60.0
+# Decisions at arrivals between fixed rounds come at most this often, as in the service.
+ARRIVAL_RATE_LIMIT = SchedulerSettings().rate_limit_seconds
 DEFAULT_PLACEMENT: str = getattr(placers, "DEFAULT_PLACER", "naive")  # what production uses
 
 
@@ -58,6 +60,11 @@ class SimSettings:
     # does for a policy that decides on progress (Voda, Pollux, Optimus). Off: only on
     # arrivals, completions, node events and the scheduler's wake-ups.
     progress_decisions: bool = False
+    # With fixed rounds: also decide when a job arrives between two rounds, as the service
+    # decides on a submission (at most every ARRIVAL_RATE_LIMIT seconds). None: as the
+    # algorithm says (`decides_on_arrival`: Voda); the artifact's policies decide in its
+    # rounds only.
+    arrival_decisions: bool | None = None
 
 
 def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
@@ -122,7 +129,8 @@ def simulate(
         placer=placer,
         now=start,
     )
-    loop = _Loop(workload, cluster, s, clock, backend, scheduler, progress)
+    loop = _Loop(workload, cluster, s, clock, backend, scheduler, progress,
+                 arrivals_decided=s.fixed_rounds and decides_on_arrival(s))
     with serial_blas():  # tiny linear algebra (goodput fits): threads only slow it down
         loop.run()
     return build_result(
@@ -131,10 +139,19 @@ def simulate(
     )
 
 
+def decides_on_arrival(s: SimSettings) -> bool:
+    """Whether the fixed rounds also step the scheduler at arrivals between them."""
+    if s.arrival_decisions is not None:
+        return s.arrival_decisions
+    policy = registry.create(s.algorithm, s.algorithm_params)
+    return bool(getattr(policy, "decides_on_arrival", False))
+
+
 class _Loop:
     def __init__(self, workload: Workload, cluster: SimCluster, s: SimSettings,
                  clock: ManualClock, backend: SimBackend, scheduler: Scheduler,
-                 progress: Callable[[float], None] | None) -> None:
+                 progress: Callable[[float], None] | None, arrivals_decided: bool = False
+                 ) -> None:
         self.workload = workload
         self.jobs = workload.jobs
         self.node_events = list(cluster.events)
@@ -143,6 +160,8 @@ class _Loop:
         self.backend = backend
         self.scheduler = scheduler
         self.progress = progress
+        self.arrivals_decided = arrivals_decided
+        self.last_decision: float | None = None  # the last forced step, in fixed rounds
         self.next_arrival = 0
         self.next_node_event = 0
         self.queue: list[tuple[float, int, int]] = []  # (time, waiting jobs, running jobs)
@@ -206,13 +225,30 @@ class _Loop:
                 if self.next_node_event < len(self.node_events):
                     upcoming = min(upcoming, self.node_events[self.next_node_event].time)
                 t = max(t, math.ceil(upcoming / interval) * interval - interval)
+            if self.arrivals_decided:
+                self._decide_arrivals_before(t + interval)
             t += interval
             self._move_to(t)
             self.scheduler.step(t, force=True)
             self._after_step(t)
+            self.last_decision = t
             if (not self.backend.running and self.next_arrival >= len(self.jobs)
                     and self.next_node_event >= len(self.node_events)):
                 break  # jobs left that can never run (e.g. larger than the cluster)
+
+    def _decide_arrivals_before(self, end: float) -> None:
+        """Between rounds: step the scheduler when a job arrives before `end`, at most once
+        per the service's rate limit after the last decision (the round's included)."""
+        while self.next_arrival < len(self.jobs):
+            t = self.jobs[self.next_arrival].submit
+            if self.last_decision is not None:
+                t = max(t, self.last_decision + ARRIVAL_RATE_LIMIT)
+            if not t < end:
+                break
+            self._move_to(t)
+            self.scheduler.step(t, force=True)
+            self._after_step(t)
+            self.last_decision = t
 
     def _run_events(self) -> None:
         """Step the scheduler only when something is due: a change (arrival, completion,

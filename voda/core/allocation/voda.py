@@ -126,6 +126,9 @@ class Voda:
     tail_floor: float = 0.125
     # Remaining work and goodput change as jobs run: decide again on progress reports.
     decides_on_progress: ClassVar[bool] = True
+    # A short arrival is started at once (the service decides on a submission): fixed
+    # rounds in the simulator step Voda at arrivals too (voda.sim.runner).
+    decides_on_arrival: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_seconds("restart_penalty", self.restart_penalty)
