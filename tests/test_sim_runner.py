@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from voda.core.model import Cluster, Job, Node
 from voda.core.placement.most_free import make_most_free, most_free
@@ -196,3 +199,24 @@ def test_decisions_at_arrivals_keep_the_services_rate_limit(tmp_path) -> None:
     # a starts on arrival; b waits until the rate limit has passed since a's decision.
     assert ARRIVAL_RATE_LIMIT == 30.0
     assert finishes(result) == {"a": 200.0, "b": 230.0}
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(jobs=st.lists(st.tuples(st.integers(0, 600), st.integers(10, 300), st.integers(1, 2)),
+                     min_size=1, max_size=6))
+def test_decisions_between_rounds_start_jobs_after_arrival_and_keep_the_rate_limit(
+        tmp_path, jobs) -> None:
+    text = "".join(f"- {{name: j{i}, arrival: {a}, duration: {d}, min: {n}, max: {n}}}\n"
+                   for i, (a, d, n) in enumerate(jobs))
+    result = simulate(workload(tmp_path, text), parse_cluster("1x4"),
+                      apply_preset("pollux", "Voda"))
+    assert result.unfinished == 0
+    submit = {j.name: j.submit for j in result.jobs}
+    starts = {}
+    for t, name, gpus in result.timeline:
+        if gpus and name not in starts:
+            starts[name] = t
+    assert all(starts[name] >= submit[name] for name in starts)
+    between_rounds = sorted({t for t in starts.values() if t % 60})
+    assert all(b - a >= 30 for a, b in itertools.pairwise(between_rounds))
