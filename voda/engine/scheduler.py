@@ -327,6 +327,11 @@ class Scheduler:
     def algorithm_for(self, gpu_type: str) -> AllocationAlgorithm:
         return self._algorithms.get(gpu_type, self._default_algorithm)
 
+    @property
+    def default_algorithm(self) -> AllocationAlgorithm:
+        """The algorithm of every GPU type that has none of its own."""
+        return self._default_algorithm
+
     def set_algorithm(
         self,
         name: str,

@@ -130,7 +130,7 @@ def simulate(
         now=start,
     )
     loop = _Loop(workload, cluster, s, clock, backend, scheduler, progress,
-                 arrivals_decided=s.fixed_rounds and decides_on_arrival(s))
+                 arrivals_decided=s.fixed_rounds and decides_on_arrival(s, scheduler))
     with serial_blas():  # tiny linear algebra (goodput fits): threads only slow it down
         loop.run()
     return build_result(
@@ -139,12 +139,11 @@ def simulate(
     )
 
 
-def decides_on_arrival(s: SimSettings) -> bool:
+def decides_on_arrival(s: SimSettings, scheduler: Scheduler) -> bool:
     """Whether the fixed rounds also step the scheduler at arrivals between them."""
     if s.arrival_decisions is not None:
         return s.arrival_decisions
-    policy = registry.create(s.algorithm, s.algorithm_params)
-    return bool(getattr(policy, "decides_on_arrival", False))
+    return bool(getattr(scheduler.default_algorithm, "decides_on_arrival", False))
 
 
 class _Loop:
