@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from voda_testing.devices import hide_gpus
 from voda_testing.serve import ServeProcess, free_port
 
 # CI runs the same examples every time (a red CI must be reproducible); locally the
@@ -28,6 +29,8 @@ from voda_testing.serve import ServeProcess, free_port
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+hide_gpus()  # local backends in CPU slots, on a GPU machine too (see voda_testing.devices)
 
 ROOT = Path(__file__).resolve().parent.parent
 # A real Chromium for the dashboard and report tests; the fake Kubernetes API server's fixtures

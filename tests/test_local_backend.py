@@ -25,7 +25,13 @@ from typer.testing import CliRunner
 import voda.report
 from voda.backends.local import LocalBackend, forkable, from_settings, parse_nodes
 from voda.cli import logs
-from voda.cli.demo_local import PROJECT_ROOT, SpecError, load_job_spec, load_job_specs
+from voda.cli.demo_local import (
+    PROJECT_ROOT,
+    SpecError,
+    load_job_spec,
+    load_job_specs,
+    too_few_gpus,
+)
 from voda.core.model import Job, JobStatus
 from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete
 from voda.engine.events import Event, EventKind
@@ -288,6 +294,38 @@ def test_gpus_give_one_slot_each_and_virtual_nodes_split_them(tmp_path: Path) ->
                            launcher="direct")
     assert [(n.name, n.gpus) for n in backend.nodes()] == [("local-0", 2), ("local-1", 2)]
     assert LocalBackend(gpus=["0", "1", "2"], run_dir=tmp_path, launcher="direct").slots == 3
+
+
+@pytest.mark.parametrize("launcher", ["direct", "fork"])
+@pytest.mark.parametrize(("gpus", "seen"), [([], ["", ""]), (["5", "7"], ["5", "7"])])
+def test_each_rank_sees_its_own_gpu_and_cpu_slots_see_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launcher: str, gpus: list[str],
+        seen: list[str]) -> None:
+    # The service's own environment shows GPUs: on CPU slots the ranks must not all open
+    # GPU 0 (NCCL refuses two ranks on one GPU); on GPU slots each rank sees its own.
+    # (One write a line: the ranks share the log.)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    command = write_script(tmp_path, "devices.py",
+                           "import os\nos.write(1, f\"rank {os.environ['RANK']} sees "
+                           "{os.environ['CUDA_VISIBLE_DEVICES']!r}\\n\".encode())\n")
+    backend = LocalBackend(slots=2, run_dir=tmp_path / "runs", commands={"env": command},
+                           launcher=launcher, gpus=gpus, preload=())
+    try:
+        backend.start(Job("env", 2, 2), (("local", 2),))
+        wait_for_events(backend, lambda ev: any(e.kind is EventKind.JOB_COMPLETED
+                                                or e.kind is EventKind.JOB_FAILED
+                                                for e in ev))
+    finally:
+        backend.close()
+    log = backend.log_path("env").read_text()
+    for rank, device in enumerate(seen):
+        assert f"rank {rank} sees {device!r}" in log, log
+
+
+def test_the_demo_runs_on_cpu_slots_where_fewer_gpus_than_slots_are_visible() -> None:
+    assert too_few_gpus(4, []) == ""  # no GPU: CPU slots anyway, nothing to say
+    assert too_few_gpus(4, ["0", "1", "2", "3"]) == ""
+    assert too_few_gpus(4, ["0"]) == "1 GPU(s) visible, fewer than 4 slots"
 
 
 def test_a_spec_without_a_command_is_refused_naming_the_field(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from voda.backends.local import LocalBackend, free_port, read_tail
+from voda.backends.local import LocalBackend, detect_gpus, free_port, read_tail
 from voda.core.model import ActionKind, Job, JobStatus, Plan, validate_job
 from voda.engine.scheduler import JobRecord, Scheduler, SchedulerObserver, SchedulerSettings
 
@@ -137,11 +137,14 @@ def run_local_demo(
     `use_service`: None runs through `voda serve --backend local` when that backend exists.
     """
     specs = load_job_specs(jobs_dir)
+    on_cpus = too_few_gpus(slots, detect_gpus())
+    if on_cpus:
+        console.print(f"{on_cpus}: the demo runs on {slots} CPU slots (gloo)", soft_wrap=True)
     if use_service is None:
         use_service = service_offers_local_backend()
     if use_service:
         return _run_through_service(console, specs, slots, nodes, submit_interval, timeout,
-                                    algorithm)
+                                    algorithm, on_cpus=bool(on_cpus))
     started = time.monotonic()
 
     def clock() -> float:
@@ -149,11 +152,20 @@ def run_local_demo(
 
     with tempfile.TemporaryDirectory(prefix="voda-demo-") as scratch:
         backend = LocalBackend(slots=slots, nodes=nodes, run_dir=run_dir or scratch,
-                               cwd=PROJECT_ROOT, stop_timeout=15.0, clock=clock)
+                               cwd=PROJECT_ROOT, stop_timeout=15.0, clock=clock,
+                               gpus=[] if on_cpus else None)
         try:
             return _drive(console, backend, specs, clock, algorithm, submit_interval, timeout)
         finally:
             backend.close()
+
+
+def too_few_gpus(slots: int, gpus: list[str]) -> str:
+    """Why the demo's slots cannot be this machine's GPUs ('' when they can, or when there
+    are none): each slot is one GPU, and the example jobs need the demo's slots to run."""
+    if gpus and len(gpus) < slots:
+        return f"{len(gpus)} GPU(s) visible, fewer than {slots} slots"
+    return ""
 
 
 def _drive(console: Console, backend: LocalBackend, specs: list[LocalJobSpec],
@@ -224,7 +236,8 @@ def service_offers_local_backend() -> bool:
 
 def _run_through_service(console: Console, specs: list[LocalJobSpec], slots: int,
                          nodes: str | None, submit_interval: float, timeout: float,
-                         algorithm: str) -> dict[str, dict[str, Any]]:
+                         algorithm: str, *, on_cpus: bool = False
+                         ) -> dict[str, dict[str, Any]]:
     import httpx
 
     started = time.monotonic()
@@ -239,6 +252,8 @@ def _run_through_service(console: Console, specs: list[LocalJobSpec], slots: int
         env = {**os.environ, "VODA_SLOTS": str(slots), "VODA_NODES": nodes or "",
                "VODA_RUN_DIR": str(Path(scratch) / "runs"), "VODA_TOKENS": f"demo:{token}:admin",
                "VODA_CONFIG": str(Path(scratch) / "config.toml")}
+        if on_cpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""
         server_log = Path(scratch) / "serve.log"
         command = [sys.executable, "-m", "voda.cli.main", "serve", "--backend", "local",
                    "--host", "127.0.0.1", "--port", str(port), "--algorithm", algorithm,

@@ -519,7 +519,10 @@ class LocalBackend:
         return Zygote(self.python, self.preload, env, self.run_dir / LAUNCHER_LOG)
 
     def _environment(self, run: Run | None, world: int) -> dict[str, str]:
-        return environment(self.extra_env, self.report_token, run, world, self.report_url)
+        env = environment(self.extra_env, self.report_token, run, world, self.report_url)
+        if not self._gpus:  # CPU slots: ranks must not all open GPU 0 (NCCL refuses that)
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
 
     def _begin_stop(self, run: Run, now: float, timeout: float) -> None:
         run.stopping = True
