@@ -48,6 +48,10 @@ def job_strategy(draw: st.DrawFn, name: str) -> Job:
         st.dictionaries(st.integers(1, 16), st.sampled_from([10.0, 20.0, 35.0, 60.0, 90.0]),
                         max_size=3)
     )
+    # Samples/s per (workers, nodes) layout, as a job reporting samples measures them.
+    layouts = draw(st.dictionaries(
+        st.integers(1, 16).flatmap(lambda w: st.tuples(st.just(w), st.integers(1, min(w, 4)))),
+        st.sampled_from([50.0, 120.0, 400.0, 900.0]), max_size=3))
     return Job(
         name=name,
         min_workers=lo,
@@ -72,6 +76,7 @@ def job_strategy(draw: st.DrawFn, name: str) -> Job:
         first_start_time=started if started is not None or not running else 0.0,
         queue_since=draw(st.none() | st.sampled_from([0.0, 3.0, 3.0, 20.0])),
         epoch_time_by_workers=times,
+        layout_throughput=layouts,
     )
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from voda.core.estimate import fit_speed, remaining_time
+from voda.core.estimate import fit_speed, remaining_time, throughput_speed_model
 from voda.core.model import Job
 
 
@@ -117,3 +117,36 @@ def test_speedup_past_the_observations_is_concave_and_capped_by_the_last_segment
         previous = counts[-2]
         measured = (model.speedup(last) - model.speedup(previous)) / (last - previous)
         assert gains[0] <= max(measured, 0.0) + 1e-9
+
+
+def throughput_job(times: dict[int, float], rates: dict[tuple[int, int], float],
+                   current: int = 0) -> Job:
+    return Job("j", 1, 64, epochs=10, epoch_time_by_workers=times, layout_throughput=rates,
+               current_workers=current)
+
+
+def test_epoch_times_follow_the_throughput_from_the_epoch_time_now() -> None:
+    # An early epoch at 8 GPUs took 300 s; now, on 4, an epoch takes 100 s at 1,000
+    # samples/s: an epoch is 100,000 samples, and 8 GPUs run 1,800 samples/s.
+    job = throughput_job({8: 300.0, 4: 100.0}, {(4, 1): 1000.0, (8, 2): 1800.0, (1, 1): 260.0},
+                         current=4)
+    model = throughput_speed_model(job)
+    assert model is not None
+    assert model.epoch_time(4) == pytest.approx(100.0)
+    assert model.epoch_time(8) == pytest.approx(100_000 / 1800)
+    assert model.epoch_time(1) == pytest.approx(100_000 / 260)
+    assert model.epoch_time(2) > model.epoch_time(4) > model.epoch_time(8)
+
+
+def test_each_count_takes_its_best_layout_and_a_waiting_job_its_largest_measured_count() -> None:
+    job = throughput_job({2: 50.0, 4: 30.0}, {(2, 1): 400.0, (4, 1): 800.0, (4, 4): 500.0})
+    model = throughput_speed_model(job)
+    assert model is not None
+    assert model.epoch_time(4) == pytest.approx(30.0)  # the anchor: 24,000 samples an epoch
+    assert model.epoch_time(2) == pytest.approx(24_000 / 400)
+
+
+def test_without_a_count_measured_both_ways_there_is_no_throughput_model() -> None:
+    assert throughput_speed_model(throughput_job({2: 50.0}, {})) is None
+    assert throughput_speed_model(throughput_job({2: 50.0}, {(4, 1): 800.0})) is None
+    assert throughput_speed_model(throughput_job({}, {(4, 1): 800.0})) is None

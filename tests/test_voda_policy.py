@@ -310,10 +310,25 @@ def test_past_what_it_measured_a_job_is_sized_hopefully_and_within_it_as_measure
     assert Voda()([job], 64)["bert"] == 16
 
 
+def test_epoch_times_of_other_phases_of_training_do_not_keep_a_job_at_one_gpu() -> None:
+    # Measured in a simulated run: the category's epochs took 443 s on 16 GPUs, 709 s on 48
+    # (early in training, when a simulated epoch takes longer) and 243 s on 52. From epoch
+    # times alone, 48 looks slower than 16 and the fit has no speed-up at all: one GPU as
+    # fast as sixteen, and a job on one GPU stayed there with 15 GPUs idle for hours. Its
+    # throughput (samples/s per layout) scales: that carries its epoch time across counts.
+    rates = {(1, 1): 130.0, (16, 4): 1800.0, (48, 12): 4300.0, (52, 13): 4600.0}
+    job = make_job("imagenet").workers(1, 48).epochs(90, completed=10).epoch_times(
+        {16: 443.0, 48: 709.0, 52: 243.0}).running(1).with_(layout_throughput=rates).obj()
+    by_epochs = registry.create("Voda", {"throughput_estimates": False})([job], 16)
+    assert by_epochs == {"imagenet": 1}
+    assert registry.create("Voda")([job], 16) == {"imagenet": 16}
+
+
 def test_switches_must_be_booleans() -> None:
     import pytest
 
-    for knob in ("aligned", "share_models", "category_history", "explore"):
+    for knob in ("aligned", "share_models", "category_history", "explore",
+                 "throughput_estimates"):
         with pytest.raises(ValueError, match=knob):
             registry.create("Voda", {knob: "false"})
 

@@ -126,6 +126,32 @@ def speed_model(job: Job, default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS) 
     return fit_speed(job.epoch_time_by_workers, default_epoch_seconds)
 
 
+def throughput_speed_model(job: Job) -> SpeedModel | None:
+    """Epoch time by count from the training throughput the job measured per layout
+    (`Job.layout_throughput`, samples/s, its category's too), scaled to an epoch time it
+    measured; None without a count that has both.
+
+    Throughput is the hardware's speed at a count and stays put while the job trains; an
+    epoch time can also change with the phase of training (a simulated epoch is a unit of
+    progress: early ones take longer), so epoch times measured at different counts at
+    different times do not compare, and an early slow epoch at a large count can make a
+    count look slower than a smaller one. The epoch time at the job's current count (else
+    at the largest count measured both ways) sets the scale: the time an epoch takes now.
+    Each count's best layout counts (the allocation assumes the best even layout).
+    """
+    rates: dict[int, float] = {}
+    for (workers, _nodes), rate in job.layout_throughput.items():
+        if workers >= 1 and rate > 0:
+            rates[workers] = max(rates.get(workers, 0.0), rate)
+    observed = job.epoch_time_by_workers
+    both = [k for k, seconds in observed.items() if k in rates and seconds > 0]
+    if not both:
+        return None
+    anchor = job.current_workers if job.current_workers in both else max(both)
+    samples = observed[anchor] * rates[anchor]  # samples in an epoch, at today's pace
+    return fit_speed({k: samples / rate for k, rate in rates.items()})
+
+
 def remaining_time(job: Job, workers: int, model: SpeedModel | None = None) -> float:
     """Estimated seconds to finish at `workers` (infinite at 0)."""
     m = model or speed_model(job)

@@ -8,7 +8,8 @@ its goodput model. From that, each job's remaining time on n GPUs is
 
 with the epoch time measured where the job ran and carried to other counts by
 the ratio of goodputs (throughput x statistical efficiency, voda.core.goodput);
-without a goodput model, from measured epoch times alone (voda.core.estimate).
+without a goodput model, by the throughput (samples/s) measured per layout, scaled to
+the epoch time measured now, or from measured epoch times alone (voda.core.estimate).
 A job's epoch under way counts as partly done, by the time it has run in it at the GPUs
 it held there (epochs are reported at their end, and a bert job trains only 2).
 
@@ -76,7 +77,7 @@ from voda.core.allocation.counts import (
     packs,
     per_node,
 )
-from voda.core.estimate import DEFAULT_EPOCH_SECONDS, EpochTimes
+from voda.core.estimate import DEFAULT_EPOCH_SECONDS, EpochTimes, throughput_speed_model
 from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
 
@@ -98,6 +99,9 @@ class Voda:
     category's best-measured throughput model), `category_history` (from finished
     jobs of the category too), `explore` (past the most GPUs a job has measured, hold
     its network time at the measured count's instead of extrapolating its growth),
+    `throughput_estimates` (a job without a goodput model: its epoch time now carried to
+    other counts by the samples/s measured there, not by epoch times measured earlier in
+    its training),
     `epoch_progress` (the most of the epoch under way a job is credited with, from the
     time it has run in it; 0: an epoch counts only once reported; 0.9), `short_start`
     (the most a waiting job that would finish within `horizon` on one GPU has its weight
@@ -119,6 +123,7 @@ class Voda:
     share_models: bool = True
     category_history: bool = True
     explore: bool = True
+    throughput_estimates: bool = True
     epoch_progress: float = 0.9
     short_start: float = 10.0
     inelastic_first: float = 1.0
@@ -160,7 +165,8 @@ class Voda:
             raise ValueError(
                 f"tail_floor: must be a number in [0, 1], got {self.tail_floor!r}")
         check_gpus_per_node(self.gpus_per_node)
-        for knob in ("aligned", "share_models", "category_history", "explore"):
+        for knob in ("aligned", "share_models", "category_history", "explore",
+                     "throughput_estimates"):
             if not isinstance(getattr(self, knob), bool):
                 raise ValueError(f"{knob}: must be true or false, got {getattr(self, knob)!r}")
 
@@ -195,7 +201,7 @@ class Voda:
         if cap >= 1:
             node = per_node(self.gpus_per_node)
             seconds[1:] = remaining_seconds(job, model, cap, node, max(capacity // node, 1),
-                                            self.explore)
+                                            self.explore, self.throughput_estimates)
             seconds *= share_left(job, seconds, self.epoch_progress)
         finite = seconds[np.isfinite(seconds)]
         size = float(seconds[1]) if cap >= 1 and math.isfinite(seconds[1]) else (
@@ -495,19 +501,25 @@ def measured_cap(job: Job, model: GoodputModel | None) -> int:
 
 
 def remaining_seconds(job: Job, model: GoodputModel | None, cap: int, per_node: int,
-                      max_nodes: int, explore: bool = False) -> np.ndarray:
+                      max_nodes: int, explore: bool = False,
+                      throughput: bool = False) -> np.ndarray:
     """Estimated seconds to finish on n = 1..cap GPUs (at the best even layout).
 
     With a fitted goodput model and the job's epoch length: epochs left x epoch
     samples / goodput(n). With a model but no epoch length: the epoch time measured
     where the job ran, carried to n by the ratio of goodputs. Without a model: the
-    measured epoch times (voda.core.estimate).
+    epoch time measured now, carried to n by the throughput measured per layout
+    (`throughput`, voda.core.estimate.throughput_speed_model), else the measured epoch
+    times (voda.core.estimate).
     """
     epochs = job.remaining_epochs
     if epochs <= 0:
         return np.full(cap, 1e-3)
     times = EpochTimes(job)
     if model is None or model.perf is None:
+        by_throughput = throughput_speed_model(job) if throughput else None
+        if by_throughput is not None:
+            return epochs * np.array([by_throughput.epoch_time(n) for n in range(1, cap + 1)])
         return np.array([epochs * times(n) for n in range(1, cap + 1)])
     observed = job.epoch_time_by_workers
     anchor = 1
