@@ -90,6 +90,8 @@ def test_philly_rows_are_fixed_work_at_linear_speedup(tmp_path: Path) -> None:
     assert jobs[0].work == 400.0 and (jobs[0].min_workers, jobs[0].max_workers) == (1, 4)
     rigid = load_workload(path, rigid=True).jobs
     assert (rigid[0].min_workers, rigid[0].max_workers) == (4, 4)
+    # A row names no model: no category, so no job inherits another's epoch times.
+    assert [j.category for j in jobs] == ["", ""]
 
 
 def test_native_yaml_jobs(tmp_path: Path) -> None:

@@ -361,8 +361,11 @@ def _philly(path: Path, rows: list[tuple[int, dict[str, str]]], rigid: bool) -> 
     jobs = []
     for i, (line, stamp, duration, gpus) in enumerate(parsed):
         low = gpus if rigid else 1
+        # No category, as for native duration jobs: a category says its jobs train one
+        # model (the engine gives a new job its category's epoch times), and a Philly row
+        # names none; its jobs of one GPU count run from a minute to ten days.
         jobs.append(JobSpec(f"philly-{line - 1}", stamp - start, i, low, gpus, gpus,
-                            PHILLY_EPOCHS, category=f"philly-{gpus}", work=duration * gpus))
+                            PHILLY_EPOCHS, work=duration * gpus))
     return jobs
 
 
