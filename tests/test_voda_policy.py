@@ -135,6 +135,29 @@ def test_the_epoch_under_way_counts_as_partly_done_by_the_time_run_in_it() -> No
     assert (reported["early"], reported["late"]) == (4, 2)
 
 
+def test_a_job_sized_on_the_default_guess_lasts_at_least_as_long_as_its_epoch_under_way(
+) -> None:
+    # A 2-epoch job with no epoch time of its own or its category's (it measures none before
+    # it finishes) is sized on the default 60 s an epoch: 2 minutes on one GPU. It has run
+    # 3,000 s on 2 GPUs in its first epoch: on the guess, more GPUs finish it within the
+    # restart's 30 s and are worth nothing; the epoch under way says it is far longer.
+    job = dataclasses.replace(
+        make_job("bert").workers(1, 12).epochs(2).running(2).obj(),
+        running_seconds_since_epoch=3000.0, attained_gpu_seconds_since_epoch=6000.0)
+    guessed = Voda().curve(job, None, 16)
+    floored = Voda(elapsed_floor=True).curve(job, None, 16)
+    assert guessed.seconds[2] == pytest.approx(60.0 * (2 - 0.9) / 2)
+    # an epoch on 2 GPUs at least the 3,000 s run: 6,000 s left, 0.9 of an epoch done
+    assert floored.seconds[2] == pytest.approx(6000.0 * (2 - 0.9) / 2)
+    assert floored.seconds[4] == pytest.approx(floored.seconds[2] / 2)  # the shape kept
+    assert Voda()([job], 16) == {"bert": 2}
+    assert Voda(elapsed_floor=True)([job], 16)["bert"] >= 8
+    # an epoch time measured anywhere (its own or its category's) is not second-guessed
+    measured = dataclasses.replace(job, epoch_time_by_workers={4: 20.0})
+    assert Voda(elapsed_floor=True).curve(measured, None, 16).seconds[2] == pytest.approx(
+        Voda().curve(measured, None, 16).seconds[2])
+
+
 def test_a_short_job_is_not_kept_waiting_by_a_long_one_holding_the_cluster() -> None:
     # "big" holds both 4-GPU nodes, 50 epochs of 100 s there (5,000 s) left; "short" is
     # 80 s of work on one GPU. Freeing a GPU means restarting big on one node (half its
@@ -328,7 +351,7 @@ def test_switches_must_be_booleans() -> None:
     import pytest
 
     for knob in ("aligned", "share_models", "category_history", "explore",
-                 "throughput_estimates"):
+                 "throughput_estimates", "elapsed_floor"):
         with pytest.raises(ValueError, match=knob):
             registry.create("Voda", {knob: "false"})
 

@@ -101,7 +101,9 @@ class Voda:
     its network time at the measured count's instead of extrapolating its growth),
     `throughput_estimates` (a job without a goodput model: its epoch time now carried to
     other counts by the samples/s measured there, not by epoch times measured earlier in
-    its training),
+    its training), `elapsed_floor` (a job sized on no epoch time at all, its own or its
+    category's, takes an epoch to last at least as long as its epoch under way has run;
+    off: it costs the `pollux` preset a little, note 010),
     `epoch_progress` (the most of the epoch under way a job is credited with, from the
     time it has run in it; 0: an epoch counts only once reported; 0.9), `short_start`
     (the most a waiting job that would finish within `horizon` on one GPU has its weight
@@ -124,6 +126,7 @@ class Voda:
     category_history: bool = True
     explore: bool = True
     throughput_estimates: bool = True
+    elapsed_floor: bool = False
     epoch_progress: float = 0.9
     short_start: float = 10.0
     inelastic_first: float = 1.0
@@ -166,7 +169,7 @@ class Voda:
                 f"tail_floor: must be a number in [0, 1], got {self.tail_floor!r}")
         check_gpus_per_node(self.gpus_per_node)
         for knob in ("aligned", "share_models", "category_history", "explore",
-                     "throughput_estimates"):
+                     "throughput_estimates", "elapsed_floor"):
             if not isinstance(getattr(self, knob), bool):
                 raise ValueError(f"{knob}: must be true or false, got {getattr(self, knob)!r}")
 
@@ -202,6 +205,8 @@ class Voda:
             node = per_node(self.gpus_per_node)
             seconds[1:] = remaining_seconds(job, model, cap, node, max(capacity // node, 1),
                                             self.explore, self.throughput_estimates)
+            if self.elapsed_floor and (model is None or model.perf is None):
+                seconds *= guess_at_least_elapsed(job, seconds)
             seconds *= share_left(job, seconds, self.epoch_progress)
         finite = seconds[np.isfinite(seconds)]
         size = float(seconds[1]) if cap >= 1 and math.isfinite(seconds[1]) else (
@@ -239,20 +244,41 @@ class Voda:
         return np.where(allowed, changed, -np.inf)
 
 
+def epochs_run_under_way(job: Job, seconds: np.ndarray) -> float | None:
+    """How many of its estimated epochs the time the job has run in its epoch under way
+    would take, at the GPUs it held there on average (GPU-seconds over seconds); None when
+    it has not run in it, or without an estimate there."""
+    ran, left = job.running_seconds_since_epoch, job.remaining_epochs
+    if left < 1 or ran <= 0 or len(seconds) < 2:
+        return None
+    n = min(max(round(job.attained_gpu_seconds_since_epoch / ran), 1), len(seconds) - 1)
+    if not (math.isfinite(seconds[n]) and seconds[n] > 0):
+        return None
+    return ran * left / seconds[n]
+
+
 def share_left(job: Job, seconds: np.ndarray, most: float) -> float:
     """The share of its estimated remaining time a job still has, counting the epoch under
     way as done by the time it has run in it over its epoch time at the GPUs it held there
-    on average (GPU-seconds over seconds; at most `most` of an epoch). Epochs are reported
-    at their end: a job with few epochs (bert trains 2) would otherwise look up to a whole
-    epoch longer than it is, running or halted part-way."""
-    ran, left = job.running_seconds_since_epoch, job.remaining_epochs
-    if most <= 0 or left < 1 or ran <= 0 or len(seconds) < 2:
+    (at most `most` of an epoch). Epochs are reported at their end: a job with few epochs
+    (bert trains 2) would otherwise look up to a whole epoch longer than it is, running or
+    halted part-way."""
+    run = epochs_run_under_way(job, seconds)
+    if most <= 0 or run is None:
         return 1.0
-    n = min(max(round(job.attained_gpu_seconds_since_epoch / ran), 1), len(seconds) - 1)
-    if not (math.isfinite(seconds[n]) and seconds[n] > 0):
+    left = job.remaining_epochs
+    return (left - min(run, most)) / left
+
+
+def guess_at_least_elapsed(job: Job, seconds: np.ndarray) -> float:
+    """What a job's estimate is raised by when it rests on no epoch time at all, its own or
+    its category's (the default guess), and the epoch under way has already run longer than
+    the guess says an epoch takes: the epoch takes at least that long. A 2-epoch job
+    measures nothing before it finishes (the first epoch after a start is not a speed), and
+    on the guess it looked like a 2-minute job for hours."""
+    if job.epoch_time_by_workers:
         return 1.0
-    done = min(ran * left / seconds[n], most)
-    return (left - done) / left
+    return max(1.0, epochs_run_under_way(job, seconds) or 0.0)
 
 
 def short_start_bonus(jobs: Sequence[Job], curves: Sequence[Curve], horizon: float,
