@@ -156,6 +156,11 @@ def test_a_job_sized_on_the_default_guess_lasts_at_least_as_long_as_its_epoch_un
     measured = dataclasses.replace(job, epoch_time_by_workers={4: 20.0})
     assert Voda(elapsed_floor=True).curve(measured, None, 16).seconds[2] == pytest.approx(
         Voda().curve(measured, None, 16).seconds[2])
+    # nor is a job that reports a goodput model, fitted or not yet: its first fit corrects
+    # the guess within its first steps
+    reporting = dataclasses.replace(job, goodput=model(0, perf=None))
+    assert Voda(elapsed_floor=True).curve(reporting, None, 16).seconds[2] == pytest.approx(
+        Voda().curve(reporting, None, 16).seconds[2])
 
 
 def test_a_short_job_is_not_kept_waiting_by_a_long_one_holding_the_cluster() -> None:

@@ -101,9 +101,9 @@ class Voda:
     its network time at the measured count's instead of extrapolating its growth),
     `throughput_estimates` (a job without a goodput model: its epoch time now carried to
     other counts by the samples/s measured there, not by epoch times measured earlier in
-    its training), `elapsed_floor` (a job sized on no epoch time at all, its own or its
-    category's, takes an epoch to last at least as long as its epoch under way has run;
-    off: it costs the `pollux` preset a little, note 010),
+    its training), `elapsed_floor` (a job sized on no epoch time and no goodput model at
+    all, its own or its category's, takes an epoch to last at least as long as its epoch
+    under way has run; off: a mean/tail trade without goodput models, note 010),
     `epoch_progress` (the most of the epoch under way a job is credited with, from the
     time it has run in it; 0: an epoch counts only once reported; 0.9), `short_start`
     (the most a waiting job that would finish within `horizon` on one GPU has its weight
@@ -205,7 +205,9 @@ class Voda:
             node = per_node(self.gpus_per_node)
             seconds[1:] = remaining_seconds(job, model, cap, node, max(capacity // node, 1),
                                             self.explore, self.throughput_estimates)
-            if self.elapsed_floor and (model is None or model.perf is None):
+            if self.elapsed_floor and model is None:
+                # A job that reports a goodput model (fitted or not yet) is not floored:
+                # its first fit, within its first steps, corrects the guess.
                 seconds *= guess_at_least_elapsed(job, seconds)
             seconds *= share_left(job, seconds, self.epoch_progress)
         finite = seconds[np.isfinite(seconds)]
