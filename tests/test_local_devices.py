@@ -11,7 +11,6 @@ uninterrupted run. A batch-adaptive job measures and reports its goodput on the 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from voda.backends.local import LocalBackend, detect_gpus
+from voda.backends.local.launch import environment
 from voda.cli.demo_local import PROJECT_ROOT
 from voda.core.model import Job, JobStatus
 from voda.engine.events import Event, EventKind
@@ -107,7 +107,8 @@ def test_jobs_on_this_machines_devices_resume_after_a_drain_with_an_uninterrupte
     # The checkpoint carried everything: the weights equal an uninterrupted run's on the
     # same kind of device, one rank.
     reference = tmp_path / "reference"
-    env = {**os.environ, "VODA_REPORT": "", "OMP_NUM_THREADS": "1"}
+    # the ranks' environment (voda importable from the checkout, installed or not), no reports
+    env = environment({"VODA_REPORT": ""}, None)
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[0]
     subprocess.run([sys.executable, *commands["first"].split()[1:], "--checkpoint-dir",
