@@ -546,9 +546,8 @@ def remaining_seconds(job: Job, model: GoodputModel | None, cap: int, per_node: 
     times = EpochTimes(job)
     if model is None or model.perf is None:
         by_throughput = throughput_speed_model(job) if throughput else None
-        if by_throughput is not None:
-            return epochs * np.array([by_throughput.epoch_time(n) for n in range(1, cap + 1)])
-        return np.array([epochs * times(n) for n in range(1, cap + 1)])
+        epoch_time = by_throughput.epoch_time if by_throughput is not None else times
+        return epochs * np.array([epoch_time(n) for n in range(1, cap + 1)])
     observed = job.epoch_time_by_workers
     anchor = 1
     if observed and not model.epoch_samples:
