@@ -326,3 +326,29 @@ def test_the_pollux_variant_gathers_within_capacity_and_never_onto_more_nodes(
         assert sum(c for _, c in placement.get(name, ())) == gpus
         if placement.get(name) != plain.get(name):  # gathered: onto fewer nodes
             assert len(placement[name]) < len(plain[name])
+
+
+@PROPERTY_SETTINGS
+@given(change=changes())
+def test_freeing_whole_nodes_stays_valid_and_moves_only_one_node_jobs_it_would_keep(
+    change: tuple,
+) -> None:
+    """Voda's repack under the Pollux preset: whatever the change, a valid placement of
+    the allocation; a job moved to free a node is one the plain variant keeps where it is,
+    on one node, and it lands on one node of its type; the same inputs in any order give
+    the same placement; and nothing moves when nothing changed."""
+    allocation, jobs, cluster, previous = change
+    freeing = make_repack(simultaneous=True, free_whole_nodes=True)
+    placement = freeing(allocation, jobs, cluster, previous)
+    assert placement_problems(allocation, jobs, cluster, placement) == []
+    plain = make_repack(simultaneous=True)(allocation, jobs, cluster, previous)
+    for name, gpus in allocation.items():
+        assert sum(c for _, c in placement.get(name, ())) == gpus
+        kept = plain.get(name) == previous.get(name)
+        if gpus and kept and placement[name] != plain[name]:
+            assert len(plain[name]) == 1 and len(placement[name]) == 1
+    again = freeing(dict(reversed(allocation.items())), dict(reversed(jobs.items())),
+                    cluster, previous)
+    assert again == placement
+    unchanged = {n: sum(c for _, c in shards) for n, shards in previous.items()}
+    assert freeing(unchanged, jobs, cluster, previous) == previous

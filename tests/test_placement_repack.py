@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from builders import make_cluster, make_job
 
 from voda.core.goodput import GoodputModel, PerfParams
@@ -99,6 +100,50 @@ def test_the_pollux_variant_leaves_a_split_job_when_a_restart_does_not_pay_or_ca
     full = {**SPLIT, "d": (("node-2", 4),)}
     everyone = {n: measured(n) for n in "abcd"}
     assert gather({"a": 4, "b": 2, "c": 2, "d": 4}, everyone, CLUSTER, full) == full
+
+
+# Voda's variant under the Pollux preset: whole nodes freed for the jobs that fill them.
+FREEING = make_repack(simultaneous=True, free_whole_nodes=True)
+SCATTERED = {"a": (("node-0", 1),), "b": (("node-1", 1),), "c": (("node-2", 2),)}
+
+
+def test_a_one_node_job_moves_so_that_a_job_of_a_whole_node_gets_one() -> None:
+    allocation = {"a": 1, "b": 1, "c": 2, "big": 4}
+    plain = make_repack(simultaneous=True)(allocation, jobs(*allocation), CLUSTER, SCATTERED)
+    assert len(plain["big"]) == 2, "without it the job of 4 is split over two nodes"
+    placement = FREEING(allocation, jobs(*allocation), CLUSTER, SCATTERED)
+    assert placement["big"] == (("node-0", 4),)
+    assert placement["a"] == (("node-2", 1),), "into the tightest partly used node"
+    assert placement["b"] == SCATTERED["b"] and placement["c"] == SCATTERED["c"]
+
+
+def test_nothing_moves_when_whole_nodes_suffice_or_no_fresh_job_fills_a_node() -> None:
+    roomy = {"a": (("node-0", 1),), "b": (("node-0", 1),)}
+    allocation = {"a": 1, "b": 1, "big": 4}
+    assert FREEING(allocation, jobs(*allocation), CLUSTER, roomy)["a"] == roomy["a"]
+    small = {"a": 1, "b": 1, "c": 2, "new": 2}
+    placement = FREEING(small, jobs(*small), CLUSTER, SCATTERED)
+    assert all(placement[n] == SCATTERED[n] for n in SCATTERED)
+
+
+def test_a_node_is_emptied_only_of_one_node_jobs_that_fit_elsewhere_on_their_gpu_type() -> None:
+    spanning = {"a": (("node-0", 1), ("node-1", 1)), "c": (("node-2", 2),)}
+    allocation = {"a": 2, "c": 2, "big": 4}
+    placement = FREEING(allocation, jobs(*allocation), CLUSTER, spanning)
+    assert placement["a"] == spanning["a"], "a job over two nodes pins both"
+    assert placement["c"] == (("node-0", 2),) and placement["big"] == (("node-2", 4),)
+    mixed = make_cluster().nodes(2, gpus=4, gpu_type="t4").nodes(1, gpus=4, gpu_type="v100").obj()
+    names = [n.name for n in mixed.nodes]
+    typed = {n: make_job(n).workers(1, 12).gpu_type("t4").obj() for n in ("a", "b", "big")}
+    previous = {"a": ((names[0], 1),), "b": ((names[1], 1),)}
+    placement = FREEING({"a": 1, "b": 1, "big": 4}, typed, mixed, previous)
+    assert placement["big"] == ((names[0], 4),)
+    assert placement["a"] == ((names[1], 1),), "onto the other t4 node, not the v100 one"
+
+
+def test_freeing_whole_nodes_needs_every_change_at_once() -> None:
+    with pytest.raises(ValueError, match="free_whole_nodes"):
+        make_repack(free_whole_nodes=True)
 
 
 def test_repack_is_a_named_placer() -> None:

@@ -12,7 +12,10 @@ Optimus does: a job whose count changes is placed afresh, fewest GPUs first
 (§6). Pollux's jobs are packed, a job that grows (and restarts anyway) placed
 afresh, every change at once (voda.core.placement.repack); a Pollux job left
 spanning more nodes than it needs is gathered when its model says a restart pays
-(the artifact's search scores each job at the nodes it really spans).
+(the artifact's search scores each job at the nodes it really spans). Voda's jobs are
+packed the same way, and when the jobs placed afresh need more whole nodes than are
+free, one-node jobs kept on the emptiest nodes move into other nodes' free GPUs
+(`free_whole_nodes`): Voda's own placement, not the artifact's.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def _pollux_placer(algorithm: str, params: Mapping[str, Any]) -> Placer:
         assert isinstance(policy, Pollux)
         return make_repack(simultaneous=True, consolidate_penalty=policy.restart_penalty)
     if algorithm == "Voda":
-        return make_repack(simultaneous=True)
+        return make_repack(simultaneous=True, free_whole_nodes=True)
     return make_most_free(_policy_order(algorithm, params))
 
 
