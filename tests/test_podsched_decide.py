@@ -8,7 +8,7 @@ import pytest
 
 from tests.pod_builders import gang_of, make_nodes, make_pod, snapshot_of
 from voda.podsched.config import SchedulerConfig
-from voda.podsched.decide import schedule, topology_order
+from voda.podsched.decide import Planner, schedule, topology_order
 from voda.podsched.model import Decision, Gang, Hints, Outcome, Strategy
 
 CONFIG = SchedulerConfig()
@@ -220,6 +220,26 @@ def test_the_reason_counts_what_the_filters_left_out() -> None:
                  "1 node(s) were not ready", "1 node(s) were unschedulable",
                  "1 node(s) had untolerated taint {dedicated: infer}"):
         assert part in decision.reason
+
+
+def test_a_nodes_reason_does_not_depend_on_the_order_of_a_gangs_pods() -> None:
+    # One pod tolerates the taint but not the selector, the other neither: the node's
+    # reason is the first filter it fails for the first pod checked, whatever the order the
+    # gang lists them in, and a view the Planner cached for one order serves the other.
+    nodes = (make_nodes().spines(1).leaves(1).nodes(1, gpus=8)
+             .tainted("s0-l0-n0", "dedicated", "infer").obj())
+    tolerant = make_pod("a").gpus(1).selector(pool="other").tolerates(
+        "dedicated", "infer", "NoSchedule").obj()
+    plain = make_pod("b").gpus(1).selector(pool="other").obj()
+    forward = gang_of([tolerant, plain], key="default/Job/f", gpu_count=2)
+    backward = gang_of([plain, tolerant], key="default/Job/b", gpu_count=2)
+    snapshot = snapshot_of(nodes)
+    reasons = {one(schedule([g], snapshot, CONFIG)).reason.split(": ", 1)[1]
+               for g in (forward, backward)}
+    assert len(reasons) == 1
+    planner = Planner()
+    planner.schedule([forward], snapshot, CONFIG)
+    assert planner.schedule([backward], snapshot, CONFIG) == schedule([backward], snapshot, CONFIG)
 
 
 def test_a_toleration_and_a_selector_open_and_close_nodes() -> None:

@@ -208,10 +208,13 @@ class _Working:
         signatures: dict[tuple, Pod] = {}
         for pod in pods:
             signatures.setdefault(_signature(pod), pod)
-        key = (tuple(sorted(signatures)), tuple(sorted(need.items())))
+        ordered = sorted(signatures)
+        key = (tuple(ordered), tuple(sorted(need.items())))
         if not fresh and key in self._views:
             return self._views[key]
-        view = self._build(list(signatures.values()), need, config)
+        # In the key's order, not the gang's: a node's reason is the first filter it fails,
+        # so a view cached for one gang must give another gang of these signatures its own.
+        view = self._build([signatures[s] for s in ordered], need, config)
         self._views[key] = view
         return view
 
