@@ -69,6 +69,7 @@ def job_strategy(draw: st.DrawFn, name: str) -> Job:
         running_seconds_since_start=run_since,
         running_seconds_since_epoch=(ran := draw(st.sampled_from([0.0, 5.0, 60.0, 1e6]))),
         attained_gpu_seconds_since_epoch=ran * draw(st.sampled_from([0.5, 1.0, 3.0, 100.0])),
+        waiting_seconds=wait_since * 2,
         waiting_seconds_since_start=0.0 if running else wait_since,
         attained_gpu_seconds_since_promotion=attained / 4 if promoted else attained * 2,
         running_seconds_since_promotion=run_since if promoted else run_since * 2,
@@ -132,6 +133,8 @@ CONFIGS = [
     ("FfDLOptimizer", {"max_jobs": 3}),
     ("Voda", {"tail_floor": 0}),
     ("Voda", {"tail_floor": 1.0}),
+    ("Voda", {"aging": 0}),
+    ("Voda", {"aging": 1e6, "aging_limit": 0.99}),
 ]
 
 

@@ -15,6 +15,7 @@ from voda.core.allocation import registry
 from voda.core.allocation.base import water_level
 from voda.core.allocation.voda import (
     Voda,
+    aged_sizes,
     category_models,
     hardware_efficiency,
     inelastic_first,
@@ -419,3 +420,54 @@ def test_tail_floor_is_checked() -> None:
     for bad in (-0.1, 1.5, "0.1", float("nan"), True):
         with pytest.raises(ValueError, match="tail_floor"):
             Voda(tail_floor=bad)  # type: ignore[arg-type]
+
+
+def linear_job(name: str, epochs: int, age: float, submitted: float = 0.0):
+    """A job that scales linearly (60 s an epoch on one GPU), `age` seconds since its
+    submission, waiting."""
+    return make_job(name).workers(1, 4).epochs(epochs).epoch_times(
+        {1: 60.0, 2: 30.0, 4: 15.0}).submitted_at(submitted).with_(waiting_seconds=age).obj()
+
+
+def test_aging_takes_seconds_of_age_off_a_jobs_size_up_to_its_limit() -> None:
+    voda = Voda(gpus_per_node=4)
+    jobs = [linear_job("old", 100, age=1_000.0), linear_job("new", 100, age=0.0),
+            linear_job("older", 10, age=1_000_000.0),
+            make_job("ran").workers(1, 4).epochs(100).epoch_times({1: 60.0})
+            .with_(waiting_seconds=200.0, running_seconds=300.0).obj()]
+    curves = [voda.curve(j, None, 4) for j in jobs]
+    assert [c.size for c in curves] == pytest.approx([6_000.0, 6_000.0, 600.0, 6_000.0])
+    aged = aged_sizes(jobs, curves, 2.0, 0.9)
+    # 2 s a second of age; at most 0.9 of the size; waiting and running both count
+    assert aged == pytest.approx([4_000.0, 6_000.0, 60.0, 5_000.0])
+    assert aged_sizes(jobs, curves, 0.0, 0.9) == [c.size for c in curves]
+    assert aged_sizes(jobs, curves, 2.0, 0.0) == [c.size for c in curves]
+
+
+def test_a_long_job_that_has_waited_outranks_a_shorter_job_that_arrived_much_later() -> None:
+    # 'old' has 6,000 s of work left and has waited 2,000 s; 'new' has 5,000 s and just
+    # arrived. Least work first gives 'new' the GPUs; aged, 'old' is due first.
+    jobs = [linear_job("old", 100, age=2_000.0), linear_job("new", 83, age=0.0, submitted=2_000)]
+    plain = Voda(gpus_per_node=4, aging=0, tail_floor=0)(jobs, 4)
+    aged = Voda(gpus_per_node=4, tail_floor=0)(jobs, 4)
+    assert plain["new"] > plain["old"]
+    assert aged["old"] > aged["new"]
+    assert sum(aged.values()) <= 4
+
+
+def test_aging_moves_a_short_jobs_rank_past_jobs_at_most_ten_times_shorter() -> None:
+    # however long 'waited' has waited, a job a tenth of its size or less still goes first
+    jobs = [linear_job("waited", 100, age=1e9), linear_job("tenth", 9, age=0.0, submitted=1e9)]
+    weights_by = aged_sizes(jobs, [Voda(gpus_per_node=4).curve(j, None, 4) for j in jobs],
+                            2.0, 0.9)
+    assert weights_by[1] < weights_by[0]
+    assert rank_weights(weights_by, 0.5)[1] > rank_weights(weights_by, 0.5)[0]
+
+
+def test_aging_knobs_are_checked() -> None:
+    for bad in (-1.0, 2e6, "2", float("nan"), True):
+        with pytest.raises(ValueError, match="aging"):
+            Voda(aging=bad)  # type: ignore[arg-type]
+    for bad in (-0.1, 1.0, "0.5", float("nan"), False):
+        with pytest.raises(ValueError, match="aging_limit"):
+            Voda(aging_limit=bad)  # type: ignore[arg-type]

@@ -21,6 +21,11 @@ The weight puts the jobs with the least work left first, and those that scale po
   k^p and no arrivals, when the k-th shortest holds ((m-k+1)/m)^c - ((m-k)/m)^c,
   c = 1 / (1 - p)); only the order of the sizes counts, so of two long jobs of almost
   the same size one finishes first instead of both finishing late (`rank_exponent`, p);
+- by age: the rank goes by T(1) less `aging` seconds for each second since the job was
+  submitted, by at most `aging_limit` of it, as earliest-deadline-first with a job due
+  at its arrival plus T(1) / `aging`: a long job that has waited overtakes shorter jobs
+  that arrived much later, so the longest jobs, which set the p99, are not deferred
+  behind every later arrival, and a short job's rank moves by a bounded factor only;
 - by size: T(1)^-e (`size_exponent`), so a job far shorter than the next one counts
   for more than its rank says;
 - by how it scales: divided by its parallel efficiency at its share of the GPUs
@@ -82,6 +87,7 @@ from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
 
 INELASTIC_SHARES = ("even", "between", "later")  # the share a job's efficiency is taken at
+MAX_AGING = 1e6  # seconds of work per second of age; every knob is bounded
 RATE_SCALE = 1e6  # completion rates (1/s) are small: scaled so float noise does not decide
 
 
@@ -112,7 +118,10 @@ class Voda:
     that scale poorly first; 0: off; 1), `inelastic_share` (that share: "even" now,
     "later" once the shorter jobs have finished, "between" their geometric mean; "between"),
     `tail_floor` (the share of the GPUs that may hold long jobs whose hardware scales poorly
-    at one GPU from their arrival, for the tail: `tail_floors`; 0: off; 0.125).
+    at one GPU from their arrival, for the tail: `tail_floors`; 0: off; 0.125), `aging`
+    (the seconds of one-GPU work a job's size falls by in the rank order per second since
+    its submission: `aged_sizes`; 0: off; 2), `aging_limit` (the most of its size aging
+    takes off; 0.9).
     """
 
     name: str = "Voda"
@@ -132,6 +141,8 @@ class Voda:
     inelastic_first: float = 1.0
     inelastic_share: str = "between"
     tail_floor: float = 0.125
+    aging: float = 2.0
+    aging_limit: float = 0.9
     # Remaining work and goodput change as jobs run: decide again on progress reports.
     decides_on_progress: ClassVar[bool] = True
     # A short arrival is started at once (the service decides on a submission): fixed
@@ -167,6 +178,13 @@ class Voda:
                 and 0 <= self.tail_floor <= 1):
             raise ValueError(
                 f"tail_floor: must be a number in [0, 1], got {self.tail_floor!r}")
+        if not (isinstance(self.aging, int | float) and not isinstance(self.aging, bool)
+                and 0 <= self.aging <= MAX_AGING):
+            raise ValueError(f"aging: must be a number in [0, {MAX_AGING}], got {self.aging!r}")
+        if not (isinstance(self.aging_limit, int | float)
+                and not isinstance(self.aging_limit, bool) and 0 <= self.aging_limit < 1):
+            raise ValueError(
+                f"aging_limit: must be a number in [0, 1), got {self.aging_limit!r}")
         check_gpus_per_node(self.gpus_per_node)
         for knob in ("aligned", "share_models", "category_history", "explore",
                      "throughput_estimates", "elapsed_floor"):
@@ -182,7 +200,8 @@ class Voda:
             return {j.name: 0 for j in ordered}
         borrowed = category_models(ordered, self.category_history) if self.share_models else {}
         curves = [self.curve(job, borrowed.get(job.category), capacity) for job in ordered]
-        weights = rank_weights([c.size for c in curves], self.rank_exponent) * np.array(
+        ranked_by = aged_sizes(ordered, curves, self.aging, self.aging_limit)
+        weights = rank_weights(ranked_by, self.rank_exponent) * np.array(
             [c.size ** -self.size_exponent if c.size > 0 else 1.0 for c in curves])
         weights *= short_start_bonus(ordered, curves, self.horizon, self.short_start)
         weights *= inelastic_first(ordered, curves, capacity, self.inelastic_first,
@@ -439,6 +458,31 @@ def prefix_water_levels(rooms: Sequence[int], free: int) -> list[int]:
             above += 1
         levels.append((free - below) // above if above else largest)
     return levels
+
+
+def aged_sizes(jobs: Sequence[Job], curves: Sequence[Curve], aging: float,
+               limit: float) -> list[float]:
+    """The sizes the rank order goes by: each job's remaining seconds on one GPU, less
+    `aging` seconds for each second since it was submitted (waiting or running), by at
+    most `limit` of its size.
+
+    Ranking by these is earliest-deadline-first with a job due at its submission plus its
+    size / `aging`: among jobs of about the same size the one that arrived first finishes
+    first, and a long job is not deferred behind every shorter job that arrives after it,
+    which is what sets the p99 under a pure least-work-first order. The limit keeps the
+    order among short jobs close to least-work-first: waiting moves a job's rank past
+    jobs at most 1 / (1 - limit) times shorter.
+    """
+    sizes = [c.size for c in curves]
+    if aging <= 0 or limit <= 0:
+        return sizes
+    out = []
+    for job, size in zip(jobs, sizes, strict=True):
+        if math.isfinite(size):
+            age = job.waiting_seconds + job.running_seconds
+            size -= min(aging * age, limit * size)
+        out.append(size)
+    return out
 
 
 def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
