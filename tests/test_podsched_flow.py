@@ -113,6 +113,12 @@ def test_a_node_going_not_ready_moves_its_pods(tmp_path: Path) -> None:
         moved = [n for n in after if n not in before]
         assert moved and leaf_of(moved[0]) == leaf_of(dead)
         eventually(lambda: any("NotReady" in e["message"] for e in c.events(reason="NodeNotReady")))
+        replacements = [p["metadata"]["name"] for p in c.pods("svc-", bound=True)
+                        if p["spec"]["nodeName"] in moved]
+        # A binding is visible before the scheduler records the recovery; the Scheduled
+        # Event is written after, so wait for that before reading the metric.
+        eventually(lambda: any("recovered in" in e["message"]
+                               for name in replacements for e in c.events(name, "Scheduled")))
         assert c.scheduler.metrics.recovery_seconds._sum.get() > 0
 
 
