@@ -15,8 +15,10 @@ It prints:
    held (means over the four workloads), rescales and preemptions per job, and the
    average JCT over Pollux's published one;
 3. per algorithm: the mean of the 16 average JCTs over Pollux's published mean, the
-   worst workload's ratio, the mean p99 over Pollux's published mean p99, and in how
-   many runs the p99 is above Pollux's;
+   worst workload's ratio, and the p99 read four ways against Pollux's published one
+   (voda.sim.tail): the mean p99 over Pollux's mean p99, in how many runs it is above
+   Pollux's, the workload whose p99s summed over its loads are highest against Pollux's,
+   and the p99 of every job of every run pooled;
 4. with `--by-application`: per algorithm and load, what each application (a job's
    name without its number: cifar10, yolov3, ...) adds to the difference between the
    average JCT and Pollux's published one, so a gain or a loss can be traced to the
@@ -42,7 +44,6 @@ from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -52,6 +53,7 @@ from voda.core.allocation.registry import BUILTIN_NAMES
 from voda.sim.compare import RunRequest, run_one
 from voda.sim.published import REPRODUCTIONS, WORKLOADS, published
 from voda.sim.report import SimResult
+from voda.sim.tail import TailRun, p99, tail_readings
 from voda.sim.workloads import LOADS
 
 JOB_MODELS = {algorithm: model for model, algorithm in REPRODUCTIONS.values()}
@@ -89,10 +91,6 @@ def run_all(keys: list[Key], workers: int, params: Mapping[str, Any] | None = No
             results[futures[future]] = future.result()
             bar.advance(task)
     return results
-
-
-def p99(values: list[float]) -> float:
-    return float(np.percentile(np.array(values, dtype=float), 99))
 
 
 def baseline_table(results: dict[Key, SimResult], workloads: list[str], loads: list[str]
@@ -176,7 +174,7 @@ def summary_table(results: dict[Key, SimResult], algorithms: list[str], workload
     table = Table(title="Over every workload and load, against Pollux published",
                   box=None, padding=(0, 1))
     for column in ("algorithm", "runs", "mean avg JCT ratio", "worst workload", "mean p99 ratio",
-                   "runs p99 above", "unfinished"):
+                   "runs p99 above", "worst workload p99", "pooled p99", "unfinished"):
         table.add_column(column, justify="left" if column == "algorithm" else "right")
     for algorithm in algorithms:
         keys = [(algorithm, w, load) for load in loads for w in workloads
@@ -185,17 +183,18 @@ def summary_table(results: dict[Key, SimResult], algorithms: list[str], workload
             continue
         ours = [results[k].avg_jct for k in keys]
         theirs = [published("pollux", k[2]).avg_jct[k[1]] for k in keys]
-        our_p99 = [results[k].p99_jct for k in keys]
-        their_p99 = [p99(list(published("pollux", k[2]).jct[k[1]].values())) for k in keys]
         worst = max(keys, key=lambda k: results[k].avg_jct
                     / published("pollux", k[2]).avg_jct[k[1]])
         worst_ratio = results[worst].avg_jct / published("pollux", worst[2]).avg_jct[worst[1]]
+        tail = tail_readings([TailRun(k[1], results[k].finished_jcts,
+                                      list(published("pollux", k[2]).jct[k[1]].values()))
+                              for k in keys])
         table.add_row(algorithm, str(len(keys)),
                       f"{statistics.mean(ours) / statistics.mean(theirs):.3f}",
                       f"{worst_ratio:.3f} ({worst[1]}@{worst[2]})",
-                      f"{statistics.mean(our_p99) / statistics.mean(their_p99):.3f}",
-                      str(sum(ours > theirs for ours, theirs in zip(our_p99, their_p99,
-                                                                     strict=True))),
+                      f"{tail.mean_p99:.3f}", str(tail.runs_above),
+                      f"{tail.worst_group_ratio:.3f} ({tail.worst_group})",
+                      f"{tail.pooled:.3f}",
                       str(sum(results[k].unfinished for k in keys)))
     return table
 

@@ -49,6 +49,11 @@ class SimResult:
     queue: tuple[tuple[float, int, int], ...] = field(default=(), repr=False)
 
     @property
+    def finished_jcts(self) -> list[float]:
+        """The JCTs of the jobs that finished, in the workload's order."""
+        return [float(j.jct) for j in self.jobs if j.jct is not None]
+
+    @property
     def warning(self) -> str | None:
         """What the figures leave out, said plainly (None when every job finished)."""
         if not self.unfinished:
