@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from voda.sim.tail import p99
+
 if TYPE_CHECKING:
     from voda.engine.scheduler import Scheduler
     from voda.sim.backend import SimBackend
@@ -131,7 +133,7 @@ def build_result(
         jobs=tuple(jobs),
         avg_jct=float(jcts.mean()) if len(jcts) else float("nan"),
         p50_jct=float(np.percentile(jcts, 50)) if len(jcts) else float("nan"),
-        p99_jct=float(np.percentile(jcts, 99)) if len(jcts) else float("nan"),
+        p99_jct=p99(jcts),
         makespan=(last - first) if finishes else float("nan"),
         utilization=backend.busy_gpu_seconds / capacity if capacity > 0 else 0.0,
         gpu_hours=backend.busy_gpu_seconds / 3600.0,
