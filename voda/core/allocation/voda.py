@@ -99,7 +99,7 @@ class Voda:
     charge), `horizon` (seconds over which a restart is paid back; 240),
     `rank_exponent` (p of the heSRPT weights by rank of remaining work, in [0, 1):
     0 weighs every rank alike; 0.5), `size_exponent` (e in the weight T(1)^-e: 0
-    ignores sizes, 1 with p = 0 maximises the total completion rate; 0.1),
+    ignores sizes, 1 with p = 0 maximises the total completion rate; 0.05),
     `gpus_per_node` (0: the size of the cluster's nodes, 4 when called without a
     cluster), `aligned` (only counts that pack), `share_models` (borrow a
     category's best-measured throughput model), `category_history` (from finished
@@ -115,7 +115,7 @@ class Voda:
     (the most a waiting job that would finish within `horizon` on one GPU has its weight
     raised for the wait starting it spares it; 1: not raised; 10), `inelastic_first` (the
     power of 1 / a job's parallel efficiency at its share its weight is raised by: jobs
-    that scale poorly first; 0: off; 1), `inelastic_share` (that share: "even" now,
+    that scale poorly first; 0: off; 0.75), `inelastic_share` (that share: "even" now,
     "later" once the shorter jobs have finished, "between" their geometric mean; "between"),
     `tail_floor` (the share of the GPUs that may hold long jobs whose hardware scales poorly
     at one GPU from their arrival, for the tail: `tail_floors`; 0: off; 0.125), `aging`
@@ -127,7 +127,7 @@ class Voda:
     name: str = "Voda"
     restart_penalty: float = 30.0
     horizon: float = 240.0
-    size_exponent: float = 0.1
+    size_exponent: float = 0.05
     rank_exponent: float = 0.5
     gpus_per_node: int = FROM_CLUSTER
     aligned: bool = True
@@ -138,7 +138,7 @@ class Voda:
     elapsed_floor: bool = False
     epoch_progress: float = 0.9
     short_start: float = 10.0
-    inelastic_first: float = 1.0
+    inelastic_first: float = 0.75
     inelastic_share: str = "between"
     tail_floor: float = 0.125
     aging: float = 2.0
