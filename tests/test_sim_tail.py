@@ -39,7 +39,8 @@ def test_the_readings_can_disagree_and_each_is_reported() -> None:
     assert got.pooled == pytest.approx(pooled_ours / pooled_theirs)
 
 
-def test_a_run_where_no_job_finished_reads_nan_not_below_and_no_runs_are_refused() -> None:
+def test_a_run_where_no_job_finished_reads_nan_not_below_and_an_empty_set_is_refused(
+) -> None:
     got = tail_readings([TailRun("w", [], [1.0, 2.0]), TailRun("w", [5.0], [1.0])])
     assert math.isnan(got.mean_p99) and math.isnan(got.worst_group_ratio)
     assert got.runs_above == 1  # the run that finished a job; the other is not counted below
