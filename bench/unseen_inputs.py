@@ -144,11 +144,11 @@ def main() -> None:
             requests = [replace(r.request, algorithm=args.algorithm, params=params)
                         for r in runs] + [r.request for r in runs]
             results = run_many(requests, args.workers)
-            row = summary(results[:len(runs)], results[len(runs):], [r.load for r in runs])
+            ours, theirs = results[:len(runs)], results[len(runs):]
+            row = summary(ours, theirs, [r.load for r in runs])
             above += int(row["above"])
             total += len(runs)
-            ours_over, theirs_over = (above_published(results[:len(runs)], runs),
-                                      above_published(results[len(runs):], runs))
+            ours_over, theirs_over = above_published(ours, runs), above_published(theirs, runs)
             over = "-" if ours_over is None else f"{ours_over} / {theirs_over} of {len(runs)}"
             table.add_row(spec, f"{row['mean']:.3f}", f"{row['worst']:.3f}",
                           f"{row['p99']:.3f}", f"{row['above']} of {len(runs)}",
