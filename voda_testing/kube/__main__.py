@@ -23,6 +23,8 @@ from typing import Any
 from aiohttp import web
 
 from voda_testing.kube.cluster import ClusterSimulator, SimSettings
+from voda_testing.kube.cluster.kubeflow_rules import serve_operators
+from voda_testing.kube.resources import CRD_SETS, default_resources
 from voda_testing.kube.server import FakeApiServer
 from voda_testing.kube.store import Change, Store
 
@@ -63,8 +65,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--history", type=int, default=2_000_000)
+    parser.add_argument("--crds", choices=CRD_SETS, default="all",
+                        help="the Kubeflow CRDs installed (default: both operators')")
     args = parser.parse_args()
-    store = Store(history_limit=args.history)
+    store = Store(default_resources(args.crds), history_limit=args.history)
     log: list[dict[str, Any]] = []
     lock = threading.Lock()
 
@@ -82,8 +86,9 @@ def main() -> None:
             out = [e for e in log if e["t"] > since]
         return web.Response(text=json.dumps(out), content_type="application/json")
 
-    server = FakeApiServer(store, bookmark_interval=5.0, port=args.port,
-                           extra_routes=[("GET", "/_fake/log", read_log)]).start()
+    server = serve_operators(FakeApiServer(store, bookmark_interval=5.0, port=args.port,
+                                           extra_routes=[("GET", "/_fake/log", read_log)])
+                             ).start()
     sim = ClusterSimulator(store, SimSettings(tick_seconds=0.02, start_seconds=0.05,
                                               terminate_seconds=0.05))
     for i in range(args.nodes):

@@ -12,7 +12,10 @@ from voda.backends.kubernetes.api import KubeApi
 from voda.backends.kubernetes.backend import KubernetesBackend
 from voda.backends.kubernetes.settings import KubernetesSettings
 from voda_testing.kube.cluster import ClusterSimulator, SimSettings
+from voda_testing.kube.cluster.kubeflow_rules import serve_operators
+from voda_testing.kube.resources import default_resources
 from voda_testing.kube.server import FakeApiServer
+from voda_testing.kube.store import Store
 
 FAST_SIM = SimSettings(tick_seconds=0.01, start_seconds=0.02, terminate_seconds=0.02,
                        not_ready_eviction_seconds=0.3)
@@ -40,8 +43,10 @@ class FakeCluster:
 
     @classmethod
     def start(cls, folder: Path, sim_settings: SimSettings = FAST_SIM,
-              bookmark_interval: float = 0.5) -> FakeCluster:
-        server = FakeApiServer(bookmark_interval=bookmark_interval).start()
+              bookmark_interval: float = 0.5, crds: str = "all") -> FakeCluster:
+        """`crds`: the Kubeflow CRDs installed (voda_testing.kube.resources.CRD_SETS)."""
+        server = serve_operators(FakeApiServer(Store(default_resources(crds)),
+                                               bookmark_interval=bookmark_interval)).start()
         kubeconfig = server.write_kubeconfig(folder / "kubeconfig")
         sim = ClusterSimulator(server.store, sim_settings).start()
         return cls(server, sim, kubeconfig)

@@ -2,12 +2,14 @@
 
 Custom resources are defined from the real CRD files (voda/data/crds): their names,
 scope, subresources and openAPIV3Schema, against which every write is validated
-and pruned as a real server does.
+and pruned as a real server does. `crd_set` picks what a cluster has installed: both
+operators, one of them, the training operator with its own v1-only MPIJob CRD, or
+mpi-operator v0.4's CRD, whose pod template schema predates `schedulingGates`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,8 @@ BUILTIN: tuple[Resource, ...] = (
              short_names=("rs",)),
     Resource("apps", "v1", "statefulsets", "StatefulSet", subresources=_SCALED,
              scale=_REPLICAS, short_names=("sts",)),
+    Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler",
+             subresources=_STATUS, short_names=("hpa",)),
 )
 
 
@@ -134,5 +138,46 @@ def kubeflow_resources() -> tuple[Resource, ...]:
     return tuple(out)
 
 
-def default_resources() -> tuple[Resource, ...]:
-    return (*BUILTIN, *kubeflow_resources())
+def _without_gates(schema: Any) -> Any:
+    """The schema with `schedulingGates` gone from every pod template (as in CRDs generated
+    before Kubernetes 1.26, e.g. mpi-operator v0.4's): the server prunes the field."""
+    if isinstance(schema, dict):
+        out = {k: _without_gates(v) for k, v in schema.items()}
+        props = out.get("properties")
+        if isinstance(props, dict) and "containers" in props:
+            props.pop("schedulingGates", None)
+        return out
+    if isinstance(schema, list):
+        return [_without_gates(v) for v in schema]
+    return schema
+
+
+def _kind(kind: str) -> Resource:
+    return next(r for r in kubeflow_resources() if r.kind == kind)
+
+
+@cache
+def crd_set(name: str) -> tuple[Resource, ...]:
+    """The Kubeflow kinds of one kind of installation (see CRD_SETS)."""
+    mpi, pytorch = _kind("MPIJob"), _kind("PyTorchJob")
+    if name == "all":
+        return (mpi, pytorch)
+    if name == "mpi-operator":
+        return (mpi,)
+    if name == "training-operator":
+        return (pytorch,)
+    if name == "training-operator-with-mpijob-v1":
+        # The training operator's own MPIJob CRD serves kubeflow.org/v1 only; installed,
+        # it takes the name mpijobs.kubeflow.org that mpi-operator's v2beta1 CRD needs.
+        return (pytorch, replace(mpi, version="v1"))
+    if name == "mpi-operator-v0.4":
+        return (replace(mpi, schema=_without_gates(mpi.schema)),)
+    raise ValueError(f"unknown CRD set {name!r}; known: {', '.join(CRD_SETS)}")
+
+
+CRD_SETS = ("all", "mpi-operator", "training-operator", "training-operator-with-mpijob-v1",
+            "mpi-operator-v0.4")
+
+
+def default_resources(crds: str = "all") -> tuple[Resource, ...]:
+    return (*BUILTIN, *crd_set(crds))

@@ -31,7 +31,7 @@ from aiohttp import web
 from voda_testing.kube.errors import ApiError
 from voda_testing.kube.resources import Resource
 from voda_testing.kube.selectors import field_matcher, label_matcher
-from voda_testing.kube.store import Change, Obj, Store, get_path, set_path
+from voda_testing.kube.store import Admit, Change, Obj, Store, get_path, set_path
 
 VERB_OF = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
            "DELETE": "delete"}
@@ -86,6 +86,9 @@ class FakeApiServer:
         self.faults: list[Fault] = []
         self.requests: deque[Request] = deque(maxlen=100_000)
         self.outage_mode: str | None = None  # None, "refuse" or "hang"
+        # Validating admission webhooks (e.g. an operator's): they see every create and
+        # update of a resource sent over HTTP, not its subresources.
+        self.webhooks: list[Admit] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -379,7 +382,8 @@ class FakeApiServer:
             return _json(self._scale(resource, obj) if sub == "scale" else obj)
         body = await self._body(request) if method in ("POST", "PUT", "PATCH") else None
         if method == "POST" and name is None:
-            created = store.create(resource, namespace, body, dry_run, validation)
+            created = store.create(resource, namespace, body, dry_run, validation,
+                                   self._admit)
             return self._answer(created, 201)
         if method == "POST" and sub == "binding":
             target = (body or {}).get("target") or {}
@@ -398,11 +402,13 @@ class FakeApiServer:
             return _json(self._write_scale(request, resource, namespace, name or "", body))
         if method == "PUT":
             return self._answer(store.update(resource, namespace, name or "", body, sub,
-                                             dry_run, validation))
+                                             dry_run, validation,
+                                             None if sub else self._admit))
         if method == "PATCH":
             ctype = request.headers.get("Content-Type", "")
             return self._answer(store.patch(resource, namespace, name or "", body, ctype, sub,
-                                            dry_run, validation))
+                                            dry_run, validation,
+                                            None if sub else self._admit))
         if method == "DELETE" and name is not None:
             opts = body if isinstance(body, dict) else {}
             if not opts:
@@ -424,6 +430,10 @@ class FakeApiServer:
                                  item["metadata"]["name"])
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success"})
         raise ApiError(405, f"the server does not allow this method on {shown}")
+
+    def _admit(self, resource: Resource, new: Obj, old: Obj | None) -> None:
+        for webhook in list(self.webhooks):
+            webhook(resource, new, old)
 
     def _answer(self, obj: Obj, status: int = 200) -> web.Response:
         warnings = self.store.warnings()

@@ -27,6 +27,9 @@ from voda_testing.kube.resources import Resource, default_resources
 from voda_testing.kube.selectors import Matcher, field_matcher, label_matcher
 
 Obj = dict[str, Any]
+# An admission check of a write (a validating webhook): (resource, new object, old object
+# or None on create); raises ApiError to refuse it.
+Admit = Callable[[Resource, Obj, "Obj | None"], None]
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 DEFAULT_POD_GRACE_SECONDS = 30
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -186,7 +189,7 @@ class Store:
 
     # ----- writes ---------------------------------------------------------------------------
     def create(self, what: str | Resource, namespace: str, obj: Obj, dry_run: bool = False,
-               field_validation: str | None = None) -> Obj:
+               field_validation: str | None = None, admit: Admit | None = None) -> Obj:
         resource = self.resource(what)
         new = copy.deepcopy(obj)
         if not isinstance(new, dict):
@@ -211,6 +214,8 @@ class Store:
         new["kind"] = resource.kind
         validation.check_meta(resource, new)
         warnings = self._check_body(resource, new, field_validation)
+        if admit is not None:
+            admit(resource, new, None)
         if resource.kind == "Pod":
             validation.check_pod_create(new)
             new.setdefault("status", {}).setdefault("phase", "Pending")
@@ -246,7 +251,7 @@ class Store:
 
     def update(self, what: str | Resource, namespace: str, name: str, obj: Obj,
                subresource: str | None = None, dry_run: bool = False,
-               field_validation: str | None = None) -> Obj:
+               field_validation: str | None = None, admit: Admit | None = None) -> Obj:
         """PUT: a whole object; a resourceVersion that is not the current one is 409."""
         resource = self.resource(what)
         new = copy.deepcopy(obj)
@@ -261,11 +266,12 @@ class Store:
                 raise conflict(resource.plural, name, "the object has been modified; please "
                                "apply your changes to the latest version and try again",
                                resource.group)
-            return self._write(resource, old, new, subresource, dry_run, field_validation)
+            return self._write(resource, old, new, subresource, dry_run, field_validation,
+                               admit)
 
     def patch(self, what: str | Resource, namespace: str, name: str, body: Any,
               content_type: str, subresource: str | None = None, dry_run: bool = False,
-              field_validation: str | None = None) -> Obj:
+              field_validation: str | None = None, admit: Admit | None = None) -> Obj:
         resource = self.resource(what)
         with self.lock:
             old = self.get(resource, namespace, name)
@@ -275,10 +281,12 @@ class Store:
                 raise conflict(resource.plural, name, "the object has been modified; please "
                                "apply your changes to the latest version and try again",
                                resource.group)
-            return self._write(resource, old, new, subresource, dry_run, field_validation)
+            return self._write(resource, old, new, subresource, dry_run, field_validation,
+                               admit)
 
     def _write(self, resource: Resource, old: Obj, new: Obj, subresource: str | None,
-               dry_run: bool, field_validation: str | None) -> Obj:
+               dry_run: bool, field_validation: str | None, admit: Admit | None = None
+               ) -> Obj:
         name = old["metadata"]["name"]
         if subresource == "status":
             merged = {**old, "status": new.get("status")}
@@ -302,6 +310,8 @@ class Store:
             new["apiVersion"], new["kind"] = resource.api_version, resource.kind
             validation.check_meta(resource, new)
             self._local.warnings = self._check_body(resource, new, field_validation)
+            if admit is not None:
+                admit(resource, new, old)
             if resource.kind == "Pod":
                 validation.check_pod_update(old, new)
             if _body(new) != _body(old):

@@ -5,6 +5,7 @@ nodeSelector may only gain keys while the pod is gated)."""
 
 from __future__ import annotations
 
+import copy
 import re
 from functools import cache
 from typing import Any
@@ -87,9 +88,28 @@ def prune(value: Any, schema: dict[str, Any], path: str, unknown: list[str]) -> 
             prune(item, schema["items"], f"{path}[{i}]", unknown)
 
 
+def apply_defaults(value: Any, schema: dict[str, Any]) -> None:
+    """Set the `default:` of every field the schema declares one for and the object lacks
+    (inside objects that are there), as the API server does on every write."""
+    if isinstance(value, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                apply_defaults(value[key], sub)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict) and not schema.get("properties"):
+            for item in value.values():
+                apply_defaults(item, extra)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            apply_defaults(item, schema["items"])
+
+
 def check_custom(resource: Resource, obj: dict[str, Any], field_validation: str | None
                  ) -> list[str]:
-    """Validate against the CRD schema and prune; returns warnings (unknown fields)."""
+    """Prune, default and validate against the CRD schema; returns warnings (unknown
+    fields)."""
     schema = resource.schema or {}
     unknown: list[str] = []
     for key in list(obj):
@@ -107,6 +127,9 @@ def check_custom(resource: Resource, obj: dict[str, Any], field_validation: str 
             del obj[key]
         else:
             prune(obj[key], sub, f".{key}", unknown)
+    for key, sub in (schema.get("properties") or {}).items():
+        if key in obj and key not in ("apiVersion", "kind", "metadata"):
+            apply_defaults(obj[key], sub)
     name = str(obj.get("metadata", {}).get("name", ""))
     if unknown and field_validation == "Strict":
         raise ApiError(422, f'{resource.kind} in version "{resource.version}" cannot be '

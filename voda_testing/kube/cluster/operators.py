@@ -1,24 +1,51 @@
 """The Kubeflow operators, played as far as a scheduler can tell them apart.
 
-mpi-operator v0.8 (MPIJob v2beta1): worker pods `<job>-worker-<i>` from the worker
-template with the replica-index label, a headless Service, a ConfigMap holding the
-hostfile and `discover_hosts.sh` (Running workers only), a launcher batch Job and its
-pod; on scale-down the highest indices are deleted; a deleted worker is recreated
-under the same name; any evicted worker marks the whole MPIJob Failed; on success
-the workers are deleted when `runPolicy.cleanPodPolicy` is Running or All.
+mpi-operator v0.8.2 (MPIJob v2beta1). Its controller defaults a copy of the job and
+validates it (voda_testing.kube.cluster.kubeflow_rules): an invalid job gets a Warning
+Event `ValidationError` and nothing else. A valid one gets worker pods
+`<job>-worker-<i>` (hostname the pod name, subdomain the job) from the worker template
+with the replica-index label and restartPolicy Never by default; one headless Service
+named after the job; a ConfigMap `<job>-config` holding the hostfile (every worker) and
+`discover_hosts.sh` (running workers), both as `<pod>.<job>.<ns>.svc`; and a launcher
+batch Job `<job>-launcher` whose pod has a generated name `<job>-launcher-xxxxx`. The
+highest indices go on scale-down; a missing worker is created again under its name,
+but a Failed one is left as it is (restartPolicy Never: mpi-operator re-creates nothing
+that still exists). The MPIJob is Running only once the launcher and every worker run;
+any evicted worker fails it; a failed launcher fails it. Horovod elastic in the launcher
+is played by voda_testing.kube.cluster.horovod (training counts only the hosts Horovod
+uses). The Job controller's retries of a failed launcher pod are not played: one
+failure fails the launcher Job.
 
-training operator v1 (PyTorchJob with elasticPolicy): worker pods `<job>-worker-<i>`
-with the PET_* environment torchrun reads, failed pods restarted under
-restartPolicy OnFailure/Always, the highest indices deleted on scale-down, and the
-replica status the /scale subresource reads.
+training operator release-1.9 (PyTorchJob with elasticPolicy): its webhook refuses
+what kubeflow_rules.pytorchjob_errors names; worker pods `<job>-worker-<i>` and a
+Service per replica of the same name; the PET_* environment torchrun reads, with the
+rendezvous port of the container `pytorch` (its port `pytorchjob-port`, 23456 when
+unset) and PET_MAX_RESTARTS only when `elasticPolicy.maxRestarts` is set; an HPA
+(autoscaling/v2, named after the job) when `elasticPolicy.metrics` is set; failed pods
+restarted under restartPolicy OnFailure/Always; the highest indices deleted on
+scale-down; the replica status the /scale subresource reads. torchrun on the workers
+treats a peer that leaves (scale-down, move, failure) as a failure of the worker group:
+it restarts the group while it has restarts left (PET_MAX_RESTARTS, torchrun's default
+0) and otherwise exits, so the kubelet restarts its container (restartCount grows).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import time
 from typing import TYPE_CHECKING
 
+from voda_testing.kube.cluster.horovod import ElasticLauncher
+from voda_testing.kube.cluster.kubeflow_rules import (
+    PYTORCH_CONTAINER,
+    PYTORCH_DEFAULT_PORT,
+    PYTORCH_PORT_NAME,
+    aggregate,
+    mpijob_defaulted,
+    mpijob_errors,
+    rendezvous_port,
+)
 from voda_testing.kube.cluster.nodes import Obj
 from voda_testing.kube.errors import ApiError
 from voda_testing.kube.patches import MERGE
@@ -93,8 +120,16 @@ class Operator:
     """What both operators share: worker pods by index, scale-down from the top."""
 
     resource = ""
+    version = ""
     replicas_key = ""
     operator_name = ""
+
+    def forget(self, uid: str) -> None:
+        """The job is gone: drop what is kept about it."""
+
+    def training(self, sim: ClusterSimulator, job: Obj) -> int:
+        """How many workers do the job's work now."""
+        return self.running_workers(sim, job)
 
     def worker_spec(self, job: Obj) -> Obj:
         return ((job.get("spec") or {}).get(self.replicas_key) or {}).get("Worker") or {}
@@ -148,8 +183,17 @@ class Operator:
 
 class MPIOperator(Operator):
     resource = "mpijobs.kubeflow.org"
+    version = "v2beta1"
     replicas_key = "mpiReplicaSpecs"
     operator_name = "mpi-operator"
+
+    def __init__(self) -> None:
+        self.launchers: dict[str, ElasticLauncher] = {}  # MPIJob uid -> Horovod's driver
+        self.refused: dict[str, str] = {}  # MPIJob uid -> the validation message sent
+
+    def forget(self, uid: str) -> None:
+        self.launchers.pop(uid, None)
+        self.refused.pop(uid, None)
 
     def worker_labels(self, job: Obj, index: int) -> dict[str, str]:
         return {OPERATOR_NAME: self.operator_name, JOB_NAME: job["metadata"]["name"],
@@ -159,26 +203,38 @@ class MPIOperator(Operator):
         name = job["metadata"]["name"]
         return pod_from_template(job, self.worker_spec(job), f"{name}-worker-{index}",
                                  self.worker_labels(job, index), hostname=f"{name}-worker-{index}",
-                                 subdomain=f"{name}-worker")
+                                 subdomain=name)
+
+    @staticmethod
+    def host(pod: Obj, job: Obj) -> str:
+        meta = job["metadata"]
+        return f"{pod['metadata']['name']}.{meta['name']}.{meta['namespace']}.svc"
 
     def reconcile(self, sim: ClusterSimulator, job: Obj) -> None:
         if job["metadata"].get("deletionTimestamp"):
+            return
+        job = mpijob_defaulted(job)
+        errors = mpijob_errors(job)
+        if errors:
+            self._refuse(sim, job, "Found validation errors: " + aggregate(errors))
             return
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
         status = self.base_status(sim, job)
         now = timestamp(sim.store.clock())
         if finished(job):
-            if condition(job, "Succeeded") and (job["spec"].get("runPolicy") or {}).get(
-                    "cleanPodPolicy", "None") in ("Running", "All"):
+            if condition(job, "Succeeded") and job["spec"]["runPolicy"]["cleanPodPolicy"] in (
+                    "Running", "All"):
                 for pod in sim.pods_of(job, "worker"):
                     if not pod["metadata"].get("deletionTimestamp"):
                         sim.delete_pod(pod)
             return
-        slots = int(job["spec"].get("slotsPerWorker", 1) or 1)
-        if sim.store.try_get("services", ns, f"{name}-worker") is None:
+        slots = int(job["spec"].get("slotsPerWorker", 1))
+        if sim.store.try_get("services", ns, name) is None:
             sim.create({"apiVersion": "v1", "kind": "Service", "metadata": {
-                "name": f"{name}-worker", "namespace": ns, "ownerReferences": [owner_ref(job)]},
-                "spec": {"clusterIP": "None", "selector": {JOB_NAME: name, JOB_ROLE: "worker"}}})
+                "name": name, "namespace": ns, "labels": {"app": name},
+                "ownerReferences": [owner_ref(job)]},
+                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                         "selector": {OPERATOR_NAME: self.operator_name, JOB_NAME: name}}})
         workers = self.sync_workers(sim, job)
         evicted = [p for p in workers if (p.get("status") or {}).get("reason") == "Evicted"]
         if evicted:
@@ -189,70 +245,140 @@ class MPIOperator(Operator):
             self.write_status(sim, job, status)
             return
         running = [p for p in workers if sim.is_running(p)]
-        hosts = "".join(f"{p['metadata']['name']}.{name}-worker.{ns}.svc slots={slots}\n"
-                        for p in workers)
-        discover = "#!/bin/sh\n" + "".join(
-            f"echo {p['metadata']['name']}.{name}-worker.{ns}.svc:{slots}\n" for p in running)
+        replicas = int(self.worker_spec(job).get("replicas", 0))
+        hosts = "".join(f"{name}-worker-{i}.{name}.{ns}.svc slots={slots}\n"
+                        for i in range(replicas))
+        discover = "#!/bin/sh\n" + "".join(f"echo {self.host(p, job)}\n" for p in running)
         config = {"hostfile": hosts, "discover_hosts.sh": discover}
         existing = sim.store.try_get("configmaps", ns, f"{name}-config")
         if existing is None:
             sim.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-                "name": f"{name}-config", "namespace": ns, "ownerReferences": [owner_ref(job)]},
-                "data": config})
+                "name": f"{name}-config", "namespace": ns, "labels": {"app": name},
+                "ownerReferences": [owner_ref(job)]}, "data": config})
         elif existing.get("data") != config:
             sim.store.patch("configmaps", ns, f"{name}-config", {"data": config}, MERGE)
-        launcher = self.ensure_launcher(sim, job)
-        launcher_phase = (launcher or {}).get("status", {}).get("phase")
-        if launcher_phase == "Running" and not condition(job, "Running"):
+        launcher = self.launcher(job)
+        launcher.write_script(frozenset(self.host(p, job) for p in running), time.monotonic(),
+                              sim.settings.configmap_seconds)
+        batch, pods = self.ensure_launcher(sim, job)
+        launcher_running = sum(1 for p in pods if sim.is_running(p))
+        failed = next((p for p in pods if (p.get("status") or {}).get("phase") == "Failed"),
+                      None)
+        if failed is not None:
+            self._launcher_failed(sim, job, batch, failed, status, now)
+            return
+        if launcher_running and len(running) == len(workers) and not condition(job,
+                                                                                "Running"):
             status["conditions"] = set_condition(status["conditions"], "Running",
                                                  "MPIJobRunning",
                                                  f"MPIJob {ns}/{name} is running.", now)
-        if launcher_phase == "Failed":
-            status["conditions"] = set_condition(status["conditions"], "Failed",
-                                                 "MPIJobFailed", "launcher failed", now)
         status["replicaStatuses"] = {
-            "Launcher": {"active": int(launcher_phase == "Running"),
-                         "failed": int(launcher_phase == "Failed")},
-            "Worker": {"active": len(running)}}
+            "Launcher": {"active": launcher_running},
+            "Worker": {"active": len(running),
+                       "failed": sum(1 for p in workers
+                                     if (p.get("status") or {}).get("phase") == "Failed")}}
         self.write_status(sim, job, status)
 
-    def ensure_launcher(self, sim: ClusterSimulator, job: Obj) -> Obj | None:
-        name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+    def _refuse(self, sim: ClusterSimulator, job: Obj, message: str) -> None:
+        uid = job["metadata"]["uid"]
+        if self.refused.get(uid) == message:
+            return
+        self.refused[uid] = message
+        sim.record_event(job, "Warning", "ValidationError", message[:1024])
+
+    def _launcher_failed(self, sim: ClusterSimulator, job: Obj, batch: Obj | None, pod: Obj,
+                         status: Obj, now: str) -> None:
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        pod_status = pod.get("status") or {}
+        reason = f"BackoffLimitExceeded/{pod_status.get('reason') or 'Error'}"
+        message = (f"Job has reached the specified backoff limit: "
+                   f"{pod_status.get('message', '')}")
+        if batch is not None:
+            with contextlib.suppress(ApiError):
+                sim.store.patch("jobs.batch", ns, batch["metadata"]["name"], {"status": {
+                    "failed": 1, "active": 0, "conditions": [{
+                        "type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                        "message": "Job has reached the specified backoff limit"}]}},
+                    MERGE, subresource="status")
+        status["conditions"] = set_condition(status["conditions"], "Failed", reason,
+                                             message, now)
+        status["completionTime"] = now
+        status["replicaStatuses"] = {"Launcher": {"failed": 1}, "Worker": {}}
+        self.write_status(sim, job, status)
+        sim.record_event(job, "Warning", reason, f"MPIJob {ns}/{name}: {message}")
+
+    def launcher(self, job: Obj) -> ElasticLauncher:
+        uid = job["metadata"]["uid"]
+        if uid not in self.launchers:
+            spec = (job["spec"].get(self.replicas_key) or {}).get("Launcher") or {}
+            containers = ((spec.get("template") or {}).get("spec") or {}).get(
+                "containers") or [{}]
+            self.launchers[uid] = ElasticLauncher.of(containers[0])
+        return self.launchers[uid]
+
+    def launcher_pods(self, sim: ClusterSimulator, job: Obj) -> tuple[Obj | None, list[Obj]]:
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
         batch = sim.store.try_get("jobs.batch", ns, f"{name}-launcher")
+        if batch is None:
+            return None, []
+        uid = batch["metadata"]["uid"]
+        return batch, sim.pods_of_owner(ns, name, "launcher", uid)
+
+    def ensure_launcher(self, sim: ClusterSimulator, job: Obj) -> tuple[Obj | None, list[Obj]]:
+        """The launcher batch Job and its pods; its pod created as the Job controller
+        would (a generated name)."""
+        name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+        batch, pods = self.launcher_pods(sim, job)
         spec = (job["spec"].get(self.replicas_key) or {}).get("Launcher") or {}
         labels = {OPERATOR_NAME: self.operator_name, JOB_NAME: name, JOB_ROLE: "launcher"}
         if batch is None:
             template = copy.deepcopy(spec.get("template") or {})
             template.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
-            template.setdefault("spec", {})["restartPolicy"] = "OnFailure"
+            pod_spec = template.setdefault("spec", {})
+            pod_spec["restartPolicy"] = spec.get("restartPolicy", "OnFailure")
+            pod_spec["hostname"] = f"{name}-launcher"
+            pod_spec["subdomain"] = name
             batch = sim.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
                 "name": f"{name}-launcher", "namespace": ns, "labels": labels,
                 "ownerReferences": [owner_ref(job)]},
                 "spec": {"backoffLimit": 6, "template": template}})
             if batch is None:
-                return None
-        pod = sim.store.try_get("pods", ns, f"{name}-launcher")
-        if pod is None:
-            pod = pod_from_template(batch, {"template": batch["spec"]["template"]},
-                                    f"{name}-launcher", labels)
-            pod = sim.create(pod)
-        return pod
+                return None, []
+        if not pods:
+            pod = pod_from_template(batch, {"template": batch["spec"]["template"]}, "", labels)
+            del pod["metadata"]["name"]
+            pod["metadata"]["generateName"] = f"{name}-launcher-"
+            created = sim.create(pod)
+            pods = [created] if created is not None else []
+        return batch, pods
+
+    def training(self, sim: ClusterSimulator, job: Obj) -> int:
+        """How many workers Horovod trains on now; fails the launcher after its timeout."""
+        _, pods = self.launcher_pods(sim, job)
+        launcher_pod = next((p for p in pods if sim.is_running(p)), None)
+        if launcher_pod is None:
+            return 0
+        running = {self.host(p, job) for p in sim.pods_of(job, "worker") if sim.is_running(p)}
+        driver = self.launcher(job)
+        hosts = driver.step(running, time.monotonic())
+        if driver.failure is not None:
+            sim.set_phase(launcher_pod, "Failed", "Error", driver.failure)
+        return len(hosts)
 
     def running_workers(self, sim: ClusterSimulator, job: Obj) -> int:
-        launcher = sim.store.try_get("pods", job["metadata"]["namespace"],
-                                     f"{job['metadata']['name']}-launcher")
-        if launcher is None or not sim.is_running(launcher):
+        _, pods = self.launcher_pods(sim, job)
+        if not any(sim.is_running(p) for p in pods):
             return 0
         return super().running_workers(sim, job)
 
     def complete(self, sim: ClusterSimulator, job: Obj) -> None:
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
         now = timestamp(sim.store.clock())
-        launcher = sim.store.try_get("pods", ns, f"{name}-launcher")
-        if launcher is not None:
-            sim.set_phase(launcher, "Succeeded")
-        with_status = sim.store.try_get("jobs.batch", ns, f"{name}-launcher")
-        if with_status is not None:
+        batch, pods = self.launcher_pods(sim, job)
+        for pod in pods:
+            if sim.is_running(pod):
+                sim.set_phase(pod, "Succeeded")
+        if batch is not None:
             sim.store.patch("jobs.batch", ns, f"{name}-launcher", {"status": {
                 "succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}},
                 MERGE, subresource="status")
@@ -267,8 +393,17 @@ class MPIOperator(Operator):
 
 class PyTorchOperator(Operator):
     resource = "pytorchjobs.kubeflow.org"
+    version = "v1"
     replicas_key = "pytorchReplicaSpecs"
     operator_name = "pytorchjob-controller"
+
+    def __init__(self) -> None:
+        self.members: dict[str, set[str]] = {}  # job uid -> workers torchrun runs on
+        self.restarts: dict[str, int] = {}  # job uid -> worker-group restarts used
+
+    def forget(self, uid: str) -> None:
+        self.members.pop(uid, None)
+        self.restarts.pop(uid, None)
 
     def worker_labels(self, job: Obj, index: int) -> dict[str, str]:
         return {OPERATOR_NAME: self.operator_name, JOB_NAME: job["metadata"]["name"],
@@ -280,15 +415,24 @@ class PyTorchOperator(Operator):
                                 self.worker_labels(job, index))
         elastic = job["spec"].get("elasticPolicy") or {}
         replicas = int(self.worker_spec(job).get("replicas", 1) or 1)
-        env = [{"name": "PET_NNODES", "value": f"{elastic.get('minReplicas', replicas)}:"
-                                                f"{elastic.get('maxReplicas', replicas)}"},
+        env = [{"name": "PYTHONUNBUFFERED", "value": "0"},
+               {"name": "PET_RDZV_ENDPOINT",
+                "value": f"{elastic.get('rdzvHost', f'{name}-worker-0')}:"
+                         f"{rendezvous_port(job)}"},
                {"name": "PET_RDZV_BACKEND", "value": elastic.get("rdzvBackend", "c10d")},
-               {"name": "PET_RDZV_ENDPOINT", "value": f"{name}-worker-0:29400"},
+               {"name": "PET_NNODES", "value": f"{elastic.get('minReplicas', replicas)}:"
+                                               f"{elastic.get('maxReplicas', replicas)}"},
                {"name": "PET_NPROC_PER_NODE", "value": str(job["spec"].get("nprocPerNode",
-                                                                           "auto"))},
-               {"name": "PET_MAX_RESTARTS", "value": str(elastic.get("maxRestarts", 3))}]
+                                                                           "auto"))}]
+        if elastic.get("maxRestarts") is not None:
+            env.append({"name": "PET_MAX_RESTARTS", "value": str(elastic["maxRestarts"])})
         for container in pod["spec"].get("containers") or []:
             container["env"] = [*(container.get("env") or []), *env]
+            if container.get("name") == PYTORCH_CONTAINER and not any(
+                    p.get("name") == PYTORCH_PORT_NAME for p in container.get("ports") or []):
+                container["ports"] = [*(container.get("ports") or []), {
+                    "name": PYTORCH_PORT_NAME, "containerPort": PYTORCH_DEFAULT_PORT,
+                    "protocol": "TCP"}]
         return pod
 
     def reconcile(self, sim: ClusterSimulator, job: Obj) -> None:
@@ -315,7 +459,10 @@ class PyTorchOperator(Operator):
                     self.write_status(sim, job, status)
                     return
         workers = self.sync_workers(sim, job)
+        self.sync_services(sim, job)
+        self.sync_hpa(sim, job)
         running = [p for p in workers if sim.is_running(p)]
+        self.torchrun(sim, job, running)
         if running and not condition(job, "Running"):
             status["conditions"] = set_condition(status["conditions"], "Running",
                                                  "PyTorchJobRunning",
@@ -323,6 +470,61 @@ class PyTorchOperator(Operator):
         selector = f"{JOB_NAME}={name},{OPERATOR_NAME}={self.operator_name},{REPLICA_TYPE}=worker"
         status["replicaStatuses"] = {"Worker": {"active": len(running), "selector": selector}}
         self.write_status(sim, job, status)
+
+    def sync_services(self, sim: ClusterSimulator, job: Obj) -> None:
+        """A headless Service per worker replica, `<job>-worker-<i>`."""
+        name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+        replicas = int(self.worker_spec(job).get("replicas", 1) or 0)
+        for i in range(replicas):
+            if sim.store.try_get("services", ns, f"{name}-worker-{i}") is None:
+                sim.create({"apiVersion": "v1", "kind": "Service", "metadata": {
+                    "name": f"{name}-worker-{i}", "namespace": ns,
+                    "labels": self.worker_labels(job, i), "ownerReferences": [owner_ref(job)]},
+                    "spec": {"clusterIP": "None", "selector": self.worker_labels(job, i),
+                             "ports": [{"name": PYTORCH_PORT_NAME,
+                                        "port": rendezvous_port(job)}]}})
+        services, _ = sim.store.list("services", ns, f"{JOB_NAME}={name},{REPLICA_TYPE}=worker")
+        for service in services:
+            index = _index(service)
+            if index >= replicas:
+                with contextlib.suppress(ApiError):
+                    sim.store.delete("services", ns, service["metadata"]["name"])
+
+    def sync_hpa(self, sim: ClusterSimulator, job: Obj) -> None:
+        """The training operator autoscales a job whose elasticPolicy has metrics."""
+        elastic = job["spec"].get("elasticPolicy") or {}
+        name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+        if not elastic.get("metrics") or sim.store.try_get(
+                "horizontalpodautoscalers.autoscaling", ns, name) is not None:
+            return
+        sim.create({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                    "metadata": {"name": name, "namespace": ns,
+                                 "ownerReferences": [owner_ref(job)]},
+                    "spec": {"scaleTargetRef": {"apiVersion": job["apiVersion"],
+                                                "kind": job["kind"], "name": name},
+                             "minReplicas": elastic.get("minReplicas"),
+                             "maxReplicas": elastic.get("maxReplicas"),
+                             "metrics": elastic["metrics"]}})
+
+    def torchrun(self, sim: ClusterSimulator, job: Obj, running: list[Obj]) -> None:
+        """A worker that left the group fails it for torchrun on the others: they restart
+        the group while restarts are left, else exit and their containers restart."""
+        uid = job["metadata"]["uid"]
+        now = {p["metadata"]["name"] for p in running}
+        before = self.members.get(uid, set())
+        self.members[uid] = now
+        survivors = before & now
+        if not (before - now) or not survivors:
+            return
+        self.restarts[uid] = self.restarts.get(uid, 0) + 1
+        limit = int((job["spec"].get("elasticPolicy") or {}).get("maxRestarts") or 0)
+        if self.restarts[uid] <= limit:
+            return
+        self.restarts[uid] = 0  # the restarted containers run torchrun afresh
+        for pod in running:
+            if pod["metadata"]["name"] in survivors:
+                sim.restart_container(pod, "torchrun: max restarts exceeded "
+                                           f"({limit}); a peer left the worker group")
 
     def complete(self, sim: ClusterSimulator, job: Obj) -> None:
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
@@ -339,4 +541,6 @@ class PyTorchOperator(Operator):
         self.write_status(sim, job, status)
 
 
-OPERATORS: tuple[Operator, ...] = (MPIOperator(), PyTorchOperator())
+def default_operators() -> tuple[Operator, ...]:
+    """Fresh operators (they keep per-job state) for one simulator."""
+    return (MPIOperator(), PyTorchOperator())

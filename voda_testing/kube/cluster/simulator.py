@@ -8,7 +8,10 @@ runs beside Voda.
   doing anything on a NotReady node; pods can be evicted (Failed, reason Evicted);
 - the node lifecycle controller deletes the pods of a node NotReady for longer than
   `not_ready_eviction_seconds`; pod GC force-deletes the pods of a deleted node;
-- mpi-operator and the training operator (voda_testing.kube.cluster.operators);
+- mpi-operator and the training operator (voda_testing.kube.cluster.operators), for
+  the kinds the store serves, with Horovod's elastic driver in MPIJob launchers; a
+  ConfigMap change reaches a launcher `configmap_seconds` after it was written (the
+  kubelet's ConfigMap-volume refresh);
 - training itself: a job finishes once its running workers have done its work
   (annotation `sim.voda.io/work-seconds`, worker-seconds at `speed` per second).
 
@@ -42,9 +45,9 @@ from voda_testing.kube.cluster.nodes import (
 from voda_testing.kube.cluster.operators import (
     JOB_NAME,
     JOB_ROLE,
-    OPERATORS,
     REPLICA_TYPE,
     Operator,
+    default_operators,
     finished,
 )
 from voda_testing.kube.cluster.ticker import Ticker
@@ -65,17 +68,24 @@ class SimSettings:
     not_ready_eviction_seconds: float = 1.0
     speed: float = 1.0  # work done per running worker per wall second
     default_work_seconds: float = 30.0
+    # A ConfigMap change reaches the pods that mount it this long after it is written
+    # (kubelet sync period plus its ConfigMap cache: tens of seconds on a real cluster).
+    configmap_seconds: float = 0.2
 
 
 class ClusterSimulator(Ticker):
     thread_name = "cluster-sim"
 
     def __init__(self, store: Store, settings: SimSettings | None = None,
-                 operators: tuple[Operator, ...] = OPERATORS) -> None:
+                 operators: tuple[Operator, ...] | None = None) -> None:
         self.settings = settings or SimSettings()
         super().__init__(self.settings.tick_seconds)
         self.store = store
-        self.operators = {op.resource: op for op in operators}
+        # An operator runs where its kind is served in its version (a CRD of another
+        # version, such as the training operator's v1 MPIJob, has no controller here).
+        self.operators = {op.resource: op for op in operators or default_operators()
+                          if op.resource in store.by_name
+                          and store.by_name[op.resource].version == op.version}
         self.ledger = GpuLedger(store)
         self._changes: deque[Change] = deque()
         self._pod_rv: dict[PodKey, int] = {}
@@ -133,6 +143,7 @@ class ClusterSimulator(Ticker):
                 key = (plural, meta["namespace"], meta["name"])
                 if change.type == "DELETED":
                     self.active.pop(key, None)
+                    self.operators[plural].forget(meta["uid"])
                     self.progress.pop(meta["uid"], None)
                     self.work.pop(meta["uid"], None)
                 else:
@@ -235,6 +246,44 @@ class ClusterSimulator(Ticker):
                 out.append(pod)
         return out
 
+    def pods_of_owner(self, namespace: str, job: str, role: str, owner_uid: str) -> list[Obj]:
+        """The pods of `job` in `role` whose owner has `owner_uid` (e.g. a launcher Job)."""
+        out = []
+        for pod_name in sorted(self.job_pods.get((namespace, job), ())):
+            pod = self.store.try_get("pods", namespace, pod_name)
+            if pod is not None and self._role(pod) == role and any(
+                    r.get("uid") == owner_uid for r in pod["metadata"].get("ownerReferences")
+                    or []):
+                out.append(pod)
+        return out
+
+    def record_event(self, obj: Obj, kind: str, reason: str, message: str) -> None:
+        """A core v1 Event about `obj`, as a controller's event recorder writes it."""
+        meta = obj["metadata"]
+        now = timestamp(self.store.clock())
+        self.create({"apiVersion": "v1", "kind": "Event", "metadata": {
+            "generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
+            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                               "name": meta["name"], "namespace": meta.get("namespace"),
+                               "uid": meta.get("uid")},
+            "type": kind, "reason": reason, "message": message, "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": "cluster-simulator"}})
+
+    def restart_container(self, pod: Obj, message: str) -> None:
+        """The pod's first container exited 1 and the kubelet restarted it."""
+        status = pod.get("status") or {}
+        old = (status.get("containerStatuses") or [{}])[0]
+        name = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", "")
+        entry = {"name": name, "ready": True, "restartCount": int(old.get("restartCount", 0)) + 1,
+                 "state": {"running": {"startedAt": timestamp(self.store.clock())}},
+                 "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                                              "message": message}}}
+        with contextlib.suppress(ApiError):
+            self.store.patch("pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
+                             {"status": {"containerStatuses": [entry]}}, MERGE,
+                             subresource="status")
+
     def create(self, obj: Obj) -> Obj | None:
         meta = obj["metadata"]
         try:
@@ -291,9 +340,10 @@ class ClusterSimulator(Ticker):
             workers = len(self.running_workers.get((ns, name), ()))
             if not workers:
                 continue
-            if resource == "mpijobs.kubeflow.org":  # Horovod trains while the launcher runs
-                launcher = self.store.try_get("pods", ns, f"{name}-launcher")
-                if launcher is None or not self.is_running(launcher):
+            if resource == "mpijobs.kubeflow.org":  # Horovod's hosts, while the launcher runs
+                job = self.store.try_get(resource, ns, name)
+                workers = self.operators[resource].training(self, job) if job else 0
+                if not workers:
                     continue
             done = self.progress.get(uid, 0.0) + workers * dt * self.settings.speed
             self.progress[uid] = done
@@ -449,5 +499,6 @@ def _resource_of(obj: Obj) -> str:
     api_version, kind = obj.get("apiVersion", "v1"), obj["kind"]
     group = api_version.split("/")[0] if "/" in api_version else ""
     plural = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps",
-              "Job": "jobs"}[kind]
+              "Job": "jobs", "Event": "events",
+              "HorizontalPodAutoscaler": "horizontalpodautoscalers"}[kind]
     return f"{plural}.{group}" if group else plural

@@ -178,6 +178,8 @@ class WorkloadControllers(Ticker):
     def _job(self, job: Obj) -> None:
         if _condition(job, "Complete") or _condition(job, "Failed"):
             return
+        if any(r.get("kind") == "MPIJob" for r in job["metadata"].get("ownerReferences") or []):
+            return  # a launcher: the cluster simulator plays its pod (Horovod runs in it)
         spec = job.get("spec") or {}
         parallelism = int(spec.get("parallelism", 1) or 0)
         completions = int(spec.get("completions") or parallelism or 1)
