@@ -109,11 +109,24 @@ def test_the_pin_patch_keeps_other_gates_and_is_conditional() -> None:
 
 
 def test_horovodrun_gets_voda_flags_in_place_of_the_users() -> None:
-    command = ["horovodrun", "-np", "8", "--min-np=2", "-H", "a:1,b:1", "python", "t.py",
-               "--lr", "1"]
-    assert MPIJobAdapter.horovodrun(command, Sizes(3, 1, 4)) == [
+    command = ["horovodrun", "-np", "8", "--min-np=2", "-H", "a:1,b:1",
+               "--blacklist-cooldown-range", "1", "2", "python", "t.py", "--lr", "1"]
+    assert MPIJobAdapter.horovodrun(command, Sizes(3, 1, 4), (10, 60)) == [
         "horovodrun", "-np", "3", "--min-np", "1", "--max-np", "4", "--host-discovery-script",
-        "/etc/mpi/discover_hosts.sh", "--slots-per-host", "1", "python", "t.py", "--lr", "1"]
+        "/etc/mpi/discover_hosts.sh", "--slots-per-host", "1",
+        "--blacklist-cooldown-range", "10", "60", "python", "t.py", "--lr", "1"]
+
+
+@pytest.mark.parametrize("command,expected", [
+    ("python train.py --lr 1", ["torchrun", "train.py", "--lr", "1"]),
+    ("python3 -m pkg.train", ["torchrun", "--module", "pkg.train"]),
+    ("torchrun --nproc-per-node 1 t.py", ["torchrun", "--nproc-per-node", "1", "t.py"]),
+    ("./train --x", ["torchrun", "--no-python", "./train", "--x"]),
+])
+def test_a_compact_command_runs_under_torchrun(command: str, expected: list[str]) -> None:
+    from voda.backends.kubernetes.manifests import torchrun_command
+
+    assert torchrun_command(command) == expected
 
 
 def test_long_job_names_become_object_names_whose_pod_hostnames_fit() -> None:

@@ -8,11 +8,21 @@ everything else are the backend's, the same for every kind.
 
 - MPIJob kubeflow.org/v2beta1 (mpi-operator v0.8, Horovod elastic): the launcher
   runs `horovodrun -np N --min-np MIN --max-np MAX --host-discovery-script
-  /etc/mpi/discover_hosts.sh --slots-per-host 1`; resize = JSON merge patch of
-  spec.mpiReplicaSpecs.Worker.replicas (there is no scale subresource and strategic
-  merge does not apply to custom resources). Any evicted worker fails the MPIJob.
+  /etc/mpi/discover_hosts.sh --slots-per-host 1 --blacklist-cooldown-range LOW HIGH`
+  (Horovod blacklists a host whose worker died for the rest of the run unless a
+  cooldown is set; a worker Voda moves or replaces comes back under the same
+  hostname); resize = JSON merge patch of spec.mpiReplicaSpecs.Worker.replicas (there
+  is no scale subresource and strategic merge does not apply to custom resources).
+  Any evicted worker fails the MPIJob; mpi-operator re-creates no Failed worker.
 - PyTorchJob kubeflow.org/v1 with elasticPolicy (torchrun, PET_NNODES=min:max):
-  resize through the /scale subresource.
+  resize = one merge patch of spec.pytorchReplicaSpecs.Worker.replicas (with the
+  plan). torchrun counts a worker leaving the group (a scale-down, a move) against
+  elasticPolicy.maxRestarts, so Voda sets it to at least TORCHRUN_MAX_RESTARTS; an
+  elasticPolicy.metrics would make the operator create an HPA that resizes the job
+  behind Voda's back, so it is refused.
+
+`served_kinds` asks the API server which of the kinds it serves (discovery): either
+operator alone is enough for its kind.
 """
 
 from __future__ import annotations
@@ -23,7 +33,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from voda.backends.kubernetes.api import MERGE_PATCH, MPIJOBS, PYTORCHJOBS, Kind, KubeApi, Obj
+from voda.backends.kubernetes.api import (
+    MERGE_PATCH,
+    MPIJOBS,
+    PYTORCHJOBS,
+    ApiError,
+    Kind,
+    KubeApi,
+    Obj,
+)
+from voda.backends.kubernetes.operator_rules import (
+    PYTORCH_CONTAINER,
+    mpijob_errors,
+    pytorchjob_errors,
+)
 from voda.spec.errors import FieldError, SpecError
 
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
@@ -32,6 +55,11 @@ DISCOVER_HOSTS = "/etc/mpi/discover_hosts.sh"
 HOROVOD_FLAGS_WITH_VALUE = frozenset({"-np", "--num-proc", "--min-np", "--min-num-proc",
                                       "--max-np", "--max-num-proc", "--host-discovery-script",
                                       "--slots-per-host", "-H", "--hosts", "--hostfile"})
+HOROVOD_FLAGS_WITH_TWO = frozenset({"--blacklist-cooldown-range"})
+# A moved worker's host may rejoin Horovod after this many seconds (low, high).
+BLACKLIST_COOLDOWN = (10, 60)
+TORCHRUN_MAX_RESTARTS = 1_000_000  # each scale-down or move is one torchrun restart
+DEFAULT_RDZV_PORT = 23456  # the training operator's default for port `pytorchjob-port`
 
 
 class Phase(StrEnum):
@@ -137,8 +165,10 @@ class _ReplicaJobAdapter:
     kind_name: str
     replicas_key: str
 
-    def __init__(self, gpu_resource: str = "nvidia.com/gpu") -> None:
+    def __init__(self, gpu_resource: str = "nvidia.com/gpu",
+                 blacklist_cooldown: tuple[int, int] = BLACKLIST_COOLDOWN) -> None:
         self.gpu_resource = gpu_resource
+        self.blacklist_cooldown = blacklist_cooldown
 
     def worker_errors(self, document: Obj) -> list[FieldError]:
         specs = (document.get("spec") or {}).get(self.replicas_key) or {}
@@ -160,6 +190,15 @@ class _ReplicaJobAdapter:
     def replicas(self, obj: Obj) -> int:
         worker = ((obj.get("spec") or {}).get(self.replicas_key) or {}).get("Worker") or {}
         return int(worker.get("replicas", 1) or 0)
+
+    def replicas_patch(self, replicas: int) -> Obj:
+        """The merge patch that sets the worker count (with the plan, one write)."""
+        return {"spec": {self.replicas_key: {"Worker": {"replicas": replicas}}}}
+
+    def set_replicas(self, api: KubeApi, obj: Obj, replicas: int) -> None:
+        meta = obj["metadata"]
+        api.patch(self.kind, meta["namespace"], meta["name"], self.replicas_patch(replicas),
+                  MERGE_PATCH)
 
 
 class MPIJobAdapter(_ReplicaJobAdapter):
@@ -193,21 +232,26 @@ class MPIJobAdapter(_ReplicaJobAdapter):
             containers[0].get("args") or [])]
 
     @staticmethod
-    def horovodrun(command: list[str], sizes: Sizes) -> list[str]:
+    def horovodrun(command: list[str], sizes: Sizes,
+                   cooldown: tuple[int, int] = BLACKLIST_COOLDOWN) -> list[str]:
         """The launcher's command with Voda's elastic flags in place of any given."""
-        rest, skip = [], False
+        rest, skip = [], 0
         for part in command[1:]:
             if skip:
-                skip = False
+                skip -= 1
                 continue
             flag = part.split("=", 1)[0]
             if flag in HOROVOD_FLAGS_WITH_VALUE:
-                skip = "=" not in part
+                skip = 0 if "=" in part else 1
+                continue
+            if flag in HOROVOD_FLAGS_WITH_TWO:
+                skip = 2
                 continue
             rest.append(part)
         return ["horovodrun", "-np", str(sizes.workers), "--min-np", str(sizes.min_workers),
                 "--max-np", str(sizes.max_workers), "--host-discovery-script", DISCOVER_HOSTS,
-                "--slots-per-host", "1", *rest]
+                "--slots-per-host", "1", "--blacklist-cooldown-range", str(cooldown[0]),
+                str(cooldown[1]), *rest]
 
     def render(self, document: Obj, sizes: Sizes, worker_labels: dict[str, str] | None = None,
                gates: list[Obj] | None = None) -> Obj:
@@ -222,18 +266,23 @@ class MPIJobAdapter(_ReplicaJobAdapter):
         command = self._launcher_command(document)
         if command and command[0] == "horovodrun":
             container = specs["Launcher"]["template"]["spec"]["containers"][0]
-            container["command"] = self.horovodrun(command, sizes)
+            container["command"] = self.horovodrun(command, sizes, self.blacklist_cooldown)
             container.pop("args", None)
         return obj
 
     def observe(self, obj: Obj) -> JobState:
         return _state(obj, evicted_reason="MPIJobEvicted")
 
-    def set_replicas(self, api: KubeApi, obj: Obj, replicas: int) -> None:
-        meta = obj["metadata"]
-        api.patch(self.kind, meta["namespace"], meta["name"],
-                  {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": replicas}}}},
-                  MERGE_PATCH)
+    @staticmethod
+    def operator_errors(obj: Obj, sizes: Sizes) -> list[FieldError]:
+        """What mpi-operator would refuse in the rendered object."""
+        return mpijob_errors(obj, sizes.max_workers)
+
+    @staticmethod
+    def replaces_failed_workers() -> bool:
+        """mpi-operator leaves a Failed worker as it is: Voda deletes it (the operator
+        then creates it again, gated)."""
+        return True
 
     def worker_index(self, pod: Obj) -> int | None:
         labels = pod["metadata"].get("labels") or {}
@@ -244,7 +293,7 @@ class MPIJobAdapter(_ReplicaJobAdapter):
     def rendezvous(self, obj: Obj) -> dict[str, str]:
         name = obj["metadata"]["name"]
         return {"discovery": DISCOVER_HOSTS, "configmap": f"{name}-config",
-                "service": f"{name}-worker"}
+                "service": name, "hosts": f"<pod>.{name}.{obj['metadata'].get('namespace')}.svc"}
 
 
 class PyTorchJobAdapter(_ReplicaJobAdapter):
@@ -259,6 +308,11 @@ class PyTorchJobAdapter(_ReplicaJobAdapter):
             errors.append(FieldError("spec.pytorchReplicaSpecs.Master",
                                      "an elastic PyTorchJob runs Workers only (torchrun "
                                      "rendezvous); remove the Master"))
+        if ((document.get("spec") or {}).get("elasticPolicy") or {}).get("metrics"):
+            errors.append(FieldError("spec.elasticPolicy.metrics",
+                                     "Voda sizes the job: the training operator would make "
+                                     "an HPA from these metrics that resizes it too; remove "
+                                     "them"))
         return errors
 
     def render(self, document: Obj, sizes: Sizes, worker_labels: dict[str, str] | None = None,
@@ -269,6 +323,8 @@ class PyTorchJobAdapter(_ReplicaJobAdapter):
         elastic["minReplicas"] = sizes.min_workers
         elastic["maxReplicas"] = sizes.max_workers
         elastic.setdefault("rdzvBackend", "c10d")
+        elastic["maxRestarts"] = max(int(elastic.get("maxRestarts") or 0),
+                                     TORCHRUN_MAX_RESTARTS)
         spec["nprocPerNode"] = "1"
         self.render_workers(obj, sizes, worker_labels, gates).setdefault("restartPolicy",
                                                                           "OnFailure")
@@ -277,10 +333,14 @@ class PyTorchJobAdapter(_ReplicaJobAdapter):
     def observe(self, obj: Obj) -> JobState:
         return _state(obj)
 
-    def set_replicas(self, api: KubeApi, obj: Obj, replicas: int) -> None:
-        meta = obj["metadata"]
-        api.patch(self.kind, meta["namespace"], meta["name"], {"spec": {"replicas": replicas}},
-                  MERGE_PATCH, sub="scale")
+    @staticmethod
+    def operator_errors(obj: Obj, sizes: Sizes) -> list[FieldError]:
+        """What the training operator's webhook would refuse in the rendered object."""
+        return pytorchjob_errors(obj)
+
+    @staticmethod
+    def replaces_failed_workers() -> bool:
+        return False  # the training operator restarts its failed pods itself
 
     def worker_index(self, pod: Obj) -> int | None:
         labels = pod["metadata"].get("labels") or {}
@@ -291,9 +351,26 @@ class PyTorchJobAdapter(_ReplicaJobAdapter):
     def rendezvous(self, obj: Obj) -> dict[str, str]:
         name = obj["metadata"]["name"]
         elastic = (obj.get("spec") or {}).get("elasticPolicy") or {}
-        return {"endpoint": f"{name}-worker-0:29400",
+        return {"endpoint": f"{elastic.get('rdzvHost', f'{name}-worker-0')}:"
+                            f"{rendezvous_port(obj)}",
                 "nnodes": f"{elastic.get('minReplicas', 1)}:{elastic.get('maxReplicas', 1)}",
                 "backend": str(elastic.get("rdzvBackend", "c10d"))}
+
+
+def rendezvous_port(obj: Obj) -> int:
+    """elasticPolicy.rdzvPort, else the port `pytorchjob-port` of the Worker's container
+    `pytorch`, else the operator's default."""
+    spec = obj.get("spec") or {}
+    port = (spec.get("elasticPolicy") or {}).get("rdzvPort")
+    if port is not None:
+        return int(port)
+    worker = (spec.get("pytorchReplicaSpecs") or {}).get("Worker") or {}
+    for container in ((worker.get("template") or {}).get("spec") or {}).get("containers") or []:
+        if container.get("name") == PYTORCH_CONTAINER:
+            for entry in container.get("ports") or []:
+                if entry.get("name") == "pytorchjob-port":
+                    return int(entry["containerPort"])
+    return DEFAULT_RDZV_PORT
 
 
 def _gated(template: Obj, gates: list[Obj] | None) -> Obj:
@@ -308,10 +385,11 @@ ADAPTERS: dict[str, type[MPIJobAdapter] | type[PyTorchJobAdapter]] = {
     "MPIJob": MPIJobAdapter, "PyTorchJob": PyTorchJobAdapter}
 
 
-def adapter_for(kind_name: str, gpu_resource: str = "nvidia.com/gpu"
+def adapter_for(kind_name: str, gpu_resource: str = "nvidia.com/gpu",
+                blacklist_cooldown: tuple[int, int] = BLACKLIST_COOLDOWN
                 ) -> MPIJobAdapter | PyTorchJobAdapter:
     try:
-        return ADAPTERS[kind_name](gpu_resource)
+        return ADAPTERS[kind_name](gpu_resource, blacklist_cooldown)
     except KeyError:
         raise SpecError([FieldError("kind", f"the Kubernetes backend runs MPIJob and "
                                     f"PyTorchJob, not {kind_name!r}")]) from None
@@ -321,3 +399,46 @@ def any_adapter(obj: Any) -> MPIJobAdapter | PyTorchJobAdapter | None:
     kind = obj.get("kind") if isinstance(obj, dict) else None
     cls = ADAPTERS.get(str(kind))
     return cls() if cls else None
+
+
+def served_kinds(api: KubeApi) -> dict[str, str]:
+    """Which of the kinds Voda runs the API server serves (discovery): kind name -> ""
+    when served as Voda needs it, else why not (a line for an error message)."""
+    out = {}
+    for name, cls in ADAPTERS.items():
+        kind = cls.kind
+        versions = _served_versions(api, kind)
+        if kind.version in versions:
+            out[name] = ""
+        elif versions:
+            out[name] = (f"this cluster serves {name} only as {kind.group}/"
+                         f"{', '.join(sorted(versions))}, not {kind.group}/{kind.version}"
+                         + (" (the training operator's own MPIJob CRD: install mpi-operator "
+                            "v0.8's CRD instead)" if name == "MPIJob" else ""))
+        else:
+            out[name] = (f"this cluster serves no {name} ({kind.plural}.{kind.group} is not "
+                         f"installed: install "
+                         + ("mpi-operator v0.8" if name == "MPIJob"
+                            else "the training operator (release-1.9)") + ")")
+    return out
+
+
+def _served_versions(api: KubeApi, kind: Kind) -> set[str]:
+    try:
+        group = api.request("GET", f"/apis/{kind.group}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return set()
+        raise
+    out = set()
+    for entry in group.get("versions") or []:
+        version = str(entry.get("version", ""))
+        try:
+            resources = api.request("GET", f"/apis/{kind.group}/{version}")
+        except ApiError as exc:
+            if exc.status == 404:
+                continue
+            raise
+        if any(r.get("name") == kind.plural for r in resources.get("resources") or []):
+            out.add(version)
+    return out

@@ -12,11 +12,18 @@ Per job, the reconciler (`_reconcile`):
    yet, never a second copy);
    With a report URL configured, the job's report Secret is made first (and owned by
    the object once it exists); a Secret left by an earlier run is deleted first.
-4. a size or plan that differs: one patch (MPIJob: merge patch of replicas and the
-   plan annotation; PyTorchJob: the annotation, then /scale);
+4. a size or plan that differs: one merge patch of the replicas and the plan
+   annotation;
 5. each worker pod: gated -> pin it where the plan says and ungate it, once its node
    has room (the cluster view); on another node -> delete it (the operator
-   recreates it gated); pinned but unschedulable too long -> delete and pin again.
+   recreates it gated); pinned but unschedulable too long -> delete and pin again;
+   a Failed MPIJob worker -> delete it (mpi-operator re-creates none it still has).
+
+The kinds the cluster serves are discovered at start (`served_kinds`): a job of a
+kind it lacks is refused at submission. An object the server returns without the
+placement gate on its worker template (a CRD whose schema prunes schedulingGates)
+fails its job with the reason, instead of workers placed by kube-scheduler and
+deleted by Voda in a loop.
 
 Completions and failures come from the objects' conditions. An MPIJob failed by
 an evicted worker is recreated (it resumes from its checkpoint), up to
@@ -41,6 +48,7 @@ from voda.backends.kubernetes.adapters import (
     PyTorchJobAdapter,
     Sizes,
     adapter_for,
+    served_kinds,
 )
 from voda.backends.kubernetes.api import (
     MERGE_PATCH,
@@ -75,6 +83,7 @@ from voda.backends.kubernetes.pinning import (
     placement_of,
 )
 from voda.backends.kubernetes.settings import (
+    GATE,
     JOB_LABEL,
     MANAGED_LABEL,
     MANAGER,
@@ -84,6 +93,7 @@ from voda.backends.kubernetes.settings import (
 from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
 from voda.spec import JobSpec, SpecError
+from voda.spec.errors import FieldError
 
 log = logging.getLogger(__name__)
 Adapter = MPIJobAdapter | PyTorchJobAdapter
@@ -130,7 +140,9 @@ class KubernetesBackend:
         self.clock = clock
         self.resync_seconds = resync_seconds
         self.adapters: dict[str, Adapter] = {
-            k: adapter_for(k, self.settings.gpu_resource) for k in ("MPIJob", "PyTorchJob")}
+            k: adapter_for(k, self.settings.gpu_resource, self.settings.horovod_blacklist_cooldown)
+            for k in ("MPIJob", "PyTorchJob")}
+        self.unserved: dict[str, str] = {}  # kind -> why the cluster cannot run it
         self.lock = threading.RLock()
         self.desired: dict[str, Desired] = {}
         self.specs: dict[str, Obj] = {}  # job -> submitted document (set by the service)
@@ -166,10 +178,14 @@ class KubernetesBackend:
         """Start the informers and the reconciler; return once every informer listed."""
         ns, seconds = self.settings.namespace, self.settings.watch_seconds
         managed = f"{MANAGED_LABEL}={MANAGER}"
+        self.unserved = {k: why for k, why in served_kinds(self.api).items() if why}
+        for kind, why in self.unserved.items():
+            log.warning("%s jobs are refused: %s", kind, why)
         self.informers = [
             *watch_cluster(self.api, self.view, seconds, on_pod=self._on_pod),
             *(Informer(self.api, a.kind, self._job_handler(kind), ns, managed,
-                       watch_seconds=seconds) for kind, a in self.adapters.items()),
+                       watch_seconds=seconds) for kind, a in self.adapters.items()
+              if kind not in self.unserved),
         ]
         for informer in self.informers:
             informer.start()
@@ -242,7 +258,17 @@ class KubernetesBackend:
         """Refuse at submission a job this backend could never create (SpecError)."""
         from voda.backends.kubernetes.manifests import check_document
 
-        check_document(spec.document, spec.min_workers, spec.max_workers, self.settings)
+        kind = str(kubeflow_document(spec.document).get("kind"))
+        if kind in self.unserved:
+            raise SpecError([FieldError("kind", self.unserved[kind])])
+        try:
+            check_document(spec.document, spec.min_workers, spec.max_workers, self.settings,
+                           job=spec.name)
+        except SpecError as exc:
+            if spec.kind != "VodaJob":
+                raise
+            raise SpecError([FieldError("name" if e.field == "metadata.name" else e.field,
+                                        e.reason) for e in exc.errors], exc.status) from None
 
     def start(self, job: Job, placement: JobPlacement) -> None:
         with self.lock:
@@ -259,6 +285,10 @@ class KubernetesBackend:
                                           data={"reason": "no job document to create"}))
                 return
             kind = str(kubeflow_document(document).get("kind"))
+            if kind in self.unserved:
+                self._events.append(Event(EventKind.JOB_FAILED, self.clock(), job=job.name,
+                                          data={"reason": self.unserved[kind]}))
+                return
             plan = assign({}, placement)
             self.desired[job.name] = Desired(job.name, kind, self._sizes(job, plan), plan,
                                              new_run(), document)
@@ -539,8 +569,25 @@ class KubernetesBackend:
         self._count("creates")
         with self.lock:
             self.objects.setdefault(d.job, created)
+        self._check_gate(adapter, created)
         if token is not None:
             self._ensure_report_secret(d, adapter, token, created, secret)
+
+    @staticmethod
+    def _check_gate(adapter: Adapter, created: Obj) -> None:
+        """The server kept the placement gate on the worker template, or the job fails
+        (its workers would be placed by kube-scheduler, then moved by Voda, forever)."""
+        worker = ((created.get("spec") or {}).get(adapter.replicas_key) or {}).get(
+            "Worker") or {}
+        gates = ((worker.get("template") or {}).get("spec") or {}).get("schedulingGates")
+        if any(g.get("name") == GATE for g in gates or ()):
+            return
+        field = f"spec.{adapter.replicas_key}.Worker.template.spec.schedulingGates"
+        raise SpecError([FieldError(field, f"the cluster's {adapter.kind_name} CRD dropped "
+                                    "this field (its pod template schema predates "
+                                    "scheduling gates, e.g. mpi-operator before v0.5): Voda "
+                                    f"cannot place the workers; install the {adapter.kind_name}"
+                                    " CRD of mpi-operator v0.8 or the training operator 1.9")])
 
     # ----- the report Secret ------------------------------------------------------------------
     def _report_token(self, job: str) -> str | None:
@@ -619,17 +666,10 @@ class KubernetesBackend:
         replicas = len(d.plan)
         if annotations.get(PLAN_ANNOTATION) == plan_text and adapter.replicas(obj) == replicas:
             return
-        if isinstance(adapter, MPIJobAdapter):
-            updated = self.api.patch(adapter.kind, ns, name, {
-                "metadata": {"annotations": {PLAN_ANNOTATION: plan_text}},
-                "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": replicas}}}}, MERGE_PATCH)
-        else:
-            updated = self.api.patch(adapter.kind, ns, name, {
-                "metadata": {"annotations": {PLAN_ANNOTATION: plan_text}}}, MERGE_PATCH)
-            if adapter.replicas(obj) != replicas:
-                adapter.set_replicas(self.api, obj, replicas)
-                updated = copy.deepcopy(updated)  # what the informer will show next
-                updated["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = replicas
+        # One write: a resize never leaves the plan and the size apart.
+        updated = self.api.patch(adapter.kind, ns, name, {
+            "metadata": {"annotations": {PLAN_ANNOTATION: plan_text}},
+            **adapter.replicas_patch(replicas)}, MERGE_PATCH)
         self._count("resizes")
         with self.lock:
             if self.objects.get(d.job, {}).get("metadata", {}).get("uid") == updated[
@@ -645,6 +685,12 @@ class KubernetesBackend:
             index = adapter.worker_index(pod)
             uid = pod["metadata"].get("uid", "")
             if index is None or self.acted.get(uid) == pod["metadata"].get("resourceVersion"):
+                continue
+            if adapter.replaces_failed_workers() and _failed_not_evicted(pod):
+                self.acted[uid] = pod["metadata"].get("resourceVersion", "")
+                self.api.delete(PODS, self.settings.namespace, pod["metadata"]["name"],
+                                propagation=None, uid=uid)
+                self._count("replaced_failed")
                 continue
             target = d.plan.get(index)
             room = target is not None and self.view.fits(d.job, target, counts[target])
@@ -714,6 +760,13 @@ class KubernetesBackend:
     def idle(self) -> bool:
         with self.lock:
             return not self._dirty and not self._wake.is_set()
+
+
+def _failed_not_evicted(pod: Obj) -> bool:
+    """A worker that failed on its own (an evicted one fails its MPIJob instead)."""
+    status = pod.get("status") or {}
+    return status.get("phase") == "Failed" and status.get("reason") != "Evicted" and not pod[
+        "metadata"].get("deletionTimestamp")
 
 
 def _counts(plan: Plan) -> dict[str, int]:

@@ -4,7 +4,9 @@ Rendering keeps what the user wrote and adds what Voda needs: the size and the
 elastic range, one GPU per worker, the `voda.io/placement` scheduling gate on the
 worker template, the labels that tie pods to their job, and the worker index ->
 node plan as an annotation. A Voda compact spec with an image becomes an elastic
-PyTorchJob. `voda render` prints exactly what `start` would create.
+PyTorchJob (container `pytorch`, its command under torchrun). What the operators would
+refuse (operator_rules) is refused here, at submission. `voda render` prints exactly
+what `start` would create.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import base64
 import copy
 import hashlib
 import shlex
+from pathlib import Path
 from typing import Any
 
 from voda.backends.kubernetes.adapters import Sizes, adapter_for
+from voda.backends.kubernetes.operator_rules import PYTORCH_CONTAINER
 from voda.backends.kubernetes.pinning import Plan, encode
 from voda.backends.kubernetes.settings import (
     GATE,
@@ -46,14 +50,30 @@ def object_name(job: str) -> str:
     return f"{job[:NAME_LIMIT - 9].rstrip('-')}-{digest}"
 
 
+def torchrun_command(command: str) -> list[str]:
+    """The compact spec's command under torchrun (which reads the PET_* rendezvous the
+    training operator sets): `python [-m] x ...` runs x under torchrun, a command that is
+    already torchrun stays, anything else runs with `torchrun --no-python`."""
+    parts = shlex.split(command)
+    if not parts or parts[0] == "torchrun" or parts[1:3] == ["-m", "torch.distributed.run"]:
+        return parts
+    if Path(parts[0]).name.startswith("python") and len(parts) > 1:
+        rest = parts[1:]
+        if rest[0] == "-m" and len(rest) > 1:
+            return ["torchrun", "--module", *rest[1:]]
+        return ["torchrun", *rest]
+    return ["torchrun", "--no-python", *parts]
+
+
 def compact_to_pytorchjob(document: Obj) -> Obj:
-    """A Voda compact spec as an elastic PyTorchJob running its image and command."""
+    """A Voda compact spec as an elastic PyTorchJob running its image and command under
+    torchrun, in the container the training operator requires (`pytorch`)."""
     if not document.get("image"):
         raise SpecError([FieldError("image", "required on the Kubernetes backend: the "
                                     "container image the workers run")])
-    container: Obj = {"name": "worker", "image": str(document["image"])}
+    container: Obj = {"name": PYTORCH_CONTAINER, "image": str(document["image"])}
     if document.get("command"):
-        container["command"] = shlex.split(str(document["command"]))
+        container["command"] = torchrun_command(str(document["command"]))
     annotations = {f"voda.io/{key.replace('_', '-')}": str(document[key])
                    for key in ("epochs", "priority", "gpu_type", "placement_strategy",
                                "preferred_domain", "profile", "category")
@@ -79,7 +99,8 @@ def render_job(document: Obj, job: str, sizes: Sizes, plan: Plan, run: str,
     """The job object for the cluster; raises SpecError naming the field at fault.
     `report`: with the report channel's env (settings.report_url must be set)."""
     source = kubeflow_document(document)
-    adapter = adapter_for(str(source.get("kind")), settings.gpu_resource)
+    adapter = adapter_for(str(source.get("kind")), settings.gpu_resource,
+                          settings.horovod_blacklist_cooldown)
     problems = adapter.check(source, sizes)
     if problems:
         raise SpecError(problems)
@@ -95,16 +116,17 @@ def render_job(document: Obj, job: str, sizes: Sizes, plan: Plan, run: str,
                            RUN_ANNOTATION: run, JOB_ANNOTATION: job}
     if report and settings.report_url:
         add_report_env(obj, adapter.replicas_key, job, settings.report_url)
-    errors = crd.schema_errors(obj) if validate else []
+    errors = (crd.schema_errors(obj) + adapter.operator_errors(obj, sizes)) if validate else []
     if errors:
         raise SpecError(errors)
     return obj
 
 
 def check_document(document: Obj, min_workers: int, max_workers: int,
-                   settings: KubernetesSettings) -> None:
-    """Refuse at submission what could never be created (raises SpecError)."""
-    render_job(copy.deepcopy(document), "check", Sizes(min_workers, min_workers, max_workers),
+                   settings: KubernetesSettings, job: str = "check") -> None:
+    """Refuse at submission what could never be created or what the operator would
+    refuse (raises SpecError)."""
+    render_job(copy.deepcopy(document), job, Sizes(min_workers, min_workers, max_workers),
                {}, "0", settings, report=True)
 
 

@@ -56,4 +56,7 @@ class KubernetesSettings:
     report_url: str = ""
     # How often a running job's report Secret is checked (and recreated when missing).
     report_secret_check_seconds: float = 30.0
+    # horovodrun --blacklist-cooldown-range LOW HIGH: a worker's host blacklisted after
+    # its process died (a move, a replaced failed worker) may rejoin after LOW..HIGH s.
+    horovod_blacklist_cooldown: tuple[int, int] = (10, 60)
     elector: ElectorSettings = field(default_factory=ElectorSettings)
