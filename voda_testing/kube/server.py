@@ -70,6 +70,11 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
                         headers=headers)
 
 
+def _quoted(text: str) -> str:
+    """A warning's text inside the quoted-string of a Warning header (RFC 7234)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def _error(exc: ApiError, headers: dict[str, str] | None = None) -> web.Response:
     return _json(exc.status(), exc.code, headers)
 
@@ -437,7 +442,8 @@ class FakeApiServer:
 
     def _answer(self, obj: Obj, status: int = 200) -> web.Response:
         warnings = self.store.warnings()
-        headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
+        headers = {"Warning": ", ".join(f'299 - "{_quoted(w)}"' for w in warnings)
+                   } if warnings else None
         return _json(obj, status, headers)
 
     @staticmethod
