@@ -288,7 +288,7 @@ def test_torchrun_restarts_the_group_when_a_peer_leaves_until_max_restarts(
         for n, p in pods(cluster, "pt-worker").items() if n != "pt-worker-2"))
 
 
-# ----- installed kinds ------------------------------------------------------------------------------
+# ----- installed kinds -----------------------------------------------------------------------
 @pytest.mark.parametrize("crds,served", [
     ("all", {("mpijobs", "v2beta1"), ("pytorchjobs", "v1")}),
     ("mpi-operator", {("mpijobs", "v2beta1")}),
@@ -327,7 +327,7 @@ def test_mpi_operator_v0_4s_crd_prunes_scheduling_gates(tmp_path: Path) -> None:
         c.stop()
 
 
-# ----- Horovod's elastic driver ------------------------------------------------------------------
+# ----- Horovod's elastic driver -------------------------------------------------------------
 def driver(*flags: str, timeout: str = "5") -> ElasticLauncher:
     return ElasticLauncher.of({"command": ["horovodrun", "--min-np", "2", *flags, "python"],
                                "env": [{"name": "HOROVOD_ELASTIC_TIMEOUT", "value": timeout}]})
