@@ -185,6 +185,8 @@ def test_mpi_operator_creates_indexed_workers_and_lists_running_ones_for_discove
     until(sim, lambda: "m-worker-0" in get(sim, "configmaps", "m-config").get(
         "data", {}).get("discover_hosts.sh", ""))
     assert "m-worker-1" not in get(sim, "configmaps", "m-config")["data"]["discover_hosts.sh"]
+    assert "Running" not in conditions(get(sim, "mpijobs", "m"))  # not every worker runs
+    ungate(sim, "m-worker-1", "a")
     until(sim, lambda: "Running" in conditions(get(sim, "mpijobs", "m")))
 
 
@@ -238,7 +240,7 @@ def test_training_operator_runs_elastic_workers_and_reports_active_replicas(
     until(sim, lambda: get(sim, "pods", "t-worker-1"))
     env = {e["name"]: e["value"]
            for e in get(sim, "pods", "t-worker-0")["spec"]["containers"][0]["env"]}
-    assert env["PET_NNODES"] == "1:4" and env["PET_RDZV_ENDPOINT"] == "t-worker-0:29400"
+    assert env["PET_NNODES"] == "1:4" and env["PET_RDZV_ENDPOINT"] == "t-worker-0:23456"
     until(sim, lambda: get(sim, "pytorchjobs", "t").get("status", {}).get(
         "replicaStatuses", {}).get("Worker", {}).get("active") == 2)
     sim.store.patch("pytorchjobs", "default", "t", {"spec": {"pytorchReplicaSpecs": {
