@@ -142,8 +142,10 @@ def test_long_job_names_become_object_names_whose_pod_hostnames_fit() -> None:
      "kubernetes.lease_seconds: must be greater than renew_deadline_seconds"),
     ({"workers": 0}, "kubernetes.workers: must lie in [1, 64]"),
     ({"unschedulable_seconds": "soon"}, "kubernetes.unschedulable_seconds: expected float"),
+    ({"horovod_blacklist_cooldown": "60,10"}, "kubernetes.horovod_blacklist_cooldown: "
+     "expected two whole seconds"),
 ], ids=["an unknown key", "a lease shorter than the renew deadline", "no workers",
-        "a number that is not one"])
+        "a number that is not one", "a cooldown range upside down"])
 def test_bad_kubernetes_settings_name_the_setting(table: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         kubernetes_settings(ServerSettings(kubernetes_settings=table))
@@ -153,8 +155,9 @@ def test_kubernetes_settings_take_the_table_and_the_flags() -> None:
     settings = kubernetes_settings(ServerSettings(
         kubeconfig="/k", namespace="ml", kubernetes_settings={
             "topology_labels": "zone,rack,kubernetes.io/hostname", "lease_seconds": 30.0,
-            "renew_deadline_seconds": 20.0}))
+            "renew_deadline_seconds": 20.0, "horovod_blacklist_cooldown": [5, 30]}))
     assert settings.kubeconfig == "/k" and settings.namespace == "ml"
+    assert settings.horovod_blacklist_cooldown == (5, 30)
     assert settings.topology_labels == ("zone", "rack", "kubernetes.io/hostname")
     assert settings.elector.lease_seconds == 30.0
 

@@ -35,6 +35,8 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
         except (TypeError, ValueError):
             raise ValueError(f"kubernetes.{name}: expected {type(default).__name__}, "
                              f"got {value!r}") from None
+    if "horovod_blacklist_cooldown" in values:
+        values["horovod_blacklist_cooldown"] = _cooldown(values["horovod_blacklist_cooldown"])
     if getattr(server, "kubeconfig", ""):
         values["kubeconfig"] = server.kubeconfig
     if getattr(server, "namespace", ""):
@@ -65,6 +67,18 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
     if settings.report_secret_check_seconds <= 0:
         raise ValueError("kubernetes.report_secret_check_seconds: must be positive")
     return settings
+
+
+def _cooldown(value: tuple[str, ...]) -> tuple[int, int]:
+    """horovodrun's --blacklist-cooldown-range LOW HIGH, in seconds."""
+    try:
+        low, high = (int(v) for v in value)
+    except ValueError:
+        low = high = -1
+    if not 0 < low <= high:
+        raise ValueError("kubernetes.horovod_blacklist_cooldown: expected two whole seconds "
+                         f"LOW,HIGH with 0 < LOW <= HIGH, got {','.join(value)!r}")
+    return low, high
 
 
 def check_report_url(url: str, name: str = "kubernetes.report_url") -> None:
