@@ -362,3 +362,17 @@ def test_horovod_fails_after_the_elastic_timeout_without_min_np_hosts() -> None:
     d.step({"a"}, 6.5)
     assert d.failure is not None and "at least 2 Horovod processes" in d.failure
     assert driver().timeout == 5.0 and ElasticLauncher.of({}).timeout == 600.0
+
+
+def test_a_launcher_without_min_np_hosts_fails_the_mpijob_after_the_elastic_timeout(
+        cluster: FakeCluster) -> None:
+    cluster.sim.remove_node("n0")
+    cluster.sim.add_node("small", 1)
+    create(cluster, mpijob("hv", launcher_command=["horovodrun", "--min-np", "2", "python"],
+                           launcher_env=[{"name": "HOROVOD_ELASTIC_TIMEOUT", "value": "1"}]))
+    failed = eventually(lambda: [c for c in (cluster.server.store.get(
+        "mpijobs", NS, "hv").get("status") or {}).get("conditions") or []
+        if c["type"] == "Failed" and c["status"] == "True"])
+    assert failed[0]["reason"] == "BackoffLimitExceeded/Error"
+    assert "run at least 2 Horovod processes" in failed[0]["message"]
+    assert condition(cluster.server.store.get("jobs.batch", NS, "hv-launcher"), "Failed")

@@ -67,6 +67,9 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=2_000_000)
     parser.add_argument("--crds", choices=CRD_SETS, default="all",
                         help="the Kubeflow CRDs installed (default: both operators')")
+    parser.add_argument("--configmap-seconds", type=float, default=0.2,
+                        help="how long a ConfigMap change takes to reach the pods mounting "
+                             "it (a real kubelet: tens of seconds)")
     args = parser.parse_args()
     store = Store(default_resources(args.crds), history_limit=args.history)
     log: list[dict[str, Any]] = []
@@ -90,7 +93,8 @@ def main() -> None:
                                            extra_routes=[("GET", "/_fake/log", read_log)])
                              ).start()
     sim = ClusterSimulator(store, SimSettings(tick_seconds=0.02, start_seconds=0.05,
-                                              terminate_seconds=0.05))
+                                              terminate_seconds=0.05,
+                                              configmap_seconds=args.configmap_seconds))
     for i in range(args.nodes):
         sim.add_node(f"node-{i:04d}", args.gpus, labels={
             "voda.io/leaf": f"leaf-{i // LEAF_SIZE}", "voda.io/spine": f"spine-{i // 256}"})
