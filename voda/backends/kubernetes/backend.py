@@ -788,7 +788,7 @@ def from_settings(server_settings: Any, fence: Callable[[], bool] | None = None
     backend = KubernetesBackend(api, settings)
     try:
         backend.watch()
-    except TimeoutError as exc:
+    except (TimeoutError, ApiError) as exc:  # ApiError: discovery of the served kinds
         backend.close()
         where = settings.kubeconfig or "the in-cluster API server"
         raise ValueError(f"kubernetes: {exc}; is {where} reachable?") from None
