@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import re
-from functools import cache
 from typing import Any
 
 from voda_testing.kube.errors import ApiError, invalid
@@ -52,11 +51,18 @@ def check_meta(resource: Resource, obj: dict[str, Any]) -> None:
 
 
 # ----- custom resources ------------------------------------------------------------------
-@cache
+_VALIDATORS: dict[int, Any] = {}
+
+
 def _validator(resource: Resource) -> Any:
+    """One validator per schema (Resources compare without their schemas, and two CRDs of
+    one kind, such as mpi-operator v0.4's and v0.8's, differ only there)."""
     from jsonschema import Draft7Validator
 
-    return Draft7Validator(resource.schema or {})
+    schema = resource.schema or {}
+    if id(schema) not in _VALIDATORS:
+        _VALIDATORS[id(schema)] = (schema, Draft7Validator(schema))
+    return _VALIDATORS[id(schema)][1]
 
 
 def prune(value: Any, schema: dict[str, Any], path: str, unknown: list[str]) -> None:
