@@ -16,9 +16,14 @@ from voda.podsched.claims import Claims
 from voda.podsched.config import SchedulerConfig
 from voda.podsched.config_source import ConfigSource
 from voda.podsched.events import EventLimiter, event_body
-from voda.podsched.model import GPU, PODS, Owner
+from voda.podsched.model import GPU, PODS, Owner, Toleration
 from voda.podsched.owners import Owners
-from voda.podsched.recovery import RecoveryTracker
+from voda.podsched.recovery import (
+    NOT_READY_TAINT,
+    UNREACHABLE_TAINT,
+    RecoveryTracker,
+    toleration_seconds,
+)
 from voda.podsched.service import pod_scheduler_settings
 from voda.podsched.state import ClusterState
 
@@ -118,9 +123,29 @@ def test_losses_expire_and_a_node_back_in_time_loses_nothing() -> None:
     tracker.back([b.key])
     assert tracker.replaced("w", now=11.0) is None
     tracker.node_not_ready("n2", 10.0)
-    assert tracker.overdue(now=12.0, grace=3.0) == [] and tracker.overdue(13.0, 3.0) == ["n2"]
+    tracker.node_not_ready("n2", 12.0)  # still the first time seen
+    assert tracker.not_ready_nodes() == [("n2", 10.0)]
     tracker.node_ready("n2")
-    assert tracker.overdue(20.0, 3.0) == []
+    assert tracker.not_ready_nodes() == []
+
+
+def test_a_pod_stays_on_a_not_ready_node_as_long_as_it_tolerates_the_taint() -> None:
+    bare = make_pod("a").obj()
+    assert toleration_seconds(bare, UNREACHABLE_TAINT, 300.0) == 300.0  # the default
+    admitted = (make_pod("b").tolerates(NOT_READY_TAINT, effect="NoExecute", operator="Exists")
+                .with_(tolerations=(
+                    Toleration(NOT_READY_TAINT, "Exists", "", "NoExecute", 300.0),
+                    Toleration(UNREACHABLE_TAINT, "Exists", "", "NoExecute", 300.0),
+                    Toleration(UNREACHABLE_TAINT, "Exists", "", "NoExecute", 40.0))).obj())
+    assert toleration_seconds(admitted, UNREACHABLE_TAINT, 5.0) == 40.0  # the smallest
+    assert toleration_seconds(admitted, NOT_READY_TAINT, 5.0) == 300.0
+    forever = make_pod("c").tolerates("", operator="Exists").obj()  # tolerates every taint
+    assert toleration_seconds(forever, NOT_READY_TAINT, 300.0) is None
+    other = make_pod("d").tolerates("dedicated", "x", "NoExecute").obj()
+    assert toleration_seconds(other, NOT_READY_TAINT, 7.0) == 7.0
+    schedule_only = make_pod("e").tolerates(NOT_READY_TAINT, effect="NoSchedule",
+                                            operator="Exists").obj()
+    assert toleration_seconds(schedule_only, NOT_READY_TAINT, 7.0) == 7.0
 
 
 # ----- events --------------------------------------------------------------------------------

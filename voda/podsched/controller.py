@@ -52,7 +52,12 @@ from voda.podsched.hints import read_hints
 from voda.podsched.metrics import ClusterFigures, PodSchedulerMetrics, cluster_figures
 from voda.podsched.model import GPU, Binding, Decision, Gang, Hints, Outcome, Pod, Snapshot
 from voda.podsched.owners import Owners, Workload
-from voda.podsched.recovery import RecoveryTracker
+from voda.podsched.recovery import (
+    NOT_READY_TAINT,
+    UNREACHABLE_TAINT,
+    RecoveryTracker,
+    toleration_seconds,
+)
 from voda.podsched.state import ClusterState, PodRecord
 
 log = logging.getLogger(__name__)
@@ -511,14 +516,20 @@ class PodScheduler:
             self._events.submit(post)
 
     def _evict_from_overdue_nodes(self, now: float) -> None:
-        grace = self.config.not_ready_grace_seconds
-        for node in self.recovery.overdue(now, grace):
-            since = self.recovery.not_ready_since(node) or now
+        """Delete our pods whose toleration of their NotReady node ran out (voda.podsched.
+        recovery), so their controllers replace them."""
+        default = self.config.not_ready_grace_seconds
+        for node, since in self.recovery.not_ready_nodes():
+            state = self.state.nodes.get(node)
+            taint = UNREACHABLE_TAINT if state is None or state.unreachable else NOT_READY_TAINT
             for record in self.state.on_node(node):
                 if not (record.ours and record.holds and not record.deleting
                         and record.pod.owner is not None):
                     continue
                 pod = record.pod
+                seconds = toleration_seconds(pod, taint, default)
+                if seconds is None or now - since < seconds:
+                    continue
                 try:
                     kube.delete_pod(self.api, pod)
                 except (ApiError, NotLeader) as failure:
@@ -527,7 +538,8 @@ class PodScheduler:
                     continue
                 owner = pod.owner.kind if pod.owner else "controller"
                 self._event(pod, events.NODE_NOT_READY,
-                            f"node {node} NotReady for {now - since:.1f} s: pod deleted so its "
+                            f"node {node} NotReady for {now - since:.1f} s, past the pod's "
+                            f"toleration of {seconds:g} s for {taint}: pod deleted so its "
                             f"{owner} replaces it", events.WARNING)
         alive = set(self.state.nodes) | {r.pod.node for r in self.state.ours() if r.holds}
         self.recovery.forget_nodes(alive)

@@ -38,6 +38,7 @@ class Toleration:
     operator: str = "Equal"  # Equal or Exists
     value: str = ""
     effect: str = ""  # "" tolerates every effect
+    seconds: float | None = None  # tolerationSeconds (NoExecute): None tolerates for good
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,19 @@ class SelectorTerm:
 
     expressions: tuple[Requirement, ...] = ()
     fields: tuple[Requirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeTopology:
+    """Where a pod's volume can be used: one of `terms` must match the node.
+
+    From a bound PersistentVolume's required node affinity (`reason` is then
+    kube-scheduler's "node(s) had volume node affinity conflict"), or from the
+    StorageClass's allowedTopologies of a claim provisioned on the chosen node.
+    """
+
+    reason: str
+    terms: tuple[SelectorTerm, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +96,22 @@ class Pod:
     created: str = ""  # creationTimestamp, RFC 3339 (sorts in time order)
     node: str = ""  # spec.nodeName: "" while unbound
     phase: str = "Pending"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    claims: tuple[str, ...] = ()  # PersistentVolumeClaims its volumes name (ephemeral too)
+    host_ports: frozenset[tuple[str, str, int]] = frozenset()  # (hostIP, protocol, port)
+    preempts: bool = True  # preemptionPolicy is not Never
+    nominated: str = ""  # status.nominatedNodeName
+    # Constraints the scheduler does not evaluate (kube-scheduler's plugins do), named.
+    unsupported: tuple[str, ...] = ()
+    # Resolved from the claims by the controller (voda.podsched.volumes) before a cycle.
+    volume_topology: tuple[VolumeTopology, ...] = ()
+    volume_error: str = ""  # why no node can take the pod's volumes now
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requests", frozen(self.requests))
         object.__setattr__(self, "node_selector", frozen(self.node_selector))
         object.__setattr__(self, "annotations", frozen(self.annotations))
+        object.__setattr__(self, "labels", frozen(self.labels))
 
     @property
     def key(self) -> str:
@@ -110,6 +135,7 @@ class NodeState:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     ready: bool = True
+    unreachable: bool = False  # not Ready because its Ready condition is Unknown (or absent)
     unschedulable: bool = False  # cordoned
     leaf: str | None = None
     spine: str | None = None
