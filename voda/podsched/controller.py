@@ -43,7 +43,7 @@ from typing import Any
 from voda.backends.kubernetes.api import NODES, ApiError, KubeApi, NotLeader
 from voda.backends.kubernetes.cluster_view import ClusterView, core_node, node_info, watch_cluster
 from voda.backends.kubernetes.informer import Informer
-from voda.podsched import events, kube
+from voda.podsched import events, filters, kube
 from voda.podsched.claims import Claims
 from voda.podsched.config import SchedulerConfig
 from voda.podsched.config_source import ConfigSource
@@ -127,6 +127,7 @@ class PodScheduler:
         self._lost: list[tuple[Pod, float]] = []
         self._node_news: list[tuple[str, bool, float]] = []  # (node, ready, when)
         self._ready_since: dict[str, float] = {}  # when each waiting pod was first seen
+        self._conditions: dict[str, str] = {}  # pod uid -> the PodScheduled message written
         self.claims = Claims(view, self.state.alive)
         self._workloads: dict[str, Workload] = {}  # pod key -> workload, once known
         self._entries: dict[str, _Entry] = {}  # bound pods' entries, while their record holds
@@ -328,7 +329,7 @@ class PodScheduler:
         # 4. decide
         decisions = self.planner.schedule(gangs, snapshot, self.config)
         # 5. act
-        self._act(decisions)
+        self._act(decisions, len(snapshot.nodes))
         return decisions
 
     def snapshot(self, entries: Iterable[_Entry] = ()) -> Snapshot:
@@ -429,18 +430,20 @@ class PodScheduler:
 
     def _tidy(self, ours: list[PodRecord]) -> None:
         """Forget what was kept about pods that are gone."""
-        if max(len(self._workloads), len(self._entries)) <= 2 * len(ours) + 100 and (
-                self.cycles % 100):
+        if max(len(self._workloads), len(self._entries), len(self._conditions)) <= (
+                2 * len(ours) + 100) and self.cycles % 100:
             return
         alive = {r.pod.key for r in ours}
         self._workloads = {k: w for k, w in self._workloads.items() if k in alive}
         self._entries = {k: e for k, e in self._entries.items() if k in alive}
+        uids = {r.pod.uid or r.pod.key for r in ours}
         with self._lock:
             self._ready_since = {k: t for k, t in self._ready_since.items() if k in alive}
+            self._conditions = {k: m for k, m in self._conditions.items() if k in uids}
         self.limiter.keep_only(r.pod for r in ours)
 
     # ----- acting ------------------------------------------------------------------------------
-    def _act(self, decisions: list[Decision]) -> None:
+    def _act(self, decisions: list[Decision], total_nodes: int) -> None:
         """Claim and bind what the cycle placed, and say why for the rest. The Bindings of
         the whole cycle are posted concurrently (each is one round trip to the server)."""
         now = self.clock()
@@ -452,8 +455,10 @@ class PodScheduler:
                 kind = events.NORMAL if decision.outcome == Outcome.WAITING else events.WARNING
                 reason = (events.WAITING_FOR_GANG if decision.outcome == Outcome.WAITING
                           else events.FAILED_SCHEDULING)
+                message = filters.fit_error(total_nodes, decision.reason)
                 for pod in gang.pending:
                     self._event(pod, reason, decision.reason, kind)
+                    self._unschedulable(pod, message)
                 continue
             refused = self.claims.claim_all((b.pod, b.node) for b in decision.bindings)
             if refused is not None:
@@ -499,6 +504,34 @@ class PodScheduler:
             message += f"; replaces a lost pod, recovered in {recovered:.2f} s"
         self._event(pod, events.SCHEDULED, message, events.NORMAL)
         return True
+
+    def _unschedulable(self, pod: Pod, message: str) -> None:
+        """PodScheduled=False (Unschedulable) with the message, once per pod (by uid) and
+        message: a pod recreated under the same name gets its own."""
+        record = self.state.pods.get(pod.key)
+        if record is None or record.pod.uid != pod.uid:
+            return
+        if record.scheduled == ("False", "Unschedulable", message):
+            return  # the pod says so already (written by this scheduler, or its predecessor)
+        ident = pod.uid or pod.key
+        with self._lock:
+            if self._conditions.get(ident) == message:
+                return
+            self._conditions[ident] = message
+        since = None if record.scheduled is not None and record.scheduled[0] == "False" else (
+            events.rfc3339(self.wall()))
+
+        def patch() -> None:
+            try:
+                kube.set_unschedulable(self.api, pod, message, since)
+            except (ApiError, NotLeader) as failure:
+                log.info("pod scheduler: PodScheduled of %s not written: %s", pod.key, failure)
+                with self._lock:  # said again next cycle
+                    if self._conditions.get(ident) == message:
+                        del self._conditions[ident]
+
+        if not self._stop.is_set():
+            self._events.submit(patch)
 
     def _event(self, pod: Pod, reason: str, message: str, kind: str) -> None:
         if not self.limiter.allow(pod, reason, message, self.clock()):

@@ -325,12 +325,13 @@ def _pack(job: Job, k: int, gang: Gang, candidates: _View, work: _Working
     settings = candidates.settings
     if candidates.total_room < k:
         held = candidates.total_room
-        available = sum(1 for r in candidates.room.values() if r > 0)
-        filtered = filters.summary(total, candidates.reasons, available)
         if held == 0:
-            return None, f"{k} pod(s) of {shape_text}: {filtered}"
-        return None, (f"{k} pod(s) of {shape_text}: the nodes that pass the filters have room "
-                      f"for {held}. {filtered}")
+            return None, (f"{filters.summary(total, candidates.reasons)} "
+                          f"({k} pod(s) of {shape_text})")
+        available = sum(1 for r in candidates.room.values() if r > 0)
+        others = f"; {filters.counted(candidates.reasons)}" if candidates.reasons else ""
+        return None, (f"0/{total} nodes are available: {k} pod(s) of {shape_text}, room for "
+                      f"{held} on the {available} node(s) that pass the filters{others}.")
     own = {n: c for n, c in gang.members.items() if n in candidates.room}
     hints = gang.hints
     level_key = hints.required_topology or hints.preferred_topology

@@ -149,10 +149,22 @@ def short_resources(node: NodeState, left: FreeResources, need: Mapping[str, int
     return out
 
 
+def counted(reasons: Counter[str]) -> str:
+    """'4 Insufficient nvidia.com/gpu, 2 node(s) were not ready': most first."""
+    return ", ".join(f"{count} {reason}" for reason, count in
+                     sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def summary(total: int, reasons: Counter[str], available: int = 0) -> str:
     """'0/12 nodes are available: 4 Insufficient nvidia.com/gpu, 2 node(s) were not ready.'"""
     if not reasons:
         return f"{available}/{total} nodes are available."
-    parts = ", ".join(f"{count} {reason}" for reason, count in
-                      sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
-    return f"{available}/{total} nodes are available: {parts}."
+    return f"{available}/{total} nodes are available: {counted(reasons)}."
+
+
+def fit_error(total: int, why: str) -> str:
+    """kube-scheduler's message for a pod it cannot place ('0/12 nodes are available: ...'),
+    which cluster autoscalers and people read from the pod's PodScheduled condition."""
+    if why.startswith(f"0/{total} nodes are available"):
+        return why
+    return f"0/{total} nodes are available: {why.rstrip('.')}."

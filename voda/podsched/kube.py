@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from voda.backends.kubernetes.api import PODS, ApiError, Kind, KubeApi
+from voda.backends.kubernetes.api import PODS, STRATEGIC_PATCH, ApiError, Kind, KubeApi
 from voda.podsched.model import Pod
 
 Obj = dict[str, Any]
@@ -34,6 +34,17 @@ def bind(api: KubeApi, pod: Pod, node: str) -> None:
     api.request("POST", PODS.path(pod.namespace, pod.name, "binding"), body=body)
 
 
+def set_unschedulable(api: KubeApi, pod: Pod, message: str, since: str | None) -> None:
+    """PodScheduled=False, reason Unschedulable, on pods/status, as kube-scheduler writes it
+    (cluster autoscalers look for it). The uid in the patch makes a server refuse it for
+    another pod of the same name. `since`: a new lastTransitionTime (None: the status
+    did not change, the time stays)."""
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": message, **({"lastTransitionTime": since} if since else {})}
+    body = {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}}
+    api.patch(PODS, pod.namespace, pod.name, body, STRATEGIC_PATCH, sub="status")
+
+
 def create_event(api: KubeApi, namespace: str, body: Obj) -> None:
     api.create(EVENTS, namespace, body)
 
@@ -48,4 +59,5 @@ def get_owner(api: KubeApi, kind: str, namespace: str, name: str) -> Obj | None:
     return api.try_get(OWNER_KINDS[kind], namespace, name)
 
 
-__all__ = ["ApiError", "bind", "create_event", "delete_pod", "get_owner"]
+__all__ = ["ApiError", "bind", "create_event", "delete_pod", "get_owner",
+           "set_unschedulable"]

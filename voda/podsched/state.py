@@ -30,6 +30,8 @@ class PodRecord:
     deleting: bool  # has a deletionTimestamp
     error: str = ""  # why the pod cannot be read (ours only)
     gated: bool = False  # has scheduling gates: no scheduler may bind it yet
+    # Its PodScheduled condition as (status, reason, message), None: it has none.
+    scheduled: tuple[str, str, str] | None = None
 
     @property
     def holds(self) -> bool:
@@ -136,8 +138,9 @@ class ClusterState:
         ours = spec.get("schedulerName") == self.scheduler_name
         deleting = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
         gated = bool(spec.get("schedulingGates"))
+        scheduled = _scheduled_condition(obj) if ours else None
         try:
-            return PodRecord(read_pod(obj), ours, deleting, gated=gated)
+            return PodRecord(read_pod(obj), ours, deleting, gated=gated, scheduled=scheduled)
         except (ObjectError, TypeError, ValueError, AttributeError) as exc:
             if not ours:
                 return None  # not ours and unreadable: the API server would not hold such
@@ -145,7 +148,8 @@ class ClusterState:
             pod = Pod(namespace=str(meta.get("namespace") or "default"),
                       name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
                       node=str(spec.get("nodeName") or ""))
-            return PodRecord(pod, ours, deleting, error=str(exc), gated=gated)
+            return PodRecord(pod, ours, deleting, error=str(exc), gated=gated,
+                             scheduled=scheduled)
 
     def _put(self, record: PodRecord) -> None:
         self.pods[record.pod.key] = record
@@ -223,3 +227,11 @@ class ClusterState:
     def on_node(self, node: str) -> list[PodRecord]:
         with self.lock:
             return [r for r in self.pods.values() if r.pod.node == node]
+
+
+def _scheduled_condition(obj: Obj) -> tuple[str, str, str] | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled":
+            return (str(condition.get("status", "")), str(condition.get("reason", "")),
+                    str(condition.get("message", "")))
+    return None
