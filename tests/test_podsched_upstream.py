@@ -24,6 +24,13 @@ def scheduled_condition(c: Any, name: str) -> Obj | None:
     return None
 
 
+def condition_saying(c: Any, name: str, start: str) -> Obj | None:
+    """The pod's PodScheduled condition once its message starts so (the scheduler may have
+    seen fewer nodes at first)."""
+    condition = scheduled_condition(c, name)
+    return condition if condition and condition["message"].startswith(start) else None
+
+
 def bare_pod(name: str, gpus: int, **spec: Any) -> Obj:
     return {"metadata": {"name": name, "labels": {"app": name}}, "spec": {
         "schedulerName": SCHEDULER, "containers": [{"name": "c", "image": "i", "resources": {
@@ -34,10 +41,9 @@ def test_a_pod_that_fits_nowhere_says_so_in_its_pod_scheduled_condition(tmp_path
     with running_cluster(tmp_path) as c:
         c.grid(spines=1, leaves=1, per_leaf=2)
         c.store.create("pods", c.namespace, bare_pod("big", 16))
-        first = eventually(lambda: scheduled_condition(c, "big"))
+        first = eventually(lambda: condition_saying(c, "big", "0/2 nodes are available: 2 "
+                                                    "Insufficient nvidia.com/gpu."))
         assert first["status"] == "False" and first["reason"] == "Unschedulable"
-        assert first["message"].startswith("0/2 nodes are available: 2 Insufficient "
-                                           "nvidia.com/gpu."), first["message"]
         assert first["lastTransitionTime"]
         # The reason changes: the condition follows (its transition time stays).
         c.sim.cordon("s0-l0-n1")
@@ -76,3 +82,95 @@ def test_a_status_patch_for_an_earlier_pod_of_the_same_name_is_refused(tmp_path:
                 "status": {"conditions": [{"type": "PodScheduled", "status": "False"}]}},
                 "application/strategic-merge-patch+json", subresource="status")
         assert refused.value.code == 422 and "metadata.uid" in refused.value.message
+
+
+# ----- volumes ---------------------------------------------------------------------------------
+ZONE = "topology.kubernetes.io/zone"
+
+
+def zoned_nodes(c: Any) -> None:
+    """n-a0, n-a1 in zone a; n-b0, n-b1 in zone b; 8 GPUs each."""
+    for zone in ("a", "b"):
+        for k in range(2):
+            c.sim.add_node(f"n-{zone}{k}", 8, {ZONE: zone, "voda.io/leaf": f"leaf-{zone}",
+                                               "voda.io/spine": "s0"})
+
+
+def claim(c: Any, name: str, storage_class: str | None = None, volume: str | None = None
+          ) -> Obj:
+    spec: Obj = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    if volume is not None:
+        spec["volumeName"] = volume
+    return c.store.create("persistentvolumeclaims", c.namespace,
+                          {"metadata": {"name": name}, "spec": spec})
+
+
+def zonal_volume(c: Any, name: str, zone: str) -> Obj:
+    return c.store.create("persistentvolumes", "", {"metadata": {"name": name}, "spec": {
+        "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": ZONE, "operator": "In", "values": [zone]}]}]}}}})
+
+
+def storage_class(c: Any, name: str, mode: str, zones: list[str] | None = None) -> Obj:
+    body: Obj = {"metadata": {"name": name}, "provisioner": "disk.csi.example",
+                 "volumeBindingMode": mode}
+    if zones:
+        body["allowedTopologies"] = [{"matchLabelExpressions": [{"key": ZONE, "values": zones}]}]
+    return c.store.create("storageclasses", "", body)
+
+
+def with_claim(name: str, gpus: int, claim_name: str) -> Obj:
+    return bare_pod(name, gpus, volumes=[{"name": "data", "persistentVolumeClaim": {
+        "claimName": claim_name}}])
+
+
+def test_a_pod_goes_where_its_volumes_can_be(tmp_path: Path) -> None:
+    with running_cluster(tmp_path) as c:
+        zoned_nodes(c)
+        # A claim bound to a zonal disk: only that zone's nodes.
+        zonal_volume(c, "disk-b", "b")
+        claim(c, "data", volume="disk-b")
+        c.store.create("pods", c.namespace, with_claim("reader", 8, "data"))
+        assert eventually(lambda: c.bound_nodes("reader"))[0].startswith("n-b")
+        # The zone is full: the pod waits, and says why in kube-scheduler's words.
+        c.store.create("pods", c.namespace, with_claim("reader-2", 8, "data"))
+        eventually(lambda: c.bound_nodes("reader-2"))
+        c.store.create("pods", c.namespace, with_claim("reader-3", 8, "data"))
+        eventually(lambda: condition_saying(
+            c, "reader-3", "0/4 nodes are available: 2 Insufficient nvidia.com/gpu, 2 node(s) "
+            "had volume node affinity conflict."))
+        assert c.bound_nodes("reader-3") == []
+        # WaitForFirstConsumer: provisioned where the pod goes (a zone the class allows),
+        # the claim annotated with the node before the pod is bound.
+        storage_class(c, "late", "WaitForFirstConsumer", zones=["a"])
+        claim(c, "scratch", storage_class="late")
+        c.store.create("pods", c.namespace, with_claim("writer", 2, "scratch"))
+        (node,) = eventually(lambda: c.bound_nodes("writer"))
+        assert node.startswith("n-a")
+        annotations = c.store.get("persistentvolumeclaims", c.namespace, "scratch")[
+            "metadata"]["annotations"]
+        assert annotations == {"volume.kubernetes.io/selected-node": node}
+
+
+def test_a_pod_with_an_unbound_immediate_claim_waits_for_it(tmp_path: Path) -> None:
+    with running_cluster(tmp_path) as c:
+        zoned_nodes(c)
+        storage_class(c, "now", "Immediate")
+        claim(c, "later", storage_class="now")
+        c.store.create("pods", c.namespace, with_claim("waiter", 1, "later"))
+        c.store.create("pods", c.namespace, with_claim("lost", 1, "nope"))
+        eventually(lambda: condition_saying(c, "waiter", "0/4 nodes are available: pod has "
+                                            "unbound immediate PersistentVolumeClaims."))
+        missing = eventually(lambda: scheduled_condition(c, "lost"))
+        assert 'persistentvolumeclaim "nope" not found' in missing["message"]
+        eventually(lambda: any("unbound immediate" in e["message"]
+                               for e in c.events("waiter", "FailedScheduling")))
+        assert c.bound_nodes("waiter") == []
+        # The PV controller binds it (to a zone-a disk): the pod follows the disk.
+        zonal_volume(c, "disk-a", "a")
+        c.store.patch("persistentvolumeclaims", c.namespace, "later",
+                      {"spec": {"volumeName": "disk-a"}}, "application/merge-patch+json")
+        assert eventually(lambda: c.bound_nodes("waiter"))[0].startswith("n-a")

@@ -43,7 +43,7 @@ from typing import Any
 from voda.backends.kubernetes.api import NODES, ApiError, KubeApi, NotLeader
 from voda.backends.kubernetes.cluster_view import ClusterView, core_node, node_info, watch_cluster
 from voda.backends.kubernetes.informer import Informer
-from voda.podsched import events, filters, kube
+from voda.podsched import events, filters, kube, volumes
 from voda.podsched.claims import Claims
 from voda.podsched.config import SchedulerConfig
 from voda.podsched.config_source import ConfigSource
@@ -78,6 +78,7 @@ class PodSchedulerSettings:
     recovery_window_seconds: float = 600.0
     owner_ttl_seconds: float = 30.0
     instance: str = socket.gethostname()
+    watch_volumes: bool = True  # PersistentVolumeClaims, PersistentVolumes, StorageClasses
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,7 @@ class PodScheduler:
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pod-events")
         self._binders = ThreadPoolExecutor(max_workers=8, thread_name_prefix="pod-binding")
         self._informers: list[Informer] = []
+        self._volume_informers: dict[str, Informer] = {}
         self._thread: threading.Thread | None = None
         self.cycles = 0
         view.listeners.append(self.claims.release_counted)
@@ -159,6 +161,11 @@ class PodScheduler:
             self._informers.append(Informer(
                 self.api, kube.CONFIGMAPS, self.source.config_map_event, namespace=namespace,
                 field_selector=f"metadata.name={name}", watch_seconds=s.watch_seconds))
+        if s.watch_volumes:
+            self._volume_informers = {kind.plural: Informer(
+                self.api, kind, self._on_volume, watch_seconds=s.watch_seconds)
+                for kind in (kube.CLAIMS, kube.VOLUMES, kube.STORAGE_CLASSES)}
+            self._informers.extend(self._volume_informers.values())
         self.view.node_handlers.append(self._on_node)
         self.view.pod_handlers.append(self._on_pod)
         if self.feed_view:
@@ -233,6 +240,36 @@ class PodScheduler:
                 self._pod_event(kind, obj)
             except Exception:
                 log.exception("pod scheduler: pod event")
+
+    def _on_volume(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
+        self._mark(everything=True)  # a claim bound, a volume or class added: pods may fit
+
+    def _cached(self, plural: str) -> volumes.Lookup:
+        informer = self._volume_informers.get(plural)
+
+        def lookup(namespace: str, name: str) -> Obj | None:
+            if informer is None:
+                return None
+            with informer.lock:
+                return informer.cache.get((namespace, name))
+
+        return lookup
+
+    def _with_volumes(self, pod: Pod) -> Pod:
+        """The pod with what its claims ask of its node (voda.podsched.volumes)."""
+        if not pod.claims:
+            return pod
+        found = volumes.resolve(pod, self._cached("persistentvolumeclaims"),
+                                self._cached("persistentvolumes"),
+                                self._cached("storageclasses"))
+        return replace(pod, volume_topology=found.topology, volume_error=found.error,
+                       provision=found.provision)
+
+    def _bind(self, pod: Pod, node: str) -> None:
+        """Post one Binding, after naming the node on the claims provisioned there."""
+        for claim in pod.provision:
+            kube.select_node(self.api, pod.namespace, claim, node)
+        kube.bind(self.api, pod, node)
 
     def _replay(self) -> None:
         """What the view's watches listed before this scheduler subscribed, as ADDED events
@@ -397,7 +434,8 @@ class PodScheduler:
             hints = replace(hints, preferred_domain=self._domain_name(hints.preferred_domain,
                                                                       snapshot))
         errors = sorted({e for entry in waiting for e in entry.errors})
-        return Gang(key=key, pending=tuple(e.record.pod for e in waiting), hints=hints,
+        return Gang(key=key, pending=tuple(self._with_volumes(e.record.pod) for e in waiting),
+                    hints=hints,
                     hint_errors=tuple(errors), members=members, member_gpus=member_gpus,
                     recovering=self.recovery.recovering(key))
 
@@ -475,7 +513,7 @@ class PodScheduler:
             for binding in decision.bindings:
                 self.state.assume(binding.pod, binding.node)
                 futures.append((binding, self._binders.submit(
-                    kube.bind, self.api, binding.pod, binding.node)))
+                    self._bind, binding.pod, binding.node)))
             posted.append((decision, started, futures))
         for decision, started, futures in posted:
             if sum(self._bound(decision, binding, future) for binding, future in futures):

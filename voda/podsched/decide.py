@@ -245,7 +245,8 @@ class _Working:
 
 def _signature(pod: Pod) -> tuple:
     """What the filters read of a pod: pods with equal signatures pass the same nodes."""
-    return (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations)
+    return (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations,
+            pod.volume_topology)
 
 
 def _decide(gang: Gang, work: _Working, config: SchedulerConfig) -> list[Decision]:
@@ -261,6 +262,15 @@ def _decide(gang: Gang, work: _Working, config: SchedulerConfig) -> list[Decisio
             f"gang of {hints.gpu_count} GPUs: its pods request {gang.member_gpus + pending_gpus} "
             f"so far ({gang.member_gpus} bound, {pending_gpus} in {len(gang.pending)} pending "
             "pods); waiting for the rest, holding nothing"))]
+    unsupported = sorted({u for p in gang.pending for u in p.unsupported})
+    if unsupported:
+        return [Decision(gang, Outcome.INVALID, reason=(
+            f"{'; '.join(unsupported)}: not evaluated by this scheduler; use the default "
+            "scheduler for such pods (leave out schedulerName)"))]
+    blocked = sorted({p.volume_error for p in gang.pending if p.volume_error})
+    if blocked:
+        return [Decision(gang, Outcome.UNSCHEDULABLE, reason=(
+            f"0/{len(work.nodes)} nodes are available: {'; '.join(blocked)}."))]
     need = filters.shape(gang.pending)
     view = work.view(gang.pending, need, config)
     job = Job(

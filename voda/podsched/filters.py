@@ -101,6 +101,9 @@ def static_problem(pod: Pod, node: NodeState) -> str | None:
         return f"node(s) had untolerated taint {{{shown}}}"
     if not matches_node(pod, node):
         return SELECTOR
+    for volume in pod.volume_topology:  # a zonal or local volume; where a class provisions
+        if not any(term_matches(t, node) for t in volume.terms):
+            return volume.reason
     return None
 
 

@@ -106,6 +106,7 @@ class Pod:
     # Resolved from the claims by the controller (voda.podsched.volumes) before a cycle.
     volume_topology: tuple[VolumeTopology, ...] = ()
     volume_error: str = ""  # why no node can take the pod's volumes now
+    provision: tuple[str, ...] = ()  # unbound WaitForFirstConsumer claims: bound where it goes
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requests", frozen(self.requests))

@@ -114,9 +114,14 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[SelectorTerm, ...] | None:
                 .get("requiredDuringSchedulingIgnoredDuringExecution"))
     if not required:
         return None
-    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    return selector_terms(required,
+                          "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
+
+
+def selector_terms(selector: Mapping[str, Any], where: str) -> tuple[SelectorTerm, ...]:
+    """A NodeSelector's terms (any must match)."""
     terms = []
-    for pos, term in enumerate(_bounded(required.get("nodeSelectorTerms"),
+    for pos, term in enumerate(_bounded(selector.get("nodeSelectorTerms"),
                                         f"{where}.nodeSelectorTerms")):
         at = f"{where}.nodeSelectorTerms[{pos}]"
         terms.append(SelectorTerm(_requirements(term.get("matchExpressions"),

@@ -102,6 +102,20 @@ BUILTIN: tuple[Resource, ...] = (
 )
 
 
+# Volumes and priorities, which schedulers read (kube-scheduler's VolumeBinding plugin and
+# preemption; voda.podsched).
+STORAGE_AND_PRIORITY: tuple[Resource, ...] = (
+    Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", subresources=_STATUS,
+             short_names=("pvc",)),
+    Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False,
+             subresources=_STATUS, short_names=("pv",)),
+    Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False,
+             short_names=("sc",)),
+    Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False,
+             short_names=("pc",)),
+)
+
+
 def crd_resources(crd: dict[str, Any]) -> list[Resource]:
     """One Resource per served version of a CustomResourceDefinition."""
     spec = crd["spec"]
@@ -135,4 +149,4 @@ def kubeflow_resources() -> tuple[Resource, ...]:
 
 
 def default_resources() -> tuple[Resource, ...]:
-    return (*BUILTIN, *kubeflow_resources())
+    return (*BUILTIN, *STORAGE_AND_PRIORITY, *kubeflow_resources())
