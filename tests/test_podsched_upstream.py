@@ -174,3 +174,58 @@ def test_a_pod_with_an_unbound_immediate_claim_waits_for_it(tmp_path: Path) -> N
         c.store.patch("persistentvolumeclaims", c.namespace, "later",
                       {"spec": {"volumeName": "disk-a"}}, "application/merge-patch+json")
         assert eventually(lambda: c.bound_nodes("waiter"))[0].startswith("n-a")
+
+
+# ----- preemption ------------------------------------------------------------------------------
+def priority_class(c: Any, name: str, value: int, policy: str | None = None) -> None:
+    body: Obj = {"metadata": {"name": name}, "value": value}
+    if policy:
+        body["preemptionPolicy"] = policy
+    c.store.create("priorityclasses", "", body)
+
+
+def test_a_higher_priority_pod_preempts_lower_priority_pods_on_one_node(tmp_path: Path) -> None:
+    with running_cluster(tmp_path) as c:
+        priority_class(c, "low", 100)
+        priority_class(c, "high", 1000)
+        priority_class(c, "polite", 1000, "Never")
+        c.grid(spines=1, leaves=1, per_leaf=2)
+        c.deployment("filler", replicas=2, gpus=8, priorityClassName="low")
+        fillers = eventually(lambda: len(c.pods("filler-", bound=True)) == 2
+                             and c.pods("filler-", bound=True))
+        # preemptionPolicy: Never: it waits, nothing is evicted for it.
+        c.store.create("pods", c.namespace, bare_pod("polite", 8, priorityClassName="polite"))
+        eventually(lambda: condition_saying(c, "polite", "0/2 nodes are available: 2 "
+                                                         "Insufficient nvidia.com/gpu."))
+        c.store.create("pods", c.namespace, bare_pod("vip", 8, priorityClassName="high"))
+        vip = eventually(lambda: c.store.get("pods", c.namespace, "vip")["status"].get(
+            "nominatedNodeName") and c.store.get("pods", c.namespace, "vip"))
+        node = vip["status"]["nominatedNodeName"]
+        (victim,) = [p for p in fillers if p["spec"]["nodeName"] == node]
+        assert eventually(lambda: c.bound_nodes("vip")) == [node]
+        (event,) = eventually(lambda: c.events(victim["metadata"]["name"], "Preempted"))
+        assert event["message"] == f"Preempted by {c.namespace}/vip on node {node}"
+        # One victim only; the polite pod never preempted; the ReplicaSet's replacement
+        # (lower priority) waits without preempting anyone.
+        survivors = [p["metadata"]["name"] for p in c.pods("filler-", bound=True)]
+        assert survivors == [p["metadata"]["name"] for p in fillers if p is not victim]
+        assert c.bound_nodes("polite") == []
+        replacement = eventually(lambda: [p for p in c.pods("filler-", bound=False)])
+        assert eventually(lambda: scheduled_condition(c, replacement[0]["metadata"]["name"]))
+        assert [p["metadata"]["name"] for p in c.pods("filler-", bound=True)] == survivors
+        assert c.bound_nodes("vip") == [node]
+
+
+def test_priority_comes_from_the_priority_class(tmp_path: Path) -> None:
+    with running_cluster(tmp_path) as c:
+        priority_class(c, "high", 1000, "Never")
+        pod = c.store.create("pods", c.namespace, bare_pod("p", 1, priorityClassName="high"))
+        assert pod["spec"]["priority"] == 1000 and pod["spec"]["preemptionPolicy"] == "Never"
+        with pytest.raises(ApiError) as refused:
+            c.store.create("pods", c.namespace, bare_pod("q", 1, priorityClassName="nope"))
+        assert refused.value.code == 403 and "no PriorityClass with name nope" in str(
+            refused.value)
+        with pytest.raises(ApiError) as refused:
+            c.store.create("pods", c.namespace, bare_pod("r", 1, priority=5))
+        assert refused.value.code == 403 and "must not be provided in pod spec" in str(
+            refused.value)

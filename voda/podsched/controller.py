@@ -43,7 +43,7 @@ from typing import Any
 from voda.backends.kubernetes.api import NODES, ApiError, KubeApi, NotLeader
 from voda.backends.kubernetes.cluster_view import ClusterView, core_node, node_info, watch_cluster
 from voda.backends.kubernetes.informer import Informer
-from voda.podsched import events, filters, kube, volumes
+from voda.podsched import events, filters, kube, preempt, volumes
 from voda.podsched.claims import Claims
 from voda.podsched.config import SchedulerConfig
 from voda.podsched.config_source import ConfigSource
@@ -357,7 +357,8 @@ class PodScheduler:
         ready = {key: [e for e in group if e.record.pod.key in waiting]
                  for key, group in by_workload.items()}
         ready = {key: group for key, group in ready.items() if group and (
-            everything or any(e.record.pod.key in fresh for e in group))}
+            everything or any(e.record.pod.key in fresh or e.record.pod.nominated
+                              for e in group))}
         if not ready:
             return []
         snapshot = self.snapshot(entries)
@@ -367,6 +368,7 @@ class PodScheduler:
         decisions = self.planner.schedule(gangs, snapshot, self.config)
         # 5. act
         self._act(decisions, len(snapshot.nodes))
+        self._preempt(decisions)
         return decisions
 
     def snapshot(self, entries: Iterable[_Entry] = ()) -> Snapshot:
@@ -542,6 +544,53 @@ class PodScheduler:
             message += f"; replaces a lost pod, recovered in {recovered:.2f} s"
         self._event(pod, events.SCHEDULED, message, events.NORMAL)
         return True
+
+    def _preempt(self, decisions: list[Decision]) -> None:
+        """Make room for pods that fit nowhere by preempting lower-priority pods of ours
+        (voda.podsched.preempt): nominate the node, delete the victims gracefully; the
+        pod binds in a later cycle, once they are gone."""
+        waiting = sorted((d.gang.pending[0] for d in decisions
+                          if d.outcome == Outcome.UNSCHEDULABLE and len(d.gang.pending) == 1
+                          and not d.gang.hint_errors),
+                         key=lambda p: (-p.priority, p.created, p.key))
+        waiting = [p for p in waiting if p.preempts and not p.volume_error and not p.unsupported]
+        if not waiting:
+            return
+        running: dict[str, list[Pod]] = {}
+        terminating: dict[str, list[Pod]] = {}
+        for record in self.state.ours():
+            if record.holds:
+                (terminating if record.deleting else running).setdefault(
+                    record.pod.node, []).append(record.pod)
+        snapshot = self.snapshot()  # with the Bindings this cycle posted
+        used: set[str] = set()
+        for pod in waiting:
+            if not preempt.eligible(pod, terminating):
+                continue
+            nodes = [n for n in snapshot.nodes if n.name not in used]
+            found = preempt.find(pod, nodes, snapshot, running)
+            if found is None:
+                continue
+            used.add(found.node)
+            try:
+                kube.nominate(self.api, pod, found.node)
+            except (ApiError, NotLeader) as failure:
+                log.info("pod scheduler: nominating %s for %s: %s", found.node, pod.key, failure)
+                continue
+            names = ", ".join(v.key for v in found.victims)
+            log.info("pod scheduler: %s preempts %s on %s", pod.key, names, found.node)
+            self._event(pod, events.PREEMPTING, f"preempting {len(found.victims)} pod(s) of "
+                        f"lower priority on {found.node}: {names}", events.NORMAL)
+            for victim in found.victims:
+                try:
+                    kube.delete_pod(self.api, victim)
+                except (ApiError, NotLeader) as failure:
+                    log.warning("pod scheduler: preempting %s: %s", victim.key, failure)
+                    continue
+                self._event(victim, events.PREEMPTED,
+                            f"Preempted by {pod.key} on node {found.node}", events.NORMAL)
+            running[found.node] = [p for p in running.get(found.node, ())
+                                   if p not in found.victims]
 
     def _unschedulable(self, pod: Pod, message: str) -> None:
         """PodScheduled=False (Unschedulable) with the message, once per pod (by uid) and

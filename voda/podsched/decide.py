@@ -110,7 +110,8 @@ def decide_gang(gang: Gang, snapshot: Snapshot, config: SchedulerConfig) -> list
 def _gang_order(gang: Gang) -> tuple:
     oldest = min((p.created for p in gang.pending), default="")
     priority = max((p.priority for p in gang.pending), default=0)
-    return (not gang.recovering, -priority, oldest, gang.key)
+    nominated = any(p.nominated for p in gang.pending)  # it preempted: its room is made
+    return (not nominated, not gang.recovering, -priority, oldest, gang.key)
 
 
 @dataclass(slots=True)

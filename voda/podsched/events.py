@@ -18,6 +18,8 @@ SCHEDULED = "Scheduled"
 FAILED_SCHEDULING = "FailedScheduling"
 WAITING_FOR_GANG = "WaitingForGang"
 NODE_NOT_READY = "NodeNotReady"
+PREEMPTED = "Preempted"
+PREEMPTING = "Preempting"
 NORMAL, WARNING = "Normal", "Warning"
 MAX_MESSAGE = 1024
 

@@ -56,6 +56,12 @@ def set_unschedulable(api: KubeApi, pod: Pod, message: str, since: str | None) -
     api.patch(PODS, pod.namespace, pod.name, body, STRATEGIC_PATCH, sub="status")
 
 
+def nominate(api: KubeApi, pod: Pod, node: str) -> None:
+    """status.nominatedNodeName: the node where room is being made for the pod."""
+    body = {"metadata": {"uid": pod.uid}, "status": {"nominatedNodeName": node}}
+    api.patch(PODS, pod.namespace, pod.name, body, STRATEGIC_PATCH, sub="status")
+
+
 def select_node(api: KubeApi, namespace: str, claim: str, node: str) -> None:
     """Annotate an unbound WaitForFirstConsumer claim with the node its pod goes to, as
     kube-scheduler does before binding the pod: its provisioner provisions it there."""
@@ -77,5 +83,5 @@ def get_owner(api: KubeApi, kind: str, namespace: str, name: str) -> Obj | None:
     return api.try_get(OWNER_KINDS[kind], namespace, name)
 
 
-__all__ = ["ApiError", "bind", "create_event", "delete_pod", "get_owner", "select_node",
+__all__ = ["ApiError", "bind", "create_event", "delete_pod", "get_owner", "nominate", "select_node",
            "set_unschedulable"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from voda_testing.kube import patches, validation
+from voda_testing.kube import patches, priority, validation
 from voda_testing.kube.errors import ApiError, already_exists, conflict, invalid, not_found
 from voda_testing.kube.resources import Resource, default_resources
 from voda_testing.kube.selectors import Matcher, field_matcher, label_matcher
@@ -213,6 +213,7 @@ class Store:
         warnings = self._check_body(resource, new, field_validation)
         if resource.kind == "Pod":
             validation.check_pod_create(new)
+            self._admit_priority(new)
             new.setdefault("status", {}).setdefault("phase", "Pending")
             new["spec"].setdefault("schedulerName", "default-scheduler")
             new["spec"].setdefault("restartPolicy", "Always")
@@ -237,6 +238,12 @@ class Store:
             stored = self._commit(resource, "ADDED", new, None)
         self._local.warnings = warnings
         return stored
+
+    def _admit_priority(self, pod: Obj) -> None:
+        if "priorityclasses" not in self.by_name:
+            return
+        priority.admit(pod, lambda name: self.try_get("priorityclasses", "", name),
+                       lambda: self.list("priorityclasses")[0])
 
     def _check_body(self, resource: Resource, obj: Obj, field_validation: str | None
                     ) -> list[str]:
