@@ -229,3 +229,83 @@ def test_priority_comes_from_the_priority_class(tmp_path: Path) -> None:
             c.store.create("pods", c.namespace, bare_pod("r", 1, priority=5))
         assert refused.value.code == 403 and "must not be provided in pod spec" in str(
             refused.value)
+
+
+# ----- host ports, anti-affinity, and what is left to kube-scheduler ---------------------------
+def with_host_port(name: str, port: int, **spec: Any) -> Obj:
+    pod = bare_pod(name, 1, **spec)
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": port}]
+    return pod
+
+
+def anti(app: str) -> Obj:
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {"app": app}},
+        "topologyKey": "kubernetes.io/hostname"}]}}
+
+
+def test_host_ports_are_not_handed_out_twice(tmp_path: Path) -> None:
+    with running_cluster(tmp_path) as c:
+        c.grid(spines=1, leaves=1, per_leaf=2)
+        # Taken on s0-l0-n0 by a pod of another scheduler.
+        other = with_host_port("other", 9090, nodeName="s0-l0-n0")
+        other["spec"].pop("schedulerName")
+        c.store.create("pods", c.namespace, other)
+        c.store.create("pods", c.namespace, with_host_port("web", 9090))
+        assert eventually(lambda: c.bound_nodes("web")) == ["s0-l0-n1"]
+        for name in ("edge-0", "edge-1", "edge-2"):
+            c.store.create("pods", c.namespace, with_host_port(name, 8080))
+        eventually(lambda: len(c.bound_nodes("edge-")) == 2)
+        assert len(set(c.bound_nodes("edge-"))) == 2
+        (waiting,) = c.pods("edge-", bound=False)
+        eventually(lambda: condition_saying(
+            c, waiting["metadata"]["name"], "0/2 nodes are available: 2 node(s) didn't have "
+            "free ports for the requested pod ports."))
+
+
+def test_required_anti_affinity_by_hostname_is_honoured(tmp_path: Path) -> None:
+    with running_cluster(tmp_path) as c:
+        c.grid(spines=1, leaves=1, per_leaf=3)
+        c.deployment("spread", replicas=4, gpus=1, affinity=anti("spread"))
+        eventually(lambda: len(c.bound_nodes("spread-")) == 3)
+        assert len(set(c.bound_nodes("spread-"))) == 3
+        (waiting,) = c.pods("spread-", bound=False)
+        eventually(lambda: condition_saying(
+            c, waiting["metadata"]["name"], "0/3 nodes are available: 3 node(s) didn't match "
+            "pod anti-affinity rules."))
+        # Symmetric: a pod the bound ones' anti-affinity selects stays off their nodes.
+        c.store.delete("deployments.apps", c.namespace, "spread")
+        eventually(lambda: c.pods("spread-") == [])
+        c.store.create("pods", c.namespace, bare_pod("loner", 1, affinity=anti("noisy")))
+        (lonely,) = eventually(lambda: c.bound_nodes("loner"))
+        for k in range(2):
+            c.store.create("pods", c.namespace, {**bare_pod(f"noisy-{k}", 1), "metadata": {
+                "name": f"noisy-{k}", "labels": {"app": "noisy"}}})
+        eventually(lambda: len(c.bound_nodes("noisy-")) == 2)
+        assert lonely not in c.bound_nodes("noisy-")
+
+
+def test_constraints_left_to_kube_scheduler_are_said_so(tmp_path: Path) -> None:
+    with running_cluster(tmp_path) as c:
+        c.grid(spines=1, leaves=1, per_leaf=2)
+        zonal = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": ZONE}]}}
+        c.store.create("pods", c.namespace, bare_pod("near-db", 1, affinity=zonal))
+        c.store.create("pods", c.namespace, bare_pod("dra", 1, resourceClaims=[
+            {"name": "gpu", "resourceClaimName": "a100"}]))
+        c.store.create("pods", c.namespace, bare_pod("spread", 1, topologySpreadConstraints=[
+            {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "ScheduleAnyway",
+             "labelSelector": {"matchLabels": {"app": "spread"}}}]))
+        for name, what in (("near-db", "required pod affinity (topologyKey "
+                                       "topology.kubernetes.io/zone)"),
+                           ("dra", "dynamic resource allocation claims")):
+            (event,) = eventually(lambda name=name: c.events(name, "FailedScheduling"))
+            assert event["type"] == "Warning" and what in event["message"]
+            assert "use the default scheduler" in event["message"]
+            assert eventually(lambda name=name: scheduled_condition(c, name))["reason"] == (
+                "Unschedulable")
+        # A preference is not a reason to wait: placed, with a Warning that it was ignored.
+        assert eventually(lambda: c.bound_nodes("spread"))
+        (event,) = eventually(lambda: c.events("spread", "ConstraintsNotEvaluated"))
+        assert event["type"] == "Warning" and "ScheduleAnyway" in event["message"]
+        assert c.bound_nodes("near-db") == [] and c.bound_nodes("dra") == []

@@ -361,7 +361,8 @@ class PodScheduler:
                               for e in group))}
         if not ready:
             return []
-        snapshot = self.snapshot(entries)
+        everyone = any(e.record.pod.anti_affinity for group in ready.values() for e in group)
+        snapshot = self.snapshot(entries, everyone)
         gangs = [self._gang(key, group, by_workload[key], snapshot)
                  for key, group in sorted(ready.items())]
         # 4. decide
@@ -371,7 +372,7 @@ class PodScheduler:
         self._preempt(decisions)
         return decisions
 
-    def snapshot(self, entries: Iterable[_Entry] = ()) -> Snapshot:
+    def snapshot(self, entries: Iterable[_Entry] = (), everyone: bool = False) -> Snapshot:
         """The state's snapshot with the GPUs the shared view counts as taken."""
         gpus: dict[str, dict[str, int]] = {}
         for info in self.view.nodes():
@@ -380,7 +381,7 @@ class PodScheduler:
             # that they tolerate).
             taken = info.gpus - self.view.free(info.name) if info.usable else info.gpus
             gpus[info.name] = {GPU: taken}
-        return self.state.snapshot(gpus, self._sensitive(entries))
+        return self.state.snapshot(gpus, self._sensitive(entries), everyone)
 
     def _workload(self, pod: Pod) -> Workload:
         known = self._workloads.get(pod.key)
@@ -543,6 +544,10 @@ class PodScheduler:
             self.metrics.recovery_seconds.observe(recovered)
             message += f"; replaces a lost pod, recovered in {recovered:.2f} s"
         self._event(pod, events.SCHEDULED, message, events.NORMAL)
+        if pod.ignored:
+            self._event(pod, events.NOT_EVALUATED,
+                        f"{'; '.join(pod.ignored)}: not evaluated by this scheduler, placed "
+                        f"without; {filters.USE_DEFAULT}", events.WARNING)
         return True
 
     def _preempt(self, decisions: list[Decision]) -> None:
@@ -562,13 +567,14 @@ class PodScheduler:
             if record.holds:
                 (terminating if record.deleting else running).setdefault(
                     record.pod.node, []).append(record.pod)
-        snapshot = self.snapshot()  # with the Bindings this cycle posted
+        # With the Bindings this cycle posted.
+        snapshot = self.snapshot(everyone=any(p.anti_affinity for p in waiting))
         used: set[str] = set()
         for pod in waiting:
             if not preempt.eligible(pod, terminating):
                 continue
             nodes = [n for n in snapshot.nodes if n.name not in used]
-            found = preempt.find(pod, nodes, snapshot, running)
+            found = preempt.find(pod, nodes, snapshot, running, snapshot.neighbours)
             if found is None:
                 continue
             used.add(found.node)

@@ -72,6 +72,15 @@ class VolumeTopology:
 
 
 @dataclass(frozen=True, slots=True)
+class PodTerm:
+    """A required pod anti-affinity term by `kubernetes.io/hostname`: no pod in `namespaces`
+    whose labels meet every requirement of `selector` may share the node."""
+
+    selector: tuple[Requirement, ...]
+    namespaces: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Owner:
     kind: str
     name: str
@@ -99,10 +108,12 @@ class Pod:
     labels: Mapping[str, str] = field(default_factory=dict)
     claims: tuple[str, ...] = ()  # PersistentVolumeClaims its volumes name (ephemeral too)
     host_ports: frozenset[tuple[str, str, int]] = frozenset()  # (hostIP, protocol, port)
+    anti_affinity: tuple[PodTerm, ...] = ()  # required, by hostname
     preempts: bool = True  # preemptionPolicy is not Never
     nominated: str = ""  # status.nominatedNodeName
     # Constraints the scheduler does not evaluate (kube-scheduler's plugins do), named.
-    unsupported: tuple[str, ...] = ()
+    unsupported: tuple[str, ...] = ()  # required ones: the pod waits
+    ignored: tuple[str, ...] = ()  # preferences: the pod is placed without them
     # Resolved from the claims by the controller (voda.podsched.volumes) before a cycle.
     volume_topology: tuple[VolumeTopology, ...] = ()
     volume_error: str = ""  # why no node can take the pod's volumes now
@@ -163,12 +174,17 @@ class Snapshot:
     nodes: tuple[NodeState, ...] = ()
     requested: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     sensitive: Mapping[str, int] = field(default_factory=dict)
+    # The pods that hold each node with host ports or required anti-affinity (always), or
+    # every pod that holds it when `everyone` (the cycle has a pod with anti-affinity).
+    neighbours: Mapping[str, tuple[Pod, ...]] = field(default_factory=dict)
+    everyone: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "requested", MappingProxyType({n: frozen(r) for n, r in self.requested.items()})
         )
         object.__setattr__(self, "sensitive", frozen(self.sensitive))
+        object.__setattr__(self, "neighbours", frozen(self.neighbours))
 
     def free(self, node: NodeState, resource: str) -> int:
         used = self.requested.get(node.name, _EMPTY).get(resource, 0)

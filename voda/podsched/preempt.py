@@ -41,9 +41,12 @@ def eligible(pod: Pod, terminating: Mapping[str, Sequence[Pod]]) -> bool:
 
 
 def find(pod: Pod, nodes: Sequence[NodeState], free: filters.FreeResources,
-         running: Mapping[str, Sequence[Pod]]) -> Preemption | None:
+         running: Mapping[str, Sequence[Pod]],
+         neighbours: Mapping[str, Sequence[Pod]] | None = None) -> Preemption | None:
     """The node and victims to make room for the pod, or None (`running`: the bound pods
-    of this scheduler that may be preempted, per node, not being deleted)."""
+    of this scheduler that may be preempted, per node, not being deleted; `neighbours`:
+    the pods on each node its host ports and anti-affinity are checked against, which
+    must not clash once the victims are gone)."""
     need = filters.shape([pod])
     best: tuple[tuple, Preemption] | None = None
     for node in nodes:
@@ -59,6 +62,9 @@ def find(pod: Pod, nodes: Sequence[NodeState], free: filters.FreeResources,
                 victims = rest
         if not victims:
             continue  # it fits without preempting: what keeps it out is not room
+        staying = [p for p in (neighbours or {}).get(node.name, ()) if p not in victims]
+        if filters.neighbour_problem([pod], staying) is not None:
+            continue
         key = (max(v.priority for v in victims), sum(v.priority for v in victims),
                len(victims), natural_key(node.name))
         if best is None or key < best[0]:

@@ -25,6 +25,7 @@ from voda.podsched.model import (
     NodeState,
     Owner,
     Pod,
+    PodTerm,
     Requirement,
     SelectorTerm,
     Taint,
@@ -165,8 +166,38 @@ def _host_ports(spec: Mapping[str, Any]) -> frozenset[tuple[str, str, int]]:
     return frozenset(ports)
 
 
-def _terms_by_key(terms: Any) -> list[str]:
-    return [str(t.get("topologyKey", "")) for t in terms or [] if isinstance(t, Mapping)]
+HOSTNAME = "kubernetes.io/hostname"
+_SELECTOR_OPS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def _by_hostname(term: Any) -> bool:
+    """A term this scheduler evaluates: by hostname, with a label selector, no namespace
+    selector, no matchLabelKeys."""
+    return (isinstance(term, Mapping) and term.get("topologyKey") == HOSTNAME
+            and isinstance(term.get("labelSelector"), Mapping)
+            and term.get("namespaceSelector") is None and not term.get("matchLabelKeys")
+            and not term.get("mismatchLabelKeys")
+            and all(e.get("operator") in _SELECTOR_OPS
+                    for e in term["labelSelector"].get("matchExpressions") or []))
+
+
+def anti_affinity(namespace: str, spec: Mapping[str, Any]) -> tuple[PodTerm, ...]:
+    """The pod's required anti-affinity terms by hostname."""
+    section = (spec.get("affinity") or {}).get("podAntiAffinity") or {}
+    where = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    terms = []
+    for term in _bounded(section.get("requiredDuringSchedulingIgnoredDuringExecution"), where):
+        if not _by_hostname(term):
+            continue
+        selector = term["labelSelector"]
+        labels = selector.get("matchLabels") or {}
+        requirements = [Requirement(str(k), "In", (str(v),)) for k, v in labels.items()]
+        requirements += _requirements(selector.get("matchExpressions"),
+                                      f"{where}[].labelSelector.matchExpressions")
+        namespaces = frozenset(str(n) for n in term.get("namespaces") or ()) or frozenset(
+            {namespace})
+        terms.append(PodTerm(tuple(requirements), namespaces))
+    return tuple(terms)
 
 
 def constraints_not_evaluated(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
@@ -178,8 +209,12 @@ def constraints_not_evaluated(spec: Mapping[str, Any]) -> tuple[list[str], list[
     for kind, words in (("podAffinity", "pod affinity"),
                         ("podAntiAffinity", "pod anti-affinity")):
         section = affinity.get(kind) or {}
-        for key in _terms_by_key(section.get("requiredDuringSchedulingIgnoredDuringExecution")):
-            required.append(f"required {words} (topologyKey {key[:60]})")
+        terms = section.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+        for term in terms if isinstance(terms, list) else []:
+            if kind == "podAntiAffinity" and _by_hostname(term):
+                continue  # evaluated
+            key = term.get("topologyKey", "") if isinstance(term, Mapping) else ""
+            required.append(f"required {words} (topologyKey {str(key)[:60]})")
         if section.get("preferredDuringSchedulingIgnoredDuringExecution"):
             preferred.append(f"preferred {words}")
     for item in spec.get("topologySpreadConstraints") or []:
@@ -212,7 +247,7 @@ def read_pod(obj: Mapping[str, Any]) -> Pod:
     priority = spec.get("priority") or 0
     status = obj.get("status") or {}
     name = str(metadata.get("name", ""))
-    required, _ = constraints_not_evaluated(spec)
+    required, preferred = constraints_not_evaluated(spec)
     return Pod(
         namespace=str(metadata.get("namespace") or "default"),
         name=name,
@@ -230,9 +265,11 @@ def read_pod(obj: Mapping[str, Any]) -> Pod:
         labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
         claims=_claims(name, spec),
         host_ports=_host_ports(spec),
+        anti_affinity=anti_affinity(str(metadata.get("namespace") or "default"), spec),
         preempts=spec.get("preemptionPolicy") != "Never",
         nominated=str(status.get("nominatedNodeName") or ""),
         unsupported=tuple(required),
+        ignored=tuple(preferred),
     )
 
 

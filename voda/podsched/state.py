@@ -59,6 +59,10 @@ class ClusterState:
         self.nodes: dict[str, NodeState] = {}
         self.pods: dict[str, PodRecord] = {}  # by namespace/name
         self._requested: dict[str, dict[str, int]] = {}
+        # node -> pod key -> pod, for pods that hold it: all, and those with host ports or
+        # required anti-affinity (what the filters check against)
+        self._on: dict[str, dict[str, Pod]] = {}
+        self._special: dict[str, dict[str, Pod]] = {}
         # pod key -> (node, pod): Binding posted, not seen back yet
         self._assumed: dict[str, tuple[str, Pod]] = {}
         self._ordered: tuple[NodeState, ...] | None = None
@@ -105,6 +109,7 @@ class ClusterState:
         with self.lock:
             self.pods = {}
             self._requested = {}
+            self._on, self._special = {}, {}
             for obj in objects:
                 record = self._record(obj)
                 if record is not None:
@@ -171,6 +176,18 @@ class ClusterState:
         for resource, amount in pod.requests.items():
             taken[resource] = taken.get(resource, 0) + sign * amount
         taken[PODS] = taken.get(PODS, 0) + sign
+        tables = [self._on, self._special] if pod.host_ports or pod.anti_affinity else [
+            self._on]
+        for table in tables:
+            if sign > 0:
+                table.setdefault(node, {})[pod.key] = pod
+            else:
+                held = table.get(node, {})
+                # Only this very object: a pod seen bound replaces its assumed self first.
+                if held.get(pod.key) is pod:
+                    del held[pod.key]
+                if not held:
+                    table.pop(node, None)
 
     # ----- bindings posted ---------------------------------------------------------------------
     def assume(self, pod: Pod, node: str) -> None:
@@ -194,9 +211,12 @@ class ClusterState:
 
     # ----- reading ----------------------------------------------------------------------------
     def snapshot(self, override: Mapping[str, Mapping[str, int]] | None = None,
-                 sensitive: Mapping[str, int] | None = None) -> Snapshot:
+                 sensitive: Mapping[str, int] | None = None, everyone: bool = False
+                 ) -> Snapshot:
         """Nodes in topology order and what is taken on each; `override` replaces the
-        amounts of some resources on some nodes (the GPUs the cluster view counts)."""
+        amounts of some resources on some nodes (the GPUs the cluster view counts);
+        `everyone`: every pod on each node among the neighbours, not only those with host
+        ports or anti-affinity."""
         with self.lock:
             if self._ordered is None:
                 self._ordered = topology_order(self.nodes.values())
@@ -204,7 +224,9 @@ class ClusterState:
             for node, amounts in (override or {}).items():
                 requested[node] = {**requested.get(node, {}), **amounts}
             # Snapshot copies each node's amounts: done under the lock, they are consistent.
-            return Snapshot(self._ordered, requested, sensitive or {})
+            table = self._on if everyone else self._special
+            neighbours = {node: tuple(pods.values()) for node, pods in table.items()}
+            return Snapshot(self._ordered, requested, sensitive or {}, neighbours, everyone)
 
     def pending(self) -> list[PodRecord]:
         """Our pods that wait for a node (not bound, not assumed, not ending, not gated)."""
