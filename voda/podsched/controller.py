@@ -79,6 +79,7 @@ class PodSchedulerSettings:
     owner_ttl_seconds: float = 30.0
     instance: str = socket.gethostname()
     watch_volumes: bool = True  # PersistentVolumeClaims, PersistentVolumes, StorageClasses
+    condition_refresh_seconds: float = 5.0  # a pod's PodScheduled message changes this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,8 @@ class PodScheduler:
         self._lost: list[tuple[Pod, float]] = []
         self._node_news: list[tuple[str, bool, float]] = []  # (node, ready, when)
         self._ready_since: dict[str, float] = {}  # when each waiting pod was first seen
-        self._conditions: dict[str, str] = {}  # pod uid -> the PodScheduled message written
+        # pod uid -> the PodScheduled message written, and when
+        self._conditions: dict[str, tuple[str, float]] = {}
         self.claims = Claims(view, self.state.alive)
         self._workloads: dict[str, Workload] = {}  # pod key -> workload, once known
         self._entries: dict[str, _Entry] = {}  # bound pods' entries, while their record holds
@@ -496,7 +498,12 @@ class PodScheduler:
                 kind = events.NORMAL if decision.outcome == Outcome.WAITING else events.WARNING
                 reason = (events.WAITING_FOR_GANG if decision.outcome == Outcome.WAITING
                           else events.FAILED_SCHEDULING)
-                message = filters.fit_error(total_nodes, decision.reason)
+                # An incomplete gang's count of pods changes with each pod: not in the
+                # condition, which would be rewritten on every pod of a large gang.
+                message = filters.fit_error(total_nodes, decision.reason if (
+                    decision.outcome != Outcome.WAITING) else (
+                    f"gang of {gang.hints.gpu_count} GPUs: waiting for the rest of its pods, "
+                    "holding nothing"))
                 for pod in gang.pending:
                     self._event(pod, reason, decision.reason, kind)
                     self._unschedulable(pod, message)
@@ -607,10 +614,13 @@ class PodScheduler:
         if record.scheduled == ("False", "Unschedulable", message):
             return  # the pod says so already (written by this scheduler, or its predecessor)
         ident = pod.uid or pod.key
+        now = self.clock()
         with self._lock:
-            if self._conditions.get(ident) == message:
-                return
-            self._conditions[ident] = message
+            said = self._conditions.get(ident)
+            if said is not None and (said[0] == message or (
+                    now - said[1] < self.settings.condition_refresh_seconds)):
+                return  # said so, or said lately: a later cycle brings it up to date
+            self._conditions[ident] = (message, now)
         since = None if record.scheduled is not None and record.scheduled[0] == "False" else (
             events.rfc3339(self.wall()))
 
@@ -620,7 +630,7 @@ class PodScheduler:
             except (ApiError, NotLeader) as failure:
                 log.info("pod scheduler: PodScheduled of %s not written: %s", pod.key, failure)
                 with self._lock:  # said again next cycle
-                    if self._conditions.get(ident) == message:
+                    if self._conditions.get(ident, ("",))[0] == message:
                         del self._conditions[ident]
 
         if not self._stop.is_set():
