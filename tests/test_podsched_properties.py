@@ -5,6 +5,7 @@ filters of its pod, a gang binds all its pending pods or none, waiting and
 invalid gangs bind nothing, a required topology level holds, and the cycle is
 deterministic; no node gets two pods of one host port, and no placed pod shares a
 node with a pod its required anti-affinity selects, or whose anti-affinity selects it.
+Preemption evicts only lower-priority pods, makes room, and evicts none it need not.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.pod_builders import make_pod, snapshot_of
 from voda.core.placement.manager import PlacementSettings
-from voda.podsched import filters
+from voda.podsched import filters, preempt
 from voda.podsched.config import SchedulerConfig
 from voda.podsched.decide import Planner, schedule, topology_order
 from voda.podsched.model import (
@@ -268,3 +269,37 @@ def test_the_planner_decides_what_a_fresh_cycle_decides(scenario, later, rng) ->
                                              for p in g.pending), g.hints) for g in later]
     assert planner.schedule(renamed, later_snapshot, config) == schedule(
         renamed, later_snapshot, config)
+
+
+@PROPERTY_SETTINGS
+@given(st.data(), st.sampled_from([1, 2, 4, 8]), st.integers(1, 4))
+def test_preemption_evicts_only_lower_priority_pods_and_no_more_than_needed(
+        data, gpus, priority) -> None:
+    cluster = data.draw(clusters())
+    bound = [replace(p, priority=data.draw(st.integers(0, 3)))
+             for p in data.draw(bound_pods(cluster))]
+    snapshot = with_neighbours(snapshot_of(cluster, bound), bound, everyone=False)
+    nodes = {n.name: n for n in snapshot.nodes}
+    running: dict[str, list[Pod]] = {}
+    for pod in bound:
+        running.setdefault(pod.node, []).append(pod)
+    preemptor = make_pod("vip").gpus(gpus).with_(priority=priority).obj()
+    found = preempt.find(preemptor, snapshot.nodes, snapshot, running, snapshot.neighbours)
+    event(f"preempts: {found is not None}")
+    if found is None:
+        return
+    node = nodes[found.node]
+    assert found.victims and all(v.priority < priority for v in found.victims)
+    assert all(v in running[found.node] for v in found.victims)
+    assert filters.static_problem(preemptor, node) is None
+    staying = [p for p in running[found.node] if p not in found.victims]
+    assert filters.neighbour_problem([preemptor], staying) is None
+
+    def fits(victims: tuple[Pod, ...]) -> bool:
+        need = filters.shape([preemptor])
+        return all(snapshot.free(node, r) + (len(victims) if r == PODS else sum(
+            v.requests.get(r, 0) for v in victims)) >= amount for r, amount in need.items())
+
+    assert fits(found.victims)
+    for victim in found.victims:  # each one had to go
+        assert not fits(tuple(v for v in found.victims if v is not victim))
