@@ -259,7 +259,7 @@ class PodScheduler:
 
     def _with_volumes(self, pod: Pod) -> Pod:
         """The pod with what its claims ask of its node (voda.podsched.volumes)."""
-        if not pod.claims:
+        if not pod.claims or not self._volume_informers:
             return pod
         found = volumes.resolve(pod, self._cached("persistentvolumeclaims"),
                                 self._cached("persistentvolumes"),
