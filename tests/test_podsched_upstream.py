@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from tests.podsched_harness import GPU, SCHEDULER, running_cluster
-from voda_testing.kube import ApiError
+from voda.backends.kubernetes.api import PODS, STRATEGIC_PATCH
+from voda.backends.kubernetes.api import ApiError as KubeApiError
 from voda_testing.kube.harness import eventually
 
 Obj = dict[str, Any]
@@ -73,15 +74,16 @@ def test_a_pod_that_fits_nowhere_says_so_in_its_pod_scheduled_condition(tmp_path
 
 def test_a_status_patch_for_an_earlier_pod_of_the_same_name_is_refused(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as c:
-        old = c.store.create("pods", c.namespace, bare_pod("p", 1))
-        c.store.delete("pods", c.namespace, "p")
-        c.store.create("pods", c.namespace, bare_pod("p", 1))
-        with pytest.raises(ApiError) as refused:
-            c.store.patch("pods", c.namespace, "p", {
+        api = c.fake.api()  # over HTTP, through the official client
+        old = api.create(PODS, c.namespace, bare_pod("p", 1))
+        api.delete(PODS, c.namespace, "p")
+        api.create(PODS, c.namespace, bare_pod("p", 1))
+        with pytest.raises(KubeApiError) as refused:
+            api.patch(PODS, c.namespace, "p", {
                 "metadata": {"uid": old["metadata"]["uid"]},
                 "status": {"conditions": [{"type": "PodScheduled", "status": "False"}]}},
-                "application/strategic-merge-patch+json", subresource="status")
-        assert refused.value.code == 422 and "metadata.uid" in refused.value.message
+                STRATEGIC_PATCH, sub="status")
+        assert refused.value.status == 422 and "metadata.uid" in refused.value.message
 
 
 # ----- volumes ---------------------------------------------------------------------------------
@@ -218,17 +220,26 @@ def test_a_higher_priority_pod_preempts_lower_priority_pods_on_one_node(tmp_path
 
 def test_priority_comes_from_the_priority_class(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as c:
+        api = c.fake.api()
         priority_class(c, "high", 1000, "Never")
-        pod = c.store.create("pods", c.namespace, bare_pod("p", 1, priorityClassName="high"))
+        pod = api.create(PODS, c.namespace, bare_pod("p", 1, priorityClassName="high"))
         assert pod["spec"]["priority"] == 1000 and pod["spec"]["preemptionPolicy"] == "Never"
-        with pytest.raises(ApiError) as refused:
-            c.store.create("pods", c.namespace, bare_pod("q", 1, priorityClassName="nope"))
-        assert refused.value.code == 403 and "no PriorityClass with name nope" in str(
-            refused.value)
-        with pytest.raises(ApiError) as refused:
-            c.store.create("pods", c.namespace, bare_pod("r", 1, priority=5))
-        assert refused.value.code == 403 and "must not be provided in pod spec" in str(
-            refused.value)
+        plain = api.create(PODS, c.namespace, bare_pod("plain", 1))
+        assert plain["spec"]["priority"] == 0
+        with pytest.raises(KubeApiError) as refused:
+            api.create(PODS, c.namespace, bare_pod("q", 1, priorityClassName="nope"))
+        assert refused.value.status == 403
+        assert "no PriorityClass with name nope was found" in refused.value.message
+        with pytest.raises(KubeApiError) as refused:
+            api.create(PODS, c.namespace, bare_pod("r", 1, priority=5))
+        assert refused.value.status == 403
+        assert "must not be provided in pod spec" in refused.value.message
+        priority_class(c, "everyone", 7)
+        c.store.patch("priorityclasses", "", "everyone", {"globalDefault": True},
+                      "application/merge-patch+json")
+        default = api.create(PODS, c.namespace, bare_pod("s", 1))
+        assert default["spec"]["priority"] == 7
+        assert default["spec"]["priorityClassName"] == "everyone"
 
 
 # ----- host ports, anti-affinity, and what is left to kube-scheduler ---------------------------
