@@ -17,7 +17,7 @@ unchanged cluster), then, median, p90 and p99 (ms):
 - a gang (a batch Job of 4 pods x 4 GPUs): its last pod created -> its last Binding;
 - recovery: a pod of a running gang deleted -> its replacement bound (the Job
   controller's reaction included); a node going NotReady -> the replacements of its
-  pods bound, with notReadyGraceSeconds 0 and with the default 10 s.
+  pods bound, with notReadyGraceSeconds 0 and with 10 s (pods without a toleration).
 
 Run: .venv/bin/python bench/bind.py [--nodes 1000] [--pods 200]
 """

@@ -88,11 +88,12 @@ class Cluster:
         return self.store.create("jobs.batch", self.namespace, body)
 
     def deployment(self, name: str, replicas: int, gpus: int,
-                   annotations: dict[str, str] | None = None) -> Obj:
+                   annotations: dict[str, str] | None = None, **spec: Any) -> Obj:
+        """`spec`: more fields of the pod template's spec."""
         body = {"apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": name, "annotations": annotations or {}},
                 "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                         "template": {**pod_template(gpus, restart="Always"),
+                         "template": {**pod_template(gpus, restart="Always", **spec),
                                       "metadata": {"labels": {"app": name}}}}}
         return self.store.create("deployments.apps", self.namespace, body)
 
@@ -150,6 +151,14 @@ def running_cluster(tmp_path: Path, config: str | None = None,
     assert not fake.sim.errors, fake.sim.errors
     assert not workloads.errors, workloads.errors
     assert not fake.sim.ledger.violations, fake.sim.ledger.violations
+
+
+def not_ready_tolerations(seconds: int | None) -> list[Obj]:
+    """NoExecute tolerations of not-ready and unreachable nodes (as the DefaultTolerationSeconds
+    admission plugin adds them, with its 300 s); None: tolerated for good."""
+    return [{"key": key, "operator": "Exists", "effect": "NoExecute",
+             **({"tolerationSeconds": seconds} if seconds is not None else {})}
+            for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
 
 
 def config_text(**spec: Any) -> str:

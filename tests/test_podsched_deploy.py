@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.podsched_harness import config_text, running_cluster
+from tests.podsched_harness import config_text, not_ready_tolerations, running_cluster
 from voda_testing.kube.harness import eventually
 from voda_testing.kube.rbac import Attributes, granted, made_by, unused
 
@@ -34,11 +34,19 @@ def roles(docs: list[dict[str, Any]], kind: str) -> dict[str, list[dict[str, Any
 
 def flow_requests(tmp_path: Path) -> list[Attributes]:
     """What the pod scheduler sends while it places a gang, a Deployment and a
-    StatefulSet's pod, explains, reads its ConfigMap and evicts from a NotReady node."""
+    StatefulSet's pod, explains, reads its ConfigMap, evicts from a NotReady node,
+    provisions a WaitForFirstConsumer claim, says a pod cannot be placed and preempts."""
     with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=0.2)) as c:
         c.grid(spines=1, leaves=2, per_leaf=2)
+        c.store.create("priorityclasses", "", {"metadata": {"name": "high"}, "value": 1000})
+        c.store.create("storageclasses", "", {"metadata": {"name": "local"},
+                                              "provisioner": "x", "volumeBindingMode":
+                                              "WaitForFirstConsumer"})
+        c.store.create("persistentvolumeclaims", c.namespace, {
+            "metadata": {"name": "scratch"}, "spec": {"storageClassName": "local"}})
         c.job("gang", pods=2, gpus=8, annotations={"voda.io/gpu-count": "16"})
-        c.deployment("svc", replicas=1, gpus=4)
+        c.deployment("svc", replicas=1, gpus=4, tolerations=not_ready_tolerations(0), volumes=[
+            {"name": "s", "persistentVolumeClaim": {"claimName": "scratch"}}])
         sts = c.store.create("statefulsets.apps", c.namespace, {
             "metadata": {"name": "db"}, "spec": {"selector": {"matchLabels": {"a": "b"}},
                                                  "serviceName": "db", "template": {}}})
@@ -51,6 +59,8 @@ def flow_requests(tmp_path: Path) -> list[Attributes]:
         (node,) = c.bound_nodes("svc-")
         c.sim.set_ready(node, False)
         eventually(lambda: c.events(reason="NodeNotReady"))
+        c.deployment("vip", replicas=1, gpus=8, priorityClassName="high")
+        eventually(lambda: c.events(reason="Preempted"))
         requests = list(c.api.requests)
     return made_by(requests, "voda/")
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.podsched_harness import config_text, running_cluster
+from tests.podsched_harness import config_text, not_ready_tolerations, running_cluster
 from voda.backends.kubernetes.cluster_view import ClusterView, watch_cluster
 from voda.podsched.controller import PodScheduler, PodSchedulerSettings
 from voda_testing.kube.harness import FakeCluster, eventually
@@ -102,9 +102,9 @@ def test_a_deleted_pod_is_replaced_in_the_same_leaf(tmp_path: Path) -> None:
 
 
 def test_a_node_going_not_ready_moves_its_pods(tmp_path: Path) -> None:
-    with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=0.3)) as c:
+    with running_cluster(tmp_path) as c:
         c.grid(spines=1, leaves=2, per_leaf=4)
-        c.deployment("svc", replicas=2, gpus=4)
+        c.deployment("svc", replicas=2, gpus=4, tolerations=not_ready_tolerations(0))
         before = eventually(lambda: len(c.bound_nodes("svc-")) == 2 and c.bound_nodes("svc-"))
         dead = before[0]
         c.sim.set_ready(dead, False)
@@ -120,6 +120,33 @@ def test_a_node_going_not_ready_moves_its_pods(tmp_path: Path) -> None:
         eventually(lambda: any("recovered in" in e["message"]
                                for name in replacements for e in c.events(name, "Scheduled")))
         assert c.scheduler.metrics.recovery_seconds._sum.get() > 0
+
+
+def test_a_pod_on_a_not_ready_node_stays_until_its_toleration_expires(tmp_path: Path) -> None:
+    # The configured default (0.2 s) is for pods without a toleration: these have 3 s.
+    with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=0.2)) as c:
+        c.grid(spines=1, leaves=1, per_leaf=3)
+        c.deployment("svc", replicas=1, gpus=8, tolerations=not_ready_tolerations(3))
+        c.deployment("pinned", replicas=1, gpus=8, tolerations=not_ready_tolerations(None))
+        (first,) = eventually(lambda: c.pods("svc-", bound=True))
+        (node,) = c.bound_nodes("svc-")
+        (held,) = eventually(lambda: c.bound_nodes("pinned-"))
+        c.sim.set_ready(node, False)  # Unknown: the node is unreachable
+        c.sim.set_ready(held, False)
+        went = time.monotonic()
+        eventually(lambda: c.store.get("pods", c.namespace, first["metadata"]["name"])[
+            "metadata"].get("deletionTimestamp"), timeout=30)
+        assert time.monotonic() - went >= 2.5  # not before its toleration (3 s, seen late)
+        (event,) = eventually(lambda: c.events(first["metadata"]["name"], "NodeNotReady"))
+        assert "toleration of 3 s for node.kubernetes.io/unreachable" in event["message"]
+        # Deleted gracefully: Terminating until the kubelet is back (one copy per pod name,
+        # which is what a StatefulSet waits for), while its ReplicaSet's replacement runs.
+        (other,) = eventually(lambda: c.bound_nodes("svc-"))
+        assert other != node and other != held
+        assert c.store.get("pods", c.namespace, first["metadata"]["name"])["spec"][
+            "nodeName"] == node
+        # A pod that tolerates the taint for good is never deleted.
+        assert c.bound_nodes("pinned-") == [held] and c.events(reason="NodeNotReady") == [event]
 
 
 def test_configuration_is_reloaded_from_the_config_map(tmp_path: Path) -> None:

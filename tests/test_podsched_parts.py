@@ -4,21 +4,28 @@ recovery bookkeeping, Events and their limiter, owners, and its serve settings."
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from tests.pod_builders import make_pod
+from tests.pod_builders import make_nodes, make_pod, snapshot_of
 from voda.backends.kubernetes.cluster_view import ClusterView
+from voda.podsched import filters, preempt, volumes
 from voda.podsched.claims import Claims
 from voda.podsched.config import SchedulerConfig
 from voda.podsched.config_source import ConfigSource
 from voda.podsched.events import EventLimiter, event_body
-from voda.podsched.model import GPU, PODS, Owner
+from voda.podsched.model import GPU, PODS, Owner, Toleration
 from voda.podsched.owners import Owners
-from voda.podsched.recovery import RecoveryTracker
+from voda.podsched.recovery import (
+    NOT_READY_TAINT,
+    UNREACHABLE_TAINT,
+    RecoveryTracker,
+    toleration_seconds,
+)
 from voda.podsched.service import pod_scheduler_settings
 from voda.podsched.state import ClusterState
 
@@ -75,6 +82,25 @@ def test_an_assumed_pod_counts_once_whatever_the_watch_shows_next() -> None:
     assert state.snapshot().requested["n"][GPU] == 4 and len(state.pending()) == 1
 
 
+def test_neighbours_with_host_ports_stay_counted_once_their_binding_is_seen() -> None:
+    state = ClusterState("voda-scheduler")
+    state.node_event("ADDED", node_obj("n"))
+    web = pod_obj("web")
+    web["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 80}]
+    state.pod_event("ADDED", web)
+    state.pod_event("ADDED", pod_obj("plain", 1, "n"))
+    (record,) = state.pending()
+    state.assume(record.pod, "n")
+    assert [p.name for p in state.snapshot().neighbours["n"]] == ["web"]
+    state.pod_event("MODIFIED", {**web, "spec": {**web["spec"], "nodeName": "n"}})
+    (seen,) = state.snapshot().neighbours["n"]
+    assert seen.name == "web" and seen.host_ports == {("0.0.0.0", "TCP", 80)}
+    assert sorted(p.name for p in state.snapshot(everyone=True).neighbours["n"]) == [
+        "plain", "web"]
+    state.pod_event("DELETED", {**web, "spec": {**web["spec"], "nodeName": "n"}})
+    assert "n" not in state.snapshot().neighbours
+
+
 def test_gated_and_ending_pods_do_not_wait_for_this_scheduler() -> None:
     state = ClusterState("voda-scheduler")
     state.pod_event("ADDED", pod_obj("gated", gated=True))
@@ -118,9 +144,29 @@ def test_losses_expire_and_a_node_back_in_time_loses_nothing() -> None:
     tracker.back([b.key])
     assert tracker.replaced("w", now=11.0) is None
     tracker.node_not_ready("n2", 10.0)
-    assert tracker.overdue(now=12.0, grace=3.0) == [] and tracker.overdue(13.0, 3.0) == ["n2"]
+    tracker.node_not_ready("n2", 12.0)  # still the first time seen
+    assert tracker.not_ready_nodes() == [("n2", 10.0)]
     tracker.node_ready("n2")
-    assert tracker.overdue(20.0, 3.0) == []
+    assert tracker.not_ready_nodes() == []
+
+
+def test_a_pod_stays_on_a_not_ready_node_as_long_as_it_tolerates_the_taint() -> None:
+    bare = make_pod("a").obj()
+    assert toleration_seconds(bare, UNREACHABLE_TAINT, 300.0) == 300.0  # the default
+    admitted = (make_pod("b").tolerates(NOT_READY_TAINT, effect="NoExecute", operator="Exists")
+                .with_(tolerations=(
+                    Toleration(NOT_READY_TAINT, "Exists", "", "NoExecute", 300.0),
+                    Toleration(UNREACHABLE_TAINT, "Exists", "", "NoExecute", 300.0),
+                    Toleration(UNREACHABLE_TAINT, "Exists", "", "NoExecute", 40.0))).obj())
+    assert toleration_seconds(admitted, UNREACHABLE_TAINT, 5.0) == 40.0  # the smallest
+    assert toleration_seconds(admitted, NOT_READY_TAINT, 5.0) == 300.0
+    forever = make_pod("c").tolerates("", operator="Exists").obj()  # tolerates every taint
+    assert toleration_seconds(forever, NOT_READY_TAINT, 300.0) is None
+    other = make_pod("d").tolerates("dedicated", "x", "NoExecute").obj()
+    assert toleration_seconds(other, NOT_READY_TAINT, 7.0) == 7.0
+    schedule_only = make_pod("e").tolerates(NOT_READY_TAINT, effect="NoSchedule",
+                                            operator="Exists").obj()
+    assert toleration_seconds(schedule_only, NOT_READY_TAINT, 7.0) == 7.0
 
 
 # ----- events --------------------------------------------------------------------------------
@@ -250,3 +296,68 @@ def test_a_node_write_the_scheduler_does_not_read_keeps_the_snapshots_nodes() ->
     assert state.snapshot().nodes is nodes  # the Planner keeps its views
     state.node_event("MODIFIED", node_obj("n", gpus=4))
     assert state.snapshot().nodes is not nodes
+
+
+# ----- volumes -------------------------------------------------------------------------------
+def test_claims_say_where_a_pod_can_go() -> None:
+    zone = "topology.kubernetes.io/zone"
+    claims = {("ns", "bound"): {"spec": {"volumeName": "pv-b"}},
+              ("ns", "late"): {"spec": {"storageClassName": "wffc"}},
+              ("ns", "now"): {"spec": {"storageClassName": "fast"}},
+              ("ns", "bare"): {"spec": {}},
+              ("ns", "dangling"): {"spec": {"volumeName": "gone"}},
+              ("ns", "going"): {"metadata": {"deletionTimestamp": "x"}, "spec": {}}}
+    pvs = {("", "pv-b"): {"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": zone, "operator": "In", "values": ["b"]}]}]}}}}}
+    classes = {("", "wffc"): {"volumeBindingMode": "WaitForFirstConsumer", "allowedTopologies": [
+        {"matchLabelExpressions": [{"key": zone, "values": ["a"]}]}]},
+               ("", "fast"): {"volumeBindingMode": "Immediate"}}
+
+    def resolved(*names: str) -> volumes.Volumes:
+        pod = make_pod("p", "ns").with_(claims=names).obj()
+        return volumes.resolve(pod, lambda ns, n: claims.get((ns, n)),
+                               lambda ns, n: pvs.get((ns, n)), lambda ns, n: classes.get((ns, n)))
+
+    both = resolved("bound", "late")
+    assert both.error == "" and both.provision == ("late",)
+    assert [t.reason for t in both.topology] == [volumes.NODE_CONFLICT, volumes.BIND_CONFLICT]
+    node_a = make_nodes().nodes(1).change("s0-l0-n0", labels={zone: "a"}).obj()[0]
+    node_b = make_nodes().nodes(1).change("s0-l0-n0", labels={zone: "b"}).obj()[0]
+    pod = make_pod("p", "ns").with_(volume_topology=both.topology).obj()
+    assert filters.static_problem(pod, node_a) == volumes.NODE_CONFLICT
+    assert filters.static_problem(replace(pod, volume_topology=both.topology[1:]), node_a) is None
+    assert filters.static_problem(replace(pod, volume_topology=both.topology[1:]), node_b) == (
+        volumes.BIND_CONFLICT)
+    assert resolved("now").error == volumes.UNBOUND_IMMEDIATE
+    assert resolved("bare").error == volumes.UNBOUND_IMMEDIATE  # no class: Immediate
+    assert resolved("dangling").error == volumes.PV_MISSING
+    assert resolved("missing").error == 'persistentvolumeclaim "missing" not found'
+    assert resolved("going").error == 'persistentvolumeclaim "going" is being deleted'
+
+
+# ----- preemption ----------------------------------------------------------------------------
+def test_preemption_takes_the_fewest_lowest_priority_victims() -> None:
+    nodes = make_nodes().nodes(2).obj()
+    n0, n1 = nodes[0].name, nodes[1].name
+    running = {
+        n0: [make_pod("a").gpus(4).on(n0).with_(priority=10).obj(),
+             make_pod("b").gpus(4).on(n0).with_(priority=50).obj()],
+        n1: [make_pod("c").gpus(2).on(n1).with_(priority=10).obj(),
+             make_pod("d").gpus(2).on(n1).with_(priority=20).obj(),
+             make_pod("e").gpus(4).on(n1).with_(priority=5).obj()],
+    }
+    snapshot = snapshot_of(nodes, [p for pods in running.values() for p in pods])
+    vip = make_pod("vip").gpus(4).with_(priority=100).obj()
+    found = preempt.find(vip, nodes, snapshot, running)
+    # n0 would lose a (10); n1 loses e (5) alone: the lowest highest-victim priority.
+    assert found is not None and found.node == n1 and [v.name for v in found.victims] == ["e"]
+    big = make_pod("big").gpus(8).with_(priority=30).obj()
+    found = preempt.find(big, nodes, snapshot, running)
+    assert found is not None and found.node == n1  # b (50) on n0 outranks it
+    assert sorted(v.name for v in found.victims) == ["c", "d", "e"]
+    assert preempt.find(replace(big, priority=5), nodes, snapshot, running) is None
+    never = replace(vip, preempts=False)
+    assert not preempt.eligible(never, {})
+    nominated = replace(vip, nominated=n1)
+    assert not preempt.eligible(nominated, {n1: [running[n1][2]]})  # its victim is going
+    assert preempt.eligible(nominated, {n0: [running[n0][0]]})

@@ -3,7 +3,9 @@
 Whatever the input: no node goes over any resource, every binding passes the
 filters of its pod, a gang binds all its pending pods or none, waiting and
 invalid gangs bind nothing, a required topology level holds, and the cycle is
-deterministic.
+deterministic; no node gets two pods of one host port, and no placed pod shares a
+node with a pod its required anti-affinity selects, or whose anti-affinity selects it.
+Preemption evicts only lower-priority pods, makes room, and evicts none it need not.
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.pod_builders import make_pod, snapshot_of
 from voda.core.placement.manager import PlacementSettings
-from voda.podsched import filters
+from voda.podsched import filters, preempt
 from voda.podsched.config import SchedulerConfig
 from voda.podsched.decide import Planner, schedule, topology_order
 from voda.podsched.model import (
@@ -28,6 +30,8 @@ from voda.podsched.model import (
     NodeState,
     Outcome,
     Pod,
+    PodTerm,
+    Requirement,
     Snapshot,
     Strategy,
     Taint,
@@ -76,9 +80,28 @@ def bound_pods(draw: st.DrawFn, nodes: tuple[NodeState, ...]) -> list[Pod]:
             free[GPU] -= gpus
             free[CPU] -= cpu
             free[PODS] -= 1
-            out.append(make_pod(f"bound-{node.name}-{j}").requests(**{GPU: gpus, CPU: cpu})
-                       .on(node.name).obj())
+            out.append(neighbourly(draw, make_pod(f"bound-{node.name}-{j}").requests(
+                **{GPU: gpus, CPU: cpu}).on(node.name).obj()))
     return out
+
+
+def neighbourly(draw: st.DrawFn, pod: Pod, app: str | None = None) -> Pod:
+    """The pod with, sometimes, a label, a host port, an anti-affinity by hostname."""
+    app = app or draw(st.sampled_from(["a", "b"]))
+    ports = frozenset({("0.0.0.0", "TCP", 80)}) if draw(st.integers(0, 3)) == 0 else frozenset()
+    avoid = draw(st.sampled_from([None, None, "a", app]))
+    terms = (PodTerm((Requirement("app", "In", (avoid,)),), frozenset({"default"})),
+             ) if avoid else ()
+    return replace(pod, labels={"app": app}, host_ports=ports, anti_affinity=terms)
+
+
+def with_neighbours(snapshot: Snapshot, bound: list[Pod], everyone: bool) -> Snapshot:
+    neighbours: dict[str, list[Pod]] = {}
+    for pod in bound:
+        if everyone or pod.host_ports or pod.anti_affinity:
+            neighbours.setdefault(pod.node, []).append(pod)
+    return Snapshot(snapshot.nodes, snapshot.requested, snapshot.sensitive,
+                    {n: tuple(p) for n, p in neighbours.items()}, everyone)
 
 
 @st.composite
@@ -96,6 +119,10 @@ def gangs(draw: st.DrawFn) -> list[Gang]:
             if draw(st.booleans()):
                 builder = builder.tolerates("dedicated", "infer", "NoSchedule")
             pods.append(builder.obj())
+        if draw(st.integers(0, 2)) == 0:  # one template: the same ports, labels, anti-affinity
+            first = neighbourly(draw, pods[0], app=f"g{g}")
+            pods = [replace(p, labels=first.labels, host_ports=first.host_ports,
+                            anti_affinity=first.anti_affinity) for p in pods]
         is_gang = draw(st.booleans())
         gpu_count = draw(st.sampled_from([count * gpus, count * gpus + 2, max(1, gpus)]))
         hints = Hints(
@@ -126,7 +153,11 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, list[Gang], SchedulerConfig]:
     nodes = draw(clusters())
     bound = draw(bound_pods(nodes))
     sensitive = {n.name: draw(st.integers(0, 1)) for n in nodes}
-    return snapshot_of(nodes, bound, sensitive), draw(gangs()), draw(CONFIGS)
+    gang_list = draw(gangs())
+    # Every neighbour when a pending pod has anti-affinity (as the controller asks for).
+    everyone = draw(st.booleans()) or any(p.anti_affinity for g in gang_list for p in g.pending)
+    snapshot = with_neighbours(snapshot_of(nodes, bound, sensitive), bound, everyone)
+    return snapshot, gang_list, draw(CONFIGS)
 
 
 @PROPERTY_SETTINGS
@@ -175,6 +206,24 @@ def test_bindings_pass_the_filters_and_gangs_are_all_or_nothing(scenario) -> Non
 
 @PROPERTY_SETTINGS
 @given(scenarios())
+def test_placed_pods_respect_host_ports_and_anti_affinity(scenario) -> None:
+    snapshot, gang_list, config = scenario
+    on: dict[str, list[Pod]] = {n: list(p) for n, p in snapshot.neighbours.items()}
+    placed: list[tuple[Pod, str]] = []
+    for decision in schedule(gang_list, snapshot, config):
+        for binding in decision.bindings:
+            placed.append((binding.pod, binding.node))
+            on.setdefault(binding.node, []).append(binding.pod)
+    for pod, node in placed:
+        others = [p for p in on[node] if p is not pod]
+        for other in others:
+            assert not filters.ports_conflict(pod.host_ports, other.host_ports), (pod, other)
+            assert not any(filters.selects(t, other) for t in pod.anti_affinity), (pod, other)
+            assert not any(filters.selects(t, pod) for t in other.anti_affinity), (pod, other)
+
+
+@PROPERTY_SETTINGS
+@given(scenarios())
 def test_a_gang_that_fits_nowhere_still_leaves_the_others_placed(scenario) -> None:
     snapshot, gang_list, config = scenario
     impossible = Gang("ns/Job/huge", tuple(make_pod(f"huge-{i}").gpus(8).obj()
@@ -205,8 +254,52 @@ def test_the_planner_decides_what_a_fresh_cycle_decides(scenario, later, rng) ->
         if rng.random() < 0.3:
             requested[node] = {}
     sensitive = {n: rng.randint(0, 1) for n in requested}
-    later_snapshot = Snapshot(snapshot.nodes, requested, sensitive)
+    neighbours = {n: list(p) for n, p in snapshot.neighbours.items()}
+    for decision in decided:
+        for binding in decision.bindings:
+            pod = binding.pod
+            if snapshot.everyone or pod.host_ports or pod.anti_affinity:
+                neighbours.setdefault(binding.node, []).append(pod)
+    for node in requested:
+        if not requested[node]:
+            neighbours.pop(node, None)
+    later_snapshot = Snapshot(snapshot.nodes, requested, sensitive,
+                              {n: tuple(p) for n, p in neighbours.items()}, snapshot.everyone)
     renamed = [Gang(f"{g.key}-later", tuple(replace(p, name=f"{p.name}-later")
                                              for p in g.pending), g.hints) for g in later]
     assert planner.schedule(renamed, later_snapshot, config) == schedule(
         renamed, later_snapshot, config)
+
+
+@PROPERTY_SETTINGS
+@given(st.data(), st.sampled_from([1, 2, 4, 8]), st.integers(1, 4))
+def test_preemption_evicts_only_lower_priority_pods_and_no_more_than_needed(
+        data, gpus, priority) -> None:
+    cluster = data.draw(clusters())
+    bound = [replace(p, priority=data.draw(st.integers(0, 3)))
+             for p in data.draw(bound_pods(cluster))]
+    snapshot = with_neighbours(snapshot_of(cluster, bound), bound, everyone=False)
+    nodes = {n.name: n for n in snapshot.nodes}
+    running: dict[str, list[Pod]] = {}
+    for pod in bound:
+        running.setdefault(pod.node, []).append(pod)
+    preemptor = make_pod("vip").gpus(gpus).with_(priority=priority).obj()
+    found = preempt.find(preemptor, snapshot.nodes, snapshot, running, snapshot.neighbours)
+    event(f"preempts: {found is not None}")
+    if found is None:
+        return
+    node = nodes[found.node]
+    assert found.victims and all(v.priority < priority for v in found.victims)
+    assert all(v in running[found.node] for v in found.victims)
+    assert filters.static_problem(preemptor, node) is None
+    staying = [p for p in running[found.node] if p not in found.victims]
+    assert filters.neighbour_problem([preemptor], staying) is None
+
+    def fits(victims: tuple[Pod, ...]) -> bool:
+        need = filters.shape([preemptor])
+        return all(snapshot.free(node, r) + (len(victims) if r == PODS else sum(
+            v.requests.get(r, 0) for v in victims)) >= amount for r, amount in need.items())
+
+    assert fits(found.victims)
+    for victim in found.victims:  # each one had to go
+        assert not fits(tuple(v for v in found.victims if v is not victim))

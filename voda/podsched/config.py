@@ -18,7 +18,8 @@ JSON:
         maxGPUsPerLeaf: 32
       domainPerformance: {leaf-1: 0.9}  # historical performance of a leaf or spine, in [0, 1]
       leafUplinkBandwidth: 100          # Gbit/s; a job asking more stays in one leaf
-      notReadyGraceSeconds: 10          # a node NotReady this long has its pods replaced
+      notReadyGraceSeconds: 300         # a pod without a not-ready/unreachable toleration
+                                        # is replaced after its node is NotReady this long
 
 A bad document raises ConfigError naming every field at fault; the scheduler
 then keeps the configuration it had.
@@ -64,11 +65,12 @@ class ConfigError(ValueError):
 class SchedulerConfig:
     """The placement manager's settings the document sets (its weights, limits, domain
     history and leaf uplink; learning layouts is off: pods report no throughput), and
-    the grace of NotReady nodes."""
+    the toleration of NotReady nodes assumed for a pod that has none (Kubernetes'
+    DefaultTolerationSeconds)."""
 
     placement: PlacementSettings = field(
         default_factory=lambda: PlacementSettings(learn_layout=False))
-    not_ready_grace_seconds: float = 10.0
+    not_ready_grace_seconds: float = 300.0
 
     def placement_settings(self, gpus_per_unit: int) -> PlacementSettings:
         """The settings for requests whose unit is a pod of `gpus_per_unit` GPUs: the GPU

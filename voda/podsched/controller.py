@@ -43,7 +43,7 @@ from typing import Any
 from voda.backends.kubernetes.api import NODES, ApiError, KubeApi, NotLeader
 from voda.backends.kubernetes.cluster_view import ClusterView, core_node, node_info, watch_cluster
 from voda.backends.kubernetes.informer import Informer
-from voda.podsched import events, kube
+from voda.podsched import events, filters, kube, preempt, volumes
 from voda.podsched.claims import Claims
 from voda.podsched.config import SchedulerConfig
 from voda.podsched.config_source import ConfigSource
@@ -52,7 +52,12 @@ from voda.podsched.hints import read_hints
 from voda.podsched.metrics import ClusterFigures, PodSchedulerMetrics, cluster_figures
 from voda.podsched.model import GPU, Binding, Decision, Gang, Hints, Outcome, Pod, Snapshot
 from voda.podsched.owners import Owners, Workload
-from voda.podsched.recovery import RecoveryTracker
+from voda.podsched.recovery import (
+    NOT_READY_TAINT,
+    UNREACHABLE_TAINT,
+    RecoveryTracker,
+    toleration_seconds,
+)
 from voda.podsched.state import ClusterState, PodRecord
 
 log = logging.getLogger(__name__)
@@ -73,6 +78,8 @@ class PodSchedulerSettings:
     recovery_window_seconds: float = 600.0
     owner_ttl_seconds: float = 30.0
     instance: str = socket.gethostname()
+    watch_volumes: bool = True  # PersistentVolumeClaims, PersistentVolumes, StorageClasses
+    condition_refresh_seconds: float = 5.0  # a pod's PodScheduled message changes this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +129,8 @@ class PodScheduler:
         self._lost: list[tuple[Pod, float]] = []
         self._node_news: list[tuple[str, bool, float]] = []  # (node, ready, when)
         self._ready_since: dict[str, float] = {}  # when each waiting pod was first seen
+        # pod uid -> the PodScheduled message written, and when
+        self._conditions: dict[str, tuple[str, float]] = {}
         self.claims = Claims(view, self.state.alive)
         self._workloads: dict[str, Workload] = {}  # pod key -> workload, once known
         self._entries: dict[str, _Entry] = {}  # bound pods' entries, while their record holds
@@ -129,6 +138,7 @@ class PodScheduler:
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pod-events")
         self._binders = ThreadPoolExecutor(max_workers=8, thread_name_prefix="pod-binding")
         self._informers: list[Informer] = []
+        self._volume_informers: dict[str, Informer] = {}
         self._thread: threading.Thread | None = None
         self.cycles = 0
         view.listeners.append(self.claims.release_counted)
@@ -153,6 +163,11 @@ class PodScheduler:
             self._informers.append(Informer(
                 self.api, kube.CONFIGMAPS, self.source.config_map_event, namespace=namespace,
                 field_selector=f"metadata.name={name}", watch_seconds=s.watch_seconds))
+        if s.watch_volumes:
+            self._volume_informers = {kind.plural: Informer(
+                self.api, kind, self._on_volume, watch_seconds=s.watch_seconds)
+                for kind in (kube.CLAIMS, kube.VOLUMES, kube.STORAGE_CLASSES)}
+            self._informers.extend(self._volume_informers.values())
         self.view.node_handlers.append(self._on_node)
         self.view.pod_handlers.append(self._on_pod)
         if self.feed_view:
@@ -227,6 +242,36 @@ class PodScheduler:
                 self._pod_event(kind, obj)
             except Exception:
                 log.exception("pod scheduler: pod event")
+
+    def _on_volume(self, kind: str, obj: Obj, old: Obj | None = None) -> None:
+        self._mark(everything=True)  # a claim bound, a volume or class added: pods may fit
+
+    def _cached(self, plural: str) -> volumes.Lookup:
+        informer = self._volume_informers.get(plural)
+
+        def lookup(namespace: str, name: str) -> Obj | None:
+            if informer is None:
+                return None
+            with informer.lock:
+                return informer.cache.get((namespace, name))
+
+        return lookup
+
+    def _with_volumes(self, pod: Pod) -> Pod:
+        """The pod with what its claims ask of its node (voda.podsched.volumes)."""
+        if not pod.claims or not self._volume_informers:
+            return pod
+        found = volumes.resolve(pod, self._cached("persistentvolumeclaims"),
+                                self._cached("persistentvolumes"),
+                                self._cached("storageclasses"))
+        return replace(pod, volume_topology=found.topology, volume_error=found.error,
+                       provision=found.provision)
+
+    def _bind(self, pod: Pod, node: str) -> None:
+        """Post one Binding, after naming the node on the claims provisioned there."""
+        for claim in pod.provision:
+            kube.select_node(self.api, pod.namespace, claim, node)
+        kube.bind(self.api, pod, node)
 
     def _replay(self) -> None:
         """What the view's watches listed before this scheduler subscribed, as ADDED events
@@ -314,19 +359,22 @@ class PodScheduler:
         ready = {key: [e for e in group if e.record.pod.key in waiting]
                  for key, group in by_workload.items()}
         ready = {key: group for key, group in ready.items() if group and (
-            everything or any(e.record.pod.key in fresh for e in group))}
+            everything or any(e.record.pod.key in fresh or e.record.pod.nominated
+                              for e in group))}
         if not ready:
             return []
-        snapshot = self.snapshot(entries)
+        everyone = any(e.record.pod.anti_affinity for group in ready.values() for e in group)
+        snapshot = self.snapshot(entries, everyone)
         gangs = [self._gang(key, group, by_workload[key], snapshot)
                  for key, group in sorted(ready.items())]
         # 4. decide
         decisions = self.planner.schedule(gangs, snapshot, self.config)
         # 5. act
-        self._act(decisions)
+        self._act(decisions, len(snapshot.nodes))
+        self._preempt(decisions)
         return decisions
 
-    def snapshot(self, entries: Iterable[_Entry] = ()) -> Snapshot:
+    def snapshot(self, entries: Iterable[_Entry] = (), everyone: bool = False) -> Snapshot:
         """The state's snapshot with the GPUs the shared view counts as taken."""
         gpus: dict[str, dict[str, int]] = {}
         for info in self.view.nodes():
@@ -335,7 +383,7 @@ class PodScheduler:
             # that they tolerate).
             taken = info.gpus - self.view.free(info.name) if info.usable else info.gpus
             gpus[info.name] = {GPU: taken}
-        return self.state.snapshot(gpus, self._sensitive(entries))
+        return self.state.snapshot(gpus, self._sensitive(entries), everyone)
 
     def _workload(self, pod: Pod) -> Workload:
         known = self._workloads.get(pod.key)
@@ -391,7 +439,8 @@ class PodScheduler:
             hints = replace(hints, preferred_domain=self._domain_name(hints.preferred_domain,
                                                                       snapshot))
         errors = sorted({e for entry in waiting for e in entry.errors})
-        return Gang(key=key, pending=tuple(e.record.pod for e in waiting), hints=hints,
+        return Gang(key=key, pending=tuple(self._with_volumes(e.record.pod) for e in waiting),
+                    hints=hints,
                     hint_errors=tuple(errors), members=members, member_gpus=member_gpus,
                     recovering=self.recovery.recovering(key))
 
@@ -424,18 +473,20 @@ class PodScheduler:
 
     def _tidy(self, ours: list[PodRecord]) -> None:
         """Forget what was kept about pods that are gone."""
-        if max(len(self._workloads), len(self._entries)) <= 2 * len(ours) + 100 and (
-                self.cycles % 100):
+        if max(len(self._workloads), len(self._entries), len(self._conditions)) <= (
+                2 * len(ours) + 100) and self.cycles % 100:
             return
         alive = {r.pod.key for r in ours}
         self._workloads = {k: w for k, w in self._workloads.items() if k in alive}
         self._entries = {k: e for k, e in self._entries.items() if k in alive}
+        uids = {r.pod.uid or r.pod.key for r in ours}
         with self._lock:
             self._ready_since = {k: t for k, t in self._ready_since.items() if k in alive}
+            self._conditions = {k: m for k, m in self._conditions.items() if k in uids}
         self.limiter.keep_only(r.pod for r in ours)
 
     # ----- acting ------------------------------------------------------------------------------
-    def _act(self, decisions: list[Decision]) -> None:
+    def _act(self, decisions: list[Decision], total_nodes: int) -> None:
         """Claim and bind what the cycle placed, and say why for the rest. The Bindings of
         the whole cycle are posted concurrently (each is one round trip to the server)."""
         now = self.clock()
@@ -447,8 +498,15 @@ class PodScheduler:
                 kind = events.NORMAL if decision.outcome == Outcome.WAITING else events.WARNING
                 reason = (events.WAITING_FOR_GANG if decision.outcome == Outcome.WAITING
                           else events.FAILED_SCHEDULING)
+                # An incomplete gang's count of pods changes with each pod: not in the
+                # condition, which would be rewritten on every pod of a large gang.
+                message = filters.fit_error(total_nodes, decision.reason if (
+                    decision.outcome != Outcome.WAITING) else (
+                    f"gang of {gang.hints.gpu_count} GPUs: waiting for the rest of its pods, "
+                    "holding nothing"))
                 for pod in gang.pending:
                     self._event(pod, reason, decision.reason, kind)
+                    self._unschedulable(pod, message)
                 continue
             refused = self.claims.claim_all((b.pod, b.node) for b in decision.bindings)
             if refused is not None:
@@ -465,7 +523,7 @@ class PodScheduler:
             for binding in decision.bindings:
                 self.state.assume(binding.pod, binding.node)
                 futures.append((binding, self._binders.submit(
-                    kube.bind, self.api, binding.pod, binding.node)))
+                    self._bind, binding.pod, binding.node)))
             posted.append((decision, started, futures))
         for decision, started, futures in posted:
             if sum(self._bound(decision, binding, future) for binding, future in futures):
@@ -493,7 +551,90 @@ class PodScheduler:
             self.metrics.recovery_seconds.observe(recovered)
             message += f"; replaces a lost pod, recovered in {recovered:.2f} s"
         self._event(pod, events.SCHEDULED, message, events.NORMAL)
+        if pod.ignored:
+            self._event(pod, events.NOT_EVALUATED,
+                        f"{'; '.join(pod.ignored)}: not evaluated by this scheduler, placed "
+                        f"without; {filters.USE_DEFAULT}", events.WARNING)
         return True
+
+    def _preempt(self, decisions: list[Decision]) -> None:
+        """Make room for pods that fit nowhere by preempting lower-priority pods of ours
+        (voda.podsched.preempt): nominate the node, delete the victims gracefully; the
+        pod binds in a later cycle, once they are gone."""
+        waiting = sorted((d.gang.pending[0] for d in decisions
+                          if d.outcome == Outcome.UNSCHEDULABLE and len(d.gang.pending) == 1
+                          and not d.gang.hint_errors),
+                         key=lambda p: (-p.priority, p.created, p.key))
+        waiting = [p for p in waiting if p.preempts and not p.volume_error and not p.unsupported]
+        if not waiting:
+            return
+        running: dict[str, list[Pod]] = {}
+        terminating: dict[str, list[Pod]] = {}
+        for record in self.state.ours():
+            if record.holds:
+                (terminating if record.deleting else running).setdefault(
+                    record.pod.node, []).append(record.pod)
+        # With the Bindings this cycle posted.
+        snapshot = self.snapshot(everyone=any(p.anti_affinity for p in waiting))
+        used: set[str] = set()
+        for pod in waiting:
+            if not preempt.eligible(pod, terminating):
+                continue
+            nodes = [n for n in snapshot.nodes if n.name not in used]
+            found = preempt.find(pod, nodes, snapshot, running, snapshot.neighbours)
+            if found is None:
+                continue
+            used.add(found.node)
+            try:
+                kube.nominate(self.api, pod, found.node)
+            except (ApiError, NotLeader) as failure:
+                log.info("pod scheduler: nominating %s for %s: %s", found.node, pod.key, failure)
+                continue
+            names = ", ".join(v.key for v in found.victims)
+            log.info("pod scheduler: %s preempts %s on %s", pod.key, names, found.node)
+            self._event(pod, events.PREEMPTING, f"preempting {len(found.victims)} pod(s) of "
+                        f"lower priority on {found.node}: {names}", events.NORMAL)
+            for victim in found.victims:
+                try:
+                    kube.delete_pod(self.api, victim)
+                except (ApiError, NotLeader) as failure:
+                    log.warning("pod scheduler: preempting %s: %s", victim.key, failure)
+                    continue
+                self._event(victim, events.PREEMPTED,
+                            f"Preempted by {pod.key} on node {found.node}", events.NORMAL)
+            running[found.node] = [p for p in running.get(found.node, ())
+                                   if p not in found.victims]
+
+    def _unschedulable(self, pod: Pod, message: str) -> None:
+        """PodScheduled=False (Unschedulable) with the message, once per pod (by uid) and
+        message: a pod recreated under the same name gets its own."""
+        record = self.state.pods.get(pod.key)
+        if record is None or record.pod.uid != pod.uid:
+            return
+        if record.scheduled == ("False", "Unschedulable", message):
+            return  # the pod says so already (written by this scheduler, or its predecessor)
+        ident = pod.uid or pod.key
+        now = self.clock()
+        with self._lock:
+            said = self._conditions.get(ident)
+            if said is not None and (said[0] == message or (
+                    now - said[1] < self.settings.condition_refresh_seconds)):
+                return  # said so, or said lately: a later cycle brings it up to date
+            self._conditions[ident] = (message, now)
+        since = None if record.scheduled is not None and record.scheduled[0] == "False" else (
+            events.rfc3339(self.wall()))
+
+        def patch() -> None:
+            try:
+                kube.set_unschedulable(self.api, pod, message, since)
+            except (ApiError, NotLeader) as failure:
+                log.info("pod scheduler: PodScheduled of %s not written: %s", pod.key, failure)
+                with self._lock:  # said again next cycle
+                    if self._conditions.get(ident, ("",))[0] == message:
+                        del self._conditions[ident]
+
+        if not self._stop.is_set():
+            self._events.submit(patch)
 
     def _event(self, pod: Pod, reason: str, message: str, kind: str) -> None:
         if not self.limiter.allow(pod, reason, message, self.clock()):
@@ -511,14 +652,20 @@ class PodScheduler:
             self._events.submit(post)
 
     def _evict_from_overdue_nodes(self, now: float) -> None:
-        grace = self.config.not_ready_grace_seconds
-        for node in self.recovery.overdue(now, grace):
-            since = self.recovery.not_ready_since(node) or now
+        """Delete our pods whose toleration of their NotReady node ran out (voda.podsched.
+        recovery), so their controllers replace them."""
+        default = self.config.not_ready_grace_seconds
+        for node, since in self.recovery.not_ready_nodes():
+            state = self.state.nodes.get(node)
+            taint = UNREACHABLE_TAINT if state is None or state.unreachable else NOT_READY_TAINT
             for record in self.state.on_node(node):
                 if not (record.ours and record.holds and not record.deleting
                         and record.pod.owner is not None):
                     continue
                 pod = record.pod
+                seconds = toleration_seconds(pod, taint, default)
+                if seconds is None or now - since < seconds:
+                    continue
                 try:
                     kube.delete_pod(self.api, pod)
                 except (ApiError, NotLeader) as failure:
@@ -527,7 +674,8 @@ class PodScheduler:
                     continue
                 owner = pod.owner.kind if pod.owner else "controller"
                 self._event(pod, events.NODE_NOT_READY,
-                            f"node {node} NotReady for {now - since:.1f} s: pod deleted so its "
+                            f"node {node} NotReady for {now - since:.1f} s, past the pod's "
+                            f"toleration of {seconds:g} s for {taint}: pod deleted so its "
                             f"{owner} replaces it", events.WARNING)
         alive = set(self.state.nodes) | {r.pod.node for r in self.state.ours() if r.holds}
         self.recovery.forget_nodes(alive)

@@ -94,7 +94,8 @@ class Planner:
     def schedule(self, gangs: Sequence[Gang], snapshot: Snapshot, config: SchedulerConfig
                  ) -> list[Decision]:
         work = self._work
-        if work is None or config != self._config or snapshot.nodes is not work.nodes:
+        if work is None or config != self._config or snapshot.nodes is not work.nodes or (
+                snapshot.everyone != work.everyone):
             work = _Working(snapshot)
             self._work, self._config = work, config
         else:
@@ -110,7 +111,8 @@ def decide_gang(gang: Gang, snapshot: Snapshot, config: SchedulerConfig) -> list
 def _gang_order(gang: Gang) -> tuple:
     oldest = min((p.created for p in gang.pending), default="")
     priority = max((p.priority for p in gang.pending), default=0)
-    return (not gang.recovering, -priority, oldest, gang.key)
+    nominated = any(p.nominated for p in gang.pending)  # it preempted: its room is made
+    return (not nominated, not gang.recovering, -priority, oldest, gang.key)
 
 
 @dataclass(slots=True)
@@ -128,6 +130,8 @@ class _View:
     reasons: Counter[str]  # why the other nodes were left out
     settings: PlacementSettings
     sensitive: Mapping[str, int]
+    members: tuple[Pod, ...] = ()  # one pod per filter signature
+    one_per_node: bool = False  # host ports or self anti-affinity: one such pod per node
     _packer: RequestPacker | None = None
     exact: bool = True  # the reasons are those of the current room (no refresh since)
 
@@ -156,6 +160,10 @@ class _Working:
         self.by_name = {n.name: n for n in snapshot.nodes}
         self.requested = {n: dict(r) for n, r in snapshot.requested.items()}
         self.sensitive = dict(snapshot.sensitive)
+        self.everyone = snapshot.everyone
+        self.neighbours = {n: list(p) for n, p in snapshot.neighbours.items()}
+        # Pods' labels matter to filtering once some pod has anti-affinity.
+        self.labelled = any(p.anti_affinity for ps in self.neighbours.values() for p in ps)
         self._views: dict[tuple, _View] = {}
 
     def free(self, node: NodeState, resource: str) -> int:
@@ -164,10 +172,14 @@ class _Working:
 
     def bind(self, binding: Binding, sensitive: bool) -> None:
         node = binding.node
+        pod = binding.pod
         taken = self.requested.setdefault(node, {})
-        for resource, amount in binding.pod.requests.items():
+        for resource, amount in pod.requests.items():
             taken[resource] = taken.get(resource, 0) + amount
         taken[filters.PODS] = taken.get(filters.PODS, 0) + 1
+        if self.everyone or pod.host_ports or pod.anti_affinity:
+            self.neighbours.setdefault(node, []).append(pod)
+            self.labelled = self.labelled or bool(pod.anti_affinity)
         self._refresh(node)
         if sensitive:
             self._sensitive(node, self.sensitive.get(node, 0) + 1)
@@ -181,6 +193,12 @@ class _Working:
             if self.requested.get(node, empty) != new:
                 self.requested[node] = dict(new)
                 self._refresh(node)
+        for node in set(self.neighbours) | set(snapshot.neighbours):
+            pods = list(snapshot.neighbours.get(node, ()))
+            if self.neighbours.get(node, []) != pods:  # a pod replaced by one of equal size
+                self.neighbours[node] = pods
+                self._refresh(node)
+        self.labelled = any(p.anti_affinity for ps in self.neighbours.values() for p in ps)
         for node in set(self.sensitive) | set(snapshot.sensitive):
             count = snapshot.sensitive.get(node, 0)
             if self.sensitive.get(node, 0) != count:
@@ -193,7 +211,16 @@ class _Working:
         for view in self._views.values():
             view.exact = False  # which resources a node lacks may change with its room
             if node in view.room:
-                view.refresh(node, filters.room(state, self, view.need))
+                view.refresh(node, self.room(state, view.need, view))
+
+    def room(self, node: NodeState, need: Mapping[str, int], view: _View) -> int:
+        """Pods of the view's shape the node holds now: by resources, and none when they
+        clash with its pods (host ports, anti-affinity), one when they clash with each
+        other."""
+        free = filters.room(node, self, need)
+        if free and filters.neighbour_problem(view.members, self.neighbours.get(node.name, ())):
+            return 0
+        return min(free, 1) if view.one_per_node else free
 
     def _sensitive(self, node: str, count: int) -> None:
         delta = count - self.sensitive.get(node, 0)
@@ -207,7 +234,7 @@ class _Working:
         """The view for these pods' filters and shape (`fresh`: not from the cache)."""
         signatures: dict[tuple, Pod] = {}
         for pod in pods:
-            signatures.setdefault(_signature(pod), pod)
+            signatures.setdefault(_signature(pod, self.labelled), pod)
         ordered = sorted(signatures)
         key = (tuple(ordered), tuple(sorted(need.items())))
         if not fresh and key in self._views:
@@ -222,6 +249,7 @@ class _Working:
                ) -> _View:
         reasons: Counter[str] = Counter()
         nodes, capacity, room = [], {}, {}
+        single = filters.one_per_node(pods)
         for node in self.nodes:
             problem = None
             for pod in pods:
@@ -233,19 +261,28 @@ class _Working:
                 continue
             cap = filters.capacity(node, need)
             free = filters.room(node, self, need) if cap else 0
-            if free <= 0:
+            clash = filters.neighbour_problem(pods, self.neighbours.get(node.name, ()))
+            if clash is not None and cap > 0:
+                reasons[clash] += 1
+                free = 0
+            elif free <= 0:
                 reasons.update(filters.short_resources(node, self, need) or ["no room"])
             if cap > 0:
                 nodes.append(node)
-                capacity[node.name] = cap
-                room[node.name] = max(0, free)
+                capacity[node.name] = min(cap, 1) if single else cap
+                room[node.name] = max(0, min(free, 1) if single else free)
         return _View(tuple(nodes), need, capacity, room, reasons,
-                     config.placement_settings(need.get(GPU, 0)), self.sensitive)
+                     config.placement_settings(need.get(GPU, 0)), self.sensitive,
+                     tuple(pods), single)
 
 
-def _signature(pod: Pod) -> tuple:
-    """What the filters read of a pod: pods with equal signatures pass the same nodes."""
-    return (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations)
+def _signature(pod: Pod, labelled: bool) -> tuple:
+    """What the filters read of a pod: pods with equal signatures pass the same nodes
+    (`labelled`: some pod's anti-affinity may select pods by their labels)."""
+    return (tuple(sorted(pod.node_selector.items())), pod.affinity, pod.tolerations,
+            pod.volume_topology, pod.host_ports, pod.anti_affinity,
+            (pod.namespace, tuple(sorted(pod.labels.items()))) if labelled or (
+                pod.anti_affinity) else None)
 
 
 def _decide(gang: Gang, work: _Working, config: SchedulerConfig) -> list[Decision]:
@@ -261,6 +298,15 @@ def _decide(gang: Gang, work: _Working, config: SchedulerConfig) -> list[Decisio
             f"gang of {hints.gpu_count} GPUs: its pods request {gang.member_gpus + pending_gpus} "
             f"so far ({gang.member_gpus} bound, {pending_gpus} in {len(gang.pending)} pending "
             "pods); waiting for the rest, holding nothing"))]
+    unsupported = sorted({u for p in gang.pending for u in p.unsupported})
+    if unsupported:
+        return [Decision(gang, Outcome.INVALID, reason=(
+            f"{'; '.join(unsupported)}: not evaluated by this scheduler; "
+            f"{filters.USE_DEFAULT}"))]
+    blocked = sorted({p.volume_error for p in gang.pending if p.volume_error})
+    if blocked:
+        return [Decision(gang, Outcome.UNSCHEDULABLE, reason=(
+            f"0/{len(work.nodes)} nodes are available: {'; '.join(blocked)}."))]
     need = filters.shape(gang.pending)
     view = work.view(gang.pending, need, config)
     job = Job(
@@ -325,12 +371,13 @@ def _pack(job: Job, k: int, gang: Gang, candidates: _View, work: _Working
     settings = candidates.settings
     if candidates.total_room < k:
         held = candidates.total_room
-        available = sum(1 for r in candidates.room.values() if r > 0)
-        filtered = filters.summary(total, candidates.reasons, available)
         if held == 0:
-            return None, f"{k} pod(s) of {shape_text}: {filtered}"
-        return None, (f"{k} pod(s) of {shape_text}: the nodes that pass the filters have room "
-                      f"for {held}. {filtered}")
+            return None, (f"{filters.summary(total, candidates.reasons)} "
+                          f"({k} pod(s) of {shape_text})")
+        available = sum(1 for r in candidates.room.values() if r > 0)
+        others = f"; {filters.counted(candidates.reasons)}" if candidates.reasons else ""
+        return None, (f"0/{total} nodes are available: {k} pod(s) of {shape_text}, room for "
+                      f"{held} on the {available} node(s) that pass the filters{others}.")
     own = {n: c for n, c in gang.members.items() if n in candidates.room}
     hints = gang.hints
     level_key = hints.required_topology or hints.preferred_topology

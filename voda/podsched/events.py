@@ -18,6 +18,9 @@ SCHEDULED = "Scheduled"
 FAILED_SCHEDULING = "FailedScheduling"
 WAITING_FOR_GANG = "WaitingForGang"
 NODE_NOT_READY = "NodeNotReady"
+PREEMPTED = "Preempted"
+PREEMPTING = "Preempting"
+NOT_EVALUATED = "ConstraintsNotEvaluated"
 NORMAL, WARNING = "Normal", "Warning"
 MAX_MESSAGE = 1024
 

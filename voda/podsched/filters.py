@@ -15,13 +15,17 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from voda.podsched.model import PODS, NodeState, Pod, Requirement, SelectorTerm, Taint
+from voda.podsched.model import PODS, NodeState, Pod, PodTerm, Requirement, SelectorTerm, Taint
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 NOT_READY = "node(s) were not ready"
 CORDONED = "node(s) were unschedulable"
 SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 TOO_MANY_PODS = "Too many pods"
+PORTS = "node(s) didn't have free ports for the requested pod ports"
+ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+USE_DEFAULT = "use the default scheduler for such pods (leave out schedulerName)"
 
 
 class FreeResources(Protocol):
@@ -101,7 +105,47 @@ def static_problem(pod: Pod, node: NodeState) -> str | None:
         return f"node(s) had untolerated taint {{{shown}}}"
     if not matches_node(pod, node):
         return SELECTOR
+    for volume in pod.volume_topology:  # a zonal or local volume; where a class provisions
+        if not any(term_matches(t, node) for t in volume.terms):
+            return volume.reason
     return None
+
+
+def selects(term: PodTerm, pod: Pod) -> bool:
+    return pod.namespace in term.namespaces and all(
+        _requirement_holds(r, pod.labels.get(r.key)) for r in term.selector)
+
+
+def ports_conflict(wanted: Iterable[tuple[str, str, int]],
+                   used: Iterable[tuple[str, str, int]]) -> bool:
+    """Host ports clash on the same protocol and port when either IP is 0.0.0.0 or both
+    are the same (kube-scheduler's NodePorts)."""
+    taken = list(used)
+    return any(port == p and protocol == q and (ip == i or "0.0.0.0" in (ip, i))
+               for ip, protocol, port in wanted for i, q, p in taken)
+
+
+def neighbour_problem(pods: Iterable[Pod], neighbours: Iterable[Pod]) -> str | None:
+    """Why pods like these cannot join the pods on a node: host ports, their required
+    anti-affinity by hostname, or the neighbours' own."""
+    group = list(pods)
+    for other in neighbours:
+        for pod in group:
+            if pod.host_ports and ports_conflict(pod.host_ports, other.host_ports):
+                return PORTS
+            if any(selects(t, other) for t in pod.anti_affinity):
+                return ANTI_AFFINITY
+            if any(selects(t, pod) for t in other.anti_affinity):
+                return EXISTING_ANTI_AFFINITY
+    return None
+
+
+def one_per_node(pods: Iterable[Pod]) -> bool:
+    """Pods of one template that cannot share a node with each other: host ports, or an
+    anti-affinity that selects themselves."""
+    group = list(pods)
+    return any(p.host_ports or any(selects(t, q) for t in p.anti_affinity for q in group)
+               for p in group)
 
 
 def shape(pods: Iterable[Pod]) -> dict[str, int]:
@@ -149,10 +193,22 @@ def short_resources(node: NodeState, left: FreeResources, need: Mapping[str, int
     return out
 
 
+def counted(reasons: Counter[str]) -> str:
+    """'4 Insufficient nvidia.com/gpu, 2 node(s) were not ready': most first."""
+    return ", ".join(f"{count} {reason}" for reason, count in
+                     sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def summary(total: int, reasons: Counter[str], available: int = 0) -> str:
     """'0/12 nodes are available: 4 Insufficient nvidia.com/gpu, 2 node(s) were not ready.'"""
     if not reasons:
         return f"{available}/{total} nodes are available."
-    parts = ", ".join(f"{count} {reason}" for reason, count in
-                      sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
-    return f"{available}/{total} nodes are available: {parts}."
+    return f"{available}/{total} nodes are available: {counted(reasons)}."
+
+
+def fit_error(total: int, why: str) -> str:
+    """kube-scheduler's message for a pod it cannot place ('0/12 nodes are available: ...'),
+    which cluster autoscalers and people read from the pod's PodScheduled condition."""
+    if why.startswith(f"0/{total} nodes are available"):
+        return why
+    return f"0/{total} nodes are available: {why.rstrip('.')}."

@@ -38,6 +38,7 @@ class Toleration:
     operator: str = "Equal"  # Equal or Exists
     value: str = ""
     effect: str = ""  # "" tolerates every effect
+    seconds: float | None = None  # tolerationSeconds (NoExecute): None tolerates for good
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,28 @@ class SelectorTerm:
 
     expressions: tuple[Requirement, ...] = ()
     fields: tuple[Requirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeTopology:
+    """Where a pod's volume can be used: one of `terms` must match the node.
+
+    From a bound PersistentVolume's required node affinity (`reason` is then
+    kube-scheduler's "node(s) had volume node affinity conflict"), or from the
+    StorageClass's allowedTopologies of a claim provisioned on the chosen node.
+    """
+
+    reason: str
+    terms: tuple[SelectorTerm, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodTerm:
+    """A required pod anti-affinity term by `kubernetes.io/hostname`: no pod in `namespaces`
+    whose labels meet every requirement of `selector` may share the node."""
+
+    selector: tuple[Requirement, ...]
+    namespaces: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +105,25 @@ class Pod:
     created: str = ""  # creationTimestamp, RFC 3339 (sorts in time order)
     node: str = ""  # spec.nodeName: "" while unbound
     phase: str = "Pending"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    claims: tuple[str, ...] = ()  # PersistentVolumeClaims its volumes name (ephemeral too)
+    host_ports: frozenset[tuple[str, str, int]] = frozenset()  # (hostIP, protocol, port)
+    anti_affinity: tuple[PodTerm, ...] = ()  # required, by hostname
+    preempts: bool = True  # preemptionPolicy is not Never
+    nominated: str = ""  # status.nominatedNodeName
+    # Constraints the scheduler does not evaluate (kube-scheduler's plugins do), named.
+    unsupported: tuple[str, ...] = ()  # required ones: the pod waits
+    ignored: tuple[str, ...] = ()  # preferences: the pod is placed without them
+    # Resolved from the claims by the controller (voda.podsched.volumes) before a cycle.
+    volume_topology: tuple[VolumeTopology, ...] = ()
+    volume_error: str = ""  # why no node can take the pod's volumes now
+    provision: tuple[str, ...] = ()  # unbound WaitForFirstConsumer claims: bound where it goes
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requests", frozen(self.requests))
         object.__setattr__(self, "node_selector", frozen(self.node_selector))
         object.__setattr__(self, "annotations", frozen(self.annotations))
+        object.__setattr__(self, "labels", frozen(self.labels))
 
     @property
     def key(self) -> str:
@@ -110,6 +147,7 @@ class NodeState:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     ready: bool = True
+    unreachable: bool = False  # not Ready because its Ready condition is Unknown (or absent)
     unschedulable: bool = False  # cordoned
     leaf: str | None = None
     spine: str | None = None
@@ -136,12 +174,17 @@ class Snapshot:
     nodes: tuple[NodeState, ...] = ()
     requested: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     sensitive: Mapping[str, int] = field(default_factory=dict)
+    # The pods that hold each node with host ports or required anti-affinity (always), or
+    # every pod that holds it when `everyone` (the cycle has a pod with anti-affinity).
+    neighbours: Mapping[str, tuple[Pod, ...]] = field(default_factory=dict)
+    everyone: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "requested", MappingProxyType({n: frozen(r) for n, r in self.requested.items()})
         )
         object.__setattr__(self, "sensitive", frozen(self.sensitive))
+        object.__setattr__(self, "neighbours", frozen(self.neighbours))
 
     def free(self, node: NodeState, resource: str) -> int:
         used = self.requested.get(node.name, _EMPTY).get(resource, 0)

@@ -25,6 +25,7 @@ from voda.podsched.model import (
     NodeState,
     Owner,
     Pod,
+    PodTerm,
     Requirement,
     SelectorTerm,
     Taint,
@@ -114,9 +115,14 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[SelectorTerm, ...] | None:
                 .get("requiredDuringSchedulingIgnoredDuringExecution"))
     if not required:
         return None
-    where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    return selector_terms(required,
+                          "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
+
+
+def selector_terms(selector: Mapping[str, Any], where: str) -> tuple[SelectorTerm, ...]:
+    """A NodeSelector's terms (any must match)."""
     terms = []
-    for pos, term in enumerate(_bounded(required.get("nodeSelectorTerms"),
+    for pos, term in enumerate(_bounded(selector.get("nodeSelectorTerms"),
                                         f"{where}.nodeSelectorTerms")):
         at = f"{where}.nodeSelectorTerms[{pos}]"
         terms.append(SelectorTerm(_requirements(term.get("matchExpressions"),
@@ -128,9 +134,98 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[SelectorTerm, ...] | None:
 def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
     out = []
     for item in _bounded(spec.get("tolerations"), "spec.tolerations"):
+        seconds = item.get("tolerationSeconds")
         out.append(Toleration(str(item.get("key") or ""), str(item.get("operator") or "Equal"),
-                              str(item.get("value") or ""), str(item.get("effect") or "")))
+                              str(item.get("value") or ""), str(item.get("effect") or ""),
+                              float(seconds) if isinstance(seconds, int | float) else None))
     return tuple(out)
+
+
+def _claims(name: str, spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The PersistentVolumeClaims the pod's volumes use; a generic ephemeral volume's claim
+    is named `<pod>-<volume>`."""
+    out = []
+    for volume in _bounded(spec.get("volumes"), "spec.volumes"):
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if claim:
+            out.append(str(claim))
+        elif volume.get("ephemeral") is not None:
+            out.append(f"{name}-{volume.get('name', '')}")
+    return tuple(out)
+
+
+def _host_ports(spec: Mapping[str, Any]) -> frozenset[tuple[str, str, int]]:
+    ports = set()
+    for group in ("containers", "initContainers"):
+        for container in _bounded(spec.get(group), f"spec.{group}"):
+            for port in _bounded(container.get("ports"), f"spec.{group}[].ports"):
+                host = port.get("hostPort")
+                if isinstance(host, int) and host > 0:
+                    ports.add((str(port.get("hostIP") or "0.0.0.0"),
+                               str(port.get("protocol") or "TCP"), host))
+    return frozenset(ports)
+
+
+HOSTNAME = "kubernetes.io/hostname"
+_SELECTOR_OPS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def _by_hostname(term: Any) -> bool:
+    """A term this scheduler evaluates: by hostname, with a label selector, no namespace
+    selector, no matchLabelKeys."""
+    return (isinstance(term, Mapping) and term.get("topologyKey") == HOSTNAME
+            and isinstance(term.get("labelSelector"), Mapping)
+            and term.get("namespaceSelector") is None and not term.get("matchLabelKeys")
+            and not term.get("mismatchLabelKeys")
+            and all(e.get("operator") in _SELECTOR_OPS
+                    for e in term["labelSelector"].get("matchExpressions") or []))
+
+
+def anti_affinity(namespace: str, spec: Mapping[str, Any]) -> tuple[PodTerm, ...]:
+    """The pod's required anti-affinity terms by hostname."""
+    section = (spec.get("affinity") or {}).get("podAntiAffinity") or {}
+    where = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    terms = []
+    for term in _bounded(section.get("requiredDuringSchedulingIgnoredDuringExecution"), where):
+        if not _by_hostname(term):
+            continue
+        selector = term["labelSelector"]
+        labels = selector.get("matchLabels") or {}
+        requirements = [Requirement(str(k), "In", (str(v),)) for k, v in labels.items()]
+        requirements += _requirements(selector.get("matchExpressions"),
+                                      f"{where}[].labelSelector.matchExpressions")
+        namespaces = frozenset(str(n) for n in term.get("namespaces") or ()) or frozenset(
+            {namespace})
+        terms.append(PodTerm(tuple(requirements), namespaces))
+    return tuple(terms)
+
+
+def constraints_not_evaluated(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """What kube-scheduler's plugins would evaluate and this scheduler does not: (required
+    constraints, which keep the pod waiting; preferences, which are ignored)."""
+    required: list[str] = []
+    preferred: list[str] = []
+    affinity = spec.get("affinity") or {}
+    for kind, words in (("podAffinity", "pod affinity"),
+                        ("podAntiAffinity", "pod anti-affinity")):
+        section = affinity.get(kind) or {}
+        terms = section.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+        for term in terms if isinstance(terms, list) else []:
+            if kind == "podAntiAffinity" and _by_hostname(term):
+                continue  # evaluated
+            key = term.get("topologyKey", "") if isinstance(term, Mapping) else ""
+            required.append(f"required {words} (topologyKey {str(key)[:60]})")
+        if section.get("preferredDuringSchedulingIgnoredDuringExecution"):
+            preferred.append(f"preferred {words}")
+    for item in spec.get("topologySpreadConstraints") or []:
+        key = str(item.get("topologyKey", ""))[:60]
+        if item.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule":
+            required.append(f"topology spread constraint (topologyKey {key}, DoNotSchedule)")
+        else:
+            preferred.append(f"topology spread constraint (topologyKey {key}, ScheduleAnyway)")
+    if spec.get("resourceClaims"):
+        required.append("dynamic resource allocation claims (spec.resourceClaims)")
+    return sorted(set(required)), sorted(set(preferred))
 
 
 def controller_of(metadata: Mapping[str, Any]) -> Owner | None:
@@ -150,9 +245,12 @@ def read_pod(obj: Mapping[str, Any]) -> Pod:
     if not isinstance(selector, Mapping):
         raise ObjectError("spec.nodeSelector: must be a mapping")
     priority = spec.get("priority") or 0
+    status = obj.get("status") or {}
+    name = str(metadata.get("name", ""))
+    required, preferred = constraints_not_evaluated(spec)
     return Pod(
         namespace=str(metadata.get("namespace") or "default"),
-        name=str(metadata.get("name", "")),
+        name=name,
         uid=str(metadata.get("uid", "")),
         requests=pod_requests(spec),
         node_selector={str(k): str(v) for k, v in selector.items()},
@@ -163,15 +261,28 @@ def read_pod(obj: Mapping[str, Any]) -> Pod:
         priority=int(priority) if isinstance(priority, int) else 0,
         created=str(metadata.get("creationTimestamp") or ""),
         node=str(spec.get("nodeName") or ""),
-        phase=str((obj.get("status") or {}).get("phase") or "Pending"),
+        phase=str(status.get("phase") or "Pending"),
+        labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
+        claims=_claims(name, spec),
+        host_ports=_host_ports(spec),
+        anti_affinity=anti_affinity(str(metadata.get("namespace") or "default"), spec),
+        preempts=spec.get("preemptionPolicy") != "Never",
+        nominated=str(status.get("nominatedNodeName") or ""),
+        unsupported=tuple(required),
+        ignored=tuple(preferred),
     )
 
 
 def node_ready(obj: Mapping[str, Any]) -> bool:
+    return ready_status(obj) == "True"
+
+
+def ready_status(obj: Mapping[str, Any]) -> str:
+    """The status of the node's Ready condition: True, False or Unknown (also when absent)."""
     for condition in (obj.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
+            return str(condition.get("status") or "Unknown")
+    return "Unknown"
 
 
 def read_node(
@@ -199,6 +310,7 @@ def read_node(
         labels=labels,
         taints=taints,
         ready=node_ready(obj),
+        unreachable=ready_status(obj) not in ("True", "False"),
         unschedulable=bool(spec.get("unschedulable")),
         leaf=labels.get(leaf_label) or None,
         spine=labels.get(spine_label) or None,

@@ -8,9 +8,14 @@ Deployment scaled down) are forgotten after `window` seconds. The nodes the
 lost pods were on keep telling where the workload was, so the replacement
 lands near them (voda.podsched.decide's recovery rule).
 
-Pods on a node NotReady for `grace` seconds are deleted, the way Kubernetes'
-taint manager evicts them (only pods that a controller will recreate), so
-their Job, ReplicaSet or StatefulSet makes replacements.
+A pod on a NotReady node stays bound for as long as it tolerates the node's
+NoExecute taint (`node.kubernetes.io/not-ready` when Ready is False,
+`node.kubernetes.io/unreachable` when it is Unknown), as Kubernetes' taint
+manager keeps it: the smallest tolerationSeconds of its matching tolerations, for
+good when they give none, and `default` seconds when it has none (the 300 s the
+DefaultTolerationSeconds admission plugin would have given it). Only then is it
+deleted (gracefully: on a partitioned node it stays Terminating, so a
+StatefulSet never runs a second copy), and only when a controller recreates it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,29 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from voda.podsched.model import Pod
+from voda.podsched.model import Pod, Toleration
+
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+DEFAULT_TOLERATION_SECONDS = 300.0
+
+
+def toleration_seconds(pod: Pod, taint_key: str, default: float) -> float | None:
+    """How long the pod stays on a node with this NoExecute taint; None: for good."""
+    matching = [t for t in pod.tolerations if _tolerates(t, taint_key)]
+    if not matching:
+        return default
+    seconds = [t.seconds for t in matching if t.seconds is not None]
+    return max(0.0, min(seconds)) if seconds else None
+
+
+def _tolerates(toleration: Toleration, key: str) -> bool:
+    """Whether the toleration matches the NoExecute taint `key` (the taints have no value)."""
+    if toleration.effect not in ("", "NoExecute"):
+        return False
+    if toleration.operator == "Exists":
+        return not toleration.key or toleration.key == key
+    return toleration.key == key and not toleration.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +114,9 @@ class RecoveryTracker:
     def not_ready_since(self, node: str) -> float | None:
         return self._not_ready.get(node)
 
-    def overdue(self, now: float, grace: float) -> list[str]:
-        """Nodes NotReady for at least `grace` seconds."""
-        return sorted(n for n, since in self._not_ready.items() if now - since >= grace)
+    def not_ready_nodes(self) -> list[tuple[str, float]]:
+        """The nodes seen NotReady, with when."""
+        return sorted(self._not_ready.items())
 
     def forget_nodes(self, alive: Iterable[str]) -> None:
         keep = set(alive)

@@ -30,6 +30,8 @@ class PodRecord:
     deleting: bool  # has a deletionTimestamp
     error: str = ""  # why the pod cannot be read (ours only)
     gated: bool = False  # has scheduling gates: no scheduler may bind it yet
+    # Its PodScheduled condition as (status, reason, message), None: it has none.
+    scheduled: tuple[str, str, str] | None = None
 
     @property
     def holds(self) -> bool:
@@ -57,6 +59,10 @@ class ClusterState:
         self.nodes: dict[str, NodeState] = {}
         self.pods: dict[str, PodRecord] = {}  # by namespace/name
         self._requested: dict[str, dict[str, int]] = {}
+        # node -> pod key -> pod, for pods that hold it: all, and those with host ports or
+        # required anti-affinity (what the filters check against)
+        self._on: dict[str, dict[str, Pod]] = {}
+        self._special: dict[str, dict[str, Pod]] = {}
         # pod key -> (node, pod): Binding posted, not seen back yet
         self._assumed: dict[str, tuple[str, Pod]] = {}
         self._ordered: tuple[NodeState, ...] | None = None
@@ -103,6 +109,7 @@ class ClusterState:
         with self.lock:
             self.pods = {}
             self._requested = {}
+            self._on, self._special = {}, {}
             for obj in objects:
                 record = self._record(obj)
                 if record is not None:
@@ -136,8 +143,9 @@ class ClusterState:
         ours = spec.get("schedulerName") == self.scheduler_name
         deleting = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
         gated = bool(spec.get("schedulingGates"))
+        scheduled = _scheduled_condition(obj) if ours else None
         try:
-            return PodRecord(read_pod(obj), ours, deleting, gated=gated)
+            return PodRecord(read_pod(obj), ours, deleting, gated=gated, scheduled=scheduled)
         except (ObjectError, TypeError, ValueError, AttributeError) as exc:
             if not ours:
                 return None  # not ours and unreadable: the API server would not hold such
@@ -145,7 +153,8 @@ class ClusterState:
             pod = Pod(namespace=str(meta.get("namespace") or "default"),
                       name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
                       node=str(spec.get("nodeName") or ""))
-            return PodRecord(pod, ours, deleting, error=str(exc), gated=gated)
+            return PodRecord(pod, ours, deleting, error=str(exc), gated=gated,
+                             scheduled=scheduled)
 
     def _put(self, record: PodRecord) -> None:
         self.pods[record.pod.key] = record
@@ -167,6 +176,18 @@ class ClusterState:
         for resource, amount in pod.requests.items():
             taken[resource] = taken.get(resource, 0) + sign * amount
         taken[PODS] = taken.get(PODS, 0) + sign
+        tables = [self._on, self._special] if pod.host_ports or pod.anti_affinity else [
+            self._on]
+        for table in tables:
+            if sign > 0:
+                table.setdefault(node, {})[pod.key] = pod
+            else:
+                held = table.get(node, {})
+                # Only this very object: a pod seen bound replaces its assumed self first.
+                if held.get(pod.key) is pod:
+                    del held[pod.key]
+                if not held:
+                    table.pop(node, None)
 
     # ----- bindings posted ---------------------------------------------------------------------
     def assume(self, pod: Pod, node: str) -> None:
@@ -190,9 +211,12 @@ class ClusterState:
 
     # ----- reading ----------------------------------------------------------------------------
     def snapshot(self, override: Mapping[str, Mapping[str, int]] | None = None,
-                 sensitive: Mapping[str, int] | None = None) -> Snapshot:
+                 sensitive: Mapping[str, int] | None = None, everyone: bool = False
+                 ) -> Snapshot:
         """Nodes in topology order and what is taken on each; `override` replaces the
-        amounts of some resources on some nodes (the GPUs the cluster view counts)."""
+        amounts of some resources on some nodes (the GPUs the cluster view counts);
+        `everyone`: every pod on each node among the neighbours, not only those with host
+        ports or anti-affinity."""
         with self.lock:
             if self._ordered is None:
                 self._ordered = topology_order(self.nodes.values())
@@ -200,7 +224,9 @@ class ClusterState:
             for node, amounts in (override or {}).items():
                 requested[node] = {**requested.get(node, {}), **amounts}
             # Snapshot copies each node's amounts: done under the lock, they are consistent.
-            return Snapshot(self._ordered, requested, sensitive or {})
+            table = self._on if everyone else self._special
+            neighbours = {node: tuple(pods.values()) for node, pods in table.items()}
+            return Snapshot(self._ordered, requested, sensitive or {}, neighbours, everyone)
 
     def pending(self) -> list[PodRecord]:
         """Our pods that wait for a node (not bound, not assumed, not ending, not gated)."""
@@ -223,3 +249,11 @@ class ClusterState:
     def on_node(self, node: str) -> list[PodRecord]:
         with self.lock:
             return [r for r in self.pods.values() if r.pod.node == node]
+
+
+def _scheduled_condition(obj: Obj) -> tuple[str, str, str] | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "PodScheduled":
+            return (str(condition.get("status", "")), str(condition.get("reason", "")),
+                    str(condition.get("message", "")))
+    return None

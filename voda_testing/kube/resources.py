@@ -106,6 +106,20 @@ BUILTIN: tuple[Resource, ...] = (
 )
 
 
+# Volumes and priorities, which schedulers read (kube-scheduler's VolumeBinding plugin and
+# preemption; voda.podsched).
+STORAGE_AND_PRIORITY: tuple[Resource, ...] = (
+    Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", subresources=_STATUS,
+             short_names=("pvc",)),
+    Resource("", "v1", "persistentvolumes", "PersistentVolume", namespaced=False,
+             subresources=_STATUS, short_names=("pv",)),
+    Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", namespaced=False,
+             short_names=("sc",)),
+    Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False,
+             short_names=("pc",)),
+)
+
+
 def crd_resources(crd: dict[str, Any]) -> list[Resource]:
     """One Resource per served version of a CustomResourceDefinition."""
     spec = crd["spec"]
@@ -180,4 +194,4 @@ CRD_SETS = ("all", "mpi-operator", "training-operator", "training-operator-with-
 
 
 def default_resources(crds: str = "all") -> tuple[Resource, ...]:
-    return (*BUILTIN, *crd_set(crds))
+    return (*BUILTIN, *STORAGE_AND_PRIORITY, *crd_set(crds))

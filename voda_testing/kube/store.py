@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from voda_testing.kube import patches, validation
-from voda_testing.kube.errors import ApiError, already_exists, conflict, not_found
+from voda_testing.kube import patches, priority, validation
+from voda_testing.kube.errors import ApiError, already_exists, conflict, invalid, not_found
 from voda_testing.kube.resources import Resource, default_resources
 from voda_testing.kube.selectors import Matcher, field_matcher, label_matcher
 
@@ -218,6 +218,7 @@ class Store:
             admit(resource, new, None)
         if resource.kind == "Pod":
             validation.check_pod_create(new)
+            self._admit_priority(new)
             new.setdefault("status", {}).setdefault("phase", "Pending")
             new["spec"].setdefault("schedulerName", "default-scheduler")
             new["spec"].setdefault("restartPolicy", "Always")
@@ -242,6 +243,12 @@ class Store:
             stored = self._commit(resource, "ADDED", new, None)
         self._local.warnings = warnings
         return stored
+
+    def _admit_priority(self, pod: Obj) -> None:
+        if "priorityclasses" not in self.by_name:
+            return
+        priority.admit(pod, lambda name: self.try_get("priorityclasses", "", name),
+                       lambda: self.list("priorityclasses")[0])
 
     def _check_body(self, resource: Resource, obj: Obj, field_validation: str | None
                     ) -> list[str]:
@@ -276,6 +283,7 @@ class Store:
         with self.lock:
             old = self.get(resource, namespace, name)
             new = apply_patch(resource, old, body, content_type)
+            _check_uid_kept(resource, old, new)
             sent = (new.get("metadata") or {}).get("resourceVersion")
             if sent and sent != old["metadata"]["resourceVersion"]:
                 raise conflict(resource.plural, name, "the object has been modified; please "
@@ -478,6 +486,15 @@ class Store:
                 **current["metadata"], "finalizers": finalizers}}, current)
         else:
             self._remove(resource, current)
+
+
+def _check_uid_kept(resource: Resource, old: Obj, new: Obj) -> None:
+    """A patch naming another uid (written for an earlier object of the same name) is refused,
+    status subresource included, as the real server's metadata validation does."""
+    uid = (new.get("metadata") or {}).get("uid")
+    if uid and uid != old["metadata"]["uid"]:
+        raise invalid(resource.kind, old["metadata"]["name"], [
+            ("metadata.uid", f'Invalid value: "{str(uid)[:60]}": field is immutable')])
 
 
 def _matches(obj: Obj, labels: Matcher | None, fields: Matcher | None) -> bool:
