@@ -33,7 +33,7 @@ def standby(settings: Any) -> Any:
         timer.daemon = True
         timer.start()
 
-    elector = LeaseElector(api, k8s.namespace, k8s.elector, on_lost=lost)
+    elector = LeaseElector(api, k8s.voda_namespace, k8s.elector, on_lost=lost)
     activate(elector)
     return elector
 

@@ -44,7 +44,8 @@ def register(app: typer.Typer) -> None:
             help="Kubernetes backend: kubeconfig file (default: the in-cluster "
                  "service account).")] = None,
         namespace: Annotated[str | None, typer.Option(
-            help="Kubernetes backend: namespace of the jobs and the leader Lease.")] = None,
+            help="Kubernetes backend: namespace of the jobs (Voda's own, with its "
+                 "Lease, is kubernetes.voda_namespace: by default the pod's).")] = None,
         slots: Annotated[int | None, typer.Option(
             help="Local backend: worker slots (default: one per GPU, else one per CPU).")] = None,
         nodes: Annotated[str | None, typer.Option(

@@ -73,6 +73,10 @@ class PodSchedulerSettings:
     recovery_window_seconds: float = 600.0
     owner_ttl_seconds: float = 30.0
     instance: str = socket.gethostname()
+    # A folder with `token` and `ca.crt` of the pod scheduler's own ServiceAccount (a
+    # mounted service-account-token Secret): its requests use them, not the backend's.
+    token_dir: str | None = None
+    kubeconfig: str | None = None  # or a kubeconfig of its own (outside a pod)
 
 
 @dataclass(frozen=True, slots=True)

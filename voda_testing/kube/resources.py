@@ -99,6 +99,12 @@ BUILTIN: tuple[Resource, ...] = (
              short_names=("rs",)),
     Resource("apps", "v1", "statefulsets", "StatefulSet", subresources=_SCALED,
              scale=_REPLICAS, short_names=("sts",)),
+    Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole",
+             namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
+             namespaced=False),
 )
 
 

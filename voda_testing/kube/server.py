@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from voda_testing.kube.authz import Authorizer, User, query_of, request_attributes
 from voda_testing.kube.errors import ApiError
 from voda_testing.kube.resources import Resource
 from voda_testing.kube.selectors import field_matcher, label_matcher
@@ -63,6 +64,7 @@ class Request:
     resource: str
     user_agent: str = ""
     time: float = 0.0
+    user: str = ""  # the authenticated user's name, when the server authenticates
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -77,14 +79,19 @@ def _error(exc: ApiError, headers: dict[str, str] | None = None) -> web.Response
 class FakeApiServer:
     def __init__(self, store: Store | None = None, bookmark_interval: float = 1.0,
                  host: str = "127.0.0.1", port: int = 0,
-                 extra_routes: list[tuple[str, str, Any]] | None = None) -> None:
+                 extra_routes: list[tuple[str, str, Any]] | None = None,
+                 authorizer: Authorizer | None = None) -> None:
         self.store = store or Store()
+        # None: every request is allowed, unauthenticated (the conformance tests' server);
+        # set (see `enforce_rbac`): bearer tokens and RBAC as kube-apiserver does them.
+        self.authorizer = authorizer
         self.extra_routes = extra_routes or []
         self.bookmark_interval = bookmark_interval
         self.host = host
         self.port = port
         self.faults: list[Fault] = []
         self.requests: deque[Request] = deque(maxlen=100_000)
+        self.denied: deque[str] = deque(maxlen=1000)  # the 403s' messages, for tests
         self.outage_mode: str | None = None  # None, "refuse" or "hang"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -170,12 +177,20 @@ class FakeApiServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+    def enforce_rbac(self) -> Authorizer:
+        """From now on, authenticate and authorize every request (see authz.py)."""
+        if self.authorizer is None:
+            self.authorizer = Authorizer(self.store)
+        return self.authorizer
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default",
+                         token: str | None = None) -> Path:
+        """A kubeconfig for this server; `token`: the bearer token its user sends."""
         path = Path(path)
         config = {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {}}],
+            "users": [{"name": "fake", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake",
                                                       "namespace": namespace}}],
             "current-context": "fake",
@@ -253,6 +268,7 @@ class FakeApiServer:
         try:
             if path in ("/healthz", "/livez", "/readyz"):
                 return web.Response(text="ok")
+            user = self._authenticate(request)
             if path == "/version":
                 return _json({"major": "1", "minor": "32", "gitVersion": "v1.32.0-voda-fake",
                               "platform": "linux/amd64"})
@@ -275,9 +291,24 @@ class FakeApiServer:
                 raise ApiError(404, "the server could not find the requested resource")
             if not rest:
                 return _json(self._resource_list(group, version))
-            return await self._resource_request(request, group, version, rest)
+            if user is not None:
+                assert self.authorizer is not None
+                try:
+                    self.authorizer.authorize(user, request_attributes(
+                        request.method, group, rest, query_of(request.query_string)))
+                except ApiError as exc:
+                    self.denied.append(exc.message)
+                    raise
+            return await self._resource_request(request, group, version, rest,
+                                                user.name if user else "")
         except ApiError as exc:
             return _error(exc)
+
+    def _authenticate(self, request: web.Request) -> User | None:
+        """The caller, when the server authenticates (401 without a known token)."""
+        if self.authorizer is None:
+            return None
+        return self.authorizer.authenticate(request.headers.get("Authorization", ""))
 
     # ----- discovery ------------------------------------------------------------------------
     def _versions(self) -> dict[str, list[str]]:
@@ -352,7 +383,7 @@ class FakeApiServer:
         return resource, namespace, name, sub
 
     async def _resource_request(self, request: web.Request, group: str, version: str,
-                                rest: list[str]) -> web.StreamResponse:
+                                rest: list[str], user: str = "") -> web.StreamResponse:
         resource, namespace, name, sub = self._parse(group, version, rest)
         q = request.query
         method = request.method
@@ -362,7 +393,8 @@ class FakeApiServer:
         shown = f"{resource.plural}/{sub}" if sub else resource.plural
         self.requests.append(Request(method, request.path, request.query_string,
                                      request.headers.get("Content-Type", ""), verb, shown,
-                                     request.headers.get("User-Agent", ""), time.monotonic()))
+                                     request.headers.get("User-Agent", ""), time.monotonic(),
+                                     user))
         fault = self._take_fault(verb, shown)
         if fault is not None:
             headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else None

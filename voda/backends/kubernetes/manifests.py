@@ -16,6 +16,7 @@ import shlex
 from typing import Any
 
 from voda.backends.kubernetes.adapters import Sizes, adapter_for
+from voda.backends.kubernetes.isolation import isolation_errors
 from voda.backends.kubernetes.pinning import Plan, encode
 from voda.backends.kubernetes.settings import (
     GATE,
@@ -80,7 +81,8 @@ def render_job(document: Obj, job: str, sizes: Sizes, plan: Plan, run: str,
     `report`: with the report channel's env (settings.report_url must be set)."""
     source = kubeflow_document(document)
     adapter = adapter_for(str(source.get("kind")), settings.gpu_resource)
-    problems = adapter.check(source, sizes)
+    problems = adapter.check(source, sizes) + isolation_errors(
+        source, settings.service_accounts, settings.secrets)
     if problems:
         raise SpecError(problems)
     obj = adapter.render(source, sizes, worker_labels={JOB_LABEL: job}, gates=[{"name": GATE}])

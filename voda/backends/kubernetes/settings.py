@@ -36,7 +36,14 @@ class ElectorSettings:
 
 @dataclass(frozen=True)
 class KubernetesSettings:
-    namespace: str = "default"
+    namespace: str = "default"  # the training jobs' (never Voda's own: see voda_namespace)
+    # Voda's own namespace: its leader Lease, ServiceAccounts and Secrets. Empty: in a pod,
+    # the pod's namespace; elsewhere `namespace`. In a pod, the jobs' namespace must differ.
+    voda_namespace: str = ""
+    # What a job's pods may not use (isolation.py): Voda's ServiceAccounts and Secrets.
+    service_accounts: tuple[str, ...] = ("voda", "voda-pod-scheduler")
+    secrets: tuple[str, ...] = ("voda-db", "voda-tokens", "voda-postgres",
+                                "voda-pod-scheduler-token")
     kubeconfig: str = ""  # empty: in-cluster configuration
     gpu_resource: str = "nvidia.com/gpu"
     gpu_type_label: str = "voda.io/gpu-type"
