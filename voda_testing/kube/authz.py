@@ -25,8 +25,11 @@ RBAC = "rbac.authorization.k8s.io"
 MASTERS = "system:masters"
 AUTHENTICATED = "system:authenticated"
 RBAC_KINDS = {"Role": "roles", "ClusterRole": "clusterroles", "RoleBinding": "rolebindings",
-              "ClusterRoleBinding": "clusterrolebindings", "ServiceAccount": "serviceaccounts",
-              "Namespace": "namespaces"}
+              "ClusterRoleBinding": "clusterrolebindings"}
+# Loaded with them: where they apply, who they bind, and the objects named in resourceNames.
+CORE_KINDS = {"ServiceAccount": "serviceaccounts", "Namespace": "namespaces",
+              "Endpoints": "endpoints"}
+CLUSTER_KINDS = {"ClusterRole", "ClusterRoleBinding", "Namespace"}
 
 
 @dataclass(frozen=True)
@@ -207,17 +210,17 @@ def query_of(query_string: str) -> dict[str, str]:
 
 def load_rbac(store: Store, documents: Iterable[Mapping[str, Any]],
               namespaces: Mapping[str, str] | None = None) -> list[str]:
-    """Create the Namespaces, ServiceAccounts, Roles, ClusterRoles and their bindings among
-    `documents` (e.g. `kubectl kustomize deploy/`) in `store`; `namespaces` renames
-    namespaces on the way (e.g. the jobs namespace to a test's). Returns what it created,
-    as 'Kind/[namespace/]name'. Existing objects are replaced."""
+    """Create the Namespaces, ServiceAccounts, Roles, ClusterRoles, their bindings and the
+    Endpoints among `documents` (e.g. `kubectl kustomize deploy/`) in `store`;
+    `namespaces` renames namespaces on the way (e.g. the jobs namespace to a test's).
+    Returns what it created, as 'Kind/[namespace/]name'. Existing objects are replaced."""
     import copy
 
     rename = dict(namespaces or {})
     created = []
     for source in documents:
-        kind = source.get("kind")
-        if kind not in RBAC_KINDS:
+        kind = str(source.get("kind"))
+        if kind not in RBAC_KINDS and kind not in CORE_KINDS:
             continue
         doc = copy.deepcopy(dict(source))
         meta = doc.setdefault("metadata", {})
@@ -228,9 +231,8 @@ def load_rbac(store: Store, documents: Iterable[Mapping[str, Any]],
         for subject in doc.get("subjects") or ():
             if subject.get("namespace"):
                 subject["namespace"] = rename.get(subject["namespace"], subject["namespace"])
-        plural = RBAC_KINDS[kind]
-        what = f"{plural}.{RBAC}" if kind not in ("ServiceAccount", "Namespace") else plural
-        namespaced = kind in ("Role", "RoleBinding", "ServiceAccount")
+        what = f"{RBAC_KINDS[kind]}.{RBAC}" if kind in RBAC_KINDS else CORE_KINDS[kind]
+        namespaced = kind not in CLUSTER_KINDS
         ns = namespace if namespaced else ""
         if namespaced and ns and store.try_get("namespaces", "", ns) is None:
             store.create("namespaces", "", {"metadata": {"name": ns}})

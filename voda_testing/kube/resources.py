@@ -87,6 +87,7 @@ BUILTIN: tuple[Resource, ...] = (
              short_names=("po",), field_labels=_POD_FIELDS),
     Resource("", "v1", "services", "Service", subresources=_STATUS, short_names=("svc",)),
     Resource("", "v1", "configmaps", "ConfigMap", short_names=("cm",)),
+    Resource("", "v1", "endpoints", "Endpoints", short_names=("ep",)),
     Resource("", "v1", "secrets", "Secret", field_labels=frozenset({"type"})),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", short_names=("sa",)),
     Resource("", "v1", "events", "Event", short_names=("ev",), field_labels=_EVENT_FIELDS),

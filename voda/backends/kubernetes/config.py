@@ -63,6 +63,8 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
     if not 1 <= settings.workers <= 64:
         raise ValueError("kubernetes.workers: must lie in [1, 64]")
     check_report_url(settings.report_url)
+    if settings.liveness_seconds <= 0:
+        raise ValueError("kubernetes.liveness_seconds: must be positive")
     if settings.report_secret_check_seconds <= 0:
         raise ValueError("kubernetes.report_secret_check_seconds: must be positive")
     return settings

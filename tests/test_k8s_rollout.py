@@ -1,0 +1,147 @@
+"""Rollouts complete and wedged reconcilers are restarted (deploy/base/deployment.yaml):
+a standby `voda serve` answers /healthz (the readiness probe) while it waits for the
+lease, the Service's Endpoints name the leader alone and follow it to the next leader,
+and /livez fails once the reconciler has stopped looping."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from voda.backends.kubernetes.settings import KubernetesSettings
+from voda_testing.kube.deployed import DEPLOY, rendered
+from voda_testing.kube.harness import FakeCluster, eventually
+from voda_testing.serve import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+class Replica:
+    """One `voda serve --backend kubernetes` process, as one pod of the Deployment."""
+
+    def __init__(self, tmp_path: Path, fake: FakeCluster, name: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = tmp_path / f"{name}.toml"
+        config.write_text(
+            "[kubernetes]\nlease_seconds = 3.0\nrenew_deadline_seconds = 2.0\n"
+            'retry_seconds = 0.5\nvoda_namespace = "voda"\nleader_service = "voda"\n'
+            f'[pod_scheduler]\nkubeconfig = "{fake.kubeconfig_of("pod-scheduler")}"\n')
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
+        env.update(VODA_CONFIG=str(config), POD_IP="127.0.0.1", POD_NAME=name,
+                   VODA_TOKENS="root:tok-root:admin")
+        self.log = tmp_path / f"{name}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "voda.cli.main", "serve", "--backend", "kubernetes",
+             "--kubeconfig", str(fake.kubeconfig), "--namespace", fake.namespace,
+             "--db", f"sqlite:///{tmp_path / 'voda.db'}", "--port", str(self.port)],
+            cwd=ROOT, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
+
+    def get(self, path: str) -> httpx.Response | None:
+        try:
+            return httpx.get(self.url + path, timeout=2.0)
+        except httpx.HTTPError:
+            return None
+
+    def status(self, path: str) -> int:
+        response = self.get(path)
+        return 0 if response is None else response.status_code
+
+    def leading(self) -> bool:
+        response = self.get("/v1/jobs")
+        return response is not None and response.status_code in (200, 401)
+
+    def standing_by(self) -> bool:
+        return "is a standby until" in self.log.read_text()
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeCluster]:
+    cluster = FakeCluster.start(tmp_path)
+    cluster.sim.add_node("n0", 4)
+    yield cluster
+    cluster.stop()
+
+
+def endpoint(fake: FakeCluster) -> tuple[str, int] | None:
+    subsets = fake.server.store.get("endpoints", "voda", "voda").get("subsets") or []
+    if not subsets:
+        return None
+    return subsets[0]["addresses"][0]["ip"], subsets[0]["ports"][0]["port"]
+
+
+def test_a_standby_is_ready_and_the_service_follows_the_leader(
+        tmp_path: Path, fake: FakeCluster) -> None:
+    replicas: list[Replica] = []
+    try:
+        leader = Replica(tmp_path, fake, "voda-a")
+        replicas.append(leader)
+        eventually(leader.leading, timeout=60)
+        eventually(lambda: endpoint(fake) == ("127.0.0.1", leader.port), timeout=30)
+        standby = Replica(tmp_path, fake, "voda-b")
+        replicas.append(standby)
+        eventually(standby.standing_by, timeout=60)
+        # The readiness and liveness probes pass on the standby; nothing else is served.
+        eventually(lambda: standby.status("/healthz") == 200, timeout=30)
+        assert standby.status("/livez") == 200
+        assert standby.status("/v1/jobs") == 503
+        assert endpoint(fake) == ("127.0.0.1", leader.port)
+        assert leader.status("/livez") == 200
+        # A rollout stops the old leader: it leaves the Service, the standby takes it.
+        leader.proc.send_signal(signal.SIGTERM)
+        assert leader.proc.wait(30) == 0
+        eventually(standby.leading, timeout=60)
+        eventually(lambda: endpoint(fake) == ("127.0.0.1", standby.port), timeout=30)
+        assert standby.status("/healthz") == 200
+    finally:
+        for replica in replicas:
+            if replica.proc.poll() is None:
+                replica.proc.kill()
+                replica.proc.wait(10)
+
+
+def test_livez_fails_while_the_reconciler_is_wedged(fake: FakeCluster) -> None:
+    backend = fake.backend(KubernetesSettings(namespace=fake.namespace,
+                                              liveness_seconds=1.0))
+    backend.running()
+    assert backend.stalled() is None
+    release = threading.Event()
+
+    def wedge() -> None:  # a reconciler stuck behind the backend's lock
+        with backend.lock:
+            release.wait(30)
+
+    thread = threading.Thread(target=wedge)
+    thread.start()
+    try:
+        reason = eventually(backend.stalled, timeout=30)
+        assert reason.startswith("kubernetes: the reconciler has not looped for")
+    finally:
+        release.set()
+        thread.join()
+    eventually(lambda: backend.stalled() is None, timeout=30)
+
+
+def test_the_deployment_probes_what_a_standby_answers() -> None:
+    (deployment,) = [d for d in rendered(DEPLOY / "base") if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    (service,) = [d for d in rendered(DEPLOY / "base") if d["kind"] == "Service"]
+    assert "selector" not in service["spec"]  # the leader writes the Endpoints
+    (config,) = [d for d in rendered(DEPLOY / "base") if d["kind"] == "ConfigMap"]
+    toml: dict[str, Any] = tomllib.loads(config["data"]["config.toml"])
+    assert toml["kubernetes"]["leader_service"] == service["metadata"]["name"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
