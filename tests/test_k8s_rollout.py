@@ -5,65 +5,21 @@ and /livez fails once the reconciler has stopped looping."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from voda.backends.kubernetes.settings import KubernetesSettings
 from voda_testing.kube.deployed import DEPLOY, rendered
 from voda_testing.kube.harness import FakeCluster, eventually
-from voda_testing.serve import free_port
+from voda_testing.kube.replica import Replica
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
-
-
-class Replica:
-    """One `voda serve --backend kubernetes` process, as one pod of the Deployment."""
-
-    def __init__(self, tmp_path: Path, fake: FakeCluster, name: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = tmp_path / f"{name}.toml"
-        config.write_text(
-            "[kubernetes]\nlease_seconds = 3.0\nrenew_deadline_seconds = 2.0\n"
-            'retry_seconds = 0.5\nvoda_namespace = "voda"\nleader_service = "voda"\n'
-            f'[pod_scheduler]\nkubeconfig = "{fake.kubeconfig_of("pod-scheduler")}"\n')
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
-        env.update(VODA_CONFIG=str(config), POD_IP="127.0.0.1", POD_NAME=name,
-                   VODA_TOKENS="root:tok-root:admin")
-        self.log = tmp_path / f"{name}.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "voda.cli.main", "serve", "--backend", "kubernetes",
-             "--kubeconfig", str(fake.kubeconfig), "--namespace", fake.namespace,
-             "--db", f"sqlite:///{tmp_path / 'voda.db'}", "--port", str(self.port)],
-            cwd=ROOT, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
-
-    def get(self, path: str) -> httpx.Response | None:
-        try:
-            return httpx.get(self.url + path, timeout=2.0)
-        except httpx.HTTPError:
-            return None
-
-    def status(self, path: str) -> int:
-        response = self.get(path)
-        return 0 if response is None else response.status_code
-
-    def leading(self) -> bool:
-        response = self.get("/v1/jobs")
-        return response is not None and response.status_code in (200, 401)
-
-    def standing_by(self) -> bool:
-        return "is a standby until" in self.log.read_text()
 
 
 @pytest.fixture
@@ -106,9 +62,7 @@ def test_a_standby_is_ready_and_the_service_follows_the_leader(
         assert standby.status("/healthz") == 200
     finally:
         for replica in replicas:
-            if replica.proc.poll() is None:
-                replica.proc.kill()
-                replica.proc.wait(10)
+            replica.stop()
 
 
 def test_livez_fails_while_the_reconciler_is_wedged(fake: FakeCluster) -> None:

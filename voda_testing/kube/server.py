@@ -80,8 +80,12 @@ class FakeApiServer:
     def __init__(self, store: Store | None = None, bookmark_interval: float = 1.0,
                  host: str = "127.0.0.1", port: int = 0,
                  extra_routes: list[tuple[str, str, Any]] | None = None,
-                 authorizer: Authorizer | None = None) -> None:
+                 authorizer: Authorizer | None = None, tls: bool = False) -> None:
         self.store = store or Store()
+        # HTTPS with a CA of its own (in the kubeconfigs it writes): kubectl sends a bearer
+        # token over TLS only.
+        self.tls = tls
+        self._ca: Any = None
         # None: every request is allowed, unauthenticated (the conformance tests' server);
         # set (see `enforce_rbac`): bearer tokens and RBAC as kube-apiserver does them.
         self.authorizer = authorizer
@@ -104,7 +108,7 @@ class FakeApiServer:
     # ----- life cycle --------------------------------------------------------------------
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def start(self) -> FakeApiServer:
         ready = threading.Event()
@@ -146,12 +150,26 @@ class FakeApiServer:
 
     async def _listen(self) -> None:
         assert self._runner is not None
-        self._site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        self._site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True,
+                                 ssl_context=self._ssl_context())
         await self._site.start()
         if not self.port:
             server = self._site._server
             assert server is not None
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def _ssl_context(self) -> Any:
+        if not self.tls:
+            return None
+        import ssl
+
+        import trustme
+
+        if self._ca is None:
+            self._ca = trustme.CA()
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._ca.issue_cert(self.host, "localhost").configure_cert(context)
+        return context
 
     def stop(self) -> None:
         if self._loop is None:
@@ -189,7 +207,9 @@ class FakeApiServer:
         path = Path(path)
         config = {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": {"server": self.url, **(
+                {"certificate-authority-data": base64.b64encode(
+                    self._ca.cert_pem.bytes()).decode()} if self.tls else {})}}],
             "users": [{"name": "fake", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake",
                                                       "namespace": namespace}}],
