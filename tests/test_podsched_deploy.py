@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.podsched_harness import config_text, running_cluster
+from voda.backends.kubernetes.api import SECRETS, ApiError, Kind, KubeApi
+from voda_testing.kube import FakeApiServer
 from voda_testing.kube.authz import Attributes as AuthzAttributes
-from voda_testing.kube.deployed import DEPLOY, rendered
+from voda_testing.kube.deployed import DEPLOY, install_rbac, rendered
 from voda_testing.kube.harness import eventually
 from voda_testing.kube.rbac import seen, unused_in
 
@@ -83,3 +87,26 @@ def test_voda_serve_gives_the_pod_scheduler_its_own_credentials() -> None:
     assert token["type"] == "kubernetes.io/service-account-token"
     assert token["metadata"]["annotations"]["kubernetes.io/service-account.name"] == (
         POD_SCHEDULER)
+
+
+def test_in_a_pod_the_pod_scheduler_sends_with_its_mounted_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KubeApi.connect_token_dir as `[pod_scheduler] token_dir` uses it: the in-cluster
+    address (KUBERNETES_SERVICE_HOST/PORT) and CA, the pod scheduler's token."""
+    server = FakeApiServer(tls=True).start()
+    try:
+        tokens = install_rbac(server)
+        folder = tmp_path / "voda-pod-scheduler"
+        folder.mkdir()
+        (folder / "token").write_text(tokens["pod-scheduler"])
+        (folder / "ca.crt").write_bytes(server.ca_certificate or b"")
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", server.host)
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
+        api = KubeApi.connect_token_dir(str(folder), attempts=1)
+        assert api.try_get(Kind("batch", "v1", "jobs"), "voda-jobs", "absent") is None
+        with pytest.raises(ApiError) as refused:
+            api.get(SECRETS, "voda", "voda-db")
+        assert refused.value.status == 403 and (
+            f'User "{USER}" cannot get resource "secrets"') in refused.value.message
+    finally:
+        server.stop()

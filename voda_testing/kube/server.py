@@ -158,6 +158,11 @@ class FakeApiServer:
             assert server is not None
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
+    @property
+    def ca_certificate(self) -> bytes | None:
+        """The PEM of the CA that signed the server's certificate (with tls=True)."""
+        return self._ca.cert_pem.bytes() if self._ca is not None else None
+
     def _ssl_context(self) -> Any:
         if not self.tls:
             return None
@@ -209,7 +214,7 @@ class FakeApiServer:
             "apiVersion": "v1", "kind": "Config", "preferences": {},
             "clusters": [{"name": "fake", "cluster": {"server": self.url, **(
                 {"certificate-authority-data": base64.b64encode(
-                    self._ca.cert_pem.bytes()).decode()} if self.tls else {})}}],
+                    self.ca_certificate or b"").decode()} if self.tls else {})}}],
             "users": [{"name": "fake", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake",
                                                       "namespace": namespace}}],
