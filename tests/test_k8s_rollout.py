@@ -5,6 +5,7 @@ and /livez fails once the reconciler has stopped looping."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import tomllib
@@ -12,9 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from voda.api.app import create_app
+from voda.api.service import Service
 from voda.backends.kubernetes.settings import KubernetesSettings
+from voda.config import ServerSettings, User, hash_token
 from voda_testing.kube.deployed import DEPLOY, rendered
 from voda_testing.kube.harness import FakeCluster, eventually
 from voda_testing.kube.replica import Replica
@@ -65,11 +70,26 @@ def test_a_standby_is_ready_and_the_service_follows_the_leader(
             replica.stop()
 
 
-def test_livez_fails_while_the_reconciler_is_wedged(fake: FakeCluster) -> None:
+def test_livez_fails_while_the_reconciler_is_wedged(tmp_path: Path, fake: FakeCluster) -> None:
     backend = fake.backend(KubernetesSettings(namespace=fake.namespace,
                                               liveness_seconds=1.0))
+    service = Service(ServerSettings(db=f"sqlite:///{tmp_path / 'v.db'}",
+                                     backend="kubernetes",
+                                     tokens={hash_token("a-long-token"): User("a")}), backend)
+    service.start()
+    app = create_app(service.settings, service=service)
+    app.state.service = service  # as its lifespan does (ASGITransport runs none)
+
+    def livez() -> httpx.Response:
+        async def call() -> httpx.Response:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport,
+                                         base_url="http://127.0.0.1") as client:
+                return await client.get("/livez")
+        return asyncio.run(call())
+
     backend.running()
-    assert backend.stalled() is None
+    assert backend.stalled() is None and livez().status_code == 200
     release = threading.Event()
 
     def wedge() -> None:  # a reconciler stuck behind the backend's lock
@@ -81,10 +101,15 @@ def test_livez_fails_while_the_reconciler_is_wedged(fake: FakeCluster) -> None:
     try:
         reason = eventually(backend.stalled, timeout=30)
         assert reason.startswith("kubernetes: the reconciler has not looped for")
+        answer = livez()
+        assert answer.status_code == 503 and answer.json()["status"] == "wedged"
+        assert answer.json()["reasons"][0].startswith("kubernetes: the reconciler")
     finally:
         release.set()
         thread.join()
     eventually(lambda: backend.stalled() is None, timeout=30)
+    assert livez().status_code == 200
+    service.close()
 
 
 def test_the_deployment_probes_what_a_standby_answers() -> None:
