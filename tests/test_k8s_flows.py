@@ -174,7 +174,9 @@ class Serve:
 
     def up(self) -> bool:
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200
+            health = httpx.get(f"{self.url}/healthz", timeout=1.0)
+            # A standby answers /healthz too (its readiness), as a standby.
+            return health.status_code == 200 and health.json().get("role") != "standby"
         except httpx.HTTPError:
             return False
 
