@@ -115,6 +115,24 @@ def test_the_jobs_never_share_vodas_namespace() -> None:
         kubernetes_settings(Server())
 
 
+def test_in_a_pod_vodas_namespace_is_the_pods(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from voda.backends.kubernetes import config
+
+    file = tmp_path / "namespace"
+    file.write_text("voda\n")
+    assert config.pod_namespace(str(file)) == "voda"
+    assert config.pod_namespace(str(tmp_path / "absent")) == ""
+    monkeypatch.setattr(config.pod_namespace, "__defaults__", (str(file),))
+    jobs = KubernetesSettings(namespace="voda-jobs")
+    assert _own_namespace(jobs).voda_namespace == "voda"
+    with pytest.raises(ValueError, match=r"kubernetes\.namespace"):
+        _own_namespace(KubernetesSettings(namespace="voda"))
+    # With a kubeconfig (maybe another cluster's), the pod's namespace does not count.
+    assert _own_namespace(KubernetesSettings(namespace="voda", kubeconfig="kc")
+                          ).voda_namespace == "voda"
+
+
 def test_voda_serve_refuses_to_run_jobs_in_its_own_namespace(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[kubernetes]\nvoda_namespace = "voda"\n')

@@ -84,8 +84,11 @@ def pod_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
 
 def _own_namespace(settings: KubernetesSettings, in_pod: str | None = None
                    ) -> KubernetesSettings:
-    """Resolve voda_namespace and refuse to run the jobs beside Voda's Secrets."""
-    in_pod = pod_namespace() if in_pod is None else in_pod
+    """Resolve voda_namespace and refuse to run the jobs beside Voda's Secrets. The pod's
+    namespace counts only with the in-cluster configuration (no kubeconfig given): a
+    kubeconfig may name another cluster."""
+    if in_pod is None:
+        in_pod = "" if settings.kubeconfig else pod_namespace()
     explicit = settings.voda_namespace
     own = explicit or in_pod or settings.namespace
     if (explicit or in_pod) and own == settings.namespace:

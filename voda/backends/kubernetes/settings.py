@@ -37,8 +37,9 @@ class ElectorSettings:
 @dataclass(frozen=True)
 class KubernetesSettings:
     namespace: str = "default"  # the training jobs' (never Voda's own: see voda_namespace)
-    # Voda's own namespace: its leader Lease, ServiceAccounts and Secrets. Empty: in a pod,
-    # the pod's namespace; elsewhere `namespace`. In a pod, the jobs' namespace must differ.
+    # Voda's own namespace: its leader Lease, ServiceAccounts and Secrets. Empty: in a pod
+    # (in-cluster configuration), the pod's; elsewhere `namespace`. Set, or in a pod, the
+    # jobs' namespace must differ from it.
     voda_namespace: str = ""
     # What a job's pods may not use (isolation.py): Voda's ServiceAccounts and Secrets.
     service_accounts: tuple[str, ...] = ("voda", "voda-pod-scheduler")
