@@ -720,7 +720,8 @@ class KubernetesBackend:
         """Why the process should be restarted (its reconciler has not looped for longer
         than kubernetes.liveness_seconds), or None."""
         age = time.monotonic() - self.heartbeat
-        if self._thread is not None and age > self.settings.liveness_seconds:
+        if self._thread is not None and not self._stop.is_set() and (
+                age > self.settings.liveness_seconds):
             return f"kubernetes: the reconciler has not looped for {age:.0f} s"
         return None
 
