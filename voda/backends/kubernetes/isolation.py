@@ -13,7 +13,7 @@ from typing import Any
 
 from voda.spec.errors import FieldError
 
-REPORT_SECRET_SUFFIX = "-voda-report"  # each job's report Secret (manifests.py)
+REPORT_SECRET_SUFFIX = "-voda-report"  # each job's report Secret: <object name><suffix>
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 Obj = dict[str, Any]
 

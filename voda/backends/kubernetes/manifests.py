@@ -16,7 +16,7 @@ import shlex
 from typing import Any
 
 from voda.backends.kubernetes.adapters import Sizes, adapter_for
-from voda.backends.kubernetes.isolation import isolation_errors
+from voda.backends.kubernetes.isolation import REPORT_SECRET_SUFFIX, isolation_errors
 from voda.backends.kubernetes.pinning import Plan, encode
 from voda.backends.kubernetes.settings import (
     GATE,
@@ -112,7 +112,6 @@ def check_document(document: Obj, min_workers: int, max_workers: int,
 
 # ----- the report channel ------------------------------------------------------------------
 REPORT_SECRET_KEY = "token"
-REPORT_SECRET_SUFFIX = "-voda-report"
 
 
 def report_secret_name(job: str) -> str:
