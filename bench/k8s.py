@@ -339,7 +339,7 @@ def failover_once(sig: signal.Signals) -> tuple[float, float]:
 def up(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
-            return r.status == 200
+            return r.status == 200 and b'"standby"' not in r.read()  # a standby answers too
     except OSError:
         return False
 

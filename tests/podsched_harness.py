@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from voda.backends.kubernetes.cluster_view import ClusterView
+from voda.backends.kubernetes.cluster_view import ClusterView, watch_cluster
 from voda.podsched.controller import PodScheduler, PodSchedulerSettings
 from voda_testing.kube import FakeApiServer
 from voda_testing.kube.cluster import ClusterSimulator, SimSettings
@@ -132,20 +132,27 @@ def running_cluster(tmp_path: Path, config: str | None = None,
                     sim: SimSettings | None = None, **settings: Any) -> Iterator[Cluster]:
     fake = FakeCluster.start(tmp_path, sim or SimSettings(not_ready_eviction_seconds=300),
                              bookmark_interval=0.2)
-    fake.server.store.create("namespaces", "", {"metadata": {"name": CONFIG_MAP.split("/")[0]}})
     workloads = WorkloadControllers(fake.server.store).start()
+    # As in `voda serve`: Voda's cluster view (its ServiceAccount's watches) feeds the pod
+    # scheduler, which sends its own requests as its own ServiceAccount.
     view = ClusterView()
-    scheduler = PodScheduler(fake.api(), view, PodSchedulerSettings(
-        config_map=CONFIG_MAP, retry_seconds=1.0, watch_seconds=30, **settings), feed_view=True)
+    feeding = watch_cluster(fake.api(), view, 30)
+    for informer in feeding:
+        informer.start()
+    scheduler = PodScheduler(fake.api("pod-scheduler"), view, PodSchedulerSettings(
+        config_map=CONFIG_MAP, retry_seconds=1.0, watch_seconds=30, **settings))
     cluster = Cluster(fake, workloads, view, scheduler)
     if config is not None:
         cluster.set_config(config)
-    scheduler.start()
     try:
+        assert all(i.synced.wait(10) for i in feeding)
+        scheduler.start()
         assert scheduler.wait_synced(10)
         yield cluster
     finally:
         scheduler.stop()
+        for informer in feeding:
+            informer.stop()
         workloads.stop()
         fake.stop()
     assert not fake.sim.errors, fake.sim.errors

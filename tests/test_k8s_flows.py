@@ -4,7 +4,8 @@ standby adopting its jobs; API faults and outages.
 
 By default they run against the fake API server with the cluster simulator. With
 VODA_E2E_KUBECONFIG set they run against that cluster instead (namespace
-VODA_E2E_NAMESPACE, default "voda-e2e"; worker image VODA_E2E_IMAGE; the nodes named
+VODA_E2E_NAMESPACE, default "voda-e2e", for the jobs and VODA_E2E_VODA_NAMESPACE, default
+"voda-e2e-own", for Voda's Lease, both existing; worker image VODA_E2E_IMAGE; the nodes named
 in VODA_E2E_SPARE_NODES are cordoned first and "added" by uncordoning them; a
 "removed" node is cordoned). Fault injection needs the fake server.
 """
@@ -46,10 +47,12 @@ pytestmark = pytest.mark.slow
 class Control:
     """What a flow does to the cluster: the fake one (simulated controllers) or a real one."""
 
-    kubeconfig: Path
-    namespace: str
+    kubeconfig: Path  # the test's own view (an administrator's)
+    namespace: str  # the jobs'
     fake: FakeCluster | None = None
     spare: list[str] = field(default_factory=list)
+    voda_kubeconfig: Path | None = None  # what `voda serve` connects with (default: kubeconfig)
+    voda_namespace: str = "voda"  # Voda's own, with its Lease
 
     def add_node(self, name: str, gpus: int = 4) -> None:
         if self.fake is not None:
@@ -102,7 +105,9 @@ def cluster(tmp_path: Path) -> Iterator[Control]:
     if E2E_KUBECONFIG:
         spare = [n for n in os.environ.get("VODA_E2E_SPARE_NODES", "").split(",") if n]
         control = Control(Path(E2E_KUBECONFIG), os.environ.get("VODA_E2E_NAMESPACE",
-                                                                "voda-e2e"), spare=spare)
+                                                                "voda-e2e"), spare=spare,
+                          voda_namespace=os.environ.get("VODA_E2E_VODA_NAMESPACE",
+                                                        "voda-e2e-own"))
         for name in spare:
             control._cordon(name, True)
         yield control
@@ -110,7 +115,7 @@ def cluster(tmp_path: Path) -> Iterator[Control]:
     fake = FakeCluster.start(tmp_path)
     for i in range(4):
         fake.sim.add_node(f"n{i}", 4, labels={"voda.io/leaf": f"l{i // 2}"})
-    yield Control(fake.kubeconfig, "default", fake)
+    yield Control(fake.admin_kubeconfig, "default", fake, voda_kubeconfig=fake.kubeconfig)
     fake.stop()
 
 
@@ -169,7 +174,9 @@ class Serve:
 
     def up(self) -> bool:
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200
+            health = httpx.get(f"{self.url}/healthz", timeout=1.0)
+            # A standby answers /healthz too (its readiness), as a standby.
+            return health.status_code == 200 and health.json().get("role") != "standby"
         except httpx.HTTPError:
             return False
 
@@ -194,8 +201,11 @@ class Serve:
 def serve(tmp_path: Path, cluster: Control) -> Iterator[Any]:
     started: list[Serve] = []
     config = tmp_path / "config.toml"
+    own = (f'[pod_scheduler]\nkubeconfig = "{cluster.fake.kubeconfig_of("pod-scheduler")}"\n'
+           if cluster.fake is not None else "")
     config.write_text("[kubernetes]\n" + "".join(f"{k} = {v}\n" for k, v in LEASE.items())
-                      + "unschedulable_seconds = 5.0\n")
+                      + "unschedulable_seconds = 5.0\n"
+                      + f'voda_namespace = "{cluster.voda_namespace}"\n' + own)
     db = f"sqlite:///{tmp_path / 'voda.db'}"
 
     def start(wait: bool = True) -> Serve:
@@ -207,7 +217,8 @@ def serve(tmp_path: Path, cluster: Control) -> Iterator[Any]:
         log = tmp_path / f"serve-{port}.log"
         proc = subprocess.Popen(
             [sys.executable, "-m", "voda.cli.main", "serve", "--backend", "kubernetes",
-             "--kubeconfig", str(cluster.kubeconfig), "--namespace", cluster.namespace,
+             "--kubeconfig", str(cluster.voda_kubeconfig or cluster.kubeconfig),
+             "--namespace", cluster.namespace,
              "--db", db, "--port", str(port), "--rate-limit", "0.3", "--step-interval", "0.2"],
             cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
         process = Serve(proc, f"http://127.0.0.1:{port}", log, tmp_path / "token")
@@ -344,7 +355,7 @@ def test_a_leader_stopped_with_sigterm_releases_the_lease_at_once(
     stopped = time.time()
     assert leader.proc.wait(30) == 0
     eventually(standby.up, timeout=60)
-    lease = KubeApi.connect(str(cluster.kubeconfig)).get(LEASES, cluster.namespace,
+    lease = KubeApi.connect(str(cluster.kubeconfig)).get(LEASES, cluster.voda_namespace,
                                                          "voda-leader")
     acquired = datetime.strptime(lease["spec"]["acquireTime"], "%Y-%m-%dT%H:%M:%S.%fZ")
     taken = acquired.replace(tzinfo=UTC).timestamp() - stopped

@@ -160,7 +160,9 @@ class Service:
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp_path / "config.toml"
         config.write_text("[kubernetes]\nlease_seconds = 3.0\nrenew_deadline_seconds = 2.0\n"
-                          f"retry_seconds = 0.5\nreport_url = \"{self.url}\"\n")
+                          f"retry_seconds = 0.5\nreport_url = \"{self.url}\"\n"
+                          'voda_namespace = "voda"\n[pod_scheduler]\n'
+                          f'kubeconfig = "{fake.kubeconfig_of("pod-scheduler")}"\n')
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
         self.env.update(VODA_CONFIG=str(config), VODA_TOKENS=TOKENS_ENV)
         self.args = [sys.executable, "-m", "voda.cli.main", "serve", "--backend",
@@ -180,7 +182,9 @@ class Service:
 
     def _up(self) -> bool:
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200
+            health = httpx.get(f"{self.url}/healthz", timeout=1.0)
+            # A standby answers /healthz too (its readiness), as a standby.
+            return health.status_code == 200 and health.json().get("role") != "standby"
         except httpx.HTTPError:
             return False
 

@@ -269,7 +269,8 @@ def test_a_scheduler_joining_a_fed_view_takes_what_was_listed_before_it(tmp_path
         for informer in feeding:
             informer.start()
         eventually(lambda: all(i.synced.is_set() for i in feeding) and view.free("n") == 2)
-        late = PodScheduler(fake.api(), view, PodSchedulerSettings(retry_seconds=0.5)).start()
+        late = PodScheduler(fake.api("pod-scheduler"), view,
+                            PodSchedulerSettings(retry_seconds=0.5)).start()
         assert late.wait_synced(10)
         assert late.state.pods["default/early"].pod.node == "n"
         assert late.snapshot().requested["n"]["nvidia.com/gpu"] == 6

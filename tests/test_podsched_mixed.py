@@ -94,7 +94,7 @@ def test_a_random_mix_never_puts_a_node_over_its_gpus(cluster: FakeCluster, seed
             cluster.sim.add_node(f"l{leaf}-n{k}", 4, {"voda.io/leaf": f"l{leaf}"})
     workloads = WorkloadControllers(store).start()
     backend = cluster.backend()
-    pods = PodScheduler(cluster.api(backoff=0.05, max_backoff=0.5), backend.view,
+    pods = PodScheduler(cluster.api("pod-scheduler", backoff=0.05, max_backoff=0.5), backend.view,
                         PodSchedulerSettings(retry_seconds=0.5)).start()
     engine = Engine(Scheduler(backend, SchedulerSettings(rate_limit_seconds=0.2)))
     engine.thread.start()

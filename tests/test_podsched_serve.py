@@ -76,7 +76,8 @@ def kubectl(kubeconfig: Path, *args: str) -> str:
 
 def up(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
+        health = httpx.get(f"{url}/healthz", timeout=1.0)
+        return health.status_code == 200 and health.json().get("role") != "standby"
     except httpx.HTTPError:
         return False
 

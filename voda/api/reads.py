@@ -194,6 +194,13 @@ class ServiceReads:
             reasons.append(f"scheduler: the lock has been held for {held:.1f} s")
         return not reasons, reasons
 
+    def liveness(self) -> tuple[bool, list[str]]:
+        """Alive unless the backend says its own loop is wedged (`stalled()`); a restart
+        is the cure. Never waits for a lock."""
+        stalled = getattr(self.backend, "stalled", None)
+        reason = stalled() if callable(stalled) else None
+        return reason is None, [reason] if reason else []
+
     def lock_held_seconds(self) -> float:
         since = self._lock_since
         return 0.0 if since is None else max(0.0, time.monotonic() - since)

@@ -76,6 +76,17 @@ def readyz(request: Request) -> Response:
     return JSONResponse(body, status_code=200 if ready else 503, headers=headers)
 
 
+@router.get("/livez", response_model=schemas.Liveness, tags=["service"],
+            responses={k: ERRORS[k] for k in (400, 403, 500)} | {
+                503: {"model": schemas.Liveness, "description": "Wedged, with reasons"}})
+def livez(request: Request) -> Response:
+    """Alive: the process answers and the backend's loop goes round (the Kubernetes
+    reconciler within kubernetes.liveness_seconds). Failing it asks for a restart."""
+    alive, reasons = service_of(request).liveness()
+    body = {"status": "alive" if alive else "wedged", "reasons": reasons}
+    return JSONResponse(body, status_code=200 if alive else 503)
+
+
 @router.get("/metrics", tags=["service"], response_class=Response,
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
                        **{k: ERRORS[k] for k in (400, 403, 500)}})

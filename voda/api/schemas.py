@@ -358,3 +358,8 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     status: Literal["ready", "unready"]
     reasons: list[str]
+
+
+class Liveness(BaseModel):
+    status: Literal["alive", "wedged"]
+    reasons: list[str]

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ def standby(settings: Any) -> Any:
         timer.daemon = True
         timer.start()
 
-    elector = LeaseElector(api, k8s.namespace, k8s.elector, on_lost=lost)
+    elector = LeaseElector(api, k8s.voda_namespace, k8s.elector, on_lost=lost)
     activate(elector)
     return elector
 
@@ -64,3 +65,44 @@ def step_down(elector: Any, backend: Any) -> int:
     if close is not None:
         close()
     return 0
+
+
+def standby_health(settings: Any, backend: Any) -> Any:
+    """Answer /healthz and /livez on the service's port while standing by."""
+    from voda.backends.kubernetes.config import kubernetes_settings
+    from voda.backends.kubernetes.leader_service import own_address
+    from voda.cli.standby_health import StandbyHealth
+
+    if kubernetes_settings(settings).leader_service:
+        own_address()  # fail now, not once leading, when POD_IP is missing
+    stalled = getattr(backend, "stalled", None)
+    return StandbyHealth(settings.host, settings.port,
+                         stalled if callable(stalled) else lambda: None,
+                         settings.tls_cert or "", settings.tls_key or "").start()
+
+
+def publish_leader(elector: Any, settings: Any) -> None:
+    """As the new leader, route kubernetes.leader_service to this process (if set)."""
+    from voda.backends.kubernetes.config import kubernetes_settings
+    from voda.backends.kubernetes.leader_service import publish
+
+    k8s = kubernetes_settings(settings)
+    if not k8s.leader_service:
+        return
+
+    def keep_trying() -> None:  # until written, or no longer the leader
+        while not elector.lost and not publish(elector.api, k8s.voda_namespace,
+                                               k8s.leader_service, settings.port):
+            time.sleep(k8s.elector.retry_seconds)
+
+    threading.Thread(target=keep_trying, name="leader-service", daemon=True).start()
+
+
+def withdraw_leader(elector: Any, settings: Any) -> None:
+    """Stepping down while still the leader: take this process out of the Service."""
+    from voda.backends.kubernetes.config import kubernetes_settings
+    from voda.backends.kubernetes.leader_service import withdraw
+
+    k8s = kubernetes_settings(settings)
+    if k8s.leader_service and not elector.lost:
+        withdraw(elector.api, k8s.voda_namespace, k8s.leader_service)

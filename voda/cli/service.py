@@ -44,7 +44,8 @@ def register(app: typer.Typer) -> None:
             help="Kubernetes backend: kubeconfig file (default: the in-cluster "
                  "service account).")] = None,
         namespace: Annotated[str | None, typer.Option(
-            help="Kubernetes backend: namespace of the jobs and the leader Lease.")] = None,
+            help="Kubernetes backend: namespace of the jobs (Voda's own, with its "
+                 "Lease, is kubernetes.voda_namespace: by default the pod's).")] = None,
         slots: Annotated[int | None, typer.Option(
             help="Local backend: worker slots (default: one per GPU, else one per CPU).")] = None,
         nodes: Annotated[str | None, typer.Option(
@@ -116,11 +117,14 @@ def register(app: typer.Typer) -> None:
         elector = None
         try:
             if settings.backend == "kubernetes":
-                from voda.cli.kubernetes import lead, standby
+                from voda.cli.kubernetes import lead, publish_leader, standby, standby_health
 
                 elector = standby(settings)  # the backend's writes pass its fence
                 backend_ = create_backend(settings)  # watches the cluster, writes nothing
+                health = standby_health(settings, backend_)  # Ready while it waits
                 lead(elector)  # a standby waits here
+                health.close()
+                publish_leader(elector, settings)  # the Service routes to it from now
             else:
                 backend_ = create_backend(settings)
             service = Service(settings, backend_)
@@ -168,6 +172,7 @@ def register(app: typer.Typer) -> None:
         if pod_scheduler is not None:
             pod_scheduler.stop()
         if elector is not None:
-            from voda.cli.kubernetes import step_down
+            from voda.cli.kubernetes import step_down, withdraw_leader
 
+            withdraw_leader(elector, settings)
             raise typer.Exit(step_down(elector, service.backend))

@@ -80,6 +80,10 @@ class PodSchedulerSettings:
     instance: str = socket.gethostname()
     watch_volumes: bool = True  # PersistentVolumeClaims, PersistentVolumes, StorageClasses
     condition_refresh_seconds: float = 5.0  # a pod's PodScheduled message changes this often
+    # A folder with `token` and `ca.crt` of the pod scheduler's own ServiceAccount (a
+    # mounted service-account-token Secret): its requests use them, not the backend's.
+    token_dir: str | None = None
+    kubeconfig: str | None = None  # or a kubeconfig of its own (outside a pod)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ metrics are served at the service's /metrics. config.toml:
     config_file = ""                     # a SchedulerConfig file instead of a ConfigMap
     retry_seconds = 10.0                 # Pending pods are tried again at least this often
     event_repeat_seconds = 60.0          # the same Event on the same pod at most this often
+    token_dir = ""                       # its own ServiceAccount's token and ca.crt (in a pod)
+    kubeconfig = ""                      # or its own kubeconfig; neither: the backend's client
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from voda.podsched.metrics import PodSchedulerMetrics
 CONFIG_MAP_NAME = "voda-scheduler-config"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _OWN = ("scheduler_name", "config_map", "config_key", "config_file", "retry_seconds",
-        "event_repeat_seconds")
+        "event_repeat_seconds", "token_dir", "kubeconfig")
 
 
 def pod_scheduler_settings(server: Any, namespace: str | None = None
@@ -36,7 +38,7 @@ def pod_scheduler_settings(server: Any, namespace: str | None = None
     if namespace is None:
         from voda.backends.kubernetes.config import kubernetes_settings
 
-        namespace = kubernetes_settings(server).namespace
+        namespace = kubernetes_settings(server).voda_namespace
     table = dict(getattr(server, "pod_scheduler_settings", None) or {})
     known = ("enabled", *_OWN)
     unknown = sorted(set(table) - set(known))
@@ -62,7 +64,8 @@ def pod_scheduler_settings(server: Any, namespace: str | None = None
             raise ValueError(f"pod_scheduler.{name}: expected a string ({kinds[name]}), "
                              f"got {value!r}")
         else:
-            values[name] = value or None if name in ("config_map", "config_file") else value
+            values[name] = value or None if name in ("config_map", "config_file",
+                                                     "token_dir", "kubeconfig") else value
     settings = replace(base, **values)
     if not _NAME.match(settings.scheduler_name):
         raise ValueError("pod_scheduler.scheduler_name: must be a DNS subdomain name, got "
@@ -82,7 +85,15 @@ def start_beside(backend: Any, settings: PodSchedulerSettings, registry: Any = N
     """Start the pod scheduler on the backend's client and cluster view; its metrics join
     `registry` (the service's)."""
     metrics = PodSchedulerMetrics()
-    scheduler = PodScheduler(backend.api, backend.view, settings, metrics)
+    api = backend.api
+    if settings.token_dir or settings.kubeconfig:
+        from voda.backends.kubernetes.api import KubeApi
+
+        api = (KubeApi.connect_token_dir(settings.token_dir, timeout=api.timeout,
+                                         fence=api.fence) if settings.token_dir else
+               KubeApi.connect(settings.kubeconfig or "", timeout=api.timeout,
+                               fence=api.fence))
+    scheduler = PodScheduler(api, backend.view, settings, metrics)
     if registry is not None:
         registry.register(metrics.registry)
     return scheduler.start()

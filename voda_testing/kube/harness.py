@@ -1,4 +1,9 @@
-"""A fake cluster with Voda's Kubernetes backend on it, for flow tests and benchmarks."""
+"""A fake cluster with Voda's Kubernetes backend on it, for flow tests and benchmarks.
+
+RBAC is on by default: the server holds deploy/'s roles, and each component connects
+with its own ServiceAccount's token (`kubeconfig`: Voda's, `kubeconfig_of("pod-scheduler")`:
+the pod scheduler's); tests observe and arrange through `admin_kubeconfig`. Any request
+the roles do not grant is answered 403, and `stop()` fails the test that caused one."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from voda.backends.kubernetes.backend import KubernetesBackend
 from voda.backends.kubernetes.settings import KubernetesSettings
 from voda_testing.kube.cluster import ClusterSimulator, SimSettings
 from voda_testing.kube.cluster.kubeflow_rules import serve_operators
+from voda_testing.kube.deployed import VODA_NAMESPACE, install_rbac
 from voda_testing.kube.resources import default_resources
 from voda_testing.kube.server import FakeApiServer
 from voda_testing.kube.store import Store
@@ -37,22 +43,43 @@ class FakeCluster:
 
     server: FakeApiServer
     sim: ClusterSimulator
-    kubeconfig: Path
-    namespace: str = "default"
+    kubeconfig: Path  # Voda's ServiceAccount (all of the server when RBAC is off)
+    namespace: str = "default"  # the jobs'
+    voda_namespace: str = VODA_NAMESPACE  # Voda's own: its leader Lease
     backends: list[KubernetesBackend] = field(default_factory=list)
+    kubeconfigs: dict[str, Path] = field(default_factory=dict)
+    allow_denied: bool = False  # a test that provokes 403s on purpose sets it
 
     @classmethod
     def start(cls, folder: Path, sim_settings: SimSettings = FAST_SIM,
-              bookmark_interval: float = 0.5, crds: str = "all") -> FakeCluster:
-        """`crds`: the Kubeflow CRDs installed (voda_testing.kube.resources.CRD_SETS)."""
+              bookmark_interval: float = 0.5, crds: str = "all", rbac: bool = True
+              ) -> FakeCluster:
+        """`crds`: the Kubeflow CRDs installed (voda_testing.kube.resources.CRD_SETS);
+        `rbac`: enforced, with deploy/'s roles and each component's own token."""
         server = serve_operators(FakeApiServer(Store(default_resources(crds)),
                                                bookmark_interval=bookmark_interval)).start()
-        kubeconfig = server.write_kubeconfig(folder / "kubeconfig")
+        namespace = "default"
+        kubeconfigs: dict[str, Path] = {}
+        if rbac:
+            for who, token in install_rbac(server, namespace).items():
+                kubeconfigs[who] = server.write_kubeconfig(folder / f"kubeconfig-{who}",
+                                                           token=token)
+        else:
+            server.store.create("namespaces", "", {"metadata": {"name": VODA_NAMESPACE}})
+            plain = server.write_kubeconfig(folder / "kubeconfig")
+            kubeconfigs = {who: plain for who in ("admin", "voda", "pod-scheduler")}
         sim = ClusterSimulator(server.store, sim_settings).start()
-        return cls(server, sim, kubeconfig)
+        return cls(server, sim, kubeconfigs["voda"], namespace, kubeconfigs=kubeconfigs)
 
-    def api(self, **kwargs: Any) -> KubeApi:
-        return KubeApi.connect(str(self.kubeconfig), **kwargs)
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.kubeconfigs["admin"]
+
+    def kubeconfig_of(self, who: str) -> Path:
+        return self.kubeconfigs[who]
+
+    def api(self, who: str = "voda", **kwargs: Any) -> KubeApi:
+        return KubeApi.connect(str(self.kubeconfigs[who]), **kwargs)
 
     def backend(self, settings: KubernetesSettings | None = None, fence: Any = None,
                 resync_seconds: float = 1.0) -> KubernetesBackend:
@@ -71,3 +98,5 @@ class FakeCluster:
             backend.close()
         self.sim.stop()
         self.server.stop()
+        if not self.allow_denied:
+            assert not self.server.denied, f"requests RBAC refused: {list(self.server.denied)}"

@@ -89,6 +89,7 @@ BUILTIN: tuple[Resource, ...] = (
              short_names=("po",), field_labels=_POD_FIELDS),
     Resource("", "v1", "services", "Service", subresources=_STATUS, short_names=("svc",)),
     Resource("", "v1", "configmaps", "ConfigMap", short_names=("cm",)),
+    Resource("", "v1", "endpoints", "Endpoints", short_names=("ep",)),
     Resource("", "v1", "secrets", "Secret", field_labels=frozenset({"type"})),
     Resource("", "v1", "serviceaccounts", "ServiceAccount", short_names=("sa",)),
     Resource("", "v1", "events", "Event", short_names=("ev",), field_labels=_EVENT_FIELDS),
@@ -103,6 +104,12 @@ BUILTIN: tuple[Resource, ...] = (
              scale=_REPLICAS, short_names=("sts",)),
     Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler",
              subresources=_STATUS, short_names=("hpa",)),
+    Resource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole",
+             namespaced=False),
+    Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
+             namespaced=False),
 )
 
 

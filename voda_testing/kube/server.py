@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from voda_testing.kube.authz import Authorizer, User, query_of, request_attributes
 from voda_testing.kube.errors import ApiError
 from voda_testing.kube.resources import Resource
 from voda_testing.kube.selectors import field_matcher, label_matcher
@@ -63,6 +64,7 @@ class Request:
     resource: str
     user_agent: str = ""
     time: float = 0.0
+    user: str = ""  # the authenticated user's name, when the server authenticates
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -82,14 +84,23 @@ def _error(exc: ApiError, headers: dict[str, str] | None = None) -> web.Response
 class FakeApiServer:
     def __init__(self, store: Store | None = None, bookmark_interval: float = 1.0,
                  host: str = "127.0.0.1", port: int = 0,
-                 extra_routes: list[tuple[str, str, Any]] | None = None) -> None:
+                 extra_routes: list[tuple[str, str, Any]] | None = None,
+                 authorizer: Authorizer | None = None, tls: bool = False) -> None:
         self.store = store or Store()
+        # HTTPS with a CA of its own (in the kubeconfigs it writes): kubectl sends a bearer
+        # token over TLS only.
+        self.tls = tls
+        self._ca: Any = None
+        # None: every request is allowed, unauthenticated (the conformance tests' server);
+        # set (see `enforce_rbac`): bearer tokens and RBAC as kube-apiserver does them.
+        self.authorizer = authorizer
         self.extra_routes = extra_routes or []
         self.bookmark_interval = bookmark_interval
         self.host = host
         self.port = port
         self.faults: list[Fault] = []
         self.requests: deque[Request] = deque(maxlen=100_000)
+        self.denied: deque[str] = deque(maxlen=1000)  # the 403s' messages, for tests
         self.outage_mode: str | None = None  # None, "refuse" or "hang"
         # Validating admission webhooks (e.g. an operator's): they see every create and
         # update of a resource sent over HTTP, not its subresources.
@@ -105,7 +116,7 @@ class FakeApiServer:
     # ----- life cycle --------------------------------------------------------------------
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def start(self) -> FakeApiServer:
         ready = threading.Event()
@@ -147,12 +158,31 @@ class FakeApiServer:
 
     async def _listen(self) -> None:
         assert self._runner is not None
-        self._site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        self._site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True,
+                                 ssl_context=self._ssl_context())
         await self._site.start()
         if not self.port:
             server = self._site._server
             assert server is not None
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    @property
+    def ca_certificate(self) -> bytes | None:
+        """The PEM of the CA that signed the server's certificate (with tls=True)."""
+        return self._ca.cert_pem.bytes() if self._ca is not None else None
+
+    def _ssl_context(self) -> Any:
+        if not self.tls:
+            return None
+        import ssl
+
+        import trustme
+
+        if self._ca is None:
+            self._ca = trustme.CA()
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._ca.issue_cert(self.host, "localhost").configure_cert(context)
+        return context
 
     def stop(self) -> None:
         if self._loop is None:
@@ -178,12 +208,22 @@ class FakeApiServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+    def enforce_rbac(self) -> Authorizer:
+        """From now on, authenticate and authorize every request (see authz.py)."""
+        if self.authorizer is None:
+            self.authorizer = Authorizer(self.store)
+        return self.authorizer
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default",
+                         token: str | None = None) -> Path:
+        """A kubeconfig for this server; `token`: the bearer token its user sends."""
         path = Path(path)
         config = {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {}}],
+            "clusters": [{"name": "fake", "cluster": {"server": self.url, **(
+                {"certificate-authority-data": base64.b64encode(
+                    self.ca_certificate or b"").decode()} if self.tls else {})}}],
+            "users": [{"name": "fake", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake",
                                                       "namespace": namespace}}],
             "current-context": "fake",
@@ -261,6 +301,7 @@ class FakeApiServer:
         try:
             if path in ("/healthz", "/livez", "/readyz"):
                 return web.Response(text="ok")
+            user = self._authenticate(request)
             if path == "/version":
                 return _json({"major": "1", "minor": "32", "gitVersion": "v1.32.0-voda-fake",
                               "platform": "linux/amd64"})
@@ -283,9 +324,24 @@ class FakeApiServer:
                 raise ApiError(404, "the server could not find the requested resource")
             if not rest:
                 return _json(self._resource_list(group, version))
-            return await self._resource_request(request, group, version, rest)
+            if user is not None:
+                assert self.authorizer is not None
+                try:
+                    self.authorizer.authorize(user, request_attributes(
+                        request.method, group, rest, query_of(request.query_string)))
+                except ApiError as exc:
+                    self.denied.append(exc.message)
+                    raise
+            return await self._resource_request(request, group, version, rest,
+                                                user.name if user else "")
         except ApiError as exc:
             return _error(exc)
+
+    def _authenticate(self, request: web.Request) -> User | None:
+        """The caller, when the server authenticates (401 without a known token)."""
+        if self.authorizer is None:
+            return None
+        return self.authorizer.authenticate(request.headers.get("Authorization", ""))
 
     # ----- discovery ------------------------------------------------------------------------
     def _versions(self) -> dict[str, list[str]]:
@@ -360,7 +416,7 @@ class FakeApiServer:
         return resource, namespace, name, sub
 
     async def _resource_request(self, request: web.Request, group: str, version: str,
-                                rest: list[str]) -> web.StreamResponse:
+                                rest: list[str], user: str = "") -> web.StreamResponse:
         resource, namespace, name, sub = self._parse(group, version, rest)
         q = request.query
         method = request.method
@@ -370,7 +426,8 @@ class FakeApiServer:
         shown = f"{resource.plural}/{sub}" if sub else resource.plural
         self.requests.append(Request(method, request.path, request.query_string,
                                      request.headers.get("Content-Type", ""), verb, shown,
-                                     request.headers.get("User-Agent", ""), time.monotonic()))
+                                     request.headers.get("User-Agent", ""), time.monotonic(),
+                                     user))
         fault = self._take_fault(verb, shown)
         if fault is not None:
             headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else None

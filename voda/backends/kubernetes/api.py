@@ -118,6 +118,29 @@ class KubeApi:
             where = kubeconfig or "the in-cluster service account (no --kubeconfig given)"
             raise ValueError(f"kubeconfig: cannot load {where}: "
                              f"{' '.join(str(exc).split())[:300]}") from None
+        return cls._with(configuration, **kwargs)
+
+    @classmethod
+    def connect_token_dir(cls, folder: str, **kwargs: Any) -> KubeApi:
+        """In a pod, as the ServiceAccount whose `token` and `ca.crt` are in `folder` (a
+        mounted service-account-token Secret) instead of the pod's own."""
+        from kubernetes import client, config
+        from kubernetes.config.incluster_config import InClusterConfigLoader
+
+        configuration = client.Configuration()
+        try:
+            InClusterConfigLoader(token_filename=os.path.join(folder, "token"),
+                                  cert_filename=os.path.join(folder, "ca.crt")
+                                  ).load_and_set(configuration)
+        except (config.ConfigException, OSError, ValueError) as exc:
+            raise ValueError(f"token_dir: cannot load {folder}: "
+                             f"{' '.join(str(exc).split())[:300]}") from None
+        return cls._with(configuration, **kwargs)
+
+    @classmethod
+    def _with(cls, configuration: Any, **kwargs: Any) -> KubeApi:
+        from kubernetes import client
+
         configuration.retries = 0  # this module does the retrying
         configuration.connection_pool_maxsize = max(
             configuration.connection_pool_maxsize or 0, 16)  # the reconciler's workers

@@ -170,6 +170,9 @@ class KubernetesBackend:
         self._in_flight: set[str] = set()
         self._lost_lead = False
         self._thread: threading.Thread | None = None
+        # When the reconciler's loop last went round (time.monotonic()): /livez fails when
+        # it is older than kubernetes.liveness_seconds (a wedged reconciler).
+        self.heartbeat = time.monotonic()
         self.informers: list[Informer] = []
         self.view.listeners.append(self._on_view_change)
 
@@ -452,11 +455,13 @@ class KubernetesBackend:
     def _run(self) -> None:
         """Reconcile dirty jobs on a pool of workers, one job in one worker at a time."""
         while not self._adopted.wait(0.1):
+            self.heartbeat = time.monotonic()
             if self._stop.is_set():
                 return
         last_resync = time.monotonic()
         with ThreadPoolExecutor(self.settings.workers, "k8s-reconcile") as pool:
             while not self._stop.is_set() and not self._lost_lead:
+                self.heartbeat = time.monotonic()
                 self._wake.wait(self.resync_seconds)
                 self._wake.clear()
                 if time.monotonic() - last_resync >= self.resync_seconds:
@@ -756,6 +761,15 @@ class KubernetesBackend:
         with self.lock:
             d = self.desired.get(job)
             return dict(d.plan) if d else {}
+
+    def stalled(self) -> str | None:
+        """Why the process should be restarted (its reconciler has not looped for longer
+        than kubernetes.liveness_seconds), or None."""
+        age = time.monotonic() - self.heartbeat
+        if self._thread is not None and not self._stop.is_set() and (
+                age > self.settings.liveness_seconds):
+            return f"kubernetes: the reconciler has not looped for {age:.0f} s"
+        return None
 
     def idle(self) -> bool:
         with self.lock:

@@ -55,6 +55,7 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
     if problems:
         raise ValueError(f"kubernetes.{problems[0]}")
     settings = replace(base, **values, elector=elector_settings)
+    settings = _own_namespace(settings)
     if not settings.topology_labels:
         raise ValueError("kubernetes.topology_labels: at least the node level is needed")
     if settings.unschedulable_seconds <= 0:
@@ -64,6 +65,8 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
     if not 1 <= settings.workers <= 64:
         raise ValueError("kubernetes.workers: must lie in [1, 64]")
     check_report_url(settings.report_url)
+    if settings.liveness_seconds <= 0:
+        raise ValueError("kubernetes.liveness_seconds: must be positive")
     if settings.report_secret_check_seconds <= 0:
         raise ValueError("kubernetes.report_secret_check_seconds: must be positive")
     return settings
@@ -79,6 +82,34 @@ def _cooldown(value: tuple[str, ...]) -> tuple[int, int]:
         raise ValueError("kubernetes.horovod_blacklist_cooldown: expected two whole seconds "
                          f"LOW,HIGH with 0 < LOW <= HIGH, got {','.join(value)!r}")
     return low, high
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def pod_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """The namespace of the pod this process runs in; empty outside a pod."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read().strip()
+    except OSError:
+        return ""
+
+
+def _own_namespace(settings: KubernetesSettings, in_pod: str | None = None
+                   ) -> KubernetesSettings:
+    """Resolve voda_namespace and refuse to run the jobs beside Voda's Secrets. The pod's
+    namespace counts only with the in-cluster configuration (no kubeconfig given): a
+    kubeconfig may name another cluster."""
+    if in_pod is None:
+        in_pod = "" if settings.kubeconfig else pod_namespace()
+    explicit = settings.voda_namespace
+    own = explicit or in_pod or settings.namespace
+    if (explicit or in_pod) and own == settings.namespace:
+        raise ValueError(f"kubernetes.namespace: the jobs must run apart from Voda's own "
+                         f"namespace {own!r} (its Secrets and ServiceAccounts); set "
+                         "kubernetes.namespace (--namespace) to the jobs' namespace")
+    return replace(settings, voda_namespace=own)
 
 
 def check_report_url(url: str, name: str = "kubernetes.report_url") -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from voda.backends.kubernetes.adapters import Sizes, adapter_for
+from voda.backends.kubernetes.isolation import REPORT_SECRET_SUFFIX, isolation_errors
 from voda.backends.kubernetes.operator_rules import PYTORCH_CONTAINER
 from voda.backends.kubernetes.pinning import Plan, encode
 from voda.backends.kubernetes.settings import (
@@ -101,7 +102,8 @@ def render_job(document: Obj, job: str, sizes: Sizes, plan: Plan, run: str,
     source = kubeflow_document(document)
     adapter = adapter_for(str(source.get("kind")), settings.gpu_resource,
                           settings.horovod_blacklist_cooldown)
-    problems = adapter.check(source, sizes)
+    problems = adapter.check(source, sizes) + isolation_errors(
+        source, settings.service_accounts, settings.secrets)
     if problems:
         raise SpecError(problems)
     obj = adapter.render(source, sizes, worker_labels={JOB_LABEL: job}, gates=[{"name": GATE}])
@@ -132,7 +134,6 @@ def check_document(document: Obj, min_workers: int, max_workers: int,
 
 # ----- the report channel ------------------------------------------------------------------
 REPORT_SECRET_KEY = "token"
-REPORT_SECRET_SUFFIX = "-voda-report"
 
 
 def report_secret_name(job: str) -> str:

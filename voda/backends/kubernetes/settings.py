@@ -36,7 +36,15 @@ class ElectorSettings:
 
 @dataclass(frozen=True)
 class KubernetesSettings:
-    namespace: str = "default"
+    namespace: str = "default"  # the training jobs' (never Voda's own: see voda_namespace)
+    # Voda's own namespace: its leader Lease, ServiceAccounts and Secrets. Empty: in a pod
+    # (in-cluster configuration), the pod's; elsewhere `namespace`. Set, or in a pod, the
+    # jobs' namespace must differ from it.
+    voda_namespace: str = ""
+    # What a job's pods may not use (isolation.py): Voda's ServiceAccounts and Secrets.
+    service_accounts: tuple[str, ...] = ("voda", "voda-pod-scheduler")
+    secrets: tuple[str, ...] = ("voda-db", "voda-tokens", "voda-postgres",
+                                "voda-pod-scheduler-token")
     kubeconfig: str = ""  # empty: in-cluster configuration
     gpu_resource: str = "nvidia.com/gpu"
     gpu_type_label: str = "voda.io/gpu-type"
@@ -50,6 +58,13 @@ class KubernetesSettings:
     request_timeout_seconds: float = 10.0
     workers: int = 8  # jobs reconciled at once (each with its own requests)
     watch_seconds: int = 300
+    # /livez fails once the reconciler's loop (which goes round at least every resync)
+    # has not gone round for this long: the kubelet then restarts a wedged process.
+    liveness_seconds: float = 60.0
+    # Set (the Service's name, e.g. voda): the leader writes its own address into that
+    # selector-less Service's Endpoints (POD_IP, the serve port), so only it gets traffic
+    # while the standby is Ready too; it withdraws it when it steps down.
+    leader_service: str = ""
     # The URL at which the jobs' pods reach the service (e.g. http://voda.voda.svc:8080).
     # Set: each job gets a Secret with its report token and the env VODA_REPORT, VODA_JOB
     # and VODA_TOKEN in every container. Empty: nothing is injected.
