@@ -47,6 +47,7 @@ from voda.backends.kubernetes.api import (
     PODS,
     SECRETS,
     ApiError,
+    Fence,
     KubeApi,
     NotLeader,
     Obj,
@@ -723,8 +724,7 @@ def _counts(plan: Plan) -> dict[str, int]:
     return out
 
 
-def from_settings(server_settings: Any, fence: Callable[[], bool] | None = None
-                  ) -> KubernetesBackend:
+def from_settings(server_settings: Any, fence: Fence | None = None) -> KubernetesBackend:
     """The backend `voda serve --backend kubernetes` runs (see voda.api.backends); its
     writes pass `fence` (the leader elector's) before they are sent."""
     from voda.backends.kubernetes.config import kubernetes_settings
