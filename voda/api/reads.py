@@ -23,7 +23,7 @@ from voda.api.writes import StoreWriter
 from voda.config import ServerSettings, User
 from voda.core.allocation import registry
 from voda.core.model import JobStatus, Node
-from voda.engine.backend import Backend
+from voda.engine.backend import Backend, SupportsSuspension
 from voda.engine.scheduler import JobRecord, Scheduler
 from voda.store import jobs as store
 
@@ -202,7 +202,14 @@ class ServiceReads:
     def _describe(self, record: JobRecord, now: float) -> dict[str, Any]:
         return views.describe(record, now, self.scheduler.accounted_until,
                               self.scheduler.cluster, self.unschedulable.get(record.name),
-                              self._queue_of(record), self.scheduler.time_scale)
+                              self._queue_of(record), self.scheduler.time_scale,
+                              self._suspended(record))
+
+    def _suspended(self, record: JobRecord) -> str | None:
+        """Why something outside Voda (Kueue) holds the job suspended, if it does."""
+        if record.status.is_terminal or not isinstance(self.backend, SupportsSuspension):
+            return None
+        return self.backend.suspended().get(record.name)
 
     def _summary(self, record: JobRecord) -> dict[str, Any]:
         return views.summary(record, self._queue_of(record))

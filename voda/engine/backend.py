@@ -51,6 +51,13 @@ class SupportsDelete(Protocol):
 
 
 @runtime_checkable
+class SupportsSuspension(Protocol):
+    def suspended(self) -> dict[str, str]:
+        """Jobs that something outside Voda holds suspended (Kueue on Kubernetes), with
+        why: they wait for it to admit them, not for Voda's GPUs."""
+
+
+@runtime_checkable
 class SupportsAdoption(Protocol):
     def running(self) -> dict[str, JobPlacement]:
         """Jobs the backend is running right now, for adoption after a restart."""

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voda.backends.kubernetes.adapters import (
+    KUEUE_QUEUE,
+    JobState,
     MPIJobAdapter,
     Phase,
     PyTorchJobAdapter,
@@ -82,6 +84,7 @@ from voda.backends.kubernetes.settings import (
     PLAN_ANNOTATION,
     KubernetesSettings,
 )
+from voda.backends.kubernetes.suspension import suspension_message
 from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
 from voda.spec import JobSpec, SpecError
@@ -141,6 +144,7 @@ class KubernetesBackend:
         self.objects: dict[str, Obj] = {}  # job -> its object, as last seen
         self.pods: dict[str, dict[str, Obj]] = {}  # job -> pod name -> pod
         self.evictions: dict[str, int] = {}
+        self.suspensions: dict[str, str] = {}  # job -> why its object is suspended (Kueue)
         self.reported: set[tuple[str, str]] = set()  # (job, run) whose end was reported
         self.unschedulable_since: dict[str, float] = {}  # pod uid -> when first seen so
         # pod uid -> the resourceVersion we acted on: until the informer shows a newer
@@ -292,6 +296,7 @@ class KubernetesBackend:
     def _drop(self, job: str) -> None:
         with self.lock:
             self.desired.pop(job, None)
+            self.suspensions.pop(job, None)
             self._count("halts")
         self.view.release(job)
         self._act(job)
@@ -391,6 +396,7 @@ class KubernetesBackend:
         if d is None or d.run != run or (job, str(run)) in self.reported:
             return
         state = self.adapters[kind].observe(obj)
+        self._note_suspension(job, d, state, obj)
         now = self.clock()
         if state.phase is Phase.SUCCEEDED:
             self._end(job, str(run), Event(EventKind.JOB_COMPLETED, now, job=job))
@@ -410,9 +416,28 @@ class KubernetesBackend:
             self._end(job, str(run), Event(EventKind.JOB_FAILED, now, job=job,
                                            data={"reason": state.message}))
 
+    def _note_suspension(self, job: str, d: Desired, state: JobState, obj: Obj) -> None:
+        was = self.suspensions.get(job)
+        if not state.suspended_by:
+            self.suspensions.pop(job, None)
+            if was is not None:
+                log.info("job %s: resumed (admitted)", job)
+            return
+        labelled = KUEUE_QUEUE in (obj["metadata"].get("labels") or {})
+        self.suspensions[job] = suspension_message(d.kind, self.settings.namespace,
+                                                   state.suspended_by, len(d.plan), labelled)
+        if was is None:
+            log.warning("job %s: %s", job, self.suspensions[job])
+
+    def suspended(self) -> dict[str, str]:
+        """Jobs whose objects something outside Voda holds suspended (Kueue), with why."""
+        with self.lock:
+            return {job: why for job, why in self.suspensions.items() if job in self.desired}
+
     def _end(self, job: str, run: str, event: Event) -> None:
         self.reported.add((job, run))
         self.desired.pop(job, None)
+        self.suspensions.pop(job, None)
         self.specs.pop(job, None)  # an ended job is never created again
         if self.report_tokens is not None:
             self.report_tokens.pop(job, None)

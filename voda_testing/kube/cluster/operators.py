@@ -7,6 +7,10 @@ pod; on scale-down the highest indices are deleted; a deleted worker is recreate
 under the same name; any evicted worker marks the whole MPIJob Failed; on success
 the workers are deleted when `runPolicy.cleanPodPolicy` is Running or All.
 
+Both honour `spec.runPolicy.suspend` (what Kueue sets until it admits a job): no pods
+run (those there are deleted), the Suspended condition is True and Running False;
+on resume the Suspended condition turns False and the pods are created again.
+
 training operator v1 (PyTorchJob with elasticPolicy): worker pods `<job>-worker-<i>`
 with the PET_* environment torchrun reads, failed pods restarted under
 restartPolicy OnFailure/Always, the highest indices deleted on scale-down, and the
@@ -114,6 +118,35 @@ class Operator:
     def running_workers(self, sim: ClusterSimulator, job: Obj) -> int:
         return sum(1 for p in sim.pods_of(job, "worker") if sim.is_running(p))
 
+    def unless_suspended(self, sim: ClusterSimulator, job: Obj) -> Obj | None:
+        """None while `runPolicy.suspend` holds the job (its pods deleted, the conditions
+        saying so); else the job to reconcile (as written, when it was just resumed)."""
+        suspend = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+        if not suspend and condition(job, "Suspended") is None:
+            return job
+        ns, name, kind = job["metadata"]["namespace"], job["metadata"]["name"], job["kind"]
+        status = self.base_status(sim, job)
+        now = timestamp(sim.store.clock())
+        if suspend:
+            for role in ("launcher", "worker"):
+                for pod in sim.pods_of(job, role):
+                    if not pod["metadata"].get("deletionTimestamp"):
+                        sim.delete_pod(pod)
+            message = f"{kind} {ns}/{name} is suspended."
+            conditions = set_condition(status["conditions"], "Suspended", f"{kind}Suspended",
+                                       message, now)
+            status["conditions"] = [
+                {**c, "status": "False", "reason": f"{kind}Suspended", "message": message}
+                if c.get("type") == "Running" else c for c in conditions]
+            self.write_status(sim, job, status)
+            return None
+        status["conditions"] = [
+            {**c, "status": "False", "reason": f"{kind}Resumed",
+             "message": f"{kind} {ns}/{name} is resumed.", "lastTransitionTime": now}
+            if c.get("type") == "Suspended" else c for c in status["conditions"]]
+        self.write_status(sim, job, status)
+        return sim.store.try_get(self.resource, ns, name)
+
     def sync_workers(self, sim: ClusterSimulator, job: Obj) -> list[Obj]:
         """Create missing workers below `replicas`, delete those at or above it."""
         replicas = int(self.worker_spec(job).get("replicas", 1) or 0)
@@ -164,6 +197,10 @@ class MPIOperator(Operator):
     def reconcile(self, sim: ClusterSimulator, job: Obj) -> None:
         if job["metadata"].get("deletionTimestamp"):
             return
+        held = job if finished(job) else self.unless_suspended(sim, job)
+        if held is None:
+            return
+        job = held
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
         status = self.base_status(sim, job)
         now = timestamp(sim.store.clock())
@@ -294,6 +331,10 @@ class PyTorchOperator(Operator):
     def reconcile(self, sim: ClusterSimulator, job: Obj) -> None:
         if job["metadata"].get("deletionTimestamp") or finished(job):
             return
+        held = self.unless_suspended(sim, job)
+        if held is None:
+            return
+        job = held
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
         status = self.base_status(sim, job)
         now = timestamp(sim.store.clock())
