@@ -129,8 +129,10 @@ def test_long_job_names_become_object_names_whose_pod_hostnames_fit() -> None:
      "kubernetes.lease_seconds: must be greater than renew_deadline_seconds"),
     ({"workers": 0}, "kubernetes.workers: must lie in [1, 64]"),
     ({"unschedulable_seconds": "soon"}, "kubernetes.unschedulable_seconds: expected float"),
+    ({"mpijob_rescale_delay_seconds": -1},
+     "kubernetes.mpijob_rescale_delay_seconds: must lie in [0, 3600]"),
 ], ids=["an unknown key", "a lease shorter than the renew deadline", "no workers",
-        "a number that is not one"])
+        "a number that is not one", "a negative rescale delay"])
 def test_bad_kubernetes_settings_name_the_setting(table: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         kubernetes_settings(ServerSettings(kubernetes_settings=table))

@@ -42,6 +42,11 @@ class Backend(Protocol):
     # (running, waiting, attained GPU-seconds) in those seconds, the unit of the epoch
     # times the backend reports, so a policy compares like with like. An attribute read
     # with a default of 1 (see voda.engine.scheduler.backend_time_scale).
+    #
+    # A backend on which a change of a job's workers costs more than the checkpoint and
+    # restart the policies charge may give `rescale_delay(name) -> float`: those extra
+    # seconds (its own seconds), which the engine hands the policies as Job.rescale_delay
+    # (Kubernetes: an MPIJob waits for its hostfile ConfigMap to reach the launcher).
 
 
 @runtime_checkable

@@ -301,6 +301,22 @@ class KubernetesBackend:
         self.view.release(job)
         self._act(job)
 
+    def rescale_delay(self, job: str) -> float:
+        """Seconds a change of the job's workers costs beyond its restart: an MPIJob's new
+        hosts reach Horovod only with the kubelet's update of its hostfile ConfigMap; a
+        PyTorchJob's workers meet at torchrun's rendezvous, with no such wait."""
+        with self.lock:
+            document = self.specs.get(job)
+            d = self.desired.get(job)
+            obj = self.objects.get(job)
+        if d is not None:
+            kind = d.kind
+        elif document is not None:
+            kind = str(document.get("kind") or "")  # a compact job is a PyTorchJob
+        else:
+            kind = str((obj or {}).get("kind", ""))
+        return self.settings.mpijob_rescale_delay_seconds if kind == "MPIJob" else 0.0
+
     @staticmethod
     def _sizes(job: Job, plan: Plan) -> Sizes:
         return Sizes(len(plan), job.min_workers, job.max_workers)

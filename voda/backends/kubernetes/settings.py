@@ -56,4 +56,10 @@ class KubernetesSettings:
     report_url: str = ""
     # How often a running job's report Secret is checked (and recreated when missing).
     report_secret_check_seconds: float = 30.0
+    # What a change of an MPIJob's workers costs beyond the restart the policies charge: the
+    # launcher's Horovod discovers the new hosts only once the kubelet has propagated the
+    # hostfile ConfigMap to its volume, at the kubelet's next periodic sync (syncFrequency,
+    # 1 min by default; with the default Watch change detection the cache adds little):
+    # 30 s on average, up to about 60 s (90 s with a TTL cache). See docs/design/006.
+    mpijob_rescale_delay_seconds: float = 30.0
     elector: ElectorSettings = field(default_factory=ElectorSettings)
