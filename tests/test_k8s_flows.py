@@ -382,6 +382,8 @@ def test_a_job_kueue_suspends_is_shown_suspended_by_kueue_until_admitted(
     assert "Kueue (LocalQueue &#39;team-a&#39;)" in page.text
     kueue.admit(cluster.fake.sim, "mpijobs.kubeflow.org", "default", object_name(name))
     eventually(lambda: server.describe(name).get("suspended") is None, timeout=60)
+    events = [(e["new"], e["message"]) for e in server.describe(name)["events"]]
+    assert ("Suspended", why) in events and "Admitted" in [new for new, _ in events]
     eventually(lambda: any((p.get("status") or {}).get("phase") == "Running"
                            and p["metadata"]["labels"].get("voda.io/job") == name
                            for p in worker_pods(cluster)), timeout=60)

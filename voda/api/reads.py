@@ -23,7 +23,7 @@ from voda.api.writes import StoreWriter
 from voda.config import ServerSettings, User
 from voda.core.allocation import registry
 from voda.core.model import JobStatus, Node
-from voda.engine.backend import Backend, SupportsSuspension
+from voda.engine.backend import Backend
 from voda.engine.scheduler import JobRecord, Scheduler
 from voda.store import jobs as store
 
@@ -52,6 +52,7 @@ class ServiceReads:
     inbox_lock: threading.Lock
     names: set[str]
     unschedulable: dict[str, str]
+    suspended: dict[str, str]
     drained: dict[str, Node]
     seen_nodes: dict[str, Node]
     import_paths: frozenset[str]
@@ -206,10 +207,9 @@ class ServiceReads:
                               self._suspended(record))
 
     def _suspended(self, record: JobRecord) -> str | None:
-        """Why something outside Voda (Kueue) holds the job suspended, if it does."""
-        if record.status.is_terminal or not isinstance(self.backend, SupportsSuspension):
-            return None
-        return self.backend.suspended().get(record.name)
+        """Why something outside Voda (Kueue) holds the job suspended, if it does (as of
+        the last scheduling step: api/suspensions.py)."""
+        return None if record.status.is_terminal else self.suspended.get(record.name)
 
     def _summary(self, record: JobRecord) -> dict[str, Any]:
         return views.summary(record, self._queue_of(record))
