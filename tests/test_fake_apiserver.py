@@ -443,3 +443,31 @@ def test_kubectl_selects_labels_and_watches(kubeconfig: Path, namespace: str,
     gated = kubectl(kubeconfig, namespace, "patch", "pod", "a", "--type=merge", "-p",
                     '{"spec":{"schedulingGates":[{"name":"late"}]}}')
     assert gated.returncode != 0 and "only deletion" in gated.stderr
+
+
+def configmap_yaml(name: str) -> str:
+    return f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  k: v\n"
+
+
+def test_a_write_past_its_timeout_parameter_is_answered_504_and_not_applied(
+        kubeconfig: Path, namespace: str, fake_api: FakeApiServer) -> None:
+    """kube-apiserver's request deadline: `?timeout=` (which kubectl's --request-timeout
+    and client-go send) bounds the request; a write held up past it is not stored."""
+    fake_api.add_fault(Fault(0, verb="create", resource="configmaps", delay=1.0))
+    late = kubectl(kubeconfig, namespace, "--request-timeout=300ms", "create", "-f", "-",
+                   stdin=configmap_yaml("late"))
+    assert late.returncode != 0
+    sent = [r for r in fake_api.requests if r.verb == "create" and r.resource == "configmaps"]
+    assert "timeout=300ms" in sent[-1].query
+    deadline = time.monotonic() + 20
+    while fake_api.in_flight and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert fake_api.store.list("configmaps", namespace)[0] == []
+    bad = kubectl(kubeconfig, namespace, "get", "--raw",
+                  f"/api/v1/namespaces/{namespace}/configmaps?timeout=soon")
+    assert "invalid timeout specified in the request URL" in bad.stderr
+    fake_api.add_fault(Fault(0, verb="create", resource="configmaps", delay=0.2))
+    assert kubectl(kubeconfig, namespace, "--request-timeout=5s", "create", "-f", "-",
+                   stdin=configmap_yaml("in-time")).returncode == 0
+    assert [c["metadata"]["name"] for c in fake_api.store.list("configmaps", namespace)[0]
+            ] == ["in-time"]

@@ -6,15 +6,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from urllib.parse import parse_qs
 
 import pytest
 
-from voda.backends.kubernetes.api import KubeApi
-from voda.backends.kubernetes.elector import LeaseElector
+from voda.backends.kubernetes.api import Kind, KubeApi, NotLeader, Unavailable
+from voda.backends.kubernetes.elector import LeaseElector, activate, active_fence
 from voda.backends.kubernetes.settings import ElectorSettings
 from voda_testing.kube import FakeApiServer, Fault
+from voda_testing.kube.deadline import parse_go_duration
+from voda_testing.kube.harness import eventually
 
-FAST = ElectorSettings(lease_name="voda-test", lease_seconds=1.5, renew_deadline_seconds=1.0,
+FAST = ElectorSettings(lease_name="voda-test", lease_seconds=2.0, renew_deadline_seconds=1.0,
                        retry_seconds=0.2)
 
 
@@ -118,3 +121,117 @@ def test_a_released_lease_is_taken_at_once(make) -> None:
     assert not a.may_act()
     assert b.acquire(stop_b)
     assert time.monotonic() - started < FAST.retry_seconds * 3
+
+
+# ----- the fence covers writes in flight ----------------------------------------------------------
+CONFIGMAPS = Kind("", "v1", "configmaps")
+
+
+def configmap(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": {"k": "v"}}
+
+
+def fenced_api(kubeconfig: str, elector: LeaseElector, **kwargs) -> KubeApi:
+    """A client whose writes pass the fence `voda serve` gives the backend."""
+    activate(elector)
+    try:
+        return KubeApi.connect(kubeconfig, fence=active_fence(), **kwargs)
+    finally:
+        activate(None)
+
+
+class Clock:
+    """A monotonic clock that moves only when told (or when the client sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def leading_on(clock: Clock, fake_api: FakeApiServer, namespace: str) -> LeaseElector:
+    elector = LeaseElector(KubeApi.connect(str(fake_api.kubeconfig), attempts=1), namespace,
+                           ElectorSettings(**{**FAST.__dict__, "identity": "a"}),
+                           monotonic=clock)
+    assert elector.acquire()
+    return elector
+
+
+def test_a_write_delayed_past_the_lease_never_lands_after_a_standby_took_over(
+        make, fake_api: FakeApiServer, namespace: str) -> None:
+    a, b = make("a"), make("b")
+    assert a.acquire()
+    a.start_renewing()
+    api = fenced_api(str(fake_api.kubeconfig), a, attempts=1, timeout=10.0)
+    a.stop()  # dies: no more renewals, while its write is held up on the way
+    fake_api.add_fault(Fault(0, verb="create", resource="configmaps",
+                             delay=FAST.lease_seconds + 1.0))
+    with pytest.raises((Unavailable, NotLeader)):
+        api.create(CONFIGMAPS, namespace, configmap("late"))
+    assert b.acquire()
+    eventually(lambda: fake_api.in_flight == 0)  # the held-up request has been served
+    assert fake_api.store.list("configmaps", namespace)[0] == []
+
+
+def test_a_write_is_not_sent_with_too_little_of_the_lease_left(
+        fake_api: FakeApiServer, namespace: str) -> None:
+    clock = Clock()
+    a = leading_on(clock, fake_api, namespace)
+    api = fenced_api(str(fake_api.kubeconfig), a, attempts=1)
+    clock.now += FAST.renew_deadline_seconds - api.min_write_seconds / 2
+    assert a.may_act()
+    sent = len(fake_api.requests)
+    with pytest.raises(NotLeader, match="of the lease left"):
+        api.create(CONFIGMAPS, namespace, configmap("too-late"))
+    assert not [r for r in list(fake_api.requests)[sent:] if r.verb == "create"]
+
+
+def test_every_attempt_of_a_write_ends_before_the_lease_and_no_back_off_outlasts_it(
+        fake_api: FakeApiServer, namespace: str) -> None:
+    clock = Clock()
+    a = leading_on(clock, fake_api, namespace)
+    api = fenced_api(str(fake_api.kubeconfig), a, attempts=4, timeout=10.0, backoff=0.1,
+                     sleep=clock.sleep)
+    deadline = clock.now + FAST.renew_deadline_seconds
+    sent = len(fake_api.requests)
+    fake_api.add_fault(Fault(503, verb="create", resource="configmaps", times=2))
+    api.create(CONFIGMAPS, namespace, configmap("retried"))
+    creates = [r for r in list(fake_api.requests)[sent:] if r.verb == "create"]
+    assert len(creates) == 3 and len(clock.slept) == 2
+    for i, request in enumerate(creates):
+        (timeout,) = parse_qs(request.query)["timeout"]
+        left = deadline - (clock.now - sum(clock.slept) + sum(clock.slept[:i]))
+        assert 0 < parse_go_duration(timeout) <= left + 1e-9  # the clock in floats
+
+    fake_api.add_fault(Fault(503, verb="create", resource="configmaps", retry_after=5))
+    with pytest.raises(NotLeader, match="back-off"):
+        api.create(CONFIGMAPS, namespace, configmap("never"))
+    assert len(clock.slept) == 2  # it did not wait past the lease to try again
+
+
+def test_a_standby_honours_the_duration_the_holder_wrote_not_its_own(
+        make, fake_api: FakeApiServer, namespace: str) -> None:
+    slow = ElectorSettings(lease_name=FAST.lease_name, lease_seconds=4.0,
+                           renew_deadline_seconds=3.0, retry_seconds=0.2, identity="a")
+    a = LeaseElector(KubeApi.connect(str(fake_api.kubeconfig), attempts=1), namespace, slow)
+    assert a.acquire()
+    a.start_renewing()
+    b = make("b")  # its own setting: 2 s
+    stop_b = threading.Event()
+    got: list[bool] = []
+    thread = threading.Thread(target=lambda: got.append(b.acquire(stop_b)))
+    thread.start()
+    eventually(lambda: b._observed is not None)  # it has seen a hold the lease
+    a.stop()  # dies
+    thread.join(20)
+    took_over = time.monotonic()
+    assert got == [True]
+    assert a.last_renewed_sent is not None
+    assert took_over >= a.last_renewed_sent + slow.lease_seconds - FAST.retry_seconds - 0.05

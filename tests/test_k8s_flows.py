@@ -27,12 +27,17 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from voda.backends.kubernetes.adapters import KUEUE_QUEUE
 from voda.backends.kubernetes.api import LEASES, NODES, PODS, KubeApi
 from voda.backends.kubernetes.cluster_view import holds, pod_gpus, quantity
 from voda.backends.kubernetes.informer import Informer
+from voda.backends.kubernetes.manifests import object_name
+from voda.cli.main import app
 from voda_testing.kube import Fault
 from voda_testing.kube.cluster import WORK_ANNOTATION
+from voda_testing.kube.cluster.kueue import Kueue
 from voda_testing.kube.harness import FakeCluster, eventually
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -361,3 +366,35 @@ def test_a_leader_stopped_with_sigterm_releases_the_lease_at_once(
     taken = acquired.replace(tzinfo=UTC).timestamp() - stopped
     assert taken < LEASE["lease_seconds"]  # released: no wait for the lease to expire
     assert standby.describe(name)["status"] == "Running"
+
+
+def test_a_job_kueue_suspends_is_shown_suspended_by_kueue_until_admitted(
+        cluster: Control, serve: Any) -> None:
+    if cluster.fake is None:
+        pytest.skip("Kueue is played by the fake cluster's stand-in")
+    kueue = Kueue().install(cluster.fake.sim)
+    server = serve()
+    doc = cluster.document("mpijob", "kq", work=10_000, low=1, high=2)
+    doc["metadata"].setdefault("labels", {})[KUEUE_QUEUE] = "team-a"
+    name = server.submit(doc)
+    why = eventually(lambda: server.describe(name).get("suspended"), timeout=60)
+    assert why.startswith("suspended by Kueue (LocalQueue 'team-a'): not admitted yet")
+    assert "Voda created this MPIJob in namespace 'default', which Kueue manages" in why
+    assert not [p for p in worker_pods(cluster) if p["metadata"]["labels"].get(
+        "voda.io/job") == name]
+    token = server.token_file.read_text().strip()
+    described = CliRunner().invoke(app, ["describe", name], env={
+        "VODA_CONFIG": "/nonexistent/config.toml", "VODA_URL": server.url,
+        "VODA_TOKEN": token, "COLUMNS": "400"})
+    assert described.exit_code == 0, described.output
+    assert "Suspended" in described.output and "LocalQueue 'team-a'" in described.output
+    page = httpx.get(f"{server.url}/ui/jobs/{name}", cookies={"voda_token": token}, timeout=10)
+    assert page.status_code == 200 and 'id="job-suspended"' in page.text
+    assert "Kueue (LocalQueue &#39;team-a&#39;)" in page.text
+    kueue.admit(cluster.fake.sim, "mpijobs.kubeflow.org", "default", object_name(name))
+    eventually(lambda: server.describe(name).get("suspended") is None, timeout=60)
+    events = [(e["new"], e["message"]) for e in server.describe(name)["events"]]
+    assert ("Suspended", why) in events and "Admitted" in [new for new, _ in events]
+    eventually(lambda: any((p.get("status") or {}).get("phase") == "Running"
+                           and p["metadata"]["labels"].get("voda.io/job") == name
+                           for p in worker_pods(cluster)), timeout=60)

@@ -144,8 +144,10 @@ def test_long_job_names_become_object_names_whose_pod_hostnames_fit() -> None:
     ({"unschedulable_seconds": "soon"}, "kubernetes.unschedulable_seconds: expected float"),
     ({"horovod_blacklist_cooldown": "60,10"}, "kubernetes.horovod_blacklist_cooldown: "
      "expected two whole seconds"),
+    ({"mpijob_rescale_delay_seconds": -1},
+     "kubernetes.mpijob_rescale_delay_seconds: must lie in [0, 3600]"),
 ], ids=["an unknown key", "a lease shorter than the renew deadline", "no workers",
-        "a number that is not one", "a cooldown range upside down"])
+        "a number that is not one", "a cooldown range upside down", "a negative rescale delay"])
 def test_bad_kubernetes_settings_name_the_setting(table: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         kubernetes_settings(ServerSettings(kubernetes_settings=table))

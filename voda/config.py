@@ -46,6 +46,7 @@ config.toml:
     gpu_type_label = "voda.io/gpu-type"
     lease_seconds = 15.0       # the leader elector: client-go's timings by default
     report_url = "http://voda.voda.svc:8470"  # pods report here (or VODA_REPORT_URL)
+    mpijob_rescale_delay_seconds = 30.0  # an MPIJob's hostfile ConfigMap wait, priced
 
     [pod_scheduler]            # voda.podsched.service (backend "kubernetes")
     enabled = true

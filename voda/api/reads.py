@@ -52,6 +52,7 @@ class ServiceReads:
     inbox_lock: threading.Lock
     names: set[str]
     unschedulable: dict[str, str]
+    suspended: dict[str, str]
     drained: dict[str, Node]
     seen_nodes: dict[str, Node]
     import_paths: frozenset[str]
@@ -209,7 +210,13 @@ class ServiceReads:
     def _describe(self, record: JobRecord, now: float) -> dict[str, Any]:
         return views.describe(record, now, self.scheduler.accounted_until,
                               self.scheduler.cluster, self.unschedulable.get(record.name),
-                              self._queue_of(record), self.scheduler.time_scale)
+                              self._queue_of(record), self.scheduler.time_scale,
+                              self._suspended(record))
+
+    def _suspended(self, record: JobRecord) -> str | None:
+        """Why something outside Voda (Kueue) holds the job suspended, if it does (as of
+        the last scheduling step: api/suspensions.py)."""
+        return None if record.status.is_terminal else self.suspended.get(record.name)
 
     def _summary(self, record: JobRecord) -> dict[str, Any]:
         return views.summary(record, self._queue_of(record))

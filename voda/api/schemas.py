@@ -130,6 +130,9 @@ class JobDetail(JobSummary):
     failure_reason: str | None
     # Why the job cannot run as the cluster is now (its min does not fit), else null.
     unschedulable: str | None = None
+    # Who holds the job suspended outside Voda (Kueue, until it admits the job), and what to
+    # do about it; else null. Such a job waits for that admission, not for Voda's GPUs.
+    suspended: str | None = None
     # The goodput model reported (POST /v1/jobs/{name}/goodput) or its category's; or null.
     goodput: GoodputSummary | None = None
     # The newest changes of the job (GET of one job only).

@@ -42,6 +42,7 @@ from voda.api.errors import Busy, Conflict, Forbidden, NotFound, StoreNotWritabl
 from voda.api.reads import HISTORY_SHOWN as HISTORY_SHOWN  # the routes import it from here
 from voda.api.reads import ServiceReads
 from voda.api.report_tokens import Reporter, ReportKeys, incarnation_of, new_secret
+from voda.api.suspensions import note_suspensions
 from voda.api.writes import Batch, Pending, StoreUnavailable, StoreWriter
 from voda.blas import serial_blas
 from voda.config import ServerSettings, User, split_list
@@ -236,6 +237,7 @@ class Service(ServiceReads):
         self.idempotency: dict[tuple[str, str], tuple[str, str] | None] = {}
         self.queued_by_user: dict[str, int] = {}
         self.unschedulable: dict[str, str] = {}
+        self.suspended: dict[str, str] = {}  # job -> why Kueue holds it (note_suspensions)
         self.drained: dict[str, Node] = {}
         self.import_paths = frozenset(split_list(settings.algorithm_paths)) | (
             {settings.algorithm} if ":" in settings.algorithm else set())
@@ -429,13 +431,17 @@ class Service(ServiceReads):
         if not self.writer.health.ok and not self.writer.flush():
             return None
         try:
-            plan = self._mutate(
-                lambda: self.scheduler.step(time.time() if now is None else now),
-                checkpoint=True)
+            plan = self._mutate(lambda: self._step(time.time() if now is None else now),
+                                checkpoint=True)
         except Exception:
             self.metrics.step(time.time(), ok=False)
             raise
         self.metrics.step(time.time(), ok=True)
+        return plan
+
+    def _step(self, now: float) -> Plan | None:
+        plan = self.scheduler.step(now)
+        note_suspensions(self, now)
         return plan
 
     def flush(self) -> None:

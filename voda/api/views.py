@@ -72,7 +72,7 @@ def remaining_seconds(r: JobRecord, model: estimate.SpeedModel | None = None) ->
 
 def describe(r: JobRecord, now: float, accounted: float, cluster: Cluster,
              unschedulable: str | None, queue: int | None = None,
-             time_scale: float = 1.0) -> dict[str, Any]:
+             time_scale: float = 1.0, suspended: str | None = None) -> dict[str, Any]:
     """Timestamps are the service's clock; durations (waiting, running, total, GPU-seconds,
     the estimated remaining time) are in the backend's seconds, `time_scale` per second of
     the service's clock (an emulated cluster's: the epoch times' unit)."""
@@ -108,6 +108,7 @@ def describe(r: JobRecord, now: float, accounted: float, cluster: Cluster,
         "preemptions": r.preemptions,
         "failure_reason": r.failure_reason,
         "unschedulable": unschedulable,
+        "suspended": suspended,
         "goodput": goodput_summary(r),
         "events": [],
     }

@@ -190,6 +190,8 @@ def register(app: typer.Typer) -> None:
             rows.append(("Queue", str(job["queue"])))
         if job.get("unschedulable"):
             rows.append(("Unschedulable", job["unschedulable"]))
+        if job.get("suspended"):
+            rows.append(("Suspended", job["suspended"]))
         if job.get("failure_reason"):
             rows.append(("Failure", job["failure_reason"]))
         for event in job.get("events", [])[-EVENTS_SHOWN:]:

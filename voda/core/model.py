@@ -6,6 +6,7 @@ values, they never mutate what they are given.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -154,6 +155,11 @@ class Job:
     category_goodput: GoodputModel | None = None
     # Simulator-only truth (voda.core.oracle), read only by oracle baselines.
     oracle: StepOracle | None = None
+    # Seconds a change of its workers costs it on the backend that runs it, on top of the
+    # checkpoint and restart the policies charge (`restart_penalty`): on Kubernetes an
+    # MPIJob's new size takes effect only once the kubelet has propagated its hostfile
+    # ConfigMap to the launcher. 0 where a change costs nothing more (the simulator).
+    rescale_delay: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epoch_time_by_workers", _frozen_map(self.epoch_time_by_workers))
@@ -204,6 +210,8 @@ def validate_job(job: Job) -> list[str]:
         errors.append(f"completed_epochs: must not be negative, got {job.completed_epochs}")
     if job.restarts < 0:
         errors.append(f"restarts: must not be negative, got {job.restarts}")
+    if not (job.rescale_delay >= 0 and math.isfinite(job.rescale_delay)):
+        errors.append(f"rescale_delay: must be a finite number >= 0, got {job.rescale_delay}")
     if job.priority < 0:
         errors.append(f"priority: must not be negative (0 is highest), got {job.priority}")
     for workers, seconds in job.epoch_time_by_workers.items():

@@ -42,12 +42,24 @@ class Backend(Protocol):
     # (running, waiting, attained GPU-seconds) in those seconds, the unit of the epoch
     # times the backend reports, so a policy compares like with like. An attribute read
     # with a default of 1 (see voda.engine.scheduler.backend_time_scale).
+    #
+    # A backend on which a change of a job's workers costs more than the checkpoint and
+    # restart the policies charge may give `rescale_delay(name) -> float`: those extra
+    # seconds (its own seconds), which the engine hands the policies as Job.rescale_delay
+    # (Kubernetes: an MPIJob waits for its hostfile ConfigMap to reach the launcher).
 
 
 @runtime_checkable
 class SupportsDelete(Protocol):
     def delete(self, job: str) -> None:
         """Forget a job for good (stop it and drop its checkpoint)."""
+
+
+@runtime_checkable
+class SupportsSuspension(Protocol):
+    def suspended(self) -> dict[str, str]:
+        """Jobs that something outside Voda holds suspended (Kueue on Kubernetes), with
+        why: they wait for it to admit them, not for Voda's GPUs."""
 
 
 @runtime_checkable

@@ -36,7 +36,7 @@ import logging
 import math
 import operator
 import time
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -124,6 +124,7 @@ class JobRecord:
     goodput: Any = None  # voda.core.goodput.GoodputModel, as last reported
     category_goodput: Any = None  # the category's best-measured one (Scheduler.goodput_history)
     oracle: Any = None  # voda.core.oracle.StepOracle (simulator-only truth)
+    rescale_delay: float = 0.0  # the backend's extra cost of a change (backend_rescale_delay)
     # Engine-only fields (not part of Job):
     placement: JobPlacement = ()
     finish_time: float | None = None
@@ -161,6 +162,13 @@ def backend_time_scale(backend: object) -> float:
     ):
         raise ValueError(f"time_scale: the backend's must be a positive number, got {scale!r}")
     return float(scale)
+
+
+def rescale_delays(backend: object) -> Callable[[str], float] | None:
+    """The backend's optional `rescale_delay(job) -> seconds`: what a change of a job's
+    workers costs it there beyond the restart the policies charge (None: nothing)."""
+    delay = getattr(backend, "rescale_delay", None)
+    return delay if callable(delay) else None
 
 
 def history_key(job: Job | JobRecord) -> HistoryKey:
@@ -643,6 +651,10 @@ class Scheduler:
         self._last_reschedule = now
         self.last_reasons = tuple(sorted(self._reasons))
         self._reasons = set()
+        delay_of = rescale_delays(self.backend)
+        if delay_of is not None:
+            for r in self.active.values():
+                r.rescale_delay = max(0.0, float(delay_of(r.name)))
         jobs = [
             r.snapshot()
             for r in self.active.values()

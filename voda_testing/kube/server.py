@@ -7,8 +7,10 @@ subresources, pods/binding and pods/eviction, delete with DeleteOptions, and
 watches from a resourceVersion with bookmarks, timeoutSeconds and 410 Gone.
 
 Faults are injected per request (`add_fault`: 500, 429, 409, ... for a verb and
-resource, a number of times) or for the whole server (`outage`: connections
-refused and dropped, or requests that hang).
+resource, a number of times, and/or a delay before the request is served) or for
+the whole server (`outage`: connections refused and dropped, or requests that
+hang). A request honours its `timeout` query parameter as kube-apiserver does
+(see deadline.py): one still delayed when it passes is answered 504, not applied.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import yaml
 from aiohttp import web
 
 from voda_testing.kube.authz import Authorizer, User, query_of, request_attributes
+from voda_testing.kube.deadline import check_deadline, request_deadline
 from voda_testing.kube.errors import ApiError
 from voda_testing.kube.resources import Resource
 from voda_testing.kube.selectors import field_matcher, label_matcher
@@ -40,7 +43,8 @@ VERB_OF = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
 
 @dataclass
 class Fault:
-    """Answer matching requests with `status` (`times` times; None: until removed)."""
+    """Answer matching requests with `status` (`times` times; None: until removed),
+    after `delay` seconds; status 0 with a delay: serve them, late."""
 
     status: int
     verb: str | None = None  # get, list, watch, create, update, patch, delete
@@ -48,6 +52,7 @@ class Fault:
     times: int | None = 1
     retry_after: int | None = None
     message: str = "injected fault"
+    delay: float = 0.0
 
     def matches(self, verb: str, resource: str) -> bool:
         return (self.verb is None or self.verb == verb) and (
@@ -105,6 +110,7 @@ class FakeApiServer:
         # Validating admission webhooks (e.g. an operator's): they see every create and
         # update of a resource sent over HTTP, not its subresources.
         self.webhooks: list[Admit] = []
+        self.in_flight = 0  # resource requests (watches aside) being served now
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -417,6 +423,17 @@ class FakeApiServer:
 
     async def _resource_request(self, request: web.Request, group: str, version: str,
                                 rest: list[str], user: str = "") -> web.StreamResponse:
+        if request.query.get("watch") in ("1", "true", "True"):
+            return await self._serve(request, group, version, rest, user)
+        self.in_flight += 1
+        try:
+            return await self._serve(request, group, version, rest, user)
+        finally:
+            self.in_flight -= 1
+
+    async def _serve(self, request: web.Request, group: str, version: str,
+                     rest: list[str], user: str = "") -> web.StreamResponse:
+        received = time.monotonic()
         resource, namespace, name, sub = self._parse(group, version, rest)
         q = request.query
         method = request.method
@@ -428,10 +445,15 @@ class FakeApiServer:
                                      request.headers.get("Content-Type", ""), verb, shown,
                                      request.headers.get("User-Agent", ""), time.monotonic(),
                                      user))
+        deadline = None if watching else request_deadline(q.get("timeout"), received)
         fault = self._take_fault(verb, shown)
-        if fault is not None:
+        if fault is not None and fault.delay:
+            await asyncio.sleep(fault.delay)
+        if fault is not None and fault.status:
             headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else None
             return _error(ApiError(fault.status, fault.message), headers)
+        if deadline is not None:
+            check_deadline(deadline)
         store = self.store
         dry_run = q.get("dryRun") == "All"
         validation = q.get("fieldValidation")

@@ -49,6 +49,7 @@ from voda.backends.kubernetes.operator_rules import (
 )
 from voda.spec.errors import FieldError, SpecError
 
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
 JOB_NAME = "training.kubeflow.org/job-name"
 DISCOVER_HOSTS = "/etc/mpi/discover_hosts.sh"
@@ -74,6 +75,9 @@ class Phase(StrEnum):
 class JobState:
     phase: Phase
     message: str = ""
+    # Who holds a pending job suspended (spec.runPolicy.suspend: Kueue, until it admits
+    # the job), in words; empty when it is not suspended.
+    suspended_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,18 @@ def _condition(obj: Obj, kind: str) -> Obj | None:
     return None
 
 
+def suspended_by(obj: Obj) -> str:
+    """Who holds the job suspended, in words ('' when it is not). Voda never suspends a
+    job: Kueue does (its webhook, for a job naming a LocalQueue or in a namespace it
+    manages), until it admits the job against its own quota."""
+    if not ((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend"):
+        return ""
+    queue = (obj.get("metadata", {}).get("labels") or {}).get(KUEUE_QUEUE)
+    if queue:
+        return f"Kueue (LocalQueue {queue!r})"
+    return "spec.runPolicy.suspend, set outside Voda (Kueue sets it in the namespaces it manages)"
+
+
 def _state(obj: Obj, evicted_reason: str | None = None) -> JobState:
     if (c := _condition(obj, "Succeeded")) is not None:
         return JobState(Phase.SUCCEEDED, str(c.get("message", "")))
@@ -114,6 +130,8 @@ def _state(obj: Obj, evicted_reason: str | None = None) -> JobState:
         if evicted_reason is not None and c.get("reason") == evicted_reason:
             return JobState(Phase.EVICTED, str(c.get("message", "")))
         return JobState(Phase.FAILED, f"{c.get('reason', 'Failed')}: {c.get('message', '')}")
+    if by := suspended_by(obj):
+        return JobState(Phase.PENDING, "not admitted yet", suspended_by=by)
     if _condition(obj, "Running") is not None:
         return JobState(Phase.RUNNING)
     return JobState(Phase.PENDING)

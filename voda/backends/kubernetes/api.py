@@ -9,12 +9,18 @@ Transient failures (429, 5xx, connection errors, timeouts) are retried with
 exponential backoff, honouring Retry-After, a bounded number of times; then
 `Unavailable` is raised for the caller's own loop to retry later. Writes pass
 through a fence: when the process is not (or no longer) the leader, nothing is
-sent (`NotLeader`).
+sent (`NotLeader`). A fence that tells how long the process may still act (the
+leader elector's `time_left`) also bounds every write in flight: each attempt's
+timeout, client side and server side (the `timeout` query parameter, which
+kube-apiserver turns into the request's deadline, as client-go sends it), ends
+before the lease it was sent under can pass to a standby, and a retry whose
+back-off would outlast the lease is not sent.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import time
@@ -28,6 +34,9 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 TRANSIENT = frozenset({429, 500, 502, 503, 504})
 
 Obj = dict[str, Any]
+# Seconds this process may still act as the leader (0 or less: not at all); a fence that
+# answers only True or False puts no bound on a write's duration.
+Fence = Callable[[], float | bool]
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,11 @@ class NotLeader(RuntimeError):
     """A write was refused because this process does not hold the lease."""
 
 
+def go_duration(seconds: float) -> str:
+    """`seconds` as a Go duration (time.ParseDuration), rounded down to a millisecond."""
+    return f"{math.floor(seconds * 1000)}ms"
+
+
 def _retry_after(headers: Any) -> float | None:
     try:
         value = headers.get("Retry-After") if headers is not None else None
@@ -92,8 +106,9 @@ def _retry_after(headers: Any) -> float | None:
 class KubeApi:
     def __init__(self, api_client: Any, timeout: float = 10.0, attempts: int = 4,
                  backoff: float = 0.2, max_backoff: float = 5.0,
-                 fence: Callable[[], bool] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 fence: Fence | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 min_write_seconds: float = 0.1) -> None:
         self.client = api_client
         self.timeout = timeout
         self.attempts = attempts
@@ -101,6 +116,8 @@ class KubeApi:
         self.max_backoff = max_backoff
         self.fence = fence
         self.sleep = sleep
+        # A write with less of the lease left than this is not sent: it could not finish.
+        self.min_write_seconds = min_write_seconds
         self.writes = 0
 
     @classmethod
@@ -182,19 +199,40 @@ class KubeApi:
         raw = response.read()
         return json.loads(raw) if raw else {}
 
+    def lease_left(self) -> float:
+        """Seconds a write sent now may take and still land while this process leads."""
+        if self.fence is None:
+            return math.inf
+        left = self.fence()
+        if isinstance(left, bool):
+            return math.inf if left else 0.0
+        return float(left)
+
+    def _write_timeout(self, method: str, path: str, timeout: float) -> float:
+        """The timeout of one write attempt: within what is left of the lease; NotLeader
+        when too little is left for the write to finish."""
+        left = self.lease_left()
+        if left < self.min_write_seconds:
+            raise NotLeader(f"not the leader: {method} {path} not sent "
+                            f"({max(left, 0.0):.2f} s of the lease left)")
+        return min(timeout, left)
+
     def request(self, method: str, path: str, query: dict[str, Any] | None = None,
                 body: Any = None, content_type: str | None = None,
                 timeout: float | None = None, attempts: int | None = None) -> Obj:
         """One request, retried on transient failures; raises ApiError or Unavailable."""
-        if method != "GET" and self.fence is not None and not self.fence():
-            raise NotLeader(f"not the leader: {method} {path} not sent")
+        write = method != "GET"
         tries = attempts or self.attempts
         delay = self.backoff
         for attempt in range(tries):
+            limit = timeout or self.timeout
+            sent_query = query
+            if write:
+                limit = self._write_timeout(method, path, limit)
+                sent_query = {**(query or {}), "timeout": go_duration(limit)}
             try:
-                result = self._send(method, path, query, body, content_type,
-                                    timeout or self.timeout)
-                if method != "GET":
+                result = self._send(method, path, sent_query, body, content_type, limit)
+                if write:
                     self.writes += 1
                 return result  # type: ignore[no-any-return]
             except ApiError as exc:
@@ -204,10 +242,12 @@ class KubeApi:
                                           exc.retry_after) from exc
                     raise
                 wait = exc.retry_after if exc.retry_after is not None else delay
-                self.sleep(min(self.max_backoff, wait) * (0.5 + random.random() / 2))
+                pause = min(self.max_backoff, wait) * (0.5 + random.random() / 2)
+                if write and pause + self.min_write_seconds > self.lease_left():
+                    raise NotLeader(f"not the leader: {method} {path} not retried (the "
+                                    f"lease ends within the {pause:.2f} s back-off)") from exc
+                self.sleep(pause)
                 delay = min(self.max_backoff, delay * 2)
-                if method != "GET" and self.fence is not None and not self.fence():
-                    raise NotLeader(f"not the leader: {method} {path} not sent") from exc
         raise AssertionError("unreachable")
 
     # ----- verbs -----------------------------------------------------------------------------

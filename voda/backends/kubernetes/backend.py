@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voda.backends.kubernetes.adapters import (
+    KUEUE_QUEUE,
+    JobState,
     MPIJobAdapter,
     Phase,
     PyTorchJobAdapter,
@@ -55,6 +57,7 @@ from voda.backends.kubernetes.api import (
     PODS,
     SECRETS,
     ApiError,
+    Fence,
     KubeApi,
     NotLeader,
     Obj,
@@ -90,6 +93,7 @@ from voda.backends.kubernetes.settings import (
     PLAN_ANNOTATION,
     KubernetesSettings,
 )
+from voda.backends.kubernetes.suspension import suspension_message
 from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
 from voda.spec import JobSpec, SpecError
@@ -152,6 +156,7 @@ class KubernetesBackend:
         self.objects: dict[str, Obj] = {}  # job -> its object, as last seen
         self.pods: dict[str, dict[str, Obj]] = {}  # job -> pod name -> pod
         self.evictions: dict[str, int] = {}
+        self.suspensions: dict[str, str] = {}  # job -> why its object is suspended (Kueue)
         self.reported: set[tuple[str, str]] = set()  # (job, run) whose end was reported
         self.unschedulable_since: dict[str, float] = {}  # pod uid -> when first seen so
         # pod uid -> the resourceVersion we acted on: until the informer shows a newer
@@ -324,9 +329,26 @@ class KubernetesBackend:
     def _drop(self, job: str) -> None:
         with self.lock:
             self.desired.pop(job, None)
+            self.suspensions.pop(job, None)
             self._count("halts")
         self.view.release(job)
         self._act(job)
+
+    def rescale_delay(self, job: str) -> float:
+        """Seconds a change of the job's workers costs beyond its restart: an MPIJob's new
+        hosts reach Horovod only with the kubelet's update of its hostfile ConfigMap; a
+        PyTorchJob's workers meet at torchrun's rendezvous, with no such wait."""
+        with self.lock:
+            document = self.specs.get(job)
+            d = self.desired.get(job)
+            obj = self.objects.get(job)
+        if d is not None:
+            kind = d.kind
+        elif document is not None:
+            kind = str(document.get("kind") or "")  # a compact job is a PyTorchJob
+        else:
+            kind = str((obj or {}).get("kind", ""))
+        return self.settings.mpijob_rescale_delay_seconds if kind == "MPIJob" else 0.0
 
     @staticmethod
     def _sizes(job: Job, plan: Plan) -> Sizes:
@@ -423,6 +445,7 @@ class KubernetesBackend:
         if d is None or d.run != run or (job, str(run)) in self.reported:
             return
         state = self.adapters[kind].observe(obj)
+        self._note_suspension(job, d, state, obj)
         now = self.clock()
         if state.phase is Phase.SUCCEEDED:
             self._end(job, str(run), Event(EventKind.JOB_COMPLETED, now, job=job))
@@ -442,9 +465,28 @@ class KubernetesBackend:
             self._end(job, str(run), Event(EventKind.JOB_FAILED, now, job=job,
                                            data={"reason": state.message}))
 
+    def _note_suspension(self, job: str, d: Desired, state: JobState, obj: Obj) -> None:
+        was = self.suspensions.get(job)
+        if not state.suspended_by:
+            self.suspensions.pop(job, None)
+            if was is not None:
+                log.info("job %s: resumed (admitted)", job)
+            return
+        labelled = KUEUE_QUEUE in (obj["metadata"].get("labels") or {})
+        self.suspensions[job] = suspension_message(d.kind, self.settings.namespace,
+                                                   state.suspended_by, len(d.plan), labelled)
+        if was is None:
+            log.warning("job %s: %s", job, self.suspensions[job])
+
+    def suspended(self) -> dict[str, str]:
+        """Jobs whose objects something outside Voda holds suspended (Kueue), with why."""
+        with self.lock:
+            return {job: why for job, why in self.suspensions.items() if job in self.desired}
+
     def _end(self, job: str, run: str, event: Event) -> None:
         self.reported.add((job, run))
         self.desired.pop(job, None)
+        self.suspensions.pop(job, None)
         self.specs.pop(job, None)  # an ended job is never created again
         if self.report_tokens is not None:
             self.report_tokens.pop(job, None)
@@ -790,8 +832,7 @@ def _counts(plan: Plan) -> dict[str, int]:
     return out
 
 
-def from_settings(server_settings: Any, fence: Callable[[], bool] | None = None
-                  ) -> KubernetesBackend:
+def from_settings(server_settings: Any, fence: Fence | None = None) -> KubernetesBackend:
     """The backend `voda serve --backend kubernetes` runs (see voda.api.backends); its
     writes pass `fence` (the leader elector's) before they are sent."""
     from voda.backends.kubernetes.config import kubernetes_settings

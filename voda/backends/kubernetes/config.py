@@ -69,6 +69,8 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
         raise ValueError("kubernetes.liveness_seconds: must be positive")
     if settings.report_secret_check_seconds <= 0:
         raise ValueError("kubernetes.report_secret_check_seconds: must be positive")
+    if not 0 <= settings.mpijob_rescale_delay_seconds <= 3600:
+        raise ValueError("kubernetes.mpijob_rescale_delay_seconds: must lie in [0, 3600]")
     return settings
 
 

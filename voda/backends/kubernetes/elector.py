@@ -8,11 +8,14 @@ standby takes over and two leaders act. This one:
   moment no renewal has succeeded within `renew_deadline_seconds`, measured from
   when the last successful renewal was *sent* (`may_act()` is the fence every
   write passes); then it calls `on_lost` (the process exits);
+- tells how long it may still act (`time_left()`): the API client bounds every
+  write's timeout by it, so no write sent under the lease lands after it;
 - takes the lease only when its holder's lease has expired as observed on this
   process's own clock, from the earliest moment the holder's last renewal can
   have happened (the previous read that still saw the older record), so no clock
-  skew between machines matters, and a standby takes over within
-  `lease_seconds` of the leader's last renewal;
+  skew between machines matters, and a standby takes over within the lease's
+  duration of the leader's last renewal: the `leaseDurationSeconds` the holder
+  wrote in the record (as client-go does), not the standby's own setting;
 - releases the lease on shutdown (SIGTERM), so a standby takes over at once.
 
 Timings default to client-go's: lease 15 s, renew deadline 10 s, retry 2 s; with
@@ -22,6 +25,7 @@ them a deposed leader has stopped at least 3 s before a standby can act.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import socket
@@ -71,6 +75,7 @@ class LeaseElector:
         self.failed_renewals = 0
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0  # earliest moment that record can have been written
+        self._observed_duration = self.settings.lease_seconds  # the record's own duration
         self._last_read_sent: float | None = None
         self._record: Obj | None = None
         self._stop = threading.Event()
@@ -84,6 +89,15 @@ class LeaseElector:
                 return False
             return self.monotonic() < self.last_renewed_sent + self.settings.renew_deadline_seconds
 
+    def time_left(self) -> float:
+        """Seconds this process may still act (0 when it may not): a write must have
+        landed by then, before a standby can hold the lease."""
+        with self._lock:
+            if not self.leading or self.lost or self.released or self.last_renewed_sent is None:
+                return 0.0
+            deadline = self.last_renewed_sent + self.settings.renew_deadline_seconds
+            return max(0.0, deadline - self.monotonic())
+
     # ----- acquiring ----------------------------------------------------------------------------
     def acquire(self, stop: threading.Event | None = None) -> bool:
         """Block until this process leads (True) or `stop` is set (False)."""
@@ -95,7 +109,7 @@ class LeaseElector:
                     log.info("%s leads (lease %s/%s)", self.identity, self.namespace,
                              self.settings.lease_name)
                     return True
-                expiry = self._observed_at + self.settings.lease_seconds - self.monotonic()
+                expiry = self._observed_at + self._observed_duration - self.monotonic()
                 wait = max(0.01, min(wait, expiry))
             except ApiError as exc:
                 log.warning("lease %s: %s", self.settings.lease_name, exc)
@@ -104,7 +118,9 @@ class LeaseElector:
             stop.wait(wait)
         return False
 
-    def _expired(self, holder: str, renew_time: str, now: float, read_sent: float) -> bool:
+    def _expired(self, holder: str, renew_time: str, duration: float, now: float,
+                 read_sent: float) -> bool:
+        self._observed_duration = duration
         record = (holder, renew_time)
         if record != self._observed:
             previous_read = self._last_read_sent
@@ -112,7 +128,15 @@ class LeaseElector:
             # The holder wrote this record after our previous read (which still saw the
             # old one) was sent: the earliest moment it can date from.
             self._observed_at = previous_read if previous_read is not None else read_sent
-        return now >= self._observed_at + self.settings.lease_seconds
+        return now >= self._observed_at + duration
+
+    def _duration(self, spec: Obj) -> float:
+        """The lease duration its holder wrote; this process's setting when it wrote none."""
+        try:
+            seconds = float(spec.get("leaseDurationSeconds") or 0)
+        except (TypeError, ValueError):
+            seconds = 0.0
+        return seconds if seconds > 0 else self.settings.lease_seconds
 
     def _try_acquire_or_renew(self) -> bool:
         """One attempt, as client-go's tryAcquireOrRenew; True when this process leads."""
@@ -131,13 +155,15 @@ class LeaseElector:
         holder = str(spec.get("holderIdentity") or "")
         mine = holder == self.identity
         if lease is not None and holder and not mine and not self._expired(
-                holder, str(spec.get("renewTime", "")), self.monotonic(), sent):
+                holder, str(spec.get("renewTime", "")), self._duration(spec),
+                self.monotonic(), sent):
             self._last_read_sent = sent
             return False
         self._last_read_sent = sent
         new_spec = {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": round(self.settings.lease_seconds),
+            # whole seconds (int32): rounded up, so a standby never waits less than we assume
+            "leaseDurationSeconds": math.ceil(self.settings.lease_seconds),
             "acquireTime": spec.get("acquireTime") if mine else micro_time(now_wall),
             "renewTime": micro_time(now_wall),
             "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine else 1),
@@ -274,8 +300,9 @@ def activate(elector: LeaseElector | None) -> None:
     _ACTIVE = elector
 
 
-def active_fence() -> Callable[[], bool] | None:
-    return _ACTIVE.may_act if _ACTIVE is not None else None
+def active_fence() -> Callable[[], float] | None:
+    """What the backend's writes pass: the seconds the process may still act."""
+    return _ACTIVE.time_left if _ACTIVE is not None else None
 
 
 def describe(elector: LeaseElector) -> dict[str, Any]:

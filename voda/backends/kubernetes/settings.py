@@ -74,4 +74,10 @@ class KubernetesSettings:
     # horovodrun --blacklist-cooldown-range LOW HIGH: a worker's host blacklisted after
     # its process died (a move, a replaced failed worker) may rejoin after LOW..HIGH s.
     horovod_blacklist_cooldown: tuple[int, int] = (10, 60)
+    # What a change of an MPIJob's workers costs beyond the restart the policies charge: the
+    # launcher's Horovod discovers the new hosts only once the kubelet has propagated the
+    # hostfile ConfigMap to its volume, at the kubelet's next periodic sync (syncFrequency,
+    # 1 min by default; with the default Watch change detection the cache adds little):
+    # 30 s on average, up to about 60 s (90 s with a TTL cache). See docs/design/006.
+    mpijob_rescale_delay_seconds: float = 30.0
     elector: ElectorSettings = field(default_factory=ElectorSettings)

@@ -102,7 +102,7 @@ class Pollux:
             size = per_node(self.gpus_per_node)
             speedup[1:] = speedups(job, fair, cap, size, max(capacity // size, 1))
         scaled = speedup * scale
-        value = scaled * restart_factor(job, self.restart_penalty)
+        value = scaled * restart_factor(job, self.restart_penalty + job.rescale_delay)
         kept = job.current_workers if 0 < job.current_workers <= cap else 0
         value[kept] = scaled[kept]  # no change, no restart
         u = power_utility(value + SPEEDUP_FLOOR, self.fairness)

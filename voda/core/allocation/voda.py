@@ -239,9 +239,10 @@ class Voda:
 
         Speed is the speedup over one GPU, T(1) / T(n), capped at its best: GPUs past
         the count where it is highest add (almost) nothing, so they go to other jobs
-        first. A change of count keeps 1 - penalty / min(T(n), horizon) of it; a
-        running job halted loses the same share of its current speed (it pays the
-        restart when it resumes).
+        first. A change of count keeps 1 - penalty / min(T(n), horizon) of it, the
+        penalty being `restart_penalty` plus what a change costs the job on its backend
+        (Job.rescale_delay); a running job halted loses the same share of its current
+        speed (it pays the restart when it resumes).
         """
         cap, seconds, size = curve.cap, curve.seconds, curve.size
         rate = np.zeros(cap + 1)
@@ -257,10 +258,11 @@ class Voda:
             rate = RATE_SCALE * (within * weight + 1e-9 * beyond)
         kept = job.current_workers if 0 < job.current_workers <= cap else 0
         paid_back = np.minimum(seconds, self.horizon)
-        changed = rate * np.clip(1.0 - self.restart_penalty / paid_back, 0.0, 1.0)
+        penalty = self.restart_penalty + job.rescale_delay  # what the backend adds (006)
+        changed = rate * np.clip(1.0 - penalty / paid_back, 0.0, 1.0)
         changed[kept] = rate[kept]  # no change, no restart
         if kept:
-            changed[0] = -rate[kept] * min(self.restart_penalty / paid_back[kept], 1.0)
+            changed[0] = -rate[kept] * min(penalty / paid_back[kept], 1.0)
         allowed[0] = allowed[kept] = True
         return np.where(allowed, changed, -np.inf)
 

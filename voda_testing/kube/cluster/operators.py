@@ -27,6 +27,10 @@ scale-down; the replica status the /scale subresource reads. torchrun on the wor
 treats a peer that leaves (scale-down, move, failure) as a failure of the worker group:
 it restarts the group while it has restarts left (PET_MAX_RESTARTS, torchrun's default
 0) and otherwise exits, so the kubelet restarts its container (restartCount grows).
+
+Both honour `spec.runPolicy.suspend` (what Kueue sets until it admits a job): no pods
+run (those there are deleted), the Suspended condition is True and Running False;
+on resume the Suspended condition turns False and the pods are created again.
 """
 
 from __future__ import annotations
@@ -149,6 +153,35 @@ class Operator:
     def running_workers(self, sim: ClusterSimulator, job: Obj) -> int:
         return sum(1 for p in sim.pods_of(job, "worker") if sim.is_running(p))
 
+    def unless_suspended(self, sim: ClusterSimulator, job: Obj) -> Obj | None:
+        """None while `runPolicy.suspend` holds the job (its pods deleted, the conditions
+        saying so); else the job to reconcile (as written, when it was just resumed)."""
+        suspend = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+        if not suspend and condition(job, "Suspended") is None:
+            return job
+        ns, name, kind = job["metadata"]["namespace"], job["metadata"]["name"], job["kind"]
+        status = self.base_status(sim, job)
+        now = timestamp(sim.store.clock())
+        if suspend:
+            for role in ("launcher", "worker"):
+                for pod in sim.pods_of(job, role):
+                    if not pod["metadata"].get("deletionTimestamp"):
+                        sim.delete_pod(pod)
+            message = f"{kind} {ns}/{name} is suspended."
+            conditions = set_condition(status["conditions"], "Suspended", f"{kind}Suspended",
+                                       message, now)
+            status["conditions"] = [
+                {**c, "status": "False", "reason": f"{kind}Suspended", "message": message}
+                if c.get("type") == "Running" else c for c in conditions]
+            self.write_status(sim, job, status)
+            return None
+        status["conditions"] = [
+            {**c, "status": "False", "reason": f"{kind}Resumed",
+             "message": f"{kind} {ns}/{name} is resumed.", "lastTransitionTime": now}
+            if c.get("type") == "Suspended" else c for c in status["conditions"]]
+        self.write_status(sim, job, status)
+        return sim.store.try_get(self.resource, ns, name)
+
     def sync_workers(self, sim: ClusterSimulator, job: Obj) -> list[Obj]:
         """Create missing workers below `replicas`, delete those at or above it."""
         replicas = int(self.worker_spec(job).get("replicas", 1) or 0)
@@ -218,6 +251,10 @@ class MPIOperator(Operator):
         if errors:
             self._refuse(sim, job, "Found validation errors: " + aggregate(errors))
             return
+        held = job if finished(job) else self.unless_suspended(sim, job)
+        if held is None:
+            return
+        job = held
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
         status = self.base_status(sim, job)
         now = timestamp(sim.store.clock())
@@ -438,6 +475,10 @@ class PyTorchOperator(Operator):
     def reconcile(self, sim: ClusterSimulator, job: Obj) -> None:
         if job["metadata"].get("deletionTimestamp") or finished(job):
             return
+        held = self.unless_suspended(sim, job)
+        if held is None:
+            return
+        job = held
         name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
         status = self.base_status(sim, job)
         now = timestamp(sim.store.clock())
