@@ -22,7 +22,7 @@ NS = "default"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    c = FakeCluster.start(tmp_path)
+    c = FakeCluster.start(tmp_path, tls=True)  # kubectl sends its token over TLS only
     c.sim.add_node("n0", 4)
     yield c
     c.stop()
@@ -312,7 +312,7 @@ def test_discovery_shows_the_kinds_installed(tmp_path: Path, crds: str,
 
 
 def test_mpi_operator_v0_4s_crd_prunes_scheduling_gates(tmp_path: Path) -> None:
-    c = FakeCluster.start(tmp_path, crds="mpi-operator-v0.4")
+    c = FakeCluster.start(tmp_path, crds="mpi-operator-v0.4", tls=True)
     try:
         job = mpijob("old")
         job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["schedulingGates"] = [

@@ -52,12 +52,14 @@ class FakeCluster:
 
     @classmethod
     def start(cls, folder: Path, sim_settings: SimSettings = FAST_SIM,
-              bookmark_interval: float = 0.5, crds: str = "all", rbac: bool = True
-              ) -> FakeCluster:
+              bookmark_interval: float = 0.5, crds: str = "all", rbac: bool = True,
+              tls: bool = False) -> FakeCluster:
         """`crds`: the Kubeflow CRDs installed (voda_testing.kube.resources.CRD_SETS);
-        `rbac`: enforced, with deploy/'s roles and each component's own token."""
+        `rbac`: enforced, with deploy/'s roles and each component's own token; `tls`:
+        HTTPS, which kubectl needs before it sends a token."""
         server = serve_operators(FakeApiServer(Store(default_resources(crds)),
-                                               bookmark_interval=bookmark_interval)).start()
+                                               bookmark_interval=bookmark_interval,
+                                               tls=tls)).start()
         namespace = "default"
         kubeconfigs: dict[str, Path] = {}
         if rbac:
