@@ -74,7 +74,7 @@ def test_a_pod_that_fits_nowhere_says_so_in_its_pod_scheduled_condition(tmp_path
 
 def test_a_status_patch_for_an_earlier_pod_of_the_same_name_is_refused(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as c:
-        api = c.fake.api()  # over HTTP, through the official client
+        api = c.fake.api("admin")  # over HTTP, through the official client
         old = api.create(PODS, c.namespace, bare_pod("p", 1))
         api.delete(PODS, c.namespace, "p")
         api.create(PODS, c.namespace, bare_pod("p", 1))
@@ -220,7 +220,7 @@ def test_a_higher_priority_pod_preempts_lower_priority_pods_on_one_node(tmp_path
 
 def test_priority_comes_from_the_priority_class(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as c:
-        api = c.fake.api()
+        api = c.fake.api("admin")
         priority_class(c, "high", 1000, "Never")
         pod = api.create(PODS, c.namespace, bare_pod("p", 1, priorityClassName="high"))
         assert pod["spec"]["priority"] == 1000 and pod["spec"]["preemptionPolicy"] == "Never"
