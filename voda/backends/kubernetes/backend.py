@@ -43,6 +43,7 @@ from voda.backends.kubernetes.adapters import (
     adapter_for,
 )
 from voda.backends.kubernetes.api import (
+    EVENTS,
     MERGE_PATCH,
     PODS,
     SECRETS,
@@ -74,6 +75,7 @@ from voda.backends.kubernetes.pinning import (
     pin_patch,
     placement_of,
 )
+from voda.backends.kubernetes.refusals import Backoff, Refused, job_event, permanent
 from voda.backends.kubernetes.settings import (
     JOB_LABEL,
     MANAGED_LABEL,
@@ -146,6 +148,8 @@ class KubernetesBackend:
         # version, the cached pod does not show our pin or delete yet
         self.acted: dict[str, str] = {}
         self.stats: dict[str, int] = {}
+        # Jobs whose reconciliation failed transiently wait their turn (per job).
+        self.backoff = Backoff(self.settings.backoff_seconds, self.settings.max_backoff_seconds)
         self._events: list[Event] = []
         self._nodes: dict[str, Node] = {}
         self._dirty: set[str] = set()
@@ -426,17 +430,25 @@ class KubernetesBackend:
                 return
         last_resync = time.monotonic()
         with ThreadPoolExecutor(self.settings.workers, "k8s-reconcile") as pool:
+            wait = self.resync_seconds
             while not self._stop.is_set() and not self._lost_lead:
-                self._wake.wait(self.resync_seconds)
+                self._wake.wait(wait)
                 self._wake.clear()
-                if time.monotonic() - last_resync >= self.resync_seconds:
-                    last_resync = time.monotonic()
+                now = time.monotonic()
+                if now - last_resync >= self.resync_seconds:
+                    last_resync = now
                     with self.lock:
                         self._dirty |= set(self.desired) | set(self.objects)
                 with self.lock:
-                    jobs = sorted(self._dirty - self._in_flight)
+                    waiting = self._dirty - self._in_flight
+                    jobs = sorted(j for j in waiting if self.backoff.due(j, now))
                     self._dirty -= set(jobs)
                     self._in_flight |= set(jobs)
+                    later = self.backoff.next_due(waiting - set(jobs), now)
+                wait = self.resync_seconds - (time.monotonic() - last_resync)
+                if later is not None:
+                    wait = min(wait, later)
+                wait = max(wait, 0.001)
                 for job in jobs:
                     pool.submit(self._reconcile_safely, job)
 
@@ -451,26 +463,48 @@ class KubernetesBackend:
             self._lost_lead = True
         except SpecError as exc:  # a document that can never be created
             log.error("job %s: %s", job, exc)
-            with self.lock:
-                d = self.desired.get(job)
-                if d is not None:
-                    self._end(job, d.run, Event(EventKind.JOB_FAILED, self.clock(), job=job,
-                                                data={"reason": str(exc)}))
+            self._fail(job, str(exc))
+        except Refused as exc:
+            self._count("refusals")
+            log.error("job %s: %s", job, exc)
+            self._fail(job, str(exc))
+            self._post_refusal(exc)
         except ApiError as exc:
             self._count("api_errors")
-            log.warning("job %s: %s; retrying", job, exc)
             retry = True
+            log.warning("job %s: %s; retrying", job, exc)
         except Exception:
             self._count("errors")
             log.exception("job %s: reconciling failed; retrying", job)
             retry = True
-        if retry:
-            self._stop.wait(0.2)
         with self.lock:
             self._in_flight.discard(job)
             if retry:
+                self.backoff.failed(job, time.monotonic())
                 self._dirty.add(job)
+            else:
+                self.backoff.succeeded(job)
         self._wake.set()
+
+    def _fail(self, job: str, reason: str) -> None:
+        with self.lock:
+            d = self.desired.get(job)
+            if d is not None:
+                self._end(job, d.run, Event(EventKind.JOB_FAILED, self.clock(), job=job,
+                                            data={"reason": reason}))
+
+    def _post_refusal(self, refused: Refused) -> None:
+        """A Warning Event on the refused job object, for `kubectl describe`; best effort
+        (the job's failure reason already says it)."""
+        if refused.obj is None:
+            return
+        body = job_event(refused.obj, "FailedCreate" if refused.obj["metadata"].get(
+            "uid") is None else "FailedUpdate", str(refused), self.clock())
+        try:
+            self.api.create(EVENTS, self.settings.namespace, body)
+        except ApiError as exc:
+            log.warning("could not post an Event on %s: %s", refused.obj["metadata"]["name"],
+                        exc)
 
     def _reconcile(self, job: str) -> None:
         with self.lock:
@@ -533,6 +567,9 @@ class KubernetesBackend:
         try:
             created = self.api.create(adapter.kind, self.settings.namespace, obj)
         except ApiError as exc:
+            if permanent(exc, creating=True):
+                raise Refused(f"creating {obj['kind']} {obj['metadata']['name']}", exc,
+                              obj) from exc
             if exc.status != 409:
                 raise
             return  # already there: the informer shows it soon
@@ -613,6 +650,15 @@ class KubernetesBackend:
         return str(obj["metadata"]["uid"]) if run == d.run else ""
 
     def _resize(self, d: Desired, adapter: Adapter, obj: Obj) -> None:
+        try:
+            self._resize_once(d, adapter, obj)
+        except ApiError as exc:
+            if permanent(exc):
+                raise Refused(f"resizing {obj.get('kind')} {obj['metadata']['name']}", exc,
+                              obj) from exc
+            raise
+
+    def _resize_once(self, d: Desired, adapter: Adapter, obj: Obj) -> None:
         ns, name = self.settings.namespace, obj["metadata"]["name"]
         annotations = obj["metadata"].get("annotations") or {}
         plan_text = encode(d.plan)
@@ -650,8 +696,8 @@ class KubernetesBackend:
             room = target is not None and self.view.fits(d.job, target, counts[target])
             action = decide_worker(pod, target, room, self._unschedulable_for(pod, now),
                                    self.settings.unschedulable_seconds)
-            if action in (WorkerAction.PIN, WorkerAction.MOVE, WorkerAction.REPIN):
-                self.acted[uid] = pod["metadata"].get("resourceVersion", "")
+            # What was done is noted only once its write succeeded: a failed pin or move
+            # (5xx, timeout, 422) raises, and the job is tried again (backing off).
             if action is WorkerAction.PIN:
                 assert target is not None
                 self._pin(pod, target)
@@ -660,6 +706,7 @@ class KubernetesBackend:
             elif action in (WorkerAction.MOVE, WorkerAction.REPIN):
                 self.api.delete(PODS, self.settings.namespace, pod["metadata"]["name"],
                                 propagation=None, uid=pod["metadata"].get("uid"))
+                self.acted[uid] = pod["metadata"].get("resourceVersion", "")
                 self._count("moves" if action is WorkerAction.MOVE else "repins")
         with self.lock:
             if waiting:
@@ -671,15 +718,18 @@ class KubernetesBackend:
 
     def _pin(self, pod: Obj, node: str) -> None:
         ns, name = self.settings.namespace, pod["metadata"]["name"]
-        for _ in range(3):
+        uid, seen = pod["metadata"].get("uid", ""), pod["metadata"].get("resourceVersion", "")
+        for attempt in range(3):
             try:
                 self.api.patch(PODS, ns, name, pin_patch(pod, node), MERGE_PATCH)
+                with self.lock:  # until the informer shows a newer pod than `seen`
+                    self.acted[uid] = seen
                 self._count("pins")
                 return
             except ApiError as exc:
                 if exc.status == 404:
                     return
-                if exc.status != 409:
+                if exc.status not in (409, 422) or attempt == 2:  # 422: look again too
                     raise
                 self._count("conflicts")
                 fresh = self.api.try_get(PODS, ns, name)  # re-read and try again

@@ -45,6 +45,10 @@ class KubernetesSettings:
     # A gated worker pinned to a node but still unschedulable after this long is
     # deleted and pinned again.
     unschedulable_seconds: float = 60.0
+    # A job whose reconciliation failed transiently (429, 5xx, timeouts) is tried again
+    # after this, doubled on each failure in a row up to max_backoff_seconds (jittered).
+    backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 60.0
     # Restarts after an eviction failed an MPIJob, before Voda reports it failed.
     max_evictions: int = 3
     request_timeout_seconds: float = 10.0
