@@ -154,6 +154,9 @@ class Job:
     category_goodput: GoodputModel | None = None
     # Simulator-only truth (voda.core.oracle), read only by oracle baselines.
     oracle: StepOracle | None = None
+    # The nodes of its GPU type the job may use, when the backend knows it cannot use
+    # them all (a Kubernetes template's taints, selectors and requests); None: any.
+    nodes: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epoch_time_by_workers", _frozen_map(self.epoch_time_by_workers))

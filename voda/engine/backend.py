@@ -42,6 +42,11 @@ class Backend(Protocol):
     # (running, waiting, attained GPU-seconds) in those seconds, the unit of the epoch
     # times the backend reports, so a policy compares like with like. An attribute read
     # with a default of 1 (see voda.engine.scheduler.backend_time_scale).
+    #
+    # A backend whose jobs cannot each use every node of their GPU type (Kubernetes: a
+    # template's taints, selectors and requests, or a node that refused a worker) gives
+    # `job_nodes(names) -> {job: nodes it may use}`; the engine reads it at each decision
+    # (Job.nodes) and places those jobs only there (voda.engine.scheduler.backend_job_nodes).
 
 
 @runtime_checkable
