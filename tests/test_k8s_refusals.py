@@ -133,3 +133,29 @@ def test_the_backoff_doubles_to_its_cap_with_jitter_and_resets() -> None:
     assert backoff.due("j", 0.0) and backoff.next_due({"j"}, 0.0) is None
     low = Backoff(base=1.0, cap=8.0, jitter=lambda: 0.0)
     assert low.failed("j", 0.0) == 0.5  # jitter: half to all of the delay
+
+
+def test_the_refusal_is_the_failure_reason_voda_describe_and_the_dashboard_show(
+        cluster: FakeCluster, backend: KubernetesBackend, tmp_path: Path) -> None:
+    import yaml
+
+    from voda.api.service import Service
+    from voda.config import ServerSettings, User
+    from voda.spec import parse_submission
+
+    service = Service(ServerSettings(db=f"sqlite:///{tmp_path / 'v.db'}",
+                                     backend="kubernetes"), backend)
+    service.start()
+    admin = User("root", admin=True)
+    cluster.server.add_fault(Fault(422, verb="create", resource="pytorchjobs", times=None,
+                                   message=WEBHOOK))
+    accepted, _ = service.submit(parse_submission(yaml.safe_dump(document("pytorchjob"))
+                                                  .encode()), admin)
+
+    def failed() -> dict[str, Any] | None:
+        service.tick()
+        detail = service.get(accepted["name"], admin)
+        return detail if detail["status"] == "Failed" else None
+    detail = eventually(failed, timeout=30)
+    assert WEBHOOK in detail["failure_reason"]  # `voda describe` prints it as "Failure"
+    service.close()

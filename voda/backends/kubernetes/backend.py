@@ -16,7 +16,15 @@ Per job, the reconciler (`_reconcile`):
    plan annotation; PyTorchJob: the annotation, then /scale);
 5. each worker pod: gated -> pin it where the plan says and ungate it, once its node
    has room (the cluster view); on another node -> delete it (the operator
-   recreates it gated); pinned but unschedulable too long -> delete and pin again.
+   recreates it gated); pinned but unschedulable too long -> the node is excluded for
+   the job (`job_nodes`) and the engine plans again (PLACEMENT_REFUSED); the pod is
+   never deleted to be pinned to the same node again.
+
+What the engine may place counts what kube-scheduler counts (voda.backends.kubernetes.fit):
+`job_nodes` confines each job to the nodes its worker template may use (taints,
+nodeSelector, required affinity, requests an empty node holds), less those that refused
+it; `nodes()` offers on each node no more GPUs than the widest worker that may use it
+fits in the CPU, memory and pods its bound pods leave.
 
 Completions and failures come from the objects' conditions. An MPIJob failed by
 an evicted worker is recreated (it resumes from its checkpoint), up to
@@ -53,6 +61,7 @@ from voda.backends.kubernetes.api import (
     Obj,
 )
 from voda.backends.kubernetes.cluster_view import ClusterView, watch_cluster
+from voda.backends.kubernetes.fit import JobFit
 from voda.backends.kubernetes.informer import Informer
 from voda.backends.kubernetes.manifests import (
     RUN_ANNOTATION,
@@ -148,6 +157,8 @@ class KubernetesBackend:
         # version, the cached pod does not show our pin or delete yet
         self.acted: dict[str, str] = {}
         self.stats: dict[str, int] = {}
+        self.fit = JobFit(self.settings.gpu_resource)
+        self.excluded: dict[str, set[str]] = {}  # job -> nodes that refused its workers
         # Jobs whose reconciliation failed transiently wait their turn (per job).
         self.backoff = Backoff(self.settings.backoff_seconds, self.settings.max_backoff_seconds)
         self._events: list[Event] = []
@@ -289,6 +300,8 @@ class KubernetesBackend:
         self._drop(job)
         with self.lock:
             self.specs.pop(job, None)
+            self.excluded.pop(job, None)
+            self.fit.forget(job)
             if self.report_tokens is not None:
                 self.report_tokens.pop(job, None)
 
@@ -304,14 +317,44 @@ class KubernetesBackend:
         return Sizes(len(plan), job.min_workers, job.max_workers)
 
     def nodes(self) -> list[Node]:
-        nodes = self.view.capacity(is_elastic_owner)
+        nodes = self._capacity()
         with self.lock:
             self._nodes = {n.name: n for n in nodes}
         return nodes
 
+    def _capacity(self) -> list[Node]:
+        with self.lock:
+            jobs = sorted(set(self.desired) | set(self.specs))
+        workers = [w for w in (self._worker(j) for j in jobs) if w is not None]
+        shapes = self.fit.shapes(workers, self.view.nodes()) if workers else None
+        return self.view.capacity(is_elastic_owner, shapes)
+
+    def _worker(self, job: str) -> Any:
+        def source() -> Obj | None:
+            with self.lock:
+                d = self.desired.get(job)
+                return self.specs.get(job) or (d.document if d else None) or self.objects.get(
+                    job)
+        return self.fit.worker(job, source)
+
+    def job_nodes(self, names: list[str]) -> dict[str, frozenset[str]]:
+        """The nodes each job may use, where that is not every usable node: those its
+        worker template may use, less those that refused its workers."""
+        usable = [i for i in self.view.nodes() if i.usable]
+        out = {}
+        for name in names:
+            worker = self._worker(name)
+            with self.lock:
+                refused = set(self.excluded.get(name, ()))
+            allowed = frozenset(i.name for i in usable if i.name not in refused and (
+                worker is None or self.fit.may_use(worker, i)))
+            if len(allowed) < len(usable):
+                out[name] = allowed
+        return out
+
     def events(self) -> list[Event]:
         now = self.clock()
-        current = {n.name: n for n in self.view.capacity(is_elastic_owner)}
+        current = {n.name: n for n in self._capacity()}
         with self.lock:
             out, self._events = self._events, []
             for name in sorted(set(self._nodes) - set(current)):
@@ -417,6 +460,8 @@ class KubernetesBackend:
         self.reported.add((job, run))
         self.desired.pop(job, None)
         self.specs.pop(job, None)  # an ended job is never created again
+        self.excluded.pop(job, None)
+        self.fit.forget(job)
         if self.report_tokens is not None:
             self.report_tokens.pop(job, None)
         self._events.append(event)
@@ -703,11 +748,14 @@ class KubernetesBackend:
                 self._pin(pod, target)
             elif action is WorkerAction.WAIT:
                 waiting = True
-            elif action in (WorkerAction.MOVE, WorkerAction.REPIN):
+            elif action is WorkerAction.REFUSED:
+                assert target is not None
+                self._refused(d.job, target, pod)
+            elif action is WorkerAction.MOVE:
                 self.api.delete(PODS, self.settings.namespace, pod["metadata"]["name"],
                                 propagation=None, uid=pod["metadata"].get("uid"))
                 self.acted[uid] = pod["metadata"].get("resourceVersion", "")
-                self._count("moves" if action is WorkerAction.MOVE else "repins")
+                self._count("moves")
         with self.lock:
             if waiting:
                 self._waiting.add(d.job)
@@ -738,6 +786,22 @@ class KubernetesBackend:
                 pod = fresh
                 if not gated(pod):
                     return
+
+    def _refused(self, job: str, node: str, pod: Obj) -> None:
+        """kube-scheduler kept refusing a worker pinned to `node`: the job does not use
+        the node again, and the engine plans again without it (once per job and node)."""
+        with self.lock:
+            refused = self.excluded.setdefault(job, set())
+            if node in refused:
+                return
+            refused.add(node)
+            message = next((str(c.get("message") or "") for c in (pod.get("status") or {}).get(
+                "conditions") or () if c.get("type") == "PodScheduled"), "")
+            self._events.append(Event(EventKind.PLACEMENT_REFUSED, self.clock(), job=job,
+                                      node=self._nodes.get(node), data={"reason": message}))
+            self._count("refused_nodes")
+        log.warning("job %s: kube-scheduler refuses its worker on %s (%s); planning again "
+                    "without that node", job, node, message)
 
     def _unschedulable_for(self, pod: Obj, now: float) -> float:
         uid = pod["metadata"].get("uid", "")

@@ -1,0 +1,126 @@
+"""Where a job's workers fit, counted as kube-scheduler counts: the worker template's
+taints and tolerations, nodeSelector and required node affinity (voda.podsched.filters,
+the pure filters the secondary scheduler uses), and its requests of CPU, memory, pods and
+any other resource against what a node's bound pods leave.
+
+A worker is the job's Worker pod template (one GPU: Voda's unit) with its requests as
+Kubernetes makes them (voda.podsched.read.pod_requests: a limit alone is the request,
+init containers, overhead). The Node pinning adds (`kubernetes.io/hostname`) is not part
+of the template: the filters see only what the user wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from voda.backends.kubernetes.adapters import adapter_for
+from voda.backends.kubernetes.manifests import kubeflow_document
+from voda.podsched.filters import static_problem
+from voda.podsched.model import PODS, NodeState, Pod
+from voda.podsched.read import ObjectError, read_pod
+
+Obj = dict[str, Any]
+
+
+def worker_pod(document: Obj, gpu_resource: str) -> Pod | None:
+    """One worker of the job `document` (a submitted document or the job object) as the
+    filters see it; None when it has no worker template Voda can read."""
+    try:
+        source = kubeflow_document(document)
+        adapter = adapter_for(str(source.get("kind")), gpu_resource)
+        worker = (source.get("spec") or {}).get(adapter.replicas_key, {}).get("Worker") or {}
+        template = worker.get("template") or {}
+        spec = dict(template.get("spec") or {})
+        if not spec.get("containers"):
+            return None
+        pod = read_pod({"metadata": {"name": "worker"}, "spec": spec})
+    except (ObjectError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    requests = {r: v for r, v in pod.requests.items() if r != gpu_resource}
+    requests[gpu_resource] = 1  # whatever the template says, Voda renders one GPU
+    requests[PODS] = 1
+    return Pod(pod.namespace, pod.name, requests=requests, node_selector=pod.node_selector,
+               affinity=pod.affinity, tolerations=pod.tolerations)
+
+
+def room(worker: Pod, node: NodeState, used: Mapping[str, int]) -> int:
+    """How many more such workers fit in what `used` leaves of the node's allocatable
+    (0 when a filter refuses the node)."""
+    if static_problem(worker, node) is not None:
+        return 0
+    most: int | None = None
+    for resource, amount in worker.requests.items():
+        if amount <= 0:
+            continue
+        fits = max(0, node.allocatable.get(resource, 0) - used.get(resource, 0)) // amount
+        most = fits if most is None else min(most, fits)
+    return most or 0
+
+
+def may_use(worker: Pod, node: NodeState) -> bool:
+    """Whether the node could take one such worker at all (empty, filters passed)."""
+    return room(worker, node, {}) > 0
+
+
+def widest(workers: Iterable[Pod]) -> dict[str, int]:
+    """Per resource, the most any of `workers` requests."""
+    out: dict[str, int] = {}
+    for worker in workers:
+        for resource, amount in worker.requests.items():
+            out[resource] = max(out.get(resource, 0), amount)
+    return out
+
+
+Signature = tuple[Any, ...]
+
+
+def signature(worker: Pod) -> Signature:
+    """What the filters read of a worker: jobs of one template share their answers."""
+    return (tuple(sorted(worker.requests.items())), tuple(sorted(worker.node_selector.items())),
+            worker.affinity, worker.tolerations)
+
+
+class JobFit:
+    """Each job's worker and which nodes it may use, remembered per node as last seen
+    (a node's answer is worked out again only when the node changes)."""
+
+    def __init__(self, gpu_resource: str) -> None:
+        self.gpu_resource = gpu_resource
+        self.workers: dict[str, Pod | None] = {}
+        self._answers: dict[tuple[Signature, str], tuple[object, bool]] = {}
+
+    def worker(self, job: str, source: Callable[[], Obj | None]) -> Pod | None:
+        """The job's worker, read from `source()` (its document or object) the first time."""
+        if job not in self.workers:
+            document = source()
+            if document is None:
+                return None
+            self.workers[job] = worker_pod(document, self.gpu_resource)
+        return self.workers[job]
+
+    def forget(self, job: str) -> None:
+        self.workers.pop(job, None)
+
+    def may_use(self, worker: Pod, info: Any) -> bool:
+        """`info`: the cluster view's NodeInfo (frozen: a new one when the node changed)."""
+        key = (signature(worker), info.name)
+        known = self._answers.get(key)
+        if known is not None and known[0] is info:
+            return known[1]
+        answer = may_use(worker, info.state())
+        self._answers[key] = (info, answer)
+        return answer
+
+    def shapes(self, workers: Iterable[Pod], infos: Iterable[Any]) -> dict[str, dict[str, int]]:
+        """Per node, the widest worker (GPUs aside) of those that may use it: what one
+        more worker needs there, counted so that none is promised room it lacks."""
+        distinct = {signature(w): w for w in workers}
+        out = {}
+        for info in infos:
+            fitting = [w for w in distinct.values() if self.may_use(w, info)]
+            if fitting:
+                shape = widest(fitting)
+                shape.pop(self.gpu_resource, None)
+                out[info.name] = shape
+        return out
