@@ -67,6 +67,10 @@ def test_a_job_is_confined_to_the_nodes_its_template_tolerates_and_selects(
     backend.specs["ssd"] = with_worker(document("mpijob"), nodeSelector={"disk": "ssd"})
     assert backend.job_nodes(["plain", "tolerant", "ssd"]) == {
         "plain": frozenset({"n0", "n2"}), "ssd": frozenset({"n2"})}  # tolerant: anywhere
+    # A GPU taint is tolerated as the ExtendedResourceToleration admission plugin does
+    cluster.sim.add_node("n3", 4, taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
+    eventually(lambda: "n3" in backend.job_nodes(["ssd"])["ssd"] or "n3" in gpus(backend))
+    assert backend.job_nodes(["plain"]) == {"plain": frozenset({"n0", "n2", "n3"})}
 
 
 def test_a_node_whose_cpu_others_took_offers_only_the_workers_it_still_holds(

@@ -159,3 +159,19 @@ def test_the_refusal_is_the_failure_reason_voda_describe_and_the_dashboard_show(
     detail = eventually(failed, timeout=30)
     assert WEBHOOK in detail["failure_reason"]  # `voda describe` prints it as "Failure"
     service.close()
+
+
+def test_a_report_secret_refused_for_good_fails_the_job_before_its_object_is_made(
+        cluster: FakeCluster) -> None:
+    backend = cluster.backend(KubernetesSettings(report_url="http://voda.voda.svc:8470"))
+    assert backend.report_tokens is not None
+    backend.report_tokens["s"] = "vr1.report-token"
+    forbidden = ('secrets is forbidden: User "system:serviceaccount:voda:voda" cannot create '
+                 'resource "secrets" in API group "" in the namespace "default"')
+    cluster.server.add_fault(Fault(403, verb="create", resource="secrets", times=None,
+                                   message=forbidden))
+    start(backend, "s", "mpijob", (("n0", 1),))
+    seen: list[Any] = []
+    (failed,) = eventually(lambda: failures(backend, seen), timeout=30)
+    assert forbidden in failed.data["reason"]
+    assert not cluster.server.store.list("mpijobs", "default")[0]

@@ -182,3 +182,14 @@ def test_a_pod_recreated_under_the_same_name_is_marked_again(
         assert "1 Insufficient nvidia.com/gpu." in refused(core, "w")
         core.delete_namespaced_pod("w", NS)
         eventually(lambda: not core.list_namespaced_pod(NS).items)
+
+
+def test_a_gated_pod_is_marked_scheduling_gated_then_placed_once_ungated(
+        cluster: FakeCluster, core: client.CoreV1Api) -> None:
+    cluster.sim.add_node("n1", gpus=0)
+    core.create_namespaced_pod(NS, pod("g", schedulingGates=[{"name": "voda.io/placement"}]))
+    condition = scheduled(core, "g")
+    assert (condition.status, condition.reason, condition.message) == (
+        "False", "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")
+    core.patch_namespaced_pod("g", NS, {"spec": {"schedulingGates": None}})
+    assert bound(core, "g") == "n1"

@@ -24,7 +24,7 @@ What the engine may place counts what kube-scheduler counts (voda.backends.kuber
 `job_nodes` confines each job to the nodes its worker template may use (taints,
 nodeSelector, required affinity, requests an empty node holds), less those that refused
 it; `nodes()` offers on each node no more GPUs than the widest worker that may use it
-fits in the CPU, memory and pods its bound pods leave.
+fits in the CPU, memory and pods that pods other than Voda's elastic jobs' leave.
 
 Completions and failures come from the objects' conditions. An MPIJob failed by
 an evicted worker is recreated (it resumes from its checkpoint), up to
@@ -603,12 +603,18 @@ class KubernetesBackend:
         document = d.document if d.document is not None else self._template(
             self.objects.get(d.job) or {})
         token = self._report_token(d.job)
-        secret = None
-        if token is not None:  # the pods' env names the Secret: it comes first
-            secret = self._ensure_report_secret(d, adapter, token, None)
         # Checked against the CRD at submission (check_spec); the server validates it too.
         obj = render_job(document, d.job, d.sizes, d.plan, d.run, self.settings,
                          validate=False, report=token is not None)
+        secret = None
+        if token is not None:  # the pods' env names the Secret: it comes first
+            try:
+                secret = self._ensure_report_secret(d, adapter, token, None)
+            except ApiError as exc:
+                if permanent(exc, creating=True):
+                    raise Refused(f"making the report Secret of {obj['metadata']['name']}",
+                                  exc, obj) from exc
+                raise
         try:
             created = self.api.create(adapter.kind, self.settings.namespace, obj)
         except ApiError as exc:

@@ -17,7 +17,7 @@ from typing import Any
 from voda.backends.kubernetes.adapters import adapter_for
 from voda.backends.kubernetes.manifests import kubeflow_document
 from voda.podsched.filters import static_problem
-from voda.podsched.model import PODS, NodeState, Pod
+from voda.podsched.model import PODS, NodeState, Pod, Toleration
 from voda.podsched.read import ObjectError, read_pod
 
 Obj = dict[str, Any]
@@ -40,8 +40,13 @@ def worker_pod(document: Obj, gpu_resource: str) -> Pod | None:
     requests = {r: v for r, v in pod.requests.items() if r != gpu_resource}
     requests[gpu_resource] = 1  # whatever the template says, Voda renders one GPU
     requests[PODS] = 1
+    # Clusters that taint GPU nodes `nvidia.com/gpu:NoSchedule` usually run the
+    # ExtendedResourceToleration admission plugin, which gives every pod requesting the
+    # resource that toleration: assumed here (where the plugin is off, kube-scheduler
+    # refuses the pinned worker and the node is excluded for the job then).
+    tolerations = (*pod.tolerations, Toleration(gpu_resource, "Exists", "", "NoSchedule"))
     return Pod(pod.namespace, pod.name, requests=requests, node_selector=pod.node_selector,
-               affinity=pod.affinity, tolerations=pod.tolerations)
+               affinity=pod.affinity, tolerations=tolerations)
 
 
 def room(worker: Pod, node: NodeState, used: Mapping[str, int]) -> int:

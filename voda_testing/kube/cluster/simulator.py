@@ -57,6 +57,7 @@ from voda_testing.kube.store import Change, Store, timestamp
 
 WORK_ANNOTATION = "sim.voda.io/work-seconds"
 LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 PodKey = tuple[str, str]
 JobKey = tuple[str, str, str]  # resource key, namespace, name
 
@@ -192,9 +193,13 @@ class ClusterSimulator(Ticker):
         if not node and not deleting and not spec.get("schedulingGates") and spec.get(
                 "schedulerName", "default-scheduler") == "default-scheduler" and status.get(
                 "phase") == "Pending":
-            if key not in was_pending and meta_uid not in self.unschedulable:
+            if key not in was_pending and self.unschedulable.get(meta_uid) in (None,
+                                                                          GATED_MESSAGE):
                 self._retry_pending = True  # a pod kube-scheduler has not tried yet
             self.pending.add(key)
+        elif not node and not deleting and spec.get("schedulingGates") and spec.get(
+                "schedulerName", "default-scheduler") == "default-scheduler":
+            self._mark(key, pod, "SchedulingGated", GATED_MESSAGE)
         if node and self._node_up(node):
             if deleting:
                 self._timer(self.settings.terminate_seconds, "terminate", key)
@@ -379,14 +384,17 @@ class ClusterSimulator(Ticker):
         return out
 
     def _mark_unschedulable(self, key: PodKey, pod: Obj, reasons: dict[str, list[str]]) -> None:
-        text = fit.message(len(self.nodes), reasons)
+        self._mark(key, pod, "Unschedulable", fit.message(len(self.nodes), reasons))
+
+    def _mark(self, key: PodKey, pod: Obj, reason: str, text: str) -> None:
+        """PodScheduled=False with `reason` and `text`, once per pod uid and message."""
         uid = pod["metadata"].get("uid", "")
         if self.unschedulable.get(uid) == text:
             return
         self.unschedulable[uid] = text
         conditions = [c for c in (pod.get("status") or {}).get("conditions") or []
                       if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": reason,
                            "message": text, "lastProbeTime": None,
                            "lastTransitionTime": timestamp(self.store.clock())})
         with self.store.lock, contextlib.suppress(ApiError):
