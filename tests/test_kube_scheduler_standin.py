@@ -193,3 +193,18 @@ def test_a_gated_pod_is_marked_scheduling_gated_then_placed_once_ungated(
         "False", "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")
     core.patch_namespaced_pod("g", NS, {"spec": {"schedulingGates": None}})
     assert bound(core, "g") == "n1"
+
+
+def test_a_node_that_is_not_ready_takes_no_pod_even_with_the_default_no_execute_tolerations(
+        cluster: FakeCluster, core: client.CoreV1Api) -> None:
+    cluster.sim.add_node("n1", gpus=0)
+    cluster.sim.set_ready("n1", False)  # Ready=Unknown: the node is unreachable
+    default_tolerations = [  # what DefaultTolerationSeconds gives every pod
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+        for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
+    core.create_namespaced_pod(NS, pod("p", tolerations=default_tolerations))
+    assert refused(core, "p").startswith(
+        "0/1 nodes are available: 1 node(s) had untolerated taint "
+        "{node.kubernetes.io/unreachable: }.")
+    cluster.sim.set_ready("n1", True)
+    assert bound(core, "p") == "n1"

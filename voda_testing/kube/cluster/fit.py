@@ -17,7 +17,8 @@ refused by one is not asked by the next), with their wording:
   its allocatable; `pods` defaults to 110 ("Insufficient cpu", "Too many pods").
 
 A node that is not Ready is filtered as kube-scheduler sees it once the node lifecycle
-controller tainted it: `node.kubernetes.io/not-ready:NoSchedule`.
+controller tainted it: `node.kubernetes.io/not-ready:NoSchedule` (`unreachable` when its
+Ready condition is Unknown), which no default toleration covers.
 
 Written from the upstream plugins' behaviour, independently of voda.podsched (the stand-in
 must not share the code it checks).
@@ -40,6 +41,7 @@ PODS = "pods"
 DEFAULT_PODS = 110
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+UNREACHABLE = "node.kubernetes.io/unreachable"
 CORDONED = "node(s) were unschedulable"
 SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 TOO_MANY_PODS = "Too many pods"
@@ -165,11 +167,16 @@ def selects(pod: Obj, node: Obj) -> bool:
 
 
 def _taints(node: Obj) -> list[Mapping[str, Any]]:
+    """The node's taints, with the NoSchedule one the node lifecycle controller puts on a
+    node that is not Ready (TaintNodesByCondition: not-ready, or unreachable when its
+    Ready condition is Unknown), whoever plays that controller."""
     taints = list((node.get("spec") or {}).get("taints") or [])
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (node.get("status") or {}).get("conditions") or [])
-    if not ready and not any(t.get("key") == NOT_READY_TAINT["key"] for t in taints):
-        taints.append(NOT_READY_TAINT)
+    ready = [c.get("status") for c in (node.get("status") or {}).get("conditions") or []
+             if c.get("type") == "Ready"]
+    if ready != ["True"]:
+        key = UNREACHABLE if ready == ["Unknown"] else NOT_READY_TAINT["key"]
+        if not any(t.get("key") == key and t.get("effect") == "NoSchedule" for t in taints):
+            taints.append({"key": key, "effect": "NoSchedule"})
     return taints
 
 
