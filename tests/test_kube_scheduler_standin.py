@@ -137,10 +137,16 @@ def test_a_no_execute_taint_evicts_running_pods_that_do_not_tolerate_it(
     core.create_namespaced_pod(NS, pod("plain"))
     core.create_namespaced_pod(NS, pod("tolerant", tolerations=[
         {"key": "drain", "operator": "Exists", "effect": "NoExecute"}]))
-    bound(core, "plain"), bound(core, "tolerant")
+    core.create_namespaced_pod(NS, pod("for-a-while", tolerations=[
+        {"key": "drain", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3}]))
+    bound(core, "plain"), bound(core, "tolerant"), bound(core, "for-a-while")
     core.patch_node("n1", {"spec": {"taints": [{"key": "drain", "effect": "NoExecute"}]}})
-    eventually(lambda: not any(p.metadata.name == "plain"
-                               for p in core.list_namespaced_pod(NS).items), timeout=10)
+
+    def names() -> set[str]:
+        return {p.metadata.name for p in core.list_namespaced_pod(NS).items}
+    eventually(lambda: "plain" not in names(), timeout=10)
+    assert "for-a-while" in names()  # tolerated for 3 s
+    eventually(lambda: "for-a-while" not in names(), timeout=10)
     assert node_of(core, "tolerant") == "n1"
 
 

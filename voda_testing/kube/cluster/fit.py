@@ -124,6 +124,22 @@ def untolerated(pod: Obj, taints: Iterable[Mapping[str, Any]],
     return None
 
 
+def toleration_seconds(pod: Obj, taints: Iterable[Mapping[str, Any]]) -> float | None:
+    """How long the pod may stay under these NoExecute taints: 0 when one is not
+    tolerated, else the least `tolerationSeconds` of the tolerations used (None: for ever)."""
+    least: float | None = None
+    for taint in taints:
+        used = [t for t in (pod.get("spec") or {}).get("tolerations") or []
+                if tolerates({"spec": {"tolerations": [t]}}, taint)]
+        if not used:
+            return 0.0
+        for t in used:
+            if t.get("tolerationSeconds") is not None:
+                seconds = max(0.0, float(t["tolerationSeconds"]))
+                least = seconds if least is None else min(least, seconds)
+    return least
+
+
 def _holds(op: str, values: list[str], have: str | None) -> bool:
     if op == "In":
         return have is not None and have in values

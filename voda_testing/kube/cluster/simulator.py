@@ -88,6 +88,7 @@ class ClusterSimulator(Ticker):
         self.usage: dict[str, dict[PodKey, fit.Resources]] = {}  # node -> pod -> requests
         self.pending: set[PodKey] = set()
         self.unschedulable: dict[str, str] = {}  # pod uid -> the message it was given
+        self._no_execute_since: dict[str, float] = {}  # pod uid -> under a NoExecute taint
         self.job_pods: dict[tuple[str, str], set[str]] = {}
         self.running_workers: dict[tuple[str, str], set[str]] = {}
         self.dirty: set[JobKey] = set()
@@ -120,7 +121,7 @@ class ClusterSimulator(Ticker):
             self._reconcile(key)
         self._drain()
         self._schedule()
-        self._evict_untolerated()
+        self._evict_untolerated(now)
         self._fire_timers(now)
         self._node_lifecycle(now)
         self._train(dt)
@@ -403,10 +404,12 @@ class ClusterSimulator(Ticker):
                 self.store.patch("pods", *key, {"status": {"conditions": conditions}}, MERGE,
                                  subresource="status")
 
-    def _evict_untolerated(self) -> None:
+    def _evict_untolerated(self, now: float) -> None:
         """The taint manager: a pod bound to a node with a NoExecute taint it does not
-        tolerate is deleted (tolerationSeconds apart; the node lifecycle controller's own
-        not-ready and unreachable taints are left to it)."""
+        tolerate is deleted at once; one it tolerates for `tolerationSeconds` is deleted
+        when they have passed (the node lifecycle controller's own not-ready and
+        unreachable taints are left to its part)."""
+        under: set[str] = set()
         for name, node in self.nodes.items():
             taints = [t for t in (node.get("spec") or {}).get("taints") or []
                       if t.get("effect") == "NoExecute" and t.get("key") not in LIFECYCLE_TAINTS]
@@ -414,9 +417,17 @@ class ClusterSimulator(Ticker):
                 continue
             for key in list(self.usage.get(name, {})):
                 pod = self.store.try_get("pods", *key)
-                if pod is not None and not pod["metadata"].get("deletionTimestamp") and (
-                        fit.untolerated(pod, taints, ("NoExecute",)) is not None):
+                if pod is None or pod["metadata"].get("deletionTimestamp"):
+                    continue
+                seconds = fit.toleration_seconds(pod, taints)
+                if seconds is None:
+                    continue
+                uid = pod["metadata"].get("uid", "")
+                under.add(uid)
+                if now - self._no_execute_since.setdefault(uid, now) >= seconds:
                     self.delete_pod(pod)
+        for uid in set(self._no_execute_since) - under:
+            del self._no_execute_since[uid]
 
     def _timer(self, delay: float, kind: str, key: PodKey) -> None:
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), kind, key))
