@@ -325,29 +325,37 @@ class KubernetesBackend:
     def _capacity(self) -> list[Node]:
         with self.lock:
             jobs = sorted(set(self.desired) | set(self.specs))
-        workers = [w for w in (self._worker(j) for j in jobs) if w is not None]
-        shapes = self.fit.shapes(workers, self.view.nodes()) if workers else None
+        templates = {t for t in (self._template_of(j) for j in jobs) if t is not None}
+        shapes = self.fit.shapes(templates, self.view.nodes()) if templates else None
         return self.view.capacity(is_elastic_owner, shapes)
 
-    def _worker(self, job: str) -> Any:
+    def _template_of(self, job: str) -> int | None:
         def source() -> Obj | None:
             with self.lock:
                 d = self.desired.get(job)
                 return self.specs.get(job) or (d.document if d else None) or self.objects.get(
                     job)
-        return self.fit.worker(job, source)
+        return self.fit.template(job, source)
 
     def job_nodes(self, names: list[str]) -> dict[str, frozenset[str]]:
         """The nodes each job may use, where that is not every usable node: those its
         worker template may use, less those that refused its workers."""
         usable = [i for i in self.view.nodes() if i.usable]
+        everywhere = frozenset(i.name for i in usable)
         out = {}
+        per_template: dict[int, frozenset[str]] = {}
         for name in names:
-            worker = self._worker(name)
+            template = self._template_of(name)
+            if template is None:
+                allowed = everywhere
+            else:
+                if template not in per_template:
+                    per_template[template] = self.fit.allowed(template, usable)
+                allowed = per_template[template]
             with self.lock:
-                refused = set(self.excluded.get(name, ()))
-            allowed = frozenset(i.name for i in usable if i.name not in refused and (
-                worker is None or self.fit.may_use(worker, i)))
+                refused = self.excluded.get(name)
+                if refused:
+                    allowed = allowed - refused
             if len(allowed) < len(usable):
                 out[name] = allowed
         return out

@@ -87,45 +87,79 @@ def signature(worker: Pod) -> Signature:
 
 
 class JobFit:
-    """Each job's worker and which nodes it may use, remembered per node as last seen
-    (a node's answer is worked out again only when the node changes)."""
+    """Each job's worker template, and which nodes each template may use, remembered per
+    node as last seen (worked out again only for a node that changed). Jobs of one
+    template (the same signature) share every answer."""
 
     def __init__(self, gpu_resource: str) -> None:
         self.gpu_resource = gpu_resource
-        self.workers: dict[str, Pod | None] = {}
-        self._answers: dict[tuple[Signature, str], tuple[object, bool]] = {}
+        self.templates: dict[str, int | None] = {}  # job -> its template
+        self._ids: dict[Signature, int] = {}
+        self._pods: dict[int, Pod] = {}
+        self._answers: dict[tuple[int, str], tuple[object, bool]] = {}
+        self._allowed: dict[int, tuple[list[Any], frozenset[str]]] = {}
+        self._shapes: tuple[frozenset[int], list[Any], dict[str, dict[str, int]]] | None = None
 
-    def worker(self, job: str, source: Callable[[], Obj | None]) -> Pod | None:
-        """The job's worker, read from `source()` (its document or object) the first time."""
-        if job not in self.workers:
+    def template(self, job: str, source: Callable[[], Obj | None]) -> int | None:
+        """The job's template, read from `source()` (its document or object) the first time
+        it gives one; None when it has no worker Voda can read."""
+        if job not in self.templates:
             document = source()
             if document is None:
                 return None
-            self.workers[job] = worker_pod(document, self.gpu_resource)
-        return self.workers[job]
+            worker = worker_pod(document, self.gpu_resource)
+            tid = None
+            if worker is not None:
+                tid = self._ids.setdefault(signature(worker), len(self._ids))
+                self._pods.setdefault(tid, worker)
+            self.templates[job] = tid
+        return self.templates[job]
+
+    def worker(self, template: int) -> Pod:
+        return self._pods[template]
 
     def forget(self, job: str) -> None:
-        self.workers.pop(job, None)
+        self.templates.pop(job, None)
 
-    def may_use(self, worker: Pod, info: Any) -> bool:
+    def may_use(self, template: int, info: Any) -> bool:
         """`info`: the cluster view's NodeInfo (frozen: a new one when the node changed)."""
-        key = (signature(worker), info.name)
+        key = (template, info.name)
         known = self._answers.get(key)
         if known is not None and known[0] is info:
             return known[1]
-        answer = may_use(worker, info.state())
+        answer = may_use(self._pods[template], info.state())
         self._answers[key] = (info, answer)
         return answer
 
-    def shapes(self, workers: Iterable[Pod], infos: Iterable[Any]) -> dict[str, dict[str, int]]:
-        """Per node, the widest worker (GPUs aside) of those that may use it: what one
-        more worker needs there, counted so that none is promised room it lacks."""
-        distinct = {signature(w): w for w in workers}
+    def allowed(self, template: int, infos: list[Any]) -> frozenset[str]:
+        """The nodes of `infos` the template may use."""
+        known = self._allowed.get(template)
+        if known is not None and _same(known[0], infos):
+            return known[1]
+        answer = frozenset(i.name for i in infos if self.may_use(template, i))
+        self._allowed[template] = (list(infos), answer)
+        return answer
+
+    def shapes(self, templates: Iterable[int], infos: list[Any]) -> dict[str, dict[str, int]]:
+        """Per node, the widest worker (GPUs aside) of the templates that may use it: what
+        one more worker needs there, counted so that none is promised room it lacks."""
+        wanted = frozenset(templates)
+        if self._shapes is not None and self._shapes[0] == wanted and _same(
+                self._shapes[1], infos):
+            return self._shapes[2]
+        cache: dict[frozenset[int], dict[str, int]] = {}
         out = {}
         for info in infos:
-            fitting = [w for w in distinct.values() if self.may_use(w, info)]
+            fitting = frozenset(t for t in wanted if self.may_use(t, info))
             if fitting:
-                shape = widest(fitting)
-                shape.pop(self.gpu_resource, None)
-                out[info.name] = shape
+                if fitting not in cache:
+                    shape = widest(self._pods[t] for t in fitting)
+                    shape.pop(self.gpu_resource, None)
+                    cache[fitting] = shape
+                out[info.name] = cache[fitting]
+        self._shapes = (wanted, list(infos), out)
         return out
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
