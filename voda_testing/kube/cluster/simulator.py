@@ -37,6 +37,7 @@ from voda_testing.kube.cluster import fit
 from voda_testing.kube.cluster.ledger import GpuLedger
 from voda_testing.kube.cluster.nodes import (
     GPU,
+    HOSTNAME,
     Obj,
     holds_resources,
     make_node,
@@ -355,7 +356,13 @@ class ClusterSimulator(Ticker):
         need = fit.pod_requests(pod)
         reasons: dict[str, list[str]] = {}
         best: tuple[tuple[int, float], str] | None = None
-        for name in sorted(self.nodes):
+        pinned = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(HOSTNAME)
+        names = sorted(self.nodes)
+        if pinned in self.nodes:  # no other node can pass: try that one first
+            names = [pinned, *(n for n in names if n != pinned)]
+        for name in names:
+            if best is not None and pinned == best[1]:
+                break
             node = self.nodes[name]
             problem = fit.static_problem(pod, node)
             if problem is not None:
