@@ -250,14 +250,24 @@ def test_the_service_refuses_a_job_the_cluster_could_never_run(
     service.close()
 
 
-def test_a_pinned_worker_that_stays_unschedulable_is_deleted_and_pinned_again(
+def test_a_pinned_worker_kube_scheduler_keeps_refusing_is_reported_never_deleted_and_pinned_again(
         cluster: FakeCluster, backend: KubernetesBackend) -> None:
-    # A taint Voda's view does not weigh: kube-scheduler refuses the pinned pod.
+    # Placed against the view's advice (the engine would not): kube-scheduler refuses it.
     cluster.server.store.patch("nodes", "", "n2", {"spec": {"taints": [
         {"key": "maintenance", "effect": "NoSchedule"}]}}, "application/merge-patch+json")
     start(backend, "u", "pytorchjob", (("n2", 1),))
-    eventually(lambda: backend.stats.get("repins", 0) >= 1, timeout=30)
-    assert not running_on(cluster, "u")
+    seen: list = []
+
+    def refused() -> list:
+        seen.extend(e for e in backend.events() if e.kind is EventKind.PLACEMENT_REFUSED)
+        return seen
+    (event,) = eventually(refused, timeout=30)
+    assert event.job == "u" and "untolerated taint {maintenance: }" in event.data["reason"]
+    assert backend.excluded == {"u": {"n2"}}
+    assert backend.job_nodes(["u"]) == {"u": frozenset({"n0", "n1", "n3"})}
+    uid = pods(cluster, "u")["u-worker-0"]["metadata"]["uid"]
     cluster.server.store.patch("nodes", "", "n2", {"spec": {"taints": None}},
                                "application/merge-patch+json")
     eventually(lambda: running_on(cluster, "u") == {0: "n2"}, timeout=30)
+    assert pods(cluster, "u")["u-worker-0"]["metadata"]["uid"] == uid  # never deleted
+    assert "repins" not in backend.stats and not refused()[1:]

@@ -252,6 +252,11 @@ def flow_requests(tmp_path: Path) -> Iterator[tuple[FakeCluster, list[AuthzAttri
         backend.scale(job, (("n1", 1), ("n2", 1)))
         eventually(lambda k=kind: on_nodes(cluster, k) == ["n1", "n2"])
         backend.halt(job)
+    # a create the server refuses for good: the job fails and its object gets an Event
+    cluster.server.add_fault(Fault(422, verb="create", resource="mpijobs", times=1))
+    backend.specs["refused"] = yaml.safe_load((ROOT / "examples" / "mpijob.yaml").read_text())
+    backend.start(Job("refused", 1, 4), (("n0", 1),))
+    eventually(lambda: cluster.server.store.list("events", "default")[0])
     eventually(lambda: not cluster.server.store.list("pods", "default", "voda.io/job")[0])
     assert leader_service.withdraw(elector.api, cluster.voda_namespace, "voda")
     elector.release()

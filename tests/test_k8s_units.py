@@ -88,13 +88,13 @@ def pod(gated: bool = False, selector: str | None = None, node: str | None = Non
     (pod(gated=True), "a", False, 0, WorkerAction.WAIT),
     (pod(selector="a", node="a"), "a", True, 0, WorkerAction.NONE),
     (pod(selector="a", node="a"), "b", True, 0, WorkerAction.MOVE),
-    (pod(selector="a"), "a", True, 61, WorkerAction.REPIN),
+    (pod(selector="a"), "a", True, 61, WorkerAction.REFUSED),
     (pod(selector="a"), "a", True, 10, WorkerAction.NONE),
     (pod(gated=True, deleting=True), "a", True, 0, WorkerAction.NONE),
     (pod(gated=True), None, True, 0, WorkerAction.NONE),
 ], ids=["a gated worker with room is pinned", "a gated worker without room waits",
         "a worker where the plan says stays", "a worker elsewhere is moved",
-        "a pinned worker unschedulable too long is pinned again",
+        "a pinned worker unschedulable too long is a refusal of its node",
         "a pinned worker gets time to be scheduled", "a terminating worker is left alone",
         "a worker beyond the plan is left to the operator"])
 def test_what_a_worker_pod_needs(worker, target, room, waited, action) -> None:

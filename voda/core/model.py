@@ -160,6 +160,9 @@ class Job:
     # MPIJob's new size takes effect only once the kubelet has propagated its hostfile
     # ConfigMap to the launcher. 0 where a change costs nothing more (the simulator).
     rescale_delay: float = 0.0
+    # The nodes of its GPU type the job may use, when the backend knows it cannot use
+    # them all (a Kubernetes template's taints, selectors and requests); None: any.
+    nodes: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epoch_time_by_workers", _frozen_map(self.epoch_time_by_workers))

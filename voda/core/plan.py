@@ -18,6 +18,7 @@ and its reason is reported in Plan.errors; the other types go on.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from voda.core.allocation.base import AllocationAlgorithm, checked_allocate
 from voda.core.allocation.counts import sized_to
@@ -156,17 +157,24 @@ def _decide_type(
     placer: Placer,
 ) -> tuple[dict[str, int], Placement]:
     """Steps 1 and 2 for the jobs and nodes of one GPU type (raises when refused)."""
-    # 1. allocate (packing for this type's nodes, unless the algorithm was told a size)
-    allocation = checked_allocate(sized_to(algorithm, cluster), jobs, cluster.capacity())
-    # 2. place, then check the result and the way to it
     by_name = {j.name: j for j in jobs}
-    try:
-        placement = placer(allocation, by_name, cluster, previous)
-    except Exception as exc:
-        raise PlacementFailed(f"placer raised {type(exc).__name__}: {exc}") from exc
-    if not isinstance(placement, Mapping):
-        raise PlacementFailed(f"placer returned {type(placement).__name__}, not a mapping")
-    placement = {name: tuple(p) for name, p in placement.items() if p}
+    confined = sum(1 for j in jobs if j.nodes is not None)
+    caps: dict[str, int] = {}  # confined jobs whose nodes held less than they were given
+    for _ in range(confined + 1):
+        # 1. allocate (packing for this type's nodes, unless the algorithm was told a size)
+        allocation = checked_allocate(sized_to(algorithm, cluster), _capped(jobs, caps),
+                                      cluster.capacity())
+        allocation.update({name: 0 for name, cap in caps.items() if cap == 0})
+        # 2. place, then check the result and the way to it
+        if not confined:
+            placement = _call(placer, allocation, by_name, cluster, previous)
+            break
+        given, placement = _place_confined(allocation, by_name, cluster, previous, placer)
+        short = {name: n for name, n in given.items() if n < allocation.get(name, 0)}
+        allocation = given
+        if not short:
+            break
+        caps.update(short)  # allocate again: what they cannot use goes to the others
     problems = placement_problems(allocation, by_name, cluster, placement)
     if not problems and not getattr(placer, "applies_at_once", False):
         capacity = {n.name: n.gpus for n in cluster.nodes}
@@ -174,3 +182,85 @@ def _decide_type(
     if problems:
         raise PlacementFailed("placement refused: " + "; ".join(problems))
     return allocation, placement
+
+
+def _capped(jobs: Sequence[Job], caps: Mapping[str, int]) -> list[Job]:
+    """The jobs as the allocation sees them: at most `caps` workers; a cap below a job's
+    minimum leaves it out."""
+    out = []
+    for job in jobs:
+        cap = caps.get(job.name)
+        if cap is None:
+            out.append(job)
+        elif cap >= job.min_workers and cap > 0:
+            preferred = job.preferred_workers
+            out.append(replace(job, max_workers=min(job.max_workers, cap),
+                               preferred_workers=None if preferred is None else min(preferred,
+                                                                                    cap)))
+    return out
+
+
+def _call(placer: Placer, allocation: Mapping[str, int], jobs: Mapping[str, Job],
+          cluster: Cluster, previous: Placement) -> dict[str, JobPlacement]:
+    try:
+        placement = placer(allocation, jobs, cluster, previous)
+    except Exception as exc:
+        raise PlacementFailed(f"placer raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(placement, Mapping):
+        raise PlacementFailed(f"placer returned {type(placement).__name__}, not a mapping")
+    return {name: tuple(p) for name, p in placement.items() if p}
+
+
+def _place_confined(
+    allocation: Mapping[str, int],
+    jobs: Mapping[str, Job],
+    cluster: Cluster,
+    previous: Placement,
+    placer: Placer,
+) -> tuple[dict[str, int], dict[str, JobPlacement]]:
+    """Place jobs confined to some nodes (Job.nodes) first, one at a time in their order,
+    each on what its nodes have free of every other job's GPUs (those placed so far, and
+    what the others hold now); then the other jobs together on what is left. A confined
+    job gets at most what its nodes have free (nothing when that is below its minimum);
+    workers it holds on a node it may no longer use are placed again elsewhere."""
+    allocation = dict(allocation)
+    holding = {name: _counts(previous.get(name, ())) for name in jobs}
+    placement: dict[str, JobPlacement] = {}
+    confined = sorted((j for j in jobs.values() if j.nodes is not None), key=lambda j: j.sort_key)
+    for job in confined:
+        allowed = job.nodes or frozenset()
+        own = tuple((n, c) for n, c in previous.get(job.name, ()) if n in allowed)
+        holding[job.name] = {}
+        taken = _taken(holding)
+        room = tuple(replace(n, gpus=n.gpus - taken.get(n.name, 0)) for n in cluster.nodes
+                     if n.name in allowed and n.gpus > taken.get(n.name, 0))
+        free = sum(n.gpus for n in room)
+        want = allocation.get(job.name, 0)
+        if want > free:
+            want = allocation[job.name] = free if free >= job.min_workers else 0
+        if want > 0:
+            placed = _call(placer, {job.name: want}, {job.name: job}, Cluster(room),
+                           {job.name: own} if own else {})
+            placement.update(placed)
+        holding[job.name] = _counts(placement.get(job.name, ()))
+    rest = {name: j for name, j in jobs.items() if j.nodes is None}
+    taken = _taken({name: c for name, c in holding.items() if name not in rest})
+    room = tuple(replace(n, gpus=n.gpus - taken.get(n.name, 0)) for n in cluster.nodes)
+    placement.update(_call(placer, {n: c for n, c in allocation.items() if n in rest}, rest,
+                           Cluster(room), {n: p for n, p in previous.items() if n in rest}))
+    return allocation, placement
+
+
+def _counts(job_placement: JobPlacement) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for node, count in job_placement:
+        out[node] = out.get(node, 0) + count
+    return out
+
+
+def _taken(holding: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for counts in holding.values():
+        for node, count in counts.items():
+            out[node] = out.get(node, 0) + count
+    return out

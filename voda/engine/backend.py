@@ -47,6 +47,11 @@ class Backend(Protocol):
     # restart the policies charge may give `rescale_delay(name) -> float`: those extra
     # seconds (its own seconds), which the engine hands the policies as Job.rescale_delay
     # (Kubernetes: an MPIJob waits for its hostfile ConfigMap to reach the launcher).
+    #
+    # A backend whose jobs cannot each use every node of their GPU type (Kubernetes: a
+    # template's taints, selectors and requests, or a node that refused a worker) gives
+    # `job_nodes(names) -> {job: nodes it may use}`; the engine reads it at each decision
+    # (Job.nodes) and places those jobs only there (voda.engine.scheduler.backend_job_nodes).
 
 
 @runtime_checkable

@@ -21,6 +21,9 @@ class EventKind(StrEnum):
     EPOCH_REPORTED = "epoch-reported"  # a running job finished an epoch
     QUEUE_CHANGED = "queue-changed"  # attained service moved a job to another priority queue
     GOODPUT_REPORTED = "goodput-reported"  # a batch-adaptive job's model changed
+    # The backend found a node the job cannot use after all (node, data["reason"]); the
+    # backend's job_nodes leaves it out from now on, so the engine plans again.
+    PLACEMENT_REFUSED = "placement-refused"
 
 
 # Events that change what the allocation should be. A progress report only refines

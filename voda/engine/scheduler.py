@@ -125,6 +125,7 @@ class JobRecord:
     category_goodput: Any = None  # the category's best-measured one (Scheduler.goodput_history)
     oracle: Any = None  # voda.core.oracle.StepOracle (simulator-only truth)
     rescale_delay: float = 0.0  # the backend's extra cost of a change (backend_rescale_delay)
+    nodes: frozenset[str] | None = None  # set by each decision (backend_job_nodes)
     # Engine-only fields (not part of Job):
     placement: JobPlacement = ()
     finish_time: float | None = None
@@ -169,6 +170,14 @@ def rescale_delays(backend: object) -> Callable[[str], float] | None:
     workers costs it there beyond the restart the policies charge (None: nothing)."""
     delay = getattr(backend, "rescale_delay", None)
     return delay if callable(delay) else None
+def backend_job_nodes(backend: object, names: list[str]) -> dict[str, frozenset[str]]:
+    """The nodes each job may use, where the backend confines it (its optional
+    `job_nodes(names)`; a job it leaves out may use every node of its GPU type)."""
+    job_nodes = getattr(backend, "job_nodes", None)
+    if not callable(job_nodes):
+        return {}
+    return {name: frozenset(nodes) for name, nodes in job_nodes(names).items()
+            if nodes is not None}
 
 
 def history_key(job: Job | JobRecord) -> HistoryKey:
@@ -655,11 +664,14 @@ class Scheduler:
         if delay_of is not None:
             for r in self.active.values():
                 r.rescale_delay = max(0.0, float(delay_of(r.name)))
-        jobs = [
-            r.snapshot()
-            for r in self.active.values()
+        records = [
+            r for r in self.active.values()
             if r.status is not JobStatus.SUBMITTED or r.submit_time <= now
         ]
+        confined = backend_job_nodes(self.backend, [r.name for r in records])
+        for r in records:
+            r.nodes = confined.get(r.name)
+        jobs = [r.snapshot() for r in records]
         previous: Placement = {r.name: r.placement for r in self.active.values() if r.placement}
         algorithms = {t: self.algorithm_for(t) for t in {j.gpu_type for j in jobs}}
         started = time.perf_counter()

@@ -16,8 +16,16 @@ Per job, the reconciler (`_reconcile`):
    annotation;
 5. each worker pod: gated -> pin it where the plan says and ungate it, once its node
    has room (the cluster view); on another node -> delete it (the operator
-   recreates it gated); pinned but unschedulable too long -> delete and pin again;
-   a Failed MPIJob worker -> delete it (mpi-operator re-creates none it still has).
+   recreates it gated); pinned but unschedulable too long -> the node is excluded for
+   the job (`job_nodes`) and the engine plans again (PLACEMENT_REFUSED); the pod is
+   never deleted to be pinned to the same node again; a Failed MPIJob worker -> delete
+   it (mpi-operator re-creates none it still has).
+
+What the engine may place counts what kube-scheduler counts (voda.backends.kubernetes.fit):
+`job_nodes` confines each job to the nodes its worker template may use (taints,
+nodeSelector, required affinity, requests an empty node holds), less those that refused
+it; `nodes()` offers on each node no more GPUs than the widest worker that may use it
+fits in the CPU, memory and pods that pods other than Voda's elastic jobs' leave.
 
 The kinds the cluster serves are discovered at start (`served_kinds`): a job of a
 kind it lacks is refused at submission. An object the server returns without the
@@ -53,6 +61,7 @@ from voda.backends.kubernetes.adapters import (
     served_kinds,
 )
 from voda.backends.kubernetes.api import (
+    EVENTS,
     MERGE_PATCH,
     PODS,
     SECRETS,
@@ -63,6 +72,7 @@ from voda.backends.kubernetes.api import (
     Obj,
 )
 from voda.backends.kubernetes.cluster_view import ClusterView, watch_cluster
+from voda.backends.kubernetes.fit import JobFit
 from voda.backends.kubernetes.informer import Informer
 from voda.backends.kubernetes.manifests import (
     RUN_ANNOTATION,
@@ -85,6 +95,7 @@ from voda.backends.kubernetes.pinning import (
     pin_patch,
     placement_of,
 )
+from voda.backends.kubernetes.refusals import Backoff, Refused, job_event, permanent
 from voda.backends.kubernetes.settings import (
     GATE,
     JOB_LABEL,
@@ -163,6 +174,10 @@ class KubernetesBackend:
         # version, the cached pod does not show our pin or delete yet
         self.acted: dict[str, str] = {}
         self.stats: dict[str, int] = {}
+        self.fit = JobFit(self.settings.gpu_resource)
+        self.excluded: dict[str, set[str]] = {}  # job -> nodes that refused its workers
+        # Jobs whose reconciliation failed transiently wait their turn (per job).
+        self.backoff = Backoff(self.settings.backoff_seconds, self.settings.max_backoff_seconds)
         self._events: list[Event] = []
         self._nodes: dict[str, Node] = {}
         self._dirty: set[str] = set()
@@ -323,6 +338,8 @@ class KubernetesBackend:
         self._drop(job)
         with self.lock:
             self.specs.pop(job, None)
+            self.excluded.pop(job, None)
+            self.fit.forget(job)
             if self.report_tokens is not None:
                 self.report_tokens.pop(job, None)
 
@@ -355,14 +372,52 @@ class KubernetesBackend:
         return Sizes(len(plan), job.min_workers, job.max_workers)
 
     def nodes(self) -> list[Node]:
-        nodes = self.view.capacity(is_elastic_owner)
+        nodes = self._capacity()
         with self.lock:
             self._nodes = {n.name: n for n in nodes}
         return nodes
 
+    def _capacity(self) -> list[Node]:
+        with self.lock:
+            jobs = sorted(set(self.desired) | set(self.specs))
+        templates = {t for t in (self._template_of(j) for j in jobs) if t is not None}
+        shapes = self.fit.shapes(templates, self.view.nodes()) if templates else None
+        return self.view.capacity(is_elastic_owner, shapes)
+
+    def _template_of(self, job: str) -> int | None:
+        def source() -> Obj | None:
+            with self.lock:
+                d = self.desired.get(job)
+                return self.specs.get(job) or (d.document if d else None) or self.objects.get(
+                    job)
+        return self.fit.template(job, source)
+
+    def job_nodes(self, names: list[str]) -> dict[str, frozenset[str]]:
+        """The nodes each job may use, where that is not every usable node: those its
+        worker template may use, less those that refused its workers."""
+        usable = [i for i in self.view.nodes() if i.usable]
+        everywhere = frozenset(i.name for i in usable)
+        out = {}
+        per_template: dict[int, frozenset[str]] = {}
+        for name in names:
+            template = self._template_of(name)
+            if template is None:
+                allowed = everywhere
+            else:
+                if template not in per_template:
+                    per_template[template] = self.fit.allowed(template, usable)
+                allowed = per_template[template]
+            with self.lock:
+                refused = self.excluded.get(name)
+                if refused:
+                    allowed = allowed - refused
+            if len(allowed) < len(usable):
+                out[name] = allowed
+        return out
+
     def events(self) -> list[Event]:
         now = self.clock()
-        current = {n.name: n for n in self.view.capacity(is_elastic_owner)}
+        current = {n.name: n for n in self._capacity()}
         with self.lock:
             out, self._events = self._events, []
             for name in sorted(set(self._nodes) - set(current)):
@@ -488,6 +543,8 @@ class KubernetesBackend:
         self.desired.pop(job, None)
         self.suspensions.pop(job, None)
         self.specs.pop(job, None)  # an ended job is never created again
+        self.excluded.pop(job, None)
+        self.fit.forget(job)
         if self.report_tokens is not None:
             self.report_tokens.pop(job, None)
         self._events.append(event)
@@ -502,18 +559,26 @@ class KubernetesBackend:
                 return
         last_resync = time.monotonic()
         with ThreadPoolExecutor(self.settings.workers, "k8s-reconcile") as pool:
+            wait = self.resync_seconds
             while not self._stop.is_set() and not self._lost_lead:
                 self.heartbeat = time.monotonic()
-                self._wake.wait(self.resync_seconds)
+                self._wake.wait(wait)
                 self._wake.clear()
-                if time.monotonic() - last_resync >= self.resync_seconds:
-                    last_resync = time.monotonic()
+                now = time.monotonic()
+                if now - last_resync >= self.resync_seconds:
+                    last_resync = now
                     with self.lock:
                         self._dirty |= set(self.desired) | set(self.objects)
                 with self.lock:
-                    jobs = sorted(self._dirty - self._in_flight)
+                    waiting = self._dirty - self._in_flight
+                    jobs = sorted(j for j in waiting if self.backoff.due(j, now))
                     self._dirty -= set(jobs)
                     self._in_flight |= set(jobs)
+                    later = self.backoff.next_due(waiting - set(jobs), now)
+                wait = self.resync_seconds - (time.monotonic() - last_resync)
+                if later is not None:
+                    wait = min(wait, later)
+                wait = max(wait, 0.001)
                 for job in jobs:
                     pool.submit(self._reconcile_safely, job)
 
@@ -528,26 +593,48 @@ class KubernetesBackend:
             self._lost_lead = True
         except SpecError as exc:  # a document that can never be created
             log.error("job %s: %s", job, exc)
-            with self.lock:
-                d = self.desired.get(job)
-                if d is not None:
-                    self._end(job, d.run, Event(EventKind.JOB_FAILED, self.clock(), job=job,
-                                                data={"reason": str(exc)}))
+            self._fail(job, str(exc))
+        except Refused as exc:
+            self._count("refusals")
+            log.error("job %s: %s", job, exc)
+            self._fail(job, str(exc))
+            self._post_refusal(exc)
         except ApiError as exc:
             self._count("api_errors")
-            log.warning("job %s: %s; retrying", job, exc)
             retry = True
+            log.warning("job %s: %s; retrying", job, exc)
         except Exception:
             self._count("errors")
             log.exception("job %s: reconciling failed; retrying", job)
             retry = True
-        if retry:
-            self._stop.wait(0.2)
         with self.lock:
             self._in_flight.discard(job)
             if retry:
+                self.backoff.failed(job, time.monotonic())
                 self._dirty.add(job)
+            else:
+                self.backoff.succeeded(job)
         self._wake.set()
+
+    def _fail(self, job: str, reason: str) -> None:
+        with self.lock:
+            d = self.desired.get(job)
+            if d is not None:
+                self._end(job, d.run, Event(EventKind.JOB_FAILED, self.clock(), job=job,
+                                            data={"reason": reason}))
+
+    def _post_refusal(self, refused: Refused) -> None:
+        """A Warning Event on the refused job object, for `kubectl describe`; best effort
+        (the job's failure reason already says it)."""
+        if refused.obj is None:
+            return
+        body = job_event(refused.obj, "FailedCreate" if refused.obj["metadata"].get(
+            "uid") is None else "FailedUpdate", str(refused), self.clock())
+        try:
+            self.api.create(EVENTS, self.settings.namespace, body)
+        except ApiError as exc:
+            log.warning("could not post an Event on %s: %s", refused.obj["metadata"]["name"],
+                        exc)
 
     def _reconcile(self, job: str) -> None:
         with self.lock:
@@ -601,15 +688,24 @@ class KubernetesBackend:
         document = d.document if d.document is not None else self._template(
             self.objects.get(d.job) or {})
         token = self._report_token(d.job)
-        secret = None
-        if token is not None:  # the pods' env names the Secret: it comes first
-            secret = self._ensure_report_secret(d, adapter, token, None)
         # Checked against the CRD at submission (check_spec); the server validates it too.
         obj = render_job(document, d.job, d.sizes, d.plan, d.run, self.settings,
                          validate=False, report=token is not None)
+        secret = None
+        if token is not None:  # the pods' env names the Secret: it comes first
+            try:
+                secret = self._ensure_report_secret(d, adapter, token, None)
+            except ApiError as exc:
+                if permanent(exc, creating=True):
+                    raise Refused(f"making the report Secret of {obj['metadata']['name']}",
+                                  exc, obj) from exc
+                raise
         try:
             created = self.api.create(adapter.kind, self.settings.namespace, obj)
         except ApiError as exc:
+            if permanent(exc, creating=True):
+                raise Refused(f"creating {obj['kind']} {obj['metadata']['name']}", exc,
+                              obj) from exc
             if exc.status != 409:
                 raise
             return  # already there: the informer shows it soon
@@ -707,6 +803,15 @@ class KubernetesBackend:
         return str(obj["metadata"]["uid"]) if run == d.run else ""
 
     def _resize(self, d: Desired, adapter: Adapter, obj: Obj) -> None:
+        try:
+            self._resize_once(d, adapter, obj)
+        except ApiError as exc:
+            if permanent(exc):
+                raise Refused(f"resizing {obj.get('kind')} {obj['metadata']['name']}", exc,
+                              obj) from exc
+            raise
+
+    def _resize_once(self, d: Desired, adapter: Adapter, obj: Obj) -> None:
         ns, name = self.settings.namespace, obj["metadata"]["name"]
         annotations = obj["metadata"].get("annotations") or {}
         plan_text = encode(d.plan)
@@ -743,17 +848,21 @@ class KubernetesBackend:
             room = target is not None and self.view.fits(d.job, target, counts[target])
             action = decide_worker(pod, target, room, self._unschedulable_for(pod, now),
                                    self.settings.unschedulable_seconds)
-            if action in (WorkerAction.PIN, WorkerAction.MOVE, WorkerAction.REPIN):
-                self.acted[uid] = pod["metadata"].get("resourceVersion", "")
+            # What was done is noted only once its write succeeded: a failed pin or move
+            # (5xx, timeout, 422) raises, and the job is tried again (backing off).
             if action is WorkerAction.PIN:
                 assert target is not None
                 self._pin(pod, target)
             elif action is WorkerAction.WAIT:
                 waiting = True
-            elif action in (WorkerAction.MOVE, WorkerAction.REPIN):
+            elif action is WorkerAction.REFUSED:
+                assert target is not None
+                self._refused(d.job, target, pod)
+            elif action is WorkerAction.MOVE:
                 self.api.delete(PODS, self.settings.namespace, pod["metadata"]["name"],
                                 propagation=None, uid=pod["metadata"].get("uid"))
-                self._count("moves" if action is WorkerAction.MOVE else "repins")
+                self.acted[uid] = pod["metadata"].get("resourceVersion", "")
+                self._count("moves")
         with self.lock:
             if waiting:
                 self._waiting.add(d.job)
@@ -764,15 +873,18 @@ class KubernetesBackend:
 
     def _pin(self, pod: Obj, node: str) -> None:
         ns, name = self.settings.namespace, pod["metadata"]["name"]
-        for _ in range(3):
+        uid, seen = pod["metadata"].get("uid", ""), pod["metadata"].get("resourceVersion", "")
+        for attempt in range(3):
             try:
                 self.api.patch(PODS, ns, name, pin_patch(pod, node), MERGE_PATCH)
+                with self.lock:  # until the informer shows a newer pod than `seen`
+                    self.acted[uid] = seen
                 self._count("pins")
                 return
             except ApiError as exc:
                 if exc.status == 404:
                     return
-                if exc.status != 409:
+                if exc.status not in (409, 422) or attempt == 2:  # 422: look again too
                     raise
                 self._count("conflicts")
                 fresh = self.api.try_get(PODS, ns, name)  # re-read and try again
@@ -781,6 +893,22 @@ class KubernetesBackend:
                 pod = fresh
                 if not gated(pod):
                     return
+
+    def _refused(self, job: str, node: str, pod: Obj) -> None:
+        """kube-scheduler kept refusing a worker pinned to `node`: the job does not use
+        the node again, and the engine plans again without it (once per job and node)."""
+        with self.lock:
+            refused = self.excluded.setdefault(job, set())
+            if node in refused:
+                return
+            refused.add(node)
+            message = next((str(c.get("message") or "") for c in (pod.get("status") or {}).get(
+                "conditions") or () if c.get("type") == "PodScheduled"), "")
+            self._events.append(Event(EventKind.PLACEMENT_REFUSED, self.clock(), job=job,
+                                      node=self._nodes.get(node), data={"reason": message}))
+            self._count("refused_nodes")
+        log.warning("job %s: kube-scheduler refuses its worker on %s (%s); planning again "
+                    "without that node", job, node, message)
 
     def _unschedulable_for(self, pod: Obj, now: float) -> float:
         uid = pod["metadata"].get("uid", "")

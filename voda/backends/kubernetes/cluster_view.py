@@ -5,6 +5,8 @@ answers, under one lock:
 
 - `nodes()`: every node with allocatable GPUs, GPU type (a node label), topology
   (ordered label levels), readiness and cordon;
+- `requested(node)`: what every bound pod there requests (CPU, memory, pods and any
+  other resource, as kube-scheduler counts them), beside the node's `allocatable`;
 - `held(node)`: GPUs held by bound pods (terminating ones included), by owner. A
   pod's owner is its `voda.io/job` label (a job Voda runs elastically); pods
   without it are held by no one Voda knows;
@@ -29,6 +31,11 @@ from typing import Any
 
 from voda.backends.kubernetes.settings import JOB_LABEL, KubernetesSettings
 from voda.core.model import DEFAULT_GPU_TYPE, Node
+from voda.podsched.model import PODS, NodeState, Taint
+from voda.podsched.read import ObjectError, pod_requests
+from voda.podsched.read import quantity as canonical
+
+DEFAULT_PODS = 110  # kubelet's --max-pods, when a node does not say
 
 Obj = dict[str, Any]
 PodKey = tuple[str, str]
@@ -45,10 +52,18 @@ class NodeInfo:
     schedulable: bool = True
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Obj, ...] = ()
+    # status.allocatable in canonical units (cpu in millicores, memory in bytes)
+    allocatable: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def usable(self) -> bool:
         return self.ready and self.schedulable
+
+    def state(self) -> NodeState:
+        """The node as voda.podsched.filters sees it."""
+        return NodeState(self.name, self.allocatable, self.labels, tuple(
+            Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+            for t in self.taints), self.ready, not self.schedulable)
 
 
 def quantity(value: Any) -> int:
@@ -74,6 +89,27 @@ def holds(pod: Obj) -> bool:
         (pod.get("status") or {}).get("phase") not in TERMINAL)
 
 
+def allocatable_of(status: Obj) -> dict[str, int]:
+    out = {}
+    for resource, value in (status.get("allocatable") or {}).items():
+        try:
+            out[str(resource)] = canonical(value, str(resource), "status.allocatable")
+        except ObjectError:
+            out[str(resource)] = 0  # a node that reports nonsense offers nothing of it
+    out.setdefault(PODS, DEFAULT_PODS)
+    return out
+
+
+def requests_of(pod: Obj) -> dict[str, int]:
+    """What a bound pod takes of its node (its effective requests and one pod slot)."""
+    try:
+        out = pod_requests(pod.get("spec") or {})
+    except ObjectError:
+        out = {}
+    out[PODS] = 1
+    return out
+
+
 def node_info(obj: Obj, settings: KubernetesSettings) -> NodeInfo:
     meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
     labels = dict(meta.get("labels") or {})
@@ -89,6 +125,7 @@ def node_info(obj: Obj, settings: KubernetesSettings) -> NodeInfo:
         schedulable=not spec.get("unschedulable"),
         labels=labels,
         taints=tuple(spec.get("taints") or ()),
+        allocatable=allocatable_of(status),
     )
 
 
@@ -113,6 +150,9 @@ class ClusterView:
         self.node_infos: dict[str, NodeInfo] = {}
         self.pods: dict[PodKey, tuple[str, str | None, int]] = {}  # -> (node, owner, GPUs)
         self.by_node: dict[str, dict[PodKey, tuple[str | None, int]]] = {}
+        # bound pod -> (node, owner, requests); node -> owner -> summed requests
+        self.bound: dict[PodKey, tuple[str, str | None, Mapping[str, int]]] = {}
+        self.requests_on: dict[str, dict[str | None, dict[str, int]]] = {}
         self.claims: dict[str, dict[str, int]] = {}  # owner -> {node: GPUs}
         self.claims_on: dict[str, dict[str, int]] = {}  # node -> {owner: GPUs}, the same
         self.version = 0
@@ -143,23 +183,58 @@ class ClusterView:
         meta = obj["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
         entry = None
+        taking = None
         if kind != "DELETED" and holds(obj):
+            owner = (meta.get("labels") or {}).get(self.owner_label)
+            taking = (obj["spec"]["nodeName"], owner, requests_of(obj))
             gpus = pod_gpus(obj, self.settings.gpu_resource)
             if gpus:
-                owner = (meta.get("labels") or {}).get(self.owner_label)
                 entry = (obj["spec"]["nodeName"], owner, gpus)
         with self.lock:
+            changed = self._take(key, taking)
             before = self.pods.get(key)
             if before == entry:
-                return
-            if before is not None:
-                self.by_node.get(before[0], {}).pop(key, None)
-                del self.pods[key]
-            if entry is not None:
-                self.pods[key] = entry
-                self.by_node.setdefault(entry[0], {})[key] = (entry[1], entry[2])
-            self.version += 1
-        self._notify()
+                if changed:
+                    self.version += 1
+            else:
+                self._hold(key, before, entry)
+        if changed or before != entry:
+            self._notify()
+
+    def _take(self, key: PodKey, taking: tuple[str, str | None, Mapping[str, int]] | None
+              ) -> bool:
+        """Index what a bound pod requests (under the lock); whether that changed."""
+        before = self.bound.get(key)
+        if before == taking:
+            return False
+        for sign, entry in ((-1, before), (1, taking)):
+            if entry is None:
+                continue
+            node, owner, requests = entry
+            owners = self.requests_on.setdefault(node, {})
+            summed = owners.setdefault(owner, {})
+            for resource, amount in requests.items():
+                summed[resource] = summed.get(resource, 0) + sign * amount
+            if sign < 0 and not any(summed.values()):
+                del owners[owner]
+                if not owners:
+                    del self.requests_on[node]
+        if taking is None:
+            self.bound.pop(key, None)
+        else:
+            self.bound[key] = taking
+        return True
+
+    def _hold(self, key: PodKey, before: tuple[str, str | None, int] | None,
+              entry: tuple[str, str | None, int] | None) -> None:
+        """Index the GPUs a bound pod holds, by owner (under the lock)."""
+        if before is not None:
+            self.by_node.get(before[0], {}).pop(key, None)
+            del self.pods[key]
+        if entry is not None:
+            self.pods[key] = entry
+            self.by_node.setdefault(entry[0], {})[key] = (entry[1], entry[2])
+        self.version += 1
 
     def _notify(self) -> None:
         for listener in list(self.listeners):
@@ -173,6 +248,20 @@ class ClusterView:
     def node(self, name: str) -> NodeInfo | None:
         with self.lock:
             return self.node_infos.get(name)
+
+    def requested(self, node: str) -> dict[str, int]:
+        """What the pods bound to `node` request, summed (terminating ones included)."""
+        with self.lock:
+            return self._requested(node)
+
+    def _requested(self, node: str, counted: Callable[[str | None], bool] | None = None
+                   ) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for owner, summed in self.requests_on.get(node, {}).items():
+            if counted is None or counted(owner):
+                for resource, amount in summed.items():
+                    out[resource] = out.get(resource, 0) + amount
+        return out
 
     def held(self, node: str) -> dict[str | None, int]:
         """GPUs held by bound pods on `node`, by owner (None: no owner Voda knows)."""
@@ -202,14 +291,39 @@ class ClusterView:
                 return 0
             return max(0, info.gpus - self._taken(node, exclude))
 
-    def capacity(self, owners: Callable[[str], bool] | Collection[str] = ()) -> list[Node]:
+    def capacity(self, owners: Callable[[str], bool] | Collection[str] = (),
+                 shapes: Mapping[str, Mapping[str, int]] | None = None) -> list[Node]:
         """Usable nodes as the core sees them, less the GPUs of owners outside `owners`
-        (a set of owner names, or a predicate on them)."""
+        (a set of owner names, or a predicate on them).
+
+        `shapes`: per node, what one GPU's worker needs of other resources (CPU, memory,
+        pods...); a node then offers no more GPUs than such workers fit in what the pods
+        of everyone outside `owners` leave (what `owners` run there themselves, workers
+        and launchers, is theirs to share out)."""
         with self.lock:
             outside = ((lambda o: not owners(o)) if callable(owners)
                        else (lambda o, s=frozenset(owners): o not in s))
-            return [core_node(info, max(0, info.gpus - self._taken(name, counted=outside)))
-                    for name, info in sorted(self.node_infos.items()) if info.usable]
+            out = []
+            for name, info in sorted(self.node_infos.items()):
+                if not info.usable:
+                    continue
+                gpus = max(0, info.gpus - self._taken(name, counted=outside))
+                shape = None if shapes is None else shapes.get(name)
+                if shape:
+                    others = self._requested(name, lambda o: o is None or outside(o))
+                    gpus = min(gpus, self._slots(info, shape, others))
+                out.append(core_node(info, gpus))
+            return out
+
+    @staticmethod
+    def _slots(info: NodeInfo, shape: Mapping[str, int], used: Mapping[str, int]) -> int:
+        """Workers of `shape` that fit in what `used` leaves of the node."""
+        most = None
+        for resource, amount in shape.items():
+            if amount > 0:
+                left = max(0, info.allocatable.get(resource, 0) - used.get(resource, 0))
+                most = left // amount if most is None else min(most, left // amount)
+        return info.gpus if most is None else most
 
     # ----- claims ---------------------------------------------------------------------------------
     def claim(self, owner: str, node: str, gpus: int) -> bool:

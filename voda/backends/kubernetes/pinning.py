@@ -76,7 +76,9 @@ class WorkerAction(StrEnum):
     PIN = "pin"  # gated: add the nodeSelector and remove the gate
     WAIT = "wait"  # gated, but the node has no room yet
     MOVE = "move"  # on (or pinned to) another node: delete the pod, the operator recreates it
-    REPIN = "repin"  # pinned but unschedulable for too long: delete and pin again
+    # pinned, but kube-scheduler refused it for too long: the node is excluded for the job
+    # and the engine plans again (the pod is left as it is: never deleted to try again)
+    REFUSED = "refused"
 
 
 def gated(pod: Mapping[str, Any]) -> bool:
@@ -100,7 +102,7 @@ def decide_worker(pod: Mapping[str, Any], target: str | None, room: bool,
     if node is not None and node != target:
         return WorkerAction.MOVE
     if not (pod.get("spec") or {}).get("nodeName") and unschedulable_for >= patience:
-        return WorkerAction.REPIN
+        return WorkerAction.REFUSED
     return WorkerAction.NONE
 
 

@@ -50,9 +50,13 @@ class KubernetesSettings:
     gpu_type_label: str = "voda.io/gpu-type"
     # Ordered from the widest domain to the node; the last level names the node.
     topology_labels: tuple[str, ...] = ("voda.io/spine", "voda.io/leaf", HOSTNAME)
-    # A gated worker pinned to a node but still unschedulable after this long is
-    # deleted and pinned again.
+    # A worker pinned to a node but still unschedulable after this long is a refusal of
+    # that node: it is excluded for the job and the engine plans again.
     unschedulable_seconds: float = 60.0
+    # A job whose reconciliation failed transiently (429, 5xx, timeouts) is tried again
+    # after this, doubled on each failure in a row up to max_backoff_seconds (jittered).
+    backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 60.0
     # Restarts after an eviction failed an MPIJob, before Voda reports it failed.
     max_evictions: int = 3
     request_timeout_seconds: float = 10.0

@@ -64,6 +64,8 @@ def placement_problems(
                     f"job {name!r}: node {node_name!r} has GPU type {node.gpu_type}, "
                     f"the job needs {job.gpu_type}"
                 )
+            elif job is not None and job.nodes is not None and node_name not in job.nodes:
+                problems.append(f"job {name!r}: node {node_name!r} is not one it may use")
             if count <= 0:
                 problems.append(f"job {name!r}: non-positive count {count} on {node_name!r}")
     for node_name, used in used_per_node(placement).items():

@@ -48,8 +48,10 @@ def node_ready(node: Obj) -> bool:
 
 
 def make_node(name: str, gpus: int, labels: dict[str, str] | None = None,
-              taints: list[Obj] | None = None) -> Obj:
-    capacity = {GPU: str(gpus), "cpu": "64", "memory": "512Gi", "pods": "110"}
+              taints: list[Obj] | None = None, resources: dict[str, str] | None = None) -> Obj:
+    """A Ready node; `resources` overrides its allocatable cpu, memory, pods and others."""
+    capacity = {GPU: str(gpus), "cpu": "64", "memory": "512Gi", "pods": "110",
+                **(resources or {})}
     node: Obj = {
         "metadata": {"name": name, "labels": {HOSTNAME: name, **(labels or {})}},
         "spec": {},
@@ -61,38 +63,3 @@ def make_node(name: str, gpus: int, labels: dict[str, str] | None = None,
     if taints:
         node["spec"]["taints"] = taints
     return node
-
-
-def tolerates(pod: Obj, taint: Obj) -> bool:
-    for toleration in (pod.get("spec") or {}).get("tolerations") or []:
-        if toleration.get("effect") not in (None, "", taint.get("effect")):
-            continue
-        if toleration.get("operator") == "Exists":
-            if not toleration.get("key") or toleration.get("key") == taint.get("key"):
-                return True
-        elif toleration.get("key") == taint.get("key") and toleration.get(
-                "value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
-def affinity_allows(pod: Obj, labels: dict[str, str]) -> bool:
-    """requiredDuringSchedulingIgnoredDuringExecution node affinity (matchExpressions)."""
-    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = required.get("nodeSelectorTerms") or []
-    if not terms:
-        return True
-    for term in terms:
-        ok = True
-        for expr in term.get("matchExpressions") or []:
-            key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-            have = labels.get(key)
-            if (op == "In" and have not in values) or (op == "NotIn" and have in values) or (
-                    op == "Exists" and key not in labels) or (
-                    op == "DoesNotExist" and key in labels):
-                ok = False
-                break
-        if ok:
-            return True
-    return False

@@ -2,8 +2,14 @@
 runs beside Voda.
 
 - kube-scheduler binds ungated pods of the default scheduler (pods naming another
-  scheduler are left to it), honouring readiness, cordons, taints, nodeSelector,
-  required node affinity and GPU capacity (terminating pods still hold theirs);
+  scheduler are left to it) with its filters (voda_testing.kube.cluster.fit: cordons,
+  readiness, taints, nodeSelector, required node affinity, CPU, memory, pods and
+  extended resources; terminating pods still hold theirs), preferring nodes whose
+  PreferNoSchedule taints the pod tolerates, then the least allocated; a pod that fits
+  nowhere gets `PodScheduled=False`, reason Unschedulable, with kube-scheduler's
+  message (once per pod uid, again whenever the message changes); a NoExecute taint a
+  running pod does not tolerate evicts it (the taint manager; not-ready and unreachable
+  taints are the node lifecycle controller's);
 - kubelets start bound pods (Pending -> Running), finish terminating pods, and stop
   doing anything on a NotReady node; pods can be evicted (Failed, reason Evicted);
 - the node lifecycle controller deletes the pods of a node NotReady for longer than
@@ -30,17 +36,15 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from voda_testing.kube.cluster import fit
 from voda_testing.kube.cluster.ledger import GpuLedger
 from voda_testing.kube.cluster.nodes import (
+    GPU,
     HOSTNAME,
     Obj,
-    affinity_allows,
     holds_resources,
     make_node,
-    node_gpus,
     node_ready,
-    pod_gpus,
-    tolerates,
 )
 from voda_testing.kube.cluster.operators import (
     JOB_NAME,
@@ -56,6 +60,8 @@ from voda_testing.kube.patches import MERGE
 from voda_testing.kube.store import Change, Store, timestamp
 
 WORK_ANNOTATION = "sim.voda.io/work-seconds"
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 PodKey = tuple[str, str]
 JobKey = tuple[str, str, str]  # resource key, namespace, name
 
@@ -90,9 +96,10 @@ class ClusterSimulator(Ticker):
         self._changes: deque[Change] = deque()
         self._pod_rv: dict[PodKey, int] = {}
         self.nodes: dict[str, Obj] = {}
-        self.usage: dict[str, dict[PodKey, int]] = {}
+        self.usage: dict[str, dict[PodKey, fit.Resources]] = {}  # node -> pod -> requests
         self.pending: set[PodKey] = set()
-        self.unschedulable: set[PodKey] = set()
+        self.unschedulable: dict[str, str] = {}  # pod uid -> the message it was given
+        self._no_execute_since: dict[str, float] = {}  # pod uid -> under a NoExecute taint
         self.job_pods: dict[tuple[str, str], set[str]] = {}
         self.running_workers: dict[tuple[str, str], set[str]] = {}
         self.dirty: set[JobKey] = set()
@@ -125,6 +132,7 @@ class ClusterSimulator(Ticker):
             self._reconcile(key)
         self._drain()
         self._schedule()
+        self._evict_untolerated(now)
         self._fire_timers(now)
         self._node_lifecycle(now)
         self._train(dt)
@@ -159,6 +167,7 @@ class ClusterSimulator(Ticker):
         self._index_pod(key, None if change.type == "DELETED" else pod)
         if change.type == "DELETED":
             self._pod_rv.pop(key, None)
+            self.unschedulable.pop(meta.get("uid", ""), None)
         job = (meta.get("labels") or {}).get(JOB_NAME)
         if job:
             for resource in self.operators:
@@ -169,6 +178,7 @@ class ClusterSimulator(Ticker):
             if key in used:
                 del used[key]
                 self._retry_pending = True
+        was_pending = {key} & self.pending
         self.pending.discard(key)
         ns, name = key
         labels = (pod or {}).get("metadata", {}).get("labels") or {}
@@ -190,12 +200,19 @@ class ClusterSimulator(Ticker):
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         node = spec.get("nodeName")
         if node and holds_resources(pod):
-            self.usage.setdefault(node, {})[key] = pod_gpus(pod)
+            self.usage.setdefault(node, {})[key] = fit.pod_requests(pod)
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
+        meta_uid = pod["metadata"].get("uid", "")
         if not node and not deleting and not spec.get("schedulingGates") and spec.get(
                 "schedulerName", "default-scheduler") == "default-scheduler" and status.get(
                 "phase") == "Pending":
+            if key not in was_pending and self.unschedulable.get(meta_uid) in (None,
+                                                                          GATED_MESSAGE):
+                self._retry_pending = True  # a pod kube-scheduler has not tried yet
             self.pending.add(key)
+        elif not node and not deleting and spec.get("schedulingGates") and spec.get(
+                "schedulerName", "default-scheduler") == "default-scheduler":
+            self._mark(key, pod, "SchedulingGated", GATED_MESSAGE)
         if node and self._node_up(node):
             if deleting:
                 self._timer(self.settings.terminate_seconds, "terminate", key)
@@ -372,59 +389,102 @@ class ClusterSimulator(Ticker):
             if pod is None:
                 self.pending.discard(key)
                 continue
-            node = self._fit(pod)
+            node, reasons = self._fit(pod)
             if node is None:
-                self._mark_unschedulable(key, pod)
+                self._mark_unschedulable(key, pod, reasons)
                 continue
             try:
                 bound = self.store.bind(key[0], key[1], node)
             except ApiError:
                 continue
             self._pod_rv[key] = int(bound["metadata"]["resourceVersion"])
-            self.unschedulable.discard(key)
+            self.unschedulable.pop(pod["metadata"].get("uid", ""), None)
             self._index_pod(key, bound)
 
-    def _fit(self, pod: Obj) -> str | None:
-        spec = pod.get("spec") or {}
-        selector = spec.get("nodeSelector") or {}
-        gpus = pod_gpus(pod)
-        if HOSTNAME in selector:
-            candidates = [selector[HOSTNAME]] if selector[HOSTNAME] in self.nodes else []
-        else:
-            candidates = sorted(self.nodes)
-        best: tuple[int, str] | None = None
-        for name in candidates:
+    def _fit(self, pod: Obj) -> tuple[str | None, dict[str, list[str]]]:
+        """The node kube-scheduler binds the pod to, else why each node refused it."""
+        need = fit.pod_requests(pod)
+        reasons: dict[str, list[str]] = {}
+        best: tuple[tuple[int, float], str] | None = None
+        pinned = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(HOSTNAME)
+        names = sorted(self.nodes)
+        if pinned in self.nodes:  # no other node can pass: try that one first
+            names = [pinned, *(n for n in names if n != pinned)]
+        for name in names:
+            if best is not None and pinned == best[1]:
+                break
             node = self.nodes[name]
-            labels = node["metadata"].get("labels") or {}
-            if not node_ready(node) or (node.get("spec") or {}).get("unschedulable"):
+            problem = fit.static_problem(pod, node)
+            if problem is not None:
+                reasons[name] = [problem]
                 continue
-            if any(labels.get(k) != v for k, v in selector.items()):
+            have, used = fit.allocatable(node), self.used(name)
+            lacking = fit.short(need, have, used)
+            if lacking:
+                reasons[name] = lacking
                 continue
-            if not affinity_allows(pod, labels):
-                continue
-            taints = [t for t in (node.get("spec") or {}).get("taints") or []
-                      if t.get("effect") in ("NoSchedule", "NoExecute")]
-            if any(not tolerates(pod, t) for t in taints):
-                continue
-            free = node_gpus(node) - sum(self.usage.get(name, {}).values())
-            if gpus > free:
-                continue
-            if best is None or free - gpus > best[0]:  # least allocated, as the default
-                best = (free - gpus, name)
-        return best[1] if best else None
+            preferred = fit.untolerated(pod, (node.get("spec") or {}).get("taints") or [],
+                                        ("PreferNoSchedule",)) is None
+            left = have.get(GPU, 0) - used.get(GPU, 0) - need.get(GPU, 0)
+            # TaintToleration scores first here; then the least allocated (GPUs, then CPU)
+            cpu_left = (have.get("cpu", 0) - used.get("cpu", 0)) / max(1, have.get("cpu", 1))
+            score = (int(preferred), left + cpu_left)
+            if best is None or score > best[0]:
+                best = (score, name)
+        return (best[1] if best else None), reasons
 
-    def _mark_unschedulable(self, key: PodKey, pod: Obj) -> None:
-        if key in self.unschedulable:
+    def used(self, node: str) -> fit.Resources:
+        """What the pods bound to `node` request, summed."""
+        out: fit.Resources = {}
+        for requests in self.usage.get(node, {}).values():
+            for resource, value in requests.items():
+                out[resource] = out.get(resource, 0) + value
+        return out
+
+    def _mark_unschedulable(self, key: PodKey, pod: Obj, reasons: dict[str, list[str]]) -> None:
+        self._mark(key, pod, "Unschedulable", fit.message(len(self.nodes), reasons))
+
+    def _mark(self, key: PodKey, pod: Obj, reason: str, text: str) -> None:
+        """PodScheduled=False with `reason` and `text`, once per pod uid and message."""
+        uid = pod["metadata"].get("uid", "")
+        if self.unschedulable.get(uid) == text:
             return
-        self.unschedulable.add(key)
+        self.unschedulable[uid] = text
         conditions = [c for c in (pod.get("status") or {}).get("conditions") or []
                       if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                           "message": f"0/{len(self.nodes)} nodes are available",
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": reason,
+                           "message": text, "lastProbeTime": None,
                            "lastTransitionTime": timestamp(self.store.clock())})
-        with contextlib.suppress(ApiError):
-            self.store.patch("pods", *key, {"status": {"conditions": conditions}}, MERGE,
-                             subresource="status")
+        with self.store.lock, contextlib.suppress(ApiError):
+            current = self.store.try_get("pods", *key)
+            if current is not None and current["metadata"].get("uid") == uid:
+                self.store.patch("pods", *key, {"status": {"conditions": conditions}}, MERGE,
+                                 subresource="status")
+
+    def _evict_untolerated(self, now: float) -> None:
+        """The taint manager: a pod bound to a node with a NoExecute taint it does not
+        tolerate is deleted at once; one it tolerates for `tolerationSeconds` is deleted
+        when they have passed (the node lifecycle controller's own not-ready and
+        unreachable taints are left to its part)."""
+        under: set[str] = set()
+        for name, node in self.nodes.items():
+            taints = [t for t in (node.get("spec") or {}).get("taints") or []
+                      if t.get("effect") == "NoExecute" and t.get("key") not in LIFECYCLE_TAINTS]
+            if not taints:
+                continue
+            for key in list(self.usage.get(name, {})):
+                pod = self.store.try_get("pods", *key)
+                if pod is None or pod["metadata"].get("deletionTimestamp"):
+                    continue
+                seconds = fit.toleration_seconds(pod, taints)
+                if seconds is None:
+                    continue
+                uid = pod["metadata"].get("uid", "")
+                under.add(uid)
+                if now - self._no_execute_since.setdefault(uid, now) >= seconds:
+                    self.delete_pod(pod)
+        for uid in set(self._no_execute_since) - under:
+            del self._no_execute_since[uid]
 
     def _timer(self, delay: float, kind: str, key: PodKey) -> None:
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), kind, key))
@@ -465,8 +525,9 @@ class ClusterSimulator(Ticker):
 
     # ----- test controls ---------------------------------------------------------------------
     def add_node(self, name: str, gpus: int, labels: dict[str, str] | None = None,
-                 taints: list[Obj] | None = None) -> Obj:
-        return self.store.create("nodes", "", make_node(name, gpus, labels, taints))
+                 taints: list[Obj] | None = None, resources: dict[str, str] | None = None
+                 ) -> Obj:
+        return self.store.create("nodes", "", make_node(name, gpus, labels, taints, resources))
 
     def remove_node(self, name: str) -> None:
         self.store.delete("nodes", "", name)
