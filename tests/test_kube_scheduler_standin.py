@@ -30,7 +30,7 @@ def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
 @pytest.fixture
 def core(cluster: FakeCluster) -> client.CoreV1Api:
     configuration = client.Configuration()
-    config.load_kube_config(str(cluster.kubeconfig), client_configuration=configuration)
+    config.load_kube_config(str(cluster.admin_kubeconfig), client_configuration=configuration)
     configuration.retries = 0
     return client.CoreV1Api(client.ApiClient(configuration))
 
