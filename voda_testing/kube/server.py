@@ -17,9 +17,10 @@ import asyncio
 import base64
 import contextlib
 import json
+import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,11 @@ class FakeApiServer:
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._watches: set[web.StreamResponse] = set()
+        self._stalled: set[web.StreamResponse] = set()  # open watches that send nothing
+        # the lists that paged requests continue (snapshot id -> items, resourceVersion),
+        # oldest first; a continue token whose snapshot is gone is 410 Gone
+        self._snapshots: OrderedDict[str, tuple[list[Obj], int]] = OrderedDict()
+        self.snapshot_limit = 16
         self._outage_over: asyncio.Event | None = None
         self._lock = threading.Lock()
 
@@ -227,6 +233,17 @@ class FakeApiServer:
             if previous == "refuse" and self._site is None:
                 await self._listen()
             self._outage_over.set()
+
+    def stall_watches(self) -> int:
+        """Every watch open now goes silent for good, its connection left open (no event,
+        no bookmark, no end): a connection a NAT or load balancer forgot. Returns how many."""
+        assert self._loop is not None
+
+        async def stall() -> int:
+            self._stalled |= self._watches
+            return len(self._watches)
+
+        return asyncio.run_coroutine_threadsafe(stall(), self._loop).result(10)
 
     @contextlib.contextmanager
     def outage(self, mode: str = "refuse") -> Iterator[None]:
@@ -445,25 +462,42 @@ class FakeApiServer:
                                ) from None
 
     def _list(self, resource: Resource, namespace: str, q: Any) -> dict[str, Any]:
-        items, rv = self.store.list(resource, namespace or None, q.get("labelSelector"),
-                                    q.get("fieldSelector"))
-        items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        """A list, whole or in pages (limit/continue). The first page takes a snapshot that
+        later pages continue, so the pages together are one consistent list at its
+        resourceVersion, as etcd serves them; a snapshot forgotten since is 410 Gone."""
+        limit = int(q.get("limit") or 0)
         start = 0
         if q.get("continue"):
             try:
                 token = json.loads(base64.b64decode(q["continue"]))
-                start, rv = int(token["start"]), int(token["rv"])
-                meta["resourceVersion"] = str(rv)
+                start, snapshot = int(token["start"]), str(token["id"])
             except (ValueError, KeyError, TypeError):
                 raise ApiError(400, "continue key is not valid") from None
-        limit = int(q.get("limit") or 0)
+            if snapshot not in self._snapshots:
+                raise ApiError(410, "The provided continue parameter is too old to display a "
+                               "consistent list result. You can start a new list without the "
+                               "continue parameter.")
+            items, rv = self._snapshots[snapshot]
+        else:
+            items, rv = self.store.list(resource, namespace or None, q.get("labelSelector"),
+                                        q.get("fieldSelector"))
+            items.sort(key=lambda o: (o["metadata"].get("namespace", ""),
+                                      o["metadata"]["name"]))
+            snapshot = ""
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if limit > 0:
             page = items[start:start + limit]
             if start + limit < len(items):
-                token = {"start": start + limit, "rv": rv}
+                if not snapshot:
+                    snapshot = secrets.token_hex(8)
+                    self._snapshots[snapshot] = (items, rv)
+                    while len(self._snapshots) > self.snapshot_limit:
+                        self._snapshots.popitem(last=False)
+                token = {"start": start + limit, "id": snapshot, "rv": rv}
                 meta["continue"] = base64.b64encode(json.dumps(token).encode()).decode()
                 meta["remainingItemCount"] = len(items) - start - limit
+            elif snapshot:
+                self._snapshots.pop(snapshot, None)
             items = page
         elif start:
             items = items[start:]
@@ -553,7 +587,7 @@ class FakeApiServer:
                     since = int(raw_rv)
                 except ValueError:
                     raise ApiError(400, f"invalid resourceVersion {raw_rv!r}") from None
-                replay, unsubscribe = self.store.subscribe(since, listener)
+                replay, unsubscribe = self.store.subscribe(since, listener, resource)
                 rv = since
         except ApiError as exc:
             if exc.code != 410:
@@ -577,10 +611,12 @@ class FakeApiServer:
                 else:
                     wait = min(deadline - loop.time(), self.bookmark_interval)
                     if wait <= 0:
+                        await self._stall_point(response)
                         break
                     try:
                         change = await asyncio.wait_for(queue.get(), wait)
                     except TimeoutError:
+                        await self._stall_point(response)
                         if bookmarks and loop.time() < deadline:
                             await self._send(response, "BOOKMARK", {
                                 "kind": resource.kind, "apiVersion": resource.api_version,
@@ -591,6 +627,7 @@ class FakeApiServer:
                     continue
                 kind = self._event_type(change, matches(change.old), matches(change.object))
                 if kind is not None:
+                    await self._stall_point(response)
                     await self._send(response, kind, change.object)
         except asyncio.CancelledError:
             if request.transport is not None:
@@ -601,9 +638,14 @@ class FakeApiServer:
         finally:
             unsubscribe()
             self._watches.discard(response)
+            self._stalled.discard(response)
         with contextlib.suppress(ConnectionResetError):
             await response.write_eof()
         return response
+
+    async def _stall_point(self, response: web.StreamResponse) -> None:
+        if response in self._stalled:
+            await asyncio.Event().wait()  # silent until the server stops
 
     @staticmethod
     def _event_type(change: Change, was: bool, now: bool) -> str | None:

@@ -3,7 +3,11 @@ behind HTTP (voda_testing.kube.server).
 
 One global resourceVersion orders every write. Every write appends a Change to a
 bounded history; a watch replays the history after its resourceVersion and then
-follows new changes; a resourceVersion older than the history is 410 Gone.
+follows new changes; a resourceVersion older than the history is 410 Gone. As
+kube-apiserver's watch cache, each resource also keeps only a window of its own
+events (`WatchWindow`: at most `capacity` events, none older than `max_age_seconds`):
+a watch of that resource from before the window is 410 Gone too, so a client that
+was away for a while relists in ordinary flows, not only after a compaction.
 Stored objects are never mutated: a write stores a new dict, so readers may keep
 what they got (and must not change it).
 """
@@ -58,13 +62,24 @@ def set_path(obj: Obj, path: str, value: Any) -> None:
     obj[parts[-1]] = value
 
 
+@dataclass(frozen=True, slots=True)
+class WatchWindow:
+    """How much of each resource's event history a watch may resume from. kube-apiserver
+    keeps 100 to 102,400 events per resource, growing only while they are younger than
+    75 s; the stand-in keeps a fixed, smaller window, so clients meet 410 Gone often."""
+
+    capacity: int = 1000
+    max_age_seconds: float = 75.0
+
+
 def _body(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
 
 class Store:
     def __init__(self, resources: Iterable[Resource] | None = None,
-                 history_limit: int = 200_000, clock: Callable[[], float] = time.time) -> None:
+                 history_limit: int = 200_000, clock: Callable[[], float] = time.time,
+                 window: WatchWindow | None = None) -> None:
         self.lock = threading.RLock()
         self.clock = clock
         self.resources: dict[tuple[str, str, str], Resource] = {}
@@ -79,6 +94,11 @@ class Store:
         self.history: deque[Change] = deque()
         self.history_limit = history_limit
         self.compacted = 0  # watches must start at or after this resourceVersion
+        self.window = window or WatchWindow()
+        # resource key -> (resourceVersion, monotonic time) of the events it keeps, and the
+        # resourceVersion of the last event it forgot (watches must start at or after it)
+        self.recent: dict[str, deque[tuple[int, float]]] = {}
+        self.forgotten: dict[str, int] = {}
         self.listeners: list[Callable[[Change], None]] = []
         self._local = threading.local()  # warnings of this thread's last write
         # uid -> (resource key, namespace, name), and owner uid -> dependents' uids
@@ -132,6 +152,8 @@ class Store:
         self.history.append(change)
         while len(self.history) > self.history_limit:
             self.compacted = self.history.popleft().rv
+        self.recent.setdefault(resource.key, deque()).append((self.rv, time.monotonic()))
+        self._expire(resource.key)
         for listener in list(self.listeners):
             listener(change)
         return obj
@@ -142,12 +164,31 @@ class Store:
             self.history.clear()
             self.compacted = self.rv
 
-    def subscribe(self, since: int | None, listener: Callable[[Change], None]
-                  ) -> tuple[list[Change], Callable[[], None]]:
-        """Changes after `since` (None: none) and a listener for what follows, atomically."""
+    def _expire(self, key: str) -> None:
+        """Forget the events of one resource beyond its watch window."""
+        recent = self.recent.get(key)
+        if not recent:
+            return
+        oldest = time.monotonic() - self.window.max_age_seconds
+        while recent and (len(recent) > self.window.capacity or recent[0][1] < oldest):
+            self.forgotten[key] = recent.popleft()[0]
+
+    def oldest_watchable(self, resource: str | Resource) -> int:
+        """The oldest resourceVersion a watch of `resource` may start from."""
+        key = self.resource(resource).key
         with self.lock:
-            if since is not None and since < self.compacted:
-                raise ApiError(410, f"too old resource version: {since} ({self.compacted})")
+            self._expire(key)
+            return max(self.compacted, self.forgotten.get(key, 0))
+
+    def subscribe(self, since: int | None, listener: Callable[[Change], None],
+                  resource: str | Resource | None = None
+                  ) -> tuple[list[Change], Callable[[], None]]:
+        """Changes after `since` (None: none) and a listener for what follows, atomically;
+        with `resource`, `since` must also be inside that resource's watch window."""
+        with self.lock:
+            oldest = self.compacted if resource is None else self.oldest_watchable(resource)
+            if since is not None and since < oldest:
+                raise ApiError(410, f"too old resource version: {since} ({oldest})")
             replay = [c for c in self.history if c.rv > since] if since is not None else []
             self.listeners.append(listener)
 

@@ -77,6 +77,11 @@ class Unavailable(ApiError):
     """The server could not be reached or kept failing; try again later."""
 
 
+class WatchIdle(Unavailable):
+    """A watch sent nothing (no event, no bookmark) for longer than its idle limit: the
+    connection is most likely dead without having been closed."""
+
+
 class NotLeader(RuntimeError):
     """A write was refused because this process does not hold the lease."""
 
@@ -93,8 +98,9 @@ class KubeApi:
     def __init__(self, api_client: Any, timeout: float = 10.0, attempts: int = 4,
                  backoff: float = 0.2, max_backoff: float = 5.0,
                  fence: Callable[[], bool] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, page_size: int = 500) -> None:
         self.client = api_client
+        self.page_size = page_size
         self.timeout = timeout
         self.attempts = attempts
         self.backoff = backoff
@@ -200,9 +206,31 @@ class KubeApi:
             raise
 
     def list(self, kind: Kind, namespace: str | None = None, label_selector: str | None = None,
-             field_selector: str | None = None) -> Obj:
-        return self.request("GET", kind.path(namespace), {"labelSelector": label_selector,
-                                                          "fieldSelector": field_selector})
+             field_selector: str | None = None, page_size: int | None = None) -> Obj:
+        """Every object, fetched in pages of `page_size` (limit/continue, as client-go's
+        pager: a large list never is one huge response); the result is one list with the
+        first page's resourceVersion. A continue token that expired meanwhile (410) makes
+        it list again in one request, as the pager does."""
+        limit = self.page_size if page_size is None else page_size
+        query: dict[str, Any] = {"labelSelector": label_selector,
+                                 "fieldSelector": field_selector,
+                                 "limit": str(limit) if limit > 0 else None}
+        first = self.request("GET", kind.path(namespace), query)
+        items = list(first.get("items") or [])
+        token = (first.get("metadata") or {}).get("continue")
+        while token:
+            try:
+                page = self.request("GET", kind.path(namespace), {**query, "continue": token})
+            except ApiError as exc:
+                if exc.status != 410:
+                    raise
+                return self.request("GET", kind.path(namespace), {**query, "limit": None})
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+        first["items"] = items
+        first.setdefault("metadata", {}).pop("continue", None)
+        first["metadata"].pop("remainingItemCount", None)
+        return first
 
     def create(self, kind: Kind, namespace: str | None, body: Obj) -> Obj:
         return self.request("POST", kind.path(namespace), body=body)
@@ -235,24 +263,39 @@ class KubeApi:
     def watch(self, kind: Kind, namespace: str | None, resource_version: str,
               timeout_seconds: int = 300, label_selector: str | None = None,
               field_selector: str | None = None,
-              opened: Callable[[Any], None] | None = None) -> Iterator[Obj]:
+              opened: Callable[[Any], None] | None = None,
+              idle_seconds: float | None = None) -> Iterator[Obj]:
         """Events of one watch request from `resource_version` (bookmarks included);
         `opened` receives the response; its `shutdown()` ends the watch from another
-        thread."""
+        thread. A watch that sends nothing for `idle_seconds` raises WatchIdle: a
+        connection that died without a FIN (a NAT or load balancer forgot it) would
+        otherwise hang until timeoutSeconds."""
+        import urllib3
+
         query = {"watch": "true", "resourceVersion": resource_version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds),
                  "labelSelector": label_selector, "fieldSelector": field_selector}
+        read = idle_seconds if idle_seconds is not None else timeout_seconds + self.timeout
         response = self._send("GET", kind.path(namespace), query, None, None,
-                              (self.timeout, timeout_seconds + self.timeout), stream=True)
+                              (self.timeout, read), stream=True)
         if opened is not None:
             opened(response)
         try:
             buffer = b""
-            for chunk in response.stream(65536, decode_content=False):
-                *lines, buffer = (buffer + chunk).split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield json.loads(line)
+            try:
+                for chunk in response.stream(65536, decode_content=False):
+                    *lines, buffer = (buffer + chunk).split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield json.loads(line)
+            except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
+                raise WatchIdle(0, "Idle", f"watch of {kind.plural} sent nothing for "
+                                f"{read:g} s") from exc
+            except urllib3.exceptions.ProtocolError as exc:
+                if isinstance(exc.__context__, TimeoutError) or "timed out" in str(exc):
+                    raise WatchIdle(0, "Idle", f"watch of {kind.plural} sent nothing for "
+                                    f"{read:g} s") from exc
+                raise
             if buffer.strip():
                 yield json.loads(buffer)
         finally:

@@ -167,9 +167,11 @@ class KubernetesBackend:
         ns, seconds = self.settings.namespace, self.settings.watch_seconds
         managed = f"{MANAGED_LABEL}={MANAGER}"
         self.informers = [
-            *watch_cluster(self.api, self.view, seconds, on_pod=self._on_pod),
+            *watch_cluster(self.api, self.view, seconds, on_pod=self._on_pod,
+                           idle_seconds=self.settings.watch_idle_seconds),
             *(Informer(self.api, a.kind, self._job_handler(kind), ns, managed,
-                       watch_seconds=seconds) for kind, a in self.adapters.items()),
+                       watch_seconds=seconds, idle_seconds=self.settings.watch_idle_seconds)
+              for kind, a in self.adapters.items()),
         ]
         for informer in self.informers:
             informer.start()
@@ -731,7 +733,7 @@ def from_settings(server_settings: Any, fence: Callable[[], bool] | None = None
 
     settings = kubernetes_settings(server_settings)
     api = KubeApi.connect(settings.kubeconfig, timeout=settings.request_timeout_seconds,
-                          fence=fence)
+                          fence=fence, page_size=settings.list_page_size)
     backend = KubernetesBackend(api, settings)
     try:
         backend.watch()

@@ -287,7 +287,8 @@ class ClusterView:
 
 
 def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300,
-                  on_pod: Callable[[str, Obj, Obj | None], None] | None = None) -> list[Any]:
+                  on_pod: Callable[[str, Obj, Obj | None], None] | None = None,
+                  idle_seconds: float = 60.0) -> list[Any]:
     """Informers feeding `view`: every Node, and every pod in every namespace (also handed
     to `on_pod` and the view's handlers, so no one else needs a second watch)."""
     from voda.backends.kubernetes.api import NODES, PODS
@@ -305,6 +306,8 @@ def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300,
         for handler in list(view.pod_handlers):
             handler(kind, obj, old)
 
-    view.informers = [Informer(api, NODES, nodes, watch_seconds=watch_seconds),
-                      Informer(api, PODS, pods, watch_seconds=watch_seconds)]
+    view.informers = [Informer(api, NODES, nodes, watch_seconds=watch_seconds,
+                               idle_seconds=idle_seconds),
+                      Informer(api, PODS, pods, watch_seconds=watch_seconds,
+                               idle_seconds=idle_seconds)]
     return list(view.informers)

@@ -50,6 +50,10 @@ class KubernetesSettings:
     request_timeout_seconds: float = 10.0
     workers: int = 8  # jobs reconciled at once (each with its own requests)
     watch_seconds: int = 300
+    # A watch silent this long (no event, no bookmark; kube-apiserver bookmarks every
+    # minute and just before a watch's end) is taken for a dead connection and reopened.
+    watch_idle_seconds: float = 60.0
+    list_page_size: int = 500  # objects per page when listing (limit/continue)
     # The URL at which the jobs' pods reach the service (e.g. http://voda.voda.svc:8080).
     # Set: each job gets a Secret with its report token and the env VODA_REPORT, VODA_JOB
     # and VODA_TOKEN in every container. Empty: nothing is injected.
