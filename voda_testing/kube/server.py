@@ -30,6 +30,7 @@ import yaml
 from aiohttp import web
 
 from voda_testing.kube.errors import ApiError
+from voda_testing.kube.eviction import evict
 from voda_testing.kube.resources import Resource
 from voda_testing.kube.selectors import field_matcher, label_matcher
 from voda_testing.kube.store import Change, Obj, Store, get_path, set_path
@@ -402,13 +403,13 @@ class FakeApiServer:
             target = (body or {}).get("target") or {}
             if not target.get("name"):
                 raise ApiError(422, "Binding is invalid: target.name: Required value")
-            store.bind(namespace, name or "", target["name"])
+            meta = (body or {}).get("metadata") or {}
+            store.bind(namespace, name or "", target["name"], meta.get("uid") or None,
+                       meta.get("resourceVersion") or None)
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success",
                           "code": 201}, 201)
         if method == "POST" and sub == "eviction":
-            opts = (body or {}).get("deleteOptions") or {}
-            store.delete(resource, namespace, name or "", opts.get("propagationPolicy"),
-                         opts.get("gracePeriodSeconds"))
+            evict(store, namespace, name or "", body)
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success",
                           "code": 201}, 201)
         if method in ("PUT", "PATCH") and sub == "scale":

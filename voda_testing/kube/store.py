@@ -254,6 +254,7 @@ class Store:
         warnings = self._check_body(resource, new, field_validation)
         if resource.kind == "Pod":
             validation.check_pod_create(new)
+            validation.default_tolerations(new)
             new.setdefault("status", {}).setdefault("phase", "Pending")
             new["spec"].setdefault("schedulerName", "default-scheduler")
             new["spec"].setdefault("restartPolicy", "Always")
@@ -361,10 +362,13 @@ class Store:
             return old  # a no-op write does not move the resourceVersion
         return self._commit(resource, "MODIFIED", new, old)
 
-    def bind(self, namespace: str, name: str, node: str) -> Obj:
-        """pods/binding: set spec.nodeName once, only on an ungated pod."""
+    def bind(self, namespace: str, name: str, node: str, uid: str | None = None,
+             resource_version: str | None = None) -> Obj:
+        """pods/binding: set spec.nodeName once, only on an ungated pod; the Binding's
+        metadata.uid and resourceVersion, when set, are preconditions (409 otherwise)."""
         with self.lock:
             pod = self.get("pods", namespace, name)
+            _binding_preconditions(pod, uid, resource_version)
             spec = pod.get("spec") or {}
             if pod["metadata"].get("deletionTimestamp"):
                 raise conflict("pods/binding", name, f"pod {name} is being deleted, cannot be "
@@ -509,6 +513,21 @@ class Store:
                 **current["metadata"], "finalizers": finalizers}}, current)
         else:
             self._remove(resource, current)
+
+
+def _binding_preconditions(pod: Obj, uid: str | None, resource_version: str | None) -> None:
+    """kube-apiserver's wording: the storage precondition failure, as a Conflict on pods."""
+    meta = pod["metadata"]
+    failed = ""
+    if uid and uid != meta["uid"]:
+        failed = f"UID in precondition: {uid}, UID in object meta: {meta['uid']}"
+    elif resource_version and resource_version != meta["resourceVersion"]:
+        failed = (f"ResourceVersion in precondition: {resource_version}, ResourceVersion in "
+                  f"object meta: {meta['resourceVersion']}")
+    if failed:
+        raise conflict("pods", meta["name"], "StorageError: invalid object, Code: 4, Key: "
+                       f"/registry/pods/{meta['namespace']}/{meta['name']}, ResourceVersion: "
+                       f"0, AdditionalErrorMsg: Precondition failed: {failed}")
 
 
 def _matches(obj: Obj, labels: Matcher | None, fields: Matcher | None) -> bool:
