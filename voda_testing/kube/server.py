@@ -235,6 +235,24 @@ class FakeApiServer:
                 await self._listen()
             self._outage_over.set()
 
+    def close_watches(self) -> int:
+        """End every open watch (the clients resume from their resourceVersion: after a
+        compaction, a 410 and a relist). Returns how many."""
+        assert self._loop is not None
+
+        async def close() -> int:
+            return self.close_watches_now()
+
+        return asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+
+    def close_watches_now(self) -> int:
+        """close_watches() from the server's own loop (an extra route's handler)."""
+        open_now = list(self._watches)
+        for response in open_now:
+            if response.task is not None:
+                response.task.cancel()
+        return len(open_now)
+
     def stall_watches(self) -> int:
         """Every watch open now goes silent for good, its connection left open (no event,
         no bookmark, no end): a connection a NAT or load balancer forgot. Returns how many."""

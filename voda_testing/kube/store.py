@@ -15,6 +15,7 @@ what they got (and must not change it).
 from __future__ import annotations
 
 import copy
+import json
 import secrets
 import threading
 import time
@@ -70,6 +71,15 @@ class WatchWindow:
 
     capacity: int = 1000
     max_age_seconds: float = 75.0
+
+
+def _copied(obj: Any) -> Any:
+    """A deep copy of a JSON document (a tenth of copy.deepcopy's time, which dominated
+    creating 100,000 pods); anything else is copied with deepcopy."""
+    try:
+        return json.loads(json.dumps(obj))
+    except (TypeError, ValueError):
+        return copy.deepcopy(obj)
 
 
 def _body(obj: Obj) -> Obj:
@@ -229,7 +239,7 @@ class Store:
     def create(self, what: str | Resource, namespace: str, obj: Obj, dry_run: bool = False,
                field_validation: str | None = None) -> Obj:
         resource = self.resource(what)
-        new = copy.deepcopy(obj)
+        new = _copied(obj)
         if not isinstance(new, dict):
             raise ApiError(400, "the body of the request must be an object")
         if new.get("kind") not in (None, resource.kind):
@@ -291,7 +301,7 @@ class Store:
                field_validation: str | None = None) -> Obj:
         """PUT: a whole object; a resourceVersion that is not the current one is 409."""
         resource = self.resource(what)
-        new = copy.deepcopy(obj)
+        new = _copied(obj)
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
             raise ApiError(400, "the body of the request must be an object with metadata")
         if new["metadata"].get("name") not in (None, name):
