@@ -150,3 +150,53 @@ def test_a_continue_token_that_expired_lists_again_in_one_request(
     assert sorted(o["metadata"]["name"] for o in listed["items"]) == [
         f"e{i}" for i in range(5)]
     assert "continue" not in listed["metadata"]
+
+
+def test_informers_keep_what_voda_reads_of_other_owners_pods() -> None:
+    from voda.backends.kubernetes.slim import slim, slim_pod
+
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "namespace": "t", "labels": {"app": "web"},
+                        "managedFields": [{"manager": "kubelet"}], "uid": "u"},
+           "spec": {"nodeName": "n", "priority": 5, "tolerations": [{"key": "k"}],
+                    "affinity": {"nodeAffinity": {}}, "volumes": [
+                        {"name": "data", "persistentVolumeClaim": {"claimName": "c"}},
+                        {"name": "token", "projected": {"sources": []}}],
+                    "containers": [{"name": "app", "image": "i", "env": [{"name": "X"}],
+                                    "resources": {"requests": {"cpu": "1"}},
+                                    "ports": [{"containerPort": 80, "hostPort": 80}],
+                                    "volumeMounts": [{"name": "token"}]}]},
+           "status": {"phase": "Running", "conditions": [{"type": "Ready"}],
+                      "containerStatuses": [{"name": "app"}], "podIP": "10.0.0.1"}}
+    other = slim_pod(pod, "voda.io/job")
+    assert "managedFields" not in other["metadata"] and other["metadata"]["labels"]
+    assert other["spec"]["containers"] == [{"name": "app", "image": "i", "resources": {
+        "requests": {"cpu": "1"}}, "ports": [{"containerPort": 80, "hostPort": 80}]}]
+    assert [v["name"] for v in other["spec"]["volumes"]] == ["data"]
+    assert other["spec"]["tolerations"] and other["spec"]["affinity"] is not None
+    assert other["status"] == {"phase": "Running", "conditions": [{"type": "Ready"}]}
+    ours = {**pod, "metadata": {**pod["metadata"], "labels": {"voda.io/job": "j"}}}
+    kept = slim_pod(ours, "voda.io/job")
+    assert kept["spec"] == pod["spec"] and kept["status"] == pod["status"]
+    assert "managedFields" not in kept["metadata"] and "managedFields" not in slim(
+        ours)["metadata"]
+    assert pod["metadata"]["managedFields"]  # the original is left alone
+
+
+def test_a_relist_keeps_the_cached_copy_of_an_object_that_did_not_change(
+        fake_api: FakeApiServer, api: KubeApi, namespace: str,
+        informers: list[Informer]) -> None:
+    for name in ("same", "changed"):
+        fake_api.store.create("configmaps", namespace, config_map(name))
+    handler = Recorder()
+    informer = start(informers, Informer(api, CONFIGMAPS, handler, namespace,
+                                         transform=lambda o: {**o, "seen": True}))
+    cached = informer.cache[(namespace, "same")]
+    assert cached["seen"]
+    informer.stop()
+    fake_api.store.update("configmaps", namespace, "changed", config_map("changed", "2"))
+    informer._relist()
+    assert informer.cache[(namespace, "same")] is cached
+    assert informer.cache[(namespace, "changed")]["data"] == {"v": "2"}
+    assert handler.of("changed") == [("ADDED", "1"), ("MODIFIED", "2")]
+    assert handler.of("same") == [("ADDED", "1")]

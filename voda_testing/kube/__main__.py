@@ -149,6 +149,16 @@ def main() -> None:
         return web.Response(text=json.dumps(out), content_type="application/json")
 
     async def compact(request: web.Request) -> web.Response:
+        """Every watcher misses a change to each kind and then finds it forgotten: the
+        watches go silent, a node and a pod change, the history is compacted, and the
+        watches end (each client resumes from before the change: 410 Gone)."""
+        server.stall_watches_now()
+        touched = {"metadata": {"annotations": {"sim.voda.io/touched": str(time.time())}}}
+        for kind in ("nodes", "pods"):
+            for obj in list(store.objects[kind].values())[:1]:
+                meta = obj["metadata"]
+                store.patch(kind, meta.get("namespace", ""), meta["name"], touched,
+                            "application/merge-patch+json")
         store.compact()
         return web.json_response({"closed": server.close_watches_now()})
 

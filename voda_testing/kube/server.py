@@ -259,10 +259,14 @@ class FakeApiServer:
         assert self._loop is not None
 
         async def stall() -> int:
-            self._stalled |= self._watches
-            return len(self._watches)
+            return self.stall_watches_now()
 
         return asyncio.run_coroutine_threadsafe(stall(), self._loop).result(10)
+
+    def stall_watches_now(self) -> int:
+        """stall_watches() from the server's own loop (an extra route's handler)."""
+        self._stalled |= self._watches
+        return len(self._watches)
 
     @contextlib.contextmanager
     def outage(self, mode: str = "refuse") -> Iterator[None]:

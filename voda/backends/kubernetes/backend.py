@@ -81,6 +81,7 @@ from voda.backends.kubernetes.settings import (
     PLAN_ANNOTATION,
     KubernetesSettings,
 )
+from voda.backends.kubernetes.slim import slim
 from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
 from voda.spec import JobSpec, SpecError
@@ -170,7 +171,8 @@ class KubernetesBackend:
             *watch_cluster(self.api, self.view, seconds, on_pod=self._on_pod,
                            idle_seconds=self.settings.watch_idle_seconds),
             *(Informer(self.api, a.kind, self._job_handler(kind), ns, managed,
-                       watch_seconds=seconds, idle_seconds=self.settings.watch_idle_seconds)
+                       watch_seconds=seconds, idle_seconds=self.settings.watch_idle_seconds,
+                       transform=slim)
               for kind, a in self.adapters.items()),
         ]
         for informer in self.informers:

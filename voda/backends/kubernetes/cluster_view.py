@@ -293,6 +293,7 @@ def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300,
     to `on_pod` and the view's handlers, so no one else needs a second watch)."""
     from voda.backends.kubernetes.api import NODES, PODS
     from voda.backends.kubernetes.informer import Informer
+    from voda.backends.kubernetes.slim import slim, slim_pod
 
     def nodes(kind: str, obj: Obj, old: Obj | None) -> None:
         view.on_node(kind, obj, old)
@@ -307,7 +308,8 @@ def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300,
             handler(kind, obj, old)
 
     view.informers = [Informer(api, NODES, nodes, watch_seconds=watch_seconds,
-                               idle_seconds=idle_seconds),
+                               idle_seconds=idle_seconds, transform=slim),
                       Informer(api, PODS, pods, watch_seconds=watch_seconds,
-                               idle_seconds=idle_seconds)]
+                               idle_seconds=idle_seconds,
+                               transform=lambda pod: slim_pod(pod, view.owner_label))]
     return list(view.informers)

@@ -27,6 +27,7 @@ from voda.backends.kubernetes.api import ApiError, Kind, KubeApi, Obj, WatchIdle
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, Obj, Obj | None], None]  # (ADDED|MODIFIED|DELETED, object, old)
+Transform = Callable[[Obj], Obj]  # what of an object is cached and handed on
 
 
 class Informer:
@@ -34,7 +35,7 @@ class Informer:
                  namespace: str | None = None, label_selector: str | None = None,
                  field_selector: str | None = None, watch_seconds: int = 300,
                  backoff: float = 0.2, max_backoff: float = 5.0,
-                 idle_seconds: float = 60.0) -> None:
+                 idle_seconds: float = 60.0, transform: Transform | None = None) -> None:
         self.api = api
         self.kind = kind
         self.handler = handler
@@ -43,6 +44,7 @@ class Informer:
         self.field_selector = field_selector
         self.watch_seconds = watch_seconds
         self.idle_seconds = idle_seconds
+        self.transform = transform
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.cache: dict[tuple[str, str], Obj] = {}
@@ -117,22 +119,35 @@ class Informer:
         self._stop.wait(delay)
 
     def _relist(self) -> None:
-        listed = self.api.list(self.kind, self.namespace, self.label_selector,
-                               self.field_selector)
-        fresh = {self.key(o): o for o in listed.get("items") or []}
+        """List in pages and report the differences. An object whose resourceVersion is
+        the cached one's keeps the cached copy (the listed one is dropped with its page),
+        so a relist holds little more than the cache."""
         with self.lock:
-            old, self.cache = self.cache, dict(fresh)
-        for key, obj in fresh.items():
+            old = self.cache
+        fresh: dict[tuple[str, str], Obj] = {}
+        changed: list[tuple[tuple[str, str], Obj]] = []
+        version = None
+        for page in self.api.list_pages(self.kind, self.namespace, self.label_selector,
+                                        self.field_selector):
+            version = page["metadata"]["resourceVersion"]
+            for obj in page.get("items") or []:
+                key = self.key(obj)
+                before = old.get(key)
+                if before is not None and before["metadata"].get("resourceVersion") == obj[
+                        "metadata"].get("resourceVersion"):
+                    fresh[key] = before
+                    continue
+                fresh[key] = obj if self.transform is None else self.transform(obj)
+                changed.append((key, fresh[key]))
+        with self.lock:
+            old, self.cache = self.cache, fresh
+        for key, obj in changed:
             before = old.get(key)
-            if before is None:
-                self._deliver(key, "ADDED", obj, None)
-            elif before["metadata"].get("resourceVersion") != obj["metadata"].get(
-                    "resourceVersion"):
-                self._deliver(key, "MODIFIED", obj, before)
+            self._deliver(key, "ADDED" if before is None else "MODIFIED", obj, before)
         for key, obj in old.items():
             if key not in fresh:
                 self._deliver(key, "DELETED", obj, obj)
-        self.resource_version = listed["metadata"]["resourceVersion"]
+        self.resource_version = version
         self.relists += 1
         self.synced.set()
 
@@ -160,6 +175,8 @@ class Informer:
             if kind == "BOOKMARK":
                 self.resource_version = rv or self.resource_version
                 continue
+            if self.transform is not None:
+                obj = self.transform(obj)
             key = self.key(obj)
             with self.lock:
                 before = self.cache.get(key)
