@@ -98,6 +98,9 @@ class FakeApiServer:
         # oldest first; a continue token whose snapshot is gone is 410 Gone
         self._snapshots: OrderedDict[str, tuple[list[Obj], int]] = OrderedDict()
         self.snapshot_limit = 16
+        # uid -> (resourceVersion, JSON): objects are never changed in place, so a list
+        # serializes each version once (as kube-apiserver's watch cache keeps encodings)
+        self._encoded: dict[str, tuple[str, str]] = {}
         self._outage_over: asyncio.Event | None = None
         self._lock = threading.Lock()
 
@@ -413,7 +416,7 @@ class FakeApiServer:
         if watching:
             return await self._watch(request, resource, namespace)
         if method == "GET" and name is None:
-            return _json(self._list(resource, namespace, q))
+            return self._list_response(self._list(resource, namespace, q))
         if method == "GET":
             obj = store.get(resource, namespace, name or "")
             return _json(self._scale(resource, obj) if sub == "scale" else obj)
@@ -464,6 +467,23 @@ class FakeApiServer:
                                  item["metadata"]["name"])
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success"})
         raise ApiError(405, f"the server does not allow this method on {shown}")
+
+    def _list_response(self, listed: dict[str, Any]) -> web.Response:
+        parts = []
+        for obj in listed["items"]:
+            meta = obj["metadata"]
+            uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
+            cached = self._encoded.get(uid)
+            if cached is None or cached[0] != rv:
+                cached = (rv, json.dumps(obj))
+                self._encoded[uid] = cached
+            parts.append(cached[1])
+        if len(self._encoded) > 2 * max(1, len(self.store.uids)):
+            live = self.store.uids
+            self._encoded = {u: e for u, e in self._encoded.items() if u in live}
+        head = json.dumps({k: v for k, v in listed.items() if k != "items"})
+        return web.Response(text=f'{head[:-1]}, "items": [{",".join(parts)}]}}',
+                            content_type="application/json")
 
     def _answer(self, obj: Obj, status: int = 200) -> web.Response:
         warnings = self.store.warnings()
