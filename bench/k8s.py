@@ -440,11 +440,7 @@ def failover_once(sig: signal.Signals) -> tuple[float, float]:
              "the standby")
         docs = documents()
         for i in range(4):
-            doc = docs["mpijob" if i % 2 else "pytorchjob"]
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{ports[0]}/v1/jobs", data=yaml.safe_dump(doc).encode(),
-                headers={"Content-Type": "application/yaml"}, method="POST")
-            urllib.request.urlopen(request, timeout=30).read()
+            submit_job(ports[0], docs["mpijob" if i % 2 else "pytorchjob"], folder / "token")
         wait(lambda: running_workers(cluster.log()) >= 8, 120, "jobs running")
         time.sleep(4.0)  # the standby has watched the leader renew
         leader = [e for e in cluster.log() if e["kind"] == "leases"][-1]["holder"]

@@ -200,3 +200,34 @@ def test_a_relist_keeps_the_cached_copy_of_an_object_that_did_not_change(
     assert informer.cache[(namespace, "changed")]["data"] == {"v": "2"}
     assert handler.of("changed") == [("ADDED", "1"), ("MODIFIED", "2")]
     assert handler.of("same") == [("ADDED", "1")]
+
+
+def test_the_cluster_wide_pod_watch_leaves_out_pods_that_ended(
+        fake_api: FakeApiServer, api: KubeApi, namespace: str,
+        informers: list[Informer]) -> None:
+    from voda.backends.kubernetes.cluster_view import NOT_ENDED, ClusterView, watch_cluster
+
+    def make(name: str, phase: str) -> None:
+        fake_api.store.create("pods", namespace, {"metadata": {"name": name}, "spec": {
+            "nodeName": "n", "containers": [{"name": "c", "image": "i"}]}})
+        fake_api.store.patch("pods", namespace, name, {"status": {"phase": phase}},
+                             "application/merge-patch+json", subresource="status")
+
+    make("done", "Succeeded")
+    make("running", "Running")
+    make("failing", "Running")
+    seen: list[tuple[str, str]] = []
+    view = ClusterView()
+    view.pod_handlers.append(lambda kind, obj, old: seen.append((kind, obj["metadata"]["name"])))
+    for informer in watch_cluster(api, view):
+        start(informers, informer)
+    pods = informers[1]
+    names = {name for ns, name in pods.cache if ns == namespace}
+    assert names == {"running", "failing"}
+    fake_api.store.patch("pods", namespace, "failing", {"status": {"phase": "Failed"}},
+                         "application/merge-patch+json", subresource="status")
+    eventually(lambda: ("DELETED", "failing") in seen)
+    assert (namespace, "failing") not in pods.cache
+    watched = [r for r in fake_api.requests if r.path == "/api/v1/pods"]
+    assert watched and all("fieldSelector=status.phase" in r.query for r in watched)
+    assert pods.field_selector == NOT_ENDED

@@ -26,6 +26,7 @@ an evicted worker is recreated (it resumes from its checkpoint), up to
 from __future__ import annotations
 
 import copy
+import gc
 import itertools
 import logging
 import threading
@@ -168,8 +169,11 @@ class KubernetesBackend:
         ns, seconds = self.settings.namespace, self.settings.watch_seconds
         managed = f"{MANAGED_LABEL}={MANAGER}"
         self.informers = [
-            *watch_cluster(self.api, self.view, seconds, on_pod=self._on_pod,
+            *watch_cluster(self.api, self.view, seconds,
                            idle_seconds=self.settings.watch_idle_seconds),
+            # its own workers, ended ones included (an evicted worker fails its run)
+            Informer(self.api, PODS, self._on_pod, ns, JOB_LABEL, watch_seconds=seconds,
+                     idle_seconds=self.settings.watch_idle_seconds, transform=slim),
             *(Informer(self.api, a.kind, self._job_handler(kind), ns, managed,
                        watch_seconds=seconds, idle_seconds=self.settings.watch_idle_seconds,
                        transform=slim)
@@ -180,6 +184,10 @@ class KubernetesBackend:
         for informer in self.informers:
             if not informer.synced.wait(timeout):
                 raise TimeoutError(f"listing {informer.kind.plural} took more than {timeout} s")
+        # The caches just listed (millions of objects with 100,000 pods) live long and hold
+        # no cycles: out of the cycle collector's sight, a full collection no longer scans
+        # them (one took about a second, several per relist).
+        gc.freeze()
         self._thread = threading.Thread(target=self._run, name="k8s-reconciler", daemon=True)
         self._thread.start()
 
@@ -209,7 +217,7 @@ class KubernetesBackend:
         return handle
 
     def _on_pod(self, event: str, pod: Obj, old: Obj | None) -> None:
-        """Worker pods of Voda's jobs (in its namespace), from the cluster-wide pod watch."""
+        """Worker pods of Voda's jobs (in its namespace), from the backend's own pod watch."""
         job = (pod["metadata"].get("labels") or {}).get(JOB_LABEL)
         if not job or pod["metadata"].get("namespace") != self.settings.namespace:
             return
@@ -738,7 +746,7 @@ def from_settings(server_settings: Any, fence: Callable[[], bool] | None = None
                           fence=fence, page_size=settings.list_page_size)
     backend = KubernetesBackend(api, settings)
     try:
-        backend.watch()
+        backend.watch(settings.sync_timeout_seconds)
     except TimeoutError as exc:
         backend.close()
         where = settings.kubeconfig or "the in-cluster API server"

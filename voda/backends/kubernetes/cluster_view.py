@@ -286,11 +286,18 @@ class ClusterView:
             return dict(self.claims.get(owner, {}))
 
 
+# Pods that have not ended, as kube-scheduler watches them: an ended pod holds nothing, and
+# in a batch cluster the ended ones are most of the pods. One leaving the selection is
+# DELETED for the watch's handlers.
+NOT_ENDED = "status.phase!=Succeeded,status.phase!=Failed"
+
+
 def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300,
                   on_pod: Callable[[str, Obj, Obj | None], None] | None = None,
                   idle_seconds: float = 60.0) -> list[Any]:
-    """Informers feeding `view`: every Node, and every pod in every namespace (also handed
-    to `on_pod` and the view's handlers, so no one else needs a second watch)."""
+    """Informers feeding `view`: every Node, and every pod that has not ended in every
+    namespace (also handed to `on_pod` and the view's handlers, so no one else needs a
+    second watch of them)."""
     from voda.backends.kubernetes.api import NODES, PODS
     from voda.backends.kubernetes.informer import Informer
     from voda.backends.kubernetes.slim import slim, slim_pod
@@ -309,7 +316,7 @@ def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300,
 
     view.informers = [Informer(api, NODES, nodes, watch_seconds=watch_seconds,
                                idle_seconds=idle_seconds, transform=slim),
-                      Informer(api, PODS, pods, watch_seconds=watch_seconds,
-                               idle_seconds=idle_seconds,
+                      Informer(api, PODS, pods, field_selector=NOT_ENDED,
+                               watch_seconds=watch_seconds, idle_seconds=idle_seconds,
                                transform=lambda pod: slim_pod(pod, view.owner_label))]
     return list(view.informers)

@@ -22,7 +22,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from voda.backends.kubernetes.api import ApiError, Kind, KubeApi, Obj, WatchIdle
+from voda.backends.kubernetes.api import (
+    ApiError,
+    Kind,
+    KubeApi,
+    Obj,
+    WatchIdle,
+    no_collection,
+)
 
 log = logging.getLogger(__name__)
 
@@ -127,18 +134,19 @@ class Informer:
         fresh: dict[tuple[str, str], Obj] = {}
         changed: list[tuple[tuple[str, str], Obj]] = []
         version = None
-        for page in self.api.list_pages(self.kind, self.namespace, self.label_selector,
-                                        self.field_selector):
-            version = page["metadata"]["resourceVersion"]
-            for obj in page.get("items") or []:
-                key = self.key(obj)
-                before = old.get(key)
-                if before is not None and before["metadata"].get("resourceVersion") == obj[
-                        "metadata"].get("resourceVersion"):
-                    fresh[key] = before
-                    continue
-                fresh[key] = obj if self.transform is None else self.transform(obj)
-                changed.append((key, fresh[key]))
+        with no_collection():
+            for page in self.api.list_pages(self.kind, self.namespace, self.label_selector,
+                                            self.field_selector):
+                version = page["metadata"]["resourceVersion"]
+                for obj in page.get("items") or []:
+                    key = self.key(obj)
+                    before = old.get(key)
+                    if before is not None and before["metadata"].get(
+                            "resourceVersion") == obj["metadata"].get("resourceVersion"):
+                        fresh[key] = before
+                        continue
+                    fresh[key] = obj if self.transform is None else self.transform(obj)
+                    changed.append((key, fresh[key]))
         with self.lock:
             old, self.cache = self.cache, fresh
         for key, obj in changed:

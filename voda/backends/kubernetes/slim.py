@@ -29,11 +29,12 @@ _intern = sys.intern
 
 
 def _interned(value: Any) -> Any:
-    if isinstance(value, str):
+    kind = type(value)
+    if kind is str:
         return _intern(value) if len(value) <= 64 else value
-    if isinstance(value, dict):
+    if kind is dict:
         return {_intern(k): _interned(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if kind is list:
         return [_interned(v) for v in value]
     return value
 

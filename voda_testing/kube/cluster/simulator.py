@@ -104,6 +104,7 @@ class ClusterSimulator(Ticker):
         self._pod_rv: dict[PodKey, int] = {}
         self.nodes: dict[str, Obj] = {}
         self.usage: dict[str, dict[PodKey, int]] = {}
+        self._held_on: dict[PodKey, str] = {}
         self.pending: set[PodKey] = set()
         self.unschedulable: set[PodKey] = set()
         self.job_pods: dict[tuple[str, str], set[str]] = {}
@@ -187,10 +188,10 @@ class ClusterSimulator(Ticker):
                 self.dirty.add((resource, meta["namespace"], job))
 
     def _index_pod(self, key: PodKey, pod: Obj | None) -> None:
-        for used in self.usage.values():
-            if key in used:
-                del used[key]
-                self._retry_pending = True
+        held = self._held_on.pop(key, None)  # the node whose usage counts the pod
+        if held is not None and key in self.usage.get(held, {}):
+            del self.usage[held][key]
+            self._retry_pending = True
         self.pending.discard(key)
         ns, name = key
         labels = (pod or {}).get("metadata", {}).get("labels") or {}
@@ -213,6 +214,7 @@ class ClusterSimulator(Ticker):
         node = spec.get("nodeName")
         if node and holds_resources(pod):
             self.usage.setdefault(node, {})[key] = pod_gpus(pod)
+            self._held_on[key] = node
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
         if not node and not deleting and not spec.get("schedulingGates") and spec.get(
                 "schedulerName", "default-scheduler") == "default-scheduler" and status.get(
@@ -529,6 +531,8 @@ class ClusterSimulator(Ticker):
             del since[key]
         for key in present:
             since.setdefault(key, time.monotonic())
+        if not since:  # the taint manager's loop visits tainted nodes only
+            del self.tainted_since[name]
 
     def _node_lifecycle(self, now: float) -> None:
         """The taint manager: pods on a node with NoExecute taints leave once they do not
