@@ -228,8 +228,7 @@ class FakeApiServer:
         if mode is not None:
             self._outage_over.clear()
             for response in list(self._watches):
-                if response.task is not None:
-                    response.task.cancel()
+                self._end_watch(response)
             if mode == "refuse" and self._site is not None:
                 await self._site.stop()
                 self._site = None
@@ -252,9 +251,19 @@ class FakeApiServer:
         """close_watches() from the server's own loop (an extra route's handler)."""
         open_now = list(self._watches)
         for response in open_now:
-            if response.task is not None:
-                response.task.cancel()
+            self._end_watch(response)
         return len(open_now)
+
+    def _end_watch(self, response: web.StreamResponse) -> None:
+        """Cancel a watch's handler and drop its connection. The abort is what a client
+        sees for sure: before Python 3.12, a cancel that lands as the watch's queue
+        delivers an event is swallowed by asyncio.wait_for."""
+        self._stalled.discard(response)
+        if response.task is not None:
+            response.task.cancel()
+        request = response.get("request")
+        if request is not None and request.transport is not None:
+            request.transport.abort()
 
     def stall_watches(self) -> int:
         """Every watch open now goes silent for good, its connection left open (no event,
@@ -641,6 +650,7 @@ class FakeApiServer:
             return response
         last_rv = rv
         self._watches.add(response)
+        response["request"] = request
         try:
             await response.prepare(request)
             for obj in initial:
@@ -687,8 +697,8 @@ class FakeApiServer:
         return response
 
     async def _stall_point(self, response: web.StreamResponse) -> None:
-        if response in self._stalled:
-            await asyncio.Event().wait()  # silent until the server stops
+        while response in self._stalled:  # silent until the watch is ended
+            await asyncio.sleep(0.2)
 
     @staticmethod
     def _event_type(change: Change, was: bool, now: bool) -> str | None:

@@ -102,6 +102,7 @@ class Informer:
             try:
                 if self.resource_version is None:
                     self._relist()
+                    delay = self.backoff  # the server answers again
                 self._redeliver()
                 self._watch()
                 delay = self.backoff
