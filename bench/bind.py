@@ -195,7 +195,7 @@ def main() -> int:
             store.update("configmaps", "voda-system", "voda-scheduler-config", body)
 
     set_grace(0.0)
-    sim = ClusterSimulator(store, SimSettings(not_ready_eviction_seconds=3600))
+    sim = ClusterSimulator(store, SimSettings(toleration_seconds_scale=12))
     names = []
     for i in range(args.nodes):
         leaf, spine = i // 4, i // 100

@@ -130,7 +130,7 @@ class Cluster:
 @contextmanager
 def running_cluster(tmp_path: Path, config: str | None = None,
                     sim: SimSettings | None = None, **settings: Any) -> Iterator[Cluster]:
-    fake = FakeCluster.start(tmp_path, sim or SimSettings(not_ready_eviction_seconds=300),
+    fake = FakeCluster.start(tmp_path, sim or SimSettings(),
                              bookmark_interval=0.2)
     workloads = WorkloadControllers(fake.server.store).start()
     # As in `voda serve`: Voda's cluster view (its ServiceAccount's watches) feeds the pod

@@ -22,7 +22,7 @@ from voda_testing.kube.cluster import (
 from voda_testing.kube.patches import MERGE
 
 FAST = SimSettings(tick_seconds=0.005, start_seconds=0.01, terminate_seconds=0.01,
-                   not_ready_eviction_seconds=0.05, speed=1.0)
+                   image_pull_seconds=0.005, toleration_seconds_scale=0.05 / 300, speed=1.0)
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ def fake(tmp_path: Path) -> Iterator[tuple[FakeApiServer, ClusterSimulator, Path
     api = FakeApiServer(bookmark_interval=0.2).start()
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     api.store.create("namespaces", "", {"metadata": {"name": NAMESPACE}})
-    sim = ClusterSimulator(api.store, SimSettings(not_ready_eviction_seconds=300)).start()
+    sim = ClusterSimulator(api.store, SimSettings()).start()
     workloads = WorkloadControllers(api.store).start()
     yield api, sim, kubeconfig
     workloads.stop()

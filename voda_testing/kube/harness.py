@@ -23,8 +23,10 @@ from voda_testing.kube.resources import default_resources
 from voda_testing.kube.server import FakeApiServer
 from voda_testing.kube.store import Store
 
+# 300 s of tolerationSeconds are 0.3 s, 10 s of CrashLoopBackOff 0.1 s
 FAST_SIM = SimSettings(tick_seconds=0.01, start_seconds=0.02, terminate_seconds=0.02,
-                       not_ready_eviction_seconds=0.3)
+                       image_pull_seconds=0.01, toleration_seconds_scale=0.001,
+                       restart_backoff_scale=0.01)
 
 
 def eventually(check: Callable[[], Any], timeout: float = 20.0, every: float = 0.02) -> Any:

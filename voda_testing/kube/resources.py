@@ -96,6 +96,8 @@ BUILTIN: tuple[Resource, ...] = (
     Resource("coordination.k8s.io", "v1", "leases", "Lease"),
     Resource("events.k8s.io", "v1", "events", "Event", short_names=("ev",)),
     Resource("batch", "v1", "jobs", "Job", subresources=_STATUS),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget",
+             subresources=_STATUS, short_names=("pdb",)),
     Resource("apps", "v1", "deployments", "Deployment", subresources=_SCALED, scale=_REPLICAS,
              short_names=("deploy",)),
     Resource("apps", "v1", "replicasets", "ReplicaSet", subresources=_SCALED, scale=_REPLICAS,

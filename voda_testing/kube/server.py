@@ -19,9 +19,10 @@ import asyncio
 import base64
 import contextlib
 import json
+import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from aiohttp import web
 from voda_testing.kube.authz import Authorizer, User, query_of, request_attributes
 from voda_testing.kube.deadline import check_deadline, request_deadline
 from voda_testing.kube.errors import ApiError
+from voda_testing.kube.eviction import evict
 from voda_testing.kube.resources import Resource
 from voda_testing.kube.selectors import field_matcher, label_matcher
 from voda_testing.kube.store import Admit, Change, Obj, Store, get_path, set_path
@@ -116,6 +118,14 @@ class FakeApiServer:
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._watches: set[web.StreamResponse] = set()
+        self._stalled: set[web.StreamResponse] = set()  # open watches that send nothing
+        # the lists that paged requests continue (snapshot id -> items, resourceVersion),
+        # oldest first; a continue token whose snapshot is gone is 410 Gone
+        self._snapshots: OrderedDict[str, tuple[list[Obj], int]] = OrderedDict()
+        self.snapshot_limit = 16
+        # uid -> (resourceVersion, JSON): objects are never changed in place, so a list
+        # serializes each version once (as kube-apiserver's watch cache keeps encodings)
+        self._encoded: dict[str, tuple[str, str]] = {}
         self._outage_over: asyncio.Event | None = None
         self._lock = threading.Lock()
 
@@ -272,8 +282,7 @@ class FakeApiServer:
         if mode is not None:
             self._outage_over.clear()
             for response in list(self._watches):
-                if response.task is not None:
-                    response.task.cancel()
+                self._end_watch(response)
             if mode == "refuse" and self._site is not None:
                 await self._site.stop()
                 self._site = None
@@ -281,6 +290,49 @@ class FakeApiServer:
             if previous == "refuse" and self._site is None:
                 await self._listen()
             self._outage_over.set()
+
+    def close_watches(self) -> int:
+        """End every open watch (the clients resume from their resourceVersion: after a
+        compaction, a 410 and a relist). Returns how many."""
+        assert self._loop is not None
+
+        async def close() -> int:
+            return self.close_watches_now()
+
+        return asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+
+    def close_watches_now(self) -> int:
+        """close_watches() from the server's own loop (an extra route's handler)."""
+        open_now = list(self._watches)
+        for response in open_now:
+            self._end_watch(response)
+        return len(open_now)
+
+    def _end_watch(self, response: web.StreamResponse) -> None:
+        """Cancel a watch's handler and drop its connection. The abort is what a client
+        sees for sure: before Python 3.12, a cancel that lands as the watch's queue
+        delivers an event is swallowed by asyncio.wait_for."""
+        self._stalled.discard(response)
+        if response.task is not None:
+            response.task.cancel()
+        request = response.get("request")
+        if request is not None and request.transport is not None:
+            request.transport.abort()
+
+    def stall_watches(self) -> int:
+        """Every watch open now goes silent for good, its connection left open (no event,
+        no bookmark, no end): a connection a NAT or load balancer forgot. Returns how many."""
+        assert self._loop is not None
+
+        async def stall() -> int:
+            return self.stall_watches_now()
+
+        return asyncio.run_coroutine_threadsafe(stall(), self._loop).result(10)
+
+    def stall_watches_now(self) -> int:
+        """stall_watches() from the server's own loop (an extra route's handler)."""
+        self._stalled |= self._watches
+        return len(self._watches)
 
     @contextlib.contextmanager
     def outage(self, mode: str = "refuse") -> Iterator[None]:
@@ -460,7 +512,7 @@ class FakeApiServer:
         if watching:
             return await self._watch(request, resource, namespace)
         if method == "GET" and name is None:
-            return _json(self._list(resource, namespace, q))
+            return self._list_response(self._list(resource, namespace, q))
         if method == "GET":
             obj = store.get(resource, namespace, name or "")
             return _json(self._scale(resource, obj) if sub == "scale" else obj)
@@ -473,13 +525,13 @@ class FakeApiServer:
             target = (body or {}).get("target") or {}
             if not target.get("name"):
                 raise ApiError(422, "Binding is invalid: target.name: Required value")
-            store.bind(namespace, name or "", target["name"])
+            meta = (body or {}).get("metadata") or {}
+            store.bind(namespace, name or "", target["name"], meta.get("uid") or None,
+                       meta.get("resourceVersion") or None)
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success",
                           "code": 201}, 201)
         if method == "POST" and sub == "eviction":
-            opts = (body or {}).get("deleteOptions") or {}
-            store.delete(resource, namespace, name or "", opts.get("propagationPolicy"),
-                         opts.get("gracePeriodSeconds"))
+            evict(store, namespace, name or "", body)
             return _json({"kind": "Status", "apiVersion": "v1", "status": "Success",
                           "code": 201}, 201)
         if method in ("PUT", "PATCH") and sub == "scale":
@@ -519,6 +571,23 @@ class FakeApiServer:
         for webhook in list(self.webhooks):
             webhook(resource, new, old)
 
+    def _list_response(self, listed: dict[str, Any]) -> web.Response:
+        parts = []
+        for obj in listed["items"]:
+            meta = obj["metadata"]
+            uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
+            cached = self._encoded.get(uid)
+            if cached is None or cached[0] != rv:
+                cached = (rv, json.dumps(obj))
+                self._encoded[uid] = cached
+            parts.append(cached[1])
+        if len(self._encoded) > 2 * max(1, len(self.store.uids)):
+            live = self.store.uids
+            self._encoded = {u: e for u, e in self._encoded.items() if u in live}
+        head = json.dumps({k: v for k, v in listed.items() if k != "items"})
+        return web.Response(text=f'{head[:-1]}, "items": [{",".join(parts)}]}}',
+                            content_type="application/json")
+
     def _answer(self, obj: Obj, status: int = 200) -> web.Response:
         warnings = self.store.warnings()
         headers = {"Warning": ", ".join(f'299 - "{_quoted(w)}"' for w in warnings)
@@ -540,25 +609,42 @@ class FakeApiServer:
                                ) from None
 
     def _list(self, resource: Resource, namespace: str, q: Any) -> dict[str, Any]:
-        items, rv = self.store.list(resource, namespace or None, q.get("labelSelector"),
-                                    q.get("fieldSelector"))
-        items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        """A list, whole or in pages (limit/continue). The first page takes a snapshot that
+        later pages continue, so the pages together are one consistent list at its
+        resourceVersion, as etcd serves them; a snapshot forgotten since is 410 Gone."""
+        limit = int(q.get("limit") or 0)
         start = 0
         if q.get("continue"):
             try:
                 token = json.loads(base64.b64decode(q["continue"]))
-                start, rv = int(token["start"]), int(token["rv"])
-                meta["resourceVersion"] = str(rv)
+                start, snapshot = int(token["start"]), str(token["id"])
             except (ValueError, KeyError, TypeError):
                 raise ApiError(400, "continue key is not valid") from None
-        limit = int(q.get("limit") or 0)
+            if snapshot not in self._snapshots:
+                raise ApiError(410, "The provided continue parameter is too old to display a "
+                               "consistent list result. You can start a new list without the "
+                               "continue parameter.")
+            items, rv = self._snapshots[snapshot]
+        else:
+            items, rv = self.store.list(resource, namespace or None, q.get("labelSelector"),
+                                        q.get("fieldSelector"))
+            items.sort(key=lambda o: (o["metadata"].get("namespace", ""),
+                                      o["metadata"]["name"]))
+            snapshot = ""
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if limit > 0:
             page = items[start:start + limit]
             if start + limit < len(items):
-                token = {"start": start + limit, "rv": rv}
+                if not snapshot:
+                    snapshot = secrets.token_hex(8)
+                    self._snapshots[snapshot] = (items, rv)
+                    while len(self._snapshots) > self.snapshot_limit:
+                        self._snapshots.popitem(last=False)
+                token = {"start": start + limit, "id": snapshot, "rv": rv}
                 meta["continue"] = base64.b64encode(json.dumps(token).encode()).decode()
                 meta["remainingItemCount"] = len(items) - start - limit
+            elif snapshot:
+                self._snapshots.pop(snapshot, None)
             items = page
         elif start:
             items = items[start:]
@@ -648,7 +734,7 @@ class FakeApiServer:
                     since = int(raw_rv)
                 except ValueError:
                     raise ApiError(400, f"invalid resourceVersion {raw_rv!r}") from None
-                replay, unsubscribe = self.store.subscribe(since, listener)
+                replay, unsubscribe = self.store.subscribe(since, listener, resource)
                 rv = since
         except ApiError as exc:
             if exc.code != 410:
@@ -659,6 +745,7 @@ class FakeApiServer:
             return response
         last_rv = rv
         self._watches.add(response)
+        response["request"] = request
         try:
             await response.prepare(request)
             for obj in initial:
@@ -672,10 +759,12 @@ class FakeApiServer:
                 else:
                     wait = min(deadline - loop.time(), self.bookmark_interval)
                     if wait <= 0:
+                        await self._stall_point(response)
                         break
                     try:
                         change = await asyncio.wait_for(queue.get(), wait)
                     except TimeoutError:
+                        await self._stall_point(response)
                         if bookmarks and loop.time() < deadline:
                             await self._send(response, "BOOKMARK", {
                                 "kind": resource.kind, "apiVersion": resource.api_version,
@@ -686,6 +775,7 @@ class FakeApiServer:
                     continue
                 kind = self._event_type(change, matches(change.old), matches(change.object))
                 if kind is not None:
+                    await self._stall_point(response)
                     await self._send(response, kind, change.object)
         except asyncio.CancelledError:
             if request.transport is not None:
@@ -696,9 +786,14 @@ class FakeApiServer:
         finally:
             unsubscribe()
             self._watches.discard(response)
+            self._stalled.discard(response)
         with contextlib.suppress(ConnectionResetError):
             await response.write_eof()
         return response
+
+    async def _stall_point(self, response: web.StreamResponse) -> None:
+        while response in self._stalled:  # silent until the watch is ended
+            await asyncio.sleep(0.2)
 
     @staticmethod
     def _event_type(change: Change, was: bool, now: bool) -> str | None:

@@ -229,3 +229,21 @@ def check_pod_update(old: dict[str, Any], new: dict[str, Any]) -> None:
                        "modified except its tolerationSeconds"))
     if causes:
         raise invalid("Pod", name, causes)
+
+
+DEFAULT_TOLERATION_SECONDS = 300
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+
+
+def default_tolerations(pod: dict[str, Any]) -> None:
+    """The DefaultTolerationSeconds admission plugin: a pod without a toleration of the
+    not-ready or unreachable NoExecute taint gets one for 300 s."""
+    spec = pod.setdefault("spec", {})
+    tolerations = list(spec.get("tolerations") or [])
+    for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
+        if not any(t.get("key") in (None, "", key) and t.get("effect") in (None, "", "NoExecute")
+                   for t in tolerations):
+            tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                                "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
+    spec["tolerations"] = tolerations

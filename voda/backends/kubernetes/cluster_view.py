@@ -400,12 +400,21 @@ class ClusterView:
             return dict(self.claims.get(owner, {}))
 
 
+# Pods that have not ended, as kube-scheduler watches them: an ended pod holds nothing, and
+# in a batch cluster the ended ones are most of the pods. One leaving the selection is
+# DELETED for the watch's handlers.
+NOT_ENDED = "status.phase!=Succeeded,status.phase!=Failed"
+
+
 def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300,
-                  on_pod: Callable[[str, Obj, Obj | None], None] | None = None) -> list[Any]:
-    """Informers feeding `view`: every Node, and every pod in every namespace (also handed
-    to `on_pod` and the view's handlers, so no one else needs a second watch)."""
+                  on_pod: Callable[[str, Obj, Obj | None], None] | None = None,
+                  idle_seconds: float = 60.0) -> list[Any]:
+    """Informers feeding `view`: every Node, and every pod that has not ended in every
+    namespace (also handed to `on_pod` and the view's handlers, so no one else needs a
+    second watch of them)."""
     from voda.backends.kubernetes.api import NODES, PODS
     from voda.backends.kubernetes.informer import Informer
+    from voda.backends.kubernetes.slim import slim, slim_pod
 
     def nodes(kind: str, obj: Obj, old: Obj | None) -> None:
         view.on_node(kind, obj, old)
@@ -419,6 +428,9 @@ def watch_cluster(api: Any, view: ClusterView, watch_seconds: int = 300,
         for handler in list(view.pod_handlers):
             handler(kind, obj, old)
 
-    view.informers = [Informer(api, NODES, nodes, watch_seconds=watch_seconds),
-                      Informer(api, PODS, pods, watch_seconds=watch_seconds)]
+    view.informers = [Informer(api, NODES, nodes, watch_seconds=watch_seconds,
+                               idle_seconds=idle_seconds, transform=slim),
+                      Informer(api, PODS, pods, field_selector=NOT_ENDED,
+                               watch_seconds=watch_seconds, idle_seconds=idle_seconds,
+                               transform=lambda pod: slim_pod(pod, view.owner_label))]
     return list(view.informers)

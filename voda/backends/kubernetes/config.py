@@ -64,6 +64,12 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
         raise ValueError("kubernetes.max_evictions: must not be negative")
     if not 1 <= settings.workers <= 64:
         raise ValueError("kubernetes.workers: must lie in [1, 64]")
+    if settings.watch_idle_seconds < 2:
+        raise ValueError("kubernetes.watch_idle_seconds: must be at least 2")
+    if settings.sync_timeout_seconds <= 0:
+        raise ValueError("kubernetes.sync_timeout_seconds: must be positive")
+    if settings.list_page_size < 0:
+        raise ValueError("kubernetes.list_page_size: must not be negative (0: no pages)")
     check_report_url(settings.report_url)
     if settings.liveness_seconds <= 0:
         raise ValueError("kubernetes.liveness_seconds: must be positive")

@@ -69,6 +69,12 @@ class KubernetesSettings:
     # selector-less Service's Endpoints (POD_IP, the serve port), so only it gets traffic
     # while the standby is Ready too; it withdraws it when it steps down.
     leader_service: str = ""
+    # A watch silent this long (no event, no bookmark; kube-apiserver bookmarks every
+    # minute and just before a watch's end) is taken for a dead connection and reopened.
+    watch_idle_seconds: float = 60.0
+    list_page_size: int = 500  # objects per page when listing (limit/continue)
+    # How long `voda serve` waits for the first lists (100,000 pods take about a minute).
+    sync_timeout_seconds: float = 600.0
     # The URL at which the jobs' pods reach the service (e.g. http://voda.voda.svc:8080).
     # Set: each job gets a Secret with its report token and the env VODA_REPORT, VODA_JOB
     # and VODA_TOKEN in every container. Empty: nothing is injected.

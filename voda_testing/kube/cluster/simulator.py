@@ -10,10 +10,19 @@ runs beside Voda.
   message (once per pod uid, again whenever the message changes); a NoExecute taint a
   running pod does not tolerate evicts it (the taint manager; not-ready and unreachable
   taints are the node lifecycle controller's);
-- kubelets start bound pods (Pending -> Running), finish terminating pods, and stop
-  doing anything on a NotReady node; pods can be evicted (Failed, reason Evicted);
-- the node lifecycle controller deletes the pods of a node NotReady for longer than
-  `not_ready_eviction_seconds`; pod GC force-deletes the pods of a deleted node;
+- kubelets pull images (once per node) and start bound pods (Pending -> Running, with
+  containerStatuses), restart containers that exit under restartPolicy Always or
+  OnFailure after a CrashLoopBackOff back-off (10 s doubling to 300 s, times
+  `restart_backoff_scale`), finish terminating pods, and stop doing anything on a
+  NotReady node; pods can be evicted (Failed, reason Evicted);
+- the node lifecycle controller taints a NotReady node `node.kubernetes.io/not-ready`
+  and an unreachable one (Ready Unknown) `node.kubernetes.io/unreachable` (NoSchedule
+  and NoExecute); the taint manager deletes a pod on a NoExecute-tainted node at once
+  if it does not tolerate the taint, else once its tolerationSeconds are over (times
+  `toleration_seconds_scale`; every pod gets 300 s for both at creation, as the
+  DefaultTolerationSeconds admission plugin gives them); pod GC force-deletes the pods
+  of a deleted node;
+- the disruption controller keeps PodDisruptionBudgets' status (voda_testing.kube.eviction);
 - mpi-operator and the training operator (voda_testing.kube.cluster.operators), for
   the kinds the store serves, with Horovod's elastic driver in MPIJob launchers; a
   ConfigMap change reaches a launcher `configmap_seconds` after it was written (the
@@ -37,6 +46,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from voda_testing.kube.cluster import fit
+from voda_testing.kube.cluster.kubelet import (
+    RESET_AFTER_SECONDS,
+    Container,
+    backoff_seconds,
+    containers_of,
+    exit_plan,
+    restarts_on,
+    statuses,
+)
 from voda_testing.kube.cluster.ledger import GpuLedger
 from voda_testing.kube.cluster.nodes import (
     GPU,
@@ -56,12 +74,14 @@ from voda_testing.kube.cluster.operators import (
 )
 from voda_testing.kube.cluster.ticker import Ticker
 from voda_testing.kube.errors import ApiError
+from voda_testing.kube.eviction import PDBS, refresh_budgets
 from voda_testing.kube.patches import MERGE
 from voda_testing.kube.store import Change, Store, timestamp
 
 WORK_ANNOTATION = "sim.voda.io/work-seconds"
 LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+NOT_READY, UNREACHABLE = LIFECYCLE_TAINTS
 PodKey = tuple[str, str]
 JobKey = tuple[str, str, str]  # resource key, namespace, name
 
@@ -69,9 +89,11 @@ JobKey = tuple[str, str, str]  # resource key, namespace, name
 @dataclass
 class SimSettings:
     tick_seconds: float = 0.02
-    start_seconds: float = 0.05  # bound pod -> Running
+    start_seconds: float = 0.05  # containers created and started -> Running
+    image_pull_seconds: float = 0.05  # per image a node has not pulled yet
     terminate_seconds: float = 0.05  # terminating pod -> gone
-    not_ready_eviction_seconds: float = 1.0
+    restart_backoff_scale: float = 1.0  # wall seconds per second of CrashLoopBackOff
+    toleration_seconds_scale: float = 1.0  # wall seconds per tolerationSeconds second
     speed: float = 1.0  # work done per running worker per wall second
     default_work_seconds: float = 30.0
     # A ConfigMap change reaches the pods that mount it this long after it is written
@@ -97,6 +119,7 @@ class ClusterSimulator(Ticker):
         self._pod_rv: dict[PodKey, int] = {}
         self.nodes: dict[str, Obj] = {}
         self.usage: dict[str, dict[PodKey, fit.Resources]] = {}  # node -> pod -> requests
+        self._held_on: dict[PodKey, str] = {}
         self.pending: set[PodKey] = set()
         self.unschedulable: dict[str, str] = {}  # pod uid -> the message it was given
         self._no_execute_since: dict[str, float] = {}  # pod uid -> under a NoExecute taint
@@ -106,7 +129,10 @@ class ClusterSimulator(Ticker):
         self.active: dict[JobKey, str] = {}  # running jobs -> uid
         self.progress: dict[str, float] = {}
         self.work: dict[str, float] = {}  # job uid -> worker-seconds it needs
-        self.not_ready_since: dict[str, float] = {}
+        self.containers: dict[PodKey, dict[str, Container]] = {}  # started pods' containers
+        self.images: dict[str, set[str]] = {}  # node -> images it has pulled
+        self.tainted_since: dict[str, dict[str, float]] = {}  # node -> NoExecute taint -> when
+        self._budgets_dirty = True
         self._timers: list[tuple[float, int, str, PodKey]] = []
         self._seq = itertools.count()
         self._retry_pending = True
@@ -135,6 +161,10 @@ class ClusterSimulator(Ticker):
         self._evict_untolerated(now)
         self._fire_timers(now)
         self._node_lifecycle(now)
+        if self._budgets_dirty:
+            self._budgets_dirty = False
+            if self.store.objects.get(PDBS):
+                refresh_budgets(self.store)
         self._train(dt)
 
     # ----- the change stream -------------------------------------------------------------------
@@ -142,6 +172,8 @@ class ClusterSimulator(Ticker):
         while self._changes:
             change = self._changes.popleft()
             plural = change.resource.key
+            if plural in ("pods", PDBS):
+                self._budgets_dirty = True
             if plural == "pods":
                 self._on_pod(change)
             elif plural == "nodes":
@@ -168,16 +200,17 @@ class ClusterSimulator(Ticker):
         if change.type == "DELETED":
             self._pod_rv.pop(key, None)
             self.unschedulable.pop(meta.get("uid", ""), None)
+            self.containers.pop(key, None)
         job = (meta.get("labels") or {}).get(JOB_NAME)
         if job:
             for resource in self.operators:
                 self.dirty.add((resource, meta["namespace"], job))
 
     def _index_pod(self, key: PodKey, pod: Obj | None) -> None:
-        for used in self.usage.values():
-            if key in used:
-                del used[key]
-                self._retry_pending = True
+        held = self._held_on.pop(key, None)  # the node whose usage counts the pod
+        if held is not None and key in self.usage.get(held, {}):
+            del self.usage[held][key]
+            self._retry_pending = True
         was_pending = {key} & self.pending
         self.pending.discard(key)
         ns, name = key
@@ -201,6 +234,7 @@ class ClusterSimulator(Ticker):
         node = spec.get("nodeName")
         if node and holds_resources(pod):
             self.usage.setdefault(node, {})[key] = fit.pod_requests(pod)
+            self._held_on[key] = node
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
         meta_uid = pod["metadata"].get("uid", "")
         if not node and not deleting and not spec.get("schedulingGates") and spec.get(
@@ -217,7 +251,10 @@ class ClusterSimulator(Ticker):
             if deleting:
                 self._timer(self.settings.terminate_seconds, "terminate", key)
             elif status.get("phase") == "Pending":
-                self._timer(self.settings.start_seconds, "start", key)
+                images = {str(c.get("image", "")) for c in spec.get("containers") or []}
+                pulls = len(images - self.images.get(node, set()))
+                self._timer(self.settings.start_seconds + pulls * self.settings.image_pull_seconds,
+                            "start", key)
 
     def _on_node(self, change: Change) -> None:
         node = change.object
@@ -225,20 +262,18 @@ class ClusterSimulator(Ticker):
         self._retry_pending = True
         if change.type == "DELETED":
             self.nodes.pop(name, None)
-            self.not_ready_since.pop(name, None)
+            self.tainted_since.pop(name, None)
+            self.images.pop(name, None)
             self._gc_node(name)
             return
         was_up = self._node_up(name)
         self.nodes[name] = node
-        if node_ready(node):
-            self.not_ready_since.pop(name, None)
-            if not was_up:  # the kubelet is back: it catches up on its pods
-                for key in list(self.usage.get(name, {})):
-                    pod = self.store.try_get("pods", *key)
-                    if pod is not None:
-                        self._index_pod(key, pod)
-        else:
-            self.not_ready_since.setdefault(name, time.monotonic())
+        self._taint_by_condition(node)
+        if node_ready(node) and not was_up:  # the kubelet is back: it catches up on its pods
+            for key in list(self.usage.get(name, {})):
+                pod = self.store.try_get("pods", *key)
+                if pod is not None:
+                    self._index_pod(key, pod)
 
     # ----- helpers the operators use ------------------------------------------------------------
     @staticmethod
@@ -316,20 +351,24 @@ class ClusterSimulator(Ticker):
                               grace_seconds=grace)
 
     def set_phase(self, pod: Obj, phase: str, reason: str | None = None,
-                  message: str | None = None) -> None:
+                  message: str | None = None, ready: bool | None = None) -> None:
         status: dict[str, Any] = {"phase": phase}
         if reason:
             status["reason"] = reason
         if message:
             status["message"] = message
-        ready = "True" if phase == "Running" else "False"
+        shown = "True" if (phase == "Running" if ready is None else ready) else "False"
         status["conditions"] = [c for c in (pod.get("status") or {}).get("conditions") or []
                                 if c.get("type") not in ("Ready", "ContainersReady")] + [
-            {"type": "Ready", "status": ready}, {"type": "ContainersReady", "status": ready}]
+            {"type": "Ready", "status": shown}, {"type": "ContainersReady", "status": shown}]
         if phase == "Running":
-            status["startTime"] = timestamp(self.store.clock())
+            status["startTime"] = (pod.get("status") or {}).get("startTime") or timestamp(
+                self.store.clock())
             status["podIP"] = "10.1.0.1"
             status["hostIP"] = "10.0.0.1"
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if key in self.containers:
+            status["containerStatuses"] = statuses(pod, self.containers[key])
         with contextlib.suppress(ApiError):
             self.store.patch("pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
                              {"status": status}, MERGE, subresource="status")
@@ -486,7 +525,7 @@ class ClusterSimulator(Ticker):
         for uid in set(self._no_execute_since) - under:
             del self._no_execute_since[uid]
 
-    def _timer(self, delay: float, kind: str, key: PodKey) -> None:
+    def _timer(self, delay: float, kind: str, key: PodKey) -> None:  # kind: what[:container:n]
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), kind, key))
 
     def _fire_timers(self, now: float) -> None:
@@ -500,23 +539,143 @@ class ClusterSimulator(Ticker):
                 continue
             if kind == "terminate" and pod["metadata"].get("deletionTimestamp"):
                 self.delete_pod(pod, grace=0)
-            elif kind == "start" and not pod["metadata"].get("deletionTimestamp") and (
-                    pod.get("status") or {}).get("phase") == "Pending":
-                self.set_phase(pod, "Running")
+            elif pod["metadata"].get("deletionTimestamp"):
+                continue
+            elif kind == "start" and (pod.get("status") or {}).get("phase") == "Pending":
+                self._start_containers(key, pod, node)
+            elif kind.startswith(("exit:", "restart:")):
+                what, name, count = kind.split(":")
+                container = self.containers.get(key, {}).get(name)
+                if container is None or container.restarts != int(count):
+                    continue  # a timer of an earlier start
+                if what == "exit" and container.state == "running":
+                    self._exit(key, pod, name, container.exit_code)
+                elif what == "restart" and container.state == "waiting":
+                    self._run_container(key, pod, container)
+                    self._write_containers(pod)
+
+    # ----- the kubelet's containers ----------------------------------------------------------
+    def _start_containers(self, key: PodKey, pod: Obj, node: str) -> None:
+        self.images.setdefault(node, set()).update(
+            str(c.get("image", "")) for c in (pod.get("spec") or {}).get("containers") or [])
+        self.containers[key] = containers_of(pod)
+        for container in self.containers[key].values():
+            self._run_container(key, pod, container, restart=False)
+        self.set_phase(pod, "Running")
+
+    def _run_container(self, key: PodKey, pod: Obj, container: Container,
+                       restart: bool = True) -> None:
+        if restart:
+            container.restarts += 1
+        container.state, container.reason, container.message = "running", "", ""
+        container.started = timestamp(self.store.clock())
+        container.started_at = time.monotonic()
+        plan = exit_plan(pod)
+        if plan is not None:
+            container.exit_code = plan[1]
+            self._timer(plan[0], f"exit:{container.name}:{container.restarts}", key)
+
+    def _write_containers(self, pod: Obj) -> None:
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        containers = self.containers.get(key, {})
+        if containers and all(c.state == "terminated" for c in containers.values()):
+            failed = any(c.exit_code for c in containers.values())
+            self.set_phase(pod, "Failed" if failed else "Succeeded")
+            return
+        self.set_phase(pod, "Running", ready=all(c.state == "running"
+                                                 for c in containers.values()))
+
+    def _exit(self, key: PodKey, pod: Obj, name: str, exit_code: int) -> None:
+        """A container's process ends: restarted after its back-off, or terminated."""
+        container = self.containers[key][name]
+        if time.monotonic() - container.started_at >= (
+                RESET_AFTER_SECONDS * self.settings.restart_backoff_scale):
+            container.crashes = 0
+        now = timestamp(self.store.clock())
+        reason = "Error" if exit_code else "Completed"
+        container.last = {"exitCode": exit_code, "reason": reason,
+                          "startedAt": container.started, "finishedAt": now}
+        container.exit_code = exit_code
+        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+        if restarts_on(policy, exit_code):
+            container.crashes += 1
+            wait = backoff_seconds(container.crashes)
+            meta = pod["metadata"]
+            container.state, container.reason = "waiting", "CrashLoopBackOff"
+            container.message = (f"back-off {wait:g}s restarting failed container={name} "
+                                 f"pod={meta['name']}_{meta['namespace']}({meta['uid']})")
+            self._timer(wait * self.settings.restart_backoff_scale,
+                        f"restart:{name}:{container.restarts}", key)
+        else:
+            container.state, container.reason = "terminated", reason
+        self._write_containers(pod)
 
     def _node_up(self, name: str) -> bool:
         node = self.nodes.get(name)
         return node is not None and node_ready(node)
 
+    def _taint_by_condition(self, node: Obj) -> None:
+        """The node lifecycle controller: not-ready / unreachable taints from Ready."""
+        name = node["metadata"]["name"]
+        wanted: list[Obj] = []
+        if not node_ready(node):
+            ready = [c for c in (node.get("status") or {}).get("conditions") or []
+                     if c.get("type") == "Ready"]
+            key = NOT_READY if ready and ready[0].get("status") == "False" else UNREACHABLE
+            wanted = [{"key": key, "effect": "NoSchedule"},
+                      {"key": key, "effect": "NoExecute",
+                       "timeAdded": timestamp(self.store.clock())}]
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        ours = [t for t in taints if t.get("key") in (NOT_READY, UNREACHABLE)]
+        if [(t["key"], t["effect"]) for t in ours] != [(t["key"], t["effect"]) for t in wanted]:
+            taints = [t for t in taints if t.get("key") not in (NOT_READY, UNREACHABLE)]
+            taints += wanted
+            with contextlib.suppress(ApiError):
+                self.store.patch("nodes", "", name, {"spec": {"taints": taints or None}},
+                                 MERGE)
+        # when each NoExecute taint came, as the taint manager counts tolerationSeconds
+        since = self.tainted_since.setdefault(name, {})
+        present = {t.get("key", "") for t in taints if t.get("effect") == "NoExecute"}
+        for key in set(since) - present:
+            del since[key]
+        for key in present:
+            since.setdefault(key, time.monotonic())
+        if not since:  # the taint manager's loop visits tainted nodes only
+            del self.tainted_since[name]
+
     def _node_lifecycle(self, now: float) -> None:
-        for name, since in list(self.not_ready_since.items()):
-            if now - since < self.settings.not_ready_eviction_seconds:
+        """The taint manager: pods on a node with NoExecute taints leave once they do not
+        tolerate one, or once the shortest tolerationSeconds of those they do are over."""
+        for name, since in list(self.tainted_since.items()):
+            node = self.nodes.get(name)
+            if not since or node is None:
                 continue
-            del self.not_ready_since[name]
+            taints = [t for t in (node.get("spec") or {}).get("taints") or []
+                      if t.get("effect") == "NoExecute"]
             for key in list(self.usage.get(name, {})):
                 pod = self.store.try_get("pods", *key)
-                if pod is not None and not pod["metadata"].get("deletionTimestamp"):
-                    self.delete_pod(pod)  # stays Terminating: the kubelet is gone
+                if pod is None or pod["metadata"].get("deletionTimestamp"):
+                    continue
+                due = self._eviction_due(pod, taints, since)
+                if due is not None and now >= due:
+                    self.delete_pod(pod)  # stays Terminating while the kubelet is gone
+
+    def _eviction_due(self, pod: Obj, taints: list[Obj], since: dict[str, float]
+                      ) -> float | None:
+        due: float | None = None
+        for taint in taints:
+            matching = [t for t in (pod.get("spec") or {}).get("tolerations") or []
+                        if fit.tolerates({"spec": {"tolerations": [t]}}, taint)]
+            if not matching:
+                return 0.0
+            limits = [t["tolerationSeconds"] for t in matching
+                      if t.get("tolerationSeconds") is not None]
+            if len(limits) < len(matching):
+                continue  # tolerated for ever
+            start = since.get(taint.get("key", ""), time.monotonic())
+            at = start + max(0, min(limits)) * self.settings.toleration_seconds_scale
+            due = at if due is None else min(due, at)
+        return due
 
     def _gc_node(self, name: str) -> None:
         pods, _ = self.store.list("pods", field_selector=f"spec.nodeName={name}")
@@ -536,13 +695,28 @@ class ClusterSimulator(Ticker):
         self.store.patch("nodes", "", name, {"spec": {"unschedulable": unschedulable or None}},
                          MERGE)
 
-    def set_ready(self, name: str, ready: bool) -> None:
+    def set_ready(self, name: str, ready: bool, unreachable: bool = True) -> None:
+        """Ready, or not: Unknown (the kubelet stopped posting status: unreachable) or,
+        with `unreachable=False`, False (the kubelet reports itself not ready)."""
         node = self.store.get("nodes", "", name)
         conditions = [c for c in node["status"].get("conditions") or [] if c["type"] != "Ready"]
-        conditions.append({"type": "Ready", "status": "True" if ready else "Unknown",
-                           "reason": "KubeletReady" if ready else "NodeStatusUnknown"})
+        status = "True" if ready else ("Unknown" if unreachable else "False")
+        conditions.append({"type": "Ready", "status": status, "reason": {
+            "True": "KubeletReady", "Unknown": "NodeStatusUnknown",
+            "False": "KubeletNotReady"}[status]})
         self.store.patch("nodes", "", name, {"status": {"conditions": conditions}}, MERGE,
                          subresource="status")
+
+    def exit_container(self, namespace: str, name: str, exit_code: int = 1,
+                       container: str | None = None) -> None:
+        """A running container of a pod exits (its first, or the one named)."""
+        key = (namespace, name)
+        pod = self.store.get("pods", namespace, name)
+        containers = self.containers.get(key) or {}
+        target = container or next(iter(containers), None)
+        if target is None or containers[target].state != "running":
+            raise ValueError(f"pod {namespace}/{name} has no running container {target}")
+        self._exit(key, pod, target, exit_code)
 
     def evict(self, namespace: str, name: str) -> None:
         """The kubelet evicts a pod (node pressure): Failed, reason Evicted."""
