@@ -29,7 +29,7 @@ SETTINGS = SimSettings(tick_seconds=0.01, start_seconds=0.02, terminate_seconds=
 def cluster(tmp_path: Path) -> Iterator[tuple[FakeCluster, client.CoreV1Api]]:
     fake = FakeCluster.start(tmp_path, SETTINGS)
     configuration = client.Configuration()
-    config.load_kube_config(str(fake.kubeconfig), client_configuration=configuration)
+    config.load_kube_config(str(fake.admin_kubeconfig), client_configuration=configuration)
     yield fake, client.CoreV1Api(client.ApiClient(configuration))
     assert fake.sim.errors == []
     fake.stop()

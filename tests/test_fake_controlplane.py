@@ -133,7 +133,7 @@ def allowed(policy: client.PolicyV1Api, name: str, namespace: str) -> int | None
 
 
 def test_an_eviction_the_budget_does_not_allow_is_429(cluster: FakeCluster) -> None:
-    api = connect(cluster.kubeconfig)
+    api = connect(cluster.admin_kubeconfig)
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
     ns = cluster.namespace
     cluster.sim.add_node("a", 8)
@@ -164,7 +164,7 @@ def test_an_eviction_the_budget_does_not_allow_is_429(cluster: FakeCluster) -> N
 
 
 def test_max_unavailable_and_pods_under_two_budgets(cluster: FakeCluster) -> None:
-    api = connect(cluster.kubeconfig)
+    api = connect(cluster.admin_kubeconfig)
     core, policy = client.CoreV1Api(api), client.PolicyV1Api(api)
     ns = cluster.namespace
     cluster.sim.add_node("a", 8)

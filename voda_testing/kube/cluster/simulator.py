@@ -635,7 +635,8 @@ class ClusterSimulator(Ticker):
                                  MERGE)
         # when each NoExecute taint came, as the taint manager counts tolerationSeconds
         since = self.tainted_since.setdefault(name, {})
-        present = {t.get("key", "") for t in taints if t.get("effect") == "NoExecute"}
+        present = {t.get("key", "") for t in taints if t.get("effect") == "NoExecute"
+                   and t.get("key") in LIFECYCLE_TAINTS}
         for key in set(since) - present:
             del since[key]
         for key in present:
@@ -644,14 +645,15 @@ class ClusterSimulator(Ticker):
             del self.tainted_since[name]
 
     def _node_lifecycle(self, now: float) -> None:
-        """The taint manager: pods on a node with NoExecute taints leave once they do not
-        tolerate one, or once the shortest tolerationSeconds of those they do are over."""
+        """The taint manager for the not-ready and unreachable taints: pods leave once they
+        do not tolerate one, or once the shortest tolerationSeconds of those they do are over
+        (times toleration_seconds_scale; other NoExecute taints: `_evict_untolerated`)."""
         for name, since in list(self.tainted_since.items()):
             node = self.nodes.get(name)
             if not since or node is None:
                 continue
             taints = [t for t in (node.get("spec") or {}).get("taints") or []
-                      if t.get("effect") == "NoExecute"]
+                      if t.get("effect") == "NoExecute" and t.get("key") in LIFECYCLE_TAINTS]
             for key in list(self.usage.get(name, {})):
                 pod = self.store.try_get("pods", *key)
                 if pod is None or pod["metadata"].get("deletionTimestamp"):
