@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.podsched_harness import config_text, not_ready_tolerations, running_cluster
 from voda.backends.kubernetes.cluster_view import ClusterView, watch_cluster
 from voda.podsched.controller import PodScheduler, PodSchedulerSettings
+from voda_testing.kube.cluster import SimSettings
 from voda_testing.kube.harness import FakeCluster, eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -124,7 +125,10 @@ def test_a_node_going_not_ready_moves_its_pods(tmp_path: Path) -> None:
 
 def test_a_pod_on_a_not_ready_node_stays_until_its_toleration_expires(tmp_path: Path) -> None:
     # The configured default (0.2 s) is for pods without a toleration: these have 3 s.
-    with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=0.2)) as c:
+    # kube-controller-manager's taint manager evicts such pods too; the stand-in's is slowed
+    # here so that what is checked is the pod scheduler's own rule.
+    with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=0.2),
+                         sim=SimSettings(toleration_seconds_scale=100.0)) as c:
         c.grid(spines=1, leaves=1, per_leaf=3)
         c.deployment("svc", replicas=1, gpus=8, tolerations=not_ready_tolerations(3))
         c.deployment("pinned", replicas=1, gpus=8, tolerations=not_ready_tolerations(None))
