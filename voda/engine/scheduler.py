@@ -170,6 +170,8 @@ def rescale_delays(backend: object) -> Callable[[str], float] | None:
     workers costs it there beyond the restart the policies charge (None: nothing)."""
     delay = getattr(backend, "rescale_delay", None)
     return delay if callable(delay) else None
+
+
 def backend_job_nodes(backend: object, names: list[str]) -> dict[str, frozenset[str]]:
     """The nodes each job may use, where the backend confines it (its optional
     `job_nodes(names)`; a job it leaves out may use every node of its GPU type)."""
