@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -254,7 +253,8 @@ def test_an_informer_away_for_longer_than_the_window_relists_by_itself(
         with fake_api.outage("refuse"):
             for i in range(fake_api.store.window.capacity + 5):  # the default window
                 fake_api.store.create("configmaps", namespace, {"metadata": {"name": f"c{i}"}})
-            time.sleep(0.3)
+            errors = informer.errors
+            eventually(lambda: informer.errors > errors)  # it found the server gone
         eventually(lambda: informer.relists == 2, timeout=30)
         eventually(lambda: len(seen) == fake_api.store.window.capacity + 5, timeout=30)
     finally:
