@@ -148,10 +148,8 @@ def test_voda_serve_refuses_to_run_jobs_in_its_own_namespace(tmp_path: Path) -> 
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
-    cluster = FakeCluster.start(tmp_path)
-    cluster.sim.add_node("n0", 4)
-    yield cluster
-    cluster.stop()
+    with FakeCluster.running(tmp_path, nodes=1) as cluster:
+        yield cluster
 
 
 @pytest.mark.slow

@@ -23,11 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    c = FakeCluster.start(tmp_path)
-    for i in range(2):
-        c.sim.add_node(f"n{i}", 4)
-    yield c
-    c.stop()
+    with FakeCluster.running(tmp_path, nodes=2) as c:
+        yield c
 
 
 def queued(kind: str, queue: str | None = "team-a") -> dict[str, Any]:

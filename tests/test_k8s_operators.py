@@ -22,10 +22,9 @@ NS = "default"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    c = FakeCluster.start(tmp_path, tls=True)  # kubectl sends its token over TLS only
-    c.sim.add_node("n0", 4)
-    yield c
-    c.stop()
+    # kubectl sends its token over TLS only
+    with FakeCluster.running(tmp_path, nodes=1, tls=True) as c:
+        yield c
 
 
 def api_client(cluster: FakeCluster) -> client.ApiClient:

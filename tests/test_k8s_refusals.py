@@ -30,11 +30,8 @@ WEBHOOK = ('admission webhook "validation.pytorchjob.kubeflow.org" denied the re
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    c = FakeCluster.start(tmp_path)
-    for i in range(2):
-        c.sim.add_node(f"n{i}", 4)
-    yield c
-    c.stop()
+    with FakeCluster.running(tmp_path, nodes=2) as c:
+        yield c
 
 
 @pytest.fixture

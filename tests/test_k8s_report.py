@@ -39,11 +39,8 @@ NS = "default"
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
-    cluster = FakeCluster.start(tmp_path)
-    for i in range(2):
-        cluster.sim.add_node(f"n{i}", 4)
-    yield cluster
-    cluster.stop()
+    with FakeCluster.running(tmp_path, nodes=2) as cluster:
+        yield cluster
 
 
 def document(kind: str, name: str, workers: int = 2, work: float = 3600) -> dict[str, Any]:

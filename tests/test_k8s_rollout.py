@@ -29,10 +29,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeCluster]:
-    cluster = FakeCluster.start(tmp_path)
-    cluster.sim.add_node("n0", 4)
-    yield cluster
-    cluster.stop()
+    with FakeCluster.running(tmp_path, nodes=1) as cluster:
+        yield cluster
 
 
 def endpoint(fake: FakeCluster) -> tuple[str, int] | None:

@@ -52,10 +52,8 @@ def test_the_simulator_adds_nothing_to_the_policies_restart_charge() -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    c = FakeCluster.start(tmp_path)
-    c.sim.add_node("n0", 4)
-    yield c
-    c.stop()
+    with FakeCluster.running(tmp_path, nodes=1) as c:
+        yield c
 
 
 def document(kind: str) -> dict[str, Any]:

@@ -7,8 +7,9 @@ the roles do not grant is answered 403, and `stop()` fails the test that caused 
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,20 @@ class FakeCluster:
             kubeconfigs = {who: plain for who in ("admin", "voda", "pod-scheduler")}
         sim = ClusterSimulator(server.store, sim_settings).start()
         return cls(server, sim, kubeconfigs["voda"], namespace, kubeconfigs=kubeconfigs)
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, folder: Path, nodes: int = 1, gpus: int = 4, **start: Any
+                ) -> Iterator[FakeCluster]:
+        """A started cluster with `nodes` empty nodes n0, n1, ... of `gpus` GPUs each,
+        stopped on leaving (`start`: FakeCluster.start's other arguments)."""
+        cluster = cls.start(folder, **start)
+        try:
+            for i in range(nodes):
+                cluster.sim.add_node(f"n{i}", gpus)
+            yield cluster
+        finally:
+            cluster.stop()
 
     @property
     def admin_kubeconfig(self) -> Path:
