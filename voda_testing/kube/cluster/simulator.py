@@ -664,18 +664,18 @@ class ClusterSimulator(Ticker):
 
     def _eviction_due(self, pod: Obj, taints: list[Obj], since: dict[str, float]
                       ) -> float | None:
+        """When the pod must go: each taint counted from when it came, for the least
+        tolerationSeconds of the tolerations it uses (fit.toleration_seconds, as the taint
+        manager's getMinTolerationTime); None: tolerated for ever."""
         due: float | None = None
         for taint in taints:
-            matching = [t for t in (pod.get("spec") or {}).get("tolerations") or []
-                        if fit.tolerates({"spec": {"tolerations": [t]}}, taint)]
-            if not matching:
+            seconds = fit.toleration_seconds(pod, [taint])
+            if seconds is None:
+                continue
+            if seconds == 0:
                 return 0.0
-            limits = [t["tolerationSeconds"] for t in matching
-                      if t.get("tolerationSeconds") is not None]
-            if len(limits) < len(matching):
-                continue  # tolerated for ever
             start = since.get(taint.get("key", ""), time.monotonic())
-            at = start + max(0, min(limits)) * self.settings.toleration_seconds_scale
+            at = start + seconds * self.settings.toleration_seconds_scale
             due = at if due is None else min(due, at)
         return due
 
