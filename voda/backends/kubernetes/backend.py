@@ -222,10 +222,6 @@ class KubernetesBackend:
         for informer in self.informers:
             if not informer.synced.wait(timeout):
                 raise TimeoutError(f"listing {informer.kind.plural} took more than {timeout} s")
-        # The caches just listed (millions of objects with 100,000 pods) live long and hold
-        # no cycles: out of the cycle collector's sight, a full collection no longer scans
-        # them (one took about a second, several per relist).
-        gc.freeze()
         self._thread = threading.Thread(target=self._run, name="k8s-reconciler", daemon=True)
         self._thread.start()
 
@@ -986,4 +982,9 @@ def from_settings(server_settings: Any, fence: Fence | None = None) -> Kubernete
         backend.close()
         where = settings.kubeconfig or "the in-cluster API server"
         raise ValueError(f"kubernetes: {exc}; is {where} reachable?") from None
+    # The caches just listed (millions of objects with 100,000 pods) live long and hold no
+    # cycles: out of the cycle collector's sight, a full collection no longer scans them
+    # (one took about a second, several per relist). Done here, where the process is
+    # `voda serve`'s own, not in watch(), which tests run many times in one process.
+    gc.freeze()
     return backend
