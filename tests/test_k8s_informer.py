@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from voda.backends.kubernetes.api import Kind, KubeApi
-from voda.backends.kubernetes.informer import Informer
+from voda.backends.kubernetes.informer import Informer, predates
 from voda.backends.kubernetes.settings import KubernetesSettings
 from voda_testing.kube import FakeApiServer
 from voda_testing.kube.harness import eventually
@@ -231,3 +231,16 @@ def test_the_cluster_wide_pod_watch_leaves_out_pods_that_ended(
     watched = [r for r in fake_api.requests if r.path == "/api/v1/pods"]
     assert watched and all("fieldSelector=status.phase" in r.query for r in watched)
     assert pods.field_selector == NOT_ENDED
+
+
+def test_an_event_older_than_our_own_write_is_told_apart() -> None:
+    def obj(uid: str, rv: str) -> Obj:
+        return {"metadata": {"uid": uid, "resourceVersion": rv}}
+
+    written = obj("u1", "120")
+    assert predates(obj("u1", "99"), written)  # integers, not strings: "99" > "120"
+    assert not predates(obj("u1", "120"), written)
+    assert not predates(obj("u1", "121"), written)
+    assert not predates(obj("u2", "5"), written)  # another object of the same name
+    assert not predates(obj("u1", "5"), None)
+    assert not predates(obj("u1", "a9"), obj("u1", "b1"))  # not etcd's: taken as new

@@ -221,6 +221,24 @@ def test_a_pytorchjob_resize_is_one_write(cluster: FakeCluster) -> None:
     assert writes() - before == 1
 
 
+def test_a_watch_event_older_than_the_resize_does_not_resize_again(
+        cluster: FakeCluster) -> None:
+    """The patch's answer can come before the watch delivers the job's earlier states
+    (the operator's status writes): those must not undo what the backend knows it wrote."""
+    backend = backend_of(cluster)
+    j = run(backend, "s", document("pytorchjob"), (("n0", 1),))
+    eventually(lambda: len(running(cluster, "s")) == 1)
+    stale = cluster.server.store.get("pytorchjobs", NS, "s")
+    backend.scale(j, (("n0", 2),))
+    eventually(lambda: len(running(cluster, "s")) == 2)
+    resizes = backend.stats.get("resizes")
+    backend._job_handler("PyTorchJob")("MODIFIED", stale, None)
+    for _ in range(5):
+        cluster.sim.wait_idle()
+    assert backend.stats.get("resizes") == resizes
+    assert len(running(cluster, "s")) == 2
+
+
 # ----- 12: a pruned gate ----------------------------------------------------------------------
 def test_a_crd_that_prunes_the_gate_fails_the_job_instead_of_a_delete_loop(
         tmp_path: Path) -> None:

@@ -74,7 +74,7 @@ from voda.backends.kubernetes.api import (
 )
 from voda.backends.kubernetes.cluster_view import ClusterView, watch_cluster
 from voda.backends.kubernetes.fit import JobFit
-from voda.backends.kubernetes.informer import Informer
+from voda.backends.kubernetes.informer import Informer, predates
 from voda.backends.kubernetes.manifests import (
     RUN_ANNOTATION,
     kubeflow_document,
@@ -245,7 +245,8 @@ class KubernetesBackend:
                             "metadata"]["uid"]:
                         del self.objects[job]
                 else:
-                    self.objects[job] = obj
+                    if not predates(obj, self.objects.get(job)):
+                        self.objects[job] = obj
                     self._observe(job, kind, obj)
             self._mark(job)
         return handle

@@ -254,3 +254,20 @@ def watch_all(informers: list[Informer], timeout: float = 30.0) -> bool:
     for informer in informers:
         informer.start()
     return all(i.synced.wait(timeout) for i in informers)
+
+
+def predates(obj: Obj, known: Obj | None) -> bool:
+    """Whether a delivered `obj` is an older state of the same object than `known` (our
+    own write's answer, which can arrive before the watch delivers the events that
+    preceded it). resourceVersions are opaque to clients by convention, but every
+    kube-apiserver serves etcd revisions: integers that only grow. Anything else is
+    taken as new, which costs at most one repeated, idempotent write."""
+    if known is None:
+        return False
+    meta, seen = obj.get("metadata") or {}, known.get("metadata") or {}
+    if meta.get("uid") != seen.get("uid"):
+        return False
+    try:
+        return int(meta.get("resourceVersion", "")) < int(seen.get("resourceVersion", ""))
+    except ValueError:
+        return False
