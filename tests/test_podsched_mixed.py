@@ -164,3 +164,26 @@ def test_a_random_mix_never_puts_a_node_over_its_gpus(cluster: FakeCluster, seed
     assert not cluster.sim.ledger.violations, cluster.sim.ledger.violations[:5]
     assert not engine.errors, engine.errors[:3]
     assert not cluster.sim.errors and not workloads.errors
+
+
+def test_a_halted_jobs_workers_keep_their_gpus_claimed_until_they_are_gone(
+        cluster: FakeCluster) -> None:
+    """The pod scheduler shares the view: GPUs an elastic job's workers hold (or were
+    pinned to, before any watch shows them bound) stay claimed after the plan drops
+    them, until the pods end, so no other pod is bound into them meanwhile."""
+    cluster.sim.add_node("n0", 4)
+    backend = cluster.backend()
+    backend.specs["h"] = elastic_document("pytorchjob", "h", 10_000)
+    job = Job("h", 1, 4)
+    backend.start(job, (("n0", 3),))
+
+    def bound() -> int:
+        return sum(1 for p in cluster.server.store.list("pods", "default")[0]
+                   if p["metadata"]["name"].startswith("h-worker")
+                   and p["spec"].get("nodeName") and p["status"].get("phase") == "Running")
+
+    eventually(lambda: bound() == 3)
+    eventually(lambda: backend.view.claimed("h") == {"n0": 3})
+    backend.halt(job)
+    assert backend.view.claimed("h") == {"n0": 3}
+    eventually(lambda: bound() == 0 and not backend.view.claimed("h"))

@@ -94,6 +94,7 @@ from voda.backends.kubernetes.pinning import (
     encode,
     gated,
     pin_patch,
+    pinned_node,
     placement_of,
 )
 from voda.backends.kubernetes.refusals import Backoff, Refused, job_event, permanent
@@ -175,6 +176,10 @@ class KubernetesBackend:
         # pod uid -> the resourceVersion we acted on: until the informer shows a newer
         # version, the cached pod does not show our pin or delete yet
         self.acted: dict[str, str] = {}
+        # pod uid -> (job, node) of each pin written, until the pod is seen gone or ended:
+        # kube-scheduler may bind it before any watch shows it, so its GPUs stay claimed
+        # when the plan moves on (the pod scheduler shares the view)
+        self.pinned: dict[str, tuple[str, str]] = {}
         self.stats: dict[str, int] = {}
         self.fit = JobFit(self.settings.gpu_resource)
         self.excluded: dict[str, set[str]] = {}  # job -> nodes that refused its workers
@@ -258,14 +263,18 @@ class KubernetesBackend:
             return
         with self.lock:
             pods = self.pods.setdefault(job, {})
+            uid = pod["metadata"].get("uid", "")
             if event == "DELETED":
                 pods.pop(pod["metadata"]["name"], None)
-                self.unschedulable_since.pop(pod["metadata"].get("uid", ""), None)
-                self.acted.pop(pod["metadata"].get("uid", ""), None)
+                self.unschedulable_since.pop(uid, None)
+                self.acted.pop(uid, None)
+                self.pinned.pop(uid, None)
                 if not pods:
                     del self.pods[job]
             else:
                 pods[pod["metadata"]["name"]] = pod
+                if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    self.pinned.pop(uid, None)
         self._mark(job)
 
     def _on_view_change(self) -> None:
@@ -356,7 +365,7 @@ class KubernetesBackend:
             self.desired.pop(job, None)
             self.suspensions.pop(job, None)
             self._count("halts")
-        self.view.release(job)
+        self.view.set_claims(job, self._worker_claims(job))
         self._act(job)
 
     def rescale_delay(self, job: str) -> float:
@@ -556,7 +565,7 @@ class KubernetesBackend:
         if self.report_tokens is not None:
             self.report_tokens.pop(job, None)
         self._events.append(event)
-        self.view.release(job)
+        self.view.set_claims(job, self._worker_claims(job))
 
     # ----- the reconciler -------------------------------------------------------------------------
     def _run(self) -> None:
@@ -652,6 +661,7 @@ class KubernetesBackend:
         # 1. not wanted: delete
         if d is None:
             self._waiting.discard(job)
+            self.view.set_claims(job, self._worker_claims(job))
             if obj is not None and not obj["metadata"].get("deletionTimestamp"):
                 adapter = self._adapter(obj)
                 if adapter is not None and adapter.observe(obj).phase in (Phase.PENDING,
@@ -663,7 +673,9 @@ class KubernetesBackend:
                                 propagation=None)
             return
         adapter = self.adapters[d.kind]
-        self.view.set_claims(job, _counts(d.plan))
+        planned, workers = _counts(d.plan), self._worker_claims(job)
+        self.view.set_claims(job, {node: max(planned.get(node, 0), workers.get(node, 0))
+                                   for node in planned.keys() | workers.keys()})
         # 2. another run: delete it first
         run = (obj or {}).get("metadata", {}).get("annotations", {}).get(RUN_ANNOTATION)
         if obj is not None and run != d.run:
@@ -860,7 +872,7 @@ class KubernetesBackend:
             # (5xx, timeout, 422) raises, and the job is tried again (backing off).
             if action is WorkerAction.PIN:
                 assert target is not None
-                self._pin(pod, target)
+                self._pin(d.job, pod, target)
             elif action is WorkerAction.WAIT:
                 waiting = True
             elif action is WorkerAction.REFUSED:
@@ -879,7 +891,22 @@ class KubernetesBackend:
         if waiting and self.view.version != seen:
             self._mark(d.job)  # room may have come while we looked: look again
 
-    def _pin(self, pod: Obj, node: str) -> None:
+    def _worker_claims(self, job: str) -> dict[str, int]:
+        """GPUs the job's workers may hold now, per node: those bound or pinned (as the
+        cache shows them, and as our own pins not yet shown), until they end or go."""
+        with self.lock:
+            nodes = {uid: node for uid, (owner, node) in self.pinned.items() if owner == job}
+            for pod in self.pods.get(job, {}).values():
+                node = pinned_node(pod)
+                if node and not gated(pod) and (pod.get("status") or {}).get("phase") not in (
+                        "Succeeded", "Failed"):
+                    nodes[pod["metadata"].get("uid", "")] = node
+        out: dict[str, int] = {}
+        for node in nodes.values():
+            out[node] = out.get(node, 0) + 1
+        return out
+
+    def _pin(self, job: str, pod: Obj, node: str) -> None:
         ns, name = self.settings.namespace, pod["metadata"]["name"]
         uid, seen = pod["metadata"].get("uid", ""), pod["metadata"].get("resourceVersion", "")
         for attempt in range(3):
@@ -887,6 +914,7 @@ class KubernetesBackend:
                 self.api.patch(PODS, ns, name, pin_patch(pod, node), MERGE_PATCH)
                 with self.lock:  # until the informer shows a newer pod than `seen`
                     self.acted[uid] = seen
+                    self.pinned[uid] = (job, node)
                 self._count("pins")
                 return
             except ApiError as exc:

@@ -30,7 +30,7 @@ class GpuLedger:
                 self.allocatable.pop(name, None)
             else:
                 self.allocatable[name] = node_gpus(change.object)
-                self._check(name, change.rv)
+                self._check(name, change.rv, "allocatable changed")
         elif key == "pods":
             self._pod(change.object, change.type == "DELETED", change.rv)
 
@@ -45,9 +45,12 @@ class GpuLedger:
             self.held[key] = (node, gpus)
             self.used[node] = self.used.get(node, 0) + gpus
             self.peak[node] = max(self.peak.get(node, 0), self.used[node])
-            self._check(node, rv)
+            self._check(node, rv, f"after a change to {meta['namespace']}/{meta['name']}")
 
-    def _check(self, node: str, rv: int) -> None:
+    def _check(self, node: str, rv: int, cause: str = "") -> None:
         used, allocatable = self.used.get(node, 0), self.allocatable.get(node)
         if allocatable is not None and used > allocatable:
-            self.violations.append(f"rv {rv}: node {node} holds {used} GPUs of {allocatable}")
+            holders = ", ".join(f"{ns}/{name}: {gpus}" for (ns, name), (at, gpus)
+                                in sorted(self.held.items()) if at == node)
+            self.violations.append(f"rv {rv}: {cause}: node {node} holds {used} GPUs of "
+                                   f"{allocatable} ({holders})")
