@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -129,8 +131,10 @@ def no_collection() -> Iterator[None]:
 
 
 def decode(raw: bytes) -> Any:
+    """A JSON body. orjson parses a page of pods in about half json's time (a relist of
+    100,000 pods is mostly parsing) and shares the repeated keys between documents."""
     with no_collection():
-        return json.loads(raw)
+        return orjson.loads(raw)
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -402,7 +406,7 @@ class KubeApi:
                     *lines, buffer = (buffer + chunk).split(b"\n")
                     for line in lines:
                         if line.strip():
-                            yield json.loads(line)
+                            yield orjson.loads(line)
             except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
                 raise WatchIdle(0, "Idle", f"watch of {kind.plural} sent nothing for "
                                 f"{read:g} s") from exc
@@ -412,6 +416,6 @@ class KubeApi:
                                     f"{read:g} s") from exc
                 raise
             if buffer.strip():
-                yield json.loads(buffer)
+                yield orjson.loads(buffer)
         finally:
             response.release_conn()
