@@ -398,3 +398,42 @@ def test_a_job_kueue_suspends_is_shown_suspended_by_kueue_until_admitted(
     eventually(lambda: any((p.get("status") or {}).get("phase") == "Running"
                            and p["metadata"]["labels"].get("voda.io/job") == name
                            for p in worker_pods(cluster)), timeout=60)
+
+
+def test_a_spec_that_borrows_vodas_identity_is_refused_naming_the_field(
+        cluster: Control, serve: Any) -> None:
+    """Isolation, through the service: a job that would run as Voda's ServiceAccount or
+    mount one of its Secrets never reaches the cluster."""
+    server = serve()
+    for key, borrow in (("serviceAccountName", "voda"),
+                        ("volumes", [{"name": "db", "secret": {"secretName": "voda-db"}}])):
+        doc = cluster.document("pytorchjob", f"borrow-{key.lower()}", work=10, low=1,
+                               high=2)
+        doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"][key] = borrow
+        response = httpx.post(f"{server.url}/v1/jobs", content=yaml.safe_dump(doc),
+                              timeout=30, headers={"Content-Type": "application/yaml",
+                                                   **server.auth})
+        assert response.status_code == 422, response.text
+        assert "spec.pytorchReplicaSpecs.Worker.template.spec." + key in response.text
+    assert not worker_pods(cluster)
+
+
+def test_a_compact_job_passes_the_training_operators_webhook_and_runs(
+        cluster: Control, serve: Any) -> None:
+    """The compact form renders a PyTorchJob the operator accepts (a container named
+    `pytorch`, launched with torchrun) and its workers run."""
+    server = serve()
+    image = "img" if cluster.fake is not None else os.environ.get(
+        "VODA_E2E_IMAGE", "docker.io/horovod/horovod:0.28.1")  # has torchrun
+    name = server.submit({"name": "compact-e2e", "image": image,
+                          "command": "python train.py", "min": 1, "max": 2})
+    eventually(lambda: server.describe(name)["status"] == "Running", timeout=120)
+
+    def running() -> list[dict[str, Any]]:
+        return [p for p in worker_pods(cluster) if p["metadata"]["labels"].get(
+            "voda.io/job") == name and (p.get("status") or {}).get("phase") == "Running"]
+
+    eventually(lambda: len(running()) >= 1, timeout=120)
+    container = running()[0]["spec"]["containers"][0]
+    assert container["name"] == "pytorch" and container["command"][0] == "torchrun"
+    assert server.describe(name)["status"] != "Failed"
