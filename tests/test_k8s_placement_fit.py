@@ -8,6 +8,7 @@ what the real one refuses."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,8 +131,25 @@ def test_a_node_that_keeps_refusing_a_worker_is_left_out_and_the_engine_plans_ag
         sched.step(time.monotonic())
         return running_on(cluster, "r") == {0: good, 1: good}
     eventually(replanned, timeout=60)
-    assert backend.excluded == {"r": {refusing}}
+    assert set(backend.excluded["r"]) == {refusing}
     assert backend.stats.get("refused_nodes") == 1
     assert sched.jobs["r"].placement == ((good, 2),)
     deleted = [r for r in cluster.server.requests if r.verb == "delete" and r.resource == "pods"]
     assert len(deleted) == 2  # each worker moved once; none deleted to be pinned again
+    assert refusing not in backend.job_nodes(["r"]).get("r", {refusing})
+    # The refusing node changes (it gets the label): the job may use it again.
+    store.patch("nodes", "", refusing, {"metadata": {"labels": {"rack": "ok"}}}, MERGE)
+    eventually(lambda: not backend._refusing("r"))
+
+
+def test_a_refused_node_is_offered_again_after_refused_node_seconds(
+        cluster: FakeCluster, backend: KubernetesBackend) -> None:
+    backend.settings = dataclasses.replace(backend.settings, refused_node_seconds=0.3)
+    pod = {"metadata": {"name": "x-worker-0"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "message": "0/2 nodes are available"}]}}
+    backend._refused("x", "n0", pod)
+    backend._refused("x", "n0", pod)  # once per job and node while it lasts
+    assert backend._refusing("x") == {"n0"} and backend.stats.get("refused_nodes") == 1
+    assert "n0" not in backend.job_nodes(["x"])["x"]
+    eventually(lambda: not backend._refusing("x"), timeout=5)
+    assert "x" not in backend.job_nodes(["x"])  # every usable node again

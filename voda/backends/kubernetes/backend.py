@@ -17,7 +17,8 @@ Per job, the reconciler (`_reconcile`):
 5. each worker pod: gated -> pin it where the plan says and ungate it, once its node
    has room (the cluster view); on another node -> delete it (the operator
    recreates it gated); pinned but unschedulable too long -> the node is excluded for
-   the job (`job_nodes`) and the engine plans again (PLACEMENT_REFUSED); the pod is
+   the job (`job_nodes`; for `refused_node_seconds` or until the node changes) and the
+   engine plans again (PLACEMENT_REFUSED); the pod is
    never deleted to be pinned to the same node again; a Failed MPIJob worker -> delete
    it (mpi-operator re-creates none it still has).
 
@@ -72,7 +73,7 @@ from voda.backends.kubernetes.api import (
     NotLeader,
     Obj,
 )
-from voda.backends.kubernetes.cluster_view import ClusterView, watch_cluster
+from voda.backends.kubernetes.cluster_view import ClusterView, NodeInfo, watch_cluster
 from voda.backends.kubernetes.fit import JobFit
 from voda.backends.kubernetes.informer import Informer, predates
 from voda.backends.kubernetes.manifests import (
@@ -182,7 +183,8 @@ class KubernetesBackend:
         self.pinned: dict[str, tuple[str, str]] = {}
         self.stats: dict[str, int] = {}
         self.fit = JobFit(self.settings.gpu_resource)
-        self.excluded: dict[str, set[str]] = {}  # job -> nodes that refused its workers
+        # job -> node that refused its workers -> (until when, the node as it was then)
+        self.excluded: dict[str, dict[str, tuple[float, NodeInfo | None]]] = {}
         # Jobs whose reconciliation failed transiently wait their turn (per job).
         self.backoff = Backoff(self.settings.backoff_seconds, self.settings.max_backoff_seconds)
         self._events: list[Event] = []
@@ -424,10 +426,9 @@ class KubernetesBackend:
                 if template not in per_template:
                     per_template[template] = self.fit.allowed(template, usable)
                 allowed = per_template[template]
-            with self.lock:
-                refused = self.excluded.get(name)
-                if refused:
-                    allowed = allowed - refused
+            refused = self._refusing(name)
+            if refused:
+                allowed = allowed - refused
             if len(allowed) < len(usable):
                 out[name] = allowed
         return out
@@ -930,14 +931,29 @@ class KubernetesBackend:
                 if not gated(pod):
                     return
 
-    def _refused(self, job: str, node: str, pod: Obj) -> None:
-        """kube-scheduler kept refusing a worker pinned to `node`: the job does not use
-        the node again, and the engine plans again without it (once per job and node)."""
+    def _refusing(self, job: str) -> set[str]:
+        """The nodes the job is kept off: each refused its workers less than
+        `refused_node_seconds` ago and has not changed since (a node whose labels, taints,
+        allocatable or readiness changed may take the worker now)."""
+        now = time.monotonic()
         with self.lock:
-            refused = self.excluded.setdefault(job, set())
-            if node in refused:
+            refused = self.excluded.get(job)
+            if not refused:
+                return set()
+            for node, (until, seen) in list(refused.items()):
+                if now >= until or self.view.node(node) != seen:
+                    del refused[node]
+            return set(refused)
+
+    def _refused(self, job: str, node: str, pod: Obj) -> None:
+        """kube-scheduler kept refusing a worker pinned to `node`: the engine plans again
+        without it, for `refused_node_seconds` or until the node changes (once per job
+        and node meanwhile)."""
+        with self.lock:
+            if node in self._refusing(job):
                 return
-            refused.add(node)
+            self.excluded.setdefault(job, {})[node] = (
+                time.monotonic() + self.settings.refused_node_seconds, self.view.node(node))
             message = next((str(c.get("message") or "") for c in (pod.get("status") or {}).get(
                 "conditions") or () if c.get("type") == "PodScheduled"), "")
             self._events.append(Event(EventKind.PLACEMENT_REFUSED, self.clock(), job=job,

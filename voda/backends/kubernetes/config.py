@@ -60,6 +60,8 @@ def kubernetes_settings(server: Any) -> KubernetesSettings:
         raise ValueError("kubernetes.topology_labels: at least the node level is needed")
     if settings.unschedulable_seconds <= 0:
         raise ValueError("kubernetes.unschedulable_seconds: must be positive")
+    if not 0 < settings.refused_node_seconds <= 86_400:
+        raise ValueError("kubernetes.refused_node_seconds: must lie in (0, 86400]")
     if settings.max_evictions < 0:
         raise ValueError("kubernetes.max_evictions: must not be negative")
     if not 1 <= settings.workers <= 64:

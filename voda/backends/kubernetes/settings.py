@@ -53,6 +53,8 @@ class KubernetesSettings:
     # A worker pinned to a node but still unschedulable after this long is a refusal of
     # that node: it is excluded for the job and the engine plans again.
     unschedulable_seconds: float = 60.0
+    # ...and is offered to the job again after this long, or once the node changes.
+    refused_node_seconds: float = 600.0
     # A job whose reconciliation failed transiently (429, 5xx, timeouts) is tried again
     # after this, doubled on each failure in a row up to max_backoff_seconds (jittered).
     backoff_seconds: float = 0.5
