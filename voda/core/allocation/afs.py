@@ -83,7 +83,7 @@ class AFSL:
         terms = Terms(name, "submit order (each GPU to the winner of the pairwise rule)", rule,
                       share="gives each GPU to the job of larger relative gain in speed",
                       best_count=best)
-        return explain_in_order(by_submit(jobs), capacity, allocation, terms)
+        return explain_in_order(jobs, capacity, allocation, terms, lambda: by_submit(jobs))
 
 
 def relative_gain(job: Job, x: int) -> float:

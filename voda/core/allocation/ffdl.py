@@ -96,7 +96,7 @@ class FfDLOptimizer:
         terms = Terms(name, "submit order (it admits jobs while their min fits)", rule,
                       share="shares the GPUs beyond the admitted jobs' mins so that the sum "
                       "of their speedups is largest", best_count=best)
-        return explain_in_order(by_submit(jobs), capacity, allocation, terms)
+        return explain_in_order(jobs, capacity, allocation, terms, lambda: by_submit(jobs))
 
 
 def _values(job: Job, top: int) -> tuple[np.ndarray, np.ndarray]:

@@ -105,7 +105,8 @@ class FIFO:
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
-        return explain_in_order(by_submit(jobs), capacity, allocation, fifo_terms(self.name))
+        return explain_in_order(jobs, capacity, allocation, fifo_terms(self.name),
+                                lambda: by_submit(jobs))
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,9 @@ class ElasticFIFO:
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
-        return explain_in_order(by_submit(jobs), capacity, allocation,
-                                elastic_fifo_terms(self.name, self.growth))
+        return explain_in_order(jobs, capacity, allocation,
+                                elastic_fifo_terms(self.name, self.growth),
+                                lambda: by_submit(jobs))
 
 
 def elastic_in_order(

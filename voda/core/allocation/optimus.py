@@ -120,4 +120,4 @@ class Optimus:
         terms = Terms(name, "submit order (mins first)", rule,
                       share="gives the GPUs beyond every job's min one at a time to the job "
                       "whose remaining time drops most", best_count=best)
-        return explain_in_order(by_submit(jobs), capacity, allocation, terms)
+        return explain_in_order(jobs, capacity, allocation, terms, lambda: by_submit(jobs))

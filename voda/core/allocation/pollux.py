@@ -120,12 +120,11 @@ class Pollux:
         def cap(job: Job) -> int | None:
             return replica_cap(job) if job.goodput is not None else None
 
-        ordered = by_priority(sorted(jobs, key=lambda j: (j.attained_gpu_seconds,
-                                                          j.submit_time, j.name)))
         terms = Terms(name, "order of least attained service", rule,
                       share="shares the GPUs so that the power mean of goodput speedups is "
                       "highest", best_count=best, cap=cap)
-        return explain_in_order(ordered, capacity, allocation, terms)
+        return explain_in_order(jobs, capacity, allocation, terms, lambda: by_priority(sorted(
+            jobs, key=lambda j: (j.attained_gpu_seconds, j.submit_time, j.name))))
 
     def utility(self, job: Job, fair: int, capacity: int, scale: float) -> np.ndarray:
         """u(n) for n = 0..cap: the job's term of the objective (-inf where not allowed)."""

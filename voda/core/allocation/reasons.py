@@ -41,10 +41,55 @@ class ReasonCode(StrEnum):
     GENERIC = "AlgorithmDecision"  # a custom algorithm that gave no reason
 
 
-@dataclass(frozen=True, slots=True)
 class Reason:
-    code: ReasonCode
-    message: str  # one sentence with the facts behind it
+    """A code and one sentence of facts. The sentence may be rendered lazily, on first
+    read (`render`): the decision path decides the codes, and builds a message only for
+    the reasons somebody reads."""
+
+    __slots__ = ("_message", "_render", "code")
+
+    def __init__(self, code: ReasonCode, message: str | None = None,
+                 render: Callable[[], str] | None = None) -> None:
+        if message is None and render is None:
+            raise ValueError("a Reason needs a message or a way to render one")
+        self.code = code
+        self._message = message
+        self._render: Callable[[], str] | tuple | None = render
+
+    @classmethod
+    def lazy(cls, code: ReasonCode, render: Callable[[Job, int, ReasonCode], str], job: Job,
+             gpus: int) -> Reason:
+        """A reason whose message is `render(job, gpus, code)`, built on first read."""
+        reason = object.__new__(cls)
+        reason.code = code
+        reason._message = None
+        reason._render = (render, job, gpus)
+        return reason
+
+    @property
+    def message(self) -> str:
+        if self._message is None:
+            render = self._render
+            assert render is not None
+            self._message = render() if callable(render) else render[0](render[1], render[2],
+                                                                          self.code)
+            self._render = None
+        return self._message
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Reason):
+            return NotImplemented
+        return self.code == other.code and self.message == other.message
+
+    def __hash__(self) -> int:
+        return hash((self.code, self.message))
+
+    def __repr__(self) -> str:
+        return f"Reason(code={self.code!r}, message={self.message!r})"
+
+
+class Complete(dict):  # type: ignore[type-arg]
+    """Reasons that cover every job below max (the built-in algorithms' own)."""
 
 
 @runtime_checkable
@@ -84,6 +129,8 @@ def explain(algorithm: object, jobs: Sequence[Job], capacity: int,
             result = method(jobs, capacity, allocation)
         except Exception:  # a custom explanation may fail: the job still gets a reason
             result = None
+        if isinstance(result, Complete):
+            return result
         if isinstance(result, Mapping):
             given = result
     out: dict[str, Reason] = {}
@@ -151,91 +198,134 @@ class Terms:
     cap: Callable[[Job], int | None] | None = None
 
 
-def explain_in_order(ordered: Sequence[Job], capacity: int, allocation: Mapping[str, int],
-                     terms: Terms) -> dict[str, Reason]:
-    """Reasons for the jobs below max, `ordered` being every job in the algorithm's serving
-    order (priority classes first, as every built-in algorithm serves them). One pass over
-    the jobs, plus a sort of the jobs that gained GPUs."""
+def explain_in_order(jobs: Sequence[Job], capacity: int, allocation: Mapping[str, int],
+                     terms: Terms, order: Callable[[], Sequence[Job]]) -> Complete:
+    """Reasons for the jobs below max. One pass over the jobs decides the codes; the
+    messages are rendered on first read, from the algorithm's serving order (`order()`:
+    every job, priority classes first, as every built-in algorithm serves them), which is
+    then computed once for all of them."""
     free = capacity - sum(allocation.values())
-    takers = sorted(
-        ((allocation.get(j.name, 0) - j.current_workers, i, j) for i, j in enumerate(ordered)
-         if allocation.get(j.name, 0) > j.current_workers),
-        key=lambda t: (-t[0], t[1]))
-    out: dict[str, Reason] = {}
-    name = terms.algorithm
-    # Per priority class: jobs seen so far, and the GPUs and names of those holding some.
-    class_of: int | None = None
-    class_size: dict[int, int] = {}
-    for job in ordered:
-        class_size[job.priority] = class_size.get(job.priority, 0) + 1
-    above = 0  # GPUs held by classes above the current one
-    position = held_ahead = holders = 0
-    ahead: list[tuple[str, int]] = []
-    for job in ordered:
-        if job.priority != class_of:
-            above += held_ahead
-            class_of, position, held_ahead, holders, ahead = job.priority, 0, 0, 0, []
-        position += 1
-        gpus = allocation.get(job.name, 0)
-        if gpus < job.max_workers:
-            out[job.name] = _one(job, gpus, capacity, free, terms, takers, position,
-                                 class_size[job.priority], above, held_ahead, holders, ahead,
-                                 name)
-        if gpus > 0:
-            held_ahead += gpus
-            holders += 1
-            if len(ahead) < NAMES_SHOWN:
-                ahead.append((job.name, gpus))
+    context = _Context(capacity, free, allocation, terms, order)
+    takers = context.takers
+    out = Complete()
+    cap_of, best_count = terms.cap, terms.best_count if free > 0 else None
+    preferred_sized = terms.preferred_sized
+    render = context.message
+    lazy = Reason.lazy
+    preempted, shrunk, queued, does_not_fit, shared = (
+        ReasonCode.PREEMPTED, ReasonCode.SHRUNK, ReasonCode.QUEUED, ReasonCode.DOES_NOT_FIT,
+        ReasonCode.SHARED)
+    get = allocation.get
+    for i, job in enumerate(jobs):
+        gpus = get(job.name, 0)
+        before = job.current_workers
+        if gpus > before:
+            takers.append((before - gpus, i, job))
+        if gpus >= job.max_workers:
+            continue
+        if gpus < before:
+            code = preempted if gpus == 0 else shrunk
+        elif gpus == 0:
+            code = does_not_fit if job.min_workers > capacity else queued
+        elif cap_of is not None and (cap := cap_of(job)) is not None and gpus >= cap:
+            code = ReasonCode.MEASURED_CAP
+        elif preferred_sized and gpus == job.preferred:
+            code = ReasonCode.PREFERRED_SIZE
+        elif best_count is not None and (said := best_count(job, gpus)):
+            out[job.name] = Reason(ReasonCode.AT_BEST_COUNT, said)
+            continue
+        else:
+            code = shared
+        out[job.name] = lazy(code, render, job, gpus)
     return out
 
 
-def _one(job: Job, gpus: int, capacity: int, free: int, terms: Terms,
-         takers: list[tuple[int, int, Job]], position: int, in_class: int, above: int,
-         held_ahead: int, holders: int, ahead: list[tuple[str, int]], name: str) -> Reason:
-    before = job.current_workers
-    if gpus < before:  # preempted or shrunk: who took the GPUs, and by which rule
-        took = [(t.name, gain) for gain, _, t in takers if t.name != job.name]
-        rule = next((terms.rule(job, t) for _, _, t in takers if t.name != job.name), None)
-        lost = before - gpus
-        went = (f"went to {names(took, len(took), '+')}" if took
-                else "stay free")
-        head = (f"Preempted: its {plural(before)} {went}" if gpus == 0
-                else f"Shrunk from {before} to {plural(gpus)}: the {lost} it gave up {went}")
-        return Reason(ReasonCode.PREEMPTED if gpus == 0 else ReasonCode.SHRUNK,
-                      f"{head}" + (f"; {rule}." if rule else "."))
-    if gpus == 0:
-        if job.min_workers > capacity:
-            return Reason(ReasonCode.DOES_NOT_FIT,
-                          f"Needs {job.min_workers} GPUs (its min) but {name} shares "
-                          f"{capacity} {job.gpu_type} GPUs in all.")
-        facts = [f"Queued: {ordinal(position)} of {in_class} in priority class "
-                 f"{job.priority} by {name}'s {terms.order}"]
-        if above:
-            facts.append(f"higher priority classes hold {above} GPUs")
-        if holders:
-            facts.append(f"ahead of it {names(ahead, holders)} hold {held_ahead} GPUs")
-        facts.append(f"its min of {job.min_workers} GPUs does not fit in the {free} left free"
-                     if job.min_workers > free else
-                     f"{free} GPUs are free but {name} keeps them for others")
-        return Reason(ReasonCode.QUEUED, "; ".join(facts) + ".")
-    cap = terms.cap(job) if terms.cap is not None else None
-    if cap is not None and gpus >= cap:
-        return Reason(ReasonCode.MEASURED_CAP,
-                      f"{name} lets it grow to at most {cap} GPUs, twice the most its "
-                      f"speed was measured on, until it measures more; it holds {gpus} "
-                      f"of its max {job.max_workers}.")
-    if terms.preferred_sized and gpus == job.preferred:
-        return Reason(ReasonCode.PREFERRED_SIZE,
-                      f"{name} runs each job at its preferred size: {gpus} of its max "
-                      f"{job.max_workers} GPUs.")
-    if free > 0 and terms.best_count is not None:
-        said = terms.best_count(job, gpus)
-        if said:
-            return Reason(ReasonCode.AT_BEST_COUNT, said)
-    share = f"; {name} {terms.share}" if terms.share else ""
-    return Reason(ReasonCode.SHARED,
-                  f"Holds {gpus} of its max {job.max_workers} GPUs: {capacity - free} of "
-                  f"{capacity} {job.gpu_type} GPUs are in use{share}.")
+class _Context:
+    """What the messages of one explanation share, computed on the first message read."""
+
+    def __init__(self, capacity: int, free: int, allocation: Mapping[str, int], terms: Terms,
+                 order: Callable[[], Sequence[Job]]) -> None:
+        self.capacity, self.free, self.allocation, self.terms = capacity, free, allocation, terms
+        self.order = order
+        self.takers: list[tuple[int, int, Job]] = []  # (-gain, position, job)
+        self._sorted = False
+        self._queue: dict[str, tuple[int, int, int, int, int, list[tuple[str, int]]]] | None = None
+
+    def _takers(self) -> list[tuple[int, int, Job]]:
+        if not self._sorted:
+            self.takers.sort(key=lambda t: (t[0], t[1]))
+            self._sorted = True
+        return self.takers
+
+    def _queue_facts(self) -> dict[str, tuple[int, int, int, int, int, list[tuple[str, int]]]]:
+        """Per job at 0: its position and class size, the GPUs of the classes above, and
+        the GPUs, holders and first names ahead of it in its class."""
+        if self._queue is not None:
+            return self._queue
+        allocation = self.allocation
+        ordered = self.order()
+        sizes: dict[int, int] = {}
+        for job in ordered:
+            sizes[job.priority] = sizes.get(job.priority, 0) + 1
+        facts: dict[str, tuple[int, int, int, int, int, list[tuple[str, int]]]] = {}
+        class_of: int | None = None
+        above = position = held = holders = 0
+        ahead: list[tuple[str, int]] = []
+        for job in ordered:
+            if job.priority != class_of:
+                above += held
+                class_of, position, held, holders, ahead = job.priority, 0, 0, 0, []
+            position += 1
+            gpus = allocation.get(job.name, 0)
+            if gpus == 0:
+                facts[job.name] = (position, sizes[job.priority], above, held, holders,
+                                   ahead if len(ahead) == NAMES_SHOWN else list(ahead))
+            else:
+                held += gpus
+                holders += 1
+                if len(ahead) < NAMES_SHOWN:
+                    ahead.append((job.name, gpus))
+        self._queue = facts
+        return facts
+
+    def message(self, job: Job, gpus: int, code: ReasonCode) -> str:
+        terms, name, free, capacity = self.terms, self.terms.algorithm, self.free, self.capacity
+        if code is ReasonCode.PREEMPTED or code is ReasonCode.SHRUNK:
+            before = job.current_workers
+            others = [t for t in self._takers() if t[2].name != job.name]
+            took = [(t.name, -gain) for gain, _, t in others[:NAMES_SHOWN]]
+            rule = terms.rule(job, others[0][2]) if others else None
+            went = f"went to {names(took, len(others), '+')}" if others else "stay free"
+            head = (f"Preempted: its {plural(before)} {went}" if gpus == 0 else
+                    f"Shrunk from {before} to {plural(gpus)}: the {before - gpus} it gave up "
+                    f"{went}")
+            return head + (f"; {rule}." if rule else ".")
+        if code is ReasonCode.DOES_NOT_FIT:
+            return (f"Needs {job.min_workers} GPUs (its min) but {name} shares {capacity} "
+                    f"{job.gpu_type} GPUs in all.")
+        if code is ReasonCode.QUEUED:
+            position, in_class, above, held, holders, ahead = self._queue_facts()[job.name]
+            facts = [f"Queued: {ordinal(position)} of {in_class} in priority class "
+                     f"{job.priority} by {name}'s {terms.order}"]
+            if above:
+                facts.append(f"higher priority classes hold {above} GPUs")
+            if holders:
+                facts.append(f"ahead of it {names(ahead, holders)} hold {held} GPUs")
+            facts.append(f"its min of {job.min_workers} GPUs does not fit in the {free} left "
+                         "free" if job.min_workers > free else
+                         f"{free} GPUs are free but {name} keeps them for others")
+            return "; ".join(facts) + "."
+        if code is ReasonCode.MEASURED_CAP:
+            cap = terms.cap(job) if terms.cap is not None else gpus
+            return (f"{name} lets it grow to at most {cap} GPUs, twice the most its speed was "
+                    f"measured on, until it measures more; it holds {gpus} of its max "
+                    f"{job.max_workers}.")
+        if code is ReasonCode.PREFERRED_SIZE:
+            return (f"{name} runs each job at its preferred size: {gpus} of its max "
+                    f"{job.max_workers} GPUs.")
+        share = f"; {name} {terms.share}" if terms.share else ""
+        return (f"Holds {gpus} of its max {job.max_workers} GPUs: {capacity - free} of "
+                f"{capacity} {job.gpu_type} GPUs are in use{share}.")
 
 
 def slower_with_more(job: Job, gpus: int, epoch_time: Callable[[int], float],

@@ -84,8 +84,8 @@ class SRJF:
         size = _one if self.order == "gpu_time" else (lambda j: j.preferred)
         terms = Terms(self.name, _order_words(self.order), shortest_rule(self.name, size),
                       preferred_sized=True)
-        return explain_in_order(by_priority(shortest_first(jobs, size)), capacity, allocation,
-                                terms)
+        return explain_in_order(jobs, capacity, allocation, terms,
+                                lambda: by_priority(shortest_first(jobs, size)))
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,8 @@ class ElasticSRJF:
         order = _order_words(self.order)
         terms = elastic_fifo_terms(self.name, self.growth, order)
         terms = Terms(self.name, order, shortest_rule(self.name, size), share=terms.share)
-        return explain_in_order(by_priority(shortest_first(jobs, size)), capacity, allocation,
-                                terms)
+        return explain_in_order(jobs, capacity, allocation, terms,
+                                lambda: by_priority(shortest_first(jobs, size)))
 
 
 def _order_words(order: str) -> str:

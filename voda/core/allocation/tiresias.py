@@ -166,7 +166,8 @@ class Tiresias:
     # ----- explanations -------------------------------------------------------
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
-        return explain_in_order(self.order(jobs), capacity, allocation, self._terms())
+        return explain_in_order(jobs, capacity, allocation, self._terms(),
+                                lambda: self.order(jobs))
 
     def _terms(self) -> Terms:
         return Terms(self.name, f"queues ({self.queue_order.replace('_', ' ')} order within "

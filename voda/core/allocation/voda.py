@@ -227,16 +227,21 @@ class Voda:
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
         name = self.name
-        size: dict[str, float] = {}
-        for job in jobs:
-            work = job.remaining_epochs
-            size[job.name] = work * EpochTimes(job)(1) if work > 0 else 0.0
+        sizes: dict[str, float] = {}
+
+        def size(job: Job) -> float:
+            """Remaining work on one GPU (computed once, for the jobs a message names)."""
+            value = sizes.get(job.name)
+            if value is None:
+                work = job.remaining_epochs
+                value = sizes[job.name] = work * EpochTimes(job)(1) if work > 0 else 0.0
+            return value
 
         def rule(loser: Job, taker: Job) -> str:
             said = priority_rule(loser, taker, name)
             if said:
                 return said
-            theirs, mine = size[taker.name], size[loser.name]
+            theirs, mine = size(taker), size(loser)
             if theirs < mine:
                 return (f"{name}: {taker.name} has less work left ({seconds(theirs)} on one "
                         f"GPU against {loser.name}'s {seconds(mine)}), so it weighs more in the "
@@ -254,12 +259,12 @@ class Voda:
                 return None
             return measured_cap(job, model)
 
-        ordered = by_priority(sorted(jobs, key=lambda j: (size[j.name], j.sort_key)))
         terms = Terms(name, "order of remaining work on one GPU", rule,
                       share="shares the GPUs so that the jobs' total weighted speedup is "
                       "highest (less work left and poorer scaling weigh more)",
                       best_count=best, cap=cap)
-        return explain_in_order(ordered, capacity, allocation, terms)
+        return explain_in_order(jobs, capacity, allocation, terms, lambda: by_priority(sorted(
+            jobs, key=lambda j: (size(j), j.sort_key))))
 
     def curve(self, job: Job, borrowed: GoodputModel | None, capacity: int) -> Curve:
         model = own_model(job, borrowed)
