@@ -1,6 +1,7 @@
 """Time one allocation of every built-in algorithm at several sizes.
 
     .venv/bin/python bench/allocate.py [--repeats N] [--seed S]
+    .venv/bin/python bench/allocate.py --explanations [--repeats N] [--seed S]
 
 Prints, per algorithm, the median seconds of one call at 100, 1,000 and 10,000
 active jobs on 64, 512 and 4,096 GPUs, and the ratio of the 10,000-job to the
@@ -8,6 +9,10 @@ active jobs on 64, 512 and 4,096 GPUs, and the ratio of the 10,000-job to the
 The jobs are seeded and mixed: elastic and rigid, with and without measured
 epoch times, running and waiting, with attained service on both sides of the
 Tiresias threshold.
+
+`--explanations` times, at 1,000 jobs on 4,096 GPUs, one allocation without and with
+the reasons decide() adds (voda.core.allocation.reasons.explain: a Reason for every job
+below its max), and prints both medians and their ratio (target: at most 1.10).
 
 Targets, 1,000 jobs on 4,096 GPUs: 10 ms, and 100 ms for FfDLOptimizer, whose
 dynamic program is inherently larger. Pollux and Voda get 1 s: they decide once
@@ -29,6 +34,7 @@ import time
 from collections.abc import Sequence
 
 from voda.core.allocation import registry
+from voda.core.allocation.reasons import explain
 from voda.core.model import Job, JobStatus
 
 JOB_COUNTS = (100, 1_000, 10_000)
@@ -89,11 +95,59 @@ def median_seconds(algorithm, jobs: Sequence[Job], capacity: int, repeats: int) 
     return statistics.median(samples)
 
 
+EXPLAIN_JOBS, EXPLAIN_CAPACITY = 1_000, 4_096
+EXPLAIN_TARGET_RATIO = 1.10
+
+
+def with_explanations(algorithm):
+    """The algorithm followed by its explanations, as decide() runs them."""
+    def allocate_and_explain(jobs: Sequence[Job], capacity: int) -> dict:
+        allocation = algorithm(jobs, capacity)
+        explain(algorithm, jobs, capacity, allocation)
+        return allocation
+    return allocate_and_explain
+
+
+def explanations(repeats: int, seed: int) -> int:
+    """Median seconds without and with explanations, interleaved so load hits both alike."""
+    jobs = make_jobs(EXPLAIN_JOBS, seed)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"median seconds of one allocation, {EXPLAIN_JOBS} jobs on {EXPLAIN_CAPACITY} GPUs, "
+          f"without and with explanations ({os.cpu_count()} CPUs, load average {load:.1f})")
+    print(f"{'algorithm':<16}{'without':>12}{'with':>12}{'ratio':>8}{'reasons':>9}")
+    over = 0
+    total_without = total_with = 0.0
+    for name in registry.BUILTIN_NAMES:
+        algorithm = registry.create(name)
+        explained = with_explanations(algorithm)
+        without: list[float] = []
+        with_: list[float] = []
+        for _ in range(repeats):  # alternate, so a burst of load does not favour one side
+            without.append(median_seconds(algorithm, jobs, EXPLAIN_CAPACITY, 1))
+            with_.append(median_seconds(explained, jobs, EXPLAIN_CAPACITY, 1))
+        a, b = statistics.median(without), statistics.median(with_)
+        total_without += a
+        total_with += b
+        reasons = len(explain(algorithm, jobs, EXPLAIN_CAPACITY,
+                              algorithm(jobs, EXPLAIN_CAPACITY)))
+        ratio = b / a
+        over += ratio > EXPLAIN_TARGET_RATIO
+        print(f"{name:<16}{a:>12.5f}{b:>12.5f}{ratio:>8.3f}{reasons:>9}"
+              + ("" if ratio <= EXPLAIN_TARGET_RATIO else "  OVER"))
+    print(f"{'all together':<16}{total_without:>12.5f}{total_with:>12.5f}"
+          f"{total_with / total_without:>8.3f}")
+    return 0 if not over else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--explanations", action="store_true",
+                        help="compare one allocation without and with explanations")
     args = parser.parse_args(argv)
+    if args.explanations:
+        return explanations(args.repeats, args.seed)
 
     workloads = {n: make_jobs(n, args.seed) for n in JOB_COUNTS}
     header = f"{'algorithm':<16}" + "".join(

@@ -11,7 +11,7 @@ from voda.core.model import ActionKind, Cluster, JobStatus, Plan
 from voda.core.placement.metrics import fragmentation_ratio
 from voda.core.plan import moved_workers
 from voda.engine.events import EventKind
-from voda.engine.scheduler import JobRecord
+from voda.engine.scheduler import JobReason, JobRecord
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                     5.0, 10.0)
@@ -46,7 +46,13 @@ class ServiceMetrics:
         self.ready = Gauge("voda_jobs_ready", "Jobs submitted, not yet seen by a decision.", label,
                            registry=r)
         self.waiting = Gauge("voda_jobs_waiting", "Jobs waiting for GPUs.", label, registry=r)
+        self._reason_labels: set[tuple[str, str]] = set()
         self.running = Gauge("voda_jobs_running", "Jobs running.", label, registry=r)
+        self.below_max = Gauge(
+            "voda_jobs_waiting_by_reason",
+            "Active jobs holding fewer GPUs than their max, by the reason the last decision "
+            "gave (Queued, Preempted, Shrunk, DoesNotFit, ...).", ["gpu_type", "reason"],
+            registry=r)
         self.gpus_total = Gauge("voda_gpus", "GPUs in the cluster.", label, registry=r)
         self.gpus_used = Gauge("voda_gpus_in_use", "GPUs held by running jobs.", label, registry=r)
         self.spanning = Gauge("voda_jobs_spanning_nodes", "Running jobs placed on several nodes.",
@@ -125,6 +131,20 @@ class ServiceMetrics:
                    JobStatus.CANCELED: self.deleted}.get(status)
         if counter is not None:
             counter.labels(gpu_type).inc()
+
+    def reasons(self, reasons: Mapping[str, JobReason], active: Mapping[str, JobRecord]) -> None:
+        """Set the jobs below max by reason (a reason no job gives any more reads 0)."""
+        counts: dict[tuple[str, str], int] = {}
+        for name, reason in reasons.items():
+            record = active.get(name)
+            if record is not None:
+                key = (record.gpu_type, str(reason.code))
+                counts[key] = counts.get(key, 0) + 1
+        for labels in self._reason_labels - set(counts):
+            self.below_max.labels(*labels).set(0)
+        for labels, count in counts.items():
+            self.below_max.labels(*labels).set(count)
+        self._reason_labels |= set(counts)
 
     def decision_refused(self, gpu_type: str) -> None:
         self.refusals.labels(gpu_type).inc()

@@ -211,7 +211,8 @@ class ServiceReads:
         return views.describe(record, now, self.scheduler.accounted_until,
                               self.scheduler.cluster, self.unschedulable.get(record.name),
                               self._queue_of(record), self.scheduler.time_scale,
-                              self._suspended(record))
+                              self._suspended(record),
+                              self.scheduler.job_reasons.get(record.name))
 
     def _suspended(self, record: JobRecord) -> str | None:
         """Why something outside Voda (Kueue) holds the job suspended, if it does (as of
@@ -219,7 +220,8 @@ class ServiceReads:
         return None if record.status.is_terminal else self.suspended.get(record.name)
 
     def _summary(self, record: JobRecord) -> dict[str, Any]:
-        return views.summary(record, self._queue_of(record))
+        return views.summary(record, self._queue_of(record),
+                             reason=self.scheduler.job_reasons.get(record.name))
 
     def _queue_of(self, record: JobRecord) -> int | None:
         """The priority queue (0 is the top) of an active job under an algorithm that keeps

@@ -55,6 +55,14 @@ class PlacementEntry(BaseModel):
     workers: int
 
 
+class JobReasonView(BaseModel):
+    """Why the job holds fewer GPUs than its max, as of the last decision."""
+
+    code: str  # stable: Queued, Preempted, Shrunk, DoesNotFit, NodeLost, RateLimited, ...
+    message: str  # one sentence with the facts
+    since: float  # when its code became this one (service clock)
+
+
 class JobSummary(BaseModel):
     name: str
     user: str
@@ -72,6 +80,8 @@ class JobSummary(BaseModel):
     # The priority queue (0 is the top) under algorithms that keep queues (Tiresias).
     queue: int | None = None
     estimated_remaining_seconds: float | None
+    # Why it holds fewer GPUs than its max; null when it holds its max (or has ended).
+    reason: JobReasonView | None = None
 
 
 class JobEvent(BaseModel):

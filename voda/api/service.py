@@ -65,6 +65,7 @@ from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete
 from voda.engine.events import Event, EventKind
 from voda.engine.scheduler import (
     ALL_GPU_TYPES,
+    JobReason,
     JobRecord,
     Scheduler,
     SchedulerObserver,
@@ -157,6 +158,7 @@ class _Observer(SchedulerObserver):
                      if a.job in s.scheduler.jobs}
         s.metrics.plan_applied(plan, gpu_types, s.scheduler.cluster, seconds, allocation_seconds,
                                s.placer.seconds)
+        s.metrics.reasons(s.scheduler.job_reasons, s.scheduler.active)
         s.activity.decision(plan, now, s.scheduler.last_reasons, seconds)
         for action in plan.actions:  # the allocation history the dashboard draws
             s.history(action.job, now, str(action.kind), str(action.workers_before),
@@ -170,6 +172,13 @@ class _Observer(SchedulerObserver):
 
     def on_recovered(self, gpu_type: str, now: float) -> None:
         self.service.metrics.decision_recovered(gpu_type)
+
+    def on_reason(self, record: JobRecord, old: JobReason | None, new: JobReason | None,
+                  now: float) -> None:
+        """A change of code is an event of the job (describe shows it, as kubectl does)."""
+        self.service.history(record.name, now, "reason", str(old.code) if old else None,
+                             str(new.code) if new else "AtMax",
+                             new.message if new else "holds its max GPUs")
 
     def on_event_failed(self, event: Event, error: Exception, now: float) -> None:
         s = self.service

@@ -10,7 +10,7 @@ from voda.config import User
 from voda.core import estimate
 from voda.core.model import Cluster, Node
 from voda.core.placement.metrics import fragmentation_ratio
-from voda.engine.scheduler import ALL_GPU_TYPES, JobRecord, Scheduler
+from voda.engine.scheduler import ALL_GPU_TYPES, JobReason, JobRecord, Scheduler
 
 REDACTED = "the last decision for this GPU type was refused (details for administrators)"
 NODE_READY, NODE_CORDONED, NODE_LOST = "ready", "cordoned", "lost"
@@ -45,8 +45,15 @@ def speedup_counts(r: JobRecord, capacity: int) -> list[int]:
     return sorted(counts)
 
 
+def reason_view(reason: JobReason | None) -> dict[str, Any] | None:
+    if reason is None:
+        return None
+    return {"code": str(reason.code), "message": reason.message, "since": reason.since}
+
+
 def summary(r: JobRecord, queue: int | None = None,
-            model: estimate.SpeedModel | None = None) -> dict[str, Any]:
+            model: estimate.SpeedModel | None = None,
+            reason: JobReason | None = None) -> dict[str, Any]:
     """A job in a list. `queue`: its priority queue (0 is the top) under an algorithm that
     keeps queues (Tiresias)."""
     return {
@@ -57,6 +64,7 @@ def summary(r: JobRecord, queue: int | None = None,
         "submit_time": r.submit_time, "gpu_seconds": r.attained_gpu_seconds,
         "queue": queue,
         "estimated_remaining_seconds": remaining_seconds(r, model),
+        "reason": reason_view(reason),
     }
 
 
@@ -72,7 +80,8 @@ def remaining_seconds(r: JobRecord, model: estimate.SpeedModel | None = None) ->
 
 def describe(r: JobRecord, now: float, accounted: float, cluster: Cluster,
              unschedulable: str | None, queue: int | None = None,
-             time_scale: float = 1.0, suspended: str | None = None) -> dict[str, Any]:
+             time_scale: float = 1.0, suspended: str | None = None,
+             reason: JobReason | None = None) -> dict[str, Any]:
     """Timestamps are the service's clock; durations (waiting, running, total, GPU-seconds,
     the estimated remaining time) are in the backend's seconds, `time_scale` per second of
     the service's clock (an emulated cluster's: the epoch times' unit)."""
@@ -84,7 +93,7 @@ def describe(r: JobRecord, now: float, accounted: float, cluster: Cluster,
     end = r.finish_time if r.finish_time is not None else now
     capacity = cluster.capacity(r.gpu_type)
     return {
-        **summary(r, queue, model),
+        **summary(r, queue, model, reason),
         "preferred_workers": r.preferred_workers,
         "command": r.extra.get("command"),
         "image": r.extra.get("image"),

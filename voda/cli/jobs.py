@@ -30,15 +30,54 @@ MAX_WATCH_ROWS = 200
 EVENTS_SHOWN = 5  # the newest events `describe` prints
 
 
-def jobs_table(items: list[dict[str, Any]]) -> Any:
+def jobs_table(items: list[dict[str, Any]], wide: bool = False) -> Any:
+    """The jobs, with a REASON column (why a job holds fewer GPUs than its max); `wide`
+    adds the reason's sentence."""
     from rich.table import Table
 
-    table = Table("NAME", "USER", "STATUS", "GPU TYPE", "WORKERS", "MIN-MAX", "PRIORITY",
-                  "EPOCHS", "AGE")
+    columns = ["NAME", "USER", "STATUS", "GPU TYPE", "WORKERS", "MIN-MAX", "PRIORITY",
+               "EPOCHS", "AGE", "REASON"]
+    table = Table(*columns, *(["MESSAGE"] if wide else []))
     for j in items:
-        table.add_row(j["name"], j["user"], j["status"], j["gpu_type"], str(j["workers"]),
-                      f"{j['min_workers']}-{j['max_workers']}", str(j["priority"]),
-                      f"{j['completed_epochs']:g}/{j['epochs']}", ago(j["submit_time"]))
+        reason = j.get("reason") or {}
+        row = [j["name"], j["user"], j["status"], j["gpu_type"], str(j["workers"]),
+               f"{j['min_workers']}-{j['max_workers']}", str(j["priority"]),
+               f"{j['completed_epochs']:g}/{j['epochs']}", ago(j["submit_time"]),
+               reason.get("code", "-")]
+        if wide:
+            row.append(reason.get("message", ""))
+        table.add_row(*row)
+    return table
+
+
+def conditions_table(job: dict[str, Any]) -> Any:
+    """Conditions, the way kubectl describe shows them: AtMax is False while the job holds
+    fewer GPUs than its max, with the reason's code and sentence."""
+    from rich.table import Table
+
+    table = Table("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE", title="Conditions",
+                  title_justify="left", box=None)
+    reason = job.get("reason")
+    if reason:
+        table.add_row("AtMax", "False", reason["code"], ago(reason["since"]), reason["message"])
+    else:
+        table.add_row("AtMax", "True" if job["status"] not in TERMINAL else "Unknown", "-",
+                      "-", "")
+    return table
+
+
+TERMINAL = ("Completed", "Failed", "Canceled")
+
+
+def events_table(events: list[dict[str, Any]]) -> Any:
+    """The newest events, the way kubectl describe shows them."""
+    from rich.table import Table
+
+    table = Table("AGE", "FIELD", "FROM", "TO", "MESSAGE", title="Events",
+                  title_justify="left", box=None)
+    for event in events:
+        table.add_row(ago(event["time"]), event["field"], event["old"] or "-", event["new"],
+                      event["message"] or "")
     return table
 
 
@@ -138,9 +177,13 @@ def register(app: typer.Typer) -> None:
                                              "until Ctrl-C.")] = False,
         interval: Annotated[float, typer.Option(help="Seconds between redraws of "
                                                 "--watch.", min=0.2)] = 2.0,
+        output: Annotated[str | None, typer.Option(
+            "--output", "-o", help="wide: add each reason's sentence.")] = None,
         url: Url = None, token: Token = None, as_json: AsJson = False,
     ) -> None:
         """List jobs."""
+        if output not in (None, "wide"):
+            die(f"output: must be 'wide', got {output!r}", EXIT_USAGE)
         if all_ and watch_:
             die("all: --all and --watch do not go together", EXIT_USAGE)
         params = {k: v for k, v in {"status": status, "gpu_type": gpu_type, "user": user,
@@ -155,7 +198,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(page)
             return
-        out.print(jobs_table(page["items"]))
+        out.print(jobs_table(page["items"], wide=output == "wide"))
         if page["next_offset"] is not None:
             out.print(f"{page['total']} jobs; next page: --offset {page['next_offset']} "
                       f"(or --all)")
@@ -194,13 +237,14 @@ def register(app: typer.Typer) -> None:
             rows.append(("Suspended", job["suspended"]))
         if job.get("failure_reason"):
             rows.append(("Failure", job["failure_reason"]))
-        for event in job.get("events", [])[-EVENTS_SHOWN:]:
-            change = event["message"] or f"{event['old'] or '-'} -> {event['new']}"
-            rows.append((f"Event ({ago(event['time'])} ago)", f"{event['field']}: {change}"))
         table = Table(show_header=False, box=None)
         for key, value in rows:
             table.add_row(f"[bold]{key}[/bold]", value)
         out.print(table)
+        out.print(conditions_table(job))
+        events = job.get("events", [])[-EVENTS_SHOWN:]
+        if events:
+            out.print(events_table(events))
 
     @app.command()
     def delete(

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, NewType
 
 if TYPE_CHECKING:  # numpy and scipy load only where the models are used
+    from voda.core.allocation.reasons import Reason
     from voda.core.goodput import GoodputModel
     from voda.core.oracle import StepOracle
 
@@ -327,3 +328,6 @@ class Plan:
     # GPU types whose decision was refused, with the reason: their jobs keep the
     # placement in force (and are absent from `actions`); the other types go on.
     errors: Mapping[str, str] = field(default_factory=dict)
+    # Why each job left below its max holds what it holds (voda.core.allocation.reasons);
+    # empty when the decision was made without explanations.
+    reasons: Mapping[str, Reason] = field(default_factory=dict)

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from voda.core.allocation.base import AllocationAlgorithm, checked_allocate
 from voda.core.allocation.counts import sized_to
+from voda.core.allocation.reasons import Reason, ReasonCode, explain
 from voda.core.model import (
     ACTION_ORDER,
     Action,
@@ -116,6 +117,7 @@ def decide(
     previous: Placement,
     algorithm: AllocationAlgorithm | Mapping[str, AllocationAlgorithm],
     placer: Placer,
+    explain_reasons: bool = True,
 ) -> Plan:
     """Allocate, place and diff on an immutable snapshot, one GPU type at a time.
 
@@ -123,30 +125,101 @@ def decide(
     whose algorithm breaks its contract, whose placer fails or whose placement
     cannot be reached keeps the placement in force; Plan.errors names it and says
     why. Jobs that left the active set are not halted here: they are gone.
+
+    `explain_reasons`: give every job left below its max a Reason (Plan.reasons): the
+    algorithm's own (voda.core.allocation.reasons), or the placement's where the job's
+    nodes held less, or the refusal's.
     """
     by_name = {j.name: j for j in jobs}
     active_previous = {name: p for name, p in previous.items() if name in by_name}
     allocation: dict[str, int] = {}
     placement: dict[str, JobPlacement] = {}
     errors: dict[str, str] = {}
+    reasons: dict[str, Reason] = {}
+    free: dict[str, int] = {}
     for gpu_type in sorted({*cluster.gpu_types(), *(j.gpu_type for j in jobs)}):
         of_type = [j for j in jobs if j.gpu_type == gpu_type]
         if not of_type:
+            free[gpu_type] = cluster.capacity(gpu_type)
             continue
         held = {j.name: active_previous[j.name] for j in of_type if j.name in active_previous}
         algo = algorithm[gpu_type] if isinstance(algorithm, Mapping) else algorithm
+        type_cluster = cluster.of_type(gpu_type)
+        caps: dict[str, int] = {}
         try:
-            counts, placed = _decide_type(of_type, cluster.of_type(gpu_type), held, algo, placer)
+            counts, placed = _decide_type(of_type, type_cluster, held, algo, placer, caps)
+            if explain_reasons:
+                reasons.update(_explain_type(of_type, type_cluster, algo, counts, caps))
         except Exception as exc:  # a custom algorithm or placer may fail in any way
             errors[gpu_type] = str(exc) or type(exc).__name__
             counts = {j.name: placement_workers(held.get(j.name, ())) for j in of_type}
             placed = {name: p for name, p in held.items() if p}
+            if explain_reasons:
+                reasons.update(_refused(of_type, counts, gpu_type))
+        free[gpu_type] = type_cluster.capacity() - sum(counts.values())
         allocation.update(counts)
         placement.update(placed)
+    if explain_reasons:
+        _waiting_for_type(reasons, by_name, allocation, free)
     actions = diff(active_previous, placement)
     migrated = sum(moved_workers(a.old, a.new) for a in actions)
     return Plan(allocation=allocation, placement=placement, actions=actions,
-                migrated_workers=migrated, errors=errors)
+                migrated_workers=migrated, errors=errors, reasons=reasons)
+
+
+def _explain_type(jobs: Sequence[Job], cluster: Cluster, algorithm: AllocationAlgorithm,
+                  allocation: Mapping[str, int], caps: Mapping[str, int]) -> dict[str, Reason]:
+    """The reasons of one GPU type's jobs below max: the algorithm's, and the placement's
+    for jobs whose nodes held less than they were given."""
+    capacity = cluster.capacity()
+    if capacity == 0:
+        return {j.name: Reason(ReasonCode.NO_FREE_GPU_TYPE,
+                               f"No node has {j.gpu_type} GPUs, the type it asks for.")
+                for j in jobs if allocation.get(j.name, 0) < j.max_workers}
+    out = explain(sized_to(algorithm, cluster), jobs, capacity, allocation)
+    for job in jobs:
+        cap = caps.get(job.name)
+        gpus = allocation.get(job.name, 0)
+        if cap is None or gpus >= job.max_workers or job.nodes is None:
+            continue
+        usable = len(job.nodes)
+        need = (f"it needs at least its min of {job.min_workers}" if gpus == 0
+                else f"it holds {gpus} of its max {job.max_workers}")
+        out[job.name] = Reason(
+            ReasonCode.DOES_NOT_FIT,
+            f"Does not fit: it may use only {usable} of the {len(cluster.nodes)} "
+            f"{job.gpu_type} nodes (its template's taints, selectors and requests), which have "
+            f"{cap} GPUs free of other jobs'; {need}.")
+    return out
+
+
+def _refused(jobs: Sequence[Job], counts: Mapping[str, int], gpu_type: str
+             ) -> dict[str, Reason]:
+    return {j.name: Reason(ReasonCode.PLAN_REFUSED,
+                           f"The decision for {gpu_type} GPUs was refused, so the plan in "
+                           f"force stays: it holds {counts.get(j.name, 0)} of its max "
+                           f"{j.max_workers} GPUs until a retry succeeds.")
+            for j in jobs if counts.get(j.name, 0) < j.max_workers}
+
+
+def _waiting_for_type(reasons: dict[str, Reason], jobs: Mapping[str, Job],
+                      allocation: Mapping[str, int], free: Mapping[str, int]) -> None:
+    """A job queued on a GPU type with no GPU free while another type has some waits for
+    its type: it says so."""
+    elsewhere = {t: n for t, n in free.items() if n > 0}
+    if not elsewhere:
+        return
+    for name, reason in reasons.items():
+        job = jobs[name]
+        if reason.code is not ReasonCode.QUEUED or free.get(job.gpu_type, 0) > 0:
+            continue
+        others = ", ".join(f"{t} has {n}" for t, n in sorted(elsewhere.items())
+                           if t != job.gpu_type)
+        if others:
+            reasons[name] = Reason(
+                ReasonCode.NO_FREE_GPU_TYPE,
+                f"Waits for a free {job.gpu_type} GPU while {others} free; "
+                f"{reason.message[0].lower()}{reason.message[1:]}")
 
 
 def _decide_type(
@@ -155,11 +228,16 @@ def _decide_type(
     previous: Placement,
     algorithm: AllocationAlgorithm,
     placer: Placer,
+    caps: dict[str, int] | None = None,
 ) -> tuple[dict[str, int], Placement]:
-    """Steps 1 and 2 for the jobs and nodes of one GPU type (raises when refused)."""
+    """Steps 1 and 2 for the jobs and nodes of one GPU type (raises when refused).
+
+    `caps` is filled with the confined jobs whose nodes held less than they were given
+    (the GPUs their nodes had free)."""
     by_name = {j.name: j for j in jobs}
     confined = sum(1 for j in jobs if j.nodes is not None)
-    caps: dict[str, int] = {}  # confined jobs whose nodes held less than they were given
+    if caps is None:
+        caps = {}
     for _ in range(confined + 1):
         # 1. allocate (packing for this type's nodes, unless the algorithm was told a size)
         allocation = checked_allocate(sized_to(algorithm, cluster), _capped(jobs, caps),

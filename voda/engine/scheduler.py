@@ -42,6 +42,7 @@ from typing import Any
 
 from voda.core.allocation import registry
 from voda.core.allocation.base import AllocationAlgorithm
+from voda.core.allocation.reasons import Reason, ReasonCode
 from voda.core.model import (
     Action,
     ActionKind,
@@ -155,6 +156,23 @@ class JobRecord:
         return cls(**values)
 
 
+@dataclass(slots=True)
+class JobReason:
+    """Why a job holds fewer GPUs than its max, as of the last decision, and since when
+    (engine clock) its code has been this one."""
+
+    reason: Reason
+    since: float
+
+    @property
+    def code(self) -> ReasonCode:
+        return self.reason.code
+
+    @property
+    def message(self) -> str:
+        return self.reason.message
+
+
 def backend_time_scale(backend: object) -> float:
     """The backend's seconds per engine second (its optional `time_scale`; 1 without one)."""
     scale = getattr(backend, "time_scale", 1.0)
@@ -266,6 +284,10 @@ class SchedulerObserver:
         """A job reported its goodput model (`record.goodput`); `category_learned`: it is
         now its category's best-measured one (Scheduler.goodput_history)."""
 
+    def on_reason(self, record: JobRecord, old: JobReason | None, new: JobReason | None,
+                  now: float) -> None:
+        """The code of the job's reason changed (None: it holds its max, or ended)."""
+
     def on_event_failed(self, event: Event, error: Exception, now: float) -> None:
         """Applying one of the backend's events raised; it was dropped, the others applied."""
 
@@ -332,6 +354,10 @@ class Scheduler:
         # What called for the next decision, and what called for the last one.
         self._reasons: set[EventKind] = set()
         self.last_reasons: tuple[EventKind, ...] = ()
+        # Why each active job below its max holds what it holds (voda.core.allocation.reasons).
+        self.job_reasons: dict[str, JobReason] = {}
+        self._lost_on: dict[str, str] = {}  # jobs that lost workers with a node, and the node
+        self._undecided: set[str] = set()  # submitted, not yet seen by a decision
 
     # ----- configuration -------------------------------------------------
     def _build_algorithms(self, settings: SchedulerSettings) -> None:
@@ -391,6 +417,8 @@ class Scheduler:
             if record.status is JobStatus.SUBMITTED and record.submit_time > self._last_accounted:
                 heapq.heappush(self._arrivals, (record.submit_time, record.name))
         self._mark(EventKind.JOB_SUBMITTED)
+        if not record.status.is_terminal:
+            self._undecided.add(record.name)
         return record
 
     def adopt(self, record: JobRecord) -> None:
@@ -492,6 +520,7 @@ class Scheduler:
                 self._act(record, halt)  # as a decision's halt: backend first, then records
                 self._record(record, halt, now)
                 halted.append(record.name)
+                self._node_lost(record, node_name, halt.workers_before, now)
         if halted:
             self._mark(EventKind.NODE_REMOVED)
         return halted
@@ -500,7 +529,9 @@ class Scheduler:
         self.cluster = Cluster(tuple(n for n in self.cluster.nodes if n.name != node_name))
         for record in self.active.values():
             if any(node == node_name for node, _ in record.placement):
+                lost = sum(c for n, c in record.placement if n == node_name)
                 self._place(record, tuple((n, c) for n, c in record.placement if n != node_name))
+                self._node_lost(record, node_name, lost, self._last_accounted)
                 if record.current_workers == 0 and record.status is JobStatus.RUNNING:
                     self._set_status(record, JobStatus.WAITING, self._last_accounted)
 
@@ -639,6 +670,7 @@ class Scheduler:
         if not self._dirty and not force:
             return None
         if not force and self._earliest_reschedule(now) > now:
+            self._rate_limited(now)
             return None
         return self.reschedule(now)
 
@@ -682,6 +714,7 @@ class Scheduler:
         except Exception as exc:  # decide() itself broke: nothing changes, retry later
             log.exception("rescheduling failed, the plan in force stays")
             self._refused({ALL_GPU_TYPES: f"{type(exc).__name__}: {exc}"}, now)
+            self._all_refused(now)
             return None
         decided = time.perf_counter()
         failure = self._apply(plan, now)
@@ -691,7 +724,9 @@ class Scheduler:
         self._refused(reasons, now)
         if failure is not None:
             self._dirty = True  # decide again on what the backend says runs
+            self._all_refused(now)
             return None
+        self._note_reasons(plan, now)
         self.last_plan = plan
         self.reschedules += 1
         elapsed = time.perf_counter() - started
@@ -800,6 +835,74 @@ class Scheduler:
                 record.preemptions += 1
                 self._set_status(record, JobStatus.WAITING, now)
 
+    # ----- reasons ---------------------------------------------------------------
+    def _set_reason(self, record: JobRecord, reason: Reason | None, now: float) -> None:
+        """Keep the job's reason; `since` and the observers move only when its code does."""
+        old = self.job_reasons.get(record.name)
+        if reason is None:
+            if old is not None:
+                del self.job_reasons[record.name]
+                for observer in self.observers:
+                    observer.on_reason(record, old, None, now)
+            return
+        if old is not None and old.code == reason.code:
+            old.reason = reason  # the facts may have moved on; the state has not
+            return
+        new = self.job_reasons[record.name] = JobReason(reason, now)
+        for observer in self.observers:
+            observer.on_reason(record, old, new, now)
+
+    def _note_reasons(self, plan: Plan, now: float) -> None:
+        """The applied plan's reasons become the jobs' (a job that lost workers with a node
+        says so until it holds GPUs again)."""
+        given = plan.reasons
+        for name, record in self.active.items():
+            reason = given.get(name)
+            node = self._lost_on.get(name)
+            if node is not None:
+                if record.current_workers > 0 or reason is None:
+                    del self._lost_on[name]
+                else:
+                    reason = _lost_reason(node, reason)
+            self._set_reason(record, reason, now)
+        self._undecided.clear()
+
+    def _node_lost(self, record: JobRecord, node: str, workers: int, now: float) -> None:
+        self._lost_on[record.name] = node
+        self._set_reason(record, Reason(
+            ReasonCode.NODE_LOST,
+            f"Lost {workers} GPU{'s' if workers != 1 else ''} with node {node}, which left "
+            f"the cluster; the next decision places it again."), now)
+
+    def _rate_limited(self, now: float) -> None:
+        """Jobs submitted since the last decision wait for the next, which the rate limit
+        holds back."""
+        if not self._undecided:
+            return
+        at = self._earliest_reschedule(now)
+        for name in sorted(self._undecided):
+            record = self.active.get(name)
+            if record is None or name in self.job_reasons:
+                continue
+            self._set_reason(record, Reason(
+                ReasonCode.RATE_LIMITED,
+                f"Waits for the next decision at t={at:.0f}: decisions are at least "
+                f"{self.settings.rate_limit_seconds:g} s apart (the rate limit)."), now)
+
+    def _all_refused(self, now: float) -> None:
+        """A decision refused as a whole (or a plan the backend failed): every job below
+        max keeps what it holds until the retry."""
+        retry = self._retry_at
+        when = f" at t={retry:.0f}" if retry is not None else ""
+        for record in self.active.values():
+            if record.current_workers >= record.max_workers:
+                continue
+            self._set_reason(record, Reason(
+                ReasonCode.PLAN_REFUSED,
+                f"The last decision was refused (or the backend failed to apply it), so the "
+                f"plan in force stays: it holds {record.current_workers} of its max "
+                f"{record.max_workers} GPUs until the retry{when}."), now)
+
     # ----- helpers ---------------------------------------------------------------
     def _restarting(self, record: JobRecord, workers: int) -> None:
         """The job (re)starts on `workers` from its checkpoint: its next epoch there holds
@@ -827,6 +930,9 @@ class Scheduler:
         self._set_status(record, status, now)
         self.active.pop(record.name, None)
         self._priority_classes.pop(record.name, None)
+        self._lost_on.pop(record.name, None)
+        self._undecided.discard(record.name)
+        self._set_reason(record, None, now)
 
     def _set_status(self, record: JobRecord, status: JobStatus, now: float) -> None:
         old = record.status
@@ -855,3 +961,11 @@ class Scheduler:
 
     def placement(self) -> dict[str, JobPlacement]:
         return {name: r.placement for name, r in self.active.items() if r.placement}
+
+
+def _lost_reason(node: str, reason: Reason) -> Reason:
+    def render() -> str:
+        message = reason.message
+        return (f"Lost its GPUs with node {node}, which left the cluster; since then: "
+                f"{message[:1].lower()}{message[1:]}")
+    return Reason(ReasonCode.NODE_LOST, render=render)

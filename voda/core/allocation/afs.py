@@ -28,14 +28,21 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
 import numpy as np
 
 from voda.core.allocation.afs_states import StateTables, state_at
-from voda.core.allocation.base import allocate_by_priority
+from voda.core.allocation.base import allocate_by_priority, by_submit
+from voda.core.allocation.reasons import (
+    Reason,
+    Terms,
+    explain_in_order,
+    priority_rule,
+    slower_with_more,
+)
 from voda.core.estimate import EpochTimes
 from voda.core.model import Job
 
@@ -54,6 +61,39 @@ class AFSL:
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, afs_l)
+
+    def explain(self, jobs: Sequence[Job], capacity: int,
+                allocation: Mapping[str, int]) -> dict[str, Reason]:
+        name = self.name
+
+        def rule(loser: Job, taker: Job) -> str:
+            said = priority_rule(loser, taker, name)
+            if said:
+                return said
+            mine = relative_gain(loser, allocation.get(loser.name, 0))
+            if taker.current_workers == 0:
+                return (f"{name}: {taker.name} starts (a job at 0 has relative gain 1.00, "
+                        f"{loser.name}'s is {mine:.2f})")
+            theirs = relative_gain(taker, taker.current_workers)
+            return f"{name}: {taker.name}'s relative gain {theirs:.2f} > {loser.name}'s {mine:.2f}"
+
+        def best(job: Job, gpus: int) -> str | None:
+            return slower_with_more(job, gpus, EpochTimes(job), name)
+
+        terms = Terms(name, "submit order (each GPU to the winner of the pairwise rule)", rule,
+                      share="gives each GPU to the job of larger relative gain in speed",
+                      best_count=best)
+        return explain_in_order(jobs, capacity, allocation, terms, lambda: by_submit(jobs))
+
+
+def relative_gain(job: Job, x: int) -> float:
+    """(S(x+1) - S(x)) / S(x): what one GPU more adds to the job's speed, relative (1 for a
+    job at 0, which starts)."""
+    if x <= 0:
+        return 1.0
+    times = EpochTimes(job)
+    after = times(x + 1)
+    return times(x) / after - 1.0 if after > 0 else 0.0
 
 
 def afs_l(ordered: Sequence[Job], capacity: int) -> dict[str, int]:

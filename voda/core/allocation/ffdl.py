@@ -17,12 +17,19 @@ See docs/design/001-allocation.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from voda.core.allocation.base import allocate_by_priority
+from voda.core.allocation.base import allocate_by_priority, by_submit
+from voda.core.allocation.reasons import (
+    Reason,
+    Terms,
+    explain_in_order,
+    priority_rule,
+    slower_with_more,
+)
 from voda.core.estimate import speed_model
 from voda.core.model import Job
 
@@ -65,6 +72,31 @@ class FfDLOptimizer:
         for job, n in zip(admitted, best_counts(admitted, capacity), strict=True):
             allocation[job.name] = n
         return allocation
+
+    def explain(self, jobs: Sequence[Job], capacity: int,
+                allocation: Mapping[str, int]) -> dict[str, Reason]:
+        name = self.name
+
+        def rule(loser: Job, taker: Job) -> str:
+            said = priority_rule(loser, taker, name)
+            if said:
+                return said
+            if taker.current_workers == 0:
+                return (f"{name}: {taker.name} was admitted at its min of {taker.min_workers} "
+                        f"GPUs in submit order (t={taker.submit_time:g})")
+            gpus = allocation.get(taker.name, 0)
+            model = speed_model(taker)
+            return (f"{name}: the sum of speedups is largest with {taker.name} on {gpus} GPUs "
+                    f"(speedup {model.speedup(gpus):.2f}, from "
+                    f"{model.speedup(taker.current_workers):.2f} on {taker.current_workers})")
+
+        def best(job: Job, gpus: int) -> str | None:
+            return slower_with_more(job, gpus, speed_model(job).epoch_time, name)
+
+        terms = Terms(name, "submit order (it admits jobs while their min fits)", rule,
+                      share="shares the GPUs beyond the admitted jobs' mins so that the sum "
+                      "of their speedups is largest", best_count=best)
+        return explain_in_order(jobs, capacity, allocation, terms, lambda: by_submit(jobs))
 
 
 def _values(job: Job, top: int) -> tuple[np.ndarray, np.ndarray]:

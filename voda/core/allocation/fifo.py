@@ -9,11 +9,12 @@ gets any. See docs/design/001-allocation.md for what each costs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from voda.core.allocation.base import allocate_by_priority, water_level
+from voda.core.allocation.base import allocate_by_priority, by_submit, water_level
+from voda.core.allocation.reasons import Reason, Terms, explain_in_order, submit_rule
 from voda.core.model import Job
 
 Growth = Literal["round_robin", "in_order"]
@@ -102,6 +103,11 @@ class FIFO:
             jobs, capacity, lambda group, free: fill_in_order(group, free, _preferred)
         )
 
+    def explain(self, jobs: Sequence[Job], capacity: int,
+                allocation: Mapping[str, int]) -> dict[str, Reason]:
+        return explain_in_order(jobs, capacity, allocation, fifo_terms(self.name),
+                                lambda: by_submit(jobs))
+
 
 @dataclass(frozen=True)
 class ElasticFIFO:
@@ -116,6 +122,12 @@ class ElasticFIFO:
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(
             jobs, capacity, lambda group, free: elastic_in_order(group, free, self.growth))
+
+    def explain(self, jobs: Sequence[Job], capacity: int,
+                allocation: Mapping[str, int]) -> dict[str, Reason]:
+        return explain_in_order(jobs, capacity, allocation,
+                                elastic_fifo_terms(self.name, self.growth),
+                                lambda: by_submit(jobs))
 
 
 def elastic_in_order(
@@ -133,3 +145,14 @@ def _preferred(job: Job) -> int:
 
 def _min(job: Job) -> int:
     return job.min_workers
+
+
+def fifo_terms(name: str) -> Terms:
+    return Terms(name, "submit order", submit_rule(name, elastic=False), preferred_sized=True)
+
+
+def elastic_fifo_terms(name: str, growth: str, order: str = "submit order") -> Terms:
+    share = ("shares the GPUs beyond every job's min round-robin, one per job per pass, "
+             f"in {order}" if growth == "round_robin" else
+             f"gives the GPUs beyond every job's min to each job in {order}, up to max")
+    return Terms(name, order, submit_rule(name, elastic=True), share=share)

@@ -16,11 +16,18 @@ by what the service observes instead: epoch times by worker count
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from voda.core.allocation.base import allocate_by_priority, by_submit
+from voda.core.allocation.reasons import (
+    Reason,
+    Terms,
+    explain_in_order,
+    priority_rule,
+    seconds,
+)
 from voda.core.estimate import EpochTimes
 from voda.core.model import Job
 
@@ -83,3 +90,34 @@ class Optimus:
         gain = (unit_time_now - unit_time_next) * units
         if gain > 0:
             heapq.heappush(heap, (-gain, i, unit_time_next))
+
+    def explain(self, jobs: Sequence[Job], capacity: int,
+                allocation: Mapping[str, int]) -> dict[str, Reason]:
+        name, oracle = self.name, self.oracle
+
+        def cut(job: Job, gpus: int) -> float:
+            unit_time, units = _prediction(job, oracle)
+            return (unit_time(max(gpus, 1)) - unit_time(gpus + 1)) * units
+
+        def rule(loser: Job, taker: Job) -> str:
+            said = priority_rule(loser, taker, name)
+            if said:
+                return said
+            if taker.current_workers == 0:
+                return (f"{name}: every job's min comes first, in submit order, and "
+                        f"{taker.name} starts at its min of {taker.min_workers} GPUs")
+            gpus = allocation.get(taker.name, 0)
+            return (f"{name}: its last GPU cuts {taker.name}'s remaining time by "
+                    f"{seconds(cut(taker, gpus - 1))}, one more would cut {loser.name}'s by "
+                    f"{seconds(cut(loser, allocation.get(loser.name, 0)))}")
+
+        def best(job: Job, gpus: int) -> str | None:
+            if cut(job, gpus) > 0:
+                return None
+            return (f"At its best count: one more GPU would not cut its remaining time "
+                    f"({gpus} of max {job.max_workers}), so {name} gives it no more.")
+
+        terms = Terms(name, "submit order (mins first)", rule,
+                      share="gives the GPUs beyond every job's min one at a time to the job "
+                      "whose remaining time drops most", best_count=best)
+        return explain_in_order(jobs, capacity, allocation, terms, lambda: by_submit(jobs))

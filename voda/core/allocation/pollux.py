@@ -31,7 +31,7 @@ unknown.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -45,6 +45,14 @@ from voda.core.allocation.counts import (
     check_seconds,
     packs,
     per_node,
+)
+from voda.core.allocation.reasons import (
+    Reason,
+    Terms,
+    by_priority,
+    explain_in_order,
+    priority_rule,
+    slower_with_more,
 )
 from voda.core.estimate import EpochTimes
 from voda.core.goodput import GoodputModel, best_goodput
@@ -92,6 +100,31 @@ class Pollux:
         utilities = [self.utility(job, fair, capacity, scale) for job in ordered]
         counts = best_counts(utilities, capacity)
         return {job.name: n for job, n in zip(ordered, counts, strict=True)}
+
+    def explain(self, jobs: Sequence[Job], capacity: int,
+                allocation: Mapping[str, int]) -> dict[str, Reason]:
+        name, fairness = self.name, self.fairness
+
+        def rule(loser: Job, taker: Job) -> str:
+            said = priority_rule(loser, taker, name)
+            if said:
+                return said
+            return (f"{name}: the power mean (p = {fairness:g}) of the jobs' goodput speedups "
+                    f"is highest with {taker.name} on {allocation.get(taker.name, 0)} GPUs; "
+                    f"{loser.name} has attained {loser.attained_gpu_seconds:.0f} GPU-seconds, "
+                    f"{taker.name} {taker.attained_gpu_seconds:.0f}")
+
+        def best(job: Job, gpus: int) -> str | None:
+            return slower_with_more(job, gpus, EpochTimes(job), name)
+
+        def cap(job: Job) -> int | None:
+            return replica_cap(job) if job.goodput is not None else None
+
+        terms = Terms(name, "order of least attained service", rule,
+                      share="shares the GPUs so that the power mean of goodput speedups is "
+                      "highest", best_count=best, cap=cap)
+        return explain_in_order(jobs, capacity, allocation, terms, lambda: by_priority(sorted(
+            jobs, key=lambda j: (j.attained_gpu_seconds, j.submit_time, j.name))))
 
     def utility(self, job: Job, fair: int, capacity: int, scale: float) -> np.ndarray:
         """u(n) for n = 0..cap: the job's term of the objective (-inf where not allowed)."""

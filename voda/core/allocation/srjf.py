@@ -14,12 +14,26 @@ See docs/design/001-allocation.md for the measurement behind the default.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from voda.core.allocation.base import allocate_by_priority
-from voda.core.allocation.fifo import Growth, check_growth, elastic_in_order, fill_in_order
+from voda.core.allocation.fifo import (
+    Growth,
+    check_growth,
+    elastic_fifo_terms,
+    elastic_in_order,
+    fill_in_order,
+)
+from voda.core.allocation.reasons import (
+    Reason,
+    Terms,
+    by_priority,
+    explain_in_order,
+    priority_rule,
+    seconds,
+)
 from voda.core.estimate import epoch_time_at
 from voda.core.model import Job
 
@@ -65,6 +79,14 @@ class SRJF:
         size = _one if self.order == "gpu_time" else (lambda j: j.preferred)
         return fill_in_order(shortest_first(jobs, size), capacity, lambda j: j.preferred)
 
+    def explain(self, jobs: Sequence[Job], capacity: int,
+                allocation: Mapping[str, int]) -> dict[str, Reason]:
+        size = _one if self.order == "gpu_time" else (lambda j: j.preferred)
+        terms = Terms(self.name, _order_words(self.order), shortest_rule(self.name, size),
+                      preferred_sized=True)
+        return explain_in_order(jobs, capacity, allocation, terms,
+                                lambda: by_priority(shortest_first(jobs, size)))
+
 
 @dataclass(frozen=True)
 class ElasticSRJF:
@@ -85,3 +107,36 @@ class ElasticSRJF:
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         size = _one if self.order == "gpu_time" else (lambda j: j.min_workers)
         return elastic_in_order(shortest_first(jobs, size), capacity, self.growth)
+
+    def explain(self, jobs: Sequence[Job], capacity: int,
+                allocation: Mapping[str, int]) -> dict[str, Reason]:
+        size = _one if self.order == "gpu_time" else (lambda j: j.min_workers)
+        order = _order_words(self.order)
+        terms = elastic_fifo_terms(self.name, self.growth, order)
+        terms = Terms(self.name, order, shortest_rule(self.name, size), share=terms.share)
+        return explain_in_order(jobs, capacity, allocation, terms,
+                                lambda: by_priority(shortest_first(jobs, size)))
+
+
+def _order_words(order: str) -> str:
+    return ("order of estimated remaining GPU time" if order == "gpu_time"
+            else "order of estimated remaining time")
+
+
+def _remaining(job: Job, size: Callable[[Job], int]) -> float:
+    return job.remaining_epochs * epoch_time_at(job, size(job)) if job.remaining_epochs > 0 \
+        else 0.0
+
+
+def shortest_rule(name: str, size: Callable[[Job], int]) -> Callable[[Job, Job], str]:
+    def rule(loser: Job, taker: Job) -> str:
+        said = priority_rule(loser, taker, name)
+        if said:
+            return said
+        theirs, mine = _remaining(taker, size), _remaining(loser, size)
+        if theirs == mine:
+            return (f"{name}: {taker.name}'s estimated remaining time {seconds(theirs)} ties "
+                    f"with {loser.name}'s, and {taker.name} was submitted first")
+        return (f"{name}: {taker.name}'s estimated remaining time {seconds(theirs)} is "
+                f"shorter than {loser.name}'s {seconds(mine)}")
+    return rule

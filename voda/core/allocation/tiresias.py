@@ -21,13 +21,20 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
 from voda.core.allocation.base import allocate_by_priority
 from voda.core.allocation.fifo import fill_in_order
+from voda.core.allocation.reasons import (
+    Reason,
+    Terms,
+    explain_in_order,
+    priority_rule,
+    slower_with_more,
+)
 from voda.core.estimate import EpochTimes
 from voda.core.model import Job
 
@@ -156,6 +163,32 @@ class Tiresias:
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return fill_in_order(self.order(jobs), capacity, _preferred)
 
+    # ----- explanations -------------------------------------------------------
+    def explain(self, jobs: Sequence[Job], capacity: int,
+                allocation: Mapping[str, int]) -> dict[str, Reason]:
+        return explain_in_order(jobs, capacity, allocation, self._terms(),
+                                lambda: self.order(jobs))
+
+    def _terms(self) -> Terms:
+        return Terms(self.name, f"queues ({self.queue_order.replace('_', ' ')} order within "
+                     "a queue)", self._rule, preferred_sized=True)
+
+    def _rule(self, loser: Job, taker: Job) -> str:
+        said = priority_rule(loser, taker, self.name)
+        if said:
+            return said
+        theirs, mine = self.priority_class(taker), self.priority_class(loser)
+        if theirs < mine:
+            limit = self.queue_thresholds[min(mine, len(self.queue_thresholds)) - 1]
+            return (f"{self.name}: {taker.name} is in queue {theirs}, {loser.name} in queue "
+                    f"{mine} after {loser.attained_gpu_seconds_since_promotion:.0f} "
+                    f"GPU-seconds of service (the threshold is {limit:.0f})")
+        if loser.current_workers > 0 and taker.current_workers > 0:
+            return (f"{self.name}: one more GPU gains {taker.name} more than it gains "
+                    f"{loser.name} (largest marginal gain first)")
+        return (f"{self.name}: both are in queue {mine} and {taker.name} comes first in it "
+                f"({self.queue_order.replace('_', ' ')} order)")
+
 
 def _preferred(job: Job) -> int:
     return job.preferred
@@ -196,6 +229,16 @@ class ElasticTiresias(Tiresias):
             )
         grow_by_gain(ordered, allocation, capacity)
         return allocation
+
+    def _terms(self) -> Terms:
+        return Terms(self.name, f"queues ({self.queue_order.replace('_', ' ')} order within "
+                     "a queue)", self._rule,
+                     share="gives the GPUs left over one at a time to the largest marginal "
+                     "speedup",
+                     best_count=self._best_count)
+
+    def _best_count(self, job: Job, gpus: int) -> str | None:
+        return slower_with_more(job, gpus, EpochTimes(job), self.name)
 
 
 def grow_by_gain(ordered: Sequence[Job], allocation: dict[str, int], capacity: int) -> None:

@@ -82,6 +82,15 @@ from voda.core.allocation.counts import (
     packs,
     per_node,
 )
+from voda.core.allocation.reasons import (
+    Reason,
+    Terms,
+    by_priority,
+    explain_in_order,
+    priority_rule,
+    seconds,
+    slower_with_more,
+)
 from voda.core.estimate import DEFAULT_EPOCH_SECONDS, EpochTimes, throughput_speed_model
 from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
@@ -214,6 +223,48 @@ class Voda:
             utilities = with_floors(utilities, floored)
         counts = best_counts(utilities, capacity)
         return {job.name: n for job, n in zip(ordered, counts, strict=True)}
+
+    def explain(self, jobs: Sequence[Job], capacity: int,
+                allocation: Mapping[str, int]) -> dict[str, Reason]:
+        name = self.name
+        sizes: dict[str, float] = {}
+
+        def size(job: Job) -> float:
+            """Remaining work on one GPU (computed once, for the jobs a message names)."""
+            value = sizes.get(job.name)
+            if value is None:
+                work = job.remaining_epochs
+                value = sizes[job.name] = work * EpochTimes(job)(1) if work > 0 else 0.0
+            return value
+
+        def rule(loser: Job, taker: Job) -> str:
+            said = priority_rule(loser, taker, name)
+            if said:
+                return said
+            theirs, mine = size(taker), size(loser)
+            if theirs < mine:
+                return (f"{name}: {taker.name} has less work left ({seconds(theirs)} on one "
+                        f"GPU against {loser.name}'s {seconds(mine)}), so it weighs more in the "
+                        f"total weighted speedup")
+            return (f"{name}: the total weighted speedup is highest with {taker.name} on "
+                    f"{allocation.get(taker.name, 0)} GPUs, which scales better or has waited "
+                    f"longer")
+
+        def best(job: Job, gpus: int) -> str | None:
+            return slower_with_more(job, gpus, EpochTimes(job), name)
+
+        def cap(job: Job) -> int | None:
+            model = job.goodput
+            if model is None or model.perf is None:
+                return None
+            return measured_cap(job, model)
+
+        terms = Terms(name, "order of remaining work on one GPU", rule,
+                      share="shares the GPUs so that the jobs' total weighted speedup is "
+                      "highest (less work left and poorer scaling weigh more)",
+                      best_count=best, cap=cap)
+        return explain_in_order(jobs, capacity, allocation, terms, lambda: by_priority(sorted(
+            jobs, key=lambda j: (size(j), j.sort_key))))
 
     def curve(self, job: Job, borrowed: GoodputModel | None, capacity: int) -> Curve:
         model = own_model(job, borrowed)
