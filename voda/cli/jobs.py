@@ -30,15 +30,46 @@ MAX_WATCH_ROWS = 200
 EVENTS_SHOWN = 5  # the newest events `describe` prints
 
 
-def jobs_table(items: list[dict[str, Any]]) -> Any:
+def in_time(at: float | None, now: float | None = None) -> str:
+    """A forecast instant as time from now: 'now', 'in 1h 5m', '-' when none."""
+    if at is None:
+        return "-"
+    seconds = at - (time.time() if now is None else now)
+    return "now" if seconds <= 0 else f"in {duration(seconds)}"
+
+
+def forecast_line(forecast: dict[str, Any] | None) -> str:
+    """The forecast of `voda describe`, with its basis."""
+    if not forecast:
+        return "none yet"
+    start = "running" if forecast.get("running") else f"starts {in_time(forecast['start'])}"
+    finish = ("does not finish as things are" if forecast["finish"] is None
+              else f"finishes {in_time(forecast['finish'])}")
+    return f"{start}, {finish} ({forecast['basis']})"
+
+
+def jobs_table(items: list[dict[str, Any]], wide: bool = False) -> Any:
     from rich.table import Table
 
-    table = Table("NAME", "USER", "STATUS", "GPU TYPE", "WORKERS", "MIN-MAX", "PRIORITY",
-                  "EPOCHS", "AGE")
+    columns = ["NAME", "USER", "STATUS", "GPU TYPE", "WORKERS", "MIN-MAX", "PRIORITY",
+               "EPOCHS", "AGE"]
+    if wide:
+        columns += ["START (FORECAST)", "FINISH (FORECAST)"]
+    table = Table(*columns)
+    if wide:
+        table.caption = "forecasts assume no new arrivals"
     for j in items:
-        table.add_row(j["name"], j["user"], j["status"], j["gpu_type"], str(j["workers"]),
-                      f"{j['min_workers']}-{j['max_workers']}", str(j["priority"]),
-                      f"{j['completed_epochs']:g}/{j['epochs']}", ago(j["submit_time"]))
+        row = [j["name"], j["user"], j["status"], j["gpu_type"], str(j["workers"]),
+               f"{j['min_workers']}-{j['max_workers']}", str(j["priority"]),
+               f"{j['completed_epochs']:g}/{j['epochs']}", ago(j["submit_time"])]
+        if wide:
+            f = j.get("forecast")
+            if not f:
+                row += ["-", "-"]
+            else:
+                row += ["running" if f.get("running") else in_time(f["start"]),
+                        in_time(f["finish"])]
+        table.add_row(*row)
     return table
 
 
@@ -138,6 +169,8 @@ def register(app: typer.Typer) -> None:
                                              "until Ctrl-C.")] = False,
         interval: Annotated[float, typer.Option(help="Seconds between redraws of "
                                                 "--watch.", min=0.2)] = 2.0,
+        wide: Annotated[bool, typer.Option("--wide", help="Also the forecast start and "
+                                           "finish (assuming no new arrivals).")] = False,
         url: Url = None, token: Token = None, as_json: AsJson = False,
     ) -> None:
         """List jobs."""
@@ -155,7 +188,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(page)
             return
-        out.print(jobs_table(page["items"]))
+        out.print(jobs_table(page["items"], wide))
         if page["next_offset"] is not None:
             out.print(f"{page['total']} jobs; next page: --offset {page['next_offset']} "
                       f"(or --all)")
@@ -182,6 +215,7 @@ def register(app: typer.Typer) -> None:
             ("Total", duration(job["total_seconds"])),
             ("GPU-seconds", f"{job['gpu_seconds']:.0f}"),
             ("Remaining (est.)", duration(job["estimated_remaining_seconds"])),
+            ("Forecast", forecast_line(job.get("forecast"))),
             ("Speedup", " ".join(f"{k}:{v:.2f}" for k, v in job["speedup"].items())),
         ]
         if job.get("goodput"):
