@@ -241,3 +241,29 @@ def test_bad_request_bodies_elsewhere_are_4xx(api_server: ServeProcess) -> None:
         unknown = client.get("/v1/jobs", params={"status": "Sleeping"})
         assert unknown.status_code == 422 and unknown.json()["errors"][0]["field"] == "status"
         client.delete(f"/v1/jobs/{name}")
+
+
+def test_jobs_carry_a_forecast_and_a_spec_can_be_forecast(api_server: ServeProcess) -> None:
+    doc = {"name": "forecast-me", "command": "sleep 1", "epochs": 50, "gpu_type": "a100"}
+    with api_server.client("alice") as client:
+        job = submit(client, doc)
+
+        def forecast_of() -> dict | None:
+            return client.get(f"/v1/jobs/{job['name']}").json().get("forecast")
+
+        wait_for(lambda: forecast_of() is not None, timeout=30)
+        seen = forecast_of()
+        assert seen is not None
+        assert seen["basis"] == "assuming no new arrivals"
+        assert seen["finish"] is None or seen["finish"] >= seen["computed_at"]
+        listed = client.get("/v1/jobs", params={"user": "alice", "limit": 1000}).json()
+        assert any("forecast" in j for j in listed["items"])
+        body = yaml.safe_dump(doc).encode()
+        what_if = client.post("/v1/forecast", content=body,
+                              headers={"Content-Type": "application/yaml"})
+        assert what_if.status_code == 200, what_if.text
+        assert what_if.json()["forecast"]["basis"] == "assuming no new arrivals"
+        bad = client.post("/v1/forecast", content=yaml.safe_dump({**doc, "epochs": 0}).encode(),
+                          headers={"Content-Type": "application/yaml"})
+        assert bad.status_code == 422 and "epochs" in bad.text, bad.text
+        assert client.delete(f"/v1/jobs/{job['name']}").status_code == 200

@@ -45,8 +45,9 @@ FORM_TYPE = "application/x-www-form-urlencoded"
 
 
 def accepts_yaml(method: str, path: str) -> bool:
-    """Job submissions come as YAML or JSON; every other body is JSON."""
-    return method == "POST" and path.rstrip("/") == "/v1/jobs"
+    """Job submissions (and what-if forecasts of one) come as YAML or JSON; every other
+    body is JSON."""
+    return method == "POST" and path.rstrip("/") in ("/v1/jobs", "/v1/forecast")
 
 
 def accepts_form(method: str, path: str) -> bool:

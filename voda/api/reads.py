@@ -208,11 +208,19 @@ class ServiceReads:
 
     # ----- helpers of the views ------------------------------------------------------
     def _describe(self, record: JobRecord, now: float) -> dict[str, Any]:
-        return views.describe(record, now, self.scheduler.accounted_until,
-                              self.scheduler.cluster, self.unschedulable.get(record.name),
-                              self._queue_of(record), self.scheduler.time_scale,
-                              self._suspended(record),
-                              self.scheduler.job_reasons.get(record.name))
+        return {**views.describe(record, now, self.scheduler.accounted_until,
+                                 self.scheduler.cluster, self.unschedulable.get(record.name),
+                                 self._queue_of(record), self.scheduler.time_scale,
+                                 self._suspended(record),
+                                 self.scheduler.job_reasons.get(record.name)),
+                "forecast": self._forecast_of(record)}
+
+    def _forecast_of(self, record: JobRecord) -> dict[str, Any] | None:
+        """The job's start and finish as last forecast, assuming no new arrivals."""
+        forecaster = getattr(self, "forecaster", None)
+        if forecaster is None or record.status.is_terminal:
+            return None
+        return forecaster.of(record.name)
 
     def _suspended(self, record: JobRecord) -> str | None:
         """Why something outside Voda (Kueue) holds the job suspended, if it does (as of
@@ -220,8 +228,9 @@ class ServiceReads:
         return None if record.status.is_terminal else self.suspended.get(record.name)
 
     def _summary(self, record: JobRecord) -> dict[str, Any]:
-        return views.summary(record, self._queue_of(record),
-                             reason=self.scheduler.job_reasons.get(record.name))
+        return {**views.summary(record, self._queue_of(record),
+                                reason=self.scheduler.job_reasons.get(record.name)),
+                "forecast": self._forecast_of(record)}
 
     def _queue_of(self, record: JobRecord) -> int | None:
         """The priority queue (0 is the top) of an active job under an algorithm that keeps

@@ -133,6 +133,22 @@ async def submit_job(
                         headers={"Idempotent-Replayed": "true"} if replayed else None)
 
 
+@router.post(
+    "/v1/forecast", response_model=schemas.WhatIf, tags=["jobs"], responses=WITH_BODY,
+    openapi_extra={"requestBody": {"required": True, "content": {
+        "application/json": {"schema": _JOB_BODY},
+        "application/yaml": {"schema": _JOB_BODY}}}},
+)
+async def forecast_job(request: Request, user: CurrentUser) -> Any:
+    """What if: when this job would start and finish if submitted now, assuming no other
+    arrivals. Takes what POST /v1/jobs takes; stores and queues nothing."""
+    service = service_of(request)
+    body = await request.body()
+    media = media_type(request.headers.get("content-type"))
+    return await run_in_threadpool(lambda: service.what_if(parse_submission(body, media),
+                                                           user))
+
+
 @router.get("/v1/jobs", response_model=schemas.JobList, tags=["jobs"], responses=COMMON)
 def list_jobs(
     request: Request,

@@ -63,6 +63,31 @@ class JobReasonView(BaseModel):
     since: float  # when its code became this one (service clock)
 
 
+class JobForecast(BaseModel):
+    """When the job starts and finishes (seconds since the epoch, the service's clock), as
+    forecast after the last decision by running the scheduler forward, assuming no new
+    arrivals. start: null for a job that runs; finish: null when it cannot run as
+    things are."""
+
+    start: float | None
+    finish: float | None
+    running: bool = False
+    basis: str = "assuming no new arrivals"
+    computed_at: float
+
+
+class WhatIf(BaseModel):
+    """POST /v1/forecast: when a job would start and finish if submitted now."""
+
+    name: str
+    min_workers: int
+    max_workers: int
+    gpu_type: str
+    epochs: int
+    forecast: JobForecast | None
+    epoch_time_by_workers: dict[int, float]
+
+
 class JobSummary(BaseModel):
     name: str
     user: str
@@ -82,6 +107,8 @@ class JobSummary(BaseModel):
     estimated_remaining_seconds: float | None
     # Why it holds fewer GPUs than its max; null when it holds its max (or has ended).
     reason: JobReasonView | None = None
+    # Its start and finish, assuming no new arrivals (none before the first forecast).
+    forecast: JobForecast | None = None
 
 
 class JobEvent(BaseModel):

@@ -63,6 +63,9 @@ from voda.core.placement.base import Placer
 from voda.core.placement.registry import get_placer
 from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete
 from voda.engine.events import Event, EventKind
+from voda.engine.forecast import forecast
+from voda.engine.forecast import snapshot as forecast_snapshot
+from voda.engine.forecasting import Forecaster, forecast_view
 from voda.engine.scheduler import (
     ALL_GPU_TYPES,
     JobReason,
@@ -165,6 +168,7 @@ class _Observer(SchedulerObserver):
                       str(action.workers_after))
         if s.first_schedule_at is None:
             s.first_schedule_at = time.time()
+        s.forecaster.after_decision(s.scheduler, now)  # computed off the decision path
 
     def on_error(self, error: Exception, now: float, gpu_type: str = ALL_GPU_TYPES) -> None:
         self.service.metrics.decision_refused(gpu_type)
@@ -251,6 +255,10 @@ class Service(ServiceReads):
         self.import_paths = frozenset(split_list(settings.algorithm_paths)) | (
             {settings.algorithm} if ":" in settings.algorithm else set())
         self.placer = TimedPlacer(get_placer(settings.placement, settings.placement_settings))
+        # Each job's start and finish, assuming no new arrivals: refreshed after each
+        # decision on a thread of its own, with a placer of its own (011-forecast.md).
+        self.forecaster = Forecaster(placer=get_placer(settings.placement,
+                                                       settings.placement_settings))
         self.started_at = time.time()
         self.first_schedule_at: float | None = None
         self.recovered_jobs = 0
@@ -425,6 +433,7 @@ class Service(ServiceReads):
                 views.owner_of(record), record.name, incarnation_of(record.submit_time))
 
     def close(self) -> None:
+        self.forecaster.close()
         with contextlib.suppress(StoreUnavailable):
             self._mutate(lambda: None, require_store=False)
         if self.writer.unwritten:
@@ -499,6 +508,36 @@ class Service(ServiceReads):
                 self.idempotency[(user.name, idempotency_key)] = (name, request_hash)
         self.metrics.job_created(spec.gpu_type)
         return self._describe(record, time.time()), False
+
+    def what_if(self, spec: JobSpec, user: User) -> dict[str, Any]:
+        """When `spec` would start and finish if submitted now, assuming no other arrivals
+        (nothing is stored or queued). Refused as a submission would be (4xx naming the
+        field)."""
+        self._check_admission(spec, user)
+        now = time.time()
+        category = f"{self.settings.history_owner(user.name)}/{spec.category}"
+        known = self.scheduler.category_history.get((category, spec.gpu_type))
+        job = Job(
+            name=f"{spec.name}-what-if", min_workers=spec.min_workers,
+            max_workers=spec.max_workers, preferred_workers=spec.preferred_workers,
+            priority=spec.priority, submit_time=now, epochs=spec.epochs, category=category,
+            gpu_type=spec.gpu_type, placement_strategy=spec.placement_strategy,
+            preferred_domain=spec.preferred_domain, epoch_time_by_workers=dict(known or {}),
+        )
+        problems = validate_job(job)
+        if problems:
+            raise SpecError([FieldError(*p.split(": ", 1)) for p in problems])
+        while job.name in self.scheduler.jobs:
+            job = replace(job, name=job.name + "-")
+        with self._locked():
+            given = forecast_snapshot(self.scheduler, now, self.forecaster.penalty,
+                                      self.forecaster.placer)
+        result = forecast(given, extra=[job])
+        view = forecast_view(result.jobs[job.name], now)
+        return {"name": spec.name, "min_workers": job.min_workers,
+                "max_workers": job.max_workers, "gpu_type": job.gpu_type,
+                "epochs": job.epochs, "forecast": view,
+                "epoch_time_by_workers": dict(sorted(job.epoch_time_by_workers.items()))}
 
     def _stage(self, spec: JobSpec, user: User, idempotency_key: str | None,
                request_hash: str) -> tuple[JobRecord, Any]:

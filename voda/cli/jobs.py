@@ -30,14 +30,36 @@ MAX_WATCH_ROWS = 200
 EVENTS_SHOWN = 5  # the newest events `describe` prints
 
 
+def in_time(at: float | None, now: float | None = None) -> str:
+    """A forecast instant as time from now: 'now', 'in 1h 5m', '-' when none."""
+    if at is None:
+        return "-"
+    seconds = at - (time.time() if now is None else now)
+    return "now" if seconds <= 0 else f"in {duration(seconds)}"
+
+
+def forecast_line(forecast: dict[str, Any] | None) -> str:
+    """The forecast of `voda describe`, with its basis."""
+    if not forecast:
+        return "none yet"
+    start = "running" if forecast.get("running") else f"starts {in_time(forecast['start'])}"
+    finish = ("does not finish as things are" if forecast["finish"] is None
+              else f"finishes {in_time(forecast['finish'])}")
+    return f"{start}, {finish} ({forecast['basis']})"
+
+
 def jobs_table(items: list[dict[str, Any]], wide: bool = False) -> Any:
     """The jobs, with a REASON column (why a job holds fewer GPUs than its max); `wide`
-    adds the reason's sentence."""
+    adds the reason's sentence and the forecast start and finish."""
     from rich.table import Table
 
     columns = ["NAME", "USER", "STATUS", "GPU TYPE", "WORKERS", "MIN-MAX", "PRIORITY",
                "EPOCHS", "AGE", "REASON"]
-    table = Table(*columns, *(["MESSAGE"] if wide else []))
+    if wide:
+        columns += ["MESSAGE", "START (FORECAST)", "FINISH (FORECAST)"]
+    table = Table(*columns)
+    if wide:
+        table.caption = "forecasts assume no new arrivals"
     for j in items:
         reason = j.get("reason") or {}
         row = [j["name"], j["user"], j["status"], j["gpu_type"], str(j["workers"]),
@@ -46,6 +68,12 @@ def jobs_table(items: list[dict[str, Any]], wide: bool = False) -> Any:
                reason.get("code", "-")]
         if wide:
             row.append(reason.get("message", ""))
+            f = j.get("forecast")
+            if not f:
+                row += ["-", "-"]
+            else:
+                row += ["running" if f.get("running") else in_time(f["start"]),
+                        in_time(f["finish"])]
         table.add_row(*row)
     return table
 
@@ -178,7 +206,8 @@ def register(app: typer.Typer) -> None:
         interval: Annotated[float, typer.Option(help="Seconds between redraws of "
                                                 "--watch.", min=0.2)] = 2.0,
         output: Annotated[str | None, typer.Option(
-            "--output", "-o", help="wide: add each reason's sentence.")] = None,
+            "--output", "-o", help="wide: add each reason's sentence and the forecast start "
+            "and finish (assuming no new arrivals).")] = None,
         url: Url = None, token: Token = None, as_json: AsJson = False,
     ) -> None:
         """List jobs."""
@@ -225,6 +254,7 @@ def register(app: typer.Typer) -> None:
             ("Total", duration(job["total_seconds"])),
             ("GPU-seconds", f"{job['gpu_seconds']:.0f}"),
             ("Remaining (est.)", duration(job["estimated_remaining_seconds"])),
+            ("Forecast", forecast_line(job.get("forecast"))),
             ("Speedup", " ".join(f"{k}:{v:.2f}" for k, v in job["speedup"].items())),
         ]
         if job.get("goodput"):

@@ -20,7 +20,7 @@ from voda.core.model import Job
 from voda.core.placement import registry as placers
 from voda.core.placement.base import Placer
 from voda.engine.clock import ManualClock
-from voda.engine.scheduler import Scheduler, SchedulerSettings
+from voda.engine.scheduler import Scheduler, SchedulerObserver, SchedulerSettings
 from voda.sim.adaptive import initial_model
 from voda.sim.backend import DEFAULT_PENALTY, SimBackend, check_layout_speed
 from voda.sim.cluster_file import SimCluster
@@ -102,10 +102,13 @@ def simulate(
     cluster: SimCluster,
     settings: SimSettings | None = None,
     progress: Callable[[float], None] | None = None,
+    observe: Callable[[Scheduler], SchedulerObserver] | None = None,
 ) -> SimResult:
     """Run `workload` on `cluster` to the end and return the result.
 
     `progress`, if given, is called now and then with the fraction of jobs done.
+    `observe`, if given, makes an observer of the scheduler (bench/forecast.py forecasts
+    at each decision).
     """
     s = settings or SimSettings()
     if s.interval <= 0:
@@ -129,6 +132,8 @@ def simulate(
         placer=placer,
         now=start,
     )
+    if observe is not None:
+        scheduler.observers.append(observe(scheduler))
     loop = _Loop(workload, cluster, s, clock, backend, scheduler, progress,
                  arrivals_decided=s.fixed_rounds and decides_on_arrival(s, scheduler))
     with serial_blas():  # tiny linear algebra (goodput fits): threads only slow it down
