@@ -218,6 +218,37 @@ def test_a_higher_priority_pod_preempts_lower_priority_pods_on_one_node(tmp_path
         assert c.bound_nodes("vip") == [node]
 
 
+def test_preemption_spares_a_pod_its_disruption_budget_protects(tmp_path: Path) -> None:
+    """kube-scheduler's DefaultPreemption weighs PodDisruptionBudgets: the node whose victim
+    breaks no budget is chosen, though its victim has the higher priority; the protected
+    pod stays bound (the victim is deleted, not evicted)."""
+    with running_cluster(tmp_path) as c:
+        priority_class(c, "low", 100)
+        priority_class(c, "mid", 200)
+        priority_class(c, "high", 1000)
+        c.grid(spines=1, leaves=1, per_leaf=2)
+        c.store.create("poddisruptionbudgets.policy", c.namespace, {
+            "metadata": {"name": "db"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}})
+        c.store.create("pods", c.namespace, bare_pod("db", 8, priorityClassName="low"))
+        c.store.create("pods", c.namespace, bare_pod("web", 8, priorityClassName="mid"))
+        (db_node,) = eventually(lambda: c.bound_nodes("db"))
+        (web_node,) = eventually(lambda: c.bound_nodes("web"))
+        # The disruption controller counts db healthy; the scheduler's watch has seen it.
+        budget = eventually(lambda: [b for b in c.scheduler._budgets()
+                                     if b.name == "db" and b.selector is not None
+                                     and c.store.get("poddisruptionbudgets.policy",
+                                                     c.namespace, "db")["status"].get(
+                                         "currentHealthy") == 1])[0]
+        assert budget.allowed == 0
+        c.store.create("pods", c.namespace, bare_pod("vip", 8, priorityClassName="high"))
+        assert eventually(lambda: c.bound_nodes("vip")) == [web_node]
+        assert eventually(lambda: c.events("web", "Preempted"))
+        assert c.bound_nodes("db") == [db_node] and not c.events("db", "Preempted")
+        assert c.store.get("pods", c.namespace, "db")["metadata"].get(
+            "deletionTimestamp") is None
+
+
 def test_priority_comes_from_the_priority_class(tmp_path: Path) -> None:
     with running_cluster(tmp_path) as c:
         api = c.fake.api("admin")

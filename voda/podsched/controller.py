@@ -43,7 +43,7 @@ from typing import Any
 from voda.backends.kubernetes.api import NODES, ApiError, KubeApi, NotLeader
 from voda.backends.kubernetes.cluster_view import ClusterView, core_node, node_info, watch_cluster
 from voda.backends.kubernetes.informer import Informer
-from voda.podsched import events, filters, kube, preempt, volumes
+from voda.podsched import events, filters, kube, preempt, read, volumes
 from voda.podsched.claims import Claims
 from voda.podsched.config import SchedulerConfig
 from voda.podsched.config_source import ConfigSource
@@ -79,6 +79,7 @@ class PodSchedulerSettings:
     owner_ttl_seconds: float = 30.0
     instance: str = socket.gethostname()
     watch_volumes: bool = True  # PersistentVolumeClaims, PersistentVolumes, StorageClasses
+    watch_budgets: bool = True  # PodDisruptionBudgets, which preemption spares when it can
     condition_refresh_seconds: float = 5.0  # a pod's PodScheduled message changes this often
     # A folder with `token` and `ca.crt` of the pod scheduler's own ServiceAccount (a
     # mounted service-account-token Secret): its requests use them, not the backend's.
@@ -143,6 +144,7 @@ class PodScheduler:
         self._binders = ThreadPoolExecutor(max_workers=8, thread_name_prefix="pod-binding")
         self._informers: list[Informer] = []
         self._volume_informers: dict[str, Informer] = {}
+        self._budget_informer: Informer | None = None
         self._thread: threading.Thread | None = None
         self.cycles = 0
         view.listeners.append(self.claims.release_counted)
@@ -172,6 +174,11 @@ class PodScheduler:
                 self.api, kind, self._on_volume, watch_seconds=s.watch_seconds)
                 for kind in (kube.CLAIMS, kube.VOLUMES, kube.STORAGE_CLASSES)}
             self._informers.extend(self._volume_informers.values())
+        if s.watch_budgets:
+            # Read when a pod preempts; a budget's change alone places no pod.
+            self._budget_informer = Informer(self.api, kube.PDBS, lambda *_: None,
+                                             watch_seconds=s.watch_seconds)
+            self._informers.append(self._budget_informer)
         self.view.node_handlers.append(self._on_node)
         self.view.pod_handlers.append(self._on_pod)
         if self.feed_view:
@@ -260,6 +267,11 @@ class PodScheduler:
                 return informer.cache.get((namespace, name))
 
         return lookup
+
+    def _budgets(self) -> list[preempt.Budget]:
+        """The PodDisruptionBudgets preemption weighs, as last watched."""
+        informer = self._budget_informer
+        return [read.budget(b) for b in informer.items()] if informer else []
 
     def _with_volumes(self, pod: Pod) -> Pod:
         """The pod with what its claims ask of its node (voda.podsched.volumes)."""
@@ -581,11 +593,14 @@ class PodScheduler:
         # With the Bindings this cycle posted.
         snapshot = self.snapshot(everyone=any(p.anti_affinity for p in waiting))
         used: set[str] = set()
+        budgets: list[preempt.Budget] | None = None
         for pod in waiting:
             if not preempt.eligible(pod, terminating):
                 continue
+            if budgets is None:
+                budgets = self._budgets()
             nodes = [n for n in snapshot.nodes if n.name not in used]
-            found = preempt.find(pod, nodes, snapshot, running, snapshot.neighbours)
+            found = preempt.find(pod, nodes, snapshot, running, snapshot.neighbours, budgets)
             if found is None:
                 continue
             used.add(found.node)
@@ -595,7 +610,9 @@ class PodScheduler:
                 log.info("pod scheduler: nominating %s for %s: %s", found.node, pod.key, failure)
                 continue
             names = ", ".join(v.key for v in found.victims)
-            log.info("pod scheduler: %s preempts %s on %s", pod.key, names, found.node)
+            log.info("pod scheduler: %s preempts %s on %s%s", pod.key, names, found.node,
+                     f" ({found.violating} against a PodDisruptionBudget)"
+                     if found.violating else "")
             self._event(pod, events.PREEMPTING, f"preempting {len(found.victims)} pod(s) of "
                         f"lower priority on {found.node}: {names}", events.NORMAL)
             for victim in found.victims:
@@ -608,6 +625,7 @@ class PodScheduler:
                             f"Preempted by {pod.key} on node {found.node}", events.NORMAL)
             running[found.node] = [p for p in running.get(found.node, ())
                                    if p not in found.victims]
+            budgets = preempt.spend(budgets, found.victims)
 
     def _unschedulable(self, pod: Pod, message: str) -> None:
         """PodScheduled=False (Unschedulable) with the message, once per pod (by uid) and

@@ -33,6 +33,7 @@ EVENTS = Kind("", "v1", "events")
 CLAIMS = Kind("", "v1", "persistentvolumeclaims")
 VOLUMES = Kind("", "v1", "persistentvolumes", namespaced=False)
 STORAGE_CLASSES = Kind("storage.k8s.io", "v1", "storageclasses", namespaced=False)
+PDBS = Kind("policy", "v1", "poddisruptionbudgets")
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 
 

@@ -31,6 +31,7 @@ from voda.podsched.model import (
     Taint,
     Toleration,
 )
+from voda.podsched.preempt import Budget
 
 MAX_QUANTITY_LENGTH = 64
 MAX_LIST = 1000  # containers, tolerations, terms, expressions, values: a real pod has few
@@ -179,6 +180,42 @@ def _by_hostname(term: Any) -> bool:
             and not term.get("mismatchLabelKeys")
             and all(e.get("operator") in _SELECTOR_OPS
                     for e in term["labelSelector"].get("matchExpressions") or []))
+
+
+def label_selector(selector: Any) -> tuple[Requirement, ...] | None:
+    """A LabelSelector's requirements (all must hold), or None where it selects nothing as
+    kube-scheduler's preemption reads a PodDisruptionBudget's: no selector, an empty one,
+    or one metav1.LabelSelectorAsSelector refuses (an unknown operator, In or NotIn
+    without values, Exists or DoesNotExist with values)."""
+    if not isinstance(selector, Mapping):
+        return None
+    labels = selector.get("matchLabels") or {}
+    try:
+        expressions = _requirements(selector.get("matchExpressions"), "selector.matchExpressions")
+    except (ObjectError, AttributeError):
+        return None
+    if not isinstance(labels, Mapping) or any(
+            e.operator not in _SELECTOR_OPS
+            or (not e.values if e.operator in ("In", "NotIn") else bool(e.values))
+            for e in expressions):
+        return None
+    requirements = (*(Requirement(str(k), "In", (str(v),)) for k, v in labels.items()),
+                    *expressions)
+    return requirements or None
+
+
+def budget(obj: Mapping[str, Any]) -> Budget:
+    """A policy/v1 PodDisruptionBudget as preemption weighs it."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    allowed = status.get("disruptionsAllowed")
+    disrupted = status.get("disruptedPods")
+    return Budget(str(meta.get("namespace") or "default"), str(meta.get("name") or ""),
+                  label_selector(spec.get("selector")),
+                  allowed if isinstance(allowed, int) else 0,
+                  frozenset(str(n) for n in disrupted) if isinstance(disrupted, Mapping)
+                  else frozenset())
 
 
 def anti_affinity(namespace: str, spec: Mapping[str, Any]) -> tuple[PodTerm, ...]:
