@@ -35,7 +35,7 @@ from voda.api.ui.session import (
     safe_next,
     stream_user,
 )
-from voda.api.views import REDACTED
+from voda.api.views import REDACTED, visible
 from voda.config import User
 from voda.core.allocation.registry import UnknownAlgorithm
 from voda.core.model import JobStatus
@@ -92,7 +92,7 @@ def job_fragment(service: Service, user: User, name: str) -> str:
     allocation = views.allocation_series(job, history, now)
     speed = views.speed_series(job["epoch_time_by_workers"], job["max_workers"])
     log = service.log_tail(name, user, LOG_LINES)
-    return render("_job.html", job=job, history=views.history_rows(history), log=log,
+    return render("_job.html", job=job, history=views.history_rows(history), log=log, now=now,
                   log_lines=LOG_LINES, allocation_chart=allocation_chart(allocation),
                   measured=bool(job["epoch_time_by_workers"]),
                   epoch_chart=epoch_chart(speed), speedup_chart=speedup_chart(speed))
@@ -101,8 +101,15 @@ def job_fragment(service: Service, user: User, name: str) -> str:
 def scheduler_fragment(service: Service, user: User) -> str:
     activity = service.activity
     errors = [views.error_row(e, user.admin, REDACTED) for e in activity.errors(20)]
+    jobs = service.scheduler.jobs
+
+    def can_see(name: str) -> bool:
+        record = jobs.get(name)
+        return user.admin if record is None else visible(user, record)
+
+    decisions = [views.decision_row(d, can_see) for d in activity.decisions(30)]
     return render("_scheduler.html", schedulers=scheduler_views(service),
-                  refusals=service.refusals(user), decisions=activity.decisions(30),
+                  refusals=service.refusals(user), decisions=decisions,
                   errors=errors, last_reschedule=service.scheduler.last_reschedule,
                   latency_chart=latency_chart(activity.latency_histogram()))
 

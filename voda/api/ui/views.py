@@ -182,6 +182,17 @@ def error_row(entry: Any, admin: bool, redacted: str) -> dict[str, Any]:
             "message": entry.message if admin else redacted}
 
 
+def decision_row(decision: Any, can_see: Any) -> dict[str, Any]:
+    """A recent decision, naming only the jobs it moved that the viewer may see
+    (`can_see(name)`); the others are counted. Every job it moved beyond the ones kept
+    (activity.MOVED_KEPT) is counted too."""
+    moved = [m for m in decision.moved if can_see(m.job)]
+    total = sum(decision.actions.values())
+    return {"time": decision.time, "reasons": decision.reasons, "actions": decision.actions,
+            "seconds": decision.seconds, "migrated_workers": decision.migrated_workers,
+            "moved": moved, "hidden": total - len(moved)}
+
+
 def latency_chart(histogram: Sequence[tuple[str, int]]) -> dict[str, Any]:
     return {"labels": [label for label, _ in histogram],
             "counts": [count for _, count in histogram]}
