@@ -95,3 +95,12 @@ def test_a_decision_row_counts_what_it_does_not_name() -> None:
                          errors=[], last_reschedule=None,
                          latency_chart={"labels": [], "counts": []})
     assert "28 other jobs" in html
+
+
+def test_a_reason_names_other_users_jobs_only_to_admins(service: Service) -> None:
+    big = NAMES["big"]
+    assert big in service.scheduler.job_reasons[NAMES["waits"]].message  # "ahead of it big"
+    for html in (routes.job_fragment(service, BOB, NAMES["waits"]),
+                 routes.jobs_fragment(service, BOB, JobFilters())):
+        assert big not in html and "ahead of it another user&#39;s job" in html
+    assert big in routes.job_fragment(service, ALICE, NAMES["waits"])
