@@ -111,3 +111,33 @@ def test_without_configured_tokens_a_token_is_generated_and_required(
     assert token_file.read_text().strip() == token  # kept across restarts
     with again.client() as client:
         assert client.get("/v1/jobs").status_code == 200
+
+
+def test_plan_what_if_says_when_a_spec_would_start_and_finish(
+        api_server: ServeProcess, tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: what-if\ncommand: sleep 1\nmin: 1\nmax: 2\nepochs: 20\n")
+    code, out = voda(api_server, "plan", "--what-if", str(spec))
+    assert code == 0, out
+    assert out.startswith("what-if (1-2 GPUs of type ")
+    assert "starts " in out and "finishes " in out
+    assert "(assuming no new arrivals)" in out
+    code, out = voda(api_server, "plan", "--what-if", str(spec), "--json")
+    assert code == 0, out
+    answer = json.loads(out)
+    assert answer["forecast"]["basis"] == "assuming no new arrivals"
+    assert answer["forecast"]["start"] is not None
+    code, listed = voda(api_server, "jobs", "--json", "--limit", "1000")
+    assert not [j for j in json.loads(listed)["items"] if j["name"].startswith("what-if")]
+
+
+def test_plan_what_if_refuses_a_bad_spec_naming_the_field_and_mixed_modes(
+        api_server: ServeProcess, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: a\ncommand: x\nmin: 3\nmax: 1\n")
+    code, out = voda(api_server, "plan", "--what-if", str(bad))
+    assert code != 0 and "max" in out
+    code, out = voda(api_server, "plan", "--what-if", str(bad), "--gpus", "4")
+    assert code == 2 and "--gpus" in out
+    code, out = voda(api_server, "plan")
+    assert code == 2 and "--what-if" in out

@@ -78,3 +78,52 @@ def test_a_finished_job_has_no_reason() -> None:
     s.delete("b", 1.0)
     assert "b" not in s.job_reasons
     assert changes.seen[-1] == ("b", "Queued", None)
+
+
+class ReasonsBackend(InMemoryBackend):
+    """A backend with the SupportsReasons capability, failing on demand."""
+
+    def __init__(self, *args: object, fail: bool = False) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.noted: list[tuple[str, str | None, str]] = []
+        self.fail = fail
+
+    def note_reason(self, job: str, code: str | None, message: str, now: float) -> None:
+        self.noted.append((job, code, message))
+        if self.fail:
+            raise RuntimeError("the cluster is down")
+
+
+def test_a_backend_that_shows_reasons_hears_each_change_of_code_once() -> None:
+    backend = ReasonsBackend(make_cluster().nodes(1, gpus=4).node_list())
+    s = Scheduler(backend, SchedulerSettings(algorithm="FIFO", rate_limit_seconds=30.0))
+    s.submit(make_job("a").rigid(4).submitted_at(0).obj())
+    s.submit(make_job("b").rigid(4).submitted_at(0).obj())
+    s.step(0.0)
+    s.submit(make_job("c").rigid(1).submitted_at(1).obj())
+    s.step(40.0)  # b is still queued: no second call
+    assert [(j, c) for j, c, _ in backend.noted if j == "b"] == [("b", "Queued")]
+    assert "ahead of it a (4 GPUs)" in backend.noted[0][2]
+    s.delete("a", 41.0)
+    s.step(80.0)  # b starts at its max
+    assert ("b", None, "Holds its max of 4 GPUs.") in backend.noted
+
+
+def test_a_backend_failing_to_take_a_reason_does_not_disturb_scheduling() -> None:
+    backend = ReasonsBackend(make_cluster().nodes(1, gpus=4).node_list(), fail=True)
+    s = Scheduler(backend, SchedulerSettings(algorithm="FIFO", rate_limit_seconds=30.0))
+    s.submit(make_job("a").rigid(4).submitted_at(0).obj())
+    s.submit(make_job("b").rigid(4).submitted_at(0).obj())
+    s.step(0.0)
+    assert backend.noted and s.job_reasons["b"].code is ReasonCode.QUEUED
+    assert s.jobs["a"].current_workers == 4
+
+
+def test_an_ended_job_is_not_shown_to_the_backend() -> None:
+    backend = ReasonsBackend(make_cluster().nodes(1, gpus=4).node_list())
+    s = Scheduler(backend, SchedulerSettings(algorithm="FIFO", rate_limit_seconds=30.0))
+    s.submit(make_job("a").rigid(4).submitted_at(0).obj())
+    s.submit(make_job("b").rigid(4).submitted_at(0).obj())
+    s.step(0.0)
+    s.delete("b", 1.0)
+    assert [c for j, c, _ in backend.noted if j == "b"] == ["Queued"]

@@ -217,7 +217,8 @@ def flow_requests(tmp_path: Path) -> Iterator[tuple[FakeCluster, list[AuthzAttri
     """What the authorizer checked of every request Voda's ServiceAccount sends while the
     leader elects, routes its Service to itself, runs an MPIJob and a PyTorchJob (with
     their report Secrets, one left by an earlier leader), pins, resizes, migrates and
-    halts them, and steps down; under RBAC, so a missing grant fails it."""
+    halts them, shows a change of their reason on them, and steps down; under RBAC, so a
+    missing grant fails it."""
     cluster = FakeCluster.start(tmp_path)
     for i in range(3):
         cluster.sim.add_node(f"n{i}", 4)
@@ -251,6 +252,11 @@ def flow_requests(tmp_path: Path) -> Iterator[tuple[FakeCluster, list[AuthzAttri
         eventually(lambda k=kind: on_nodes(cluster, k) == ["n0"])
         backend.scale(job, (("n1", 1), ("n2", 1)))
         eventually(lambda k=kind: on_nodes(cluster, k) == ["n1", "n2"])
+        # a change of its reason: an Event and the VodaAtMax condition (status subresource)
+        backend.note_reason(kind, "Shared", "Holds 2 of its max 4 GPUs.", 0.0)
+        eventually(lambda k=kind: any(
+            c["type"] == "VodaAtMax" for c in (cluster.server.store.get(
+                f"{k}s", "default", k).get("status") or {}).get("conditions") or []))
         backend.halt(job)
     # a create the server refuses for good: the job fails and its object gets an Event
     cluster.server.add_fault(Fault(422, verb="create", resource="mpijobs", times=1))

@@ -17,8 +17,19 @@ from voda.core.model import Plan
 RECENT_DECISIONS = 100
 RECENT_ERRORS = 50
 RECENT_DURATIONS = 2000
+MOVED_KEPT = 20  # the jobs a decision moved kept per decision (its action counts keep all)
 # Histogram bucket upper bounds in seconds (the last bucket is open-ended).
 LATENCY_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """A job a decision moved: its action and its GPUs before and after."""
+
+    job: str
+    kind: str
+    before: int
+    after: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +39,7 @@ class Decision:
     actions: dict[str, int]  # action kind -> count
     seconds: float
     migrated_workers: int
+    moved: tuple[Moved, ...] = ()  # the first MOVED_KEPT of its actions' jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +60,10 @@ class Activity:
     def decision(self, plan: Plan, now: float, reasons: Iterable[str], seconds: float) -> None:
         entry = Decision(time=now, reasons=tuple(str(r) for r in reasons),
                          actions=dict(Counter(str(a.kind) for a in plan.actions)),
-                         seconds=seconds, migrated_workers=plan.migrated_workers)
+                         seconds=seconds, migrated_workers=plan.migrated_workers,
+                         moved=tuple(Moved(a.job, str(a.kind), a.workers_before,
+                                           a.workers_after)
+                                     for a in plan.actions[:MOVED_KEPT]))
         with self._lock:
             self._decisions.append(entry)
             self._durations.append(seconds)

@@ -1,9 +1,17 @@
-"""`voda plan`: a dry-run allocation of a jobs file, run locally.
+"""`voda plan`: a dry-run allocation of a jobs file, run locally; or a what-if asked of
+the service.
 
     voda plan --algorithm Tiresias --gpus 16 jobs.yaml
 
 prints {"allocation": {job: GPUs}} as JSON. Exit codes: 0 done, 1 the algorithm
 broke its contract, 2 bad input (file, jobs, algorithm or parameters).
+
+    voda plan --what-if job.yaml [--url URL --token TOKEN] [--json]
+
+sends the job spec (what `voda submit -f` takes) to POST /v1/forecast and prints when
+the job would start and finish if submitted now, assuming no new arrivals; nothing is
+submitted. Exit codes as `voda submit`'s (2 a spec the service refuses, naming the
+field; 3 the service unreachable).
 """
 
 from __future__ import annotations
@@ -50,11 +58,43 @@ def _params(text: str | None) -> dict[str, Any]:
     return params
 
 
+def what_if_line(answer: dict[str, Any]) -> str:
+    """'NAME (MIN-MAX GPUs of type T): starts in 5m, finishes in 2h (assuming no new
+    arrivals)'."""
+    from voda.cli.jobs import forecast_line
+
+    forecast = answer.get("forecast")
+    head = (f"{answer['name']} ({answer['min_workers']}-{answer['max_workers']} GPUs of type "
+            f"{answer['gpu_type']}): ")
+    if not forecast:
+        return head + "no forecast (the service could not place it as things are)"
+    return head + forecast_line({**forecast, "running": False})
+
+
+def _what_if(spec: Path, url: str | None, token: str | None, as_json: bool) -> None:
+    import sys
+
+    from voda.cli.client import Client
+    from voda.cli.common import die, print_json
+
+    try:
+        body = sys.stdin.buffer.read() if str(spec) == "-" else spec.read_bytes()
+    except OSError as exc:
+        die(f"what-if: cannot read {spec}: {exc.strerror}", EXIT_USAGE)
+    answer = Client(url, token).call("POST", "/v1/forecast", content=body,
+                                     content_type="application/yaml")
+    if as_json:
+        print_json(answer)
+    else:
+        typer.echo(what_if_line(answer))
+
+
 def plan(
     jobs_file: Annotated[
-        Path, typer.Argument(help="YAML or JSON list of jobs.", show_default=False)
-    ],
-    gpus: Annotated[int, typer.Option("--gpus", min=0, help="GPUs to allocate.")],
+        Path | None, typer.Argument(help="YAML or JSON list of jobs.", show_default=False)
+    ] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", min=0, help="GPUs to allocate.")
+                    ] = None,
     algorithm: Annotated[
         str | None, typer.Option("--algorithm", "-a",
                                  help="Algorithm name or module:attribute (default: "
@@ -63,8 +103,29 @@ def plan(
     params: Annotated[
         str | None, typer.Option("--params", help='Algorithm knobs as JSON, e.g. \'{"a": 1}\'.')
     ] = None,
+    what_if: Annotated[
+        Path | None, typer.Option("--what-if", help="A job spec file (as `voda submit -f` "
+                                  "takes; - reads standard input): ask the service when it "
+                                  "would start and finish if submitted now, assuming no new "
+                                  "arrivals. Submits nothing.", show_default=False)
+    ] = None,
+    url: Annotated[str | None, typer.Option("--url", help="Service URL (or VODA_URL); "
+                                            "--what-if only.")] = None,
+    token: Annotated[str | None, typer.Option("--token", help="Bearer token (or "
+                                              "VODA_TOKEN); --what-if only.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="--what-if: print the service's "
+                                          "JSON answer.")] = False,
 ) -> None:
-    """Allocate GPUs to the jobs in JOBS_FILE and print {"allocation": {job: GPUs}}."""
+    """Allocate GPUs to the jobs in JOBS_FILE and print {"allocation": {job: GPUs}}; or,
+    with --what-if SPEC, ask the service when that job would start and finish."""
+    if what_if is not None:
+        if jobs_file is not None or gpus is not None or algorithm or params:
+            _die("what-if: asks the service; JOBS_FILE, --gpus, --algorithm and --params "
+                 "are for a local plan", EXIT_USAGE)
+        _what_if(what_if, url, token, as_json)
+        return
+    if jobs_file is None or gpus is None:
+        _die("plan: give JOBS_FILE and --gpus (a local plan), or --what-if SPEC", EXIT_USAGE)
     from voda.core.allocation import registry
     from voda.core.allocation.base import AllocationRejected, checked_allocate
     from voda.core.jobfile import JobFileError, jobs_from_data

@@ -71,3 +71,13 @@ class SupportsSuspension(Protocol):
 class SupportsAdoption(Protocol):
     def running(self) -> dict[str, JobPlacement]:
         """Jobs the backend is running right now, for adoption after a restart."""
+
+
+@runtime_checkable
+class SupportsReasons(Protocol):
+    def note_reason(self, job: str, code: str | None, message: str, now: float) -> None:
+        """The code of a running or waiting job's reason changed (None: it holds its max
+        again; `message` then says so). Called on the engine's thread only on a change of
+        code, never on every decision: the backend records it and returns at once (it
+        writes it to its cluster, if it does, off the decision path). The engine logs and
+        ignores whatever it raises."""

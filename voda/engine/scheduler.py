@@ -58,7 +58,7 @@ from voda.core.model import (
 from voda.core.placement.base import Placer
 from voda.core.placement.registry import DEFAULT_PLACER, get_placer
 from voda.core.plan import decide
-from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete
+from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete, SupportsReasons
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
 
 log = logging.getLogger(__name__)
@@ -844,6 +844,7 @@ class Scheduler:
                 del self.job_reasons[record.name]
                 for observer in self.observers:
                     observer.on_reason(record, old, None, now)
+                self._tell_backend(record, None, now)
             return
         if old is not None and old.code == reason.code:
             old.reason = reason  # the facts may have moved on; the state has not
@@ -851,6 +852,23 @@ class Scheduler:
         new = self.job_reasons[record.name] = JobReason(reason, now)
         for observer in self.observers:
             observer.on_reason(record, old, new, now)
+        self._tell_backend(record, new, now)
+
+    def _tell_backend(self, record: JobRecord, new: JobReason | None, now: float) -> None:
+        """A backend that shows reasons on its cluster (SupportsReasons) hears of each
+        change of code of a job not ended; nothing it does or raises reaches scheduling."""
+        backend = self.backend
+        if not isinstance(backend, SupportsReasons) or record.status.is_terminal:
+            return
+        try:
+            if new is None:
+                backend.note_reason(record.name, None, f"Holds its max of "
+                                    f"{record.max_workers} GPUs.", now)
+            else:
+                backend.note_reason(record.name, str(new.code), new.message, now)
+        except Exception:
+            log.exception("job %s: the backend failed to take its reason; ignored",
+                          record.name)
 
     def _note_reasons(self, plan: Plan, now: float) -> None:
         """The applied plan's reasons become the jobs' (a job that lost workers with a node

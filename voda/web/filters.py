@@ -36,6 +36,14 @@ def clock(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
+def until(t: float | None, now: float | None = None) -> str:
+    """A forecast instant from now: 'now', 'in 1h05m', '-' when none."""
+    if t is None:
+        return "-"
+    seconds = t - (time.time() if now is None else now)
+    return "now" if seconds <= 0 else f"in {duration(seconds)}"
+
+
 def percent(x: float | None, digits: int = 0) -> str:
     return "-" if x is None else f"{100 * x:.{digits}f}%"
 
@@ -73,7 +81,7 @@ def json_attr(value: Any) -> str:
 
 
 FILTERS: dict[str, Callable[..., str]] = {
-    "duration": duration, "age": age, "clock": clock, "percent": percent,
+    "duration": duration, "age": age, "clock": clock, "until": until, "percent": percent,
     "gpu_hours": gpu_hours, "job_hue": job_hue, "to_json": to_json,
     "json_attr": json_attr,
 }

@@ -35,7 +35,7 @@ from voda.api.ui.session import (
     safe_next,
     stream_user,
 )
-from voda.api.views import REDACTED
+from voda.api.views import REDACTED, visible
 from voda.config import User
 from voda.core.allocation.registry import UnknownAlgorithm
 from voda.core.model import JobStatus
@@ -78,21 +78,36 @@ def cluster_fragment(service: Service, user: User, gpu_type: str | None) -> str:
     return render("_cluster.html", **context)
 
 
+def hidden_from(service: Service, user: User) -> Callable[[str], bool]:
+    """Whether a name is a job `user` may not see (reasons name other users' jobs)."""
+    jobs = service.scheduler.jobs
+
+    def hidden(name: str) -> bool:
+        record = jobs.get(name)
+        return record is not None and not visible(user, record)
+    return hidden
+
+
 def jobs_fragment(service: Service, user: User, filters: views.JobFilters) -> str:
     jobs, total = service.list(user, filters.status, filters.gpu_type, None, filters.offset,
                                filters.per_page, search=filters.search, newest_first=True)
+    if not user.admin:
+        hidden = hidden_from(service, user)
+        jobs = [views.with_reason_redacted(j, hidden) for j in jobs]
     return render("_jobs.html", jobs=jobs, total=total, filters=filters, now=time.time(),
                   page_count=views.pages(total, filters.per_page))
 
 
 def job_fragment(service: Service, user: User, name: str) -> str:
     job = service.get(name, user)
+    if not user.admin:
+        job = views.with_reason_redacted(job, hidden_from(service, user))
     history = service.job_history(name, user)
     now = time.time()
     allocation = views.allocation_series(job, history, now)
     speed = views.speed_series(job["epoch_time_by_workers"], job["max_workers"])
     log = service.log_tail(name, user, LOG_LINES)
-    return render("_job.html", job=job, history=views.history_rows(history), log=log,
+    return render("_job.html", job=job, history=views.history_rows(history), log=log, now=now,
                   log_lines=LOG_LINES, allocation_chart=allocation_chart(allocation),
                   measured=bool(job["epoch_time_by_workers"]),
                   epoch_chart=epoch_chart(speed), speedup_chart=speedup_chart(speed))
@@ -101,8 +116,15 @@ def job_fragment(service: Service, user: User, name: str) -> str:
 def scheduler_fragment(service: Service, user: User) -> str:
     activity = service.activity
     errors = [views.error_row(e, user.admin, REDACTED) for e in activity.errors(20)]
+    jobs = service.scheduler.jobs
+
+    def can_see(name: str) -> bool:
+        record = jobs.get(name)
+        return user.admin if record is None else visible(user, record)
+
+    decisions = [views.decision_row(d, can_see) for d in activity.decisions(30)]
     return render("_scheduler.html", schedulers=scheduler_views(service),
-                  refusals=service.refusals(user), decisions=activity.decisions(30),
+                  refusals=service.refusals(user), decisions=decisions,
                   errors=errors, last_reschedule=service.scheduler.last_reschedule,
                   latency_chart=latency_chart(activity.latency_histogram()))
 

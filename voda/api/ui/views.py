@@ -4,6 +4,7 @@ dicts out: no I/O, no clock beyond the `now` given)."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -180,6 +181,35 @@ def error_row(entry: Any, admin: bool, redacted: str) -> dict[str, Any]:
     only administrators read it."""
     return {"time": entry.time, "gpu_type": entry.gpu_type,
             "message": entry.message if admin else redacted}
+
+
+NAME_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]|[A-Za-z0-9]")
+OTHERS_JOB = "another user's job"
+
+
+def redact_names(message: str, hidden: Any) -> str:
+    """A reason's sentence with every job name the viewer may not see (`hidden(name)`)
+    said as "another user's job" (sentences name the jobs ahead and the takers)."""
+    return NAME_TOKEN.sub(lambda m: OTHERS_JOB if hidden(m.group(0)) else m.group(0),
+                          message)
+
+
+def with_reason_redacted(job: Mapping[str, Any], hidden: Any) -> dict[str, Any]:
+    reason = job.get("reason")
+    if not reason:
+        return dict(job)
+    return {**job, "reason": {**reason, "message": redact_names(reason["message"], hidden)}}
+
+
+def decision_row(decision: Any, can_see: Any) -> dict[str, Any]:
+    """A recent decision, naming only the jobs it moved that the viewer may see
+    (`can_see(name)`); the others are counted. Every job it moved beyond the ones kept
+    (activity.MOVED_KEPT) is counted too."""
+    moved = [m for m in decision.moved if can_see(m.job)]
+    total = sum(decision.actions.values())
+    return {"time": decision.time, "reasons": decision.reasons, "actions": decision.actions,
+            "seconds": decision.seconds, "migrated_workers": decision.migrated_workers,
+            "moved": moved, "hidden": total - len(moved)}
 
 
 def latency_chart(histogram: Sequence[tuple[str, int]]) -> dict[str, Any]:

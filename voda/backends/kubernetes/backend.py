@@ -98,6 +98,7 @@ from voda.backends.kubernetes.pinning import (
     pinned_node,
     placement_of,
 )
+from voda.backends.kubernetes.reasons import PendingReason, condition_patch
 from voda.backends.kubernetes.refusals import Backoff, Refused, job_event, permanent
 from voda.backends.kubernetes.settings import (
     GATE,
@@ -146,7 +147,8 @@ class Desired:
 
 
 class KubernetesBackend:
-    """Backend, SupportsDelete and SupportsAdoption on a Kubernetes cluster."""
+    """Backend, SupportsDelete, SupportsAdoption and SupportsReasons on a Kubernetes
+    cluster."""
 
     name = "kubernetes"
 
@@ -188,6 +190,10 @@ class KubernetesBackend:
         # Jobs whose reconciliation failed transiently wait their turn (per job).
         self.backoff = Backoff(self.settings.backoff_seconds, self.settings.max_backoff_seconds)
         self._events: list[Event] = []
+        # Reasons on the job objects (voda.backends.kubernetes.reasons): the change not yet
+        # written, per job, and the object uid and code of the condition last written.
+        self.reasons: dict[str, PendingReason] = {}
+        self.reason_shown: dict[str, tuple[str, str | None]] = {}
         self._nodes: dict[str, Node] = {}
         self._dirty: set[str] = set()
         self._waiting: set[str] = set()  # jobs with a gated worker waiting for room
@@ -359,8 +365,21 @@ class KubernetesBackend:
             self.specs.pop(job, None)
             self.excluded.pop(job, None)
             self.fit.forget(job)
+            self.reasons.pop(job, None)
+            self.reason_shown.pop(job, None)
             if self.report_tokens is not None:
                 self.report_tokens.pop(job, None)
+
+    def note_reason(self, job: str, code: str | None, message: str, now: float) -> None:
+        """The code of the job's reason changed: the reconciler writes it on the job's
+        object (an Event and the VodaAtMax condition), off the engine's thread. A job with
+        no object (queued, never started) has nothing to write it on."""
+        with self.lock:
+            if job not in self.desired and job not in self.objects:
+                self.reasons.pop(job, None)
+                return
+            self.reasons[job] = PendingReason(code, message)
+        self._mark(job)
 
     def _drop(self, job: str) -> None:
         with self.lock:
@@ -563,6 +582,7 @@ class KubernetesBackend:
         self.specs.pop(job, None)  # an ended job is never created again
         self.excluded.pop(job, None)
         self.fit.forget(job)
+        self.reasons.pop(job, None)  # an ended job's object keeps the operator's last word
         if self.report_tokens is not None:
             self.report_tokens.pop(job, None)
         self._events.append(event)
@@ -663,6 +683,8 @@ class KubernetesBackend:
         if d is None:
             self._waiting.discard(job)
             self.view.set_claims(job, self._worker_claims(job))
+            if obj is not None:
+                self._show_reason(job, obj, None)  # preempted: the Event, no condition
             if obj is not None and not obj["metadata"].get("deletionTimestamp"):
                 adapter = self._adapter(obj)
                 if adapter is not None and adapter.observe(obj).phase in (Phase.PENDING,
@@ -694,6 +716,51 @@ class KubernetesBackend:
         self._resize(d, adapter, obj)
         # 5. workers
         self._pin_workers(d, adapter, pods)
+        # 6. a change of its reason (best effort: never fails the reconciliation)
+        self._show_reason(job, obj, adapter)
+
+    # ----- reasons on the job objects (voda.backends.kubernetes.reasons) -----------------------
+    def _show_reason(self, job: str, obj: Obj, adapter: Adapter | None) -> None:
+        """Write the job's latest change of reason on its object: the Event, then (with an
+        adapter: the object stays) the condition. Failures are logged, never raised."""
+        with self.lock:
+            pending = self.reasons.pop(job, None)
+            shown = self.reason_shown.get(job)
+        if pending is None:
+            return
+        meta = obj["metadata"]
+        uid = meta.get("uid", "")
+        if pending.code is None and (shown is None or shown[0] != uid or shown[1] is None):
+            return  # nothing said on this object: holding its max needs no word
+        now = self.clock()
+        if not pending.evented:
+            pending.evented = True
+            body = job_event(obj, pending.event_reason, pending.message, now,
+                             pending.event_type)
+            try:
+                self.api.create(EVENTS, self.settings.namespace, body)
+                self._count("reason_events")
+            except ApiError as exc:
+                self._count("reason_failures")
+                log.warning("job %s: could not post its %s Event: %s", job,
+                            pending.event_reason, exc)
+        if adapter is None:
+            return
+        try:
+            self.api.patch(adapter.kind, self.settings.namespace, meta["name"],
+                           condition_patch(obj, pending, now), MERGE_PATCH, sub="status")
+        except ApiError as exc:
+            if exc.status == 409:  # the object moved on: again, once the informer shows it
+                with self.lock:
+                    self.reasons.setdefault(job, pending)
+                return
+            self._count("reason_failures")
+            log.warning("job %s: could not set its condition %s: %s", job,
+                        pending.event_reason, exc)
+            return
+        self._count("reason_conditions")
+        with self.lock:
+            self.reason_shown[job] = (uid, pending.code)
 
     def _delete_object(self, adapter: Adapter, obj: Obj) -> None:
         """Delete a job object (its pods first: Foreground), once per version seen."""

@@ -70,8 +70,9 @@ class Backoff:
         return max(0.0, min(waits)) if waits else None
 
 
-def job_event(obj: dict[str, Any], reason: str, message: str, now: float) -> dict[str, Any]:
-    """A Warning Event on a job object (`kubectl describe` shows it)."""
+def job_event(obj: dict[str, Any], reason: str, message: str, now: float,
+              kind: str = "Warning") -> dict[str, Any]:
+    """An Event (`kind`: Warning or Normal) on a job object (`kubectl describe` shows it)."""
     meta = obj["metadata"]
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     involved = {"apiVersion": obj.get("apiVersion", ""), "kind": obj.get("kind", ""),
@@ -85,7 +86,7 @@ def job_event(obj: dict[str, Any], reason: str, message: str, now: float) -> dic
         "involvedObject": involved,
         "reason": reason,
         "message": message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 3] + "...",
-        "type": "Warning",
+        "type": kind,
         "source": {"component": "voda"},
         "reportingComponent": "voda",
         "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
