@@ -104,3 +104,17 @@ def test_a_reason_names_other_users_jobs_only_to_admins(service: Service) -> Non
                  routes.jobs_fragment(service, BOB, JobFilters())):
         assert big not in html and "ahead of it another user&#39;s job" in html
     assert big in routes.job_fragment(service, ALICE, NAMES["waits"])
+
+
+def test_the_rest_job_object_and_events_name_other_users_jobs_only_to_admins(
+        service: Service) -> None:
+    """What the REST API, `voda jobs` and `voda describe` read: the same redaction."""
+    big, waits = NAMES["big"], NAMES["waits"]
+    mine = service.get(waits, BOB)
+    assert big not in mine["reason"]["message"]
+    assert "another user's job" in mine["reason"]["message"]
+    listed, _ = service.list(BOB, None, None, None, 0, 50)
+    assert all(big not in (j.get("reason") or {}).get("message", "") for j in listed)
+    for event in mine["events"] + service.job_history(waits, BOB):
+        assert big not in (event["message"] or "")
+    assert big in service.get(waits, ALICE)["reason"]["message"]

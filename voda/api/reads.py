@@ -80,9 +80,22 @@ class ServiceReads:
             return self._describe(self._visible(name, user), time.time())
         view = self._read(read)
         rows = self._store_read(lambda s: store.history(s, name, last=EVENTS_SHOWN))
+        hidden = self._hidden_from(user)
         view["events"] = [{"time": r.time, "field": r.field, "old": r.old, "new": r.new,
-                           "message": r.message} for r in rows]
-        return view
+                           "message": _redacted(r.message, hidden)} for r in rows]
+        return view if hidden is None else views.with_reason_redacted(view, hidden)
+
+    def _hidden_from(self, user: User) -> Callable[[str], bool] | None:
+        """Whether a name is a job `user` may not see: reasons and events name the jobs
+        ahead of a job and those that took its GPUs (None: an administrator sees all)."""
+        if user.admin:
+            return None
+        jobs = self.scheduler.jobs
+
+        def hidden(name: str) -> bool:
+            record = jobs.get(name)
+            return record is not None and not views.visible(user, record)
+        return hidden
 
     def list(self, user: User, status: str | None, gpu_type: str | None, owner: str | None,
              offset: int, limit: int, search: str | None = None,
@@ -103,7 +116,9 @@ class ServiceReads:
                             or needle in views.owner_of(r).lower())]
             records.sort(key=lambda r: (r.submit_time, r.name), reverse=newest_first)
             page = records[offset:offset + limit]
-            return [self._summary(r) for r in page], len(records)
+            hidden = self._hidden_from(user)
+            return [self._summary(r) if hidden is None else views.with_reason_redacted(
+                self._summary(r), hidden) for r in page], len(records)
         return self._read(read)
 
     def counts_by_status(self, user: User) -> dict[str, int]:
@@ -126,8 +141,9 @@ class ServiceReads:
             self._visible(name, user)
         self._read(read)
         rows = self._store_read(lambda s: store.history(s, name, last=last))
+        hidden = self._hidden_from(user)
         return [{"time": r.time, "field": r.field, "old": r.old, "new": r.new,
-                 "message": r.message} for r in rows]
+                 "message": _redacted(r.message, hidden)} for r in rows]
 
     def log_tail(self, name: str, user: User, lines: int) -> str | None:
         """The last lines of a job's log, on a backend that keeps logs (None elsewhere)."""
@@ -275,3 +291,8 @@ class ServiceReads:
         return {"name": node.name, "gpus": node.gpus, "gpu_type": node.gpu_type,
                 "leaf": node.leaf_name, "spine": node.spine_name,
                 "schedulable": node.name not in self.drained, "removed": False}
+
+
+def _redacted(message: str | None, hidden: Callable[[str], bool] | None) -> str | None:
+    return message if message is None or hidden is None else views.redact_names(message,
+                                                                                 hidden)

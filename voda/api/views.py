@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from voda.config import User
@@ -218,3 +219,22 @@ def cluster_view(s: Scheduler, user: User, algorithms: dict[str, str],
         "last_error": (str(s.last_error) if s.last_error else None) if user.admin else None,
         "errors": errors,
     }
+
+
+NAME_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]|[A-Za-z0-9]")
+OTHERS_JOB = "another user's job"
+
+
+def redact_names(message: str, hidden: Callable[[str], bool]) -> str:
+    """A reason's sentence with every job name the viewer may not see (`hidden(name)`)
+    said as "another user's job" (sentences name the jobs ahead and the takers)."""
+    return NAME_TOKEN.sub(lambda m: OTHERS_JOB if hidden(m.group(0)) else m.group(0),
+                          message)
+
+
+def with_reason_redacted(job: Mapping[str, Any], hidden: Callable[[str], bool]
+                         ) -> dict[str, Any]:
+    reason = job.get("reason")
+    if not reason:
+        return dict(job)
+    return {**job, "reason": {**reason, "message": redact_names(reason["message"], hidden)}}

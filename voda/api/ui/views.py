@@ -4,7 +4,6 @@ dicts out: no I/O, no clock beyond the `now` given)."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -181,24 +180,6 @@ def error_row(entry: Any, admin: bool, redacted: str) -> dict[str, Any]:
     only administrators read it."""
     return {"time": entry.time, "gpu_type": entry.gpu_type,
             "message": entry.message if admin else redacted}
-
-
-NAME_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]|[A-Za-z0-9]")
-OTHERS_JOB = "another user's job"
-
-
-def redact_names(message: str, hidden: Any) -> str:
-    """A reason's sentence with every job name the viewer may not see (`hidden(name)`)
-    said as "another user's job" (sentences name the jobs ahead and the takers)."""
-    return NAME_TOKEN.sub(lambda m: OTHERS_JOB if hidden(m.group(0)) else m.group(0),
-                          message)
-
-
-def with_reason_redacted(job: Mapping[str, Any], hidden: Any) -> dict[str, Any]:
-    reason = job.get("reason")
-    if not reason:
-        return dict(job)
-    return {**job, "reason": {**reason, "message": redact_names(reason["message"], hidden)}}
 
 
 def decision_row(decision: Any, can_see: Any) -> dict[str, Any]:
