@@ -20,11 +20,10 @@ from voda.core.model import Job, JobStatus
 
 ALL = list(registry.BUILTIN_NAMES)
 # Elastic algorithms: no GPU stays idle while any job's min fits in the idle GPUs, or
-# while a job holding GPUs is below max (ElasticTiresias: and its next GPU would not
-# slow it down).
+# while a job holding GPUs is below max and its next GPU would not slow it down.
 WORK_CONSERVING = ["ElasticFIFO", "ElasticSRJF", "ElasticTiresias", "AFS-L"]
-# Rigid-size algorithms: each job gets its preferred size or nothing, and a job left
-# with nothing needs more than the GPUs left idle.
+# Rigid-size algorithms: each job gets its requested size (`requested_size`) or nothing,
+# and a job left with nothing needs more than the GPUs left idle.
 AT_PREFERRED = ["FIFO", "SRJF", "Tiresias"]
 
 PROPERTY_SETTINGS = settings(
@@ -93,11 +92,9 @@ def shuffled(jobs: list[Job], seed: int) -> list[Job]:
     return copy
 
 
-def check_work_conserving(
-    jobs: list[Job], capacity: int, result: dict[str, int], slowdown_stops: bool
-) -> None:
+def check_work_conserving(jobs: list[Job], capacity: int, result: dict[str, int]) -> None:
     """No GPU idle while any job's min fits in the idle GPUs, or while a job holding GPUs
-    is below max (unless, with `slowdown_stops`, one more GPU would slow it down)."""
+    is below max, unless one more GPU would slow it down."""
     idle = capacity - sum(result.values())
     if idle == 0:
         return
@@ -106,18 +103,41 @@ def check_work_conserving(
         if have == 0:
             assert job.min_workers > idle, f"{job.name}'s min fits in {idle} idle GPUs"
         elif have < job.max_workers:
-            model = speed_model(job)
-            gain = model.speedup(have + 1) - model.speedup(have)
-            assert slowdown_stops and gain < 0, (
+            times = EpochTimes(job)
+            assert times(have + 1) > times(have), (
                 f"{idle} GPUs idle while {job.name} holds {have} of max {job.max_workers}")
 
 
+def class_capacities(jobs: list[Job], capacity: int, result: dict[str, int]) -> dict[str, int]:
+    """Per job, the GPUs its priority class had: what the classes above it left."""
+    out, free = {}, capacity
+    for priority in sorted({j.priority for j in jobs}):
+        members = [j for j in jobs if j.priority == priority]
+        out.update((j.name, free) for j in members)
+        free -= sum(result[j.name] for j in members)
+    return out
+
+
+def requested_size(job: Job, capacity: int) -> int:
+    """The size a rigid-size algorithm runs `job` at out of its class's `capacity`, worked
+    out count by count: preferred, at most the capacity, and of the counts from min up to
+    that the fastest (the largest of the fastest); min when min does not fit."""
+    top = min(job.preferred, capacity)
+    if top < job.min_workers:
+        return job.min_workers
+    times = EpochTimes(job)
+    least = min(times(n) for n in range(job.min_workers, top + 1))
+    return max(n for n in range(job.min_workers, top + 1) if times(n) == least)
+
+
 def check_left_out_does_not_fit(jobs: list[Job], capacity: int, result: dict[str, int]) -> None:
-    """A job with nothing needs more (its preferred size) than the GPUs left idle."""
+    """A job with nothing needs more (its requested size) than the GPUs left idle."""
     left = capacity - sum(result.values())
+    classes = class_capacities(jobs, capacity, result)
     for job in jobs:
         if result[job.name] == 0:
-            assert job.preferred > left, f"{job.name} needs {job.preferred}, {left} are idle"
+            size = requested_size(job, classes[job.name])
+            assert size > left, f"{job.name} needs {size}, {left} are idle"
 
 
 # Every built-in algorithm with its defaults, and with other values of its knobs.
@@ -157,9 +177,11 @@ def test_every_algorithm_keeps_the_contract_and_its_promises(
     assert algorithm(shuffled(jobs, seed), capacity) == result
     assert algorithm(list(reversed(jobs)), capacity) == result
     if name in WORK_CONSERVING:
-        check_work_conserving(jobs, capacity, result, slowdown_stops=name == "ElasticTiresias")
+        check_work_conserving(jobs, capacity, result)
     if name in AT_PREFERRED:
-        assert all(result[j.name] in (0, j.preferred) for j in jobs), "preferred size or 0"
+        classes = class_capacities(jobs, capacity, result)
+        assert all(result[j.name] in (0, requested_size(j, classes[j.name]))
+                   for j in jobs), "requested size or 0"
         check_left_out_does_not_fit(jobs, capacity, result)
 
 
@@ -189,11 +211,13 @@ def test_tiresias_never_serves_a_lower_queue_before_a_higher_one_that_fits(
     tiresias = Tiresias()
     result = tiresias(jobs, capacity)
     ordered = tiresias.order(jobs)
+    classes = class_capacities(jobs, capacity, result)
     free = capacity
     for job in ordered:  # replay: each job took its size exactly when it fitted
-        if job.preferred <= free:
-            assert result[job.name] == job.preferred
-            free -= job.preferred
+        size = requested_size(job, classes[job.name])
+        if size <= free:
+            assert result[job.name] == size
+            free -= size
         else:
             assert result[job.name] == 0
 
@@ -269,8 +293,20 @@ def test_afs_l_is_the_replayed_tournament_with_more_jobs_than_bands(
     check_afs_l_against_the_replay([dataclasses.replace(j, priority=0) for j in jobs], capacity)
 
 
+def up_to_the_first_slow_down(job: Job) -> Job:
+    """`job` with its max lowered to the last count before its epoch time first rises
+    from min, worked out count by count."""
+    times = EpochTimes(job)
+    top = job.min_workers
+    while top < job.max_workers and times(top + 1) <= times(top):
+        top += 1
+    return dataclasses.replace(job, max_workers=top)
+
+
 def check_afs_l_against_the_replay(jobs: list[Job], capacity: int) -> None:
-    ordered = sorted(jobs, key=lambda j: j.sort_key)
+    """AFS-L is the tournament replayed for every GPU, each job growing only up to its
+    first slow-down."""
+    ordered = sorted(map(up_to_the_first_slow_down, jobs), key=lambda j: j.sort_key)
     expected: dict[str, int] = {}
     free = capacity
     for priority in sorted({j.priority for j in jobs}):

@@ -28,7 +28,7 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, pairwise
 from operator import attrgetter
 from types import MappingProxyType
 
@@ -188,6 +188,55 @@ class EpochTimes:
 
 def epoch_time_at(job: Job, workers: int) -> float:
     return EpochTimes(job)(workers)
+
+
+def _turning_points(job: Job, lo: int, hi: int) -> list[int]:
+    """`lo`, the counts measured between `lo` and `hi`, and `hi` (lo <= hi), ascending.
+
+    Between two consecutive ones the estimate is monotone: below the smallest measured
+    count it follows Amdahl's shape (more workers, never slower); between two measured
+    counts throughput is linear in the count; beyond the largest it never slows down.
+    So the estimate over [lo, hi] is least, and first rises, at one of these counts.
+    """
+    inner = sorted(k for k, t in job.epoch_time_by_workers.items() if lo < k < hi and t > 0)
+    return [lo, *inner, hi] if hi > lo else [lo]
+
+
+def fastest_count(job: Job, lo: int, hi: int) -> int:
+    """The largest count in [lo, hi] (lo <= hi) whose estimated epoch time is least: no
+    count of the range is faster, and no smaller one as fast. `hi` when the job has
+    measured nothing (linear speedup)."""
+    if not job.epoch_time_by_workers or hi <= lo:
+        return max(lo, hi)
+    times = EpochTimes(job)
+    best, least = lo, math.inf
+    for k in _turning_points(job, lo, hi):
+        seconds = times(k)
+        if seconds <= least:
+            best, least = k, seconds
+    return best
+
+
+def growth_limit(job: Job, lo: int, hi: int) -> int:
+    """The largest count n in [lo, hi] (lo <= hi) up to which the estimated epoch time
+    never rises (t(k + 1) <= t(k) for lo <= k < n): how far a job grown one GPU at a time
+    from `lo` may grow before a GPU more would slow it down. `hi` when the job has
+    measured nothing (linear speedup), and whenever no measured slow-down lies in between.
+
+    The count before the first rise is exact up to rounding: a rise lies between two
+    measured counts, where throughput is linear in the count, so it starts right after
+    the turning point before it (`_turning_points`)."""
+    if not job.epoch_time_by_workers or hi <= lo:
+        return max(lo, hi)
+    times = EpochTimes(job)
+    points = _turning_points(job, lo, hi)
+    before = times(points[0])
+    for at, nxt in pairwise(points):
+        seconds = times(nxt)
+        if seconds > before:
+            return at
+        before = seconds
+    return hi
 
 
 _OBSERVED = attrgetter("epoch_time_by_workers")

@@ -79,8 +79,10 @@ from voda.core.allocation.counts import (
     best_counts,
     check_gpus_per_node,
     check_seconds,
+    no_slower,
     packs,
     per_node,
+    that_pack,
 )
 from voda.core.estimate import DEFAULT_EPOCH_SECONDS, EpochTimes, throughput_speed_model
 from voda.core.goodput import GoodputModel, best_goodput
@@ -246,9 +248,8 @@ class Voda:
         """
         cap, seconds, size = curve.cap, curve.seconds, curve.size
         rate = np.zeros(cap + 1)
-        allowed = np.arange(cap + 1) >= job.min_workers
-        if self.aligned:
-            allowed &= packs(cap, per_node(self.gpus_per_node))
+        fast = no_slower(seconds, job.min_workers)  # never a count slower than a smaller one
+        allowed = that_pack(fast, per_node(self.gpus_per_node)) if self.aligned else fast
         if cap >= 1 and math.isfinite(size):
             speedup = np.zeros(cap + 1)
             speedup[1:] = size / seconds[1:]
@@ -263,7 +264,8 @@ class Voda:
         changed[kept] = rate[kept]  # no change, no restart
         if kept:
             changed[0] = -rate[kept] * min(penalty / paid_back[kept], 1.0)
-        allowed[0] = allowed[kept] = True
+        allowed[kept] |= fast[kept]
+        allowed[0] = True
         return np.where(allowed, changed, -np.inf)
 
 
