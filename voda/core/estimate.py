@@ -28,7 +28,7 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, pairwise
+from itertools import chain
 from operator import attrgetter
 from types import MappingProxyType
 
@@ -202,11 +202,24 @@ def _turning_points(job: Job, lo: int, hi: int) -> list[int]:
     return [lo, *inner, hi] if hi > lo else [lo]
 
 
+def never_slower(job: Job) -> bool:
+    """Whether no measured count is slower than a smaller measured one (true with none
+    measured): then the estimate never rises with the count, anywhere (Amdahl's shape
+    below the measured counts, linear throughput between, no slow-down beyond)."""
+    before = math.inf
+    for k, seconds in sorted(job.epoch_time_by_workers.items()):
+        if k >= 1 and seconds > 0:
+            if seconds > before:
+                return False
+            before = seconds
+    return True
+
+
 def fastest_count(job: Job, lo: int, hi: int) -> int:
     """The largest count in [lo, hi] (lo <= hi) whose estimated epoch time is least: no
     count of the range is faster, and no smaller one as fast. `hi` when the job has
     measured nothing (linear speedup)."""
-    if not job.epoch_time_by_workers or hi <= lo:
+    if hi <= lo or never_slower(job):
         return max(lo, hi)
     times = EpochTimes(job)
     best, least = lo, math.inf
@@ -223,19 +236,23 @@ def growth_limit(job: Job, lo: int, hi: int) -> int:
     from `lo` may grow before a GPU more would slow it down. `hi` when the job has
     measured nothing (linear speedup), and whenever no measured slow-down lies in between.
 
-    The count before the first rise is exact up to rounding: a rise lies between two
-    measured counts, where throughput is linear in the count, so it starts right after
-    the turning point before it (`_turning_points`)."""
-    if not job.epoch_time_by_workers or hi <= lo:
+    Read off the measured counts alone, without fitting a model: below the smallest the
+    estimate never rises (Amdahl's shape), beyond the largest neither; between two
+    measured counts throughput is linear in the count, so the estimate rises all along a
+    segment whose far end is slower than its near end, from right after the near end
+    (or from `lo`, inside it)."""
+    observed = job.epoch_time_by_workers
+    if not observed or hi <= lo:
         return max(lo, hi)
-    times = EpochTimes(job)
-    points = _turning_points(job, lo, hi)
-    before = times(points[0])
-    for at, nxt in pairwise(points):
-        seconds = times(nxt)
-        if seconds > before:
-            return at
-        before = seconds
+    before: tuple[int, float] | None = None
+    for k, seconds in sorted(observed.items()):
+        if k < 1 or not seconds > 0:
+            continue
+        if before is not None and k > lo and seconds > before[1]:
+            return max(before[0], lo)
+        if k >= hi:
+            break
+        before = (k, seconds)
     return hi
 
 
