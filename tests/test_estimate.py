@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from voda.core.estimate import fit_speed, remaining_time, throughput_speed_model
+from voda.core.estimate import (
+    EpochTimes,
+    fastest_count,
+    fit_speed,
+    growth_limit,
+    remaining_time,
+    throughput_speed_model,
+)
 from voda.core.model import Job
 
 
@@ -150,3 +157,28 @@ def test_without_a_count_measured_both_ways_there_is_no_throughput_model() -> No
     assert throughput_speed_model(throughput_job({2: 50.0}, {})) is None
     assert throughput_speed_model(throughput_job({2: 50.0}, {(4, 1): 800.0})) is None
     assert throughput_speed_model(throughput_job({}, {(4, 1): 800.0})) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(times=st.dictionaries(st.integers(1, 14),
+                             st.sampled_from([7.0, 10.0, 20.0, 35.0, 60.0, 90.0]), max_size=4),
+       lo=st.integers(1, 12), span=st.integers(0, 12))
+def test_growth_limit_and_fastest_count_agree_with_the_estimate_count_by_count(
+    times: dict[int, float], lo: int, span: int
+) -> None:
+    """growth_limit and fastest_count read the measured counts only; the estimate, walked
+    count by count, agrees: the epoch time never rises from lo up to the limit and rises
+    right after it (below hi), and no count of [lo, hi] is faster than fastest_count nor
+    a larger one as fast."""
+    job = Job(name="j", epoch_time_by_workers=times)
+    hi = lo + span
+    t = EpochTimes(job)
+    limit = growth_limit(job, lo, hi)
+    assert lo <= limit <= hi
+    assert all(t(k + 1) <= t(k) for k in range(lo, limit))
+    if limit < hi:
+        assert t(limit + 1) > t(limit)
+    best = fastest_count(job, lo, hi)
+    assert lo <= best <= hi
+    assert all(t(best) <= t(k) for k in range(lo, hi + 1))
+    assert all(t(k) > t(best) for k in range(best + 1, hi + 1))

@@ -190,6 +190,72 @@ def epoch_time_at(job: Job, workers: int) -> float:
     return EpochTimes(job)(workers)
 
 
+def _turning_points(job: Job, lo: int, hi: int) -> list[int]:
+    """`lo`, the counts measured between `lo` and `hi`, and `hi` (lo <= hi), ascending.
+
+    Between two consecutive ones the estimate is monotone: below the smallest measured
+    count it follows Amdahl's shape (more workers, never slower); between two measured
+    counts throughput is linear in the count; beyond the largest it never slows down.
+    So the estimate over [lo, hi] is least, and first rises, at one of these counts.
+    """
+    inner = sorted(k for k, t in job.epoch_time_by_workers.items() if lo < k < hi and t > 0)
+    return [lo, *inner, hi] if hi > lo else [lo]
+
+
+def never_slower(job: Job) -> bool:
+    """Whether no measured count is slower than a smaller measured one (true with none
+    measured): then the estimate never rises with the count, anywhere (Amdahl's shape
+    below the measured counts, linear throughput between, no slow-down beyond)."""
+    before = math.inf
+    for k, seconds in sorted(job.epoch_time_by_workers.items()):
+        if k >= 1 and seconds > 0:
+            if seconds > before:
+                return False
+            before = seconds
+    return True
+
+
+def fastest_count(job: Job, lo: int, hi: int) -> int:
+    """The largest count in [lo, hi] (lo <= hi) whose estimated epoch time is least: no
+    count of the range is faster, and no smaller one as fast. `hi` when the job has
+    measured nothing (linear speedup)."""
+    if hi <= lo or never_slower(job):
+        return max(lo, hi)
+    times = EpochTimes(job)
+    best, least = lo, math.inf
+    for k in _turning_points(job, lo, hi):
+        seconds = times(k)
+        if seconds <= least:
+            best, least = k, seconds
+    return best
+
+
+def growth_limit(job: Job, lo: int, hi: int) -> int:
+    """The largest count n in [lo, hi] (lo <= hi) up to which the estimated epoch time
+    never rises (t(k + 1) <= t(k) for lo <= k < n): how far a job grown one GPU at a time
+    from `lo` may grow before a GPU more would slow it down. `hi` when the job has
+    measured nothing (linear speedup), and whenever no measured slow-down lies in between.
+
+    Read off the measured counts alone, without fitting a model: below the smallest the
+    estimate never rises (Amdahl's shape), beyond the largest neither; between two
+    measured counts throughput is linear in the count, so the estimate rises all along a
+    segment whose far end is slower than its near end, from right after the near end
+    (or from `lo`, inside it)."""
+    observed = job.epoch_time_by_workers
+    if not observed or hi <= lo:
+        return max(lo, hi)
+    before: tuple[int, float] | None = None
+    for k, seconds in sorted(observed.items()):
+        if k < 1 or not seconds > 0:
+            continue
+        if before is not None and k > lo and seconds > before[1]:
+            return max(before[0], lo)
+        if k >= hi:
+            break
+        before = (k, seconds)
+    return hi
+
+
 _OBSERVED = attrgetter("epoch_time_by_workers")
 # Job keeps its epoch times in a MappingProxyType (Job.__post_init__): its own `values`
 # skips the look-up by name that methodcaller makes on every job.

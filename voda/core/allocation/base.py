@@ -10,10 +10,12 @@ is refused instead of reaching the cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
+from voda.core.estimate import fastest_count, growth_limit
 from voda.core.model import Job
 
 
@@ -131,3 +133,32 @@ def allocate_by_priority(
         allocation.update(zip(names, gpus, strict=True))
         free -= sum(gpus)
     return allocation
+
+
+def rigid_size(job: Job, capacity: int) -> int:
+    """The size a rigid-size algorithm (FIFO, SRJF, Tiresias) runs `job` at, out of the
+    `capacity` its priority class has.
+
+    Its preferred size (min when none), as those papers run a job at the size it asks
+    for; but never more than the capacity (a size the class can never give would leave
+    the job waiting for ever with GPUs idle: it takes the largest count in [min,
+    preferred] that fits instead), and never a count whose estimated epoch time is worse
+    than a smaller count's: of the counts from min up to that, the fastest (the largest
+    of equally fast ones). A job whose min exceeds the capacity gets its min, which does
+    not fit."""
+    top = min(job.preferred, capacity)
+    if top < job.min_workers:
+        return job.min_workers
+    return fastest_count(job, job.min_workers, top)
+
+
+def without_slowdown(job: Job) -> Job:
+    """`job` with its max lowered to where its estimated epoch time first rises
+    (`estimate.growth_limit` from min): an algorithm that grows a job one GPU at a time
+    then never grows it into a slow-down. The job itself when nothing lowers it."""
+    top = growth_limit(job, job.min_workers, job.max_workers)
+    if top >= job.max_workers:
+        return job
+    preferred = job.preferred_workers
+    return replace(job, max_workers=top,
+                   preferred_workers=None if preferred is None else min(preferred, top))

@@ -32,6 +32,28 @@ def packs(cap: int, per_node: int) -> np.ndarray:
                                                                    == 0))
 
 
+def no_slower(seconds: np.ndarray, lo: int) -> np.ndarray:
+    """Per count n = 0..len - 1, whether n >= lo and its time `seconds[n]` is no more than
+    at any count from lo up to n: the counts a job may be given without one of fewer
+    GPUs (it may take) being faster. `lo` (its min) always is, where it exists."""
+    ok = np.zeros(len(seconds), dtype=bool)
+    lo = max(lo, 0)
+    if lo < len(seconds):
+        tail = seconds[lo:]
+        ok[lo:] = tail <= np.minimum.accumulate(tail)
+        ok[lo] = True
+    return ok
+
+
+def that_pack(fast: np.ndarray, per_node: int) -> np.ndarray:
+    """Of the counts a job may take (`fast`, as `no_slower` gives them; 0 aside), those
+    that pack onto nodes of `per_node` GPUs; all of them when none packs, so a job whose
+    sizes do not pack (a rigid 3 or 6) still runs rather than waits for ever."""
+    packed = fast & packs(len(fast) - 1, per_node)
+    packed[0] = False
+    return packed if packed.any() else fast.copy()
+
+
 def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
     """Counts n_j maximising the sum of u_j(n_j) with sum n_j <= capacity (dynamic program).
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from voda.core.allocation.base import allocate_by_priority, by_submit
+from voda.core.allocation.counts import no_slower
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -100,10 +101,14 @@ class FfDLOptimizer:
 
 
 def _values(job: Job, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """Integer speedups and squared counts of the job at min + e workers, e = 0..top - min."""
+    """Integer speedups and squared counts of the job at min + e workers, e = 0..top - min.
+
+    A count slower than a smaller one (`counts.no_slower`) is worth -1: the program
+    never gives it, as the smaller count is worth more on fewer GPUs."""
     model = speed_model(job)
     counts = np.arange(job.min_workers, top + 1, dtype=np.int64)
-    speedups = np.rint(np.asarray([model.speedup(int(k)) for k in counts]) * SPEEDUP_SCALE)
+    raw = np.asarray([model.speedup(int(k)) for k in counts])
+    speedups = np.where(no_slower(-raw, 0), np.rint(raw * SPEEDUP_SCALE), -SPEEDUP_SCALE)
     return speedups.astype(np.int64), counts * counts
 
 

@@ -13,7 +13,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from voda.core.allocation.base import allocate_by_priority, by_submit, water_level
+from voda.core.allocation.base import (
+    allocate_by_priority,
+    by_submit,
+    rigid_size,
+    water_level,
+    without_slowdown,
+)
 from voda.core.allocation.reasons import Reason, Terms, explain_in_order, submit_rule
 from voda.core.model import Job
 
@@ -94,19 +100,23 @@ def check_growth(growth: str) -> None:
 
 @dataclass(frozen=True)
 class FIFO:
-    """In submit order each job gets its preferred size if it fits, else 0."""
+    """In submit order each job gets its size (`rigid_size`: preferred, at most what its
+    class has, never a count slower than a smaller one) if it fits, else 0."""
 
     name: str = "FIFO"
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        return allocate_by_priority(
-            jobs, capacity, lambda group, free: fill_in_order(group, free, _preferred)
-        )
+        return allocate_by_priority(jobs, capacity, fill_at_rigid_size)
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
         return explain_in_order(jobs, capacity, allocation, fifo_terms(self.name),
                                 lambda: by_submit(jobs))
+
+
+def fill_at_rigid_size(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
+    """`fill_in_order` at each job's `rigid_size` out of `capacity`."""
+    return fill_in_order(ordered, capacity, lambda job: rigid_size(job, capacity))
 
 
 @dataclass(frozen=True)
@@ -133,14 +143,11 @@ class ElasticFIFO:
 def elastic_in_order(
     ordered: Sequence[Job], capacity: int, growth: str = "round_robin"
 ) -> dict[str, int]:
-    """Min in order (non-blocking), then growth in the same order."""
+    """Min in order (non-blocking), then growth in the same order, each job up to max or
+    to where one GPU more would slow it down (`without_slowdown`), whichever is first."""
     allocation = fill_in_order(ordered, capacity, _min)
-    GROWERS[growth](ordered, allocation, capacity)
+    GROWERS[growth]([without_slowdown(job) for job in ordered], allocation, capacity)
     return allocation
-
-
-def _preferred(job: Job) -> int:
-    return job.preferred
 
 
 def _min(job: Job) -> int:

@@ -43,8 +43,9 @@ from voda.core.allocation.counts import (
     best_counts,
     check_gpus_per_node,
     check_seconds,
-    packs,
+    no_slower,
     per_node,
+    that_pack,
 )
 from voda.core.allocation.reasons import (
     Reason,
@@ -139,10 +140,14 @@ class Pollux:
         kept = job.current_workers if 0 < job.current_workers <= cap else 0
         value[kept] = scaled[kept]  # no change, no restart
         u = power_utility(value + SPEEDUP_FLOOR, self.fairness)
-        allowed = np.arange(cap + 1) >= job.min_workers
-        if self.aligned:
-            allowed &= packs(cap, per_node(self.gpus_per_node))
-        allowed[0] = allowed[kept] = True
+        # Never a count slower than a smaller one, by epoch times. A job that reports a
+        # goodput model is left to the goodput objective, as in the Pollux artifact (the
+        # published reproductions, 009): only ties could pick a lower goodput there.
+        fast = (no_slower(-speedup, job.min_workers) if job.goodput is None
+                else np.arange(cap + 1) >= job.min_workers)
+        allowed = that_pack(fast, per_node(self.gpus_per_node)) if self.aligned else fast
+        allowed[kept] |= fast[kept]
+        allowed[0] = True
         u[~allowed] = -np.inf
         return u
 

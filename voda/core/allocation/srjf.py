@@ -18,13 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from voda.core.allocation.base import allocate_by_priority
+from voda.core.allocation.base import allocate_by_priority, rigid_size
 from voda.core.allocation.fifo import (
     Growth,
     check_growth,
     elastic_fifo_terms,
     elastic_in_order,
-    fill_in_order,
+    fill_at_rigid_size,
 )
 from voda.core.allocation.reasons import (
     Reason,
@@ -64,7 +64,7 @@ def _one(_job: Job) -> int:
 
 @dataclass(frozen=True)
 class SRJF:
-    """Shortest remaining first, each job at its preferred size if it fits, else 0."""
+    """Shortest remaining first, each job at its size (`rigid_size`) if it fits, else 0."""
 
     name: str = "SRJF"
     order: Order = DEFAULT_ORDER
@@ -76,8 +76,8 @@ class SRJF:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        size = _one if self.order == "gpu_time" else (lambda j: j.preferred)
-        return fill_in_order(shortest_first(jobs, size), capacity, lambda j: j.preferred)
+        size = _one if self.order == "gpu_time" else (lambda j: rigid_size(j, capacity))
+        return fill_at_rigid_size(shortest_first(jobs, size), capacity)
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
-from voda.core.allocation.base import allocate_by_priority
-from voda.core.allocation.fifo import fill_in_order
+from voda.core.allocation.base import allocate_by_priority, rigid_size
+from voda.core.allocation.fifo import fill_at_rigid_size, fill_in_order
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -55,7 +55,9 @@ def _stable(x: float) -> float:
 
 @dataclass(frozen=True)
 class Tiresias:
-    """Discretized 2D-LAS: queues by attained service, each job at its preferred size.
+    """Discretized 2D-LAS: queues by attained service, each job at its requested size
+    (`base.rigid_size`: preferred, within what its class has, never slower than a smaller
+    count).
 
     Knobs:
     - queue_thresholds: ascending GPU-second limits; n thresholds make n + 1 queues.
@@ -161,7 +163,7 @@ class Tiresias:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        return fill_in_order(self.order(jobs), capacity, _preferred)
+        return fill_at_rigid_size(self.order(jobs), capacity)
 
     # ----- explanations -------------------------------------------------------
     def explain(self, jobs: Sequence[Job], capacity: int,
@@ -190,13 +192,10 @@ class Tiresias:
                 f"({self.queue_order.replace('_', ' ')} order)")
 
 
-def _preferred(job: Job) -> int:
-    return job.preferred
-
 
 @dataclass(frozen=True)
 class ElasticTiresias(Tiresias):
-    """Tiresias at preferred size, then every GPU left to the largest marginal gain.
+    """Tiresias at its requested size, then every GPU left to the largest marginal gain.
 
     When more than `compaction_threshold` jobs would be left pending, the jobs
     outside the top queue start at min instead of preferred (compaction), so more
@@ -220,13 +219,13 @@ class ElasticTiresias(Tiresias):
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         ordered = self.order(jobs)
-        allocation = fill_in_order(ordered, capacity, _preferred)
+        allocation = fill_at_rigid_size(ordered, capacity)
         pending = sum(1 for gpus in allocation.values() if gpus == 0)
         if pending > self.compaction_threshold:
             top = {j.name for j in ordered if self.priority_class(j) == 0}
             allocation = fill_in_order(
-                ordered, capacity, lambda j: j.preferred if j.name in top else j.min_workers
-            )
+                ordered, capacity,
+                lambda j: rigid_size(j, capacity) if j.name in top else j.min_workers)
         grow_by_gain(ordered, allocation, capacity)
         return allocation
 

@@ -79,8 +79,10 @@ from voda.core.allocation.counts import (
     best_counts,
     check_gpus_per_node,
     check_seconds,
+    no_slower,
     packs,
     per_node,
+    that_pack,
 )
 from voda.core.allocation.reasons import (
     Reason,
@@ -283,7 +285,15 @@ class Voda:
         finite = seconds[np.isfinite(seconds)]
         size = float(seconds[1]) if cap >= 1 and math.isfinite(seconds[1]) else (
             float(np.min(finite)) if len(finite) else math.inf)
-        return Curve(cap, seconds, size, model)
+        pace = None
+        if cap >= 1 and job.remaining_epochs <= 0:
+            # No work left: every count costs it the same (a millisecond), but which
+            # counts are slower than smaller ones is read off an epoch's time.
+            pace = np.full(cap + 1, np.inf)
+            last = dataclasses.replace(job, completed_epochs=job.epochs - 1.0)
+            pace[1:] = remaining_seconds(last, model, cap, node, max(capacity // node, 1),
+                                         self.explore, self.throughput_estimates)
+        return Curve(cap, seconds, size, model, pace)
 
     def utility(self, job: Job, curve: Curve, weight: float) -> np.ndarray:
         """The job's weighted speed on n = 0..cap GPUs (-inf where not allowed).
@@ -297,9 +307,9 @@ class Voda:
         """
         cap, seconds, size = curve.cap, curve.seconds, curve.size
         rate = np.zeros(cap + 1)
-        allowed = np.arange(cap + 1) >= job.min_workers
-        if self.aligned:
-            allowed &= packs(cap, per_node(self.gpus_per_node))
+        # Never a count slower than a smaller one.
+        fast = no_slower(seconds if curve.pace is None else curve.pace, job.min_workers)
+        allowed = that_pack(fast, per_node(self.gpus_per_node)) if self.aligned else fast
         if cap >= 1 and math.isfinite(size):
             speedup = np.zeros(cap + 1)
             speedup[1:] = size / seconds[1:]
@@ -314,7 +324,8 @@ class Voda:
         changed[kept] = rate[kept]  # no change, no restart
         if kept:
             changed[0] = -rate[kept] * min(penalty / paid_back[kept], 1.0)
-        allowed[0] = allowed[kept] = True
+        allowed[kept] |= fast[kept]
+        allowed[0] = True
         return np.where(allowed, changed, -np.inf)
 
 
@@ -564,12 +575,15 @@ def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
 @dataclass(frozen=True)
 class Curve:
     """A job's estimated remaining seconds on n = 0..cap GPUs, and on one (its size), and
-    the goodput model they were estimated with (None: from epoch times)."""
+    the goodput model they were estimated with (None: from epoch times); for a job with
+    no epoch left (all its counts cost alike), the seconds of one epoch by count (`pace`),
+    which say which counts are slower than smaller ones."""
 
     cap: int
     seconds: np.ndarray
     size: float
     model: GoodputModel | None = None
+    pace: np.ndarray | None = None
 
 
 def best_size(speedup: np.ndarray, allowed: np.ndarray) -> int:
