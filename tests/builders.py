@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from voda.core.model import DEFAULT_GPU_TYPE, Cluster, Job, JobStatus, Node
+
+if TYPE_CHECKING:
+    from voda.engine.scheduler import Scheduler
 
 
 class JobBuilder:
@@ -178,3 +181,17 @@ def make_job(name: str) -> JobBuilder:
 
 def make_cluster() -> ClusterBuilder:
     return ClusterBuilder()
+
+
+def run_until(sched: Scheduler, end: float, steps: int = 10_000) -> None:
+    """Step the engine at every wake-up it asks for, from where it is up to `end`
+    (virtual seconds; at most `steps` wake-ups)."""
+    now = sched.accounted_until
+    sched.step(now)
+    for _ in range(steps):
+        wake = sched.next_wakeup(now)
+        if wake is None or wake > end:
+            break
+        now = max(wake, now)
+        sched.step(now)
+    sched.step(end)

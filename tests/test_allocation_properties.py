@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 from afs_reference import reference_afs_l
+from builders import run_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -423,15 +424,7 @@ def test_a_job_whose_min_fits_an_idle_cluster_is_started_by_the_engine(
     sched = Scheduler(backend, SchedulerSettings(algorithm=name, algorithm_params=params,
                                                  rate_limit_seconds=0.0))
     sched.submit(job)
-    now, until = 0.0, 3600.0
-    sched.step(now)
-    for _ in range(200):
-        wake = sched.next_wakeup(now)
-        if wake is None or wake > until:
-            break
-        now = max(wake, now)
-        sched.step(now)
-    sched.step(until)
+    run_until(sched, 3600.0)
     assert sched.jobs["a"].status is JobStatus.RUNNING, f"{job} waits on {nodes} x {gpus}"
     held = sum(n for _, n in backend.running["a"])
     assert job.min_workers <= held <= job.max_workers

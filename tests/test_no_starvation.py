@@ -8,7 +8,7 @@ for ever, through the engine: the job must be started.
 from __future__ import annotations
 
 import pytest
-from builders import make_cluster, make_job
+from builders import make_cluster, make_job, run_until
 
 from voda.backends.memory import InMemoryBackend
 from voda.core.allocation import registry
@@ -32,15 +32,7 @@ def run_engine(name: str, jobs: list[Job], nodes: int, gpus: int,
     sched = Scheduler(backend, SchedulerSettings(algorithm=name, rate_limit_seconds=0.0))
     for job in jobs:
         sched.submit(job)
-    now = 0.0
-    sched.step(now)
-    for _ in range(1000):
-        wake = sched.next_wakeup(now)
-        if wake is None or wake > until:
-            break
-        now = max(wake, now)
-        sched.step(now)
-    sched.step(until)
+    run_until(sched, until)
     return sched, backend
 
 

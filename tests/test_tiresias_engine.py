@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from builders import make_cluster, make_job
+from builders import make_cluster, make_job, run_until
 
 from voda.backends.memory import InMemoryBackend
 from voda.core.model import JobStatus
@@ -23,19 +23,6 @@ def tiresias(
     settings = SchedulerSettings(algorithm="Tiresias", algorithm_params=dict(params),
                                  rate_limit_seconds=0.0)
     return Scheduler(backend, settings), backend
-
-
-def run_until(sched: Scheduler, end: float) -> None:
-    """Step at every wake-up the scheduler asks for, up to `end`."""
-    now = sched.accounted_until
-    sched.step(now)
-    while True:
-        wake = sched.next_wakeup(now)
-        if wake is None or wake > end:
-            break
-        now = max(wake, now)
-        sched.step(now)
-    sched.step(end)
 
 
 def test_a_demoted_job_stays_demoted_when_it_restarts_and_a_fresh_job_preempts_it() -> None:

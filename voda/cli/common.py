@@ -58,6 +58,15 @@ def die(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
+def read_input(path: Any, field: str) -> bytes:
+    """A file's bytes, or standard input's for `-`; unreadable: a usage error naming
+    `field`."""
+    try:
+        return sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+    except OSError as exc:
+        die(f"{field}: cannot read {path}: {exc.strerror}", EXIT_USAGE)
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 

@@ -20,6 +20,7 @@ from voda.cli.common import (
     duration,
     out,
     print_json,
+    read_input,
     stop_on_interrupt,
 )
 from voda.cli.completion import complete_job_names
@@ -179,10 +180,7 @@ def register(app: typer.Typer) -> None:
         url: Url = None, token: Token = None, as_json: AsJson = False,
     ) -> None:
         """Submit a job (Voda compact spec, MPIJob or PyTorchJob)."""
-        try:
-            body = sys.stdin.buffer.read() if str(file) == "-" else file.read_bytes()
-        except OSError as exc:
-            die(f"file: cannot read {file}: {exc.strerror}", EXIT_USAGE)
+        body = read_input(file, "file")
         job = Client(url, token).call("POST", "/v1/jobs", content=body,
                                       content_type="application/yaml")
         if as_json:

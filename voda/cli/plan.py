@@ -72,15 +72,10 @@ def what_if_line(answer: dict[str, Any]) -> str:
 
 
 def _what_if(spec: Path, url: str | None, token: str | None, as_json: bool) -> None:
-    import sys
-
     from voda.cli.client import Client
-    from voda.cli.common import die, print_json
+    from voda.cli.common import print_json, read_input
 
-    try:
-        body = sys.stdin.buffer.read() if str(spec) == "-" else spec.read_bytes()
-    except OSError as exc:
-        die(f"what-if: cannot read {spec}: {exc.strerror}", EXIT_USAGE)
+    body = read_input(spec, "what-if")
     answer = Client(url, token).call("POST", "/v1/forecast", content=body,
                                      content_type="application/yaml")
     if as_json:

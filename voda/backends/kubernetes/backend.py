@@ -179,10 +179,10 @@ class KubernetesBackend:
         # pod uid -> the resourceVersion we acted on: until the informer shows a newer
         # version, the cached pod does not show our pin or delete yet
         self.acted: dict[str, str] = {}
-        # pod uid -> (job, node) of each pin written, until the pod is seen gone or ended:
+        # job -> pod uid -> node of each pin written, until the pod is seen gone or ended:
         # kube-scheduler may bind it before any watch shows it, so its GPUs stay claimed
         # when the plan moves on (the pod scheduler shares the view)
-        self.pinned: dict[str, tuple[str, str]] = {}
+        self.pinned: dict[str, dict[str, str]] = {}
         self.stats: dict[str, int] = {}
         self.fit = JobFit(self.settings.gpu_resource)
         # job -> node that refused its workers -> (until when, the node as it was then)
@@ -276,13 +276,13 @@ class KubernetesBackend:
                 pods.pop(pod["metadata"]["name"], None)
                 self.unschedulable_since.pop(uid, None)
                 self.acted.pop(uid, None)
-                self.pinned.pop(uid, None)
+                self._unpin(job, uid)
                 if not pods:
                     del self.pods[job]
             else:
                 pods[pod["metadata"]["name"]] = pod
                 if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                    self.pinned.pop(uid, None)
+                    self._unpin(job, uid)
         self._mark(job)
 
     def _on_view_change(self) -> None:
@@ -959,11 +959,18 @@ class KubernetesBackend:
         if waiting and self.view.version != seen:
             self._mark(d.job)  # room may have come while we looked: look again
 
+    def _unpin(self, job: str, uid: str) -> None:
+        pins = self.pinned.get(job)
+        if pins is not None:
+            pins.pop(uid, None)
+            if not pins:
+                del self.pinned[job]
+
     def _worker_claims(self, job: str) -> dict[str, int]:
         """GPUs the job's workers may hold now, per node: those bound or pinned (as the
         cache shows them, and as our own pins not yet shown), until they end or go."""
         with self.lock:
-            nodes = {uid: node for uid, (owner, node) in self.pinned.items() if owner == job}
+            nodes = dict(self.pinned.get(job, {}))
             for pod in self.pods.get(job, {}).values():
                 node = pinned_node(pod)
                 if node and not gated(pod) and (pod.get("status") or {}).get("phase") not in (
@@ -982,7 +989,7 @@ class KubernetesBackend:
                 self.api.patch(PODS, ns, name, pin_patch(pod, node), MERGE_PATCH)
                 with self.lock:  # until the informer shows a newer pod than `seen`
                     self.acted[uid] = seen
-                    self.pinned[uid] = (job, node)
+                    self.pinned.setdefault(job, {})[uid] = node
                 self._count("pins")
                 return
             except ApiError as exc:
