@@ -191,3 +191,10 @@ def api_server(request: pytest.FixtureRequest,
 
 def read_example(name: str) -> bytes:
     return (ROOT / "examples" / "jobs" / name).read_bytes()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Name a failing test the moment it fails: a run stopped by CI's clock still says
+    which tests failed and how long they took (the quiet progress line does not)."""
+    if report.failed:
+        print(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.1f} s)", flush=True)

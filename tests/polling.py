@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
+def wait_for(check: Callable[[], bool], timeout: float = 60.0) -> None:
     """Poll `check` every 0.1 s until it holds; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -31,7 +31,7 @@ WORK_CONSERVING = ["ElasticFIFO", "ElasticSRJF", "ElasticTiresias", "AFS-L"]
 AT_PREFERRED = ["FIFO", "SRJF", "Tiresias"]
 
 PROPERTY_SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 

@@ -2,19 +2,15 @@
 valid and invalid cases of every operation, as an administrator, as a user and without a
 token. No answer is 5xx, every answer matches the document, none takes a second.
 
-The always-run test makes a few hundred cases per store; the slow one more than 5,000
-(`pytest -m slow -s tests/test_api_fuzz.py` prints the counts). A request slower than
+The test makes a few hundred cases per store (`-s` prints the counts); `bench/fuzz.py`
+is the long run, 5,000 cases and more. A request slower than
 a second is sent once more and counts with the faster time: on a busy machine the
 first try can wait for the CPU; a case that is slow by itself is slow twice."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
 from tests.conftest import TOKENS, ServeFactory
-from tests.fuzz import SLOW_SECONDS, fuzz
+from voda_testing.fuzz import SLOW_SECONDS, fuzz
 
 # Without a token last: its invalid tokens make the service hold this client back (429).
 CALLERS = {"an administrator": {"Authorization": f"Bearer {TOKENS['root']}"},
@@ -39,8 +35,3 @@ def _fuzz(serve: ServeFactory, store_url: str, examples: int, minimum: int) -> N
 def test_fuzzing_finds_no_server_error_and_no_schema_violation(serve: ServeFactory,
                                                               store_url: str) -> None:
     _fuzz(serve, store_url, examples=5, minimum=300)
-
-
-@pytest.mark.slow
-def test_fuzzing_five_thousand_cases(serve: ServeFactory, tmp_path: Path) -> None:
-    _fuzz(serve, f"sqlite:///{tmp_path / 'fuzz.db'}", examples=70, minimum=5_000)

@@ -205,7 +205,7 @@ def _settled(client: httpx.Client, since: float = 0.0) -> dict[str, int]:
             return False
         held.append(view["allocation"])
         return len(held) >= 5 and all(a == held[-1] for a in held[-5:])
-    wait_for(steady, timeout=30)
+    wait_for(steady, timeout=60)
     return held[-1]
 
 

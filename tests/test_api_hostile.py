@@ -59,6 +59,32 @@ def test_cross_site_and_rebinding_requests_are_refused(api_server: ServeProcess,
     assert not proof.exists()
 
 
+@pytest.mark.parametrize(("name", "first", "second"), [
+    ("Host", "127.0.0.1:{port}", "evil.example"),
+    ("Host", "evil.example", "127.0.0.1:{port}"),
+    ("Origin", "{url}", "http://evil.example"),
+    ("Content-Type", "application/json", "text/plain"),
+    ("Authorization", "Bearer {token}", "Bearer made-up"),
+], ids=lambda v: str(v)[:20])
+def test_a_header_sent_twice_is_refused_whichever_copy_is_first(
+        api_server: ServeProcess, tmp_path: Path, name: str, first: str, second: str) -> None:
+    """The guard and the routes must not read different copies of one header."""
+    proof = tmp_path / "proof"
+    body = json.dumps({"name": "twice", "command": f"touch {proof}"}).encode()
+    values = {"port": api_server.port, "url": api_server.url,
+              "token": api_server.tokens["root"]}
+    headers = [(k, v) for k, v in (("Host", f"127.0.0.1:{api_server.port}"),
+                                    ("Content-Type", "application/json"),
+                                    ("Authorization", f"Bearer {api_server.tokens['root']}"))
+               if k != name]
+    headers += [(name, first.format(**values)), (name, second.format(**values))]
+    response = httpx.post(f"{api_server.url}/v1/jobs", content=body, headers=headers,
+                          timeout=10)
+    refused(response, 400, name)
+    assert not proof.exists()
+    alive(api_server)
+
+
 def test_the_scheduler_registry_imports_nothing_a_request_names(api_server: ServeProcess,
                                                                  tmp_path: Path) -> None:
     proof = tmp_path / "popen"

@@ -251,7 +251,7 @@ def test_jobs_carry_a_forecast_and_a_spec_can_be_forecast(api_server: ServeProce
         def forecast_of() -> dict | None:
             return client.get(f"/v1/jobs/{job['name']}").json().get("forecast")
 
-        wait_for(lambda: forecast_of() is not None, timeout=30)
+        wait_for(lambda: forecast_of() is not None, timeout=60)
         seen = forecast_of()
         assert seen is not None
         assert seen["basis"] == "assuming no new arrivals"

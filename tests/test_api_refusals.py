@@ -43,7 +43,7 @@ def server(tmp_path: Path) -> Iterator[str]:
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{settings.port}"
-    wait_for(lambda: _up(url), timeout=30.0)
+    wait_for(lambda: _up(url), timeout=60)
     try:
         yield url
     finally:

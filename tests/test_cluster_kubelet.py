@@ -154,7 +154,7 @@ def test_pods_leave_an_unreachable_node_only_after_their_toleration_seconds(
     eventually(lambda: deleting("default"))
     assert time.monotonic() - cut >= 300 * SETTINGS.toleration_seconds_scale * 0.9
     assert not deleting("longer") and not deleting("forever")
-    eventually(lambda: deleting("longer"), timeout=30)
+    eventually(lambda: deleting("longer"), timeout=60)
     assert not deleting("forever")
     assert core.read_namespaced_pod("default", "default")  # Terminating: its kubelet is gone
 

@@ -255,8 +255,8 @@ def test_an_informer_away_for_longer_than_the_window_relists_by_itself(
                 fake_api.store.create("configmaps", namespace, {"metadata": {"name": f"c{i}"}})
             errors = informer.errors
             eventually(lambda: informer.errors > errors)  # it found the server gone
-        eventually(lambda: informer.relists == 2, timeout=30)
-        eventually(lambda: len(seen) == fake_api.store.window.capacity + 5, timeout=30)
+        eventually(lambda: informer.relists == 2, timeout=60)
+        eventually(lambda: len(seen) == fake_api.store.window.capacity + 5, timeout=60)
     finally:
         informer.stop()
 

@@ -192,7 +192,7 @@ def test_api_faults_and_an_outage_delay_but_never_lose_an_action(
     with cluster.server.outage("refuse"):
         backend.scale(j, (("n0", 2), ("n1", 2)))  # decided while the server is away
         time.sleep(1.0)
-    eventually(lambda: len(running_on(cluster, "f")) == 4, timeout=30)
+    eventually(lambda: len(running_on(cluster, "f")) == 4, timeout=60)
     assert backend.stats.get("api_errors", 0) + backend.stats.get("conflicts", 0) > 0
     assert len(cluster.server.store.list("mpijobs", "default")[0]) == 1  # created once
 
@@ -261,13 +261,13 @@ def test_a_pinned_worker_kube_scheduler_keeps_refusing_is_reported_never_deleted
     def refused() -> list:
         seen.extend(e for e in backend.events() if e.kind is EventKind.PLACEMENT_REFUSED)
         return seen
-    (event,) = eventually(refused, timeout=30)
+    (event,) = eventually(refused, timeout=60)
     assert event.job == "u" and "untolerated taint {maintenance: }" in event.data["reason"]
     assert {job: set(nodes) for job, nodes in backend.excluded.items()} == {"u": {"n2"}}
     assert backend.job_nodes(["u"]) == {"u": frozenset({"n0", "n1", "n3"})}
     uid = pods(cluster, "u")["u-worker-0"]["metadata"]["uid"]
     cluster.server.store.patch("nodes", "", "n2", {"spec": {"taints": None}},
                                "application/merge-patch+json")
-    eventually(lambda: running_on(cluster, "u") == {0: "n2"}, timeout=30)
+    eventually(lambda: running_on(cluster, "u") == {0: "n2"}, timeout=60)
     assert pods(cluster, "u")["u-worker-0"]["metadata"]["uid"] == uid  # never deleted
     assert "repins" not in backend.stats and not refused()[1:]

@@ -78,7 +78,7 @@ def test_a_watch_that_goes_silent_is_noticed_and_opened_again(
                                          watch_seconds=300, idle_seconds=2.0))
     eventually(lambda: fake_api.stall_watches() > 0)  # its watch is open, now dead
     fake_api.store.create("configmaps", namespace, config_map("after"))
-    eventually(lambda: "after" in handler.names(), timeout=30)
+    eventually(lambda: "after" in handler.names(), timeout=60)
     assert informer.idle_restarts >= 1 and informer.relists == 1  # resumed, not relisted
 
 

@@ -132,7 +132,7 @@ def test_horovod_takes_a_moved_worker_back_after_the_blacklist_cooldown(
     eventually(lambda: hosts() == both)
     backend.scale(j, (("n0", 1), ("n2", 1)))
     eventually(lambda: running(cluster, "hv") == {"hv-worker-0": "n0", "hv-worker-1": "n2"})
-    eventually(lambda: hosts() == both, timeout=30)
+    eventually(lambda: hosts() == both, timeout=60)
     command = cluster.server.store.get("mpijobs", NS, "hv")["spec"]["mpiReplicaSpecs"][
         "Launcher"]["template"]["spec"]["containers"][0]["command"]
     assert command[command.index("--blacklist-cooldown-range") + 1:][:2] == ["1", "2"]

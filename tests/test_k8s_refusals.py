@@ -55,7 +55,7 @@ def test_a_failed_pin_is_tried_again_instead_of_leaving_the_worker_gated(
     # 500: more times than the client retries one request; 422: the pod changed under us
     cluster.server.add_fault(Fault(status, verb="patch", resource="pods", times=6))
     start(backend, "g", "mpijob", (("n0", 1), ("n1", 1)))
-    eventually(lambda: running_on(cluster, "g") == {0: "n0", 1: "n1"}, timeout=30)
+    eventually(lambda: running_on(cluster, "g") == {0: "n0", 1: "n1"}, timeout=60)
     assert not cluster.server.faults  # every injected failure was met
 
 
@@ -64,7 +64,7 @@ def test_a_failed_move_is_tried_again(cluster: FakeCluster, backend: KubernetesB
     eventually(lambda: running_on(cluster, "mv") == {0: "n0"})
     cluster.server.add_fault(Fault(503, verb="delete", resource="pods", times=6))
     backend.scale(j, (("n1", 1),))
-    eventually(lambda: running_on(cluster, "mv") == {0: "n1"}, timeout=30)
+    eventually(lambda: running_on(cluster, "mv") == {0: "n1"}, timeout=60)
 
 
 @pytest.mark.parametrize("status, verb, message", [
@@ -85,7 +85,7 @@ def test_a_permanent_refusal_fails_the_job_with_the_servers_message(
     if verb == "patch":
         backend.scale(j, (("n0", 2),))
     seen: list[Any] = []
-    failed = eventually(lambda: failures(backend, seen), timeout=30)
+    failed = eventually(lambda: failures(backend, seen), timeout=60)
     assert [e.job for e in failed] == ["p"]
     assert message in failed[0].data["reason"]
     assert f"({status})" in failed[0].data["reason"]
@@ -110,7 +110,7 @@ def test_a_persistent_server_error_backs_off_per_job_and_the_job_goes_on_after_i
         return [r.time for r in list(cluster.server.requests)
                 if r.verb == "create" and r.resource == "mpijobs"]
 
-    eventually(lambda: len(creates()) >= 6, timeout=30)
+    eventually(lambda: len(creates()) >= 6, timeout=60)
     times = creates()
     gaps = [b - a for a, b in itertools.pairwise(times)]
     # doubling from 0.1-0.2 s to the cap of 0.8-1.6 s: no hot loop, however long it lasts
@@ -118,7 +118,7 @@ def test_a_persistent_server_error_backs_off_per_job_and_the_job_goes_on_after_i
     assert gaps[-1] > gaps[0], gaps
     assert not [e for e in backend.events() if e.kind is EventKind.JOB_FAILED]
     cluster.server.clear_faults()
-    eventually(lambda: running_on(cluster, "b") == {0: "n0"}, timeout=30)
+    eventually(lambda: running_on(cluster, "b") == {0: "n0"}, timeout=60)
 
 
 def test_the_backoff_doubles_to_its_cap_with_jitter_and_resets() -> None:
@@ -153,7 +153,7 @@ def test_the_refusal_is_the_failure_reason_voda_describe_and_the_dashboard_show(
         service.tick()
         detail = service.get(accepted["name"], admin)
         return detail if detail["status"] == "Failed" else None
-    detail = eventually(failed, timeout=30)
+    detail = eventually(failed, timeout=60)
     assert WEBHOOK in detail["failure_reason"]  # `voda describe` prints it as "Failure"
     service.close()
 
@@ -169,6 +169,6 @@ def test_a_report_secret_refused_for_good_fails_the_job_before_its_object_is_mad
                                    message=forbidden))
     start(backend, "s", "mpijob", (("n0", 1),))
     seen: list[Any] = []
-    (failed,) = eventually(lambda: failures(backend, seen), timeout=30)
+    (failed,) = eventually(lambda: failures(backend, seen), timeout=60)
     assert forbidden in failed.data["reason"]
     assert not cluster.server.store.list("mpijobs", "default")[0]

@@ -47,12 +47,12 @@ def test_a_standby_is_ready_and_the_service_follows_the_leader(
         leader = Replica(tmp_path, fake, "voda-a")
         replicas.append(leader)
         eventually(leader.leading, timeout=60)
-        eventually(lambda: endpoint(fake) == ("127.0.0.1", leader.port), timeout=30)
+        eventually(lambda: endpoint(fake) == ("127.0.0.1", leader.port), timeout=60)
         standby = Replica(tmp_path, fake, "voda-b")
         replicas.append(standby)
         eventually(standby.standing_by, timeout=60)
         # The readiness and liveness probes pass on the standby; nothing else is served.
-        eventually(lambda: standby.status("/healthz") == 200, timeout=30)
+        eventually(lambda: standby.status("/healthz") == 200, timeout=60)
         assert standby.status("/livez") == 200
         assert standby.status("/v1/jobs") == 503
         assert endpoint(fake) == ("127.0.0.1", leader.port)
@@ -61,7 +61,7 @@ def test_a_standby_is_ready_and_the_service_follows_the_leader(
         leader.proc.send_signal(signal.SIGTERM)
         assert leader.proc.wait(30) == 0
         eventually(standby.leading, timeout=60)
-        eventually(lambda: endpoint(fake) == ("127.0.0.1", standby.port), timeout=30)
+        eventually(lambda: endpoint(fake) == ("127.0.0.1", standby.port), timeout=60)
         assert standby.status("/healthz") == 200
     finally:
         for replica in replicas:
@@ -97,7 +97,7 @@ def test_livez_fails_while_the_reconciler_is_wedged(tmp_path: Path, fake: FakeCl
     thread = threading.Thread(target=wedge)
     thread.start()
     try:
-        reason = eventually(backend.stalled, timeout=30)
+        reason = eventually(backend.stalled, timeout=60)
         assert reason.startswith("kubernetes: the reconciler has not looped for")
         answer = livez()
         assert answer.status_code == 503 and answer.json()["status"] == "wedged"
@@ -105,7 +105,7 @@ def test_livez_fails_while_the_reconciler_is_wedged(tmp_path: Path, fake: FakeCl
     finally:
         release.set()
         thread.join()
-    eventually(lambda: backend.stalled() is None, timeout=30)
+    eventually(lambda: backend.stalled() is None, timeout=60)
     assert livez().status_code == 200
     service.close()
 

@@ -58,7 +58,7 @@ def scheduled(core: client.CoreV1Api, name: str) -> Any:
             if c.type == "PodScheduled":
                 return c
         return None
-    return eventually(condition, timeout=10)
+    return eventually(condition, timeout=60)
 
 
 def refused(core: client.CoreV1Api, name: str) -> str:
@@ -69,7 +69,7 @@ def refused(core: client.CoreV1Api, name: str) -> str:
 
 
 def bound(core: client.CoreV1Api, name: str) -> str:
-    return str(eventually(lambda: node_of(core, name), timeout=10))
+    return str(eventually(lambda: node_of(core, name), timeout=60))
 
 
 def test_cpu_requests_are_counted_and_the_refusal_is_worded_as_kube_scheduler_does(
@@ -144,9 +144,9 @@ def test_a_no_execute_taint_evicts_running_pods_that_do_not_tolerate_it(
 
     def names() -> set[str]:
         return {p.metadata.name for p in core.list_namespaced_pod(NS).items}
-    eventually(lambda: "plain" not in names(), timeout=10)
+    eventually(lambda: "plain" not in names(), timeout=60)
     assert "for-a-while" in names()  # tolerated for 3 s
-    eventually(lambda: "for-a-while" not in names(), timeout=10)
+    eventually(lambda: "for-a-while" not in names(), timeout=60)
     assert node_of(core, "tolerant") == "n1"
 
 

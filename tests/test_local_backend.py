@@ -46,7 +46,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def wait_for_events(backend: LocalBackend, done: Callable[[list[Event]], bool],
-                    timeout: float = 30.0) -> list[Event]:
+                    timeout: float = 90.0) -> list[Event]:
     seen: list[Event] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -531,7 +531,7 @@ def test_a_launch_waits_for_slots_being_freed_and_a_migration_restarts_in_place(
         return read_jsonl(path) if path.exists() else []
 
     def wait_until(condition: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90
         while not condition():
             assert time.monotonic() < deadline, backend.log_path("a").read_text()
             time.sleep(0.05)

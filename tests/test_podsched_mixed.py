@@ -145,17 +145,19 @@ def test_a_random_mix_never_puts_a_node_over_its_gpus(cluster: FakeCluster, seed
                 cluster.sim.add_node(name, 4, {"voda.io/leaf": name.split("-")[0]})
             time.sleep(rng.uniform(0.02, 0.25))
         # Let the mix run out: elastic jobs finish their work, batch pods their runs.
-        time.sleep(3.0)
-        with engine.lock:
-            finished = [r for r in engine.scheduler.jobs.values()
-                        if r.status is JobStatus.COMPLETED]
-        assert finished, "no elastic job completed"
-        done = [j for j in store.list("jobs.batch", "default")[0]
-                if any(c["type"] == "Complete" for c in j.get("status", {}).get(
-                    "conditions") or [])]
-        assert done, "no batch Job completed"
+        def elastic_completed() -> bool:
+            with engine.lock:
+                return any(r.status is JobStatus.COMPLETED
+                           for r in engine.scheduler.jobs.values())
+
+        def batch_completed() -> bool:
+            return any(any(c["type"] == "Complete" for c in j.get("status", {}).get(
+                "conditions") or []) for j in store.list("jobs.batch", "default")[0])
+
+        eventually(elastic_completed, timeout=120)
+        eventually(batch_completed, timeout=120)
         eventually(lambda: not pods.view.claims or all(
-            not owner.startswith("pod/") for owner in pods.view.claims), timeout=10)
+            not owner.startswith("pod/") for owner in pods.view.claims), timeout=60)
     finally:
         engine.stop.set()
         engine.thread.join(10)

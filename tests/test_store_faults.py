@@ -60,13 +60,9 @@ def _kill_rounds(serve: ServeFactory, store_url: str, rounds: int, seed: int) ->
     return ledger.verify(store_url, rounds)
 
 
-def test_kill_9_at_random_points(serve: ServeFactory, store_url: str) -> None:
-    _check(_kill_rounds(serve, store_url, rounds=4, seed=11), "kill -9")
-
-
 @pytest.mark.slow
-def test_kill_9_at_random_points_many_rounds(serve: ServeFactory, store_url: str) -> None:
-    _check(_kill_rounds(serve, store_url, rounds=12, seed=20), "kill -9, 12 rounds")
+def test_kill_9_at_random_points(serve: ServeFactory, store_url: str) -> None:
+    _check(_kill_rounds(serve, store_url, rounds=10, seed=20), "kill -9, 10 rounds")
 
 
 def _ride_out(ledger: Ledger, server: ServeProcess, seconds: float,
@@ -89,7 +85,7 @@ def _ride_out(ledger: Ledger, server: ServeProcess, seconds: float,
 
 
 def _recovered(server: ServeProcess) -> None:
-    wait_for(lambda: httpx.get(f"{server.url}/readyz", timeout=5).status_code == 200, 30)
+    wait_for(lambda: httpx.get(f"{server.url}/readyz", timeout=5).status_code == 200, 90)
 
 
 def _metric(server: ServeProcess, name: str) -> float:

@@ -43,7 +43,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
 def test_the_job_page_says_why_in_one_line_and_when_assuming_no_new_arrivals(
         service: Service) -> None:
     assert service.scheduler.job_reasons[NAMES["waits"]].code is ReasonCode.QUEUED
-    wait_for(lambda: service.get(NAMES["waits"], BOB)["forecast"] is not None, timeout=20)
+    wait_for(lambda: service.get(NAMES["waits"], BOB)["forecast"] is not None, timeout=60)
     html = routes.job_fragment(service, BOB, NAMES["waits"])
     line = html.split('id="job-reason"', 1)[1].split("</p>", 1)[0]
     assert "<b>Queued</b>:" in line and "2nd of 2 in priority class" in line

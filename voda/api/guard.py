@@ -1,5 +1,8 @@
 """The service's outer wall, before any route or parser sees a request (pure ASGI).
 
+0. One copy of each header that means one value (Host, Origin, Content-Type,
+   Authorization...): two copies are 400, since what reads the first and what reads the
+   last would disagree.
 1. Host: only the names the service is served under (DNS rebinding: a page of
    evil.example whose name resolves to 127.0.0.1 sends `Host: evil.example`).
 2. Origin: a browser's cross-origin request is refused unless its origin is allowed.
@@ -42,6 +45,9 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 FORM_TYPE = "application/x-www-form-urlencoded"
+# Headers whose meaning is one value: two copies are refused, never one of them picked.
+SINGLE_HEADERS = frozenset({b"host", b"origin", b"content-type", b"content-length",
+                            b"authorization", b"cookie", b"idempotency-key"})
 
 
 def accepts_yaml(method: str, path: str) -> bool:
@@ -160,6 +166,11 @@ class RequestGuard:
                 await _answer(guarded_send, 500, json.dumps(body).encode())
 
     def _refusal(self, scope: Scope) -> tuple[int, bytes] | None:
+        repeated = _repeated(scope, SINGLE_HEADERS)
+        if repeated is not None:
+            return error_body(400, repeated, "sent more than once: one value is expected "
+                              "(which copy a proxy, the guard and the route each read "
+                              "could differ)")
         headers = _headers(scope)
         host = headers.get("host", "")
         if not self.hosts.allows(host):
@@ -211,6 +222,18 @@ class RequestGuard:
                 payload = {"error": str(exc), "errors": problems}
                 return (exc.status, json.dumps(payload).encode()), receive
         return None, _replay(body, receive)
+
+
+def _repeated(scope: Scope, names: frozenset[bytes]) -> str | None:
+    """The first of `names` that the request carries more than once, or None."""
+    seen: set[bytes] = set()
+    for key, _ in scope["headers"]:
+        name = key.lower()
+        if name in names:
+            if name in seen:
+                return name.decode("latin-1").title()
+            seen.add(name)
+    return None
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -659,9 +659,7 @@ class Scheduler:
         `force`: decide now even if nothing changed and the rate limit would wait (a
         fixed round: progress alone can change what an algorithm decides).
         """
-        self._account(now)
-        for event in self.backend.events():
-            self._handle_taken(event, now)
+        self.take_events(now)
         self._take_arrivals(now)
         self._check_priority_classes(now)
         if self._retry_at is not None and now >= self._retry_at:
@@ -673,6 +671,13 @@ class Scheduler:
             self._rate_limited(now)
             return None
         return self.reschedule(now)
+
+    def take_events(self, now: float) -> None:
+        """Advance to `now` and take in what the backend reported, without deciding: a
+        job submitted next starts from what its category measured up to then."""
+        self._account(now)
+        for event in self.backend.events():
+            self._handle_taken(event, now)
 
     def _handle_taken(self, event: Event, now: float) -> None:
         """Apply an event the backend has handed over. The backend will not hand it over

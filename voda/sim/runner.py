@@ -192,6 +192,9 @@ class _Loop:
                 self.backend.join_node(event.node)
             self.next_node_event += 1
             changed = True
+        if self.next_arrival < len(self.jobs) and self.jobs[self.next_arrival].submit <= t:
+            # As the service does: reports that came before an arrival are taken in first.
+            self.scheduler.take_events(t)
         while self.next_arrival < len(self.jobs) and self.jobs[self.next_arrival].submit <= t:
             self.scheduler.submit(to_job(self.jobs[self.next_arrival], self.workload))
             self.next_arrival += 1

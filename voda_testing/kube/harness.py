@@ -30,7 +30,7 @@ FAST_SIM = SimSettings(tick_seconds=0.01, start_seconds=0.02, terminate_seconds=
                        restart_backoff_scale=0.01)
 
 
-def eventually(check: Callable[[], Any], timeout: float = 20.0, every: float = 0.02) -> Any:
+def eventually(check: Callable[[], Any], timeout: float = 60.0, every: float = 0.02) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = check()
