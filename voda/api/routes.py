@@ -19,8 +19,9 @@ from voda.api.service import HISTORY_SHOWN, Service
 from voda.config import User
 from voda.core.model import JobStatus, Node
 from voda.spec import parse_submission
-from voda.spec.documents import media_type
+from voda.spec.documents import canonical_json, load_document, media_type
 from voda.spec.errors import fail
+from voda.spec.parse import parse_document
 
 router = APIRouter()
 STATUSES = frozenset(str(s).lower() for s in JobStatus)
@@ -122,10 +123,13 @@ async def submit_job(
         raise fail("Idempotency-Key", "1 to 200 printable ASCII characters, no spaces")
     body = await request.body()
     media = media_type(request.headers.get("content-type"))
-    digest = hashlib.sha256(body).hexdigest()
 
     def submit() -> tuple[dict[str, Any], bool]:
-        return service.submit(parse_submission(body, media), user, idempotency_key, digest)
+        document = load_document(body, media)
+        # A retry is the same request when it says the same: keys in another order, other
+        # whitespace, YAML for JSON all read the same once parsed.
+        digest = hashlib.sha256(canonical_json(document)).hexdigest()
+        return service.submit(parse_document(document), user, idempotency_key, digest)
 
     # Parsing (YAML, CRD schema validation) and storing both run off the event loop.
     job, replayed = await run_in_threadpool(submit)

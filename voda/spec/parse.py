@@ -100,6 +100,10 @@ def _int(value: Any, name: str, errors: list[FieldError], text_ok: bool = False)
     if isinstance(value, bool) or not isinstance(value, int):
         if text_ok and isinstance(value, str) and re.fullmatch(r"-?\d{1,12}", value.strip()):
             return int(value)
+        if text_ok and isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            errors.append(FieldError(name, f"out of range: {_shown(value)} has more than 12 "
+                                     "digits"))
+            return None
         errors.append(FieldError(name, f"must be an integer, got {_shown(value)}"))
         return None
     return value
