@@ -42,7 +42,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 test: $(STAMP) postgres-server lint
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -rfE --durations=25
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(PY) $$b; done

@@ -24,7 +24,7 @@ from voda.core.placement.repack import make_repack, repack
 from voda.core.plan import diff
 
 PROPERTY_SETTINGS = settings(
-    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TYPES = ("t4", "v100")
 PLACERS = {

@@ -25,7 +25,7 @@ from voda_testing.kube.cluster.workloads import RUN_ANNOTATION, WorkloadControll
 from voda_testing.kube.harness import FakeCluster, eventually
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 class Engine:

@@ -37,7 +37,7 @@ from voda.podsched.model import (
     Taint,
 )
 
-PROPERTY_SETTINGS = settings(max_examples=150, deadline=None,
+PROPERTY_SETTINGS = settings(max_examples=80, deadline=None,
                              suppress_health_check=[HealthCheck.too_slow])
 LEVEL_LABELS = ("voda.io/leaf", "voda.io/spine", "zone")
 
