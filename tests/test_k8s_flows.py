@@ -42,7 +42,9 @@ from voda_testing.kube.harness import FakeCluster, eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 E2E_KUBECONFIG = os.environ.get("VODA_E2E_KUBECONFIG")
-LEASE = {"lease_seconds": 3.0, "renew_deadline_seconds": 2.0, "retry_seconds": 0.5}
+# Short enough for a quick take-over, with seconds to spare for a busy machine: an outage
+# of half the renew deadline must not stop a leader whose renewals the load delays.
+LEASE = {"lease_seconds": 6.0, "renew_deadline_seconds": 4.0, "retry_seconds": 0.5}
 
 pytestmark = pytest.mark.slow
 
