@@ -77,6 +77,7 @@ def test_event_streams_are_bounded_per_user_and_in_all(serve: ServeFactory,
         sock, status, headers, body = open_stream(server, "alice")
         sock.close()
         assert status == 429 and int(headers["retry-after"]) >= 1
+        assert headers["connection"] == "close"
         assert json.loads(body)["errors"][0]["field"] == "max_streams_per_user"
         bob, status, _, _ = open_stream(server, "bob")  # another user still has a stream
         held.callback(bob.close)

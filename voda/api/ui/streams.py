@@ -46,7 +46,7 @@ class StreamSlots:
 
 class BoundedStream(StreamingResponse):
     """An event stream that runs only while it holds one of `slots`: otherwise a JSON 429
-    naming the bound, with Retry-After."""
+    naming the bound, with Retry-After, and the connection is closed."""
 
     def __init__(self, content: AsyncIterable[str], slots: StreamSlots, user: str,
                  **kwargs: Any) -> None:
@@ -66,7 +66,8 @@ class BoundedStream(StreamingResponse):
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
                 (b"retry-after", str(RETRY_AFTER_SECONDS).encode()),
-                (b"cache-control", b"no-store")]})
+                (b"cache-control", b"no-store"),
+                (b"connection", b"close")]})  # a refused page holds no connection either
             await send({"type": "http.response.body", "body": body})
             return
         try:
