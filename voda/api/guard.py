@@ -215,7 +215,7 @@ class RequestGuard:
                 message = await asyncio.wait_for(receive(), left)
             except TimeoutError:
                 return error_body(408, "body", f"not all received within "
-                                  f"{self.body_timeout:g} seconds (body_timeout_seconds)"), \
+                                  f"{self.body_timeout:g} s (body_timeout_seconds)"), \
                     receive
             if message["type"] == "http.disconnect":
                 return error_body(400, "body", "the client went away"), receive
