@@ -77,7 +77,10 @@ def test_no_tokens_configured_means_a_generated_one(tmp_path: Path) -> None:
     ("[server]\nport = 'x'\n", "port"),
     ("[server]\ncolour = 1\n", "colour"),
     ("[server\n", "TOML"),
-], ids=["a port that is not a number", "an unknown setting", "a file that is not TOML"])
+    ("[server]\nmax_streams_per_user = 0\n", "max_streams_per_user: must be greater"),
+    ("[server]\nheader_timeout_seconds = -1\n", "header_timeout_seconds"),
+], ids=["a port that is not a number", "an unknown setting", "a file that is not TOML",
+        "no stream allowed", "a negative deadline"])
 def test_bad_settings_name_the_problem(tmp_path: Path, text: str, match: str) -> None:
     path = tmp_path / "config.toml"
     path.write_text(text)
@@ -124,3 +127,13 @@ def test_serve_refuses_bad_placement_settings_with_exit_2(
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert "Traceback" not in result.output
+
+
+def test_connection_limits_come_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("[server]\nmax_streams_per_user = 2\nheader_timeout_seconds = 3\n")
+    settings = load_server_settings(env={"VODA_MAX_STREAMS": "5",
+                                         "VODA_BODY_TIMEOUT": "1.5"}, path=path)
+    assert (settings.max_streams_per_user, settings.max_streams) == (2, 5)
+    assert (settings.header_timeout_seconds, settings.body_timeout_seconds) == (3.0, 1.5)
+    assert settings.max_connections == 1000

@@ -179,6 +179,14 @@ class ServerSettings:
     db_max_bytes: int = 0
     auth_failures_per_minute: int = 10
     max_body_bytes: int = 1 << 20
+    # Open dashboard event streams (/ui/stream/*): per user and in all (429 beyond).
+    max_streams_per_user: int = 8
+    max_streams: int = 256
+    # Seconds to receive a request's head (from the connection's start or the previous
+    # answer) and its body; open connections at most (voda.api.connections).
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    max_connections: int = 1000
 
     def limits_of(self, user: str) -> UserLimits:
         return self.users.get(user) or UserLimits(self.user_best_priority,
@@ -252,6 +260,12 @@ _SERVER_ENV = {
     "tls_key": "VODA_TLS_KEY",
     "db_max_bytes": "VODA_DB_MAX_BYTES",
     "local_user_jobs": "VODA_LOCAL_USER_JOBS",
+    "max_body_bytes": "VODA_MAX_BODY_BYTES",
+    "max_streams_per_user": "VODA_MAX_STREAMS_PER_USER",
+    "max_streams": "VODA_MAX_STREAMS",
+    "header_timeout_seconds": "VODA_HEADER_TIMEOUT",
+    "body_timeout_seconds": "VODA_BODY_TIMEOUT",
+    "max_connections": "VODA_MAX_CONNECTIONS",
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
@@ -331,6 +345,10 @@ def load_server_settings(
                  "auth_failures_per_minute"):
         if coerced.get(name, 0) < 0:
             raise ConfigError(f"{name}: must not be negative, got {coerced[name]}")
+    for name in ("max_body_bytes", "max_streams_per_user", "max_streams",
+                 "header_timeout_seconds", "body_timeout_seconds", "max_connections"):
+        if name in coerced and not coerced[name] > 0:
+            raise ConfigError(f"{name}: must be greater than 0, got {coerced[name]}")
     if bool(coerced.get("tls_cert")) != bool(coerced.get("tls_key")):
         raise ConfigError("tls_cert, tls_key: give both or neither")
     return replace(settings, **coerced)

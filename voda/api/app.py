@@ -22,6 +22,7 @@ from voda.api.guard import RequestGuard
 from voda.api.http_metrics import RequestTimer
 from voda.api.routes import router
 from voda.api.service import Busy, Conflict, Forbidden, NotFound, Service
+from voda.api.ui.streams import StreamSlots
 from voda.api.writes import StoreUnavailable
 from voda.config import ConfigError, ServerSettings, split_list
 from voda.core.allocation.registry import UnknownAlgorithm
@@ -72,6 +73,7 @@ def create_app(settings: ServerSettings, backend: Backend | None = None,
                               "/v1 request needs a bearer token.")
     app.state.settings = settings
     app.state.authenticator = Authenticator(settings.tokens, settings.auth_failures_per_minute)
+    app.state.stream_slots = StreamSlots(settings.max_streams_per_user, settings.max_streams)
     app.include_router(router)
     _error_handlers(app)
     ui.install(app)

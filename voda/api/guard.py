@@ -9,15 +9,19 @@
 3. Bodies: a Content-Type from the route's allow-list (a browser can send text/plain
    cross-site without a preflight), at most `max_body_bytes`, and JSON bodies read
    as checked documents (depth, duplicate keys, non-finite numbers) before FastAPI
-   parses them; YAML bodies are checked by voda.spec when the job is parsed. Only the
+   parses them; YAML bodies are checked by voda.spec when the job is parsed. A body
+   that has not all come within `body_timeout_seconds` is 408 (the head's own deadline
+   is voda.api.connections'). Only the
    dashboard's forms (POST /ui/...) come as application/x-www-form-urlencoded: they
    need its login cookie (SameSite=Strict) and a form token (voda.api.ui.session).
 4. Errors: any exception becomes a JSON 500, never a dropped connection, and every
-   5xx answer says `Connection: close` so a client does not reuse the connection.
+   5xx answer (and a 408, whose body is still on its way) says `Connection: close` so
+   a client does not reuse the connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import logging
@@ -134,6 +138,7 @@ class RequestGuard:
         self.hosts = HostCheck(settings.host, split_list(settings.allowed_hosts))
         self.origins = {o.rstrip("/").lower() for o in split_list(settings.allowed_origins)}
         self.max_body = settings.max_body_bytes
+        self.body_timeout = settings.body_timeout_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -145,7 +150,7 @@ class RequestGuard:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                if message["status"] >= 500:
+                if message["status"] >= 500 or message["status"] == 408:
                     headers = [(k, v) for k, v in message.get("headers", [])
                                if k.lower() != b"connection"]
                     message = {**message, "headers": [*headers, (b"connection", b"close")]}
@@ -201,8 +206,17 @@ class RequestGuard:
                               f"{self.max_body}"), receive
         chunks: list[bytes] = []
         size = 0
+        deadline = asyncio.get_running_loop().time() + self.body_timeout
         while True:
-            message = await receive()
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(receive(), left)
+            except TimeoutError:
+                return error_body(408, "body", f"not all received within "
+                                  f"{self.body_timeout:g} s (body_timeout_seconds)"), \
+                    receive
             if message["type"] == "http.disconnect":
                 return error_body(400, "body", "the client went away"), receive
             chunk = message.get("body", b"")

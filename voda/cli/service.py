@@ -165,10 +165,16 @@ def register(app: typer.Typer) -> None:
             from voda.cli.kubernetes import keep_signals
 
             keep_signals()  # uvicorn re-raises SIGTERM after shutdown: the lease goes first
-        # Open dashboard streams must not hold a shutdown up for long.
+        # Open dashboard streams must not hold a shutdown up for long. A request's head
+        # has header_timeout_seconds to come, and connections are capped
+        # (voda.api.connections).
+        from voda.api.connections import protocol
+
         uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning",
                     access_log=False, ssl_certfile=settings.tls_cert or None,
-                    ssl_keyfile=settings.tls_key or None, timeout_graceful_shutdown=3)
+                    ssl_keyfile=settings.tls_key or None, timeout_graceful_shutdown=3,
+                    http=protocol(settings.header_timeout_seconds, settings.max_connections),
+                    limit_concurrency=settings.max_connections + 1)
         if pod_scheduler is not None:
             pod_scheduler.stop()
         if elector is not None:

@@ -35,6 +35,7 @@ from voda.api.ui.session import (
     safe_next,
     stream_user,
 )
+from voda.api.ui.streams import BoundedStream
 from voda.api.views import REDACTED, visible
 from voda.config import User
 from voda.core.allocation.registry import UnknownAlgorithm
@@ -197,9 +198,12 @@ async def _events(request: Request, produce: Callable[[], str]) -> AsyncIterator
         quiet += UPDATE_SECONDS
 
 
-def _stream(request: Request, produce: Callable[[], str]) -> StreamingResponse:
-    return StreamingResponse(_events(request, produce), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+def _stream(request: Request, user: User, produce: Callable[[], str]) -> StreamingResponse:
+    """The live part of a page, while the user and the service have a stream to spare
+    (voda.api.ui.streams: 429 otherwise)."""
+    return BoundedStream(_events(request, produce), request.app.state.stream_slots, user.name,
+                         media_type="text/event-stream",
+                         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 # ----- login -----------------------------------------------------------------------------------
@@ -284,7 +288,7 @@ def cluster_stream(request: Request, user: StreamUser,
                    gpu_type: str | None = None) -> StreamingResponse:
     service = service_of(request)
     selected = _gpu_type(service, gpu_type)
-    return _stream(request, lambda: cluster_fragment(service, user, selected))
+    return _stream(request, user, lambda: cluster_fragment(service, user, selected))
 
 
 def _filters(service: Service, status: str | None, gpu_type: str | None, q: str | None,
@@ -323,7 +327,7 @@ def jobs_stream(request: Request, user: StreamUser, status: str | None = None,
                 per_page: int = 50) -> StreamingResponse:
     service = service_of(request)
     filters = _filters(service, status, gpu_type, q, page, per_page)
-    return _stream(request, lambda: jobs_fragment(service, user, filters))
+    return _stream(request, user, lambda: jobs_fragment(service, user, filters))
 
 
 @router.get("/jobs/{name}", response_class=HTMLResponse)
@@ -338,7 +342,7 @@ def job_page(request: Request, name: str, user: PageUser) -> HTMLResponse:
 def job_stream(request: Request, name: str, user: StreamUser) -> StreamingResponse:
     service = service_of(request)
     service.get(name, user)  # 404 at once rather than in the stream
-    return _stream(request, lambda: job_fragment(service, user, name))
+    return _stream(request, user, lambda: job_fragment(service, user, name))
 
 
 @router.get("/scheduler", response_class=HTMLResponse)
@@ -352,7 +356,7 @@ def scheduler_page(request: Request, user: PageUser) -> HTMLResponse:
 @router.get("/stream/scheduler")
 def scheduler_stream(request: Request, user: StreamUser) -> StreamingResponse:
     service = service_of(request)
-    return _stream(request, lambda: scheduler_fragment(service, user))
+    return _stream(request, user, lambda: scheduler_fragment(service, user))
 
 
 @router.post("/scheduler/{gpu_type}", response_class=HTMLResponse)

@@ -1,0 +1,85 @@
+"""Bounds on connections that uvicorn leaves open: a deadline for each request's head and
+a cap on open connections.
+
+uvicorn's keep-alive timer starts only after a response and is cancelled by any byte, so
+a connection that sends nothing, or dribbles its head a byte at a time (slowloris), would
+hold its socket for ever. `DeadlineProtocol` arms a deadline when the connection is made
+and again after each response, cancelled only when a whole request head has come; when
+it passes, the connection is closed. A request whose head has come is the app's: its body
+has the guard's deadline (voda.api.guard, body_timeout_seconds) and a response in progress,
+such as a dashboard event stream, has none. Beyond `max_connections` open connections a
+new one is answered 503 and closed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+_BUSY = json.dumps({"error": "connections: the service has too many open connections; try "
+                             "again later",
+                    "errors": [{"field": "connections", "reason": "the service has too many "
+                                "open connections (max_connections); try again later"}]})
+BUSY_ANSWER = (f"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+               f"content-length: {len(_BUSY)}\r\nretry-after: 1\r\nconnection: close\r\n"
+               f"\r\n{_BUSY}").encode()
+
+
+class DeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol with a head deadline and a connection cap (see the module)."""
+
+    header_timeout: float = 10.0
+    max_connections: int = 1000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.head_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        over = len(self.connections) >= self.max_connections
+        super().connection_made(transport)
+        if over:
+            transport.write(BUSY_ANSWER)
+            transport.close()
+            return
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the head has come (or an error)
+            self._disarm()
+        elif self.head_deadline is None and not self.transport.is_closing():
+            self._arm()  # the rest of a body answered early: the next head has its deadline
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._arm()  # waiting for the next request's head
+
+    def _arm(self) -> None:
+        self._disarm()
+        self.head_deadline = self.loop.call_later(self.header_timeout, self._expired)
+
+    def _disarm(self) -> None:
+        if self.head_deadline is not None:
+            self.head_deadline.cancel()
+            self.head_deadline = None
+
+    def _expired(self) -> None:
+        self.head_deadline = None
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self.transport.close()
+
+
+def protocol(header_timeout: float, max_connections: int) -> type[DeadlineProtocol]:
+    """A DeadlineProtocol class with these bounds (uvicorn makes one per connection)."""
+    return type("BoundedProtocol", (DeadlineProtocol,), {
+        "header_timeout": header_timeout, "max_connections": max_connections})
