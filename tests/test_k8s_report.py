@@ -202,11 +202,9 @@ def service(tmp_path: Path, fake: FakeCluster) -> Iterator[Service]:
     server.stop()
 
 
-def stored_secret(db: Path) -> str:
+def stored_values(db: Path) -> list[str]:
     with sqlite3.connect(db) as connection:
-        (value,) = connection.execute("SELECT value FROM service_state WHERE key = "
-                                      "'report_secret'").fetchone()
-    return str(value)
+        return [str(v) for (v,) in connection.execute("SELECT value FROM service_state")]
 
 
 def submit(client: httpx.Client, doc: dict[str, Any]) -> str:
@@ -300,15 +298,17 @@ def test_a_pod_reports_to_the_service_with_its_own_token_and_nothing_else(
     assert refused.status_code == 401 and "unknown token" in refused.json()["error"]
     assert alice.get(f"/v1/jobs/{job_a}").json()["completed_epochs"] == 2.0  # nothing taken
     # A token of an earlier submission under the same owner and name (another incarnation).
-    keys = ReportKeys(stored_secret(tmp_path / "voda.db"))
-    assert keys.verify(token) is not None  # the secret read is the one that signs
+    keys = ReportKeys((tmp_path / "report-key").read_text().strip())
+    assert keys.verify(token) is not None  # the key file's key is the one that signs
+    for value in stored_values(tmp_path / "voda.db"):  # the store holds nothing that signs
+        assert len(value) < 16 or ReportKeys(value).verify(token) is None
     earlier = keys.mint("alice", job_a, "1.0")
     refused = service.client(earlier).post(f"/v1/jobs/{job_a}/metrics", json=epoch)
     assert refused.status_code == 403, refused.text
     # The owner's own token still reports, as before.
     assert alice.post(f"/v1/jobs/{job_a}/metrics", json=epoch).status_code == 200
 
-    # A restart keeps the token valid (the signing secret is in the store).
+    # A restart keeps the token valid (the signing key is in its file).
     service.stop()
     service.start()
     eventually(lambda: alice.get(f"/v1/jobs/{job_a}").json()["status"] == "Running",

@@ -19,12 +19,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
 import voda.report
 from voda.backends.local import LocalBackend, forkable, from_settings, parse_nodes
-from voda.cli import logs
 from voda.cli.demo_local import (
     PROJECT_ROOT,
     SpecError,
@@ -402,50 +399,6 @@ def test_a_failed_report_returns_false_and_never_raises(
     monkeypatch.setenv("VODA_REPORT", str(tmp_path / "missing-dir" / "r.jsonl"))
     assert voda.report.epoch(1, 1.0, 1) is False
     assert "could not report epoch 1" in capsys.readouterr().err
-
-
-# ----- voda logs ------------------------------------------------------------------------------
-def logs_app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    logs.register(app)
-    return app
-
-
-def test_voda_logs_prints_a_job_log_and_its_tail(tmp_path: Path) -> None:
-    (tmp_path / "alpha").mkdir()
-    (tmp_path / "alpha" / "log.txt").write_text("one\ntwo\nthree\n")
-    runner = CliRunner()
-    result = runner.invoke(logs_app(), ["logs", "alpha", "--run-dir", str(tmp_path)])
-    assert result.exit_code == 0 and result.stdout == "one\ntwo\nthree\n"
-    result = runner.invoke(logs_app(), ["logs", "alpha", "-n", "1", "--run-dir", str(tmp_path)])
-    assert result.stdout == "three\n"
-    result = runner.invoke(logs_app(), ["logs", "nope", "--run-dir", str(tmp_path)])
-    assert result.exit_code == 1 and "no log for job 'nope'" in result.stderr
-    result = runner.invoke(logs_app(), ["logs", "../x", "--run-dir", str(tmp_path)])
-    assert result.exit_code == 2 and "not usable as a directory name" in result.stderr
-
-
-def test_voda_logs_follow_stops_at_the_final_line(tmp_path: Path) -> None:
-    path = tmp_path / "beta" / "log.txt"
-    path.parent.mkdir()
-    path.write_text("[voda 2026-01-01 00:00:00] launch 1: 1 worker(s) on local:1 (fork)\n")
-
-    def finish() -> None:
-        time.sleep(0.5)
-        with open(path, "a") as f:
-            f.write("epoch 1 done\n[voda 2026-01-01 00:00:09] completed\n")
-
-    writer = threading.Thread(target=finish)
-    writer.start()
-    result = CliRunner().invoke(logs_app(), ["logs", "beta", "-f", "--run-dir", str(tmp_path)])
-    writer.join()
-    assert result.exit_code == 0
-    assert result.stdout.endswith("epoch 1 done\n[voda 2026-01-01 00:00:09] completed\n")
 
 
 def test_under_torchrun_the_failed_worker_exit_code_is_reported(

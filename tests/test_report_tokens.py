@@ -16,6 +16,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from voda.api import token_file
 from voda.api.report_tokens import PREFIX, Reporter, ReportKeys, incarnation_of, new_secret
 from voda.api.service import Service
 from voda.backends.emulated import EmulatedBackend, parse_cluster
@@ -31,7 +32,6 @@ from voda.backends.kubernetes.manifests import (
 from voda.backends.kubernetes.settings import KubernetesSettings
 from voda.config import ServerSettings
 from voda.spec import crd
-from voda.store import jobs as store
 from voda.store.models import ServiceStateRow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,33 +189,44 @@ def test_the_report_url_comes_from_the_table_or_voda_report_url() -> None:
     assert kubernetes_settings(ServerSettings()).report_url == ""
 
 
-# ----- the signing secret in the store -----------------------------------------------------
-def started(url: str) -> Service:
-    service = Service(ServerSettings(db=url, backend="emulated"),
+# ----- the signing key, kept out of the store -------------------------------------------
+def started(url: str, key_file: Path) -> Service:
+    service = Service(ServerSettings(db=url, backend="emulated",
+                                     report_key_file=str(key_file)),
                       EmulatedBackend(parse_cluster("1x4"), time_scale=0.001))
     service.start()
     return service
 
 
-def test_replicas_and_restarts_share_one_secret_even_when_two_write_it_at_once(
-        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    first = started(store_url)
+def test_replicas_and_restarts_share_one_key_even_when_two_make_it_at_once(
+        store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key_file = tmp_path / "keys" / "report-key"
+    first = started(store_url, key_file)
     token = first.report_keys.mint("alice", "job", "1.0")
     first.close()
-    restarted = started(store_url)
+    restarted = started(store_url, key_file)
     assert restarted.report_keys.verify(token) is not None
     restarted.close()
-    # A replica that found no secret, as another wrote one: its insert fails on the key
+    with restarted.sessions() as session:  # the store keeps a hash of the key, not the key
+        values = [r.value for r in session.query(ServiceStateRow)]
+    assert key_file.read_text().strip() not in values
+    # A replica that found no key file, as another made one: its link fails on the name
     # and it reads the other's.
-    read, calls = store.state_value, []
+    peek, calls = token_file._peek_key, []
 
-    def unseen_once(session: Any, key: str) -> str | None:
-        calls.append(key)
-        return None if len(calls) == 1 else read(session, key)
+    def unseen_once(path: Path) -> object:
+        calls.append(path)
+        return None if len(calls) == 1 else peek(path)
 
-    monkeypatch.setattr(store, "state_value", unseen_once)
-    racer = started(store_url)
+    monkeypatch.setattr(token_file, "_peek_key", unseen_once)
+    racer = started(store_url, key_file)
     assert len(calls) == 2 and racer.report_keys.verify(token) is not None
-    with racer.sessions() as session:
-        assert session.query(ServiceStateRow).filter_by(key="report_secret").count() == 1
     racer.close()
+    # Given by the settings (VODA_REPORT_KEY: replicas on several machines), no file.
+    given = Service(ServerSettings(db=store_url, backend="emulated",
+                                   report_key="k" * 32, report_key_file=str(tmp_path / "no")),
+                    EmulatedBackend(parse_cluster("1x4"), time_scale=0.001))
+    given.start()
+    assert given.report_keys.verify(ReportKeys("k" * 32).mint("a", "b", "1.0")) is not None
+    assert given.report_keys.verify(token) is None and not (tmp_path / "no").exists()
+    given.close()

@@ -19,6 +19,7 @@ config.toml:
     placement = "topology"     # or topology-packed, topology-spread, naive, off, most-free
     tokens = "alice:tok1,admin:sha256:<hex digest of tok2>:admin"
     token_file = "~/.config/voda/token"   # the generated token when no tokens are set
+    report_key_file = "~/.config/voda/report-key"  # report tokens' key (or VODA_REPORT_KEY)
     allowed_hosts = ""         # Host names served besides the bind address; "*": any
     allowed_origins = ""       # browser origins allowed cross-origin (CORS)
     tls_cert = ""              # serve HTTPS with this certificate and key
@@ -166,6 +167,11 @@ class ServerSettings:
     # sha256 of a token -> its user. None set: `voda serve` generates one (token_file).
     tokens: Mapping[str, User] = field(default_factory=dict)
     token_file: str = ""  # empty: `token` beside the config file
+    # The report-token signing key (voda.api.token_file): given (replicas on several
+    # machines share it), else kept in report_key_file (empty: `report-key` beside the
+    # token file), never in the store.
+    report_key: str = ""
+    report_key_file: str = ""
     allowed_hosts: str = ""
     allowed_origins: str = ""
     tls_cert: str = ""
@@ -254,6 +260,8 @@ _SERVER_ENV = {
     "report_url": "VODA_REPORT_URL",
     "tokens": "VODA_TOKENS",
     "token_file": "VODA_TOKEN_FILE",
+    "report_key": "VODA_REPORT_KEY",
+    "report_key_file": "VODA_REPORT_KEY_FILE",
     "allowed_hosts": "VODA_ALLOWED_HOSTS",
     "allowed_origins": "VODA_ALLOWED_ORIGINS",
     "tls_cert": "VODA_TLS_CERT",

@@ -152,7 +152,7 @@ def _append(path: str, record: Mapping[str, Any]) -> None:
     # One write of one whole line to a file opened for appending: readers never see half a line
     # followed by someone else's line.
     line = (json.dumps(record) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line)
     finally:

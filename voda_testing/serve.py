@@ -41,10 +41,13 @@ class ServeProcess:
     def start(self, timeout: float = 60.0) -> ServeProcess:
         began = time.monotonic()
         log = self.log_path.open("ab")
+        env = dict(self.env)
+        if "VODA_TOKEN_FILE" not in env:  # the report-token key beside the log, not in ~
+            env.setdefault("VODA_REPORT_KEY_FILE", str(self.log_path.parent / "report-key"))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "voda.cli.main", "serve", *self._backend_args(), *self.args,
              "--host", self.host, "--port", str(self.port)],
-            cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
         while time.monotonic() - began < timeout:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"voda serve exited: {self.log_path.read_text()[-3000:]}")

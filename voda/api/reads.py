@@ -14,10 +14,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from voda.api import views
-from voda.api.errors import NotFound
+from voda.api.errors import Conflict, NotFound
 from voda.api.metrics import ServiceMetrics
 from voda.api.writes import StoreWriter
 from voda.config import ServerSettings, User
@@ -156,6 +157,28 @@ class ServiceReads:
 
         path = log_path(name)
         return read_tail(path, lines=lines) if path.is_file() else ""
+
+    def log_file(self, name: str, user: User) -> Path:
+        """Where the backend keeps the log of a job `user` may see (404 otherwise, as for
+        every read of a job); 409 on a backend that keeps none."""
+        with self._locked():
+            self._admit()
+            self._visible(name, user)
+        log_path = getattr(self.backend, "log_path", None)
+        if log_path is None:
+            hint = (" (the pods' logs: kubectl logs)" if self.settings.backend == "kubernetes"
+                    else "")
+            raise Conflict("logs", f"the {self.settings.backend} backend keeps no job logs; "
+                           f"only the local backend does{hint}")
+        try:
+            return Path(log_path(name))
+        except ValueError as exc:  # not a name the backend keeps files under
+            raise NotFound(f"job {name!r} has no log: {exc}") from None
+
+    def log_ended(self, name: str) -> bool:
+        """Whether nothing more will be written to the job's log: it ended (or is gone)."""
+        record = self.scheduler.jobs.get(name)
+        return record is None or record.status.is_terminal
 
     def scheduler_view(self, gpu_type: str) -> dict[str, Any]:
         return self._read(lambda: self._scheduler_view(gpu_type))

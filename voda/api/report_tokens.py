@@ -2,9 +2,11 @@
 
 A report token names its job's owner, the job, and the job's incarnation (its submit
 time, so the pods of a job deleted and submitted again under a name it once had
-cannot report into the new one), signed with HMAC-SHA256 under a secret the service
-generates once and keeps in the store (every replica and every restart derives the
-same token; nothing per job is stored). Only the report routes accept one, for that
+cannot report into the new one), signed with HMAC-SHA256 under a key kept outside the
+store (VODA_REPORT_KEY, or an owner-only key file the service generates once:
+voda.api.token_file), so that reading the store is no way to sign one; every replica
+given the same key and every restart derives the same token, and nothing per job is
+stored. Only the report routes accept one, for that
 job while it has not ended (voda.api.routes, Service.report_epoch / report_goodput);
 every other route refuses it with 403. The signature is compared in constant time;
 a token that does not verify is an unknown token (401, counted as a failed attempt).

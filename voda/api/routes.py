@@ -11,10 +11,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from voda.api import schemas
 from voda.api.auth import authenticate, authenticate_reporter
+from voda.api.logs import MAX_TAIL_LINES, Follows, log_chunks, tail_offset
 from voda.api.service import HISTORY_SHOWN, Service
 from voda.config import User
 from voda.core.model import JobStatus, Node
@@ -190,6 +191,35 @@ def job_history(request: Request, name: JobName, user: CurrentUser,
     """The newest `last` status, priority, event and allocation changes (start, scale-in,
     scale-out, migrate, halt: old and new are worker counts), oldest first."""
     return service_of(request).job_history(name, user, last)
+
+
+@router.get(
+    "/v1/jobs/{name}/logs", tags=["jobs"], response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                     "description": "The job's log: all ranks, all restarts"},
+               **COMMON, 409: {"model": schemas.ErrorBody,
+                               "description": "The backend keeps no job logs"}})
+async def job_logs(
+    request: Request, name: JobName, user: CurrentUser,
+    tail: Annotated[int, Query(ge=0, le=MAX_TAIL_LINES,
+                               description="Only the last N lines (0: the whole log).")] = 0,
+    follow: Annotated[bool, Query(description="Keep sending what is written until the job "
+                                              "ends or the client goes away.")] = False,
+) -> Response:
+    """A job's log (the job's owner and administrators; the local backend keeps logs, other
+    backends answer 409). With follow, at most a few answers follow at once (429)."""
+    service = service_of(request)
+    path = await run_in_threadpool(service.log_file, name, user)
+    offset = await run_in_threadpool(tail_offset, path, tail)
+    release = None
+    if follow:
+        follows: Follows = request.app.state.log_follows
+        follows.acquire(user.name)
+        release = lambda: follows.release(user.name)  # noqa: E731
+    chunks = log_chunks(path, offset, follow, lambda: service.log_ended(name), release)
+    return StreamingResponse(chunks, media_type="text/plain; charset=utf-8",
+                             headers={"Cache-Control": "no-store",
+                                      "X-Content-Type-Options": "nosniff"})
 
 
 @router.delete("/v1/jobs/{name}", response_model=schemas.JobDetail, tags=["jobs"],

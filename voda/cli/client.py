@@ -120,6 +120,24 @@ class Client:
                 raise Unreachable(f"cannot reach the service at {self.url}: {exc}") from exc
         raise AssertionError("unreachable")
 
+    def open(self, method: str, path: str,
+             params: dict[str, Any] | None = None) -> http.client.HTTPResponse:
+        """The response, its body still to read (a stream: a followed log)."""
+        target = self.prefix + path + (f"?{urlencode(params)}" if params else "")
+        headers = {**self.headers, "Accept": "text/plain, application/json"}
+        try:
+            connection = self._connect()
+            connection.request(method, target, headers=headers)
+            return connection.getresponse()
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise Unreachable(f"cannot reach the service at {self.url}: {exc}") from exc
+
+    def wait_forever(self) -> None:
+        """No read timeout from now on (the connection stays open while a log is quiet)."""
+        if self._connection is not None and self._connection.sock is not None:
+            self._connection.sock.settimeout(None)
+
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """The JSON answer; no answer or an error answer exits with its message and code."""
         try:

@@ -1,58 +1,32 @@
-"""`voda logs NAME [-f]`: a job's log, as the local backend writes it.
+"""`voda logs NAME [-f] [--tail N]`: a job's log, from the service (GET /v1/jobs/{name}/logs).
 
-The local backend appends every rank's output, across restarts, to
-`<run dir>/<job>/log.txt`, with its own lines (launch, stop, completion,
-failure) marked `[voda ...]`. The run dir is the one `voda serve --backend
-local` uses: `--run-dir`, else VODA_RUN_DIR, else the user's state directory.
-The command reads that file directly, so it works on the machine that runs the
-jobs; with `-f` it follows the file until the job completes or fails (or
-Ctrl-C).
+The local backend appends every rank's output, across restarts, to the job's log, with
+its own lines (launch, stop, completion, failure) marked `[voda ...]`; the service
+serves it to the job's owner and the administrators, so the command works against a
+service on another machine and needs no access to the run dir. With `-f` it prints
+what is written until the job completes, fails or is canceled (or Ctrl-C).
 """
 
 from __future__ import annotations
 
-import re
+import http.client
 import sys
-import time
-from pathlib import Path
 
 import typer
 
-from voda.cli.common import stop_on_interrupt
+from voda.cli.client import Client, Unreachable, error_message, segment
+from voda.cli.common import (
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_SERVER,
+    EXIT_UNREACHABLE,
+    Token,
+    Url,
+    die,
+    stop_on_interrupt,
+)
 
-FOLLOW_POLL_SECONDS = 0.25
-FINAL_LINE = re.compile(rb"^\[voda [^\]]*\] (completed|failed)", re.MULTILINE)
-
-
-def tail_lines(data: bytes, lines: int) -> bytes:
-    if lines <= 0:
-        return data
-    parts = data.splitlines(keepends=True)
-    return b"".join(parts[-lines:])
-
-
-def log_file(name: str, run_dir: Path | None) -> Path:
-    from voda.backends.local import LOG_FILE, default_run_dir, job_dir
-
-    try:
-        return job_dir(run_dir or default_run_dir(), name) / LOG_FILE
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="NAME") from None
-
-
-def follow(path: Path, offset: int, poll: float = FOLLOW_POLL_SECONDS) -> None:
-    """Write what is appended to `path` from `offset` until the job's final line."""
-    while True:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-        if chunk:
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-            offset += len(chunk)
-            if FINAL_LINE.search(chunk):
-                return
-        time.sleep(poll)
+READ_BYTES = 64 << 10
 
 
 def register(app: typer.Typer) -> None:
@@ -60,25 +34,42 @@ def register(app: typer.Typer) -> None:
     def logs(
         name: str = typer.Argument(..., help="Job name."),
         follow_log: bool = typer.Option(False, "--follow", "-f",
-                                        help="Keep printing until the job completes or fails."),
-        lines: int = typer.Option(0, "--tail", "-n",
+                                        help="Keep printing until the job ends."),
+        lines: int = typer.Option(0, "--tail", "-n", min=0,
                                   help="Only the last N lines (0: the whole log)."),
-        run_dir: Path | None = typer.Option(None, "--run-dir", envvar="VODA_RUN_DIR",
-                                            help="The local backend's run directory."),
+        url: Url = None, token: Token = None,
     ) -> None:
-        """Print a job's log (all ranks, all restarts) from the local backend's run dir."""
-        path = log_file(name, run_dir)
-        if not path.is_file():
-            typer.echo(f"no log for job {name!r}: {path} does not exist "
-                       "(is it a job of the local backend, and is --run-dir right?)", err=True)
-            raise typer.Exit(1)
-        data = path.read_bytes()
-        shown = tail_lines(data, lines)
-        sys.stdout.buffer.write(shown)
-        sys.stdout.buffer.flush()
-        if follow_log and not FINAL_LINE.search(data[-4096:]):
+        """Print a job's log (all ranks, all restarts), as the service keeps it."""
+        params: dict[str, str | int] = {}
+        if lines:
+            params["tail"] = lines
+        if follow_log:
+            params["follow"] = "true"
             stop_on_interrupt()
-            try:
-                follow(path, len(data))
-            except KeyboardInterrupt:
-                raise typer.Exit(130) from None
+        client = Client(url, token)
+        try:
+            stream(client, f"/v1/jobs/{segment(name)}/logs", params)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        finally:
+            client.close()
+
+
+def stream(client: Client, path: str, params: dict[str, str | int]) -> None:
+    """Copy the answer's body to stdout as it comes; an error answer exits with its code."""
+    try:
+        response = client.open("GET", path, params)
+        if response.status >= 400:
+            body = response.read()
+            die(f"error {response.status}: {error_message(body)}",
+                EXIT_NOT_FOUND if response.status == 404 else EXIT_SERVER
+                if response.status >= 500 else EXIT_REFUSED)
+        client.wait_forever()  # a followed log may be quiet for long
+        out = sys.stdout.buffer
+        while chunk := response.read1(READ_BYTES):
+            out.write(chunk)
+            out.flush()
+    except Unreachable as exc:
+        die(str(exc), EXIT_UNREACHABLE)
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # broke mid-answer
+        die(f"the log stopped: {exc}", EXIT_UNREACHABLE)

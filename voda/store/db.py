@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest revision in migrations/versions (a test checks it against Alembic's head).
@@ -26,7 +32,7 @@ def make_engine(url: str, max_bytes: int = 0) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:" and not _sqlite_uri(parsed):
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            private_sqlite_file(Path(parsed.database))
         engine = create_engine(
             url, connect_args={"timeout": LOCK_WAIT_SECONDS, "check_same_thread": False},
             pool_size=16,
@@ -35,6 +41,39 @@ def make_engine(url: str, max_bytes: int = 0) -> Engine:
         return engine
     return create_engine(url, pool_size=16, max_overflow=8, pool_pre_ping=True,
                          connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS})
+
+
+# SQLite's side files: the write-ahead log, its shared-memory index, a rollback journal.
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def private_sqlite_file(path: Path) -> None:
+    """Make the store file owner-only before SQLite opens it: created 0600 (in a 0700
+    folder when the folder is new), an existing file readable by others narrowed to
+    0600, and so its side files. SQLite creates -wal, -shm and -journal with the
+    database file's own permissions, so they are private too. The store holds every
+    job, and reading it must not be a way to act as the service (the report-token key
+    is kept outside it: voda.api.token_file)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:  # a read-only folder: SQLite says what it can do with it
+        log.debug("store file %s not created here: %s", path, exc)
+    else:
+        os.close(fd)
+    for candidate in (path, *(path.with_name(path.name + s) for s in SQLITE_SIDE_FILES)):
+        _narrow(candidate)
+
+
+def _narrow(path: Path) -> None:
+    """chmod 0600 a file of ours that others may read (not one of another user)."""
+    with contextlib.suppress(OSError):
+        st = path.stat()
+        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            os.chmod(path, 0o600)
+            log.warning("%s was readable by others: now 0600 (owner only)", path)
 
 
 def _sqlite_uri(parsed: URL) -> bool:

@@ -316,3 +316,8 @@ def add_state_value(session: Session, key: str, value: str, now: float) -> None:
     """Insert a fact that must never be overwritten (a second writer fails on the key)."""
     session.add(ServiceStateRow(key=key, value=value, updated_at=now))
     session.flush()
+
+
+def delete_state_value(session: Session, key: str) -> None:
+    session.query(ServiceStateRow).filter_by(key=key).delete()
+    session.flush()

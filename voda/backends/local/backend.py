@@ -45,6 +45,8 @@ from voda.backends.local.paths import (
     STATE_FILE,
     default_run_dir,
     job_dir,
+    open_private,
+    private_dir,
     read_tail,
 )
 from voda.backends.local.process import Process, describe_exit, signal_groups
@@ -130,7 +132,7 @@ class LocalBackend:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._slot_gpu = map_slots_to_gpus(self._nodes, self._gpus)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.run_dir)
         self._zygote: Zygote | None = None
         self._zygote_failures = 0
         if self.launcher == "fork":
@@ -464,10 +466,10 @@ class LocalBackend:
                        "'command' field)")
             return
         world = sum(c for _, c in run.desired)
-        run.dir.mkdir(parents=True, exist_ok=True)
-        (run.dir / CHECKPOINT_DIR).mkdir(exist_ok=True)
+        private_dir(run.dir)
+        private_dir(run.dir / CHECKPOINT_DIR)
         if run.log is None:
-            run.log = open(run.dir / LOG_FILE, "ab", buffering=0)  # noqa: SIM115 - kept open
+            run.log = open_private(run.dir / LOG_FILE)  # kept open
         where = ", ".join(f"{n}:{c}" for n, c in run.desired)
         write_log(run, f"launch {run.launches + 1}: {world} worker(s) on {where} "
                   f"({self.launcher})")

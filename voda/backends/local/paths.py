@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import stat
 from pathlib import Path
+from typing import IO
 
 import platformdirs
 
@@ -35,6 +38,35 @@ def job_dir(run_dir: Path | str, job: str) -> Path:
     if not SAFE_NAME.match(job):
         raise ValueError(f"job name {job!r}: not usable as a directory name")
     return Path(run_dir) / job
+
+
+# Everything under the run dir is the service user's alone: logs, reports, checkpoints.
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """`path` made (with its parents) and owner-only (0700); one of ours that others could
+    enter is narrowed. Jobs' logs and checkpoints are no other local account's to read."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+    _narrow(path, PRIVATE_DIR)
+    return path
+
+
+def open_private(path: Path) -> IO[bytes]:
+    """`path` opened to append, unbuffered, created 0600 (an existing file narrowed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+    with contextlib.suppress(OSError):
+        st = os.fstat(fd)
+        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            os.fchmod(fd, PRIVATE_FILE)
+    return os.fdopen(fd, "ab", buffering=0)
+
+
+def _narrow(path: Path, mode: int) -> None:
+    with contextlib.suppress(OSError):
+        st = path.stat()
+        if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == os.geteuid():
+            os.chmod(path, mode)
 
 
 def read_tail(path: Path, lines: int = LOG_TAIL_LINES, chars: int = LOG_TAIL_CHARS) -> str:

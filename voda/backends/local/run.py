@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import IO
 
 from voda.backends.local.nodes import Slot
-from voda.backends.local.paths import LOG_FILE, REPORT_FILE, STATE_FILE
+from voda.backends.local.paths import (
+    LOG_FILE,
+    PRIVATE_FILE,
+    REPORT_FILE,
+    STATE_FILE,
+    open_private,
+    private_dir,
+)
 from voda.backends.local.process import AdoptedProcess, Process, is_alive
 from voda.core.model import Job, JobPlacement
 
@@ -64,8 +71,8 @@ def write_log(run: Run, message: str) -> None:
         if run.log is not None:
             run.log.write(line)
         else:
-            run.dir.mkdir(parents=True, exist_ok=True)
-            with open(run.dir / LOG_FILE, "ab") as f:
+            private_dir(run.dir)
+            with open_private(run.dir / LOG_FILE) as f:
                 f.write(line)
     except OSError:
         pass
@@ -113,7 +120,10 @@ def write_state(run: Run) -> None:
         "epochs": run.job.epochs, "min": run.job.min_workers, "max": run.job.max_workers,
     }
     tmp = run.dir / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(state))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), PRIVATE_FILE)
+        f.write(json.dumps(state))
     os.replace(tmp, run.dir / STATE_FILE)
 
 

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from voda.backends.local.paths import open_private
 from voda.backends.local.process import UNKNOWN_EXIT, is_alive
 
 # What the fork launcher imports once, so each rank starts without paying for it.
@@ -37,7 +38,7 @@ class Zygote:
 
     def __init__(self, python: str, preload: Sequence[str], env: Mapping[str, str],
                  stderr_path: Path) -> None:
-        self._stderr = open(stderr_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self._stderr = open_private(stderr_path)  # lives as long as the process
         self.proc = subprocess.Popen(
             [python, "-m", "voda.backends.local", "zygote", *preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
@@ -207,7 +208,7 @@ def _fork_rank(request: Mapping[str, object]) -> int:
         os.setpgid(0, 0)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        log = os.open(str(request["log"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        log = os.open(str(request["log"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
