@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
         from voda.api.backends import backend_names, create_backend
         from voda.api.service import Service, StoreNotWritable
         from voda.api.token_file import ensure_token
-        from voda.config import ConfigError, load_server_settings
+        from voda.config import ConfigError, load_server_settings, split_list
 
         try:
             settings = load_server_settings({
@@ -166,9 +166,14 @@ def register(app: typer.Typer) -> None:
 
             keep_signals()  # uvicorn re-raises SIGTERM after shutdown: the lease goes first
         # Open dashboard streams must not hold a shutdown up for long.
+        # X-Forwarded-For/-Proto only from the configured proxies (uvicorn would believe
+        # them from 127.0.0.1 by default: a local client could then pick the address its
+        # failed tokens are charged to); without `trusted_proxies` they are ignored.
+        proxies = split_list(settings.trusted_proxies)
         uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning",
                     access_log=False, ssl_certfile=settings.tls_cert or None,
-                    ssl_keyfile=settings.tls_key or None, timeout_graceful_shutdown=3)
+                    ssl_keyfile=settings.tls_key or None, timeout_graceful_shutdown=3,
+                    proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
         if pod_scheduler is not None:
             pod_scheduler.stop()
         if elector is not None:
