@@ -49,10 +49,10 @@ def per_check_us(check: object, token: str, checks: int, rounds: int) -> float:
 def token_checks(rounds: int, checks: int) -> None:
     keys = ReportKeys(new_secret())
     report = keys.mint("alice", "resnet50-20261124093000-a1b2c3", repr(time.time()))
-    users = {hash_token(f"tok-user-{i:04d}"): User(f"u{i}") for i in range(3)}
+    users = {hash_token(f"tok-user-{i:04d}-0123456789"): User(f"u{i}") for i in range(3)}
     authenticator = Authenticator(users)
     report_us = per_check_us(keys.verify, report, checks, rounds)
-    user_us = per_check_us(authenticator.user_for, "tok-user-0002", checks, rounds)
+    user_us = per_check_us(authenticator.user_for, "tok-user-0002-0123456789", checks, rounds)
     print(f"token check, median of {rounds} rounds of {checks}: report token "
           f"{report_us:.2f} us, user token (3 configured) {user_us:.2f} us, "
           f"ratio {report_us / user_us:.2f}")

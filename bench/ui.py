@@ -28,6 +28,8 @@ sys.path.insert(0, str(BENCH.parent / "tests"))
 
 from api import TOKEN, Server, stored_jobs  # noqa: E402  (the API benchmark's server, store)
 
+from voda_testing.serve import dashboard_login  # noqa: E402
+
 
 def timed(client: httpx.Client, path: str, runs: int) -> tuple[float, float, int]:
     """(median ms, p90 ms, bytes) of `runs` GETs of `path`."""
@@ -68,7 +70,8 @@ def browser_times(url: str, paths: list[str], runs: int) -> dict[str, tuple[floa
         browser = playwright.chromium.launch(executable_path=chromium_path(),
                                              args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1300, "height": 900})
-        context.add_cookies([{"name": "voda_token", "value": TOKEN, "url": url + "/ui"}])
+        context.add_cookies([{"name": name, "value": value, "url": url}
+                             for name, value in dashboard_login(url, TOKEN).items()])
         page = context.new_page()
         page.add_init_script("""
             window.__first_update = null;
@@ -100,7 +103,8 @@ def main() -> None:
     server.start()
     try:
         # The API takes the bearer token, the pages the dashboard's login cookie.
-        with httpx.Client(base_url=server.url, timeout=60, cookies={"voda_token": TOKEN},
+        with httpx.Client(base_url=server.url, timeout=60,
+                          cookies=dashboard_login(server.url, TOKEN),
                           headers={"Authorization": f"Bearer {TOKEN}"}) as client:
             total = client.get("/v1/jobs", params={"limit": 1}).json()["total"]
             name = client.get("/v1/jobs", params={"limit": 1, "offset": total // 2}

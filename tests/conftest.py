@@ -134,8 +134,10 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 # ----- `voda serve` as a real subprocess (voda_testing.serve) ------------------------------
-TOKENS = {"alice": "tok-alice", "bob": "tok-bob1", "root": "tok-root"}
-TOKENS_ENV = "alice:tok-alice,bob:tok-bob1,root:tok-root:admin"
+# Tokens have at least 16 characters (voda.config.MIN_TOKEN_LENGTH).
+TOKENS = {"alice": "tok-alice-4f9c2e7a1b", "bob": "tok-bob1-8d3a6f0c2e",
+          "root": "tok-root-5b7e9d1c3a"}
+TOKENS_ENV = f"alice:{TOKENS['alice']},bob:{TOKENS['bob']},root:{TOKENS['root']}:admin"
 
 ServeFactory = Callable[..., ServeProcess]
 
@@ -187,6 +189,21 @@ def api_server(request: pytest.FixtureRequest,
     process.start()
     yield process
     process.kill()
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path, Path]:
+    import trustme
+
+    authority = trustme.CA()
+    cert = authority.issue_cert("127.0.0.1", "localhost")
+    ca, chain, key = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    authority.cert_pem.write_to_path(str(ca))
+    cert.private_key_pem.write_to_path(str(key))
+    with chain.open("wb") as out:
+        for blob in cert.cert_chain_pems:
+            out.write(blob.bytes())
+    return ca, chain, key
 
 
 def read_example(name: str) -> bytes:

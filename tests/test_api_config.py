@@ -23,11 +23,11 @@ from voda.core.placement.registry import get_placer
 
 
 def test_tokens_are_kept_hashed_and_may_be_given_hashed() -> None:
-    digest = hash_token("second-token")
-    assert parse_tokens(f"alice:first-token, admin:sha256:{digest}:admin") == {
-        hash_token("first-token"): User("alice"), digest: User("admin", admin=True)}
-    for bad in ("alice", "alice:long-token:root", ":long-token", "alice:short",
-                "alice:sha256:abc", "al/ice:long-token"):
+    digest = hash_token("second-token-0123456789")
+    assert parse_tokens(f"alice:first-token-0123456789, admin:sha256:{digest}:admin") == {
+        hash_token("first-token-0123456789"): User("alice"), digest: User("admin", admin=True)}
+    for bad in ("alice", "alice:long-enough-token:root", ":long-enough-token", "alice:short",
+                "alice:sha256:abc", "al/ice:long-enough-token"):
         with pytest.raises(ConfigError, match="tokens"):
             parse_tokens(bad)
 
@@ -48,12 +48,12 @@ def test_user_limits_and_history_sharing_from_the_file(tmp_path: Path) -> None:
 def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text('[server]\nport = 9000\ncluster = "2x2"\ntime_scale = 5.0\n'
-                    'tokens = "a:t-admin-token:admin"\n'
+                    'tokens = "a:t-admin-token-0123456789:admin"\n'
                     '[client]\nurl = "http://h:1/"\ntoken = "t"\n')
     env = {"VODA_CLUSTER": "8x8", "VODA_PORT": "9100"}
     settings = load_server_settings({"port": 9200}, env=env, path=path)
     assert (settings.port, settings.cluster, settings.time_scale) == (9200, "8x8", 5.0)
-    assert settings.tokens[hash_token("t-admin-token")].admin
+    assert settings.tokens[hash_token("t-admin-token-0123456789")].admin
     client = load_client_settings(env={}, path=path)
     assert (client.url, client.token) == ("http://h:1", "t")
     assert load_client_settings(token="x", env={"VODA_URL": "http://e:2"}, path=path).url == (

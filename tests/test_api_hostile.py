@@ -5,7 +5,10 @@ is a 4xx JSON body naming the field."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -123,6 +126,94 @@ def test_failed_tokens_are_rate_limited(serve, tmp_path: Path) -> None:
             refused(wrong, 401, "authorization")
         blocked = client.get("/v1/jobs", headers={"Authorization": "Bearer wrong-token"})
         assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) >= 1
+
+
+def test_a_valid_token_is_accepted_from_an_address_held_back_for_others_guesses(
+        serve, tmp_path: Path) -> None:
+    """Everyone behind one address (a NAT, a proxy, one login host) shares the failure
+    count: one guesser must not lock out the users who hold a token."""
+    server = serve(f"sqlite:///{tmp_path / 'v.db'}", tokens=True,
+                   config="[server]\nauth_failures_per_minute = 3\n")
+    with httpx.Client(base_url=server.url) as guesser:
+        answers = [guesser.get("/v1/jobs", headers={"Authorization": f"Bearer guess-{i}"})
+                   for i in range(6)]
+    assert [a.status_code for a in answers] == [401] * 3 + [429] * 3
+    assert int(answers[-1].headers["Retry-After"]) >= 1
+    with server.client("alice") as alice:  # the same address, right away
+        assert alice.get("/v1/jobs").status_code == 200
+        assert alice.post("/v1/jobs", json={"name": "held", "command": "x"}).status_code == 201
+    login = httpx.post(f"{server.url}/ui/login", data={"token": server.tokens["bob"]},
+                       headers={"Origin": server.url})
+    assert login.status_code == 303 and login.cookies  # the dashboard's login too
+    page = httpx.get(f"{server.url}/ui/cluster", cookies=login.cookies)
+    assert page.status_code == 200
+    with httpx.Client(base_url=server.url) as guesser:  # guessing is still held back
+        again = guesser.get("/v1/jobs", headers={"Authorization": "Bearer guess-again"})
+        assert again.status_code == 429 and int(again.headers["Retry-After"]) >= 1
+        form = guesser.post("/ui/login", data={"token": "guess-again"},
+                            headers={"Origin": server.url})
+        assert form.status_code == 429 and "too many failed attempts" in form.text
+
+
+def test_forwarded_for_is_ignored_unless_the_peer_is_a_trusted_proxy(serve,
+                                                                      tmp_path: Path) -> None:
+    """A local client that names another address per request does not escape the
+    failed-token limit (uvicorn believes X-Forwarded-For from 127.0.0.1 by default)."""
+    server = serve(f"sqlite:///{tmp_path / 'v.db'}", tokens=True)
+    with httpx.Client(base_url=server.url) as client:
+        statuses = [client.get("/v1/jobs", headers={
+            "Authorization": f"Bearer guess-{i}",
+            "X-Forwarded-For": f"198.51.100.{i + 1}"}).status_code for i in range(40)]
+    assert statuses == [401] * 10 + [429] * 30  # auth_failures_per_minute = 10
+
+
+def test_a_trusted_proxy_names_the_client_its_failures_are_charged_to(serve,
+                                                                      tmp_path: Path) -> None:
+    server = serve(f"sqlite:///{tmp_path / 'v.db'}", tokens=True,
+                   config='[server]\nauth_failures_per_minute = 3\n'
+                          'trusted_proxies = "127.0.0.1, 10.0.0.0/8"\n')
+
+    def guess(forwarded: str | None) -> int:
+        headers = {"Authorization": "Bearer guess"}
+        if forwarded is not None:
+            headers["X-Forwarded-For"] = forwarded
+        return httpx.get(f"{server.url}/v1/jobs", headers=headers).status_code
+
+    assert [guess("203.0.113.7") for _ in range(5)] == [401] * 3 + [429] * 2
+    assert guess("203.0.113.8") == 401  # another client behind the proxy is not held back
+    assert guess(None) == 401  # nor the proxy itself
+    # The client is the last address not of a trusted proxy (one a client adds is not).
+    assert guess("203.0.113.7, 10.1.2.3") == 429
+    assert guess("203.0.113.7, 203.0.113.9") == 401
+
+
+@pytest.mark.parametrize(("config", "says"), [
+    ('trusted_proxies = "127.0.0.1, proxy.example"', "trusted_proxies: 'proxy.example' is "
+                                                     "not an IP address or a CIDR network"),
+    ('trusted_proxies = "10.0.0.0/33"', "trusted_proxies: '10.0.0.0/33'"),
+    ('tokens = "carol:Short-Token-1"', "tokens: carol: the token has 13 characters; at least "
+                                       "16 are required"),
+    ('session_hours = 0', "session_hours"),
+], ids=["a host name as a proxy", "a bad network", "a short token", "no session time"])
+def test_serve_refuses_to_start_with_a_bad_setting_naming_it(serve, tmp_path: Path,
+                                                             config: str, says: str) -> None:
+    with pytest.raises(RuntimeError, match="voda serve exited") as failed:
+        serve(f"sqlite:///{tmp_path / 'v.db'}", config=f"[server]\n{config}\n")
+    assert says in " ".join(str(failed.value).split())
+    assert "Short-Token-1" not in str(failed.value)  # a token is never repeated
+
+
+def test_a_short_token_in_the_environment_is_refused_naming_its_user(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
+    env.update(VODA_CONFIG=str(tmp_path / "none.toml"),
+               VODA_TOKENS="alice:tok-alice-4f9c2e7a1b,dave:tok-dave")
+    done = subprocess.run([sys.executable, "-m", "voda.cli.main", "serve", "--db",
+                           f"sqlite:///{tmp_path / 'v.db'}", "--backend", "emulated"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "tokens: dave: the token has 8 characters; at least 16 are required" in (
+        " ".join(done.stderr.split()))
+    assert "tok-dave" not in done.stderr
 
 
 # ----- bodies that crashed or froze the service --------------------------------------------

@@ -141,21 +141,6 @@ def test_allowed_origins_may_call_across_origins(serve: ServeFactory, tmp_path: 
         assert other.status_code == 403
 
 
-@pytest.fixture
-def certificate(tmp_path: Path) -> tuple[Path, Path, Path]:
-    import trustme
-
-    authority = trustme.CA()
-    cert = authority.issue_cert("127.0.0.1", "localhost")
-    ca, chain, key = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
-    authority.cert_pem.write_to_path(str(ca))
-    cert.private_key_pem.write_to_path(str(key))
-    with chain.open("wb") as out:
-        for blob in cert.cert_chain_pems:
-            out.write(blob.bytes())
-    return ca, chain, key
-
-
 def test_tls_is_served_with_a_certificate_and_key(serve: ServeFactory, tmp_path: Path,
                                                   certificate: tuple[Path, Path, Path]) -> None:
     ca, chain, key = certificate

@@ -39,6 +39,7 @@ from voda_testing.kube import Fault
 from voda_testing.kube.cluster import WORK_ANNOTATION
 from voda_testing.kube.cluster.kueue import Kueue
 from voda_testing.kube.harness import FakeCluster, eventually
+from voda_testing.serve import dashboard_login
 
 ROOT = Path(__file__).resolve().parent.parent
 E2E_KUBECONFIG = os.environ.get("VODA_E2E_KUBECONFIG")
@@ -390,7 +391,8 @@ def test_a_job_kueue_suspends_is_shown_suspended_by_kueue_until_admitted(
         "VODA_TOKEN": token, "COLUMNS": "400"})
     assert described.exit_code == 0, described.output
     assert "Suspended" in described.output and "LocalQueue 'team-a'" in described.output
-    page = httpx.get(f"{server.url}/ui/jobs/{name}", cookies={"voda_token": token}, timeout=10)
+    page = httpx.get(f"{server.url}/ui/jobs/{name}", cookies=dashboard_login(server.url, token),
+                     timeout=10)
     assert page.status_code == 200 and 'id="job-suspended"' in page.text
     assert "Kueue (LocalQueue &#39;team-a&#39;)" in page.text
     kueue.admit(cluster.fake.sim, "mpijobs.kubeflow.org", "default", object_name(name))

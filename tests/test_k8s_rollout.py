@@ -73,7 +73,8 @@ def test_livez_fails_while_the_reconciler_is_wedged(tmp_path: Path, fake: FakeCl
                                               liveness_seconds=1.0))
     service = Service(ServerSettings(db=f"sqlite:///{tmp_path / 'v.db'}",
                                      backend="kubernetes",
-                                     tokens={hash_token("a-long-token"): User("a")}), backend)
+                                     tokens={hash_token("a-long-enough-token"): User("a")}),
+                      backend)
     service.start()
     app = create_app(service.settings, service=service)
     app.state.service = service  # as its lifespan does (ASGITransport runs none)

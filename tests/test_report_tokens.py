@@ -82,8 +82,8 @@ def test_a_changed_character_never_verifies(job: str, where: int, new: str) -> N
 def test_tokens_of_another_secret_or_of_no_shape_do_not_verify() -> None:
     other = ReportKeys(new_secret()).mint("alice", "job", "1.0")
     assert KEYS.verify(other) is None
-    for bad in ("", PREFIX, f"{PREFIX}.", f"{PREFIX}abc", f"{PREFIX}abc.def", "tok-alice",
-                f"{PREFIX}{'a' * 5000}.x", PREFIX + "!!.??"):
+    for bad in ("", PREFIX, f"{PREFIX}.", f"{PREFIX}abc", f"{PREFIX}abc.def",
+                "tok-alice-4f9c2e7a1b", f"{PREFIX}{'a' * 5000}.x", PREFIX + "!!.??"):
         assert KEYS.verify(bad) is None
     # A payload of another shape, signed with the right key, is refused too.
     payload = base64.urlsafe_b64encode(b'{"owner":"alice"}').decode().rstrip("=")

@@ -61,7 +61,7 @@ def test_an_unexpected_error_is_a_json_500_that_closes_the_connection() -> None:
     def broken() -> None:
         raise RuntimeError("boom")
 
-    app = create_app(ServerSettings(tokens={hash_token("a-long-token"): User("a")}))
+    app = create_app(ServerSettings(tokens={hash_token("a-long-enough-token"): User("a")}))
     app.add_api_route("/x", broken)
 
     async def call() -> httpx.Response:

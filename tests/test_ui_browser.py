@@ -98,8 +98,9 @@ def test_pages_need_a_login_and_a_bad_token_is_refused(server: ServeProcess, pag
     assert httpx.get(f"{server.url}/ui/stream/cluster").status_code == 401
     assert httpx.get(f"{server.url}/v1/jobs").status_code == 401
     # A cookie the service does not know is forgotten, not presented again and again.
-    stale = httpx.get(f"{server.url}/ui/stream/cluster", cookies={"voda_token": "old"})
-    assert stale.status_code == 401 and "voda_token=;" in stale.headers["set-cookie"]
+    cookie = f"voda_session_{server.port}"
+    stale = httpx.get(f"{server.url}/ui/stream/cluster", cookies={cookie: "old"})
+    assert stale.status_code == 401 and f"{cookie}=;" in stale.headers["set-cookie"]
     # The guard's wall stands before the dashboard too: another Host (DNS rebinding).
     assert httpx.get(f"{server.url}/ui/login",
                      headers={"Host": "evil.example"}).status_code == 403
@@ -114,7 +115,7 @@ def test_pages_need_a_login_and_a_bad_token_is_refused(server: ServeProcess, pag
     ("/ui/jobs/no-such-job", 404, "no-such-job")])
 def test_bad_page_arguments_are_named_4xx(server: ServeProcess, query: str, status: int,
                                           field: str) -> None:
-    answer = httpx.get(f"{server.url}{query}", cookies={"voda_token": TOKENS["alice"]})
+    answer = httpx.get(f"{server.url}{query}", cookies=server.dashboard_cookies("alice"))
     assert answer.status_code == status and field in answer.text
     assert len(answer.content) < 2000  # what was sent is not echoed whole
 
@@ -376,9 +377,36 @@ def test_failed_logins_are_held_back_as_failed_tokens_are(serve, tmp_path, page)
         page.fill("input[name=token]", "guess")
         page.click("button[type=submit]")
         assert "unknown token" in page.inner_text("#login-error")
-    page.fill("input[name=token]", TOKENS["alice"])  # even the right one, for a while
+    page.fill("input[name=token]", "guess")  # guessing is held back for a while
     page.click("button[type=submit]")
     assert "too many failed attempts" in page.inner_text("#login-error")
-    with server.client("alice") as client:  # the API holds the same client back
-        assert client.get("/v1/jobs").status_code == 429
+    with server.client(anonymous=True) as client:  # the API holds the same client back
+        assert client.get("/v1/jobs", headers={"Authorization": "Bearer guess"}
+                          ).status_code == 429
     screenshot(page, "login-held-back")
+    # The right token is not refused for others' failures: the login works, as the API.
+    with server.client("alice") as client:
+        assert client.get("/v1/jobs").status_code == 200
+    page.fill("input[name=token]", TOKENS["alice"])
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r"/ui/cluster"))
+    assert page.inner_text("#user-name").startswith("alice")
+
+
+def test_logging_out_ends_the_session_a_copied_cookie_is_refused(server: ServeProcess,
+                                                                 page) -> None:
+    login(page, server, "alice", "/ui/jobs")
+    copied = cookies(page)
+    assert set(copied) == {f"voda_session_{server.port}"}
+    assert TOKENS["alice"] not in copied.values()  # the cookie is a session, not the token
+    assert httpx.get(f"{server.url}/ui/jobs", cookies=copied).status_code == 200
+    page.click("form[action='/ui/logout'] button")
+    page.wait_for_url(re.compile(r"/ui/login"))
+    assert not cookies(page)
+    replayed = httpx.get(f"{server.url}/ui/jobs", cookies=copied)
+    assert replayed.status_code == 303 and "/ui/login" in replayed.headers["location"]
+    assert httpx.get(f"{server.url}/ui/stream/jobs", cookies=copied).status_code == 401
+    page.context.add_cookies([{"name": n, "value": v, "url": server.url}
+                              for n, v in copied.items()])
+    page.goto(f"{server.url}/ui/jobs")
+    assert "/ui/login" in page.url

@@ -17,7 +17,7 @@ config.toml:
     algorithm = "ElasticFIFO"
     rate_limit_seconds = 5.0
     placement = "topology"     # or topology-packed, topology-spread, naive, off, most-free
-    tokens = "alice:tok1,admin:sha256:<hex digest of tok2>:admin"
+    tokens = "alice:TOKEN1,admin:sha256:<hex digest of TOKEN2>:admin"  # >= 16 characters
     token_file = "~/.config/voda/token"   # the generated token when no tokens are set
     report_key_file = "~/.config/voda/report-key"  # report tokens' key (or VODA_REPORT_KEY)
     allowed_hosts = ""         # Host names served besides the bind address; "*": any
@@ -30,6 +30,8 @@ config.toml:
     local_user_jobs = false    # let non-admins run commands on the local backend
     algorithm_paths = ""       # import paths (module:attr) the API may select
     db_max_bytes = 0           # SQLite: the store file's size limit (0: none)
+    trusted_proxies = ""       # proxies whose X-Forwarded-For/-Proto are believed (IPs, CIDRs)
+    session_hours = 12.0       # a dashboard login lasts this long (ended by log out, restart)
 
     [users.alice]              # per-user limits (admins are not limited)
     best_priority = 2
@@ -55,7 +57,7 @@ config.toml:
 
     [client]
     url = "http://127.0.0.1:8470"
-    token = "tok1"
+    token = "TOKEN1"
 """
 
 from __future__ import annotations
@@ -84,7 +86,11 @@ class User:
 
 USER_RE = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,63}$")
 _HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
-MIN_TOKEN_LENGTH = 8
+# The minimum strength of a configured token: 16 characters (`voda token` and the token
+# `voda serve` generates have 43 random ones, 256 bits). Only guessing protects a token
+# (voda.api.auth accepts a valid token from an address held back for failed attempts), so
+# a short one is refused at start. A token given hashed (sha256:HEX) cannot be measured.
+MIN_TOKEN_LENGTH = 16
 
 
 def hash_token(token: str) -> str:
@@ -109,9 +115,13 @@ def parse_tokens(text: str) -> dict[str, User]:
                 raise ConfigError(f"tokens: {user}: a sha256 digest is 64 hex digits")
         else:
             user, token, flags = pieces[0], pieces[1] if len(pieces) > 1 else "", pieces[2:]
-            if len(token) < MIN_TOKEN_LENGTH:
-                raise ConfigError(f"tokens: expected 'user:token[:admin]' with a token of at "
-                                  f"least {MIN_TOKEN_LENGTH} characters, got {item!r}")
+            if len(pieces) < 2:
+                raise ConfigError(f"tokens: expected 'user:token[:admin]', got {user!r} "
+                                  f"without a token")
+            if len(token) < MIN_TOKEN_LENGTH:  # the token itself is not repeated (logs)
+                raise ConfigError(f"tokens: {user}: the token has {len(token)} characters; "
+                                  f"at least {MIN_TOKEN_LENGTH} are required (`voda token` "
+                                  f"prints a random one)")
             digest = hash_token(token)
         if not USER_RE.match(user):
             raise ConfigError(f"tokens: user names are letters, digits, '-', '_' and '.', "
@@ -193,6 +203,10 @@ class ServerSettings:
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 30.0
     max_connections: int = 1000
+    # Proxies (IP addresses or CIDR networks, comma-separated) whose X-Forwarded-For and
+    # X-Forwarded-Proto are believed; empty: those headers are ignored entirely.
+    trusted_proxies: str = ""
+    session_hours: float = 12.0  # how long a dashboard login lasts
 
     def limits_of(self, user: str) -> UserLimits:
         return self.users.get(user) or UserLimits(self.user_best_priority,
@@ -274,6 +288,8 @@ _SERVER_ENV = {
     "header_timeout_seconds": "VODA_HEADER_TIMEOUT",
     "body_timeout_seconds": "VODA_BODY_TIMEOUT",
     "max_connections": "VODA_MAX_CONNECTIONS",
+    "trusted_proxies": "VODA_TRUSTED_PROXIES",
+    "session_hours": "VODA_SESSION_HOURS",
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
@@ -359,7 +375,28 @@ def load_server_settings(
             raise ConfigError(f"{name}: must be greater than 0, got {coerced[name]}")
     if bool(coerced.get("tls_cert")) != bool(coerced.get("tls_key")):
         raise ConfigError("tls_cert, tls_key: give both or neither")
+    if "trusted_proxies" in coerced:
+        coerced["trusted_proxies"] = ",".join(proxy_networks(coerced["trusted_proxies"]))
+    hours = coerced.get("session_hours", settings.session_hours)
+    if not 0 < hours <= 24 * 366:
+        raise ConfigError(f"session_hours: expected hours > 0 (at most a year), got {hours}")
     return replace(settings, **coerced)
+
+
+def proxy_networks(text: str) -> list[str]:
+    """`trusted_proxies` checked: each an IP address or a CIDR network (normalised)."""
+    import ipaddress
+
+    networks = []
+    for item in split_list(text):
+        try:
+            network = ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ConfigError(f"trusted_proxies: {item[:100]!r} is not an IP address or a "
+                              f"CIDR network (e.g. 10.0.0.5, 10.0.0.0/8)") from None
+        networks.append(str(network.network_address) if network.num_addresses == 1
+                        else str(network))
+    return networks
 
 
 def load_client_settings(

@@ -88,9 +88,23 @@ class ServeProcess:
         assert self.token_file is not None
         return self.token_file.read_text().strip()
 
+    def dashboard_cookies(self, user: str | None = None) -> httpx.Cookies:
+        """The cookie of a dashboard login (a session) with `user`'s token (default: an
+        administrator's)."""
+        return dashboard_login(self.url, self.tokens[user] if user else self.admin_token,
+                               self.verify)
+
     def client(self, user: str | None = None, anonymous: bool = False) -> httpx.Client:
         """A client with `user`'s token (default: an administrator's); `anonymous`: none."""
         token = None if anonymous else self.tokens[user] if user else self.admin_token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30.0,
                             verify=self.verify)
+
+
+def dashboard_login(url: str, token: str, verify: ssl.SSLContext | bool = True) -> httpx.Cookies:
+    """Log in to the dashboard at `url` as a browser does; the session's cookie."""
+    answer = httpx.post(f"{url}/ui/login", data={"token": token}, headers={"Origin": url},
+                        verify=verify, timeout=30.0)
+    assert answer.status_code == 303, answer.text
+    return answer.cookies

@@ -2,9 +2,28 @@
 
 Tokens are kept as SHA-256 digests and compared with `hmac.compare_digest` against
 every configured digest, so neither the comparison nor the number of tokens tried
-leaks through timing. A client that presents unknown tokens too often is refused
-with 429 for the rest of a one-minute window (by client address), whatever token it
-presents next; a request with no token at all is simply 401.
+leaks through timing. A request with no token at all is simply 401.
+
+Failed attempts are counted per client address: an address that presented unknown
+tokens `auth_failures_per_minute` times within a minute has its next unknown tokens
+answered 429 with Retry-After for the rest of the window. A presented token is always
+verified first, and a valid one is accepted whatever its address did: many users share
+an address (a NAT, a proxy, a login host), and one guesser there must not lock them
+all out, the dashboard's login included. The client address is the connection's peer,
+or what X-Forwarded-For says only when the peer is one of `trusted_proxies` (uvicorn's
+proxy headers are off otherwise, voda.cli.service), so a client cannot pick the address
+its failures are charged to.
+
+Accepting a valid token from a held-back address gives a guesser nothing: what keeps
+a token from being guessed is its strength, not this limit. A held-back guesser does
+learn whether a guess was right (200 rather than 429), but a configured token has at
+least voda.config.MIN_TOKEN_LENGTH (16) characters - `voda serve` refuses to start with
+a shorter one - and the tokens `voda token` and `voda serve` generate are 32 random
+bytes (256 bits): even 16 random URL-safe characters (96 bits) at a million guesses a
+second take about 10^15 years. Choose tokens at random (`voda token`); the length is
+a floor, not a measure of a token typed by hand. What the 429 still does is keep a
+guesser cheap to answer and visible (the counter, Retry-After), without refusing the
+users who hold a token.
 
 A report token (voda.api.report_tokens) is accepted only by `authenticate_reporter`,
 the report routes' dependency; anywhere else it is refused with 403.
@@ -104,15 +123,11 @@ def _bearer_user(request: Request, credentials: HTTPAuthorizationCredentials | N
 
 def user_for_token(request: Request, token: str, reporting: bool = False) -> User | None:
     """The user a presented token names, or None (a failed attempt, counted against the
-    client). 429 while the client is held back after too many failed attempts. The
-    dashboard's login and its cookie go through here too. A valid report token is 403
-    unless `reporting`."""
+    client). The token is verified first: a valid one is accepted even from a client
+    held back after too many failed attempts (see the module's docstring); an unknown
+    one from such a client is 429. The dashboard's login goes through here too. A valid
+    report token is 403 unless `reporting`."""
     authenticator: Authenticator = request.app.state.authenticator
-    client = request.client.host if request.client else "unknown"
-    wait = authenticator.retry_after(client)  # only tokens are held back: they are guesses
-    if wait is not None:
-        raise HTTPException(429, "authorization: too many failed attempts; try again later",
-                            headers={"Retry-After": str(int(wait + 0.999))})
     token = token.strip()
     user = None
     if 0 < len(token) <= MAX_TOKEN_LENGTH:
@@ -124,9 +139,21 @@ def user_for_token(request: Request, token: str, reporting: bool = False) -> Use
                                     "or /goodput)")
             return reporter
         user = authenticator.user_for(token)
-    if user is None:
-        authenticator.failed(client)
-    return user
+    if user is not None:
+        return user
+    client = client_address(request)
+    wait = authenticator.retry_after(client)
+    if wait is not None:  # held back: not counted again, so the window ends
+        raise HTTPException(429, "authorization: too many failed attempts; try again later",
+                            headers={"Retry-After": str(int(wait + 0.999))})
+    authenticator.failed(client)
+    return None
+
+
+def client_address(request: Request) -> str:
+    """The address failed attempts are charged to: the peer, or the client a trusted
+    proxy names (uvicorn rewrites the peer only for `trusted_proxies`)."""
+    return request.client.host if request.client else "unknown"
 
 
 def _report_keys(request: Request) -> ReportKeys:

@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
         from voda.api.backends import backend_names, create_backend
         from voda.api.service import Service, StoreNotWritable
         from voda.api.token_file import ensure_token
-        from voda.config import ConfigError, load_server_settings
+        from voda.config import ConfigError, load_server_settings, split_list
 
         try:
             settings = load_server_settings({
@@ -168,13 +168,18 @@ def register(app: typer.Typer) -> None:
         # Open dashboard streams must not hold a shutdown up for long. A request's head
         # has header_timeout_seconds to come, and connections are capped
         # (voda.api.connections).
+        # X-Forwarded-For/-Proto only from the configured proxies (uvicorn would believe
+        # them from 127.0.0.1 by default: a local client could then pick the address its
+        # failed tokens are charged to); without `trusted_proxies` they are ignored.
         from voda.api.connections import protocol
 
+        proxies = split_list(settings.trusted_proxies)
         uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning",
                     access_log=False, ssl_certfile=settings.tls_cert or None,
                     ssl_keyfile=settings.tls_key or None, timeout_graceful_shutdown=3,
                     http=protocol(settings.header_timeout_seconds, settings.max_connections),
-                    limit_concurrency=settings.max_connections + 1)
+                    limit_concurrency=settings.max_connections + 1,
+                    proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
         if pod_scheduler is not None:
             pod_scheduler.stop()
         if elector is not None:

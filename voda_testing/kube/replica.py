@@ -15,7 +15,7 @@ from voda_testing.kube.harness import FakeCluster
 from voda_testing.serve import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-ADMIN_TOKEN = "tok-root"
+ADMIN_TOKEN = "tok-root-5b7e9d1c3a"
 
 
 class Replica:

@@ -14,14 +14,15 @@ def install(app: FastAPI) -> None:
     from urllib.parse import quote
 
     from voda.api.ui.routes import router
-    from voda.api.ui.session import CLEAR_COOKIE, LoginRequired
+    from voda.api.ui.session import LoginRequired, Sessions, clear_cookie
 
+    app.state.sessions = Sessions(app.state.settings.session_hours)
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
 
     @app.exception_handler(LoginRequired)
-    async def login_required(_: Request, exc: LoginRequired) -> RedirectResponse:
+    async def login_required(request: Request, exc: LoginRequired) -> RedirectResponse:
         response = RedirectResponse(f"/ui/login?next={quote(exc.next_path)}", status_code=303)
         if exc.clear_cookie:
-            response.headers["Set-Cookie"] = CLEAR_COOKIE
+            response.headers["Set-Cookie"] = clear_cookie(request)
         return response

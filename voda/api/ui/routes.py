@@ -23,16 +23,18 @@ from voda.api.auth import MAX_TOKEN_LENGTH, user_for_token
 from voda.api.service import NotFound, Service
 from voda.api.ui import views
 from voda.api.ui.session import (
-    COOKIE,
-    COOKIE_PATH,
     FORM_TOKEN_FIELD,
     SECURITY_HEADERS,
     check_form,
     check_same_origin,
-    cookie_token,
+    clear_cookie,
+    cookie_session_id,
+    current_session,
     form_token,
     page_user,
     safe_next,
+    sessions_of,
+    set_session_cookie,
     stream_user,
 )
 from voda.api.ui.streams import BoundedStream
@@ -70,7 +72,7 @@ def _page(request: Request, template: str, user: User, title: str, page: str,
           stream: str, fragment: str, **context: Any) -> HTMLResponse:
     return html(render(template, title=title, page=page, user=user, stream=stream,
                        fragment=fragment, form_field=FORM_TOKEN_FIELD,
-                       form_token=form_token(cookie_token(request)), **context))
+                       form_token=form_token(request), **context))
 
 
 # ----- fragments: the live part of each page ------------------------------------------------
@@ -235,7 +237,8 @@ def login_page(request: Request, next_path: Annotated[str | None, Query(alias="n
 @router.post("/login", response_class=HTMLResponse)
 async def login(request: Request) -> Any:
     """The token is checked as the API checks a bearer token (failed attempts count
-    against the client and are held back)."""
+    against the client and are held back; a valid token is always accepted), and a
+    session starts: its id, not the token, goes in the cookie."""
     check_same_origin(request)
     form = await _form(request)
     token = form.get("token", "").strip()
@@ -252,17 +255,26 @@ async def login(request: Request) -> Any:
             return _login_page(target, f"token: longer than {MAX_TOKEN_LENGTH} characters",
                                422)
         return _login_page(target, "token: unknown token", 401)
+    sessions = sessions_of(request)
+    previous = cookie_session_id(request)
+    if previous:  # logging in again (as another user, say) ends the session it replaces
+        sessions.revoke(previous)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path=COOKIE_PATH,
-                        secure=request.url.scheme == "https")
+    set_session_cookie(request, response, sessions.create(user))
     return response
 
 
 @router.post("/logout")
 async def logout(request: Request) -> RedirectResponse:
-    check_form(request, await _form(request))
+    """Ends the session: its id is refused from now on, wherever the cookie was copied."""
+    form = await _form(request)
+    if current_session(request) is not None:
+        check_form(request, form)
+        sessions_of(request).revoke(cookie_session_id(request))
+    else:
+        check_same_origin(request)
     response = RedirectResponse("/ui/login", status_code=303)
-    response.delete_cookie(COOKIE, path=COOKIE_PATH)
+    response.headers["Set-Cookie"] = clear_cookie(request)
     return response
 
 
