@@ -60,10 +60,11 @@ def open_streams(server: ServeProcess, count: int) -> tuple[list[socket.socket],
     """Send every stream's request first, then read the heads: the service sees them all
     at once, as from a user with many tabs reopening."""
     socks = []
+    cookie = "; ".join(f"{k}={v}" for k, v in server.dashboard_cookies("alice").items())
     for _ in range(count):
         sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
         sock.sendall((f"GET /ui/stream/cluster HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
-                      f"Cookie: voda_token={TOKENS['alice']}\r\n\r\n").encode())
+                      f"Cookie: {cookie}\r\n\r\n").encode())
         socks.append(sock)
     statuses: dict[int, int] = {}
     for sock in socks:

@@ -40,12 +40,24 @@ def read_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     return int(lines[0].split()[1]), headers, rest
 
 
+_sessions: dict[tuple[int, str], str] = {}
+
+
+def session_cookie(server: ServeProcess, user: str) -> str:
+    """The Cookie header of `user`'s dashboard login (one login per server and user)."""
+    key = (server.port, user)
+    if key not in _sessions:
+        cookies = server.dashboard_cookies(user)
+        _sessions[key] = "; ".join(f"{name}={value}" for name, value in cookies.items())
+    return _sessions[key]
+
+
 def open_stream(server: ServeProcess, user: str) -> tuple[socket.socket, int, dict, bytes]:
     """GET an event stream with `user`'s dashboard login; the socket stays open."""
     sock = connect(server)
     sock.sendall((f"GET {STREAM} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
-                  f"Cookie: voda_token={TOKENS[user]}\r\nAccept: text/event-stream\r\n\r\n"
-                  ).encode())
+                  f"Cookie: {session_cookie(server, user)}\r\nAccept: text/event-stream\r\n"
+                  "\r\n").encode())
     status, headers, rest = read_head(sock)
     if status != 200:
         length = int(headers.get("content-length", "0"))
