@@ -40,6 +40,12 @@ def read_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     return int(lines[0].split()[1]), headers, rest
 
 
+def served(serve: ServeFactory, tmp_path: Path, server_settings: str) -> ServeProcess:
+    """`voda serve` with tokens and these [server] settings."""
+    return serve(f"sqlite:///{tmp_path / 'voda.db'}", tokens=True,
+                 config=f"[server]\n{server_settings}")
+
+
 _sessions: dict[tuple[int, str], str] = {}
 
 
@@ -79,8 +85,7 @@ def closed_by_server(sock: socket.socket) -> bool:
 
 def test_event_streams_are_bounded_per_user_and_in_all(serve: ServeFactory,
                                                        tmp_path: Path) -> None:
-    server = serve(f"sqlite:///{tmp_path / 'voda.db'}", tokens=True, config=(
-        "[server]\nmax_streams_per_user = 2\nmax_streams = 3\n"))
+    server = served(serve, tmp_path, "max_streams_per_user = 2\nmax_streams = 3\n")
     with ExitStack() as held:
         for _ in range(2):
             sock, status, headers, _ = open_stream(server, "alice")
@@ -104,8 +109,7 @@ def test_event_streams_are_bounded_per_user_and_in_all(serve: ServeFactory,
 
 def test_a_streams_slot_comes_back_when_its_client_goes_away(serve: ServeFactory,
                                                              tmp_path: Path) -> None:
-    server = serve(f"sqlite:///{tmp_path / 'voda.db'}", tokens=True, config=(
-        "[server]\nmax_streams_per_user = 1\n"))
+    server = served(serve, tmp_path, "max_streams_per_user = 1\n")
     first, status, _, _ = open_stream(server, "alice")
     assert status == 200
     refused, status, _, _ = open_stream(server, "alice")
@@ -129,8 +133,7 @@ def test_a_streams_slot_comes_back_when_its_client_goes_away(serve: ServeFactory
 
 def test_idle_and_slowloris_connections_are_closed_streams_stay(serve: ServeFactory,
                                                                 tmp_path: Path) -> None:
-    server = serve(f"sqlite:///{tmp_path / 'voda.db'}", tokens=True, config=(
-        "[server]\nheader_timeout_seconds = 2\n"))
+    server = served(serve, tmp_path, "header_timeout_seconds = 2\n")
     stream, status, _, _ = open_stream(server, "alice")
     assert status == 200
     idle = connect(server)
@@ -159,8 +162,8 @@ def test_idle_and_slowloris_connections_are_closed_streams_stay(serve: ServeFact
 
 def test_a_slow_body_is_408_and_connections_are_capped(serve: ServeFactory,
                                                        tmp_path: Path) -> None:
-    server = serve(f"sqlite:///{tmp_path / 'voda.db'}", tokens=True, config=(
-        "[server]\nbody_timeout_seconds = 1\nmax_connections = 4\n"
+    server = served(serve, tmp_path, (
+        "body_timeout_seconds = 1\nmax_connections = 4\n"
         "header_timeout_seconds = 600\n"))
     slow = connect(server)
     slow.sendall((f"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from tests.conftest import ServeFactory, ServeProcess
 from tests.polling import wait_for
-from voda.api.logs import Follows, tail_offset
+from voda.api.logs import tail_offset
+from voda.api.slots import Slots
 from voda.cli.main import app
 
 # Prints a line, then waits for a go file the test writes, then prints more and ends.
@@ -148,16 +149,13 @@ def test_tail_offset_finds_the_last_lines(tmp_path: Path) -> None:
 
 
 def test_follows_are_bounded_in_all_and_per_user() -> None:
-    from voda.api.errors import Busy
-
-    follows = Follows(total=3, per_user=2)
-    follows.acquire("alice")
-    follows.acquire("alice")
-    with pytest.raises(Busy, match="you follow 2"):
-        follows.acquire("alice")
-    follows.acquire("bob")
-    with pytest.raises(Busy, match="3 logs are followed"):
-        follows.acquire("carol")
-    follows.release("alice")
-    follows.acquire("carol")
-    assert follows.count() == 3
+    follows = Slots(2, 3, "followed logs", "follow", "follow")
+    assert follows.take("alice") is None and follows.take("alice") is None
+    field, reason = follows.take("alice") or ("", "")
+    assert field == "follow" and "2 followed logs of this user" in reason
+    assert follows.take("bob") is None
+    field, reason = follows.take("carol") or ("", "")
+    assert field == "follow" and "3 followed logs are open" in reason
+    follows.give_back("alice")
+    assert follows.take("carol") is None
+    assert follows.count() == 3 and follows.count("alice") == 1

@@ -20,10 +20,10 @@ from voda.api.auth import Authenticator
 from voda.api.backends import create_backend
 from voda.api.guard import RequestGuard
 from voda.api.http_metrics import RequestTimer
-from voda.api.logs import Follows
+from voda.api.logs import follow_slots
 from voda.api.routes import router
 from voda.api.service import Busy, Conflict, Forbidden, NotFound, Service
-from voda.api.ui.streams import StreamSlots
+from voda.api.ui.streams import stream_slots
 from voda.api.writes import StoreUnavailable
 from voda.config import ConfigError, ServerSettings, split_list
 from voda.core.allocation.registry import UnknownAlgorithm
@@ -73,9 +73,9 @@ def create_app(settings: ServerSettings, backend: Backend | None = None,
                   description="GPU scheduler for elastic deep-learning training. Every "
                               "/v1 request needs a bearer token.")
     app.state.settings = settings
-    app.state.log_follows = Follows()
+    app.state.log_follows = follow_slots()
     app.state.authenticator = Authenticator(settings.tokens, settings.auth_failures_per_minute)
-    app.state.stream_slots = StreamSlots(settings.max_streams_per_user, settings.max_streams)
+    app.state.stream_slots = stream_slots(settings.max_streams_per_user, settings.max_streams)
     app.include_router(router)
     _error_handlers(app)
     ui.install(app)

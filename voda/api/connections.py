@@ -14,19 +14,18 @@ new one is answered 503 and closed at once.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-_BUSY = json.dumps({"error": "connections: the service has too many open connections; try "
-                             "again later",
-                    "errors": [{"field": "connections", "reason": "the service has too many "
-                                "open connections (max_connections); try again later"}]})
+from voda.api.guard import error_body
+
+_, _BUSY = error_body(503, "connections", "the service has too many open connections "
+                     "(max_connections); try again later")
 BUSY_ANSWER = (f"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
                f"content-length: {len(_BUSY)}\r\nretry-after: 1\r\nconnection: close\r\n"
-               f"\r\n{_BUSY}").encode()
+               f"\r\n").encode() + _BUSY
 
 
 class DeadlineProtocol(H11Protocol):

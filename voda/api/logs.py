@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import IO
 
-from voda.api.errors import Busy
+from voda.api.slots import Slots
 
 MAX_TAIL_LINES = 100_000
 MAX_TAIL_SCAN = 32 << 20  # bytes read back from the end looking for the tail's lines
@@ -74,34 +73,9 @@ def read_from(path: Path, offset: int, limit: int = READ_BYTES) -> bytes:
         return b""
 
 
-class Follows:
-    """How many answers follow a log now, in all and per user; over a bound, Busy (429)."""
-
-    def __init__(self, total: int = MAX_FOLLOWS, per_user: int = MAX_FOLLOWS_PER_USER) -> None:
-        self.total, self.per_user = total, per_user
-        self._lock = threading.Lock()
-        self._by_user: dict[str, int] = {}
-
-    def acquire(self, user: str) -> None:
-        with self._lock:
-            if sum(self._by_user.values()) >= self.total:
-                raise Busy("follow", f"{self.total} logs are followed already; retry later")
-            if self._by_user.get(user, 0) >= self.per_user:
-                raise Busy("follow", f"you follow {self.per_user} logs already; stop one "
-                           "or retry later")
-            self._by_user[user] = self._by_user.get(user, 0) + 1
-
-    def release(self, user: str) -> None:
-        with self._lock:
-            left = self._by_user.get(user, 0) - 1
-            if left > 0:
-                self._by_user[user] = left
-            else:
-                self._by_user.pop(user, None)
-
-    def count(self) -> int:
-        with self._lock:
-            return sum(self._by_user.values())
+def follow_slots() -> Slots:
+    """The bound on followed logs: MAX_FOLLOWS_PER_USER a user, MAX_FOLLOWS in all."""
+    return Slots(MAX_FOLLOWS_PER_USER, MAX_FOLLOWS, "followed logs", "follow", "follow")
 
 
 async def log_chunks(path: Path, offset: int, follow: bool, ended: Callable[[], bool],

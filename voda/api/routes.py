@@ -15,8 +15,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from voda.api import schemas
 from voda.api.auth import authenticate, authenticate_reporter
-from voda.api.logs import MAX_TAIL_LINES, Follows, log_chunks, tail_offset
+from voda.api.errors import Busy
+from voda.api.logs import MAX_TAIL_LINES, log_chunks, tail_offset
 from voda.api.service import HISTORY_SHOWN, Service
+from voda.api.slots import Slots
 from voda.config import User
 from voda.core.model import JobStatus, Node
 from voda.spec import parse_submission
@@ -213,9 +215,11 @@ async def job_logs(
     offset = await run_in_threadpool(tail_offset, path, tail)
     release = None
     if follow:
-        follows: Follows = request.app.state.log_follows
-        follows.acquire(user.name)
-        release = lambda: follows.release(user.name)  # noqa: E731
+        follows: Slots = request.app.state.log_follows
+        refusal = follows.take(user.name)
+        if refusal is not None:
+            raise Busy(*refusal)
+        release = lambda: follows.give_back(user.name)  # noqa: E731
     chunks = log_chunks(path, offset, follow, lambda: service.log_ended(name), release)
     return StreamingResponse(chunks, media_type="text/plain; charset=utf-8",
                              headers={"Cache-Control": "no-store",

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+from voda.owner_only import PRIVATE_DIR, PRIVATE_FILE, narrow
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,9 @@ def private_sqlite_file(path: Path) -> None:
     database file's own permissions, so they are private too. The store holds every
     job, and reading it must not be a way to act as the service (the report-token key
     is kept outside it: voda.api.token_file)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
     except FileExistsError:
         pass
     except OSError as exc:  # a read-only folder: SQLite says what it can do with it
@@ -64,16 +64,8 @@ def private_sqlite_file(path: Path) -> None:
     else:
         os.close(fd)
     for candidate in (path, *(path.with_name(path.name + s) for s in SQLITE_SIDE_FILES)):
-        _narrow(candidate)
-
-
-def _narrow(path: Path) -> None:
-    """chmod 0600 a file of ours that others may read (not one of another user)."""
-    with contextlib.suppress(OSError):
-        st = path.stat()
-        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077 and st.st_uid == os.geteuid():
-            os.chmod(path, 0o600)
-            log.warning("%s was readable by others: now 0600 (owner only)", path)
+        if candidate.is_file() and narrow(candidate, PRIVATE_FILE):
+            log.warning("%s was readable by others: now 0600 (owner only)", candidate)
 
 
 def _sqlite_uri(parsed: URL) -> bool:

@@ -5,50 +5,27 @@ user's open pages cannot take the service's threads and event loop from the othe
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from collections.abc import AsyncIterable
 from typing import Any
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from voda.api.guard import error_body
+from voda.api.slots import Slots
+
 RETRY_AFTER_SECONDS = 5  # what a refused stream is told to wait before it tries again
 
 
-class StreamSlots:
-    """How many event streams are open, per user and in all (the event loop's own: no lock)."""
-
-    def __init__(self, per_user: int, total: int) -> None:
-        self.per_user, self.total = per_user, total
-        self.open: Counter[str] = Counter()
-
-    def take(self, user: str) -> tuple[str, str] | None:
-        """Take a slot for `user`; None, or (field, reason) when a bound is reached."""
-        if self.open[user] >= self.per_user:
-            return "max_streams_per_user", (
-                f"{self.open[user]} event streams of this user are open, the limit is "
-                f"{self.per_user}; close a dashboard page or try again later")
-        if sum(self.open.values()) >= self.total:
-            return "max_streams", (f"{self.total} event streams are open, the service's "
-                                   "limit; try again later")
-        self.open[user] += 1
-        return None
-
-    def give_back(self, user: str) -> None:
-        self.open[user] -= 1
-        if self.open[user] <= 0:
-            del self.open[user]
-
-    def count(self, user: str | None = None) -> int:
-        return self.open[user] if user is not None else sum(self.open.values())
+def stream_slots(per_user: int, total: int) -> Slots:
+    return Slots(per_user, total, "event streams", "max_streams_per_user", "max_streams")
 
 
 class BoundedStream(StreamingResponse):
     """An event stream that runs only while it holds one of `slots`: otherwise a JSON 429
     naming the bound, with Retry-After, and the connection is closed."""
 
-    def __init__(self, content: AsyncIterable[str], slots: StreamSlots, user: str,
+    def __init__(self, content: AsyncIterable[str], slots: Slots, user: str,
                  **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
         self.slots, self.user = slots, user
@@ -59,9 +36,7 @@ class BoundedStream(StreamingResponse):
             close = getattr(self.body_iterator, "aclose", None)
             if close is not None:  # never started: nothing of it runs
                 await close()
-            field, reason = refusal
-            body = json.dumps({"error": f"{field}: {reason}",
-                               "errors": [{"field": field, "reason": reason}]}).encode()
+            _, body = error_body(429, *refusal)
             await send({"type": "http.response.start", "status": 429, "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

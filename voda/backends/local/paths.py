@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import stat
 from pathlib import Path
 from typing import IO
 
 import platformdirs
+
+from voda.owner_only import PRIVATE_DIR, PRIVATE_FILE, narrow
 
 # The checkout's root: put on the ranks' PYTHONPATH so they can import voda.
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
@@ -41,14 +42,11 @@ def job_dir(run_dir: Path | str, job: str) -> Path:
 
 
 # Everything under the run dir is the service user's alone: logs, reports, checkpoints.
-PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
-
-
 def private_dir(path: Path) -> Path:
     """`path` made (with its parents) and owner-only (0700); one of ours that others could
     enter is narrowed. Jobs' logs and checkpoints are no other local account's to read."""
     path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
-    _narrow(path, PRIVATE_DIR)
+    narrow(path, PRIVATE_DIR)
     return path
 
 
@@ -60,13 +58,6 @@ def open_private(path: Path) -> IO[bytes]:
         if st.st_mode & 0o077 and st.st_uid == os.geteuid():
             os.fchmod(fd, PRIVATE_FILE)
     return os.fdopen(fd, "ab", buffering=0)
-
-
-def _narrow(path: Path, mode: int) -> None:
-    with contextlib.suppress(OSError):
-        st = path.stat()
-        if stat.S_IMODE(st.st_mode) & 0o077 and st.st_uid == os.geteuid():
-            os.chmod(path, mode)
 
 
 def read_tail(path: Path, lines: int = LOG_TAIL_LINES, chars: int = LOG_TAIL_CHARS) -> str:
