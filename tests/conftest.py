@@ -215,3 +215,32 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     which tests failed and how long they took (the quiet progress line does not)."""
     if report.failed:
         print(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.1f} s)", flush=True)
+
+
+_exit_status: list[int] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A thread some test left running would hold the interpreter's exit (it joins worker
+    threads) until CI's clock ran out, hiding the summary above: name such threads, show
+    where they are, and leave with the suite's own status."""
+    import faulthandler
+    import sys
+    import threading
+
+    left = [t for t in threading.enumerate()
+            if t is not threading.main_thread() and t.is_alive()]
+    if not left or not _exit_status:
+        return
+    names = ", ".join(f"{t.name}{'' if t.daemon else ' (non-daemon)'}" for t in left)
+    sys.__stderr__.write(f"\nthreads still running after the suite: {names}\n")
+    faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+    sys.__stderr__.flush()
+    sys.__stdout__.flush()
+    os._exit(_exit_status[0])

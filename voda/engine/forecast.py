@@ -35,7 +35,7 @@ from voda.core.estimate import epoch_time_at
 from voda.core.model import Cluster, Job, JobPlacement, JobStatus, Node, Placement
 from voda.core.placement.base import Placer
 from voda.engine.events import Event, EventKind
-from voda.engine.scheduler import JobRecord, Scheduler, SchedulerSettings
+from voda.engine.scheduler import REFUSALS_TO_GIVE_UP, JobRecord, Scheduler, SchedulerSettings
 
 BASIS = "assuming no new arrivals"
 DEFAULT_PENALTY = 30.0  # seconds a change of workers costs, as in the simulator
@@ -220,10 +220,13 @@ def forecast(
     extra: Sequence[Job] = (),
     max_decisions: int | None = DEFAULT_MAX_DECISIONS,
     horizon: float | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Forecast:
     """Run the engine forward from `given`, no new arrivals, until every job has finished
-    (or cannot run, or `horizon` engine seconds have passed). `extra`: jobs submitted now
-    ("what if"), decided at once."""
+    (or cannot run, or `horizon` engine seconds have passed, or `stop()` says so: a
+    deadline, a closing service). `extra`: jobs submitted now ("what if"), decided at
+    once. A job whose decisions are refused, over and over with nothing to change them,
+    cannot run as things are: its start and finish are None."""
     now = given.now
     backend = ForecastBackend(given.nodes, speed, given.penalty, now, given.time_scale)
     jobs = [*given.jobs, *extra]
@@ -243,7 +246,7 @@ def forecast(
         rate_limit_seconds=resolution,
     )
     scheduler = Scheduler(backend, settings, placer=given.placer, now=now,
-                          category_history=given.category_history)
+                          category_history=given.category_history, quiet=True)
     starts: dict[str, float] = {}
     running: set[str] = set()
     for job in given.jobs:
@@ -272,7 +275,7 @@ def forecast(
         # now calls for a decision once the rate limit allows.
         scheduler._dirty = bool(extra)
         scheduler._last_reschedule = given.last_decision
-    decisions = _run(scheduler, backend, now, horizon, starts)
+    decisions = _run(scheduler, backend, now, horizon, starts, stop)
     out: dict[str, JobForecast] = {}
     for job in jobs:
         name = job.name
@@ -285,7 +288,7 @@ def forecast(
 
 
 def _run(scheduler: Scheduler, backend: ForecastBackend, now: float, horizon: float | None,
-         starts: dict[str, float]) -> int:
+         starts: dict[str, float], stop: Callable[[], bool] | None = None) -> int:
     """The simulator's event loop (voda.sim.runner) without arrivals or node events."""
     interval = scheduler.settings.rate_limit_seconds
     end = None if horizon is None else now + horizon
@@ -294,8 +297,13 @@ def _run(scheduler: Scheduler, backend: ForecastBackend, now: float, horizon: fl
     wake = scheduler.next_wakeup(now)
     decisions = 0
     stalled = 0
+    refused = 0  # refused decisions since the last completion
     t = now
     while scheduler.active:
+        if stop is not None and stop():
+            break
+        if refused >= REFUSALS_TO_GIVE_UP and backend.next_completion() is None:
+            break  # only retries of a refused decision are left: nothing will change it
         due = None
         if pending is not None:
             due = pending if last is None else max(pending, last + interval)
@@ -309,18 +317,23 @@ def _run(scheduler: Scheduler, backend: ForecastBackend, now: float, horizon: fl
         if stalled > 10_000:
             break
         backend.advance(t)
-        if backend._pending and pending is None:
-            pending = t
-            due = t if last is None else max(t, last + interval)
+        if backend._pending:
+            refused = 0
+            if pending is None:
+                pending = t
+                due = t if last is None else max(t, last + interval)
         if (due is not None and t >= due) or (wake is not None and t >= wake):
             for name, record in scheduler.active.items():
                 if record.current_workers > 0 and name in backend.runs:
                     _report_epochs(record, backend, name)
             before = scheduler.reschedules
+            refusals_before = scheduler.last_error
             plan = scheduler.step(t)
             if scheduler.reschedules != before:
                 last = t
                 decisions += 1
+            if scheduler.errors and scheduler.last_error is not refusals_before:
+                refused += 1
             if plan is not None:
                 for name, p in plan.placement.items():
                     if p and name not in starts:

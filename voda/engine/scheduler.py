@@ -62,6 +62,11 @@ from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete, Suppo
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
 
 log = logging.getLogger(__name__)
+# The logger of a scheduler that only plays the future (voda.engine.forecast): its
+# refusals are the live engine's, already said once.
+_quiet_log = logging.getLogger(f"{__name__}.quiet")
+_quiet_log.disabled = True
+_quiet_log.propagate = False
 
 # How much a new epoch measurement counts against what was known (exponential average).
 EPOCH_TIME_SMOOTHING = 0.5
@@ -69,6 +74,9 @@ EPOCH_TIME_SMOOTHING = 0.5
 # doubled on each refusal in a row, up to RETRY_MAX_SECONDS.
 RETRY_MIN_SECONDS = 1.0
 RETRY_MAX_SECONDS = 600.0
+# A replay of the engine on virtual time (the simulator, a forecast) stops after this many
+# refused decisions with nothing left to change them: the retries would go on for ever.
+REFUSALS_TO_GIVE_UP = 3
 ALL_GPU_TYPES = "*"  # the key of an error that is not one GPU type's
 
 # Speed and layout history are kept per (job category, GPU type): an A100
@@ -313,8 +321,11 @@ class Scheduler:
         now: float = 0.0,
         layout_history: Mapping[HistoryKey, Mapping[tuple[int, int], float]] | None = None,
         goodput_history: Mapping[HistoryKey, Any] | None = None,
+        quiet: bool = False,
     ) -> None:
+        """`quiet`: log nothing (a forecast's replay of the engine)."""
         self.backend = backend
+        self.log = _quiet_log if quiet else log
         # Job seconds per engine second: every per-job counter is kept in job seconds.
         self.time_scale = backend_time_scale(backend)
         self.settings = settings or SchedulerSettings()
@@ -686,7 +697,7 @@ class Scheduler:
         try:
             self.handle(event)
         except Exception as error:
-            log.exception("event %s (job %s, node %s) could not be applied; dropped",
+            self.log.exception("event %s (job %s, node %s) could not be applied; dropped",
                           event.kind, event.job, event.node.name if event.node else None)
             self.failed_events += 1
             for observer in self.observers:
@@ -717,7 +728,7 @@ class Scheduler:
         try:
             plan = decide(jobs, self.cluster, previous, algorithms, self.placer)
         except Exception as exc:  # decide() itself broke: nothing changes, retry later
-            log.exception("rescheduling failed, the plan in force stays")
+            self.log.exception("rescheduling failed, the plan in force stays")
             self._refused({ALL_GPU_TYPES: f"{type(exc).__name__}: {exc}"}, now)
             self._all_refused(now)
             return None
@@ -750,9 +761,13 @@ class Scheduler:
             self.last_error = None
             return
         for gpu_type, reason in sorted(reasons.items()):
+            before = self.errors.get(gpu_type)
             error = self.errors[gpu_type] = DecisionRefused(gpu_type, reason)
             self.last_error = error
-            log.error("%s; the plan in force stays", error)
+            # Said once: each retry that is refused the same way is only a debug line.
+            said = self.log.debug if before is not None and before.reason == reason \
+                else self.log.error
+            said("%s; the plan in force stays", error)
             for observer in self.observers:
                 observer.on_error(error, now, gpu_type)
         self._refusals_in_a_row += 1
@@ -771,7 +786,7 @@ class Scheduler:
             try:
                 self._act(record, action)
             except Exception as exc:  # any backend may fail in any way
-                log.error("backend failed to %s %s: %s; rereading what runs",
+                self.log.error("backend failed to %s %s: %s; rereading what runs",
                           action.kind, action.job, exc)
                 self._resync(now)
                 return f"backend failed to {action.kind} {action.job}: {exc}"
@@ -872,7 +887,7 @@ class Scheduler:
             else:
                 backend.note_reason(record.name, str(new.code), new.message, now)
         except Exception:
-            log.exception("job %s: the backend failed to take its reason; ignored",
+            self.log.exception("job %s: the backend failed to take its reason; ignored",
                           record.name)
 
     def _note_reasons(self, plan: Plan, now: float) -> None:

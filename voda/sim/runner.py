@@ -20,7 +20,12 @@ from voda.core.model import Job
 from voda.core.placement import registry as placers
 from voda.core.placement.base import Placer
 from voda.engine.clock import ManualClock
-from voda.engine.scheduler import Scheduler, SchedulerObserver, SchedulerSettings
+from voda.engine.scheduler import (
+    REFUSALS_TO_GIVE_UP,
+    Scheduler,
+    SchedulerObserver,
+    SchedulerSettings,
+)
 from voda.sim.adaptive import initial_model
 from voda.sim.backend import DEFAULT_PENALTY, SimBackend, check_layout_speed
 from voda.sim.cluster_file import SimCluster
@@ -266,7 +271,13 @@ class _Loop:
         last_reschedule: float | None = None
         wake: float | None = None
         stalled = 0
+        refused = 0  # refused decisions since the last change the scheduler saw
         while not self.finished:
+            if (refused >= REFUSALS_TO_GIVE_UP and self.next_arrival >= len(self.jobs)
+                    and self.next_node_event >= len(self.node_events)
+                    and self.backend.next_completion() is None):
+                raise SimulationStalled(
+                    f"every decision is refused at t = {now}: {self.scheduler.last_error}")
             due = None
             if pending is not None:
                 due = pending if last_reschedule is None else max(pending,
@@ -292,14 +303,18 @@ class _Loop:
             stalled = stalled + 1 if t == now else 0
             if stalled > 10_000:
                 raise SimulationStalled(f"the simulation makes no progress at t = {now}")
-            if self._move_to(t) and pending is None:
-                pending = t
-                due = t if last_reschedule is None else max(t, last_reschedule + interval)
+            if self._move_to(t):
+                refused = 0
+                if pending is None:
+                    pending = t
+                    due = t if last_reschedule is None else max(t, last_reschedule + interval)
             if (due is not None and t >= due) or (wake is not None and t >= wake):
                 before = (self.scheduler.reschedules, self.scheduler.last_error)
                 self.scheduler.step(t)
                 if (self.scheduler.reschedules, self.scheduler.last_error) != before:
                     last_reschedule = t
+                if self.scheduler.errors and self.scheduler.last_error is not before[1]:
+                    refused += 1
                 pending = None
                 wake = self.scheduler.next_wakeup(t)
                 self._after_step(t)
