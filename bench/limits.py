@@ -8,7 +8,9 @@
    and a list of jobs, one after another, with nothing else open.
 2. Opens `--streams` dashboard event streams (/ui/stream/cluster) as one non-admin user
    (most are refused by max_streams_per_user: 429) and `--idle` connections that send
-   nothing, then times the same requests again while they are open.
+   nothing, all from 127.0.0.2 (another host than the measured client; beyond
+   max_connections_per_address, 256, they are answered 503), then times the same
+   requests again while they are open.
 3. Prints the median and the 95th percentile of each, without and with the load, and
    what became of the streams and idle connections (the head deadline closes the idle
    ones after header_timeout_seconds).
@@ -33,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from voda_testing.serve import ServeProcess, free_port  # noqa: E402
 
 TOKENS = {"alice": "bench-token-alice", "root": "bench-token-root"}
+LOAD_FROM = "127.0.0.2"  # the load's address (all of 127/8 is loopback)
 JOB = {"name": "bench", "command": "x", "epochs": 1_000_000}
 
 
@@ -62,7 +65,8 @@ def open_streams(server: ServeProcess, count: int) -> tuple[list[socket.socket],
     socks = []
     cookie = "; ".join(f"{k}={v}" for k, v in server.dashboard_cookies("alice").items())
     for _ in range(count):
-        sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=60,
+                                        source_address=(LOAD_FROM, 0))
         sock.sendall((f"GET /ui/stream/cluster HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
                       f"Cookie: {cookie}\r\n\r\n").encode())
         socks.append(sock)
@@ -115,7 +119,8 @@ def main() -> None:
     if args.unbounded:
         (folder / "config.toml").write_text(
             "[server]\nmax_streams_per_user = 100000\nmax_streams = 100000\n"
-            "header_timeout_seconds = 100000\nmax_connections = 100000\n")
+            "header_timeout_seconds = 100000\nmax_connections = 100000\n"
+            "max_connections_per_address = 100000\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
     env["VODA_CONFIG"] = str(folder / "config.toml")
     env["VODA_TOKENS"] = f"alice:{TOKENS['alice']},root:{TOKENS['root']}:admin"
@@ -128,7 +133,8 @@ def main() -> None:
         quiet = measure(server, args.runs)
         began = time.monotonic()
         streams, statuses = open_streams(server, args.streams)
-        idle = [socket.create_connection(("127.0.0.1", port), timeout=60)
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=60,
+                                         source_address=(LOAD_FROM, 0))
                 for _ in range(args.idle)]
         opened_in = time.monotonic() - began
         loaded = measure(server, args.runs)

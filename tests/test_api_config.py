@@ -137,3 +137,4 @@ def test_connection_limits_come_from_the_file_and_the_environment(tmp_path: Path
     assert (settings.max_streams_per_user, settings.max_streams) == (2, 5)
     assert (settings.header_timeout_seconds, settings.body_timeout_seconds) == (3.0, 1.5)
     assert settings.max_connections == 1000
+    assert settings.max_connections_per_address == 256

@@ -201,3 +201,47 @@ def test_a_slow_body_is_408_and_connections_are_capped(serve: ServeFactory,
                 return False
 
         wait_for(answered)
+
+
+def test_one_address_cannot_take_every_connection_a_trusted_proxy_may(
+        serve: ServeFactory, tmp_path: Path) -> None:
+    server = served(serve, tmp_path, (
+        "max_connections_per_address = 3\nheader_timeout_seconds = 600\n"
+        'trusted_proxies = "127.0.0.3"\n'))
+    request = f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n\r\n".encode()
+
+    def connect_from(host: str) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", server.port), timeout=30,
+                                        source_address=(host, 0))
+
+    hog = [connect_from("127.0.0.2") for _ in range(3)]
+    extra = connect_from("127.0.0.2")
+    status, _, rest = read_head(extra)
+    assert status == 503
+    while not rest.endswith(b"}"):
+        rest += extra.recv(65536)
+    assert "max_connections_per_address" in rest.decode()
+    extra.close()
+    # Others are served: another address, and a proxy beyond the per-address share.
+    with server.client("alice") as alice:
+        assert alice.get("/healthz").status_code == 200
+    proxy = [connect_from("127.0.0.3") for _ in range(5)]
+    for sock in proxy:
+        sock.sendall(request)
+        assert read_head(sock)[0] == 200
+    for sock in hog:  # the address has its share back once its connections went
+        sock.close()
+
+    def served_again() -> bool:
+        sock = connect_from("127.0.0.2")
+        try:
+            sock.sendall(request)
+            return read_head(sock)[0] == 200
+        except (AssertionError, OSError):
+            return False
+        finally:
+            sock.close()
+
+    wait_for(served_again)
+    for sock in proxy:
+        sock.close()

@@ -31,12 +31,18 @@ def refused(response: httpx.Response, status: int, field: str) -> dict:
     return body
 
 
+# What these bodies would cost if they were parsed, expanded or sized on every count is
+# minutes (or the memory); an answer within SOON is one that did none of it, even on a
+# loaded machine.
+SOON = 10.0
+
+
 def alive(server: ServeProcess) -> None:
     assert server.proc is not None and server.proc.poll() is None, "the service died"
     with server.client("alice") as client:
         started = time.monotonic()
         assert client.get("/v1/jobs", params={"limit": 1}).status_code == 200
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < SOON
 
 
 # ----- browsers and other callers that must not run commands -------------------------------
@@ -233,7 +239,7 @@ def test_deep_or_expanding_bodies_are_refused_before_parsing(
     with api_server.client("alice") as client:
         started = time.monotonic()
         refused(client.post("/v1/jobs", content=body, headers=headers), status, field)
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < SOON
     alive(api_server)
 
 
@@ -261,7 +267,7 @@ def test_every_count_is_bounded_at_admission(api_server: ServeProcess, body: byt
     with api_server.client("alice") as client:
         started = time.monotonic()
         refused(client.post("/v1/jobs", content=body, headers=YAML), 422, field)
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < SOON
     alive(api_server)
 
 
@@ -275,7 +281,7 @@ def test_a_job_at_the_clusters_size_answers_at_once(api_server: ServeProcess) ->
         assert len(job.json()["speedup"]) <= 40
         assert client.get(f"/v1/jobs/{job.json()['name']}").status_code == 200
         assert client.delete(f"/v1/jobs/{job.json()['name']}").status_code == 200
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < SOON
 
 
 # ----- input that was silently accepted ----------------------------------------------------

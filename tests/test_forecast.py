@@ -146,3 +146,34 @@ def test_forecast_of_a_closed_workload_is_the_simulated_outcome(rows, algorithm,
     for job in result.jobs:
         assert out.jobs[job.name].finish == pytest.approx(job.finish, rel=1e-9, abs=1e-6), (
             job.name)
+
+
+def test_a_type_whose_decisions_are_refused_gets_no_forecast_and_the_forecast_ends():
+    """An algorithm that breaks its contract is refused again at every retry: the
+    forecast stops once only those retries are left (it used to retry for ever), jobs of
+    that type have no start or finish, and the other types are forecast as usual."""
+    nodes = (Node("d", 4), Node("a", 4, gpu_type="a100"))
+    refused = [Job(n, min_workers=1, max_workers=4, epochs=10, submit_time=0.0,
+                   gpu_type="a100", epoch_time_by_workers={4: 10.0}) for n in ("x", "y")]
+    fine = Job("z", min_workers=2, max_workers=2, epochs=3, submit_time=0.0,
+               epoch_time_by_workers={2: 20.0})
+    given = ForecastInput(
+        jobs=(*refused, fine), nodes=nodes, placement={},
+        settings=SchedulerSettings(
+            algorithm="FIFO", rate_limit_seconds=1.0,
+            algorithm_by_gpu_type={"a100": ("tests.custom_algorithm:over_capacity", {})}),
+        placer=get_placer("naive"), now=0.0, penalty=0.0)
+    out = forecast(given)
+    assert out.jobs["x"].start is None and out.jobs["x"].finish is None
+    assert out.jobs["y"].finish is None
+    assert out.jobs["z"].start == pytest.approx(0.0)
+    assert out.jobs["z"].finish == pytest.approx(60.0)
+
+
+def test_a_forecast_told_to_stop_ends_where_it_got_to():
+    jobs = [Job(f"j{i}", min_workers=8, max_workers=8, epochs=5, submit_time=float(i),
+                epoch_time_by_workers={8: 10.0}) for i in range(3)]
+    calls = iter(range(1_000))
+    out = forecast(given_state(jobs), stop=lambda: next(calls) >= 2)
+    assert out.jobs["j0"].start is not None
+    assert out.jobs["j2"].start is None and out.jobs["j2"].finish is None

@@ -139,3 +139,25 @@ def test_a_flat_node_list_with_labels() -> None:
 def test_a_bad_topology_file_names_the_field(data: object, message: str) -> None:
     with pytest.raises(TopologyFileError, match=message):
         cluster_from_topology(data)
+
+
+def test_an_index_of_the_same_nodes_is_a_fresh_copy_each_time() -> None:
+    cluster = small()
+    topology = Topology.of(cluster)
+    assert Topology.of(Cluster(tuple(cluster.nodes))) is topology  # same nodes: built once
+    first = FreeIndex.of(cluster.nodes, topology)
+    first.take(first.index["b0"], 8, sensitive=True)
+    first.take(first.index["a0"], 3)
+    second = FreeIndex.of(list(cluster.nodes), topology)
+    assert second is not first and second.free == [4, 4, 8, 4]
+    assert second.leaf_free == second.leaf_cap and second.spine_free == second.spine_cap
+    assert list(second.nodes_with_free(8)) == [second.index["b0"]]
+    assert second.sensitive == [0, 0, 0, 0]
+    assert first.free == [1, 4, 0, 4]  # the first is unchanged by the second
+    # Other nodes (equal in value, other objects): an index of their own.
+    other = Cluster(tuple(Node(n.name, n.gpus, leaf=n.leaf, spine=n.spine)
+                          for n in cluster.nodes))
+    assert FreeIndex.of(other.nodes, Topology.of(other)).nodes == other.nodes
+    with pytest.raises(ValueError, match="spine"):
+        Topology.of(Cluster((Node("x", 1, leaf="l", spine="s0"),
+                             Node("y", 1, leaf="l", spine="s1"))))

@@ -214,3 +214,52 @@ def test_every_built_in_algorithm_explains_every_job_below_max_in_its_own_terms(
         assert reason.message.endswith(".") and "\n" not in reason.message
     codes = {r.code for r in plan.reasons.values()}
     assert codes & {Q, P, S, SH, ReasonCode.PREFERRED_SIZE, ReasonCode.AT_BEST_COUNT}
+
+
+class CountingExplainer:
+    """Every job at min; counts the calls of its explain."""
+
+    name = "Counting"
+
+    def __init__(self) -> None:
+        self.explained = 0
+
+    def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        return {j.name: j.min_workers for j in jobs}
+
+    def explain(self, jobs, capacity, allocation):  # type: ignore[no-untyped-def]
+        self.explained += 1
+        return {}
+
+
+def test_reasons_are_worked_out_when_first_read_and_once() -> None:
+    algorithm = CountingExplainer()
+    plan = decide_on(algorithm, [make_job("a").workers(1, 4).obj()], one_node(4))
+    assert algorithm.explained == 0, "explained before the plan was handed over"
+    assert plan.reasons["a"].code is ReasonCode.GENERIC
+    assert set(plan.reasons) == {"a"} and len(plan.reasons) == 1
+    assert algorithm.explained == 1
+
+
+def test_a_failure_to_explain_leaves_the_reasons_and_the_engine_goes_on(monkeypatch,
+                                                                        caplog) -> None:
+    from voda.backends.memory import InMemoryBackend
+    from voda.core import plan as plan_module
+    from voda.engine.scheduler import Scheduler, SchedulerSettings
+
+    sched = Scheduler(InMemoryBackend(one_node(4)),
+                      SchedulerSettings(algorithm="FIFO", rate_limit_seconds=0.0))
+    sched.submit(make_job("a").rigid(4).submitted_at(0).obj())
+    sched.submit(make_job("b").rigid(4).submitted_at(1).obj())
+    sched.step(1.0)
+    assert sched.job_reasons["b"].code is ReasonCode.QUEUED
+
+    def broken(*args: object) -> dict:
+        raise RuntimeError("explanation bug")
+
+    monkeypatch.setattr(plan_module, "_explain_type", broken)
+    sched.submit(make_job("c").rigid(2).submitted_at(2).obj())
+    plan = sched.step(2.0)
+    assert plan is not None and plan.allocation["a"] == 4  # decided and applied
+    assert sched.job_reasons["b"].code is ReasonCode.QUEUED  # kept
+    assert "reasons could not be worked out" in caplog.text

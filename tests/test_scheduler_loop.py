@@ -347,6 +347,21 @@ def test_a_refused_decision_is_retried_after_the_rate_limit_with_backoff(
     assert sched.errors == {} and sched.next_wakeup(210.0) is None
 
 
+def test_a_refusal_is_logged_once_per_reason(scripted: Scripted, caplog) -> None:
+    sched, _ = scheduler(rate_limit=1.0, algorithm="Scripted")
+    sched.submit(make_job("a").workers(1, 4).submitted_at(0).obj())
+    scripted.error = RuntimeError("model server down")
+    with caplog.at_level("DEBUG", logger="voda.engine.scheduler"):
+        for t in (0.0, 1.0, 3.0, 7.0):  # each retry, refused the same way
+            sched.step(t)
+        scripted.error = RuntimeError("model server gone")
+        sched.step(15.0)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records
+            if "the plan in force stays" in r.getMessage()]
+    assert [level for level, _ in said] == ["ERROR", "DEBUG", "DEBUG", "DEBUG", "ERROR"]
+    assert "server gone" in said[-1][1]
+
+
 def test_a_refused_decision_with_no_rate_limit_is_retried_after_a_second() -> None:
     sched, _ = scheduler(rate_limit=0.0, algorithm="voda.core.allocation.afs:AFSL")
     sched.placer = lambda *args: (_ for _ in ()).throw(RuntimeError("no topology"))

@@ -144,15 +144,30 @@ def test_unfinished_jobs_are_said_loudly_and_the_exit_code_is_not_zero(small: Pa
     assert "did not finish" in cut.stderr
 
 
+def simulate_jobs(tmp_path: Path, jobs: str, cluster: str, algorithm: str):  # type: ignore[no-untyped-def]
+    """`voda simulate` of the workload `jobs` (YAML text)."""
+    path = tmp_path / "jobs.yaml"
+    path.write_text(jobs)
+    return runner.invoke(app, ["simulate", "--workload", str(path), "--cluster", cluster,
+                               "--algorithm", algorithm])
+
+
 def test_jobs_that_can_never_finish_make_the_exit_code_non_zero(tmp_path: Path) -> None:
-    path = tmp_path / "too-big.yaml"
-    path.write_text("- {name: a, arrival: 0, duration: 60, min: 1, max: 1}\n"
-                    "- {name: huge, arrival: 0, duration: 60, min: 16, max: 16}\n")
-    result = runner.invoke(app, ["simulate", "--workload", str(path), "--cluster", "2x4",
-                                 "--algorithm", "FIFO"])
+    result = simulate_jobs(tmp_path, "- {name: a, arrival: 0, duration: 60, min: 1, max: 1}\n"
+                           "- {name: huge, arrival: 0, duration: 60, min: 16, max: 16}\n",
+                           "2x4", "FIFO")
     assert result.exit_code == 1
     assert "1 of 2 jobs did not finish" in " ".join(result.stderr.split())
     assert "(1 left)" in result.stdout
+
+
+def test_an_algorithm_that_is_always_refused_ends_with_its_reason(tmp_path: Path) -> None:
+    result = simulate_jobs(tmp_path, "- {name: a, arrival: 0, duration: 60, min: 1, max: 4}\n"
+                           "- {name: b, arrival: 0, duration: 60, min: 1, max: 4}\n",
+                           "1x4", "tests.custom_algorithm:over_capacity")
+    assert result.exit_code == 2
+    text = " ".join(result.stderr.split())
+    assert "every decision is refused" in text and "8 GPUs allocated but the capacity is 4" in text
 
 
 def test_an_unknown_workload_lists_the_built_in_names() -> None:

@@ -220,3 +220,13 @@ def test_decisions_between_rounds_start_jobs_after_arrival_and_keep_the_rate_lim
     assert all(starts[name] >= submit[name] for name in starts)
     between_rounds = sorted({t for t in starts.values() if t % 60})
     assert all(b - a >= 30 for a, b in itertools.pairwise(between_rounds))
+
+
+def test_an_algorithm_whose_every_decision_is_refused_stops_the_simulation(tmp_path) -> None:
+    from voda.sim.runner import SimulationStalled
+
+    jobs = "- {name: a, arrival: 0, duration: 100, min: 1, max: 4}\n" \
+           "- {name: b, arrival: 0, duration: 100, min: 1, max: 4}\n"
+    settings = SimSettings(algorithm="tests.custom_algorithm:over_capacity", interval=1.0)
+    with pytest.raises(SimulationStalled, match=r"every decision is refused.*capacity is 4"):
+        simulate(workload(tmp_path, jobs), parse_cluster("1x4"), settings)

@@ -203,6 +203,7 @@ class ServerSettings:
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 30.0
     max_connections: int = 1000
+    max_connections_per_address: int = 256  # a trusted proxy's address is exempt
     # Proxies (IP addresses or CIDR networks, comma-separated) whose X-Forwarded-For and
     # X-Forwarded-Proto are believed; empty: those headers are ignored entirely.
     trusted_proxies: str = ""
@@ -288,6 +289,7 @@ _SERVER_ENV = {
     "header_timeout_seconds": "VODA_HEADER_TIMEOUT",
     "body_timeout_seconds": "VODA_BODY_TIMEOUT",
     "max_connections": "VODA_MAX_CONNECTIONS",
+    "max_connections_per_address": "VODA_MAX_CONNECTIONS_PER_ADDRESS",
     "trusted_proxies": "VODA_TRUSTED_PROXIES",
     "session_hours": "VODA_SESSION_HOURS",
 }
@@ -370,7 +372,8 @@ def load_server_settings(
         if coerced.get(name, 0) < 0:
             raise ConfigError(f"{name}: must not be negative, got {coerced[name]}")
     for name in ("max_body_bytes", "max_streams_per_user", "max_streams",
-                 "header_timeout_seconds", "body_timeout_seconds", "max_connections"):
+                 "header_timeout_seconds", "body_timeout_seconds", "max_connections",
+                 "max_connections_per_address"):
         if name in coerced and not coerced[name] > 0:
             raise ConfigError(f"{name}: must be greater than 0, got {coerced[name]}")
     if bool(coerced.get("tls_cert")) != bool(coerced.get("tls_key")):

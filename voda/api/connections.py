@@ -8,12 +8,16 @@ and again after each response, cancelled only when a whole request head has come
 it passes, the connection is closed. A request whose head has come is the app's: its body
 has the guard's deadline (voda.api.guard, body_timeout_seconds) and a response in progress,
 such as a dashboard event stream, has none. Beyond `max_connections` open connections a
-new one is answered 503 and closed at once.
+new one is answered 503 and closed at once, and so is one from an address that holds
+`max_connections_per_address` already (one client cannot take every slot); a trusted
+proxy's address is exempt, as all its clients come through it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+from collections.abc import Sequence
 from typing import Any
 
 import h11
@@ -21,11 +25,18 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from voda.api.guard import error_body
 
-_, _BUSY = error_body(503, "connections", "the service has too many open connections "
-                     "(max_connections); try again later")
-BUSY_ANSWER = (f"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-               f"content-length: {len(_BUSY)}\r\nretry-after: 1\r\nconnection: close\r\n"
-               f"\r\n").encode() + _BUSY
+
+def _busy_answer(reason: str) -> bytes:
+    _, body = error_body(503, "connections", reason)
+    return (f"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nretry-after: 1\r\nconnection: close\r\n"
+            f"\r\n").encode() + body
+
+
+BUSY_ANSWER = _busy_answer("the service has too many open connections (max_connections); "
+                           "try again later")
+ADDRESS_BUSY_ANSWER = _busy_answer("your address has too many open connections "
+                                   "(max_connections_per_address); close some and try again")
 
 
 class DeadlineProtocol(H11Protocol):
@@ -33,6 +44,8 @@ class DeadlineProtocol(H11Protocol):
 
     header_timeout: float = 10.0
     max_connections: int = 1000
+    max_per_address: int = 1000
+    exempt: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -41,11 +54,28 @@ class DeadlineProtocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         over = len(self.connections) >= self.max_connections
         super().connection_made(transport)
-        if over:
-            transport.write(BUSY_ANSWER)
+        refusal = BUSY_ANSWER if over else ADDRESS_BUSY_ANSWER if self._address_full() else None
+        if refusal is not None:
+            transport.write(refusal)
             transport.close()
             return
         self._arm()
+
+    def _address_full(self) -> bool:
+        """Whether this connection's address held its share already (self included)."""
+        host = self.client[0] if self.client else None
+        if host is None or self._exempt(host):
+            return False
+        same = sum(1 for c in self.connections
+                   if isinstance(c, DeadlineProtocol) and c.client and c.client[0] == host)
+        return same > self.max_per_address
+
+    def _exempt(self, host: str) -> bool:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(address in network for network in self.exempt)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -78,7 +108,12 @@ class DeadlineProtocol(H11Protocol):
             self.transport.close()
 
 
-def protocol(header_timeout: float, max_connections: int) -> type[DeadlineProtocol]:
-    """A DeadlineProtocol class with these bounds (uvicorn makes one per connection)."""
+def protocol(header_timeout: float, max_connections: int,
+             max_per_address: int | None = None,
+             trusted_proxies: Sequence[str] = ()) -> type[DeadlineProtocol]:
+    """A DeadlineProtocol class with these bounds (uvicorn makes one per connection);
+    `trusted_proxies` (IPs, CIDRs) are exempt from `max_per_address`."""
     return type("BoundedProtocol", (DeadlineProtocol,), {
-        "header_timeout": header_timeout, "max_connections": max_connections})
+        "header_timeout": header_timeout, "max_connections": max_connections,
+        "max_per_address": max_connections if max_per_address is None else max_per_address,
+        "exempt": tuple(ipaddress.ip_network(p, strict=False) for p in trusted_proxies)})

@@ -177,7 +177,8 @@ def register(app: typer.Typer) -> None:
         uvicorn.run(app_, host=settings.host, port=settings.port, log_level="warning",
                     access_log=False, ssl_certfile=settings.tls_cert or None,
                     ssl_keyfile=settings.tls_key or None, timeout_graceful_shutdown=3,
-                    http=protocol(settings.header_timeout_seconds, settings.max_connections),
+                    http=protocol(settings.header_timeout_seconds, settings.max_connections,
+                                  settings.max_connections_per_address, proxies),
                     limit_concurrency=settings.max_connections + 1,
                     proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
         if pod_scheduler is not None:

@@ -78,6 +78,7 @@ def run_simulation(
     from voda.sim.cluster_file import ClusterFileError
     from voda.sim.compare import RunRequest, check_request, run_many, run_one
     from voda.sim.profiles import ProfileError
+    from voda.sim.runner import SimulationStalled
     from voda.sim.workloads import WorkloadError
 
     names = list(registry.BUILTIN_NAMES) if algorithm == ALL else [algorithm]
@@ -107,13 +108,18 @@ def run_simulation(
     show = not as_json and sys.stderr.isatty()
     columns = (TextColumn("{task.description}"), BarColumn(),
                TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn())
-    with Progress(*columns, console=err, disable=not show, transient=True) as bar:
-        if len(requests) == 1:
-            task = bar.add_task(f"simulating {names[0]}", total=1.0)
-            results = [run_one(requests[0], progress=lambda f: bar.update(task, completed=f))]
-        else:
-            task = bar.add_task(f"simulating {len(requests)} algorithms", total=len(requests))
-            results = run_many(requests, done=lambda _r, _res: bar.advance(task))
+    try:
+        with Progress(*columns, console=err, disable=not show, transient=True) as bar:
+            if len(requests) == 1:
+                task = bar.add_task(f"simulating {names[0]}", total=1.0)
+                results = [run_one(requests[0],
+                                   progress=lambda f: bar.update(task, completed=f))]
+            else:
+                task = bar.add_task(f"simulating {len(requests)} algorithms",
+                                    total=len(requests))
+                results = run_many(requests, done=lambda _r, _res: bar.advance(task))
+    except SimulationStalled as exc:
+        _fail(str(exc))
     if report:
         from voda.sim.html_report import write_report
 

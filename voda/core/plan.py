@@ -17,12 +17,13 @@ and its reason is reported in Plan.errors; the other types go on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 from voda.core.allocation.base import AllocationAlgorithm, checked_allocate
 from voda.core.allocation.counts import sized_to
-from voda.core.allocation.reasons import Reason, ReasonCode, explain
+from voda.core.allocation.reasons import Deferred, Reason, ReasonCode, explain
 from voda.core.model import (
     ACTION_ORDER,
     Action,
@@ -128,14 +129,15 @@ def decide(
 
     `explain_reasons`: give every job left below its max a Reason (Plan.reasons): the
     algorithm's own (voda.core.allocation.reasons), or the placement's where the job's
-    nodes held less, or the refusal's.
+    nodes held less, or the refusal's. They are worked out on first read (Deferred), from
+    what each type's decision saw.
     """
     by_name = {j.name: j for j in jobs}
     active_previous = {name: p for name, p in previous.items() if name in by_name}
     allocation: dict[str, int] = {}
     placement: dict[str, JobPlacement] = {}
     errors: dict[str, str] = {}
-    reasons: dict[str, Reason] = {}
+    explained: list[Callable[[], dict[str, Reason]]] = []
     free: dict[str, int] = {}
     for gpu_type in sorted({*cluster.gpu_types(), *(j.gpu_type for j in jobs)}):
         of_type = [j for j in jobs if j.gpu_type == gpu_type]
@@ -148,23 +150,33 @@ def decide(
         caps: dict[str, int] = {}
         try:
             counts, placed = _decide_type(of_type, type_cluster, held, algo, placer, caps)
-            if explain_reasons:
-                reasons.update(_explain_type(of_type, type_cluster, algo, counts, caps))
+            explained.append(partial(_explain_type, of_type, type_cluster, algo, counts, caps))
         except Exception as exc:  # a custom algorithm or placer may fail in any way
             errors[gpu_type] = str(exc) or type(exc).__name__
             counts = {j.name: placement_workers(held.get(j.name, ())) for j in of_type}
             placed = {name: p for name, p in held.items() if p}
-            if explain_reasons:
-                reasons.update(_refused(of_type, counts, gpu_type))
+            explained.append(partial(_refused, of_type, counts, gpu_type))
         free[gpu_type] = type_cluster.capacity() - sum(counts.values())
         allocation.update(counts)
         placement.update(placed)
-    if explain_reasons:
-        _waiting_for_type(reasons, by_name, allocation, free)
+    reasons: Mapping[str, Reason] = (
+        Deferred(partial(_all_reasons, explained, by_name, allocation, free))
+        if explain_reasons else {})
     actions = diff(active_previous, placement)
     migrated = sum(moved_workers(a.old, a.new) for a in actions)
     return Plan(allocation=allocation, placement=placement, actions=actions,
                 migrated_workers=migrated, errors=errors, reasons=reasons)
+
+
+def _all_reasons(explained: Sequence[Callable[[], dict[str, Reason]]],
+                 jobs: Mapping[str, Job], allocation: Mapping[str, int],
+                 free: Mapping[str, int]) -> dict[str, Reason]:
+    """Every type's reasons, then the jobs waiting for their type while others are free."""
+    reasons: dict[str, Reason] = {}
+    for part in explained:
+        reasons.update(part())
+    _waiting_for_type(reasons, jobs, allocation, free)
+    return reasons
 
 
 def _explain_type(jobs: Sequence[Job], cluster: Cluster, algorithm: AllocationAlgorithm,

@@ -246,7 +246,8 @@ def forecast(
         rate_limit_seconds=resolution,
     )
     scheduler = Scheduler(backend, settings, placer=given.placer, now=now,
-                          category_history=given.category_history, quiet=True)
+                          category_history=given.category_history, quiet=True,
+                          explain=False)
     starts: dict[str, float] = {}
     running: set[str] = set()
     for job in given.jobs:

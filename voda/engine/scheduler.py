@@ -322,10 +322,13 @@ class Scheduler:
         layout_history: Mapping[HistoryKey, Mapping[tuple[int, int], float]] | None = None,
         goodput_history: Mapping[HistoryKey, Any] | None = None,
         quiet: bool = False,
+        explain: bool = True,
     ) -> None:
-        """`quiet`: log nothing (a forecast's replay of the engine)."""
+        """`quiet`: log nothing; `explain`: keep each job's reason (job_reasons). A
+        forecast's replay of the engine does neither."""
         self.backend = backend
         self.log = _quiet_log if quiet else log
+        self.explain = explain
         # Job seconds per engine second: every per-job counter is kept in job seconds.
         self.time_scale = backend_time_scale(backend)
         self.settings = settings or SchedulerSettings()
@@ -726,7 +729,8 @@ class Scheduler:
         algorithms = {t: self.algorithm_for(t) for t in {j.gpu_type for j in jobs}}
         started = time.perf_counter()
         try:
-            plan = decide(jobs, self.cluster, previous, algorithms, self.placer)
+            plan = decide(jobs, self.cluster, previous, algorithms, self.placer,
+                          explain_reasons=self.explain)
         except Exception as exc:  # decide() itself broke: nothing changes, retry later
             self.log.exception("rescheduling failed, the plan in force stays")
             self._refused({ALL_GPU_TYPES: f"{type(exc).__name__}: {exc}"}, now)
@@ -742,7 +746,8 @@ class Scheduler:
             self._dirty = True  # decide again on what the backend says runs
             self._all_refused(now)
             return None
-        self._note_reasons(plan, now)
+        if self.explain:
+            self._note_reasons(plan, now)
         self.last_plan = plan
         self.reschedules += 1
         elapsed = time.perf_counter() - started
@@ -858,6 +863,8 @@ class Scheduler:
     # ----- reasons ---------------------------------------------------------------
     def _set_reason(self, record: JobRecord, reason: Reason | None, now: float) -> None:
         """Keep the job's reason; `since` and the observers move only when its code does."""
+        if not self.explain:
+            return
         old = self.job_reasons.get(record.name)
         if reason is None:
             if old is not None:
@@ -892,8 +899,14 @@ class Scheduler:
 
     def _note_reasons(self, plan: Plan, now: float) -> None:
         """The applied plan's reasons become the jobs' (a job that lost workers with a node
-        says so until it holds GPUs again)."""
-        given = plan.reasons
+        says so until it holds GPUs again). decide() defers them (Deferred): they are
+        worked out here, once the plan's actions are out."""
+        try:
+            given = dict(plan.reasons)
+        except Exception:  # an explanation never stops the engine: the reasons stay
+            self.log.exception("the decision's reasons could not be worked out; the jobs "
+                               "keep the ones they had")
+            return
         for name, record in self.active.items():
             reason = given.get(name)
             node = self._lost_on.get(name)

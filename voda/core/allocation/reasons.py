@@ -15,7 +15,7 @@ message may change wording from release to release.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -90,6 +90,36 @@ class Reason:
 
 class Complete(dict):  # type: ignore[type-arg]
     """Reasons that cover every job below max (the built-in algorithms' own)."""
+
+
+class Deferred(Mapping[str, Reason]):
+    """Reasons worked out on first read. decide() hands its reasons over this way, so
+    that the plan's actions go out before anything is spent on explaining them: the
+    engine reads them right after applying the plan (Scheduler._note_reasons)."""
+
+    __slots__ = ("_compute", "_reasons")
+
+    def __init__(self, compute: Callable[[], Mapping[str, Reason]]) -> None:
+        self._compute: Callable[[], Mapping[str, Reason]] | None = compute
+        self._reasons: Mapping[str, Reason] | None = None
+
+    def _read(self) -> Mapping[str, Reason]:
+        if self._reasons is None:
+            assert self._compute is not None
+            self._reasons, self._compute = self._compute(), None
+        return self._reasons
+
+    def __getitem__(self, name: str) -> Reason:
+        return self._read()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __repr__(self) -> str:
+        return f"Deferred({dict(self._read())!r})"
 
 
 @runtime_checkable

@@ -33,7 +33,7 @@ def rebuild(
     `defragment_max_moved_jobs` jobs that ran before; else None.
     """
     ix, settings = packer.ix, packer.s
-    fresh = Packer(FreeIndex(ix.nodes, topology), settings, packer.jobs)
+    fresh = Packer(FreeIndex.of(ix.nodes, topology), settings, packer.jobs)
     fixed_used = [0] * len(ix.nodes)
     for job in jobs:
         if job.name not in movable:

@@ -39,7 +39,7 @@ def run_steps(
 
     Returns {job: {node: workers}} and the packer, whose flags tell what it did.
     """
-    packer = Packer(FreeIndex(nodes, topology), settings, {j.name: j for j in jobs})
+    packer = Packer(FreeIndex.of(nodes, topology), settings, {j.name: j for j in jobs})
     ix = packer.ix
     current: dict[str, NodeCounts] = {}
     # 1. keep

@@ -11,6 +11,9 @@ See docs/design/003-placement.md.
 from __future__ import annotations
 
 import bisect
+import copy
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -44,8 +47,25 @@ class Topology:
 
     @classmethod
     def of(cls, nodes: Cluster | Iterable[Node]) -> Topology:
-        """Build the topology; a leaf placed under two different spines is an error."""
+        """Build the topology; a leaf placed under two different spines is an error.
+        Built once for the same nodes (the same, immutable, objects): placers ask at
+        every decision."""
         node_list = nodes.nodes if isinstance(nodes, Cluster) else tuple(nodes)
+        key = tuple(map(id, node_list))
+        with _templates_lock:
+            known = _topologies.get(key)
+            if known is not None:
+                _topologies.move_to_end(key)
+                return known[1]
+        topology = cls._build(node_list)
+        with _templates_lock:
+            _topologies[key] = (tuple(node_list), topology)  # holds the key's objects
+            while len(_topologies) > _TEMPLATES_KEPT:
+                _topologies.popitem(last=False)
+        return topology
+
+    @classmethod
+    def _build(cls, node_list: Sequence[Node]) -> Topology:
         leaf_nodes: dict[str, list[str]] = {}
         spine_leaves: dict[str, list[str]] = {}
         leaf_of: dict[str, str] = {}
@@ -103,6 +123,7 @@ class FreeIndex:
 
     def __init__(self, nodes: Sequence[Node], topology: Topology) -> None:
         self.nodes = tuple(nodes)
+        self.topology = topology
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.cap = [n.gpus for n in self.nodes]
         self.free = list(self.cap)
@@ -144,6 +165,37 @@ class FreeIndex:
         self.sensitive = [0] * len(self.nodes)
         # Bumped on every change of a leaf's free GPUs, for caches keyed by leaf.
         self.leaf_version = [0] * len(self.leaf_names)
+
+    @classmethod
+    def of(cls, nodes: Sequence[Node], topology: Topology) -> FreeIndex:
+        """A fresh index of `nodes` (all free), copied from one built before for the same
+        nodes and topology (the same objects) when there is one: a placer is called on
+        the same cluster at every decision and every step of a forecast, and building
+        the index of a thousand nodes costs more than placing most jobs."""
+        key = (id(topology), *map(id, nodes))
+        with _templates_lock:
+            template = _templates.get(key)
+            if template is not None:
+                _templates.move_to_end(key)
+        if template is None:
+            template = cls(nodes, topology)  # it holds the key's objects: ids not reused
+            with _templates_lock:
+                _templates[key] = template
+                while len(_templates) > _TEMPLATES_KEPT:
+                    _templates.popitem(last=False)
+        return template.copy()
+
+    def copy(self) -> FreeIndex:
+        """An independent copy: the structure (nodes, leaves, spines, capacities) is
+        shared, as nothing changes it after __init__; the free counts are the copy's own."""
+        twin = copy.copy(self)
+        twin.free = list(self.free)
+        twin.buckets = [list(bucket) for bucket in self.buckets]
+        twin.leaf_free = list(self.leaf_free)
+        twin.spine_free = list(self.spine_free)
+        twin.sensitive = list(self.sensitive)
+        twin.leaf_version = list(self.leaf_version)
+        return twin
 
     @property
     def total_free(self) -> int:
@@ -201,3 +253,12 @@ class FreeIndex:
         if domain in self.index:
             return [self.leaf[self.index[domain]]]
         return []
+
+
+# FreeIndex.of's templates: the last few built, by the identity of their nodes and
+# topology (an entry holds both, so the ids in its key are not reused while it lives).
+_TEMPLATES_KEPT = 8
+_templates: OrderedDict[tuple[int, ...], FreeIndex] = OrderedDict()
+_templates_lock = threading.Lock()
+# Topology.of's, by the identity of the nodes (held, as above).
+_topologies: OrderedDict[tuple[int, ...], tuple[tuple[Node, ...], Topology]] = OrderedDict()
