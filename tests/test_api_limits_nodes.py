@@ -52,6 +52,30 @@ def test_users_are_held_to_their_priority_and_queue_limits(serve: ServeFactory,
         assert alice.post("/v1/jobs", json={**job, "priority": 3}).status_code == 201
 
 
+def test_a_max_above_the_cluster_runs_on_what_there_is_and_grows_when_nodes_join(
+        serve: ServeFactory, tmp_path: Path) -> None:
+    server = serve(f"sqlite:///{tmp_path / 'voda.db'}", "--cluster", "1x4", *FAST,
+                   tokens=True)
+    with server.client("alice") as alice, server.client("root") as root:
+        submitted = alice.post("/v1/jobs", json={"name": "roomy", "command": "x", "min": 2,
+                                                 "max": 8, "epochs": 100_000})
+        assert submitted.status_code == 201, submitted.text
+        name = submitted.json()["name"]
+        wait_for(lambda: alice.get(f"/v1/jobs/{name}").json()["workers"] == 4)
+        reason = alice.get(f"/v1/jobs/{name}").json()["reason"]
+        assert reason["code"] == "Shared"
+        assert "max of 8 is more than the 4 default GPUs there are" in reason["message"]
+        added = root.post("/v1/nodes", json={"name": "node-9", "gpus": 4})
+        assert added.status_code == 201, added.text
+        wait_for(lambda: alice.get(f"/v1/jobs/{name}").json()["workers"] == 8)
+        # A min that can never fit is still refused, naming the field.
+        refused = alice.post("/v1/jobs", json={"name": "huge", "command": "x", "min": 9,
+                                               "max": 9, "epochs": 10})
+        assert refused.status_code == 422
+        assert refused.json()["errors"][0]["field"] == "min"
+        assert "can never run: the cluster has 8 default GPUs" in refused.text
+
+
 def test_nodes_are_added_drained_and_removed_at_run_time(serve: ServeFactory,
                                                          store_url: str) -> None:
     server = serve(store_url, "--cluster", "1x4", *FAST, tokens=True)

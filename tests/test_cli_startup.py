@@ -61,7 +61,8 @@ def test_client_commands_import_nothing_heavy(server: ServeProcess, tmp_path: Pa
         ("submit", "-f", str(job)), ("jobs",), ("jobs", "--json"), ("jobs", "--all"),
         ("describe", name), ("priority", name, "2"), ("cluster",), ("algorithm", "get"),
         ("logs", name, "-n", "5"), ("top", "--once"),
-        ("delete", name), ("node", "drain", "node-1"), ("node", "add", "node-1"),
+        ("delete", name), ("node", "drain", "node-1"), ("node", "uncordon", "node-1"),
+        ("node", "drain", "node-1"), ("node", "add", "node-1"), ("--version",),
         ("node", "add", "node-9", "--gpus", "2"), ("node", "remove", "node-9"), ("token",),
     ]
     seen: dict[str, set[str]] = {}
@@ -124,6 +125,10 @@ def test_cluster_and_top_mark_drained_and_removed_nodes(server: ServeProcess,
                 for line in done.stdout.splitlines() if "node-" in line}
         assert "cordoned" in rows["node-1 (drained)" if args[0] == "cluster" else "node-1"]
         assert "lost" in rows["node-0"], done.stdout
+    uncordoned = voda(env, "node", "uncordon", "node-1")
+    assert uncordoned.returncode == 0 and "node node-1 in service" in uncordoned.stdout
+    done = voda(env, "cluster")
+    assert "node-1 (drained)" not in done.stdout and "cordoned" not in done.stdout
 
 
 def test_job_names_complete_from_the_service(server: ServeProcess, tmp_path: Path) -> None:
@@ -156,3 +161,14 @@ def test_a_name_cannot_leave_its_route(server: ServeProcess, tmp_path: Path,
     done = voda(env_for(server, tmp_path), *args)
     assert done.returncode == 2 and "is not a" in done.stderr
     assert '"status"' not in done.stdout  # not the health answer
+
+
+def test_version_is_the_installed_packages() -> None:
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    from voda.cli.main import app
+
+    done = CliRunner().invoke(app, ["--version"])
+    assert done.exit_code == 0 and done.stdout.strip() == f"voda {version('voda')}"

@@ -95,7 +95,7 @@ def test_plan_accepts_an_algorithm_by_import_path(tmp_path: Path) -> None:
 
 
 BAD_JOBS = [
-    ({"name": "a"}, "the jobs must be a list of job mappings, got a mapping"),
+    ({"name": "a", "gpus": 2}, "document 1: gpus: unknown field"),
     ([{"min": 1}], "job #1: name: required"),
     ([{"name": "a", "min": 3, "max": 2}], "job 'a': max: must be at least min (3), got 2"),
     ([{"name": "a", "min": 0}], "job 'a': min: must be at least 1, got 0"),
@@ -120,7 +120,7 @@ BAD_JOBS = [
     ("data", "message"),
     BAD_JOBS,
     ids=[
-        "a mapping instead of a list",
+        "a mapping that is neither a planning entry nor a job spec",
         "a job without a name",
         "min above max",
         "min below 1",
@@ -235,3 +235,33 @@ def test_jobs_from_data_raises_with_one_message_per_problem() -> None:
         "job 'a': max: must be an integer, got 'x'",
         "job #2: name: required",
     ]
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jobs"
+
+
+def test_plan_takes_the_job_specs_submit_takes_several_in_one_file(tmp_path: Path) -> None:
+    one = run("--gpus", "8", str(EXAMPLES / "compact.yaml"))
+    assert one.exit_code == 0, one.output
+    assert json.loads(one.stdout) == {"allocation": {"resnet-cifar": 4}}
+    several = tmp_path / "several.yaml"
+    several.write_text("---\n".join((EXAMPLES / n).read_text() for n in
+                                    ("compact.yaml", "mpijob.yaml", "pytorchjob.yaml")))
+    done = run("--gpus", "6", "--algorithm", "FIFO", str(several))
+    assert done.exit_code == 0, done.output
+    allocation = json.loads(done.stdout)["allocation"]
+    assert set(allocation) == {"resnet-cifar", "tf-mnist", "bert-finetune"}
+    assert allocation["resnet-cifar"] == 2  # FIFO: its preferred size, first in the file
+    assert sum(allocation.values()) <= 6
+
+
+def test_plan_names_the_problems_of_each_document(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: ok\ncommand: x\nmin: 1\nmax: 2\n---\nname: bad\ncommand: x\n"
+                    "min: 3\nmax: 2\n---\n- {name: ok, min: 1}\n---\n7\n")
+    done = run("--gpus", "4", str(path))
+    assert done.exit_code == 2
+    text = " ".join(done.output.split())
+    assert "document 2: min:" in text or "document 2: max:" in text
+    assert "job 'ok': name: used by another job in the file" in text
+    assert "document 4: a job spec (mapping) or a list of jobs, got int" in text

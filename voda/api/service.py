@@ -654,11 +654,13 @@ class Service(ServiceReads):
                                         f"cluster has: {', '.join(types)}")])
         capacity = cluster.capacity(spec.gpu_type)
         errors = []
-        for label, value in (("min", spec.min_workers), ("max", spec.max_workers)):
-            if value > capacity:
-                errors.append(FieldError(spec.field_names.get(label, label),
-                                         f"{value} workers can never run: the cluster has "
-                                         f"{capacity} {spec.gpu_type} GPUs"))
+        # An elastic job's max is a ceiling, not a demand: one above the GPUs there are
+        # runs on what there is and grows when nodes join. Only a min that cannot fit is
+        # refused (and counts stay bounded by the spec's MAX_WORKERS).
+        if spec.min_workers > capacity:
+            errors.append(FieldError(spec.field_names.get("min", "min"),
+                                     f"{spec.min_workers} workers can never run: the cluster "
+                                     f"has {capacity} {spec.gpu_type} GPUs"))
         if spec.preferred_domain is not None:
             of_type = cluster.of_type(spec.gpu_type).nodes
             domains = {n.leaf_name for n in of_type} | {n.spine_name for n in of_type} | {

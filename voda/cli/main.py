@@ -8,6 +8,8 @@ does not pay for the scheduler, SciPy, the store or the web framework
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from voda.cli import cluster, demo, jobs, logs, nodes, plan, render, service, simulate, token
@@ -21,8 +23,20 @@ app = typer.Typer(
 )
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        from voda import __version__
+
+        typer.echo(f"voda {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="Print the version and exit.")] = False,
+) -> None:
     """Voda: a GPU scheduler for elastic deep-learning training."""
 
 

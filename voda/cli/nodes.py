@@ -1,5 +1,5 @@
-"""`voda node add | drain | remove`: nodes of a running service, through the REST API
-(administrators; emulated and local backends)."""
+"""`voda node add | drain | uncordon | remove`: nodes of a running service, through the
+REST API (administrators; emulated and local backends)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def print_node(node: dict[str, Any], as_json: bool, what: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    node_app = typer.Typer(help="Add, drain or remove nodes of a running service "
-                                "(administrators; emulated and local backends).",
+    node_app = typer.Typer(help="Add, drain, uncordon or remove nodes of a running "
+                                "service (administrators; emulated and local backends).",
                            no_args_is_help=True)
 
     @node_app.command("add")
@@ -56,6 +56,14 @@ def register(app: typer.Typer) -> None:
         node = Client(url, token).call("PATCH", f"/v1/nodes/{segment(name, 'node name')}",
                                        json_body={"schedulable": False})
         print_node(node, as_json, "drained")
+
+    @node_app.command("uncordon")
+    def node_uncordon(name: NodeName, url: Url = None, token: Token = None,
+                      as_json: AsJson = False) -> None:
+        """Take a drained node back: it takes workers again."""
+        node = Client(url, token).call("PATCH", f"/v1/nodes/{segment(name, 'node name')}",
+                                       json_body={"schedulable": True})
+        print_node(node, as_json, "in service")
 
     @node_app.command("remove")
     def node_remove(name: NodeName, url: Url = None, token: Token = None,

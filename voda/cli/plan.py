@@ -3,8 +3,10 @@ the service.
 
     voda plan --algorithm Tiresias --gpus 16 jobs.yaml
 
-prints {"allocation": {job: GPUs}} as JSON. Exit codes: 0 done, 1 the algorithm
-broke its contract, 2 bad input (file, jobs, algorithm or parameters).
+prints {"allocation": {job: GPUs}} as JSON. The file holds a list of jobs
+(voda.core.jobfile) or job specs as `voda submit -f` takes them, several separated by
+`---`. Exit codes: 0 done, 1 the algorithm broke its contract, 2 bad input (file, jobs,
+algorithm or parameters).
 
     voda plan --what-if job.yaml [--url URL --token TOKEN] [--json]
 
@@ -30,8 +32,9 @@ def _die(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def read_document(path: Path) -> Any:
-    """The parsed content of a YAML or JSON file (JSON when the name ends in .json)."""
+def read_documents(path: Path) -> list[Any]:
+    """The documents of a YAML file (several, separated by ---) or a JSON file (one; JSON
+    when the name ends in .json)."""
     import yaml
 
     try:
@@ -40,10 +43,51 @@ def read_document(path: Path) -> Any:
         _die(f"cannot read the jobs file {str(path)!r}: {exc}", EXIT_USAGE)
     try:
         if path.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return [json.loads(text)]
+        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         _die(f"cannot parse the jobs file {str(path)!r}: {exc}", EXIT_USAGE)
+
+
+def jobs_of(documents: list[Any]) -> list[Any]:
+    """The jobs to plan: a document is a list of planning entries (voda.core.jobfile), one
+    such entry, or a job spec as `voda submit -f` takes it (compact, MPIJob, PyTorchJob),
+    which runs after the jobs before it in the file. Raises JobFileError naming every
+    problem."""
+    from voda.core.jobfile import FIELDS, JobFileError, jobs_from_data
+    from voda.core.model import Job
+    from voda.spec import SpecError
+    from voda.spec.parse import parse_document
+
+    jobs: list[Job] = []
+    problems: list[str] = []
+    for number, doc in enumerate(documents, 1):
+        if isinstance(doc, list) or (isinstance(doc, dict) and set(doc) <= set(FIELDS)):
+            try:
+                jobs.extend(jobs_from_data(doc if isinstance(doc, list) else [doc]))
+            except JobFileError as exc:
+                problems.extend(exc.messages)
+        elif isinstance(doc, dict):
+            try:
+                spec = parse_document(doc)
+            except SpecError as exc:
+                problems.extend(f"document {number}: {e.field}: {e.reason}" for e in exc.errors)
+                continue
+            jobs.append(Job(name=spec.name, min_workers=spec.min_workers,
+                            max_workers=spec.max_workers,
+                            preferred_workers=spec.preferred_workers, priority=spec.priority,
+                            epochs=spec.epochs, submit_time=float(number)))
+        else:
+            problems.append(f"document {number}: a job spec (mapping) or a list of jobs, "
+                            f"got {type(doc).__name__}")
+    seen: set[str] = set()
+    for job in jobs:
+        if job.name in seen:
+            problems.append(f"job {job.name!r}: name: used by another job in the file")
+        seen.add(job.name)
+    if problems:
+        raise JobFileError(problems)
+    return jobs
 
 
 def _params(text: str | None) -> dict[str, Any]:
@@ -86,7 +130,9 @@ def _what_if(spec: Path, url: str | None, token: str | None, as_json: bool) -> N
 
 def plan(
     jobs_file: Annotated[
-        Path | None, typer.Argument(help="YAML or JSON list of jobs.", show_default=False)
+        Path | None, typer.Argument(help="Jobs: a YAML or JSON list, or job specs as "
+                                         "`voda submit -f` takes (--- between several).",
+                                    show_default=False)
     ] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", min=0, help="GPUs to allocate.")
                     ] = None,
@@ -123,7 +169,7 @@ def plan(
         _die("plan: give JOBS_FILE and --gpus (a local plan), or --what-if SPEC", EXIT_USAGE)
     from voda.core.allocation import registry
     from voda.core.allocation.base import AllocationRejected, checked_allocate
-    from voda.core.jobfile import JobFileError, jobs_from_data
+    from voda.core.jobfile import JobFileError
 
     try:
         chosen = registry.create(algorithm or registry.DEFAULT_ALGORITHM, _params(params))
@@ -132,7 +178,7 @@ def plan(
     except ValueError as exc:
         _die(f"--params: {exc}", EXIT_USAGE)
     try:
-        jobs = jobs_from_data(read_document(jobs_file))
+        jobs = jobs_of(read_documents(jobs_file))
     except JobFileError as exc:
         _die(f"{jobs_file}: invalid jobs:\n" + "\n".join(exc.messages), EXIT_USAGE)
     try:

@@ -354,6 +354,9 @@ class _Context:
             return (f"{name} runs each job at its preferred size: {gpus} of its max "
                     f"{job.max_workers} GPUs.")
         share = f"; {name} {terms.share}" if terms.share else ""
+        if job.max_workers > capacity:
+            share += (f"; its max of {job.max_workers} is more than the {capacity} "
+                      f"{job.gpu_type} GPUs there are: it grows if nodes join")
         return (f"Holds {gpus} of its max {job.max_workers} GPUs: {capacity - free} of "
                 f"{capacity} {job.gpu_type} GPUs are in use{share}.")
 
