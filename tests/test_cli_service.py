@@ -141,3 +141,47 @@ def test_plan_what_if_refuses_a_bad_spec_naming_the_field_and_mixed_modes(
     assert code == 2 and "--gpus" in out
     code, out = voda(api_server, "plan")
     assert code == 2 and "--what-if" in out
+
+
+EXAMPLES = ROOT / "examples" / "jobs"
+
+
+def test_submit_takes_several_documents_and_files_in_order(api_server: ServeProcess,
+                                                           tmp_path: Path) -> None:
+    several = tmp_path / "several.yaml"
+    several.write_text((EXAMPLES / "compact.yaml").read_text() + "---\n"
+                       + (EXAMPLES / "mpijob.yaml").read_text())
+    code, out = voda(api_server, "submit", "-f", str(several), "-f",
+                     str(EXAMPLES / "pytorchjob.yaml"), "--json")
+    assert code == 0, out
+    submitted = json.loads(out)
+    assert [j["kind"] for j in submitted] == ["VodaJob", "MPIJob", "PyTorchJob"]
+    # A refused document stops the rest, and the message says which one it was.
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((EXAMPLES / "compact.yaml").read_text() + "---\nname: broken\n")
+    code, out = voda(api_server, "submit", "-f", str(bad))
+    assert code == 1
+    assert out.count("submitted ") == 1
+    assert f"{bad} (document 2 of 2): error 422" in " ".join(out.split())
+
+
+def test_jobs_print_as_yaml_or_json_and_a_bad_output_is_named(api_server: ServeProcess) -> None:
+    import yaml
+
+    code, out = voda(api_server, "submit", "-f", str(EXAMPLES / "compact.yaml"), "--json")
+    name = json.loads(out)["name"]
+    code, out = voda(api_server, "jobs", "-o", "yaml", "--limit", "1000")
+    assert code == 0 and name in {j["name"] for j in yaml.safe_load(out)["items"]}
+    code, out = voda(api_server, "jobs", "-o", "json", "--limit", "1000")
+    assert code == 0 and name in {j["name"] for j in json.loads(out)["items"]}
+    code, out = voda(api_server, "jobs", "-o", "tsv")
+    assert code == 2 and "output: must be one of wide, yaml, json" in out
+
+
+def test_a_negative_priority_reaches_the_service_and_is_refused_there(
+        api_server: ServeProcess) -> None:
+    code, out = voda(api_server, "submit", "-f", str(EXAMPLES / "compact.yaml"), "--json")
+    name = json.loads(out)["name"]
+    code, out = voda(api_server, "priority", name, "-1")
+    assert code == 1, out
+    assert "No such option" not in out and "priority" in out

@@ -138,14 +138,16 @@ class Client:
         if self._connection is not None and self._connection.sock is not None:
             self._connection.sock.settimeout(None)
 
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """The JSON answer; no answer or an error answer exits with its message and code."""
+    def call(self, method: str, path: str, context: str | None = None, **kwargs: Any) -> Any:
+        """The JSON answer; no answer or an error answer exits with its message and code
+        (after `context`, when given: which of several requests it was)."""
         try:
             status, body = self.request(method, path, **kwargs)
         except Unreachable as exc:
             die(str(exc), EXIT_UNREACHABLE)
         if status >= 400:
-            die(f"error {status}: {error_message(body)}",
+            where = f"{context}: " if context else ""
+            die(f"{where}error {status}: {error_message(body)}",
                 EXIT_NOT_FOUND if status == 404 else EXIT_SERVER if status >= 500
                 else EXIT_REFUSED)
         try:

@@ -71,6 +71,37 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def print_yaml(data: Any) -> None:
+    import yaml
+
+    sys.stdout.write(yaml.safe_dump(data, sort_keys=True, allow_unicode=True))
+
+
+OUTPUTS = ("wide", "yaml", "json")
+
+
+def check_output(output: str | None) -> None:
+    """`-o`: one of OUTPUTS (or none: the table)."""
+    if output not in (None, *OUTPUTS):
+        die(f"output: must be one of {', '.join(OUTPUTS)}, got {output!r}", EXIT_USAGE)
+
+
+def documents_of(body: bytes, field: str) -> list[bytes]:
+    """The YAML documents of a file (separated by ---), each as its own text; a file of
+    one document (or JSON) is returned whole. Unparsable: a usage error naming `field`."""
+    import yaml
+
+    try:
+        text = body.decode("utf-8")
+        nodes = list(yaml.compose_all(text))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        die(f"{field}: not valid YAML or JSON: {exc}", EXIT_USAGE)
+    if len(nodes) <= 1:
+        return [body]
+    return [text[n.start_mark.index:n.end_mark.index].encode("utf-8")
+            for n in nodes if n is not None]
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"

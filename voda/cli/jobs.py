@@ -16,10 +16,13 @@ from voda.cli.common import (
     Token,
     Url,
     ago,
+    check_output,
     die,
+    documents_of,
     duration,
     out,
     print_json,
+    print_yaml,
     read_input,
     stop_on_interrupt,
 )
@@ -175,18 +178,29 @@ def watch(client: Client, params: dict[str, Any], interval: float) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def submit(
-        file: Annotated[Path, typer.Option("-f", "--file", help="Job file (YAML or JSON); "
-                                           "- reads standard input.")],
+        files: Annotated[list[Path], typer.Option(
+            "-f", "--file", help="Job file (YAML or JSON; several YAML documents separated "
+            "by --- are several jobs); - reads standard input. Repeat for several files.")],
         url: Url = None, token: Token = None, as_json: AsJson = False,
     ) -> None:
-        """Submit a job (Voda compact spec, MPIJob or PyTorchJob)."""
-        body = read_input(file, "file")
-        job = Client(url, token).call("POST", "/v1/jobs", content=body,
-                                      content_type="application/yaml")
+        """Submit jobs (Voda compact spec, MPIJob or PyTorchJob), one per document, in
+        order; the first refused stops the rest (those before it stay submitted)."""
+        documents = []
+        for path in files:
+            bodies = documents_of(read_input(path, "file"), "file")
+            documents += [(f"{path}" + (f" (document {i} of {len(bodies)})"
+                                        if len(bodies) > 1 else ""), body)
+                          for i, body in enumerate(bodies, 1)]
+        client = Client(url, token)
+        submitted = []
+        for where, body in documents:
+            job = client.call("POST", "/v1/jobs", content=body, content_type="application/yaml",
+                              context=where if len(documents) > 1 else None)
+            submitted.append(job)
+            if not as_json:
+                out.print(f"submitted {job['name']} ({job['status']})", highlight=False)
         if as_json:
-            print_json(job)
-        else:
-            out.print(f"submitted {job['name']} ({job['status']})", highlight=False)
+            print_json(submitted[0] if len(submitted) == 1 else submitted)
 
     @app.command()
     def jobs(
@@ -205,12 +219,13 @@ def register(app: typer.Typer) -> None:
                                                 "--watch.", min=0.2)] = 2.0,
         output: Annotated[str | None, typer.Option(
             "--output", "-o", help="wide: add each reason's sentence and the forecast start "
-            "and finish (assuming no new arrivals).")] = None,
+            "and finish (assuming no new arrivals); yaml or json: the service's answer.")
+        ] = None,
         url: Url = None, token: Token = None, as_json: AsJson = False,
     ) -> None:
         """List jobs."""
-        if output not in (None, "wide"):
-            die(f"output: must be 'wide', got {output!r}", EXIT_USAGE)
+        check_output(output)
+        as_json = as_json or output == "json"
         if all_ and watch_:
             die("all: --all and --watch do not go together", EXIT_USAGE)
         params = {k: v for k, v in {"status": status, "gpu_type": gpu_type, "user": user,
@@ -224,6 +239,9 @@ def register(app: typer.Typer) -> None:
                                                                   params=params)
         if as_json:
             print_json(page)
+            return
+        if output == "yaml":
+            print_yaml(page)
             return
         out.print(jobs_table(page["items"], wide=output == "wide"))
         if page["next_offset"] is not None:
@@ -289,7 +307,8 @@ def register(app: typer.Typer) -> None:
             for job in done:
                 out.print(f"deleted {job['name']} ({job['status']})", highlight=False)
 
-    @app.command()
+    # "-1" is a value here, not an option: it gets the service's message, not click's.
+    @app.command(context_settings={"ignore_unknown_options": True})
     def priority(
         name: JobName,
         value: Annotated[int, typer.Argument(help="New priority; 0 is the highest.")],
