@@ -138,3 +138,36 @@ def test_connection_limits_come_from_the_file_and_the_environment(tmp_path: Path
     assert (settings.header_timeout_seconds, settings.body_timeout_seconds) == (3.0, 1.5)
     assert settings.max_connections == 1000
     assert settings.max_connections_per_address == 256
+
+
+def test_the_log_format_and_level_come_from_the_file_the_environment_and_flags(
+        tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    assert (load_server_settings(env={}, path=path).log_format,
+            load_server_settings(env={}, path=path).log_level) == ("text", "info")
+    path.write_text('[server]\nlog_format = "json"\nlog_level = "warning"\n')
+    settings = load_server_settings(env={"VODA_LOG_LEVEL": "DEBUG"}, path=path)
+    assert (settings.log_format, settings.log_level) == ("json", "debug")
+    flagged = load_server_settings({"log_format": "text", "log_level": "error"},
+                                   env={"VODA_LOG_FORMAT": "json"}, path=path)
+    assert (flagged.log_format, flagged.log_level) == ("text", "error")
+    path.write_text('[server]\nlog_format = "xml"\n')
+    with pytest.raises(ConfigError, match=r"log_format: expected one of text, json, got 'xml'"):
+        load_server_settings(env={}, path=path)
+
+
+@pytest.mark.parametrize(("flags", "env", "message"), [
+    (("--log-format", "xml"), {}, "log_format: expected one of text, json, got 'xml'"),
+    ((), {"VODA_LOG_LEVEL": "loud"},
+     "log_level: expected one of debug, info, warning, error, got 'loud'"),
+], ids=["a bad --log-format", "a bad VODA_LOG_LEVEL"])
+def test_serve_refuses_a_bad_log_setting_with_exit_2(
+    tmp_path: Path, flags: tuple[str, ...], env: dict[str, str], message: str
+) -> None:
+    result = CliRunner().invoke(
+        app, ["serve", "--backend", "emulated", "--db", f"sqlite:///{tmp_path}/v.db", *flags],
+        env={"VODA_CONFIG": str(tmp_path / "none.toml"), **env},
+    )
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert "Traceback" not in result.output

@@ -32,6 +32,8 @@ config.toml:
     db_max_bytes = 0           # SQLite: the store file's size limit (0: none)
     trusted_proxies = ""       # proxies whose X-Forwarded-For/-Proto are believed (IPs, CIDRs)
     session_hours = 12.0       # a dashboard login lasts this long (ended by log out, restart)
+    log_format = "text"        # or "json": one object per line (stderr)
+    log_level = "info"         # or "debug", "warning", "error"
 
     [users.alice]              # per-user limits (admins are not limited)
     best_priority = 2
@@ -91,6 +93,9 @@ _HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 # (voda.api.auth accepts a valid token from an address held back for failed attempts), so
 # a short one is refused at start. A token given hashed (sha256:HEX) cannot be measured.
 MIN_TOKEN_LENGTH = 16
+# What `voda serve` logs, and how (voda.cli.serve_log).
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def hash_token(token: str) -> str:
@@ -208,6 +213,8 @@ class ServerSettings:
     # X-Forwarded-Proto are believed; empty: those headers are ignored entirely.
     trusted_proxies: str = ""
     session_hours: float = 12.0  # how long a dashboard login lasts
+    log_format: str = "text"  # LOG_FORMATS
+    log_level: str = "info"  # LOG_LEVELS
 
     def limits_of(self, user: str) -> UserLimits:
         return self.users.get(user) or UserLimits(self.user_best_priority,
@@ -292,6 +299,8 @@ _SERVER_ENV = {
     "max_connections_per_address": "VODA_MAX_CONNECTIONS_PER_ADDRESS",
     "trusted_proxies": "VODA_TRUSTED_PROXIES",
     "session_hours": "VODA_SESSION_HOURS",
+    "log_format": "VODA_LOG_FORMAT",
+    "log_level": "VODA_LOG_LEVEL",
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
@@ -380,10 +389,21 @@ def load_server_settings(
         raise ConfigError("tls_cert, tls_key: give both or neither")
     if "trusted_proxies" in coerced:
         coerced["trusted_proxies"] = ",".join(proxy_networks(coerced["trusted_proxies"]))
+    for name, valid in (("log_format", LOG_FORMATS), ("log_level", LOG_LEVELS)):
+        if name in coerced:
+            coerced[name] = _choice(name, coerced[name], valid)
     hours = coerced.get("session_hours", settings.session_hours)
     if not 0 < hours <= 24 * 366:
         raise ConfigError(f"session_hours: expected hours > 0 (at most a year), got {hours}")
     return replace(settings, **coerced)
+
+
+def _choice(name: str, value: str, valid: tuple[str, ...]) -> str:
+    """One of `valid`, in any case; else a ConfigError naming the setting and the choices."""
+    chosen = value.strip().lower()
+    if chosen not in valid:
+        raise ConfigError(f"{name}: expected one of {', '.join(valid)}, got {value[:100]!r}")
+    return chosen
 
 
 def proxy_networks(text: str) -> list[str]:

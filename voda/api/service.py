@@ -83,6 +83,7 @@ from voda.store import jobs as store
 from voda.store.db import make_engine, migrate, session_factory
 from voda.store.faults import classify
 
+from . import activity_log
 from .activity import Activity
 from .metrics import ServiceMetrics
 
@@ -294,7 +295,7 @@ class Service(ServiceReads):
             self.backend.import_state(backend_state)
         sched_settings = self._scheduler_settings(settings_rows)
         self.scheduler = Scheduler(self.backend, sched_settings, placer=self.placer,
-                                   observers=[_Observer(self)], category_history=history, now=now,
+                                   observers=self._observers(), category_history=history, now=now,
                                    layout_history=layouts, goodput_history=goodput)
         running = self.backend.running() if isinstance(self.backend, SupportsAdoption) else {}
         records = [self._recover(store.row_to_record(row), row.accounted_at, now, running)
@@ -321,6 +322,11 @@ class Service(ServiceReads):
         self.adopted_running_jobs = sum(1 for r in records if r.status is JobStatus.RUNNING)
         log.info("recovered %d jobs (%d running, adopted) in %.3f s", len(records),
                  self.adopted_running_jobs, time.time() - self.started_at)
+
+    def _observers(self) -> list[SchedulerObserver]:
+        """The store, metrics and history (_Observer), and the log (voda.activity)."""
+        return [_Observer(self),
+                activity_log.ActivityLog(reasons=lambda: self.scheduler.last_reasons)]
 
     def _check_writable(self, now: float) -> None:
         try:
@@ -530,6 +536,7 @@ class Service(ServiceReads):
             if idempotency_key:
                 self.idempotency[(user.name, idempotency_key)] = (name, request_hash)
         self.metrics.job_created(spec.gpu_type)
+        activity_log.submitted(record)
         return self._describe(record, time.time()), False
 
     def what_if(self, spec: JobSpec, user: User) -> dict[str, Any]:

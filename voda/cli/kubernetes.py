@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from voda.cli.serve_log import ServeLog
 
 log = logging.getLogger(__name__)
 EXIT_LOST = 1
@@ -39,11 +41,11 @@ def standby(settings: Any) -> Any:
     return elector
 
 
-def lead(elector: Any) -> None:
+def lead(elector: Any, out: ServeLog) -> None:
     """Block until this process holds the lease, then keep renewing it."""
-    sys.stderr.write(f"voda serve: {elector.identity} is a standby until it holds the lease "
-                     f"{elector.namespace}/{elector.settings.lease_name}\n")
-    sys.stderr.flush()
+    lease = f"{elector.namespace}/{elector.settings.lease_name}"
+    out.announce(f"voda serve: {elector.identity} is a standby until it holds the lease "
+                 f"{lease}", event="standby", lease=lease)
     elector.acquire()
     elector.start_renewing()
 

@@ -772,7 +772,8 @@ class Scheduler:
             # Said once: each retry that is refused the same way is only a debug line.
             said = self.log.debug if before is not None and before.reason == reason \
                 else self.log.error
-            said("%s; the plan in force stays", error)
+            said("%s; the plan in force stays", error,
+                 extra={"event": "error", "gpu_type": gpu_type, "reason": reason})
             for observer in self.observers:
                 observer.on_error(error, now, gpu_type)
         self._refusals_in_a_row += 1
@@ -792,7 +793,8 @@ class Scheduler:
                 self._act(record, action)
             except Exception as exc:  # any backend may fail in any way
                 self.log.error("backend failed to %s %s: %s; rereading what runs",
-                          action.kind, action.job, exc)
+                               action.kind, action.job, exc,
+                               extra={"event": "error", "job": action.job})
                 self._resync(now)
                 return f"backend failed to {action.kind} {action.job}: {exc}"
             self._record(record, action, now)

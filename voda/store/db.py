@@ -101,8 +101,10 @@ def migrate(engine: Engine) -> None:
 
     A store already at HEAD_REVISION is left alone without loading Alembic, which
     keeps restarts quick."""
-    if current_revision(engine) == HEAD_REVISION:
+    current = current_revision(engine)
+    if current == HEAD_REVISION:
         return
+    log.info("store schema: migrating from %s to %s", current or "empty", HEAD_REVISION)
     from alembic import command
     from alembic.config import Config
 
