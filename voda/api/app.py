@@ -15,7 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from voda.api import schemas, ui
+from voda.api import docs_page, schemas, ui
 from voda.api.auth import Authenticator
 from voda.api.backends import create_backend
 from voda.api.guard import RequestGuard
@@ -69,7 +69,9 @@ def create_app(settings: ServerSettings, backend: Backend | None = None,
                 await task
             await run_in_threadpool(service.close)
 
-    app = FastAPI(title="Voda", version="0.1.0", lifespan=lifespan,
+    # /docs is Swagger UI from the package (voda.api.docs_page), not FastAPI's from a CDN.
+    app = FastAPI(title="Voda", version="0.1.0", lifespan=lifespan, docs_url=None,
+                  redoc_url=None,
                   description="GPU scheduler for elastic deep-learning training. Every "
                               "/v1 request needs a bearer token.")
     app.state.settings = settings
@@ -77,6 +79,7 @@ def create_app(settings: ServerSettings, backend: Backend | None = None,
     app.state.authenticator = Authenticator(settings.tokens, settings.auth_failures_per_minute)
     app.state.stream_slots = stream_slots(settings.max_streams_per_user, settings.max_streams)
     app.include_router(router)
+    app.include_router(docs_page.router)
     _error_handlers(app)
     ui.install(app)
     origins = split_list(settings.allowed_origins)
