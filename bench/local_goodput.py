@@ -15,7 +15,7 @@
    as a share of the median epoch time of (1).
 3. In the local backend: reading and fitting one report line of the runs of (1)
    (voda.core.goodput_report: checks, SciPy fit, the fit's check): median ms.
-4. The adaptive batch: per epoch, rank 0's decision (voda.adaptive_batch.decide: the
+4. The adaptive batch: per epoch, rank 0's decision (voda.training.adaptive_batch.decide: the
    same fit, then the batch search) on the report lines of (1), median ms and as a share
    of the adaptive job's median epoch in (5); once per start, importing it (NumPy,
    SciPy) on rank 0.
@@ -39,7 +39,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from voda.adaptive_batch import decide  # noqa: E402
 from voda.blas import serial_blas  # noqa: E402
 from voda.core.goodput import fit_perf_params  # noqa: E402
 from voda.core.goodput_report import (  # noqa: E402
@@ -47,7 +46,8 @@ from voda.core.goodput_report import (  # noqa: E402
     model_of,
     report_from_values,
 )
-from voda.goodput_meter import GOODPUT_FILE, Configuration, GoodputMeter  # noqa: E402
+from voda.training.adaptive_batch import decide  # noqa: E402
+from voda.training.goodput_meter import GOODPUT_FILE, Configuration, GoodputMeter  # noqa: E402
 
 TRAIN = ROOT / "examples" / "local" / "train.py"
 
@@ -180,8 +180,8 @@ def main() -> None:
     print(f"adaptive batch, rank 0's decision per epoch (fit and search): median "
           f"{decision:.1f} ms = {decision / 1000 / adaptive_epoch:.2%} of the adaptive job's "
           f"median epoch; "
-          f"importing voda.adaptive_batch once per start: "
-          f"{import_seconds('voda.adaptive_batch'):.2f} s")
+          f"importing voda.training.adaptive_batch once per start: "
+          f"{import_seconds('voda.training.adaptive_batch'):.2f} s")
 
 
 if __name__ == "__main__":

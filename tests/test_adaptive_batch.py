@@ -1,4 +1,4 @@
-"""The batch the example script picks (voda.adaptive_batch): the goodput model's best
+"""The batch the example script picks (voda.training.adaptive_batch): the goodput model's best
 split within the job's limits, AdaScale's learning-rate factor, the initial batch until
 the script's measurements fit."""
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from voda.adaptive_batch import BatchPlan, decide, limits_values, plan
 from voda.core.goodput import GoodputModel, PerfParams
 from voda.core.goodput_report import BatchLimits, model_of, report_from_values
-from voda.goodput_meter import Configuration, GoodputMeter
+from voda.training.adaptive_batch import BatchPlan, decide, limits_values, plan
+from voda.training.goodput_meter import Configuration, GoodputMeter
 
 PERF = PerfParams(alpha_c=0.02, beta_c=0.0002, alpha_n=0.01, beta_n=0.001, alpha_r=0.004,
                   beta_r=0.0004, gamma=1.5)

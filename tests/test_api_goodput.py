@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-import voda.report as voda_report
+import voda.training.report as voda_report
 from tests.conftest import ServeFactory, ServeProcess
 from tests.goodput_reports import SYNC_BOUND, body
 from tests.polling import wait_for

@@ -1,4 +1,4 @@
-"""What a training script measures for its goodput report (voda.goodput_meter): the
+"""What a training script measures for its goodput report (voda.training.goodput_meter): the
 gradient statistics on a problem whose truth is known, the medians of step times per
 configuration, what is kept across restarts, and the report the service then fits."""
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import voda.goodput_meter as meter_module
+import voda.training.goodput_meter as meter_module
 from voda.core.goodput_report import MAX_OBSERVATIONS, model_of, report_from_values
-from voda.goodput_meter import (
+from voda.training.goodput_meter import (
     GOODPUT_FILE,
     Configuration,
     GoodputMeter,

@@ -3,7 +3,7 @@
 The backend alone: each job's Secret is created before its object, owned by it, recreated
 when missing, replaced when an earlier run left it, and gone with the job. Then the whole
 service (`voda serve --backend kubernetes`, real HTTP on loopback): a test plays the pod,
-reads its env and its Secret, reports an epoch and a goodput model with voda.report, and
+reads its env and its Secret, reports an epoch and a goodput model with voda.training.report, and
 the job's detail shows them; a report token is refused on another job, on every other
 route, after the job is deleted, and still holds after the service restarts.
 """
@@ -25,7 +25,7 @@ import pytest
 import yaml
 from goodput_reports import body as goodput_body
 
-import voda.report
+import voda.training.report
 from voda.api.report_tokens import ReportKeys
 from voda.backends.kubernetes.manifests import object_name, report_secret_name
 from voda.backends.kubernetes.settings import KubernetesSettings
@@ -229,14 +229,15 @@ def pod_env(fake: FakeCluster, job: str) -> dict[str, str]:
 
 
 def as_the_pod(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    for name in (voda.report.REPORT_ENV, voda.report.JOB_ENV, voda.report.TOKEN_ENV):
+    report = voda.training.report
+    for name in (report.REPORT_ENV, report.JOB_ENV, report.TOKEN_ENV):
         monkeypatch.setenv(name, env[name])
     monkeypatch.delenv("RANK", raising=False)
 
 
 def report_goodput() -> bool:
     report = goodput_body()
-    return voda.report.goodput(report["observations"], report["grad_sqr"],
+    return voda.training.report.goodput(report["observations"], report["grad_sqr"],
                                report["grad_var"], report["limits"],
                                report["epoch_samples"])
 
@@ -259,9 +260,9 @@ def test_a_pod_reports_to_the_service_with_its_own_token_and_nothing_else(
     assert token.startswith("vr1.") and token not in yaml.safe_dump(
         object_of(fake, "mpijobs", job_a))
 
-    # The pod reports with voda.report, as a training script does.
+    # The pod reports with voda.training.report, as a training script does.
     as_the_pod(monkeypatch, env)
-    assert voda.report.epoch(epoch=2, seconds=41.5, workers=2)
+    assert voda.training.report.epoch(epoch=2, seconds=41.5, workers=2)
     assert report_goodput()
     detail = alice.get(f"/v1/jobs/{job_a}").json()
     assert detail["epoch_time_by_workers"] == {"2": 41.5}
@@ -314,7 +315,7 @@ def test_a_pod_reports_to_the_service_with_its_own_token_and_nothing_else(
     eventually(lambda: alice.get(f"/v1/jobs/{job_a}").json()["status"] == "Running",
                timeout=60)
     assert pod_env(fake, job_a)["VODA_TOKEN"] == token
-    assert voda.report.epoch(epoch=4, seconds=40.5, workers=2)
+    assert voda.training.report.epoch(epoch=4, seconds=40.5, workers=2)
     assert alice.get(f"/v1/jobs/{job_a}").json()["completed_epochs"] == 4.0
 
     # Deleted: the token is refused; the Secret goes with the job's object.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-import voda.report
+import voda.training.report
 from voda.backends.local import LocalBackend, forkable, from_settings, parse_nodes
 from voda.cli.demo_local import (
     PROJECT_ROOT,
@@ -335,21 +335,21 @@ def test_a_spec_without_a_command_is_refused_naming_the_field(tmp_path: Path) ->
         load_job_spec(path)
 
 
-# ----- voda.report ----------------------------------------------------------------------------
+# ----- voda.training.report -----------------------------------------------------------
 def test_report_appends_json_lines_from_rank_0_only(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     channel = tmp_path / "reports.jsonl"
     monkeypatch.setenv("VODA_REPORT", str(channel))
     monkeypatch.setenv("RANK", "1")
-    assert voda.report.epoch(1, 2.5, 4) is False
+    assert voda.training.report.epoch(1, 2.5, 4) is False
     monkeypatch.setenv("RANK", "0")
-    assert voda.report.epoch(1, 2.5, 4) is True
-    assert voda.report.epoch(2, 2.0, 4) is True
+    assert voda.training.report.epoch(1, 2.5, 4) is True
+    assert voda.training.report.epoch(2, 2.0, 4) is True
     lines = read_jsonl(channel)
     assert [(r["epoch"], r["epoch_seconds"], r["workers"]) for r in lines] == [
         (1, 2.5, 4), (2, 2.0, 4)]
     assert "samples_per_second" not in lines[0]
-    assert voda.report.epoch(3, 2.0, 4, samples=1000) is True
+    assert voda.training.report.epoch(3, 2.0, 4, samples=1000) is True
     assert read_jsonl(channel)[-1]["samples_per_second"] == 500.0
 
 
@@ -383,7 +383,7 @@ def test_report_posts_to_the_service_with_the_token(http_collector: str,
     monkeypatch.setenv("VODA_JOB", "alpha")
     monkeypatch.setenv("VODA_TOKEN", "tok1")
     monkeypatch.delenv("RANK", raising=False)
-    assert voda.report.epoch(3, 1.5, 2) is True
+    assert voda.training.report.epoch(3, 1.5, 2) is True
     assert _Collector.received == [
         ("/v1/jobs/alpha/metrics", "Bearer tok1", {"epoch": 3, "epoch_seconds": 1.5,
                                                   "workers": 2})]
@@ -395,9 +395,9 @@ def test_a_failed_report_returns_false_and_never_raises(
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("VODA_JOB", "alpha")
     monkeypatch.setenv("VODA_REPORT", "http://127.0.0.1:9/")  # discard port: refused
-    assert voda.report.epoch(1, 1.0, 1) is False
+    assert voda.training.report.epoch(1, 1.0, 1) is False
     monkeypatch.setenv("VODA_REPORT", str(tmp_path / "missing-dir" / "r.jsonl"))
-    assert voda.report.epoch(1, 1.0, 1) is False
+    assert voda.training.report.epoch(1, 1.0, 1) is False
     assert "could not report epoch 1" in capsys.readouterr().err
 
 

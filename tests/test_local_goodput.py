@@ -22,7 +22,6 @@ from tests.polling import wait_for
 from tests.test_api_goodput import HOSTILE as API_HOSTILE
 from tests.test_api_goodput import _job, _settled, changed
 from tests.test_local_backend import TRAIN, read_jsonl, wait_for_events, write_script
-from voda.adaptive_batch import decide, plan
 from voda.backends.local import LocalBackend
 from voda.cli.demo_local import PROJECT_ROOT
 from voda.core.allocation.voda import Voda
@@ -30,7 +29,8 @@ from voda.core.goodput import GoodputModel
 from voda.core.goodput_report import BatchLimits, ReportRefused, model_of, report_from_values
 from voda.core.model import Job
 from voda.engine.events import Event, EventKind
-from voda.goodput_meter import GOODPUT_FILE
+from voda.training.adaptive_batch import decide, plan
+from voda.training.goodput_meter import GOODPUT_FILE
 
 
 def without(doc: dict[str, Any], key: str) -> dict[str, Any]:
@@ -94,16 +94,16 @@ def test_the_backend_fits_report_lines_into_goodput_events_and_logs_refusals_cut
     good = body(epoch_samples=50_000.0)
     bad = changed("limits.min_local", 1000)
     script = write_script(tmp_path, "reports.py", (
-        "import json, os, voda.report\n"
+        "import json, os, voda.training.report\n"
         "with open(os.environ['VODA_REPORT'], 'a') as f:\n"
         "    f.write('[' * 100000 + '\\n')  # nested past any parser's depth\n"
         "    flood = {f'x{i}': 1 for i in range(5000)}  # 5,000 unknown fields\n"
         "    f.write(json.dumps({'goodput': flood}) + '\\n')\n"
         f"good, bad = {good!r}, {bad!r}\n"
         "for doc in (bad, good):\n"
-        "    assert voda.report.goodput(doc['observations'], doc['grad_sqr'], doc['grad_var'],"
-        " doc['limits'], epoch_samples=doc.get('epoch_samples'))\n"
-        "voda.report.epoch(1, 2.0, 1)\n"))
+        "    assert voda.training.report.goodput(doc['observations'], doc['grad_sqr'],"
+        " doc['grad_var'], doc['limits'], epoch_samples=doc.get('epoch_samples'))\n"
+        "voda.training.report.epoch(1, 2.0, 1)\n"))
     backend = LocalBackend(slots=2, run_dir=tmp_path / "runs", clock=clock,
                            commands={"adaptive": script}, launcher="fork", preload=())
     try:

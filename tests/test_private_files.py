@@ -130,11 +130,11 @@ def test_a_key_file_others_could_read_is_replaced(serve: ServeFactory, tmp_path:
     assert report(server, name, known.mint("alice", name, incarnation_of(submitted))) == 401
 
 
-TRAIN = ("import os, time, voda.report\n"
+TRAIN = ("import os, time, voda.training.report\n"
          "ckpt = os.environ['VODA_CHECKPOINT_DIR']\n"
          "open(os.path.join(ckpt, 'state.pt'), 'w').write('weights')\n"
          "print('training', flush=True)\n"
-         "voda.report.epoch(1, 0.5, 1)\n"
+         "voda.training.report.epoch(1, 0.5, 1)\n"
          "time.sleep(1.0)\n"
          "print('done', flush=True)\n")
 

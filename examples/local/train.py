@@ -14,20 +14,20 @@ Elasticity:
   depend on how many workers ran which step;
 - on SIGTERM all ranks agree (an all-reduce of a stop flag at every step) to
   stop before the next step, rank 0 checkpoints the position inside the epoch
-  and every rank exits with voda.report.STOPPED_EXIT_CODE (75);
+  and every rank exits with voda.training.report.STOPPED_EXIT_CODE (75);
 - rank 0 appends each completed epoch to `<checkpoint dir>/epochs.jsonl`
   after the checkpoint is safe, so a lost or repeated epoch is visible, and
-  reports it with voda.report.epoch.
+  reports it with voda.training.report.epoch.
 
 Goodput (on unless --no-report-goodput): as an AdaptDL job does, rank 0 measures
 per configuration (nodes, world size, per-rank micro-batch) the compute time
 (forward and backward) and the whole step (with the gradient all-reduce and the
 update), and the gradient statistics from the ranks' local gradients before they
 are averaged (on one rank, from the two halves of its batch); it keeps them in
-`<checkpoint dir>/goodput.json` across restarts (voda.goodput_meter) and reports
-them after every epoch with voda.report.goodput. The gradients are averaged with
+`<checkpoint dir>/goodput.json` across restarts (voda.training.goodput_meter) and reports
+them after every epoch with voda.training.report.goodput. The gradients are averaged with
 one all-reduce after the backward pass (no DDP), so the step is compute then sync.
-Adaptive batch (the default; voda.adaptive_batch): as AdaptDL's data loader does, at
+Adaptive batch (the default; voda.training.adaptive_batch): as AdaptDL's data loader does, at
 each (re)start and each epoch boundary rank 0 fits its measurements into the goodput
 model the service fits and picks the global batch and its split (per-rank micro-batch,
 accumulation steps) that maximise predicted goodput on the ranks it has, within
@@ -75,8 +75,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 
-import voda.report  # noqa: E402
-from voda.goodput_meter import GOODPUT_FILE, Configuration, GoodputMeter  # noqa: E402
+import voda.training.report  # noqa: E402
+from voda.training.goodput_meter import GOODPUT_FILE, Configuration, GoodputMeter  # noqa: E402
 
 CHECKPOINT = "checkpoint.pt"
 EPOCH_RECORD = "epochs.jsonl"
@@ -262,8 +262,8 @@ def plan_batch(args: argparse.Namespace, meter: GoodputMeter | None, rank: int, 
         return args.batch_size, math.ceil(args.batch_size / world), 0, 1.0
     decision = torch.zeros(4, dtype=torch.float64)
     if rank == 0:
-        from voda.adaptive_batch import decide  # NumPy and SciPy: on rank 0 only
         from voda.core.goodput_report import BatchLimits
+        from voda.training.adaptive_batch import decide  # NumPy and SciPy: on rank 0 only
 
         limits = BatchLimits(args.init_batch, args.max_batch, args.min_local, args.max_local)
         values = None if meter is None else meter.report_values(batch_limits(args),
@@ -388,7 +388,7 @@ def train(args: argparse.Namespace) -> int:
             if agree_to_stop(device):
                 checkpoint(epoch, sample)
                 log(f"stopped before epoch {epoch + 1} sample {sample + 1}, checkpoint saved")
-                exit_now(voda.report.STOPPED_EXIT_CODE)
+                exit_now(voda.training.report.STOPPED_EXIT_CODE)
             step_batch = perm[sample:sample + batch_size]
             train_step(step_batch)
             sample += len(step_batch)
@@ -406,7 +406,7 @@ def train(args: argparse.Namespace) -> int:
                 "batch_size": batch_size, "atomic_bsz": atomic, "accum_steps": accum,
                 "lr_factor": lr_factor, "restarted": first_epoch})
             first_epoch = False
-            voda.report.epoch(epoch, seconds, world, samples=args.samples)
+            voda.training.report.epoch(epoch, seconds, world, samples=args.samples)
             if meter is not None:
                 meter.report(batch_limits(args), epoch_samples=args.samples)
             log(f"epoch {epoch}/{args.epochs} done in {seconds:.2f} s on {world} workers")

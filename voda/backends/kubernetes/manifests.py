@@ -171,7 +171,7 @@ def add_report_env(obj: Obj, replicas_key: str, job: str, report_url: str) -> No
     """Give every container of every replica of `obj` (under spec.`replicas_key`) the report
     channel: VODA_REPORT (the service's URL), VODA_JOB and VODA_TOKEN from the job's Secret.
     A variable the user set is kept as it is."""
-    from voda.report import JOB_ENV, REPORT_ENV, TOKEN_ENV
+    from voda.training.report import JOB_ENV, REPORT_ENV, TOKEN_ENV
 
     ours = [{"name": REPORT_ENV, "value": report_url}, {"name": JOB_ENV, "value": job},
             {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {

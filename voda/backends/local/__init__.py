@@ -25,7 +25,7 @@ Actions:
 The calls return at once; a monitor thread carries them out, so a launch
 waits until the slots it needs are released by the processes that held them
 (frees before takes, as the plan orders them). The monitor also tails each
-job's report file (see voda.report) into EPOCH_REPORTED events (and goodput
+job's report file (see voda.training.report) into EPOCH_REPORTED events (and goodput
 reports, checked and fitted, into GOODPUT_REPORTED events) and turns exits
 into JOB_COMPLETED (exit 0) or JOB_FAILED (a non-zero exit the backend did not
 ask for, with the exit code and the log's last lines).

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from voda.backends.local.process import UNKNOWN_EXIT, describe_exit
-from voda.report import STOPPED_EXIT_CODE
+from voda.training.report import STOPPED_EXIT_CODE
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_TRAIN_SCRIPT = PROJECT_ROOT / "examples" / "local" / "train.py"
 # Per job, under <run_dir>/<job>/:
 LOG_FILE = "log.txt"  # all ranks, appended across restarts
-REPORT_FILE = "reports.jsonl"  # epoch and goodput reports (see voda.report)
+REPORT_FILE = "reports.jsonl"  # epoch and goodput reports (see voda.training.report)
 STATE_FILE = "state.json"  # while processes run: what a later backend adopts
 CHECKPOINT_DIR = "checkpoint"
 # Directly under <run_dir>: the fork launcher's own output.

@@ -23,7 +23,7 @@ from voda.backends.local.process import UNKNOWN_EXIT, is_alive
 
 # What the fork launcher imports once, so each rank starts without paying for it.
 FORK_PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo",
-                "torch.optim", "voda.report")
+                "torch.optim", "voda.training.report")
 ZYGOTE_START_TIMEOUT = 120.0
 PYTHON_NAMES = re.compile(r"^python(\d+(\.\d+)?)?$")
 
