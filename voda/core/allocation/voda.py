@@ -59,7 +59,8 @@ or finished (`Job.category_goodput`, kept by the engine: `category_history`); it
 own gradient statistics are kept. A job may take at most twice the GPUs its
 category has measured, as a measured model is trusted only that far.
 
-See docs/design/010-voda-policy.md for the measurements and an ablation.
+See docs/design/010-voda-policy.md (and docs/experiments/voda-policy-trials.md for the
+trials and the ablation).
 """
 
 from __future__ import annotations
@@ -454,7 +455,7 @@ def tail_floors(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
     where they run efficiently. The test is on throughput alone, not goodput: a job's
     statistical efficiency grows as it trains, so a test on goodput (or on its share, which
     moves with the jobs present) flips from decision to decision and each flip starts or
-    halts a job (docs/design/010-voda-policy.md, "Floors of one GPU").
+    halts a job (docs/experiments/voda-policy-trials.md, "Floors of one GPU").
     """
     floored = [False] * len(curves)
     sizes = np.sort([c.size for c in curves])
