@@ -181,3 +181,24 @@ def test_tls_is_served_with_a_certificate_and_key(serve: ServeFactory, tmp_path:
            "VODA_TOKEN": server.tokens["alice"], "VODA_CA_BUNDLE": str(ca)}
     result = CliRunner().invoke(app, ["jobs", "--json"], env=env)
     assert result.exit_code == 0, result.output
+
+
+def test_a_tls_client_that_never_says_hello_is_closed_at_the_head_deadline(
+        serve: ServeFactory, tmp_path: Path, certificate: tuple[Path, Path, Path]) -> None:
+    import socket
+
+    from tests.test_api_connections import closed_by_server
+
+    ca, chain, key = certificate
+    server = serve(f"sqlite:///{tmp_path / 'v.db'}", "--tls-cert", str(chain), "--tls-key",
+                   str(key), tokens=True, scheme="https",
+                   config="[server]\nheader_timeout_seconds = 2\n",
+                   verify=ssl.create_default_context(cafile=str(ca)))
+    silent = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    try:
+        wait_for(lambda: closed_by_server(silent), timeout=30)  # asyncio's own: 60 s
+    finally:
+        silent.close()
+    context = ssl.create_default_context(cafile=str(ca))
+    with httpx.Client(base_url=server.url, verify=context) as client:
+        assert client.get("/healthz").status_code == 200  # a real client is served

@@ -1,5 +1,5 @@
-"""Bounds on connections that uvicorn leaves open: a deadline for each request's head and
-a cap on open connections.
+"""Bounds on connections that uvicorn leaves open: a deadline for each request's head (and,
+under TLS, for the handshake: `bounded_loop`) and a cap on open connections.
 
 uvicorn's keep-alive timer starts only after a response and is cancelled by any byte, so
 a connection that sends nothing, or dribbles its head a byte at a time (slowloris), would
@@ -106,6 +106,32 @@ class DeadlineProtocol(H11Protocol):
         self.head_deadline = None
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self.transport.close()
+
+
+# The TLS handshake's deadline in `bounded_loop`'s loops (set by `voda serve` before it
+# starts uvicorn, which makes the loop with no arguments).
+handshake_seconds = 10.0
+
+
+def bounded_loop() -> asyncio.AbstractEventLoop:
+    """uvicorn's loop (uvloop when installed) whose servers give a TLS handshake
+    `handshake_seconds` (asyncio's own 60 s would let a client that opens connections and
+    never says hello hold each for a minute, uncounted: a protocol sees a connection only
+    once its handshake is done)."""
+    try:
+        import uvloop
+
+        base: type[asyncio.AbstractEventLoop] = uvloop.Loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency of uvicorn[standard]
+        base = asyncio.SelectorEventLoop
+
+    class HandshakeBoundLoop(base):  # type: ignore[valid-type,misc]
+        async def create_server(self, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("ssl") is not None:
+                kwargs.setdefault("ssl_handshake_timeout", handshake_seconds)
+            return await super().create_server(*args, **kwargs)
+
+    return HandshakeBoundLoop()
 
 
 def protocol(header_timeout: float, max_connections: int,

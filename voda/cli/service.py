@@ -226,7 +226,7 @@ def _serve_http(app_: Any, settings: ServerSettings) -> None:
     the service's level (no log config of its own), without an access log."""
     import uvicorn
 
-    from voda.api.connections import protocol
+    from voda.api import connections
     from voda.config import split_list
 
     # Open dashboard streams must not hold a shutdown up for long. A request's head
@@ -236,11 +236,14 @@ def _serve_http(app_: Any, settings: ServerSettings) -> None:
     # them from 127.0.0.1 by default: a local client could then pick the address its
     # failed tokens are charged to); without `trusted_proxies` they are ignored.
     proxies = split_list(settings.trusted_proxies)
+    connections.handshake_seconds = settings.header_timeout_seconds
     uvicorn.run(app_, host=settings.host, port=settings.port, log_config=None,
+                loop="voda.api.connections:bounded_loop",
                 log_level=settings.log_level, access_log=False,
                 ssl_certfile=settings.tls_cert or None,
                 ssl_keyfile=settings.tls_key or None, timeout_graceful_shutdown=3,
-                http=protocol(settings.header_timeout_seconds, settings.max_connections,
-                              settings.max_connections_per_address, proxies),
+                http=connections.protocol(settings.header_timeout_seconds,
+                                          settings.max_connections,
+                                          settings.max_connections_per_address, proxies),
                 limit_concurrency=settings.max_connections + 1,
                 proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
