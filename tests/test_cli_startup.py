@@ -152,6 +152,21 @@ def test_job_names_complete_from_the_service(server: ServeProcess, tmp_path: Pat
     assert "_voda_completion" in shown.stdout and "complete " in shown.stdout
 
 
+@pytest.mark.parametrize(("words", "expected"), [
+    ("voda node drain node-", {"node-0", "node-1"}),
+    ("voda algorithm set Elastic", {"ElasticFIFO", "ElasticSRJF", "ElasticTiresias"}),
+    ("voda algorithm get --gpu-type def", {"default"}),
+    ("voda jobs --status Run", {"Running"}),
+], ids=["node names", "algorithm names", "GPU types", "statuses"])
+def test_every_kind_of_argument_completes(server: ServeProcess, tmp_path: Path, words: str,
+                                          expected: set[str]) -> None:
+    env = env_for(server, tmp_path, _VODA_COMPLETE="complete_bash", COMP_WORDS=words,
+                  COMP_CWORD=str(len(words.split()) - 1))
+    done = subprocess.run([sys.executable, "-m", "voda.cli.main"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert set(done.stdout.split()) == expected, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("args", [("describe", "../../healthz"),
                                   ("node", "drain", "../../healthz"),
                                   ("algorithm", "get", "--gpu-type", "a/b")],

@@ -11,6 +11,7 @@ import typer
 
 from voda.cli.client import TOKEN, Client, segment
 from voda.cli.common import EXIT_USAGE, AsJson, Token, Url, die, out, print_json, stop_on_interrupt
+from voda.cli.completion import complete_algorithms, complete_gpu_types
 
 JOB_COLORS = ("red", "green", "yellow", "blue", "magenta", "cyan", "bright_red",
               "bright_green", "bright_yellow", "bright_blue", "bright_magenta", "bright_cyan")
@@ -156,8 +157,10 @@ def register(app: typer.Typer) -> None:
 
     @algorithm_app.command("set")
     def algorithm_set(
-        name: Annotated[str, typer.Argument(help="Algorithm name, e.g. ElasticTiresias.")],
-        gpu_type: Annotated[str, typer.Option(help="GPU type it schedules.")] = "default",
+        name: Annotated[str, typer.Argument(help="Algorithm name, e.g. ElasticTiresias.",
+                                            autocompletion=complete_algorithms)],
+        gpu_type: Annotated[str, typer.Option(help="GPU type it schedules.",
+                                              autocompletion=complete_gpu_types)] = "default",
         param: Annotated[list[str] | None, typer.Option(
             help="Algorithm parameter KEY=VALUE (VALUE read as JSON when it parses).")] = None,
         rate_limit: Annotated[float | None, typer.Option(
@@ -187,7 +190,8 @@ def register(app: typer.Typer) -> None:
 
     @algorithm_app.command("get")
     def algorithm_get(
-        gpu_type: Annotated[str, typer.Option(help="GPU type.")] = "default",
+        gpu_type: Annotated[str, typer.Option(help="GPU type.",
+                                              autocompletion=complete_gpu_types)] = "default",
         url: Url = None, token: Token = None, as_json: AsJson = False,
     ) -> None:
         """Show the algorithm of a GPU type and the valid names."""

@@ -26,7 +26,7 @@ from voda.cli.common import (
     read_input,
     stop_on_interrupt,
 )
-from voda.cli.completion import complete_job_names
+from voda.cli.completion import complete_gpu_types, complete_job_names, complete_statuses
 
 JobName = Annotated[str, typer.Argument(help="Job name.", autocompletion=complete_job_names)]
 PAGE_LIMIT = 1000  # the API's largest page: what --all asks for at a time
@@ -204,8 +204,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def jobs(
-        status: Annotated[str | None, typer.Option(help="Only jobs in this status.")] = None,
-        gpu_type: Annotated[str | None, typer.Option(help="Only jobs of this GPU type.")] = None,
+        status: Annotated[str | None, typer.Option(help="Only jobs in this status.",
+                                                   autocompletion=complete_statuses)] = None,
+        gpu_type: Annotated[str | None, typer.Option(help="Only jobs of this GPU type.",
+                                                     autocompletion=complete_gpu_types)] = None,
         user: Annotated[str | None, typer.Option(help="Only this user's jobs.")] = None,
         search: Annotated[str | None, typer.Option(
             "--search", "-q", help="Only jobs whose name or owner contain this.")] = None,

@@ -9,8 +9,10 @@ import typer
 
 from voda.cli.client import Client, segment
 from voda.cli.common import AsJson, Token, Url, out, print_json
+from voda.cli.completion import complete_gpu_types, complete_node_names
 
-NodeName = Annotated[str, typer.Argument(help="Node name.")]
+NodeName = Annotated[str, typer.Argument(help="Node name.",
+                                         autocompletion=complete_node_names)]
 
 
 def print_node(node: dict[str, Any], as_json: bool, what: str) -> None:
@@ -30,7 +32,8 @@ def register(app: typer.Typer) -> None:
     def node_add(
         name: NodeName,
         gpus: Annotated[int, typer.Option(help="GPUs (worker slots) of the node.")] = 1,
-        gpu_type: Annotated[str, typer.Option(help="GPU type.")] = "default",
+        gpu_type: Annotated[str, typer.Option(help="GPU type.",
+                                              autocompletion=complete_gpu_types)] = "default",
         leaf: Annotated[str | None, typer.Option(help="Leaf switch (network domain).")] = None,
         spine: Annotated[str | None, typer.Option(help="Spine switch.")] = None,
         url: Url = None, token: Token = None, as_json: AsJson = False,
