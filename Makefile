@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# PostgreSQL binaries, promtool and Chromium from Debian's packages; the tests start a
-# throwaway PostgreSQL server themselves and drive Chromium with Playwright.
+# PostgreSQL binaries, prometheus and promtool, and Chromium from Debian's packages; the
+# tests start a throwaway PostgreSQL server and Prometheus themselves and drive Chromium
+# with Playwright.
 postgres-server:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || \
 		{ echo "installing PostgreSQL (Debian package)"; \
@@ -23,11 +24,11 @@ postgres-server:
 		  || echo "could not install PostgreSQL: the PostgreSQL tests will fail"; }
 	@command -v kubectl >/dev/null 2>&1 || \
 		echo "kubectl not found: the fake API server's kubectl conformance tests and the deploy/ tests will fail"
-	@command -v promtool >/dev/null 2>&1 || \
-		{ echo "installing promtool (Debian package prometheus)"; \
+	@{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || \
+		{ echo "installing promtool and prometheus (Debian package prometheus)"; \
 		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
 		  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
-		  || echo "could not install promtool: the metrics test will fail"; }
+		  || echo "could not install prometheus: the metrics and monitoring tests will fail"; }
 	@command -v chromium >/dev/null 2>&1 || \
 		{ echo "installing Chromium (Debian package chromium) for the dashboard tests"; \
 		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
