@@ -52,21 +52,23 @@ def register(app: typer.Typer) -> None:
                                json_body={k: v for k, v in body.items() if v is not None})
         print_node(node, as_json, "in service")
 
+    def set_schedulable(name: str, schedulable: bool, url: str | None, token: str | None,
+                        as_json: bool) -> None:
+        node = Client(url, token).call("PATCH", f"/v1/nodes/{segment(name, 'node name')}",
+                                       json_body={"schedulable": schedulable})
+        print_node(node, as_json, "in service" if schedulable else "drained")
+
     @node_app.command("drain")
     def node_drain(name: NodeName, url: Url = None, token: Token = None,
                    as_json: AsJson = False) -> None:
         """Take no more workers on a node; its jobs stop and wait for other nodes."""
-        node = Client(url, token).call("PATCH", f"/v1/nodes/{segment(name, 'node name')}",
-                                       json_body={"schedulable": False})
-        print_node(node, as_json, "drained")
+        set_schedulable(name, False, url, token, as_json)
 
     @node_app.command("uncordon")
     def node_uncordon(name: NodeName, url: Url = None, token: Token = None,
                       as_json: AsJson = False) -> None:
         """Take a drained node back: it takes workers again."""
-        node = Client(url, token).call("PATCH", f"/v1/nodes/{segment(name, 'node name')}",
-                                       json_body={"schedulable": True})
-        print_node(node, as_json, "in service")
+        set_schedulable(name, True, url, token, as_json)
 
     @node_app.command("remove")
     def node_remove(name: NodeName, url: Url = None, token: Token = None,
