@@ -51,8 +51,10 @@ def test_all_algorithms_compare_in_one_table_and_plot(small: Path, tmp_path: Pat
     for name in BUILTIN_NAMES:
         assert name[:6] in result.output
     pngs = sorted(p.name for p in plots.glob("*.png"))
-    assert "jct_cdf.png" in pngs and "queue_length.png" in pngs
-    assert len(pngs) == 2 + len(BUILTIN_NAMES)
+    together = ["fairness.png", "jct_cdf.png", "queue_length.png", "slowdown_cdf.png",
+                "wait_cdf.png"]
+    assert set(together) <= set(pngs)
+    assert len(pngs) == len(together) + len(BUILTIN_NAMES)
     assert all((plots / p).stat().st_size > 1000 for p in pngs)
 
 

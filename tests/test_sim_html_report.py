@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html as html_lib
+import json
 import re
 import subprocess
 import sys
@@ -9,10 +11,13 @@ from pathlib import Path
 
 import pytest
 from browser import screenshot
+from typer.testing import CliRunner
 
 from tests.conftest import ROOT
+from voda.cli.main import app
 from voda.core.allocation import registry
 from voda.sim.html_report import gpus_in_use, render_report, step_at, timeline_jobs
+from voda.sim.palette import styles
 from voda.sim.report import JobResult, SimResult
 
 
@@ -94,3 +99,103 @@ def test_report_job_needs_a_known_job_and_a_report(tmp_path: Path) -> None:
     alone = subprocess.run([*base, "--report-job", "cifar10-0"], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
     assert alone.returncode == 2 and "report-job: needs --report DIR" in alone.stderr
+
+
+# ----- several algorithms and seeds: intervals, per-job table, distributions, fairness ------
+JOBS = """
+- {name: a, arrival: 0, model: cifar10, epochs: 3, min: 1, max: 4}
+- {name: b, arrival: 10, duration: 300, min: 1, max: 2}
+- {name: c, arrival: 20, model: ncf, epochs: 1, min: 1, max: 1}
+- {name: d, arrival: 30, duration: 900, min: 2, max: 4}
+- {name: e, arrival: 60, duration: 600, min: 1, max: 8}
+- {name: f, arrival: 90, model: cifar10, epochs: 2, min: 1, max: 8}
+- {name: g, arrival: 120, duration: 1200, min: 4, max: 4}
+- {name: h, arrival: 150, duration: 200, min: 1, max: 1}
+"""
+ALGORITHMS = ("FIFO", "ElasticFIFO", "Voda")
+SEEDS = 2
+
+
+@pytest.fixture(scope="module")
+def seeded_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """`voda simulate --report` of 8 jobs under 3 algorithms and 2 seeds, and its JSON."""
+    folder = tmp_path_factory.mktemp("seeded")
+    workload = folder / "jobs.yaml"
+    workload.write_text(JOBS)
+    args = ["simulate", "-w", str(workload), "-c", "2x4", "-a", ",".join(ALGORITHMS),
+            "--seeds", str(SEEDS), "--report", str(folder / "report"), "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return folder / "report" / "index.html", json.loads(result.stdout)
+
+
+def test_the_report_has_intervals_a_per_job_table_cdfs_and_fairness(seeded_report) -> None:
+    path, out = seeded_report
+    page = path.read_text()
+    for chart in ("cdf-chart", "wait-chart", "slowdown-chart", "rho-mean-chart",
+                  "rho-max-chart"):
+        assert f'id="{chart}"' in page
+    specs = {m.group(1): json.loads(html_lib.unescape(m.group(2))) for m in re.finditer(
+        r'id="([a-z-]+)" data-chart data-spec="([^"]*)"', page)}
+    assert specs["wait-chart"]["title"] == "Wait CDF"
+    assert specs["slowdown-chart"]["title"] == "Slowdown CDF"
+    look = styles(list(ALGORITHMS))
+    for chart in ("cdf-chart", "wait-chart", "slowdown-chart", "rho-mean-chart"):
+        series = specs[chart]["series"]
+        assert [s["label"] for s in series] == list(ALGORITHMS)
+        assert [s["color"] for s in series] == [look[a].color for a in ALGORITHMS]
+    # The fairness bars are the summary's means, one algorithm each.
+    summary = {s["algorithm"]: s["metrics"] for s in out["summary"]}
+    for i, series in enumerate(specs["rho-max-chart"]["series"]):
+        assert series["values"][i] == pytest.approx(summary[series["label"]]["rho_max"]["mean"])
+        assert [v for j, v in enumerate(series["values"]) if j != i] == [None] * 2
+    # The comparison: means with their intervals, fairness figures included.
+    comparison = page[page.index('id="comparison"'):page.index("</table>",
+                                                             page.index('id="comparison"'))]
+    assert "over 2 seeds" in page and "Student t, 1 degrees of freedom" in page
+    for algorithm in ALGORITHMS:
+        rho = summary[algorithm]["rho_mean"]
+        assert f"{rho['mean']:.2f}" in comparison and f"±{rho['half_width']:.2f}" in comparison
+    # The per-job table: a row per job, algorithm and seed.
+    table = page[page.index('id="per-job"'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr data-algorithm=") == 8 * len(ALGORITHMS) * SEEDS
+    assert "slowdown" in table and "\u03c1" in table  # rho
+
+
+def test_the_seeded_report_opens_and_the_checkboxes_pick_algorithms(seeded_report,
+                                                                      page) -> None:
+    path, _ = seeded_report
+    page.goto(path.as_uri())
+    for chart in ("cdf-chart", "wait-chart", "slowdown-chart", "rho-mean-chart",
+                  "rho-max-chart", "gpus-chart", "queue-chart", "job-chart"):
+        page.locator(f"#{chart}[data-drawn='1'] canvas").first.wait_for(timeout=10000)
+    rows = page.locator("#per-job tbody tr")
+    assert rows.count() == 8 * len(ALGORITHMS) * SEEDS
+    assert "±" in page.inner_text("#comparison")
+    screenshot(page, "report-seeds")
+
+    def shown(chart: str) -> dict:
+        return page.evaluate(
+            f"() => Object.fromEntries(document.querySelector('#{chart}')._voda_chart.series"
+            ".slice(1).map(s => [s.label, s.show]))")
+
+    page.uncheck("#algorithm-picker input[value='Voda']")
+    page.wait_for_function("document.querySelectorAll('#per-job tr.hidden-algorithm')"
+                           f".length === {8 * SEEDS}")
+    assert page.locator("#per-job tbody tr:visible").count() == 8 * 2 * SEEDS
+    assert not page.locator("#comparison tr[data-algorithm='Voda']").is_visible()
+    for chart in ("cdf-chart", "wait-chart", "rho-max-chart", "job-chart"):
+        assert shown(chart) == {"FIFO": True, "ElasticFIFO": True, "Voda": False}
+    other = page.locator("#job-select option").nth(3).get_attribute("value")
+    page.select_option("#job-select", other)  # a new timeline keeps the choice
+    page.wait_for_function(f"document.querySelector('#job-chart').innerText.includes("
+                           f"'GPUs held by {other}')")
+    page.locator("#job-chart[data-drawn='1'] canvas").first.wait_for()
+    assert shown("job-chart")["Voda"] is False
+    page.click("#algorithm-picker button[data-pick='none']")
+    page.wait_for_function("document.querySelectorAll('#per-job tr.hidden-algorithm')"
+                           f".length === {8 * len(ALGORITHMS) * SEEDS}")
+    page.click("#algorithm-picker button[data-pick='all']")
+    page.wait_for_function("document.querySelectorAll('tr.hidden-algorithm').length === 0")
+    assert set(shown("slowdown-chart").values()) == {True}

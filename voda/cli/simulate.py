@@ -22,23 +22,82 @@ def _fmt(x: float, digits: int = 0) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.{digits}f}"
 
 
-def results_table(results: list[SimResult]) -> Table:
-    """One row per algorithm; narrow enough for an 80-column terminal."""
+def results_tables(results: list[SimResult]) -> list[Table]:
+    """The comparison, one row per algorithm in each table, each table narrow enough for an
+    80-column terminal. One seed: JCTs, makespan and resources in one table, slowdown and
+    finish-time fairness in a second. Several (`--seeds`): each cell is the mean across
+    them and the half-width of its 95 % interval, in three tables (JCTs and makespan,
+    resources, slowdown and fairness)."""
+    from voda.sim.seeds import CONFIDENCE, summarize
+
+    summaries = summarize(results)
+    seeds = max(len(s.runs) for s in summaries)
+    first = summaries[0].runs[0]
+    fairness = ("mean slowdown", "mean rho", "max rho")
+    fairness_title = ("Slowdown (JCT / alone at max GPUs) and finish-time fairness rho "
+                      "(JCT / alone on 1/N of the cluster) over the jobs")
+
+    def fairness_row(m: dict[str, Any]) -> list[str]:
+        return [_pm(m["mean_slowdown"], 2), _pm(m["rho_mean"], 2), _pm(m["rho_max"], 2)]
+
+    def jobs(s: Any) -> str:
+        left = s.metrics["unfinished"].mean
+        return str(s.jobs) + (f" ({left:g} left)" if left else "")
+
+    if seeds == 1:
+        jittered = (f" (arrivals jittered by up to {first.jitter:,.0f} s, seed {first.seed})"
+                    if first.jitter else "")
+        main = _table("JCT and makespan in seconds" + jittered,
+                      ("jobs", "avg JCT", "p50", "p99", "makespan", "util", "GPU-h", "resc",
+                       "migr", "preempt"))
+        fair = _table(fairness_title, fairness)
+        for s in summaries:
+            r = s.runs[0]
+            main.add_row(s.algorithm, jobs(s), _fmt(r.avg_jct), _fmt(r.p50_jct),
+                         _fmt(r.p99_jct), _fmt(r.makespan), f"{r.utilization:.0%}",
+                         _fmt(r.gpu_hours, 1), str(r.rescales), str(r.migrations),
+                         str(r.preemptions))
+            fair.add_row(s.algorithm, *fairness_row(s.metrics))
+        return [main, fair]
+    over = (f"mean ±{CONFIDENCE:.0%} interval over {seeds} seeds ({first.seed}.."
+            f"{first.seed + seeds - 1}, arrivals jittered by up to {first.jitter:,.0f} s; "
+            f"Student t, {seeds - 1} d.o.f.)")
+    jct = _table(f"JCT and makespan in seconds: {over}",
+                 ("jobs", "avg JCT", "p50", "p99", "makespan"))
+    use = _table("Resources and allocation changes per run", ("util", "GPU-h", "resc",
+                                                               "migr", "preempt"))
+    fair = _table(fairness_title, fairness)
+    for s in summaries:
+        m = s.metrics
+        jct.add_row(s.algorithm, jobs(s), _pm(m["avg_jct"]), _pm(m["p50_jct"]),
+                    _pm(m["p99_jct"]), _pm(m["makespan"]))
+        use.add_row(s.algorithm, _pm(m["utilization"], pct=True), _pm(m["gpu_hours"], 1),
+                    _pm(m["rescales"], 1), _pm(m["migrations"], 1), _pm(m["preemptions"], 1))
+        fair.add_row(s.algorithm, *fairness_row(m))
+    return [jct, use, fair]
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Table:
     from rich.table import Table
 
-    table = Table(title="JCT and makespan in seconds", box=None, padding=(0, 1),
-                  collapse_padding=True, pad_edge=False, header_style="bold")
+    table = Table(title=title, box=None, padding=(0, 1), collapse_padding=True,
+                  pad_edge=False, header_style="bold")
     table.add_column("algorithm", no_wrap=True)
-    for column in ("jobs", "avg JCT", "p50", "p99", "makespan", "util", "GPU-h", "resc",
-                   "migr", "preempt"):
+    for column in columns:
         table.add_column(column, justify="right", no_wrap=True)
-    for r in results:
-        jobs = str(len(r.jobs)) + (f" ({r.unfinished} left)" if r.unfinished else "")
-        table.add_row(r.algorithm, jobs, _fmt(r.avg_jct), _fmt(r.p50_jct), _fmt(r.p99_jct),
-                      _fmt(r.makespan), f"{r.utilization:.0%}", _fmt(r.gpu_hours, 1),
-                      str(r.rescales),
-                      str(r.migrations), str(r.preemptions))
     return table
+
+
+def _pm(interval: Any, digits: int = 0, pct: bool = False) -> str:
+    """`mean` or `mean ±half` (a voda.sim.seeds.Interval)."""
+    def fmt(x: float) -> str:
+        return f"{x:.0%}" if pct else _fmt(x, digits)
+
+    if interval.mean is None or math.isnan(interval.mean):
+        return "-"
+    if interval.half_width is None:
+        return fmt(interval.mean)
+    return f"{fmt(interval.mean)} ±{fmt(interval.half_width)}"
 
 
 def _fail(message: str) -> None:
@@ -60,7 +119,7 @@ def run_simulation(
     as_json: bool,
     plot: str | None,
     layout_speed: str = "actual",
-    jitter: float = 0.0,
+    jitter: float | None = None,
     seed: int = 0,
     params: list[str] | None = None,
     gpu_type: str | None = None,
@@ -69,6 +128,8 @@ def run_simulation(
     report_job: str | None = None,
     job_model: str | None = None,
     progress_decisions: bool = False,
+    seeds: int | None = None,
+    csv_path: str | None = None,
 ) -> list[SimResult]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -76,25 +137,35 @@ def run_simulation(
     from voda.cli.params import ParamError, parse_param_items
     from voda.core.allocation import registry
     from voda.sim.cluster_file import ClusterFileError
-    from voda.sim.compare import RunRequest, check_request, run_many, run_one
+    from voda.sim.compare import RunRequest, check_request, run_many, run_one, with_details
     from voda.sim.profiles import ProfileError
     from voda.sim.runner import SimulationStalled
+    from voda.sim.seeds import DEFAULT_JITTER, check_seeds
     from voda.sim.workloads import WorkloadError
 
-    names = list(registry.BUILTIN_NAMES) if algorithm == ALL else [algorithm]
+    names = list(registry.BUILTIN_NAMES) if algorithm == ALL else list(dict.fromkeys(
+        n.strip() for n in algorithm.split(",") if n.strip())) or [algorithm]
     if rigid and job_model not in (None, "rigid"):
         _fail(f"--rigid and --job-model {job_model} contradict each other")
+    jitter_note = None
+    if seeds is not None and jitter is None:
+        jitter = DEFAULT_JITTER
+        jitter_note = (f"--seeds without --jitter: arrivals jittered by up to "
+                       f"{DEFAULT_JITTER:g} s (the default; set it with --jitter)")
+    jitter = 0.0 if jitter is None else jitter
     try:
+        count = 1 if seeds is None else check_seeds(seeds)
         knobs = parse_param_items(params or [])
         requests = [RunRequest(workload, cluster, name, rigid, preset, placement, penalty,
-                               interval, layout_speed, jitter, seed,
+                               interval, layout_speed, jitter, seed + k,
                                params=_knobs_of(name, knobs, len(names) > 1),
                                gpu_type=gpu_type, until=until, job_model=job_model,
                                progress_decisions=progress_decisions)
-                    for name in names]
+                    for name in names for k in range(count)]
         _check_every_knob_used(knobs, requests)
         for r in requests:
-            check_request(r)
+            if r.seed == seed:  # the other seeds differ in arrival times only
+                check_request(r)
     except (WorkloadError, ClusterFileError, ProfileError, registry.UnknownAlgorithm,
             ParamError, ValueError) as exc:
         _fail(str(exc))
@@ -115,9 +186,18 @@ def run_simulation(
                 results = [run_one(requests[0],
                                    progress=lambda f: bar.update(task, completed=f))]
             else:
-                task = bar.add_task(f"simulating {len(requests)} algorithms",
-                                    total=len(requests))
+                what = f"{len(names)} algorithms" if count == 1 else (
+                    f"{len(names)} algorithm{'s' if len(names) > 1 else ''} x {count} seeds")
+                task = bar.add_task(f"simulating {what}", total=len(requests))
                 results = run_many(requests, done=lambda _r, _res: bar.advance(task))
+            # Each job alone, for slowdown and fairness: in this process, where the run
+            # times of one kind of job are computed once for every algorithm and seed.
+            task = bar.add_task("timing each job alone", total=len(requests))
+            detailed = []
+            for r, res in zip(requests, results, strict=True):
+                detailed.append(with_details(r, res))
+                bar.advance(task)
+            results = detailed
     except SimulationStalled as exc:
         _fail(str(exc))
     if report:
@@ -127,6 +207,13 @@ def run_simulation(
             path = write_report(results, report, report_settings(requests), report_job)
         except OSError as exc:
             _fail(f"report: cannot write to {report}: {exc}")
+    if csv_path:
+        from voda.sim.per_job import write_csv
+
+        try:
+            write_csv(results, csv_path)
+        except OSError as exc:
+            _fail(f"csv: cannot write to {csv_path}: {exc}")
     if plot:
         from voda.sim.plots import write_plots
 
@@ -135,12 +222,31 @@ def run_simulation(
         except OSError as exc:
             _fail(f"plot: cannot write to {plot}: {exc}")
     if as_json:
-        typer.echo(json.dumps({"results": [_json_ready(r.to_dict()) for r in results]}))
+        from voda.sim.seeds import summarize
+
+        out_json: dict[str, Any] = {
+            "results": [r.to_dict() for r in results],
+            "seeds": {"count": count, "first": seed, "jitter": jitter,
+                      "default_jitter": jitter_note is not None},
+            "summary": [s.to_dict() for s in summarize(results)],
+        }
+        if jitter_note:
+            out_json["note"] = jitter_note
+            Console(stderr=True).print(f"note: {jitter_note}", highlight=False,
+                                       soft_wrap=True)
+        typer.echo(json.dumps(_json_ready(out_json), allow_nan=False))
     else:
         out = Console()
         if not out.is_terminal:
             out = Console(width=160)  # a table in a pipe or file is not cut to 80 columns
-        out.print(results_table(results))
+        for i, table in enumerate(results_tables(results)):
+            if i:
+                out.print()
+            out.print(table)
+        if jitter_note:
+            out.print(f"note: {jitter_note}", highlight=False, soft_wrap=True)
+        if csv_path:
+            out.print(f"per-job rows written to {csv_path}", soft_wrap=True)
         if plot:
             out.print(f"plots written to {plot}", soft_wrap=True)
         if report:
@@ -186,11 +292,12 @@ def report_settings(requests: list[Any]) -> dict[str, Any]:
 
     first = requests[0]
     effective = settings_for(first)
+    seeds = sorted({r.seed for r in requests})
     return {
         "command": shlex.join(["voda", *sys.argv[1:]]) if sys.argv[1:] else "-",
         "workload": first.workload,
         "cluster": first.cluster,
-        "algorithms": ", ".join(r.algorithm for r in requests),
+        "algorithms": ", ".join(dict.fromkeys(r.algorithm for r in requests)),
         "rigid": first.rigid,
         "preset": first.preset or "-",
         "placement": effective.placement if isinstance(effective.placement, str) else
@@ -200,9 +307,11 @@ def report_settings(requests: list[Any]) -> dict[str, Any]:
         "fixed rounds": effective.fixed_rounds,
         "layout speed": first.layout_speed,
         "arrival jitter (s)": first.jitter,
-        "seed": first.seed,
+        "seeds": (str(first.seed) if len(seeds) == 1 else
+                  f"{seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)"),
         "algorithm knobs": "; ".join(f"{r.algorithm}: " + ", ".join(
-            f"{k}={v}" for k, v in r.params) for r in requests if r.params) or "-",
+            f"{k}={v}" for k, v in r.params) for r in requests
+            if r.params and r.seed == first.seed) or "-",
         "GPU type of untyped jobs": first.gpu_type or "-",
         "until (s)": "-" if first.until is None else first.until,
         "voda": __version__,
@@ -210,9 +319,15 @@ def report_settings(requests: list[Any]) -> dict[str, Any]:
     }
 
 
-def _json_ready(d: dict[str, Any]) -> dict[str, Any]:
-    """NaN is not JSON: report it as null."""
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+def _json_ready(value: Any) -> Any:
+    """NaN and infinities are not JSON: report them as null (at any depth)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    return value
 
 
 def register(app: typer.Typer) -> None:
@@ -226,7 +341,8 @@ def register(app: typer.Typer) -> None:
                                     help="NODESxGPUS (e.g. 16x4) or a cluster YAML file."),
         algorithm: str | None = typer.Option(None, "--algorithm", "-a",
                                              help="Allocation algorithm (default: ElasticFIFO),"
-                                                  " or 'all' for every built-in one."),
+                                                  " several separated by commas (FIFO,Voda), "
+                                                  "or 'all' for every built-in one."),
         rigid: bool = typer.Option(False, "--rigid",
                                    help="Every job at exactly its requested GPUs and batch "
                                         "(--job-model rigid)."),
@@ -251,10 +367,20 @@ def register(app: typer.Typer) -> None:
                                          help="What a job's speed follows: actual (its "
                                               "placement), packed (its GPUs on as few nodes as "
                                               "possible) or best (the fastest layout)."),
-        jitter: float = typer.Option(0.0, "--jitter",
-                                     help="Move each arrival by up to this many seconds, "
-                                          "earlier or later (uniform, see --seed)."),
-        seed: int = typer.Option(0, "--seed", help="Random seed of --jitter."),
+        jitter: float | None = typer.Option(None, "--jitter",
+                                            help="Move each arrival by up to this many "
+                                                 "seconds, earlier or later (uniform, see "
+                                                 "--seed). Default 0; 300 with --seeds."),
+        seed: int = typer.Option(0, "--seed", help="Random seed of --jitter (the first one "
+                                                   "with --seeds)."),
+        seeds: int | None = typer.Option(None, "--seeds",
+                                         help="Run each algorithm on N arrival jitterings "
+                                              "(seeds --seed .. --seed+N-1, 1..100) and show "
+                                              "each metric's mean and 95% interval."),
+        csv_path: str | None = typer.Option(None, "--csv",
+                                            help="Write one row per job, algorithm and seed "
+                                                 "(times, JCT, wait, GPU-hours, rescales, "
+                                                 "slowdown, fairness) to this CSV file."),
         param: list[str] = typer.Option([], "--param",
                                         help="An algorithm knob, NAME=VALUE (repeatable), "
                                              "e.g. queue_thresholds=3600,14400 or "
@@ -291,4 +417,4 @@ def register(app: typer.Typer) -> None:
             _fail("report-job: needs --report DIR")
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
                        as_json, plot, layout_speed, jitter, seed, param, gpu_type, until,
-                       report, report_job, job_model, progress_decisions)
+                       report, report_job, job_model, progress_decisions, seeds, csv_path)

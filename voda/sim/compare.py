@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from voda.core.allocation import registry
 from voda.sim.backend import check_layout_speed
 from voda.sim.cluster_file import SimCluster, parse_cluster
+from voda.sim.isolated import with_job_details
 from voda.sim.presets import apply_preset
 from voda.sim.report import SimResult
 from voda.sim.runner import SimSettings, simulate
@@ -64,7 +65,15 @@ def workload_for(request: RunRequest) -> Workload:
 
 def run_one(request: RunRequest, progress: Callable[[float], None] | None = None) -> SimResult:
     cluster = parse_cluster(request.cluster)
-    return simulate(workload_for(request), cluster, settings_for(request), progress=progress)
+    result = simulate(workload_for(request), cluster, settings_for(request), progress=progress)
+    return replace(result, jitter=request.jitter, seed=request.seed)
+
+
+def with_details(request: RunRequest, result: SimResult) -> SimResult:
+    """`result` with its jobs' run times alone and fair shares (voda.sim.isolated). Run
+    in one process for all results: the jobs' run times alone are cached there."""
+    return with_job_details(result, workload_for(request), parse_cluster(request.cluster),
+                            settings_for(request).penalty)
 
 
 def check_gpu_types(workload: Workload, cluster: SimCluster) -> None:

@@ -1,8 +1,12 @@
-"""PNG plots of simulation results (matplotlib, Agg backend: no display needed)."""
+"""PNG plots of simulation results (matplotlib, Agg backend: no display needed).
+
+Each algorithm keeps its colour, dash and marker (voda.sim.palette). With several seeds
+the CDFs pool the jobs of every seed; the plots over time show the first seed.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +16,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from voda.sim.report import SimResult
+from voda.sim.palette import Style, styles
+from voda.sim.report import JobResult, SimResult
+from voda.sim.seeds import by_algorithm, summarize
 
+RHO = "\u03c1"  # finish-time fairness
 MAX_STACKED_JOBS = 400  # above this the per-job stack is drawn as one total
 
 
@@ -36,14 +43,52 @@ def _save(
     return path
 
 
-def jct_cdf(results: Sequence[SimResult], path: Path) -> Path:
+def _line(style: Style) -> dict[str, Any]:
+    """matplotlib keyword arguments of a style (dash lengths in points)."""
+    dashes = (0, style.dash) if style.dash else "-"
+    return {"color": style.color, "linestyle": dashes, "marker": style.marker,
+            "markersize": 5}
+
+
+def cdf(results: Sequence[SimResult], path: Path, value_of: Callable[[JobResult], Any],
+        xlabel: str, title: str) -> Path:
+    """Fraction of jobs (all seeds pooled) with a value at most x; log x when the values
+    are positive."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in results:
-        jcts = np.sort([j.jct for j in r.jobs if j.jct is not None])
-        if len(jcts):
-            ax.step(jcts, np.arange(1, len(jcts) + 1) / len(jcts), where="post", label=r.algorithm)
-    ax.set_xscale("log")
-    return _save(fig, ax, path, "job completion time (s)", "fraction of jobs", "JCT CDF")
+    runs = by_algorithm(results)
+    look = styles(list(runs))
+    positive = True
+    for algorithm, seeded in runs.items():
+        total = sum(len(r.jobs) for r in seeded)
+        values = np.sort([v for r in seeded for j in r.jobs if (v := value_of(j)) is not None])
+        if len(values):
+            positive = positive and bool(values[0] > 0)
+            ax.step(values, np.arange(1, len(values) + 1) / total, where="post",
+                    label=algorithm, markevery=max(1, len(values) // 8), **_line(look[algorithm]))
+    if positive:
+        ax.set_xscale("log")
+    return _save(fig, ax, path, xlabel, "fraction of jobs", title)
+
+
+def jct_cdf(results: Sequence[SimResult], path: Path) -> Path:
+    return cdf(results, path, lambda j: j.jct, "job completion time (s)", "JCT CDF")
+
+
+def fairness(results: Sequence[SimResult], path: Path) -> Path:
+    """Mean and max finish-time fairness per algorithm (means across seeds)."""
+    summaries = summarize(results)
+    look = styles([s.algorithm for s in summaries])
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(summaries) + 2), 4.5))
+    x = np.arange(len(summaries))
+    colors = [look[s.algorithm].color for s in summaries]
+    means = [s.metrics["rho_mean"].mean for s in summaries]
+    tops = [s.metrics["rho_max"].mean for s in summaries]
+    ax.bar(x - 0.2, means, 0.4, color=colors, label="mean " + RHO)
+    ax.bar(x + 0.2, tops, 0.4, color=colors, alpha=0.45, hatch="//", label="max " + RHO)
+    ax.axhline(1.0, color="#555555", linewidth=0.8)
+    ax.set_xticks(x, [s.algorithm for s in summaries], rotation=30, ha="right")
+    return _save(fig, ax, path, "", RHO + " = JCT / JCT alone on 1/N of the cluster",
+                 "Finish-time fairness")
 
 
 def gpus_per_job(result: SimResult, path: Path) -> Path:
@@ -76,19 +121,29 @@ def gpus_per_job(result: SimResult, path: Path) -> Path:
 
 def queue_length(results: Sequence[SimResult], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(9, 4.5))
+    look = styles([r.algorithm for r in results])
     for r in results:
         if r.queue:
             t = [q[0] for q in r.queue]
             waiting = [q[1] for q in r.queue]
-            ax.step(t, waiting, where="post", label=r.algorithm)
+            line = {**_line(look[r.algorithm]), "marker": None}
+            ax.step(t, waiting, where="post", label=r.algorithm, **line)
     return _save(fig, ax, path, "time (s)", "jobs waiting", "Queue length over time")
 
 
 def write_plots(results: Sequence[SimResult], directory: str | Path) -> list[Path]:
-    """jct_cdf.png, queue_length.png and gpus_<algorithm>.png for each result."""
+    """jct_cdf.png, wait_cdf.png, slowdown_cdf.png, fairness.png, queue_length.png and
+    gpus_<algorithm>.png for each algorithm (the over-time plots: its first seed)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [jct_cdf(results, out / "jct_cdf.png"), queue_length(results, out / "queue_length.png")]
-    for r in results:
+    first = [seeded[0] for seeded in by_algorithm(results).values()]
+    paths = [jct_cdf(results, out / "jct_cdf.png"),
+             cdf(results, out / "wait_cdf.png", lambda j: j.wait,
+                 "wait: submission to first GPU (s)", "Wait CDF"),
+             cdf(results, out / "slowdown_cdf.png", lambda j: j.slowdown,
+                 "slowdown: JCT / run time alone at max GPUs", "Slowdown CDF"),
+             fairness(results, out / "fairness.png"),
+             queue_length(first, out / "queue_length.png")]
+    for r in first:
         paths.append(gpus_per_job(r, out / f"gpus_{_safe(r.algorithm)}.png"))
     return paths

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,44 @@ class JobResult:
     submit: float
     finish: float | None
     jct: float | None
+    start: float | None = None  # when it first held GPUs (None: never)
+    gpu_seconds: float = 0.0  # GPU-seconds it held, restart penalties included
+    rescales: int = 0  # the engine's counts for this job
+    migrations: int = 0
+    preemptions: int = 0
+    # Filled in by voda.sim.isolated.with_job_details (None until then, or when unknown):
+    # its run time alone on the cluster at its max GPUs, and alone on its fair share.
+    alone: float | None = None
+    fair_share: float | None = None  # GPUs: the type's GPUs / mean jobs present over its life
+    fair_alone: float | None = None  # its run time alone on `fair_share` GPUs
+
+    @property
+    def wait(self) -> float | None:
+        """Seconds from submission to its first GPU."""
+        return None if self.start is None else max(self.start - self.submit, 0.0)
+
+    @property
+    def slowdown(self) -> float | None:
+        """JCT over its run time alone at its max GPUs."""
+        return _ratio(self.jct, self.alone)
+
+    @property
+    def rho(self) -> float | None:
+        """Finish-time fairness (Themis): JCT over its run time alone on its fair share."""
+        return _ratio(self.jct, self.fair_alone)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "submit": self.submit, "finish": self.finish,
+                "jct": self.jct, "start": self.start, "wait": self.wait,
+                "gpu_hours": self.gpu_seconds / 3600.0, "rescales": self.rescales,
+                "migrations": self.migrations, "preemptions": self.preemptions,
+                "alone": self.alone, "slowdown": self.slowdown,
+                "fair_share": self.fair_share, "fair_alone": self.fair_alone,
+                "rho": self.rho}
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or den is None or not den > 0 else num / den
 
 
 @dataclass(frozen=True)
@@ -49,6 +88,25 @@ class SimResult:
     params: dict[str, Any] = field(default_factory=dict)  # the algorithm's knobs
     timeline: tuple[tuple[float, str, int], ...] = field(default=(), repr=False)
     queue: tuple[tuple[float, int, int], ...] = field(default=(), repr=False)
+    # The arrival jittering it ran on (voda.sim.workloads.jitter_arrivals; 0: the trace).
+    jitter: float = 0.0
+    seed: int = 0
+
+    @property
+    def mean_slowdown(self) -> float:
+        """Mean of the finished jobs' slowdowns (NaN when none is known)."""
+        return _mean([j.slowdown for j in self.jobs])
+
+    @property
+    def rho_mean(self) -> float:
+        """Mean finish-time fairness of the finished jobs (NaN when none is known)."""
+        return _mean([j.rho for j in self.jobs])
+
+    @property
+    def rho_max(self) -> float:
+        """The worst (largest) finish-time fairness of a finished job."""
+        values = [j.rho for j in self.jobs if j.rho is not None]
+        return max(values) if values else float("nan")
 
     @property
     def finished_jcts(self) -> list[float]:
@@ -83,11 +141,42 @@ class SimResult:
             "split_share": self.split_share,
             "cross_leaf_share": self.cross_leaf_share,
             "layout_speed": self.layout_speed,
-            "jobs": [
-                {"name": j.name, "submit": j.submit, "finish": j.finish, "jct": j.jct}
-                for j in self.jobs
-            ],
+            "jitter": self.jitter,
+            "seed": self.seed,
+            # None until voda.sim.isolated.with_job_details has timed the jobs alone.
+            "mean_slowdown": _known(self.mean_slowdown),
+            "rho_mean": _known(self.rho_mean),
+            "rho_max": _known(self.rho_max),
+            "jobs": [j.to_dict() for j in self.jobs],
         }
+
+
+def _known(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def _mean(values: list[float | None]) -> float:
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else float("nan")
+
+
+def _per_job_holdings(timeline: Any, end: float) -> tuple[dict[str, float], dict[str, float]]:
+    """From the backend's (time, job, GPUs held from then) changes: when each job first
+    held GPUs, and the GPU-seconds it held up to `end`."""
+    starts: dict[str, float] = {}
+    held: dict[str, float] = {}
+    last: dict[str, tuple[float, int]] = {}
+    for t, name, gpus in timeline:
+        if gpus and name not in starts:
+            starts[name] = t
+        if name in last:
+            t0, g0 = last[name]
+            held[name] = held.get(name, 0.0) + g0 * max(t - t0, 0.0)
+        last[name] = (t, gpus)
+    for name, (t0, g0) in last.items():
+        if g0:
+            held[name] = held.get(name, 0.0) + g0 * max(end - t0, 0.0)
+    return starts, held
 
 
 def _capacity_seconds(changes: list[tuple[float, int]], start: float, end: float) -> float:
@@ -114,12 +203,18 @@ def build_result(
     end: float,
     params: Mapping[str, Any] | None = None,
 ) -> SimResult:
+    starts, held = _per_job_holdings(backend.timeline, end)
     jobs = []
     for spec in workload.jobs:
         sim = backend.jobs.get(spec.name)
         finish = sim.finished if sim is not None else None
-        jobs.append(JobResult(spec.name, spec.submit, finish,
-                              None if finish is None else finish - spec.submit))
+        record = scheduler.jobs.get(spec.name)
+        jobs.append(JobResult(
+            spec.name, spec.submit, finish, None if finish is None else finish - spec.submit,
+            start=starts.get(spec.name), gpu_seconds=held.get(spec.name, 0.0),
+            rescales=record.rescales if record is not None else 0,
+            migrations=record.migrations if record is not None else 0,
+            preemptions=record.preemptions if record is not None else 0))
     jcts = np.array([j.jct for j in jobs if j.jct is not None], dtype=float)
     finishes = [j.finish for j in jobs if j.finish is not None]
     first = min(j.submit for j in jobs)

@@ -3,10 +3,11 @@
  * A chart is an element with a data-chart attribute and its spec as JSON in data-spec (not in
  * a <script> element: htmx drops those from the fragments it swaps in):
  *   {kind: "lines" | "bars", title, height,
- *    x: {label, time (epoch seconds), log, labels (bars: one per bar)},
+ *    x: {label, time (epoch seconds), log, labels (bars: one per bar), rotate (degrees)},
  *    y: {label, log},
  *    xs: [x values], series: [{label, values, color, step, points, dash, width}]}
  * Series share the xs; a null value is a gap (lines span gaps unless they are points).
+ * dash: true (dashed) or an on/off pattern in pixels ([] or absent: solid).
  */
 (function () {
   "use strict";
@@ -16,7 +17,11 @@
   function series(s, i, kind) {
     var color = s.color || PALETTE[i % PALETTE.length];
     var out = {label: s.label, stroke: color, width: s.width || 2, spanGaps: !s.points};
-    if (s.dash) out.dash = [6, 4];
+    if (Array.isArray(s.dash)) {
+      if (s.dash.length) out.dash = s.dash;
+    } else if (s.dash) {
+      out.dash = [6, 4];
+    }
     if (kind === "bars") {
       out.fill = color + "cc";
       out.paths = uPlot.paths.bars({size: [0.7, 80]});
@@ -48,6 +53,10 @@
       };
       xScale.range = function () { return [-0.5, x.labels.length - 0.5]; };
       xAxis.splits = function () { return x.labels.map(function (_, i) { return i; }); };
+    }
+    if (x.rotate) {
+      xAxis.rotate = x.rotate;
+      xAxis.size = 90;
     }
     return {
       title: spec.title || "",
