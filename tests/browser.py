@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,9 +42,13 @@ def browser() -> Iterator[object]:
         instance.close()
 
 
-@pytest.fixture
-def page(browser: object) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1300, "height": 900})  # type: ignore[attr-defined]
+@contextmanager
+def open_page(browser: object, **options: object) -> Iterator[object]:
+    """A page in a new browser context (Playwright's `new_context` options: viewport,
+    color_scheme, bypass_csp...); script errors, and anything the Content-Security-Policy
+    blocked, fail the test when it closes."""
+    options.setdefault("viewport", {"width": 1300, "height": 900})
+    context = browser.new_context(**options)  # type: ignore[attr-defined]
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -52,9 +57,17 @@ def page(browser: object) -> Iterator[object]:
     page.on("console", lambda message: errors.append(message.text)
             if "Content Security Policy" in message.text else None)
     page.errors = errors  # type: ignore[attr-defined]
-    yield page
-    context.close()
+    try:
+        yield page
+    finally:
+        context.close()
     assert not errors, f"script errors or blocked content on the page: {errors}"
+
+
+@pytest.fixture
+def page(browser: object) -> Iterator[object]:
+    with open_page(browser) as opened:
+        yield opened
 
 
 def screenshot(page: object, name: str) -> Path:

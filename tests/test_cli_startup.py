@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 
 from tests.conftest import ROOT, ServeFactory, ServeProcess
 
@@ -110,7 +111,46 @@ def test_live_views_redraw_until_interrupted(server: ServeProcess, tmp_path: Pat
     assert proc.returncode == 0, errors
     assert output.count("watched") >= 3, output[-2000:]  # redrawn several times
     if args[0] == "top":
-        assert "node-0" in output and "█" in output and "GPU types" in output
+        assert "node-0" in output and "GPU types" in output
+        assert "legend: A watched-" in output and "AA" in output  # its two GPUs
+
+
+def test_top_tells_jobs_apart_without_colour(server: ServeProcess, tmp_path: Path) -> None:
+    """Piped, or with NO_COLOR, `voda top` still tells jobs apart: each job's cells are its
+    own symbol, and a legend line names them."""
+    workers = {}
+    with server.client() as client:
+        for name, count in (("first", 3), ("second", 2)):
+            answer = client.post("/v1/jobs", json={"name": name, "command": "x", "min": count,
+                                                   "max": count, "epochs": 1000})
+            assert answer.status_code == 201, answer.text
+            workers[answer.json()["name"]] = count
+
+    def running() -> bool:
+        with server.client() as client:
+            jobs = client.get("/v1/jobs").json()["items"]
+        return all(j["status"] == "Running" for j in jobs if j["name"] in workers)
+
+    wait_for(running)
+    for extra in ({}, {"NO_COLOR": "1"}):  # piped (stdout is a pipe here), and asked for
+        done = voda(env_for(server, tmp_path, **extra), "top", "--once")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert "\x1b[" not in done.stdout  # no colour, no style at all
+        # The jobs table: a symbol per job, each its own.
+        symbols = {line.split("│")[2].strip(): line.split("│")[1].strip()
+                   for line in lines if line.count("│") == 5}
+        assert set(workers) <= set(symbols)
+        first, second = (symbols[name] for name in workers)
+        assert len(first) == len(second) == 1 and first != second
+        # The map: each job's symbol in as many cells as it has workers.
+        cells = "".join(line.split("│")[5] for line in lines if "node-" in line)
+        for name, count in workers.items():
+            assert cells.count(symbols[name]) == count, done.stdout
+        legend = next(line for line in lines if line.startswith("legend:"))
+        for name in workers:
+            assert f"{symbols[name]} {name}" in legend
+        assert "· free" in legend
 
 
 def test_cluster_and_top_mark_drained_and_removed_nodes(server: ServeProcess,

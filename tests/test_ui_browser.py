@@ -8,84 +8,34 @@ blocks fails the test (tests/browser.py).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from browser import screenshot
+from dashboard_server import (
+    cookies,
+    dashboard_server,
+    form_token,
+    job,
+    login,
+    mark_no_reload,
+    not_reloaded,
+    submit,
+)
 from polling import wait_for
 
-from tests.conftest import TOKENS, TOKENS_ENV, ServeProcess, free_port
+from tests.conftest import TOKENS, ServeProcess
 
 pytestmark = pytest.mark.slow
 
-CLUSTER = """
-nodes:
-  - {name: a, count: 2, gpus: 4, leaf: rack-a, spine: spine-1}
-  - {name: b, count: 2, gpus: 4, leaf: rack-b, spine: spine-1}
-  - {name: c, count: 2, gpus: 8, gpu_type: a100, leaf: rack-c, spine: spine-2}
-"""
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    folder = tmp_path_factory.mktemp("ui")
-    (folder / "cluster.yaml").write_text(CLUSTER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
-    env["VODA_CONFIG"] = str(folder / "no-config.toml")
-    env["VODA_TOKENS"] = TOKENS_ENV
-    port = free_port()
-    process = ServeProcess(
-        url=f"http://127.0.0.1:{port}", port=port,
-        args=["--db", f"sqlite:///{folder / 'voda.db'}", "--cluster", str(folder / "cluster.yaml"),
-              "--time-scale", "30", "--rate-limit", "0.2", "--step-interval", "0.2"],
-        env=env, log_path=folder / "serve.log", tokens=TOKENS)
+    process = dashboard_server(tmp_path_factory.mktemp("ui"))
     process.start()
     yield process
     process.stop()
-
-
-def submit(server: ServeProcess, user: str, name: str, **fields: object) -> str:
-    body = {"name": name, "command": "python train.py", "min": 1, "max": 2, "epochs": 1000,
-            **fields}
-    with server.client(user) as client:
-        answer = client.post("/v1/jobs", json=body)
-    assert answer.status_code == 201, answer.text
-    return answer.json()["name"]
-
-
-def job(server: ServeProcess, user: str, name: str) -> dict:
-    with server.client(user) as client:
-        return client.get(f"/v1/jobs/{name}").json()
-
-
-def login(page, server: ServeProcess, user: str, path: str = "/ui/cluster",
-          token: str | None = None) -> None:
-    page.goto(f"{server.url}{path}")
-    assert "/ui/login" in page.url
-    page.fill("input[name=token]", token or TOKENS[user])
-    page.click("button[type=submit]")
-    page.wait_for_url(re.compile(re.escape(path.split("?")[0])))
-    assert page.inner_text("#user-name").startswith(user)
-
-
-def form_token(page) -> str:
-    """The form token of the logged-in page (its log-out form carries one)."""
-    return page.get_attribute("input[name=form_token]", "value")
-
-
-def cookies(page) -> dict[str, str]:
-    return {c["name"]: c["value"] for c in page.context.cookies()}
-
-
-def mark_no_reload(page) -> None:
-    page.evaluate("window.__still_here = true")
-
-
-def not_reloaded(page) -> bool:
-    return page.evaluate("window.__still_here === true")
 
 
 def test_pages_need_a_login_and_a_bad_token_is_refused(server: ServeProcess, page) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from voda.api.activity import ErrorEntry, histogram
+from voda.api.errors import NotFound
 from voda.api.ui import views
-from voda.api.ui.routes import render
-from voda.web.filters import duration, to_json
+from voda.api.ui.routes import _events, epoch_chart, latency_chart, render
+from voda.web import TEMPLATES_DIR, environment
+from voda.web.filters import chart_text, duration, to_json
 
 
 def node(name: str, gpus: int, jobs: dict[str, int], state: str = "ready",
@@ -65,6 +69,76 @@ def test_cordoned_and_lost_nodes_and_anonymous_usage_are_marked() -> None:
     assert "other users' jobs (2 GPUs)" in html
     assert "1 cordoned · 1 lost" in html
     assert "style=" not in html  # the Content-Security-Policy allows no inline style
+
+
+def test_jobs_are_numbered_and_coloured_in_the_order_the_map_shows_them() -> None:
+    """Not by a hash of the name (two jobs could share a colour): in order, so jobs side by
+    side differ; each cell carries its job's number, its name and its node for screen
+    readers, and takes the keyboard's focus."""
+    jobs = {name: {"user": "alice", "workers": 1} for name in "abcdefghij"}
+    view = cluster_view([node("n1", 8, {"z": 1, "b": 1}, leaf="l1", spine="s2"),
+                         node("n2", 8, {"a": 1}, leaf="l2", spine="s1"),
+                         node("n3", 8, dict.fromkeys("cdefghij", 1), leaf="l1",
+                              spine="s2")],
+                        {**jobs, "z": {"user": "bob", "workers": 1}})
+    page = views.cluster_page(view, None)
+    order = [name for name, _ in page["legend"]]
+    assert order == ["b", "z", "c", "d", "e", "f", "g", "h", "i", "j", "a"]  # s2 first
+    marks = page["marks"]
+    assert [marks[name].number for name in order] == list(range(1, 12))
+    assert [marks[name].colour for name in order[:8]] == [f"job-c{i}" for i in range(8)]
+    assert marks["i"].colour == "job-c0"  # the ninth: colours repeat, numbers do not
+    html = render("_cluster.html", **page)
+    assert ('<a class="gpu job-c1" id="gpu-n1-2" data-job="z" href="/ui/jobs/z"' in html)
+    assert 'aria-label="job 2, z: GPU 2 of node n1, owner bob, 1 workers"' in html
+    assert '<li data-job="z"><span class="sw job-c1">2</span>' in html
+    assert 'aria-label="GPU 3 of node n1: free"' in html
+
+
+def test_a_chart_says_what_it_shows_in_words_and_as_a_table() -> None:
+    speed = views.speed_series({1: 100.0, 2: 60.0}, max_workers=3)
+    spec = epoch_chart(speed)
+    text = chart_text(spec)
+    assert text["name"] == "Epoch time by workers"
+    assert text["columns"] == ["workers", "model (Amdahl fit)", "measured"]
+    assert text["rows"][0] == ["1", "100", "100"] and text["rows"][2][2] == "-"
+    assert "measured from 60 to 100 (2 points, workers 1 to 2)" in text["summary"]
+    page = environment().from_string(
+        '{% from "_chart.html" import chart %}{{ chart("c", spec) }}').render(spec=spec)
+    assert 'role="img" aria-label="Epoch time by workers" aria-describedby="c-summary"' in page
+    assert '<p class="vh" id="c-summary">' in page and "<table>" in page
+    bars = chart_text(latency_chart([("1", 3), ("10", 0), (">10", 1)]))
+    assert bars["summary"] == ("Decision latency (recent decisions), decisions by decision "
+                               "time, ms (bucket's upper bound): 1: 3; >10: 1.")
+    assert chart_text({"title": "Empty", "xs": [], "series": []})["summary"] == \
+        "Empty: no data yet."
+
+
+def test_a_long_chart_keeps_its_latest_rows() -> None:
+    spec = {"kind": "lines", "title": "t", "x": {"time": True}, "xs": list(range(500)),
+            "series": [{"label": "GPUs", "values": [1] * 500}]}
+    text = chart_text(spec)
+    assert len(text["rows"]) == 200 and text["dropped"] == 300
+
+
+def test_a_stream_whose_job_is_gone_says_so_and_ends_on_purpose() -> None:
+    """The page's stream (sse-close="end" in live.html) is told to stop, rather than
+    reconnect again and again to a job that is no longer there."""
+
+    class Request:
+        async def is_disconnected(self) -> bool:
+            return False
+
+    def produce() -> str:
+        raise NotFound("job 'gone' not found")
+
+    async def collect() -> list[str]:
+        return [message async for message in _events(Request(), produce)]
+
+    messages = asyncio.run(collect())
+    assert messages[-2] == "event: update\ndata: <p class=\"error\">job 'gone' not found</p>\n\n"
+    assert messages[-1] == "event: end\ndata: gone\n\n"
+    assert 'sse-close="end"' in (TEMPLATES_DIR / "live.html").read_text()
 
 
 def test_a_refused_gpu_type_is_shown_on_the_cluster_page() -> None:

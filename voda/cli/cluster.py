@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from typing import Annotated, Any
@@ -13,35 +12,86 @@ from voda.cli.client import TOKEN, Client, segment
 from voda.cli.common import EXIT_USAGE, AsJson, Token, Url, die, out, print_json, stop_on_interrupt
 from voda.cli.completion import complete_algorithms, complete_gpu_types
 
-JOB_COLORS = ("red", "green", "yellow", "blue", "magenta", "cyan", "bright_red",
-              "bright_green", "bright_yellow", "bright_blue", "bright_magenta", "bright_cyan")
-
-
-def job_color(name: str) -> str:
-    digest = hashlib.blake2s(name.encode(), digest_size=2).digest()
-    return JOB_COLORS[int.from_bytes(digest, "big") % len(JOB_COLORS)]
-
-
-def gpu_cells(node: dict[str, Any]) -> Any:
-    """One block per GPU, coloured by the job holding it (hatched for other users')."""
-    from rich.text import Text
-
-    cells = Text()
-    for name, count in sorted(node["jobs"].items()):
-        cells.append("█" * count, style=job_color(name))
-    others = node.get("others", 0)
-    cells.append("▒" * others, style="grey50")
-    taken = sum(node["jobs"].values()) + others
-    if node.get("state") == "lost":  # no longer in the cluster: nothing there is free
-        cells.append("x" * max(0, node["gpus"] - taken), style="red")
-    else:
-        cells.append("·" * max(0, node["gpus"] - taken), style="grey35")
-    return cells
+# Each job drawn on the map gets a symbol, in the order the map shows the jobs: its cells
+# are that symbol, so jobs are told apart without colour (piped output, NO_COLOR, colour-blind
+# readers), and a legend line names them. In a colour terminal the symbol stands on the
+# job's colour: the Okabe-Ito palette, with dark or white text for contrast.
+SYMBOLS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+MORE = "+"  # the cells of jobs beyond len(SYMBOLS)
+JOB_COLORS = (("#e69f00", "black"), ("#56b4e9", "black"), ("#009e73", "black"),
+              ("#f0e442", "black"), ("#0072b2", "white"), ("#d55e00", "black"),
+              ("#cc79a7", "black"), ("#000000", "white"))
+OTHERS, FREE, LOST = "▒", "·", "x"
 
 
 def all_nodes(view: dict[str, Any]) -> list[dict[str, Any]]:
     """Ready and cordoned nodes, then the lost ones (removed, or gone from the backend)."""
     return [*view["nodes"], *view.get("lost_nodes", [])]
+
+
+def map_order(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nodes as `voda top` draws them: by spine, then leaf."""
+    return sorted(all_nodes(view), key=lambda n: (n.get("spine", ""), n["leaf"]))
+
+
+def job_symbols(view: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """job -> (symbol, rich style), in the order the jobs first appear on the map."""
+    order: dict[str, None] = {}
+    for node in map_order(view):
+        for name in sorted(node["jobs"]):
+            order.setdefault(name, None)
+    for name in sorted(view.get("jobs", {})):
+        order.setdefault(name, None)
+    marks = {}
+    for i, name in enumerate(order):
+        background, text = JOB_COLORS[i % len(JOB_COLORS)]
+        symbol = SYMBOLS[i] if i < len(SYMBOLS) else MORE
+        marks[name] = (symbol, f"bold {text} on {background}")
+    return marks
+
+
+def gpu_cells(node: dict[str, Any], marks: dict[str, tuple[str, str]]) -> Any:
+    """One character per GPU: the symbol of the job holding it (on its colour), hatched for
+    other users' jobs, a dot when free, x when the node is lost."""
+    from rich.text import Text
+
+    cells = Text()
+    for name, count in sorted(node["jobs"].items()):
+        symbol, style = marks.get(name, (MORE, ""))
+        cells.append(symbol * count, style=style)
+    others = node.get("others", 0)
+    cells.append(OTHERS * others, style="grey50")
+    taken = sum(node["jobs"].values()) + others
+    if node.get("state") == "lost":  # no longer in the cluster: nothing there is free
+        cells.append(LOST * max(0, node["gpus"] - taken), style="red")
+    else:
+        cells.append(FREE * max(0, node["gpus"] - taken), style="grey35")
+    return cells
+
+
+def legend(marks: dict[str, tuple[str, str]], others: int) -> Any:
+    """The map's legend in one line: every job's symbol and name, then the other cells."""
+    from rich.text import Text
+
+    line = Text("legend: ")
+    shown = 0
+    for name, (symbol, style) in marks.items():
+        if symbol == MORE:
+            continue
+        line.append(symbol, style=style)
+        line.append(f" {name}  ")
+        shown += 1
+    if len(marks) > shown:
+        line.append(MORE, style="bold")
+        line.append(f" {len(marks) - shown} more jobs  ")
+    if others:
+        line.append(OTHERS, style="grey50")
+        line.append(" other users' jobs  ")
+    line.append(FREE, style="grey35")
+    line.append(" free  ")
+    line.append(LOST, style="red")
+    line.append(" lost node")
+    return line
 
 
 def node_name(node: dict[str, Any]) -> str:
@@ -65,6 +115,7 @@ def cluster_screen(view: dict[str, Any]) -> Any:
     """What `voda top` draws: GPU types, then nodes by spine and leaf, then the jobs."""
     from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     types = Table("GPU TYPE", "USED", "UTILIZATION", "FRAGMENTATION", "WAITING", "ALGORITHM",
                   title="GPU types", title_justify="left")
@@ -72,20 +123,24 @@ def cluster_screen(view: dict[str, Any]) -> Any:
         types.add_row(t["gpu_type"], f"{t['used']}/{t['total']}",
                       f"{t.get('utilization', 0):.0%}", f"{t.get('fragmentation', 0):.0%}",
                       str(t.get("waiting_jobs", "-")), t["algorithm"])
+    marks = job_symbols(view)
+    others = sum(n.get("others", 0) for n in view["nodes"])
     nodes = Table("SPINE", "LEAF", "NODE", "TYPE", "GPUS", "STATE", title="Nodes",
                   title_justify="left")
-    for n in sorted(all_nodes(view), key=lambda n: (n.get("spine", ""), n["leaf"])):
+    for n in map_order(view):
         state = n.get("state", "ready")
-        nodes.add_row(n.get("spine", "-"), n["leaf"], n["name"], n["gpu_type"], gpu_cells(n),
-                      state if state == "ready" else f"[bold red]{state}[/]")
+        nodes.add_row(Text(n.get("spine", "-")), Text(n["leaf"]), Text(n["name"]),
+                      Text(n["gpu_type"]),
+                      gpu_cells(n, marks), state if state == "ready" else f"[bold red]{state}[/]")
     jobs = Table("", "JOB", "USER", "GPUS", title="Jobs holding GPUs", title_justify="left")
-    for name, info in sorted(view.get("jobs", {}).items()):
-        jobs.add_row(f"[{job_color(name)}]█[/]", name, info["user"], str(info["workers"]))
-    others = sum(n.get("others", 0) for n in view["nodes"])
+    for name, (symbol, style) in marks.items():
+        info = view.get("jobs", {}).get(name, {})
+        jobs.add_row(Text(symbol, style=style), Text(name), Text(str(info.get("user", "-"))),
+                     str(info.get("workers", "-")))
     if others:
-        jobs.add_row("[grey50]▒[/]", "(other users' jobs)", "-", str(others))
+        jobs.add_row(Text(OTHERS, style="grey50"), "(other users' jobs)", "-", str(others))
     refusals = [f"[red]refused ({t}):[/red] {e}" for t, e in view.get("errors", {}).items()]
-    return Group(types, nodes, jobs, *refusals)
+    return Group(types, nodes, legend(marks, others), jobs, *refusals)
 
 
 def register(app: typer.Typer) -> None:
@@ -121,7 +176,8 @@ def register(app: typer.Typer) -> None:
         once: Annotated[bool, typer.Option(help="Draw once and exit.")] = False,
         url: Url = None, token: Token = None,
     ) -> None:
-        """A live view of the cluster: every node's GPUs coloured by job, until Ctrl-C."""
+        """A live view of the cluster: every node's GPUs marked by job (a symbol on its
+        colour; the legend names them), until Ctrl-C."""
         from rich.live import Live
 
         client = Client(url, token)

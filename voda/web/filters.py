@@ -1,8 +1,7 @@
-"""Formatting helpers of the templates: durations, ages, percentages, job colours."""
+"""Formatting helpers of the templates: durations, ages, percentages, charts in words."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -55,14 +54,55 @@ def gpu_hours(gpu_seconds: float | None) -> str:
     return f"{hours:.2f}" if hours < 10 else f"{hours:,.0f}"
 
 
-JOB_HUES = 36  # colour classes hue-0 .. hue-35 in voda.css, 10 degrees apart
+CHART_ROWS = 200  # rows of a chart's data table at most (the latest ones)
 
 
-def job_hue(name: str) -> str:
-    """A stable colour class per job name (a CSS class, as the pages' Content-Security-
-    Policy allows no inline style)."""
-    digest = hashlib.blake2s(name.encode(), digest_size=4).digest()
-    return f"hue-{int.from_bytes(digest, 'big') % JOB_HUES}"
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def chart_text(spec: dict[str, Any]) -> dict[str, Any]:
+    """What a chart (a spec of voda/web/static/charts.js) says in words, for those who do
+    not see it: its name, a one-sentence summary, and its data as a table (columns, rows;
+    the latest CHART_ROWS rows, `dropped` the rows left out)."""
+    x, y = spec.get("x") or {}, spec.get("y") or {}
+    name = spec.get("title") or "chart"
+    series = [s for s in spec.get("series", []) if any(v is not None for v in s["values"])]
+    xs = spec.get("xs", [])
+    labels = x.get("labels")
+
+    def x_text(value: Any) -> str:
+        if labels is not None:
+            return str(labels[value]) if isinstance(value, int) and value < len(labels) else ""
+        return clock(value) if x.get("time") else _number(value)
+
+    x_name = x.get("label") or ("time" if x.get("time") else "x")
+    if not series:
+        summary = f"{name}: no data yet."
+    elif spec.get("kind") == "bars":
+        parts = [f"{x_text(xv)}: {_number(v)}" for xv, v in zip(xs, series[0]["values"],
+                                                                  strict=False) if v]
+        summary = (f"{name}, {series[0]['label']} by {x_name}: "
+                   f"{'; '.join(parts) or 'none'}.")
+    else:
+        parts = []
+        for s in series:
+            values = [v for v in s["values"] if v is not None]
+            shown = [xv for xv, v in zip(xs, s["values"], strict=False) if v is not None]
+            span = (f"from {_number(min(values))} to {_number(max(values))}"
+                    if len(values) > 1 else f"{_number(values[0])}")
+            parts.append(f"{s['label']} {span} ({len(values)} "
+                         f"{'point' if len(values) == 1 else 'points'}, {x_name} "
+                         f"{x_text(shown[0])} to {x_text(shown[-1])})")
+        summary = f"{name}, {y.get('label') or 'value'} by {x_name}: {'; '.join(parts)}."
+    rows = [[x_text(xv), *(_number(s["values"][i]) for s in series)]
+            for i, xv in enumerate(xs)
+            if any(s["values"][i] is not None for s in series)]
+    return {"name": name, "summary": summary,
+            "columns": [x_name, *(s["label"] for s in series)],
+            "rows": rows[-CHART_ROWS:], "dropped": max(0, len(rows) - CHART_ROWS)}
 
 
 def to_json(value: Any) -> str:
@@ -82,6 +122,6 @@ def json_attr(value: Any) -> str:
 
 FILTERS: dict[str, Callable[..., str]] = {
     "duration": duration, "age": age, "clock": clock, "until": until, "percent": percent,
-    "gpu_hours": gpu_hours, "job_hue": job_hue, "to_json": to_json,
+    "gpu_hours": gpu_hours, "chart_text": chart_text, "to_json": to_json,
     "json_attr": json_attr,
 }

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from voda.api.auth import MAX_TOKEN_LENGTH, user_for_token
 from voda.api.service import NotFound, Service
@@ -187,8 +187,9 @@ async def _events(request: Request, produce: Callable[[], str]) -> AsyncIterator
     while not await request.is_disconnected():
         try:
             html = await run_in_threadpool(produce)
-        except NotFound as exc:
+        except NotFound as exc:  # the job is no longer there: said, and the page stops listening
             yield sse_message("update", f'<p class="error">{exc}</p>')
+            yield sse_message("end", "gone")  # live.html: sse-close="end", no reconnecting
             return
         if html != last:
             yield sse_message("update", html)
@@ -262,6 +263,14 @@ async def login(request: Request) -> Any:
     response = RedirectResponse(target, status_code=303)
     set_session_cookie(request, response, sessions.create(user))
     return response
+
+
+@router.get("/session")
+def session_alive(user: StreamUser) -> Response:
+    """204 while the caller's login holds, 401 once it ended: what an open page asks
+    after its live updates stopped (dashboard.js), to tell a lost connection from a
+    session the service no longer knows (it restarted, or the user logged out)."""
+    return Response(status_code=204, headers={"Cache-Control": "no-store"})
 
 
 @router.post("/logout")
@@ -345,9 +354,24 @@ def jobs_stream(request: Request, user: StreamUser, status: str | None = None,
 @router.get("/jobs/{name}", response_class=HTMLResponse)
 def job_page(request: Request, name: str, user: PageUser) -> HTMLResponse:
     service = service_of(request)
-    fragment = job_fragment(service, user, name)  # 404 for a job the user may not see
+    try:
+        fragment = job_fragment(service, user, name)
+    except NotFound:  # as in the API, a job the user may not see is not found either
+        shown = name if len(name) <= 100 else name[:100] + "…"
+        return not_found_page(request, user, "jobs", "Job not found",
+                              f"No job named {shown!r}: it does not exist, or it is another "
+                              "user's.", "/ui/jobs", "all jobs")
     return _page(request, "job.html", user, name, "jobs", f"/ui/stream/jobs/{quote(name)}",
                  fragment, name=name)
+
+
+def not_found_page(request: Request, user: User, page: str, heading: str, message: str,
+                   back: str, back_text: str) -> HTMLResponse:
+    """A 404 as a page of the dashboard (its header, what was not found, a way back)."""
+    return html(render("not_found.html", title=heading, page=page, user=user,
+                       form_field=FORM_TOKEN_FIELD, form_token=form_token(request),
+                       heading=heading, message=message, back=back, back_text=back_text),
+                404)
 
 
 @router.get("/stream/jobs/{name}")

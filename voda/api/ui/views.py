@@ -27,6 +27,11 @@ PAGE_SIZES = (25, 50, 100, 200)
 # ----- cluster ---------------------------------------------------------------------------
 CELL_JOB, CELL_OTHERS, CELL_FREE, CELL_GONE = "job", "others", "free", "gone"
 NODE_STATES = ("ready", "cordoned", "lost")
+# Job colours: the classes job-c0 .. job-c7 of voda.css, the Okabe-Ito palette (told apart
+# with the common colour-vision deficiencies). Jobs take them in the order the map shows
+# them, so jobs side by side differ; past eight they repeat, and the number in every cell
+# (the job's place in the legend) still tells them apart.
+JOB_COLOURS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,31 +57,49 @@ def gpu_cells(node: Mapping[str, Any], jobs: Mapping[str, Mapping[str, Any]]) ->
     return cells[:node["gpus"]] + [Cell(CELL_FREE)] * free
 
 
+@dataclass(frozen=True, slots=True)
+class JobMark:
+    """How a job is shown on the cluster map: its number in the legend (in every cell of
+    it) and its colour class."""
+
+    number: int
+    colour: str
+
+
+def job_marks(names: Sequence[str]) -> dict[str, JobMark]:
+    """Numbers 1, 2, ... and colours in the order given (the order of the map)."""
+    return {name: JobMark(i + 1, f"job-c{i % JOB_COLOURS}") for i, name in enumerate(names)}
+
+
 def cluster_page(view: Mapping[str, Any], gpu_type: str | None) -> dict[str, Any]:
     """Nodes (the lost ones too) grouped spine > leaf, in the cluster's order, for one GPU
-    type or all."""
+    type or all; the jobs on them numbered and coloured in the order they first appear."""
     types = [t["gpu_type"] for t in view["gpu_types"]]
     selected = gpu_type if gpu_type in types else None
     nodes = [n for n in (*view["nodes"], *view.get("lost_nodes", []))
              if selected is None or n["gpu_type"] == selected]
     spines: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    shown_jobs: dict[str, Mapping[str, Any]] = {}
     others = 0
     for node in nodes:
         cells = gpu_cells(node, view["jobs"])
-        for cell in cells:
-            if cell.job is not None:
-                shown_jobs[cell.job] = view["jobs"].get(cell.job, {})
         others += sum(1 for cell in cells if cell.kind == CELL_OTHERS)
         leaves = spines.setdefault(node["spine"], {})
         leaves.setdefault(node["leaf"], []).append({**node, "cells": cells})
+    shown_jobs: dict[str, Mapping[str, Any]] = {}  # in the order the map shows them
+    for leaves in spines.values():
+        for members in leaves.values():
+            for node in members:
+                for cell in node["cells"]:
+                    if cell.job is not None and cell.job not in shown_jobs:
+                        shown_jobs[cell.job] = view["jobs"].get(cell.job, {})
     summaries = [t for t in view["gpu_types"] if selected is None or t["gpu_type"] == selected]
     return {
         "gpu_types": types,
         "selected": selected,
         "spines": spines,
         "summaries": summaries,
-        "legend": sorted(shown_jobs.items()),
+        "legend": list(shown_jobs.items()),
+        "marks": job_marks(list(shown_jobs)),
         "others": others,
         "last_reschedule": view.get("last_reschedule"),
         "last_error": view.get("last_error"),

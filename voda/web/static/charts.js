@@ -36,7 +36,16 @@
     return out;
   }
 
+  // Axis and grid colours from the page's (voda.css: --chart-axis, --chart-grid), so the charts
+  // follow the light or dark scheme.
+  function theme() {
+    var style = window.getComputedStyle(document.documentElement);
+    function get(name, fallback) { return style.getPropertyValue(name).trim() || fallback; }
+    return {axis: get("--chart-axis", "#555"), grid: get("--chart-grid", "#eee")};
+  }
+
   function options(spec, width) {
+    var colours = theme();
     var x = spec.x || {}, y = spec.y || {};
     var xScale = {time: !!x.time};
     if (x.log) { xScale.distr = 3; xScale.log = 10; }
@@ -45,11 +54,17 @@
     if (y.min !== undefined) yScale.range = function (u, lo, hi) {
       return [y.min, Math.max(hi, y.min + 1) * 1.05];
     };
-    var xAxis = {label: x.label || "", stroke: "#555", grid: {stroke: "#eee"}};
+    var xAxis = {label: x.label || "", stroke: colours.axis, grid: {stroke: colours.grid},
+                 ticks: {stroke: colours.grid}};
     if (x.integer) xAxis.incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
     if (x.labels) {
       xAxis.values = function (u, vals) {
-        return vals.map(function (v) { return Number.isInteger(v) ? (x.labels[v] || "") : ""; });
+        // every label while they fit (about 36 px each), every other one (or fewer) when not
+        var px = u.over ? u.over.clientWidth : 600;
+        var every = Math.max(1, Math.ceil(36 * x.labels.length / Math.max(px, 1)));
+        return vals.map(function (v) {
+          return Number.isInteger(v) && v % every === 0 ? (x.labels[v] || "") : "";
+        });
       };
       xScale.range = function () { return [-0.5, x.labels.length - 0.5]; };
       xAxis.splits = function () { return x.labels.map(function (_, i) { return i; }); };
@@ -65,10 +80,15 @@
       scales: {x: xScale, y: yScale},
       legend: {show: spec.legend !== false, live: false},
       cursor: {drag: {x: true, y: false}},
-      axes: [xAxis, {label: y.label || "", stroke: "#555", grid: {stroke: "#eee"}, size: 60}],
+      axes: [xAxis, {label: y.label || "", stroke: colours.axis, grid: {stroke: colours.grid},
+                     ticks: {stroke: colours.grid}, size: 60}],
       series: [{label: x.label || "x"}].concat(
         (spec.series || []).map(function (s, i) { return series(s, i, spec.kind); })),
     };
+  }
+
+  function widthOf(host) {
+    return Math.max(200, Math.floor(host.getBoundingClientRect().width || 600));
   }
 
   function draw(el) {
@@ -77,7 +97,7 @@
     if (!text) return;
     var spec = JSON.parse(text);
     var host = el.querySelector(".plot") || el;
-    var width = Math.max(280, Math.floor(host.getBoundingClientRect().width || 600));
+    var width = widthOf(host);
     var data = [spec.xs].concat((spec.series || []).map(function (s) { return s.values; }));
     host.innerHTML = "";
     el._voda_chart = new uPlot(options(spec, width), data, host);
@@ -88,6 +108,36 @@
     var scope = root && root.querySelectorAll ? root : document;
     if (scope.matches && scope.matches("[data-chart]")) draw(scope);
     scope.querySelectorAll("[data-chart]").forEach(draw);
+  }
+
+  function drawn() {
+    return Array.prototype.filter.call(document.querySelectorAll("[data-chart]"),
+                                       function (el) { return el._voda_chart; });
+  }
+
+  // Charts are drawn at their box's width: drawn again when it changes (a phone turned, a
+  // window resized), and in the other colours when the colour scheme changes.
+  var resizing = null;
+  window.addEventListener("resize", function () {
+    window.clearTimeout(resizing);
+    resizing = window.setTimeout(function () {
+      drawn().forEach(function (el) {
+        var host = el.querySelector(".plot") || el;
+        var chart = el._voda_chart;
+        chart.setSize({width: widthOf(host), height: chart.height});
+      });
+    }, 150);
+  });
+  if (window.matchMedia) {
+    var scheme = window.matchMedia("(prefers-color-scheme: dark)");
+    var redraw = function () {
+      drawn().forEach(function (el) {
+        el._voda_chart.destroy();
+        el._voda_chart = null;
+        draw(el);
+      });
+    };
+    if (scheme.addEventListener) scheme.addEventListener("change", redraw);
   }
 
   window.vodaCharts = {render: render, draw: draw, PALETTE: PALETTE};
