@@ -14,6 +14,7 @@ from browser import screenshot
 from typer.testing import CliRunner
 
 from tests.conftest import ROOT
+from tests.test_sim_seeds_report import JOBS as SEEDS_JOBS
 from voda.cli.main import app
 from voda.core.allocation import registry
 from voda.sim.html_report import gpus_in_use, render_report, step_at, timeline_jobs
@@ -102,16 +103,7 @@ def test_report_job_needs_a_known_job_and_a_report(tmp_path: Path) -> None:
 
 
 # ----- several algorithms and seeds: intervals, per-job table, distributions, fairness ------
-JOBS = """
-- {name: a, arrival: 0, model: cifar10, epochs: 3, min: 1, max: 4}
-- {name: b, arrival: 10, duration: 300, min: 1, max: 2}
-- {name: c, arrival: 20, model: ncf, epochs: 1, min: 1, max: 1}
-- {name: d, arrival: 30, duration: 900, min: 2, max: 4}
-- {name: e, arrival: 60, duration: 600, min: 1, max: 8}
-- {name: f, arrival: 90, model: cifar10, epochs: 2, min: 1, max: 8}
-- {name: g, arrival: 120, duration: 1200, min: 4, max: 4}
-- {name: h, arrival: 150, duration: 200, min: 1, max: 1}
-"""
+JOBS = "\n".join(SEEDS_JOBS.strip("\n").splitlines()[:8]) + "\n"  # eight of the ten
 ALGORITHMS = ("FIFO", "ElasticFIFO", "Voda")
 SEEDS = 2
 
