@@ -67,5 +67,6 @@ def complete_algorithms(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def complete_statuses(ctx: typer.Context, incomplete: str) -> list[str]:
-    return _starting(["Submitted", "Waiting", "Running", "Completed", "Failed", "Canceled"],
-                     incomplete)
+    from voda.core.model import JobStatus
+
+    return _starting([status.value for status in JobStatus], incomplete)

@@ -701,7 +701,7 @@ class Scheduler:
             self.handle(event)
         except Exception as error:
             self.log.exception("event %s (job %s, node %s) could not be applied; dropped",
-                          event.kind, event.job, event.node.name if event.node else None)
+                               event.kind, event.job, event.node.name if event.node else None)
             self.failed_events += 1
             for observer in self.observers:
                 observer.on_event_failed(event, error, now)
@@ -897,7 +897,7 @@ class Scheduler:
                 backend.note_reason(record.name, str(new.code), new.message, now)
         except Exception:
             self.log.exception("job %s: the backend failed to take its reason; ignored",
-                          record.name)
+                               record.name)
 
     def _note_reasons(self, plan: Plan, now: float) -> None:
         """The applied plan's reasons become the jobs' (a job that lost workers with a node
