@@ -67,6 +67,7 @@ def complete_algorithms(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def complete_statuses(ctx: typer.Context, incomplete: str) -> list[str]:
-    from voda.core.model import JobStatus
-
-    return _starting([status.value for status in JobStatus], incomplete)
+    # JobStatus's values, written out: voda.core.model is not for the client commands
+    # (the import contract keeps NumPy out of them).
+    return _starting(["Submitted", "Waiting", "Running", "Completed", "Failed", "Canceled"],
+                     incomplete)
