@@ -227,3 +227,10 @@ def test_version_is_the_installed_packages() -> None:
 
     done = CliRunner().invoke(app, ["--version"])
     assert done.exit_code == 0 and done.stdout.strip() == f"voda {version('voda')}"
+
+
+def test_the_statuses_that_complete_are_the_engines() -> None:
+    from voda.cli.completion import complete_statuses
+    from voda.core.model import JobStatus
+
+    assert complete_statuses(None, "") == [s.value for s in JobStatus]  # type: ignore[arg-type]
