@@ -89,6 +89,9 @@ def test_create_get_list_with_label_and_field_selectors(core: client.CoreV1Api,
     assert names(label_selector="!tier") == ["b"]
     assert names(field_selector="metadata.name=b") == ["b"]
     assert names(field_selector="status.phase=Pending") == ["a", "b"]
+    assert names(field_selector="status.phase!=Running,status.phase!=Failed") == ["a", "b"]
+    assert names(field_selector="status.phase!=Pending,metadata.name=a") == []
+    assert names(field_selector="status.phase=Pending,status.phase!=Pending") == []
     with pytest.raises(client.ApiException) as missing:
         core.read_namespaced_pod("nope", namespace)
     assert missing.value.status == 404 and status_of(missing)["reason"] == "NotFound"
@@ -112,6 +115,22 @@ def test_lists_come_in_pages_with_continue_tokens(core: client.CoreV1Api,
         if not token:
             break
     assert names == [f"c{i}" for i in range(5)]
+
+
+def test_lists_come_in_name_order_and_their_timings_are_kept(
+        fake_api: FakeApiServer, core: client.CoreV1Api, namespace: str) -> None:
+    for name in ("m", "b", "x"):
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+    assert [c.metadata.name for c in core.list_namespaced_config_map(namespace).items] == [
+        "b", "m", "x"]
+    core.delete_namespaced_config_map("m", namespace)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "a"}})
+    assert [c.metadata.name for c in core.list_namespaced_config_map(namespace).items] == [
+        "a", "b", "x"]
+    (listed,) = [r for r in fake_api.requests if r.verb == "list"
+                 and r.resource == "configmaps"][-1:]
+    timing = listed.timing
+    assert 0 <= timing["built"] <= timing["sent"] and timing["bytes"] > 0
 
 
 def test_every_write_moves_one_global_resource_version(core: client.CoreV1Api,

@@ -9,7 +9,8 @@ the changes to pods and Kubeflow jobs committed after T (time.monotonic(), compa
 across processes on one machine): when each worker pod appeared gated, was pinned,
 and when each job object changed size or plan. POST /_fake/compact forgets the watch
 history and ends every watch (each client gets 410 Gone and lists again); GET
-/_fake/requests?since=T lists the list and watch requests received after T.
+/_fake/requests?since=T lists the list and watch requests received after T (a list's
+with the seconds the server took to build its body and to send it, and its bytes).
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def main() -> None:
     async def requests(request: web.Request) -> web.Response:
         since = float(request.query.get("since", "0"))
         out = [{"t": r.time, "verb": r.verb, "resource": r.resource, "path": r.path,
-                "query": r.query} for r in list(server.requests)
+                "query": r.query, **r.timing} for r in list(server.requests)
                if r.time > since and r.verb in ("list", "watch")]
         return web.json_response(out)
 

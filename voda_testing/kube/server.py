@@ -24,10 +24,11 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 from aiohttp import web
 
@@ -72,6 +73,9 @@ class Request:
     user_agent: str = ""
     time: float = 0.0
     user: str = ""  # the authenticated user's name, when the server authenticates
+    # A list's: seconds from receiving it to its body built ("built") and to the body's
+    # last byte handed to the socket ("sent"), and the body's size ("bytes")
+    timing: dict[str, float] = field(default_factory=dict, compare=False)
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -125,7 +129,7 @@ class FakeApiServer:
         self.snapshot_limit = 16
         # uid -> (resourceVersion, JSON): objects are never changed in place, so a list
         # serializes each version once (as kube-apiserver's watch cache keeps encodings)
-        self._encoded: dict[str, tuple[str, str]] = {}
+        self._encoded: dict[str, tuple[str, bytes]] = {}
         self._outage_over: asyncio.Event | None = None
         self._lock = threading.Lock()
 
@@ -493,10 +497,10 @@ class FakeApiServer:
         verb = "watch" if watching else ("list" if method == "GET" and name is None else
                                          VERB_OF.get(method, method.lower()))
         shown = f"{resource.plural}/{sub}" if sub else resource.plural
-        self.requests.append(Request(method, request.path, request.query_string,
-                                     request.headers.get("Content-Type", ""), verb, shown,
-                                     request.headers.get("User-Agent", ""), time.monotonic(),
-                                     user))
+        record = Request(method, request.path, request.query_string,
+                         request.headers.get("Content-Type", ""), verb, shown,
+                         request.headers.get("User-Agent", ""), time.monotonic(), user)
+        self.requests.append(record)
         deadline = None if watching else request_deadline(q.get("timeout"), received)
         fault = self._take_fault(verb, shown)
         if fault is not None and fault.delay:
@@ -512,7 +516,13 @@ class FakeApiServer:
         if watching:
             return await self._watch(request, resource, namespace)
         if method == "GET" and name is None:
-            return self._list_response(self._list(resource, namespace, q))
+            response = self._list_response(self._list(resource, namespace, q))
+            built = time.monotonic()
+            await response.prepare(request)  # sent here, to time it (aiohttp sends nothing
+            await response.write_eof()  # twice)
+            record.timing.update(built=built - received, sent=time.monotonic() - received,
+                                 bytes=float(response.content_length or 0))
+            return response
         if method == "GET":
             obj = store.get(resource, namespace, name or "")
             return _json(self._scale(resource, obj) if sub == "scale" else obj)
@@ -578,14 +588,14 @@ class FakeApiServer:
             uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
             cached = self._encoded.get(uid)
             if cached is None or cached[0] != rv:
-                cached = (rv, json.dumps(obj))
+                cached = (rv, orjson.dumps(obj))
                 self._encoded[uid] = cached
             parts.append(cached[1])
         if len(self._encoded) > 2 * max(1, len(self.store.uids)):
             live = self.store.uids
             self._encoded = {u: e for u, e in self._encoded.items() if u in live}
-        head = json.dumps({k: v for k, v in listed.items() if k != "items"})
-        return web.Response(text=f'{head[:-1]}, "items": [{",".join(parts)}]}}',
+        head = orjson.dumps({k: v for k, v in listed.items() if k != "items"})
+        return web.Response(body=b"".join((head[:-1], b',"items":[', b",".join(parts), b"]}")),
                             content_type="application/json")
 
     def _answer(self, obj: Obj, status: int = 200) -> web.Response:
@@ -627,9 +637,7 @@ class FakeApiServer:
             items, rv = self._snapshots[snapshot]
         else:
             items, rv = self.store.list(resource, namespace or None, q.get("labelSelector"),
-                                        q.get("fieldSelector"))
-            items.sort(key=lambda o: (o["metadata"].get("namespace", ""),
-                                      o["metadata"]["name"]))
+                                        q.get("fieldSelector"), ordered=True)
             snapshot = ""
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if limit > 0:
@@ -809,4 +817,4 @@ class FakeApiServer:
 
     @staticmethod
     async def _send(response: web.StreamResponse, kind: str, obj: Obj) -> None:
-        await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+        await response.write(orjson.dumps({"type": kind, "object": obj}) + b"\n")

@@ -117,6 +117,9 @@ class Store:
         # uid -> (resource key, namespace, name), and owner uid -> dependents' uids
         self.uids: dict[str, tuple[str, str, str]] = {}
         self.owned: dict[str, set[str]] = {}
+        # resource key -> its objects' keys in (namespace, name) order, the order etcd keeps
+        # them in; forgotten when an object comes or goes
+        self._order: dict[str, list[tuple[str, str]]] = {}
         for ns in DEFAULT_NAMESPACES:
             self.create("namespaces", "", {"metadata": {"name": ns}})
 
@@ -153,6 +156,8 @@ class Store:
             self.owned.get(owner, set()).discard(uid)
         for owner in new_owners - old_owners:
             self.owned.setdefault(owner, set()).add(uid)
+        if kind == "DELETED" or key not in table:
+            self._order.pop(resource.key, None)
         if kind == "DELETED":
             table.pop(key, None)
             self.uids.pop(uid, None)
@@ -228,13 +233,23 @@ class Store:
         return self.objects[resource.key].get((ns, name))
 
     def list(self, what: str | Resource, namespace: str | None = None,
-             label_selector: str | None = None, field_selector: str | None = None
-             ) -> tuple[list[Obj], int]:
+             label_selector: str | None = None, field_selector: str | None = None,
+             ordered: bool = False) -> tuple[list[Obj], int]:
+        """The matching objects and the store's resourceVersion; `ordered`: by namespace
+        and name, as kube-apiserver lists them."""
         resource = self.resource(what)
         labels = label_matcher(label_selector)
         fields = field_matcher(field_selector, resource.field_labels)
         with self.lock:
-            items = [o for (ns, _), o in self.objects[resource.key].items()
+            table = self.objects[resource.key]
+            if ordered:
+                order = self._order.get(resource.key)
+                if order is None:
+                    order = self._order[resource.key] = sorted(table)
+                pairs: Any = ((key, table[key]) for key in order)
+            else:
+                pairs = table.items()
+            items = [o for (ns, _), o in pairs
                      if (not namespace or ns == namespace) and _matches(o, labels, fields)]
             return items, self.rv
 
