@@ -117,6 +117,24 @@ def test_lists_come_in_pages_with_continue_tokens(core: client.CoreV1Api,
     assert names == [f"c{i}" for i in range(5)]
 
 
+def test_a_filtered_page_reads_on_until_it_is_full(core: client.CoreV1Api,
+                                                   namespace: str) -> None:
+    for i in range(6):
+        core.create_namespaced_config_map(namespace, {"metadata": {
+            "name": f"c{i}", "labels": {"odd": str(i % 2)}}})
+    pages, token = [], None
+    while True:
+        page = core.list_namespaced_config_map(namespace, limit=2, label_selector="odd=1",
+                                               _continue=token)
+        pages.append([c.metadata.name for c in page.items])
+        assert page.metadata.remaining_item_count is None  # not told with a selector
+        token = page.metadata._continue
+        if not token:
+            break
+    assert pages == [["c1", "c3"], ["c5"]]
+    assert core.list_namespaced_config_map(namespace, limit=2).metadata.remaining_item_count == 4
+
+
 def test_lists_come_in_name_order_and_their_timings_are_kept(
         fake_api: FakeApiServer, core: client.CoreV1Api, namespace: str) -> None:
     for name in ("m", "b", "x"):
@@ -128,8 +146,8 @@ def test_lists_come_in_name_order_and_their_timings_are_kept(
     assert [c.metadata.name for c in core.list_namespaced_config_map(namespace).items] == [
         "a", "b", "x"]
     (listed,) = [r for r in fake_api.requests if r.verb == "list"
-                 and r.resource == "configmaps"][-1:]
-    timing = listed.timing
+                 and r.path == f"/api/v1/namespaces/{namespace}/configmaps"][-1:]
+    timing = eventually(lambda: listed.timing)  # noted once the server's write returns
     assert 0 <= timing["built"] <= timing["sent"] and timing["bytes"] > 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import signal
 import threading
@@ -163,7 +164,7 @@ def main() -> None:
         server.stall_watches_now()
         touched = {"metadata": {"annotations": {"sim.voda.io/touched": str(time.time())}}}
         for kind in ("nodes", "pods"):
-            for obj in list(store.objects[kind].values())[:1]:
+            for obj in itertools.islice(store.objects[kind].values(), 1):
                 meta = obj["metadata"]
                 store.patch(kind, meta.get("namespace", ""), meta["name"], touched,
                             "application/merge-patch+json")

@@ -123,8 +123,9 @@ class FakeApiServer:
         self._site: web.TCPSite | None = None
         self._watches: set[web.StreamResponse] = set()
         self._stalled: set[web.StreamResponse] = set()  # open watches that send nothing
-        # the lists that paged requests continue (snapshot id -> items, resourceVersion),
-        # oldest first; a continue token whose snapshot is gone is 410 Gone
+        # the lists that paged requests continue (snapshot id -> every object in key order,
+        # unfiltered, and the resourceVersion), oldest first; a continue token whose
+        # snapshot is gone is 410 Gone
         self._snapshots: OrderedDict[str, tuple[list[Obj], int]] = OrderedDict()
         self.snapshot_limit = 16
         # uid -> (resourceVersion, JSON): objects are never changed in place, so a list
@@ -619,10 +620,15 @@ class FakeApiServer:
                                ) from None
 
     def _list(self, resource: Resource, namespace: str, q: Any) -> dict[str, Any]:
-        """A list, whole or in pages (limit/continue). The first page takes a snapshot that
-        later pages continue, so the pages together are one consistent list at its
-        resourceVersion, as etcd serves them; a snapshot forgotten since is 410 Gone."""
+        """A list, whole or in pages (limit/continue). The first page takes a snapshot of
+        the objects in key order that later pages continue, so the pages together are one
+        consistent list at its resourceVersion, as etcd serves them; a snapshot forgotten
+        since is 410 Gone. As kube-apiserver does, each page reads on from where the last
+        one stopped until it holds `limit` objects that match the selectors (a page may
+        come out empty), and tells remainingItemCount only of a list without selectors."""
         limit = int(q.get("limit") or 0)
+        labels = label_matcher(q.get("labelSelector"))
+        fields = field_matcher(q.get("fieldSelector"), resource.field_labels)
         start = 0
         if q.get("continue"):
             try:
@@ -634,28 +640,36 @@ class FakeApiServer:
                 raise ApiError(410, "The provided continue parameter is too old to display a "
                                "consistent list result. You can start a new list without the "
                                "continue parameter.")
-            items, rv = self._snapshots[snapshot]
+            objects, rv = self._snapshots[snapshot]
         else:
-            items, rv = self.store.list(resource, namespace or None, q.get("labelSelector"),
-                                        q.get("fieldSelector"), ordered=True)
+            objects, rv = self.store.ordered(resource, namespace or None)
             snapshot = ""
+
+        def wanted(obj: Obj) -> bool:
+            return (labels is None or labels(obj)) and (fields is None or fields(obj))
+
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
-        if limit > 0:
-            page = items[start:start + limit]
-            if start + limit < len(items):
-                if not snapshot:
-                    snapshot = secrets.token_hex(8)
-                    self._snapshots[snapshot] = (items, rv)
-                    while len(self._snapshots) > self.snapshot_limit:
-                        self._snapshots.popitem(last=False)
-                token = {"start": start + limit, "id": snapshot, "rv": rv}
-                meta["continue"] = base64.b64encode(json.dumps(token).encode()).decode()
-                meta["remainingItemCount"] = len(items) - start - limit
-            elif snapshot:
-                self._snapshots.pop(snapshot, None)
-            items = page
-        elif start:
-            items = items[start:]
+        if limit <= 0:
+            return {"kind": f"{resource.kind}List", "apiVersion": resource.api_version,
+                    "metadata": meta, "items": [o for o in objects[start:] if wanted(o)]}
+        items: list[Obj] = []
+        at = start
+        while at < len(objects) and len(items) < limit:
+            if wanted(objects[at]):
+                items.append(objects[at])
+            at += 1
+        if at < len(objects):
+            if not snapshot:
+                snapshot = secrets.token_hex(8)
+                self._snapshots[snapshot] = (objects, rv)
+                while len(self._snapshots) > self.snapshot_limit:
+                    self._snapshots.popitem(last=False)
+            token = {"start": at, "id": snapshot, "rv": rv}
+            meta["continue"] = base64.b64encode(json.dumps(token).encode()).decode()
+            if labels is None and fields is None:
+                meta["remainingItemCount"] = len(objects) - at
+        elif snapshot:
+            self._snapshots.pop(snapshot, None)
         return {"kind": f"{resource.kind}List", "apiVersion": resource.api_version,
                 "metadata": meta, "items": items}
 

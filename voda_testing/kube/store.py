@@ -233,25 +233,29 @@ class Store:
         return self.objects[resource.key].get((ns, name))
 
     def list(self, what: str | Resource, namespace: str | None = None,
-             label_selector: str | None = None, field_selector: str | None = None,
-             ordered: bool = False) -> tuple[list[Obj], int]:
-        """The matching objects and the store's resourceVersion; `ordered`: by namespace
-        and name, as kube-apiserver lists them."""
+             label_selector: str | None = None, field_selector: str | None = None
+             ) -> tuple[list[Obj], int]:
         resource = self.resource(what)
         labels = label_matcher(label_selector)
         fields = field_matcher(field_selector, resource.field_labels)
         with self.lock:
-            table = self.objects[resource.key]
-            if ordered:
-                order = self._order.get(resource.key)
-                if order is None:
-                    order = self._order[resource.key] = sorted(table)
-                pairs: Any = ((key, table[key]) for key in order)
-            else:
-                pairs = table.items()
-            items = [o for (ns, _), o in pairs
+            items = [o for (ns, _), o in self.objects[resource.key].items()
                      if (not namespace or ns == namespace) and _matches(o, labels, fields)]
             return items, self.rv
+
+    def ordered(self, what: str | Resource, namespace: str | None = None
+                ) -> tuple[list[Obj], int]:
+        """Every object (of `namespace`) by namespace and name, the order etcd keeps keys
+        in, and the store's resourceVersion: what a paged list reads on."""
+        resource = self.resource(what)
+        with self.lock:
+            table = self.objects[resource.key]
+            order = self._order.get(resource.key)
+            if order is None:
+                order = self._order[resource.key] = sorted(table)
+            if namespace:
+                return [table[key] for key in order if key[0] == namespace], self.rv
+            return [table[key] for key in order], self.rv
 
     # ----- writes ---------------------------------------------------------------------------
     def create(self, what: str | Resource, namespace: str, obj: Obj, dry_run: bool = False,
