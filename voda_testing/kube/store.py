@@ -14,6 +14,7 @@ what they got (and must not change it).
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
 import secrets
@@ -118,7 +119,7 @@ class Store:
         self.uids: dict[str, tuple[str, str, str]] = {}
         self.owned: dict[str, set[str]] = {}
         # resource key -> its objects' keys in (namespace, name) order, the order etcd keeps
-        # them in; forgotten when an object comes or goes
+        # them in (built at the first list, then kept as objects come and go)
         self._order: dict[str, list[tuple[str, str]]] = {}
         for ns in DEFAULT_NAMESPACES:
             self.create("namespaces", "", {"metadata": {"name": ns}})
@@ -156,8 +157,13 @@ class Store:
             self.owned.get(owner, set()).discard(uid)
         for owner in new_owners - old_owners:
             self.owned.setdefault(owner, set()).add(uid)
-        if kind == "DELETED" or key not in table:
-            self._order.pop(resource.key, None)
+        order = self._order.get(resource.key)
+        if order is not None and kind == "DELETED":
+            at = bisect.bisect_left(order, key)
+            if at < len(order) and order[at] == key:
+                del order[at]
+        elif order is not None and key not in table:
+            bisect.insort(order, key)
         if kind == "DELETED":
             table.pop(key, None)
             self.uids.pop(uid, None)
@@ -253,8 +259,10 @@ class Store:
             order = self._order.get(resource.key)
             if order is None:
                 order = self._order[resource.key] = sorted(table)
-            if namespace:
-                return [table[key] for key in order if key[0] == namespace], self.rv
+            if namespace:  # its keys are one range, as under etcd's prefix
+                lo = bisect.bisect_left(order, (namespace,))
+                hi = bisect.bisect_left(order, (namespace + "\0",))
+                return [table[key] for key in order[lo:hi]], self.rv
             return [table[key] for key in order], self.rv
 
     # ----- writes ---------------------------------------------------------------------------
