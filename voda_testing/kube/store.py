@@ -119,8 +119,9 @@ class Store:
         self.uids: dict[str, tuple[str, str, str]] = {}
         self.owned: dict[str, set[str]] = {}
         # resource key -> its objects' keys in (namespace, name) order, the order etcd keeps
-        # them in (built at the first list, then kept as objects come and go)
-        self._order: dict[str, list[tuple[str, str]]] = {}
+        # them in, and the objects in that order (built at the first list, then kept as
+        # objects come, change and go): a list's snapshot is a copy of the second
+        self._order: dict[str, tuple[list[tuple[str, str]], list[Obj]]] = {}
         for ns in DEFAULT_NAMESPACES:
             self.create("namespaces", "", {"metadata": {"name": ns}})
 
@@ -157,13 +158,18 @@ class Store:
             self.owned.get(owner, set()).discard(uid)
         for owner in new_owners - old_owners:
             self.owned.setdefault(owner, set()).add(uid)
-        order = self._order.get(resource.key)
-        if order is not None and kind == "DELETED":
-            at = bisect.bisect_left(order, key)
-            if at < len(order) and order[at] == key:
-                del order[at]
-        elif order is not None and key not in table:
-            bisect.insort(order, key)
+        kept = self._order.get(resource.key)
+        if kept is not None:
+            keys, objects = kept
+            at = bisect.bisect_left(keys, key)
+            there = at < len(keys) and keys[at] == key
+            if kind == "DELETED" and there:
+                del keys[at], objects[at]
+            elif kind != "DELETED" and there:
+                objects[at] = obj
+            elif kind != "DELETED":
+                keys.insert(at, key)
+                objects.insert(at, obj)
         if kind == "DELETED":
             table.pop(key, None)
             self.uids.pop(uid, None)
@@ -256,14 +262,15 @@ class Store:
         resource = self.resource(what)
         with self.lock:
             table = self.objects[resource.key]
-            order = self._order.get(resource.key)
-            if order is None:
-                order = self._order[resource.key] = sorted(table)
+            kept = self._order.get(resource.key)
+            if kept is None:
+                keys = sorted(table)
+                kept = self._order[resource.key] = (keys, [table[key] for key in keys])
+            keys, objects = kept
             if namespace:  # its keys are one range, as under etcd's prefix
-                lo = bisect.bisect_left(order, (namespace,))
-                hi = bisect.bisect_left(order, (namespace + "\0",))
-                return [table[key] for key in order[lo:hi]], self.rv
-            return [table[key] for key in order], self.rv
+                return objects[bisect.bisect_left(keys, (namespace,)):
+                               bisect.bisect_left(keys, (namespace + "\0",))], self.rv
+            return objects[:], self.rv
 
     # ----- writes ---------------------------------------------------------------------------
     def create(self, what: str | Resource, namespace: str, obj: Obj, dry_run: bool = False,
