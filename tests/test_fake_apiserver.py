@@ -89,6 +89,9 @@ def test_create_get_list_with_label_and_field_selectors(core: client.CoreV1Api,
     assert names(label_selector="!tier") == ["b"]
     assert names(field_selector="metadata.name=b") == ["b"]
     assert names(field_selector="status.phase=Pending") == ["a", "b"]
+    assert names(field_selector="status.phase!=Running,status.phase!=Failed") == ["a", "b"]
+    assert names(field_selector="status.phase!=Pending,metadata.name=a") == []
+    assert names(field_selector="status.phase=Pending,status.phase!=Pending") == []
     with pytest.raises(client.ApiException) as missing:
         core.read_namespaced_pod("nope", namespace)
     assert missing.value.status == 404 and status_of(missing)["reason"] == "NotFound"
@@ -112,6 +115,40 @@ def test_lists_come_in_pages_with_continue_tokens(core: client.CoreV1Api,
         if not token:
             break
     assert names == [f"c{i}" for i in range(5)]
+
+
+def test_a_filtered_page_reads_on_until_it_is_full(core: client.CoreV1Api,
+                                                   namespace: str) -> None:
+    for i in range(6):
+        core.create_namespaced_config_map(namespace, {"metadata": {
+            "name": f"c{i}", "labels": {"odd": str(i % 2)}}})
+    pages, token = [], None
+    while True:
+        page = core.list_namespaced_config_map(namespace, limit=2, label_selector="odd=1",
+                                               _continue=token)
+        pages.append([c.metadata.name for c in page.items])
+        assert page.metadata.remaining_item_count is None  # not told with a selector
+        token = page.metadata._continue
+        if not token:
+            break
+    assert pages == [["c1", "c3"], ["c5"]]
+    assert core.list_namespaced_config_map(namespace, limit=2).metadata.remaining_item_count == 4
+
+
+def test_lists_come_in_name_order_and_their_timings_are_kept(
+        fake_api: FakeApiServer, core: client.CoreV1Api, namespace: str) -> None:
+    for name in ("m", "b", "x"):
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+    assert [c.metadata.name for c in core.list_namespaced_config_map(namespace).items] == [
+        "b", "m", "x"]
+    core.delete_namespaced_config_map("m", namespace)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "a"}})
+    assert [c.metadata.name for c in core.list_namespaced_config_map(namespace).items] == [
+        "a", "b", "x"]
+    (listed,) = [r for r in fake_api.requests if r.verb == "list"
+                 and r.path == f"/api/v1/namespaces/{namespace}/configmaps"][-1:]
+    timing = eventually(lambda: listed.timing)  # noted once the server's write returns
+    assert 0 <= timing["built"] <= timing["sent"] and timing["bytes"] > 0
 
 
 def test_every_write_moves_one_global_resource_version(core: client.CoreV1Api,

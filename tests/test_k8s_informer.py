@@ -4,14 +4,16 @@ come in pages; a relist after 410 Gone finds what changed."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from voda.backends.kubernetes.api import Kind, KubeApi
+from voda.backends.kubernetes.api import Kind, KubeApi, decode_lazy_list
 from voda.backends.kubernetes.informer import Informer, predates
 from voda.backends.kubernetes.settings import KubernetesSettings
 from voda_testing.kube import FakeApiServer
@@ -150,6 +152,78 @@ def test_a_continue_token_that_expired_lists_again_in_one_request(
     assert sorted(o["metadata"]["name"] for o in listed["items"]) == [
         f"e{i}" for i in range(5)]
     assert "continue" not in listed["metadata"]
+
+
+def test_pages_fetched_ahead_list_everything_when_a_token_expires(
+        fake_api: FakeApiServer, namespace: str) -> None:
+    for i in range(5):
+        fake_api.store.create("configmaps", namespace, config_map(f"f{i}"))
+    api = KubeApi.connect(str(fake_api.kubeconfig), page_size=2)
+    limit = fake_api.snapshot_limit
+    fake_api.snapshot_limit = 0  # the token of the page fetched ahead is 410
+    try:
+        pages = list(api.list_pages(CONFIGMAPS, namespace, lazy=True, prefetch=True))
+    finally:
+        fake_api.snapshot_limit = limit
+    assert {name for page in pages for _, name, _ in page["items"].heads()} == {
+        f"f{i}" for i in range(5)}
+    assert "continue" not in pages[-1]["metadata"] and len(pages[-1]["items"]) == 5
+
+
+def test_a_lazy_list_decodes_an_item_only_when_asked() -> None:
+    listed = {"kind": "ConfigMapList", "apiVersion": "v1",
+              "metadata": {"resourceVersion": "9", "continue": "c"},
+              "items": [{"metadata": {"name": "a", "namespace": "n", "resourceVersion": "3",
+                                      "labels": {"x": "y"}}, "data": {"v": "1"}},
+                        {"metadata": {"name": "b"}}]}
+    page = decode_lazy_list(json.dumps(listed).encode())
+    assert page["metadata"] == listed["metadata"] and page["kind"] == "ConfigMapList"
+    items = page["items"]
+    assert len(items) == 2 and items.heads() == [("n", "a", "3"), ("", "b", None)]
+    assert items._raws is None  # the heads alone: no item decoded yet
+    assert items[1] == listed["items"][1] and list(items) == listed["items"]
+    assert len(decode_lazy_list(b'{"metadata": {}, "items": null}')["items"]) == 0
+
+
+def test_a_relist_decodes_and_transforms_only_what_changed(
+        fake_api: FakeApiServer, namespace: str, informers: list[Informer]) -> None:
+    for i in range(7):
+        fake_api.store.create("configmaps", namespace, config_map(f"r{i}"))
+    api = KubeApi.connect(str(fake_api.kubeconfig), page_size=3)
+    transformed: list[str] = []
+
+    def transform(obj: Obj) -> Obj:
+        transformed.append(obj["metadata"]["name"])
+        return obj
+
+    informer = start(informers, Informer(api, CONFIGMAPS, Recorder(), namespace,
+                                         transform=transform))
+    assert sorted(transformed) == [f"r{i}" for i in range(7)]
+    informer.stop()
+    fake_api.store.update("configmaps", namespace, "r3", config_map("r3", "2"))
+    fake_api.store.delete("configmaps", namespace, "r5")
+    transformed.clear()
+    informer._relist()
+    assert transformed == ["r3"]
+    relist = informer.last_relist
+    assert (relist["objects"], relist["changed"], relist["deleted"], relist["pages"]) == (
+        6, 1, 1, 2)
+    assert relist["seconds"] >= relist["waited"] + relist["deliver"]
+
+
+def test_a_watch_whose_connection_drops_is_opened_again_at_once(
+        fake_api: FakeApiServer, api: KubeApi, namespace: str,
+        informers: list[Informer]) -> None:
+    handler = Recorder()
+    informer = Informer(api, CONFIGMAPS, handler, namespace, backoff=30.0, max_backoff=30.0)
+    informers.append(informer.start())
+    assert informer.synced.wait(20)
+    eventually(lambda: informer._watch_opened is not None)
+    time.sleep(1.1)  # open for a second: a watch, not "a very short watch"
+    assert fake_api.close_watches() > 0
+    fake_api.store.create("configmaps", namespace, config_map("after"))
+    eventually(lambda: handler.of("after") == [("ADDED", "1")], timeout=10)
+    assert informer.errors == 0
 
 
 def test_informers_keep_what_voda_reads_of_other_owners_pods() -> None:

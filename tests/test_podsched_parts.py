@@ -82,6 +82,25 @@ def test_an_assumed_pod_counts_once_whatever_the_watch_shows_next() -> None:
     assert state.snapshot().requested["n"][GPU] == 4 and len(state.pending()) == 1
 
 
+def test_the_pods_on_a_node_are_those_bound_there_that_hold_it() -> None:
+    state = ClusterState("voda-scheduler")
+    for name in ("n", "m"):
+        state.node_event("ADDED", node_obj(name))
+    state.pod_event("ADDED", pod_obj("here", 1, "n"))
+    state.pod_event("ADDED", pod_obj("theirs", 1, "n", scheduler="default-scheduler"))
+    state.pod_event("ADDED", pod_obj("going", 1, "n", phase="Running", deleting=True))
+    state.pod_event("ADDED", pod_obj("ended", 1, "n", phase="Succeeded"))
+    state.pod_event("ADDED", pod_obj("there", 1, "m"))
+    state.pod_event("ADDED", pod_obj("waiting", 1))
+    (waiting,) = state.pending()
+    state.assume(waiting.pod, "n")  # counted on n, but not bound there yet
+    assert sorted(r.pod.name for r in state.on_node("n")) == ["going", "here", "theirs"]
+    state.pod_event("DELETED", pod_obj("here", 1, "n", phase="Running"))
+    assert sorted(r.pod.name for r in state.on_node("n")) == ["going", "theirs"]
+    assert [r.pod.name for r in state.on_node("m")] == ["there"]
+    assert state.on_node("nowhere") == []
+
+
 def test_neighbours_with_host_ports_stay_counted_once_their_binding_is_seen() -> None:
     state = ClusterState("voda-scheduler")
     state.node_event("ADDED", node_obj("n"))

@@ -9,13 +9,15 @@ the changes to pods and Kubeflow jobs committed after T (time.monotonic(), compa
 across processes on one machine): when each worker pod appeared gated, was pinned,
 and when each job object changed size or plan. POST /_fake/compact forgets the watch
 history and ends every watch (each client gets 410 Gone and lists again); GET
-/_fake/requests?since=T lists the list and watch requests received after T.
+/_fake/requests?since=T lists the list and watch requests received after T (a list's
+with the seconds the server took to build its body and to send it, and its bytes).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import signal
 import threading
@@ -162,7 +164,7 @@ def main() -> None:
         server.stall_watches_now()
         touched = {"metadata": {"annotations": {"sim.voda.io/touched": str(time.time())}}}
         for kind in ("nodes", "pods"):
-            for obj in list(store.objects[kind].values())[:1]:
+            for obj in itertools.islice(store.objects[kind].values(), 1):
                 meta = obj["metadata"]
                 store.patch(kind, meta.get("namespace", ""), meta["name"], touched,
                             "application/merge-patch+json")
@@ -172,7 +174,7 @@ def main() -> None:
     async def requests(request: web.Request) -> web.Response:
         since = float(request.query.get("since", "0"))
         out = [{"t": r.time, "verb": r.verb, "resource": r.resource, "path": r.path,
-                "query": r.query} for r in list(server.requests)
+                "query": r.query, **r.timing} for r in list(server.requests)
                if r.time > since and r.verb in ("list", "watch")]
         return web.json_response(out)
 

@@ -92,8 +92,29 @@ def field_matcher(selector: str | None, allowed: frozenset[str]) -> Matcher | No
         if path not in allowed and path not in ("metadata.name", "metadata.namespace"):
             raise ApiError(400, f'field label not supported: "{path}"')
         tests.append((path, op != "!=", value))
+    # each field read once per object, however many requirements name it
+    by_path: dict[str, list[tuple[bool, str]]] = {}
+    for path, eq, value in tests:
+        by_path.setdefault(path, []).append((eq, value))
+    checks = [(tuple(path.split(".")), wanted) for path, wanted in by_path.items()]
 
     def match(obj: dict[str, Any]) -> bool:
-        return all((field_value(obj, p) == v) == eq for p, eq, v in tests)
+        for parts, wanted in checks:
+            found = _value_at(obj, parts)
+            for eq, value in wanted:
+                if (found == value) != eq:
+                    return False
+        return True
 
     return match
+
+
+def _value_at(obj: dict[str, Any], parts: tuple[str, ...]) -> str:
+    value: Any = obj
+    for part in parts:
+        value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

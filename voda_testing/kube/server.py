@@ -24,10 +24,11 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 from aiohttp import web
 
@@ -72,6 +73,9 @@ class Request:
     user_agent: str = ""
     time: float = 0.0
     user: str = ""  # the authenticated user's name, when the server authenticates
+    # A list's: seconds from receiving it to its body built ("built") and to the body's
+    # last byte handed to the socket ("sent"), and the body's size ("bytes")
+    timing: dict[str, float] = field(default_factory=dict, compare=False)
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -119,13 +123,14 @@ class FakeApiServer:
         self._site: web.TCPSite | None = None
         self._watches: set[web.StreamResponse] = set()
         self._stalled: set[web.StreamResponse] = set()  # open watches that send nothing
-        # the lists that paged requests continue (snapshot id -> items, resourceVersion),
-        # oldest first; a continue token whose snapshot is gone is 410 Gone
+        # the lists that paged requests continue (snapshot id -> every object in key order,
+        # unfiltered, and the resourceVersion), oldest first; a continue token whose
+        # snapshot is gone is 410 Gone
         self._snapshots: OrderedDict[str, tuple[list[Obj], int]] = OrderedDict()
         self.snapshot_limit = 16
         # uid -> (resourceVersion, JSON): objects are never changed in place, so a list
         # serializes each version once (as kube-apiserver's watch cache keeps encodings)
-        self._encoded: dict[str, tuple[str, str]] = {}
+        self._encoded: dict[str, tuple[str, bytes]] = {}
         self._outage_over: asyncio.Event | None = None
         self._lock = threading.Lock()
 
@@ -493,10 +498,10 @@ class FakeApiServer:
         verb = "watch" if watching else ("list" if method == "GET" and name is None else
                                          VERB_OF.get(method, method.lower()))
         shown = f"{resource.plural}/{sub}" if sub else resource.plural
-        self.requests.append(Request(method, request.path, request.query_string,
-                                     request.headers.get("Content-Type", ""), verb, shown,
-                                     request.headers.get("User-Agent", ""), time.monotonic(),
-                                     user))
+        record = Request(method, request.path, request.query_string,
+                         request.headers.get("Content-Type", ""), verb, shown,
+                         request.headers.get("User-Agent", ""), time.monotonic(), user)
+        self.requests.append(record)
         deadline = None if watching else request_deadline(q.get("timeout"), received)
         fault = self._take_fault(verb, shown)
         if fault is not None and fault.delay:
@@ -512,7 +517,13 @@ class FakeApiServer:
         if watching:
             return await self._watch(request, resource, namespace)
         if method == "GET" and name is None:
-            return self._list_response(self._list(resource, namespace, q))
+            response = self._list_response(self._list(resource, namespace, q))
+            built = time.monotonic()
+            await response.prepare(request)  # sent here, to time it (aiohttp sends nothing
+            await response.write_eof()  # twice)
+            record.timing.update(built=built - received, sent=time.monotonic() - received,
+                                 bytes=float(response.content_length or 0))
+            return response
         if method == "GET":
             obj = store.get(resource, namespace, name or "")
             return _json(self._scale(resource, obj) if sub == "scale" else obj)
@@ -578,14 +589,14 @@ class FakeApiServer:
             uid, rv = meta.get("uid", ""), meta.get("resourceVersion", "")
             cached = self._encoded.get(uid)
             if cached is None or cached[0] != rv:
-                cached = (rv, json.dumps(obj))
+                cached = (rv, orjson.dumps(obj))
                 self._encoded[uid] = cached
             parts.append(cached[1])
         if len(self._encoded) > 2 * max(1, len(self.store.uids)):
             live = self.store.uids
             self._encoded = {u: e for u, e in self._encoded.items() if u in live}
-        head = json.dumps({k: v for k, v in listed.items() if k != "items"})
-        return web.Response(text=f'{head[:-1]}, "items": [{",".join(parts)}]}}',
+        head = orjson.dumps({k: v for k, v in listed.items() if k != "items"})
+        return web.Response(body=b"".join((head[:-1], b',"items":[', b",".join(parts), b"]}")),
                             content_type="application/json")
 
     def _answer(self, obj: Obj, status: int = 200) -> web.Response:
@@ -609,10 +620,15 @@ class FakeApiServer:
                                ) from None
 
     def _list(self, resource: Resource, namespace: str, q: Any) -> dict[str, Any]:
-        """A list, whole or in pages (limit/continue). The first page takes a snapshot that
-        later pages continue, so the pages together are one consistent list at its
-        resourceVersion, as etcd serves them; a snapshot forgotten since is 410 Gone."""
+        """A list, whole or in pages (limit/continue). The first page takes a snapshot of
+        the objects in key order that later pages continue, so the pages together are one
+        consistent list at its resourceVersion, as etcd serves them; a snapshot forgotten
+        since is 410 Gone. As kube-apiserver does, each page reads on from where the last
+        one stopped until it holds `limit` objects that match the selectors (a page may
+        come out empty), and tells remainingItemCount only of a list without selectors."""
         limit = int(q.get("limit") or 0)
+        labels = label_matcher(q.get("labelSelector"))
+        fields = field_matcher(q.get("fieldSelector"), resource.field_labels)
         start = 0
         if q.get("continue"):
             try:
@@ -624,30 +640,36 @@ class FakeApiServer:
                 raise ApiError(410, "The provided continue parameter is too old to display a "
                                "consistent list result. You can start a new list without the "
                                "continue parameter.")
-            items, rv = self._snapshots[snapshot]
+            objects, rv = self._snapshots[snapshot]
         else:
-            items, rv = self.store.list(resource, namespace or None, q.get("labelSelector"),
-                                        q.get("fieldSelector"))
-            items.sort(key=lambda o: (o["metadata"].get("namespace", ""),
-                                      o["metadata"]["name"]))
+            objects, rv = self.store.ordered(resource, namespace or None)
             snapshot = ""
+
+        def wanted(obj: Obj) -> bool:
+            return (labels is None or labels(obj)) and (fields is None or fields(obj))
+
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
-        if limit > 0:
-            page = items[start:start + limit]
-            if start + limit < len(items):
-                if not snapshot:
-                    snapshot = secrets.token_hex(8)
-                    self._snapshots[snapshot] = (items, rv)
-                    while len(self._snapshots) > self.snapshot_limit:
-                        self._snapshots.popitem(last=False)
-                token = {"start": start + limit, "id": snapshot, "rv": rv}
-                meta["continue"] = base64.b64encode(json.dumps(token).encode()).decode()
-                meta["remainingItemCount"] = len(items) - start - limit
-            elif snapshot:
-                self._snapshots.pop(snapshot, None)
-            items = page
-        elif start:
-            items = items[start:]
+        if limit <= 0:
+            return {"kind": f"{resource.kind}List", "apiVersion": resource.api_version,
+                    "metadata": meta, "items": [o for o in objects[start:] if wanted(o)]}
+        items: list[Obj] = []
+        at = start
+        while at < len(objects) and len(items) < limit:
+            if wanted(objects[at]):
+                items.append(objects[at])
+            at += 1
+        if at < len(objects):
+            if not snapshot:
+                snapshot = secrets.token_hex(8)
+                self._snapshots[snapshot] = (objects, rv)
+                while len(self._snapshots) > self.snapshot_limit:
+                    self._snapshots.popitem(last=False)
+            token = {"start": at, "id": snapshot, "rv": rv}
+            meta["continue"] = base64.b64encode(json.dumps(token).encode()).decode()
+            if labels is None and fields is None:
+                meta["remainingItemCount"] = len(objects) - at
+        elif snapshot:
+            self._snapshots.pop(snapshot, None)
         return {"kind": f"{resource.kind}List", "apiVersion": resource.api_version,
                 "metadata": meta, "items": items}
 
@@ -809,4 +831,4 @@ class FakeApiServer:
 
     @staticmethod
     async def _send(response: web.StreamResponse, kind: str, obj: Obj) -> None:
-        await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+        await response.write(orjson.dumps({"type": kind, "object": obj}) + b"\n")

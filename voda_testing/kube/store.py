@@ -14,6 +14,7 @@ what they got (and must not change it).
 
 from __future__ import annotations
 
+import bisect
 import copy
 import json
 import secrets
@@ -117,6 +118,10 @@ class Store:
         # uid -> (resource key, namespace, name), and owner uid -> dependents' uids
         self.uids: dict[str, tuple[str, str, str]] = {}
         self.owned: dict[str, set[str]] = {}
+        # resource key -> its objects' keys in (namespace, name) order, the order etcd keeps
+        # them in, and the objects in that order (built at the first list, then kept as
+        # objects come, change and go): a list's snapshot is a copy of the second
+        self._order: dict[str, tuple[list[tuple[str, str]], list[Obj]]] = {}
         for ns in DEFAULT_NAMESPACES:
             self.create("namespaces", "", {"metadata": {"name": ns}})
 
@@ -153,6 +158,18 @@ class Store:
             self.owned.get(owner, set()).discard(uid)
         for owner in new_owners - old_owners:
             self.owned.setdefault(owner, set()).add(uid)
+        kept = self._order.get(resource.key)
+        if kept is not None:
+            keys, objects = kept
+            at = bisect.bisect_left(keys, key)
+            there = at < len(keys) and keys[at] == key
+            if kind == "DELETED" and there:
+                del keys[at], objects[at]
+            elif kind != "DELETED" and there:
+                objects[at] = obj
+            elif kind != "DELETED":
+                keys.insert(at, key)
+                objects.insert(at, obj)
         if kind == "DELETED":
             table.pop(key, None)
             self.uids.pop(uid, None)
@@ -237,6 +254,23 @@ class Store:
             items = [o for (ns, _), o in self.objects[resource.key].items()
                      if (not namespace or ns == namespace) and _matches(o, labels, fields)]
             return items, self.rv
+
+    def ordered(self, what: str | Resource, namespace: str | None = None
+                ) -> tuple[list[Obj], int]:
+        """Every object (of `namespace`) by namespace and name, the order etcd keeps keys
+        in, and the store's resourceVersion: what a paged list reads on."""
+        resource = self.resource(what)
+        with self.lock:
+            table = self.objects[resource.key]
+            kept = self._order.get(resource.key)
+            if kept is None:
+                keys = sorted(table)
+                kept = self._order[resource.key] = (keys, [table[key] for key in keys])
+            keys, objects = kept
+            if namespace:  # its keys are one range, as under etcd's prefix
+                return objects[bisect.bisect_left(keys, (namespace,)):
+                               bisect.bisect_left(keys, (namespace + "\0",))], self.rv
+            return objects[:], self.rv
 
     # ----- writes ---------------------------------------------------------------------------
     def create(self, what: str | Resource, namespace: str, obj: Obj, dry_run: bool = False,

@@ -62,6 +62,7 @@ class Informer:
         self.errors = 0
         self.idle_restarts = 0
         self.handler_errors = 0
+        self.last_relist: dict[str, float] = {}  # what the last list took (see _relist)
         # object key -> events its handler has yet to take, oldest first (a handler raised)
         self.undelivered: dict[tuple[str, str], deque[tuple[str, Obj, Obj | None]]] = {}
         self._retry_at = 0.0
@@ -69,6 +70,8 @@ class Informer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._response: Any = None
+        self._watch_opened: float | None = None  # when the current watch's answer came
+        self._watch_heard = False  # whether it has sent anything (an event, a bookmark)
 
     @staticmethod
     def key(obj: Obj) -> tuple[str, str]:
@@ -99,6 +102,7 @@ class Informer:
     def _run(self) -> None:
         delay = self.backoff
         while not self._stop.is_set():
+            self._watch_opened, self._watch_heard = None, False
             try:
                 if self.resource_version is None:
                     self._relist()
@@ -116,8 +120,21 @@ class Informer:
                 self._failed(exc, delay)
                 delay = min(self.max_backoff, delay * 2)
             except Exception as exc:
+                if self._dropped():
+                    log.warning("%s informer: %s; watching again", self.kind.plural, exc)
+                    continue
                 self._failed(exc, delay)
                 delay = min(self.max_backoff, delay * 2)
+
+    def _dropped(self) -> bool:
+        """Whether the error ended a watch that had been open (its connection dropped: the
+        server restarted, or ended it, or a proxy closed it) for a second or more, or that
+        had sent something: watched again at once, as client-go's reflector does; a
+        shorter, silent one is "a very short watch" and waits the backoff, so a server
+        that drops every watch is not asked again and again."""
+        opened = self._watch_opened
+        return opened is not None and (self._watch_heard
+                                       or time.monotonic() - opened >= 1.0)
 
     def _failed(self, exc: Exception, delay: float) -> None:
         if self._stop.is_set():
@@ -127,38 +144,80 @@ class Informer:
         self._stop.wait(delay)
 
     def _relist(self) -> None:
-        """List in pages and report the differences. An object whose resourceVersion is
-        the cached one's keeps the cached copy (the listed one is dropped with its page),
-        so a relist holds little more than the cache."""
+        """List in pages and report the differences. Items come undecoded but for their
+        names and resourceVersions: one whose resourceVersion is the cached one's keeps the
+        cached copy and is never decoded (most of a relist after 410 Gone); the others are
+        decoded and transformed one at a time, so a relist holds little more than the cache
+        and two pages (the next is fetched while this one is digested). What it took is
+        logged and kept in `last_relist` (seconds: `waited` for pages; `fetch`, from each
+        request to its body's last byte, and `decode`, the pages' metadata and items'
+        heads, both a page ahead; `digest`, comparing, decoding and transforming the
+        changed items; `deliver`, the handlers)."""
+        began = time.perf_counter()
         with self.lock:
             old = self.cache
         fresh: dict[tuple[str, str], Obj] = {}
         changed: list[tuple[tuple[str, str], Obj]] = []
         version = None
+        timings: dict[str, float] = {"fetch": 0.0, "decode": 0.0}
+        pages = 0
+        waited = 0.0
         with no_collection():
-            for page in self.api.list_pages(self.kind, self.namespace, self.label_selector,
-                                            self.field_selector):
+            listed = self.api.list_pages(self.kind, self.namespace, self.label_selector,
+                                         self.field_selector, lazy=True, timings=timings,
+                                         prefetch=True)
+            while True:
+                asked = time.perf_counter()
+                page = next(listed, None)
+                waited += time.perf_counter() - asked
+                if page is None:
+                    break
+                pages += 1
                 version = page["metadata"]["resourceVersion"]
-                for obj in page.get("items") or []:
-                    key = self.key(obj)
+                items = page.get("items")
+                if not items:
+                    continue
+                for index, (namespace, name, rv) in enumerate(items.heads()):
+                    key = (namespace, name)
                     before = old.get(key)
                     if before is not None and before["metadata"].get(
-                            "resourceVersion") == obj["metadata"].get("resourceVersion"):
+                            "resourceVersion") == rv:
                         fresh[key] = before
                         continue
+                    obj = items[index]
                     fresh[key] = obj if self.transform is None else self.transform(obj)
                     changed.append((key, fresh[key]))
+        listed_at = time.perf_counter()
         with self.lock:
             old, self.cache = self.cache, fresh
+        deleted = 0
         for key, obj in changed:
             before = old.get(key)
             self._deliver(key, "ADDED" if before is None else "MODIFIED", obj, before)
         for key, obj in old.items():
             if key not in fresh:
+                deleted += 1
                 self._deliver(key, "DELETED", obj, obj)
+        done = time.perf_counter()
         self.resource_version = version
         self.relists += 1
+        self.last_relist = {
+            "objects": len(fresh), "changed": len(changed), "deleted": deleted,
+            "pages": pages, "seconds": done - began, "waited": waited,
+            "fetch": timings["fetch"], "decode": timings["decode"],
+            "digest": listed_at - began - waited, "deliver": done - listed_at}
+        log.info("%s informer%s: listed %d (%d new or changed, %d gone) in %d pages in "
+                 "%.2f s: %.2f s waiting for pages (fetched in %.2f s, request to last byte, "
+                 "and their heads decoded in %.2f s, a page ahead), %.2f s digesting, "
+                 "%.2f s delivering", self.kind.plural, self._scope(), len(fresh),
+                 len(changed), deleted, pages, done - began, waited, timings["fetch"],
+                 timings["decode"], self.last_relist["digest"], done - listed_at)
         self.synced.set()
+
+    def _scope(self) -> str:
+        where = f" in {self.namespace}" if self.namespace else ""
+        chosen = ",".join(s for s in (self.label_selector, self.field_selector) if s)
+        return f"{where}{f' ({chosen})' if chosen else ''}"
 
     def _watch_seconds(self) -> int:
         """How long one watch asks to last: shorter than the idle limit (the server ends a
@@ -175,6 +234,7 @@ class Informer:
                                     idle_seconds=self.idle_seconds):
             if self._stop.is_set():
                 return
+            self._watch_heard = True
             self._redeliver()
             kind, obj = event.get("type"), event.get("object") or {}
             if kind == "ERROR":
@@ -247,6 +307,7 @@ class Informer:
 
     def _opened(self, response: Any) -> None:
         self._response = response
+        self._watch_opened = time.monotonic()
 
 
 def watch_all(informers: list[Informer], timeout: float = 30.0) -> bool:
