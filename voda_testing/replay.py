@@ -429,6 +429,30 @@ def disagreements(replay: Replay, latency: float, measured: bool = True) -> list
     return out
 
 
+def average_ratio_allowance(replay: Replay, latency: float, base: float = 0.03) -> float:
+    """How far the service's average JCT over the simulator's may be from 1.
+
+    `base` holds on a machine whose loop wakes on time; where the service measured longer
+    step periods than its interval + latency (a loaded machine), each job's JCT may move
+    by the extra lag at each of its decisions (as in `jct_tolerance`), and the average by
+    the mean of that, over the simulator's average JCT.
+    """
+    sim = replay.simulated_jcts()
+    extra = []
+    for name, job in replay.service.items():
+        expected = sim.get(name)
+        if expected is None:
+            continue
+        changes = max(len(job.worker_counts) - 1, 0)
+        extra.append(
+            jct_tolerance(expected, changes, replay.settings, latency, replay.step_period)
+            - jct_tolerance(expected, changes, replay.settings, latency))
+    average = _mean([v for v in sim.values() if v is not None])
+    if not extra or not average:
+        return base
+    return base + _mean(extra) / average
+
+
 def run_once_problems(replay: Replay, workload: Workload) -> list[str]:
     """Jobs that did not complete exactly once, restarted without a preemption, or were
     given a worker count outside their min/max."""
