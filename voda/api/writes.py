@@ -31,6 +31,7 @@ from voda.core.model import JobStatus
 from voda.engine.scheduler import HistoryKey, JobRecord
 from voda.store import jobs as store
 from voda.store.faults import StoreFault, classify
+from voda.store.models import LIVE_NAME_INDEX
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,17 @@ class StoreRefused(ValueError):
     """The store refused a submission's values for good (422)."""
 
 
+class NameTaken(StoreRefused):
+    """The store refused a submission because a live job has its name (409: the unique
+    index on live jobs' names, voda.store.models.LIVE_NAME_INDEX)."""
+
+
+def _name_taken(reason: str) -> bool:
+    """Whether the store refused a row for the name of a live job: PostgreSQL names the
+    index, SQLite the column."""
+    return LIVE_NAME_INDEX in reason or "jobs.given_name" in reason
+
+
 @dataclass
 class Pending:
     inserts: list[dict[str, Any]] = field(default_factory=list)
@@ -64,6 +76,8 @@ class Pending:
     # Goodput models as stored JSON: by job (its own), by (category, GPU type) (the best).
     goodput: dict[str, dict[str, Any]] = field(default_factory=dict)
     category_goodput: dict[HistoryKey, dict[str, Any]] = field(default_factory=dict)
+    # Jobs that finished: their names are free once this is queued (not written itself).
+    ended: list[str] = field(default_factory=list)
 
 
 Unit = Callable[[Session], None]
@@ -322,8 +336,9 @@ class StoreWriter:
                 continue
             except _Refused as refused:
                 if batch.submission:
-                    ticket.error = StoreRefused(f"body: the store refused the job "
-                                                f"({refused.fault.reason})")
+                    refusal = NameTaken if _name_taken(refused.fault.reason) else StoreRefused
+                    ticket.error = refusal(f"body: the store refused the job "
+                                           f"({refused.fault.reason})")
                     ticket.done = True
                     self.health.rejected_rows += 1
                     continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Float, Index, Integer, String, Text
+from sqlalchemy import JSON, Float, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -12,12 +12,23 @@ class Base(DeclarativeBase):
     pass
 
 
+LIVE_NAME_INDEX = "ux_jobs_live_given_name"
+# The rows whose given_name must be unique: jobs that have not finished.
+LIVE_ONLY = text("status NOT IN ('Completed', 'Failed', 'Canceled')")
+
+
 class JobRow(Base):
-    """One job: its submission, its state, its attained service and its priority."""
+    """One job: its submission, its state, its attained service and its priority.
+
+    `name` is the job's uid (the key of its history and of its backend objects, unique
+    for ever); `given_name` the name it was submitted with, unique among the jobs that
+    have not finished (a partial unique index: two submissions of one name cannot both
+    be stored, whichever process writes them). See voda.api.job_names."""
 
     __tablename__ = "jobs"
 
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    given_name: Mapped[str] = mapped_column(String(200))
     user: Mapped[str] = mapped_column(String(100), index=True)
     kind: Mapped[str] = mapped_column(String(40))
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -67,7 +78,10 @@ class JobRow(Base):
     goodput: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (Index("ux_jobs_user_idempotency_key", "user", "idempotency_key",
-                            unique=True),)
+                            unique=True),
+                      Index(LIVE_NAME_INDEX, "given_name", unique=True,
+                            sqlite_where=LIVE_ONLY, postgresql_where=LIVE_ONLY),
+                      Index("ix_jobs_given_name", "given_name"))
 
 
 class JobHistoryRow(Base):
