@@ -96,7 +96,7 @@ class JobNames:
         """The uid `key` means: the live job named `key`, else the job whose uid is `key`
         (among `known` uids), else the newest job named `key`; None: no such job."""
         holder = self.live.get(key)
-        if holder is not None:
+        if holder is not None and holder in known:  # else not admitted yet
             return holder
         if key in known:
             return key
