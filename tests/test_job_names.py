@@ -94,6 +94,16 @@ def test_a_live_name_is_refused_with_409_naming_the_field_and_its_job(
     assert service.queued_by_user.get("root", 0) == 0, "a refused job counts for nothing"
 
 
+def test_a_name_held_by_another_users_job_is_refused_without_its_uid(
+        make_service: Callable[[], Service]) -> None:
+    service = make_service()
+    held = submit(service, spec("name: taken"))
+    with pytest.raises(Conflict) as refused:
+        submit(service, spec("name: taken"), User("bob", admin=False))
+    assert refused.value.field == "name" and held["uid"] not in refused.value.reason
+    assert "another user's live job" in refused.value.reason
+
+
 def test_concurrent_submissions_of_one_name_accept_exactly_one(
         make_service: Callable[[], Service]) -> None:
     service = make_service()
@@ -225,14 +235,14 @@ def test_a_name_resolves_to_the_live_job_else_the_uid_else_the_newest() -> None:
     names.add("a", "a-2", live=False)
     known = {"a-1", "a-2", "a-3"}
     assert names.resolve("a", known) == "a-2"
-    names.claim("a", "a-3")
+    assert names.claim("a", "a-3") is None
     assert names.resolve("a", known) == "a-3"
     assert names.resolve("a-1", known) == "a-1"
-    with pytest.raises(Conflict, match="a-3"):
-        names.claim("a", "a-4")
+    assert names.claim("a", "a-4") == "a-3", "held by a live job: nothing claimed"
+    assert names.resolve("a", known) == "a-3"
     names.release("a-3")
     assert names.resolve("a", known) == "a-3"
-    names.claim("a", "a-4")
+    assert names.claim("a", "a-4") is None
     assert names.resolve("a", known) == "a-3", "a-4 is not admitted yet"
     names.forget("a-4")
     assert names.resolve("a", known | {"a-4"}) == "a-3" and "a" not in names.live

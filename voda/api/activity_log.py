@@ -38,7 +38,7 @@ def submitted(record: JobRecord) -> None:
     user, name = owner_of(record), name_of(record)
     log.info("submitted job %s (uid %s) by %s: min %d, max %d, GPU type %s", name,
              record.name, user, record.min_workers, record.max_workers, record.gpu_type,
-             extra={"event": "submitted", "job": record.name, "name": name, "user": user,
+             extra={"event": "submitted", "job": record.name, "job_name": name, "user": user,
                     "min_workers": record.min_workers, "max_workers": record.max_workers,
                     "gpu_type": record.gpu_type, "priority": record.priority})
     command = record.extra.get("command")

@@ -58,12 +58,14 @@ class JobNames:
         if live:
             self.live[name] = uid
 
-    def claim(self, name: str, uid: str, field_name: str = "name") -> None:
-        """Give `name` to a new job, or 409 naming the field and the live job holding it."""
+    def claim(self, name: str, uid: str) -> str | None:
+        """Give `name` to the new job `uid`; if a live job holds it, nothing is claimed
+        and that job's uid is returned (the caller answers 409: `name_taken`)."""
         holder = self.live.get(name)
         if holder is not None:
-            raise Conflict(field_name, name_taken(name, holder))
+            return holder
         self.add(name, uid, live=True)
+        return None
 
     def claim_generated(self, prefix: str, now: float) -> tuple[str, str]:
         """A free name made of `prefix` and five random characters, and its new uid."""
@@ -104,7 +106,10 @@ class JobNames:
         return uids[-1] if uids else None
 
 
-def name_taken(name: str, holder: str) -> str:
-    return (f"{name!r} is the name of a live job (uid {holder}); names are unique among "
-            "jobs that have not finished: choose another name, delete that job, or use "
-            "generate_name for a generated one")
+def name_taken(name: str, holder: str | None) -> str:
+    """Why a name is refused; `holder`: the uid of the live job that has it, when the
+    caller may see that job (None: another user's)."""
+    whose = f"a live job (uid {holder})" if holder else "another user's live job"
+    return (f"{name!r} is the name of {whose}; names are unique among jobs that have not "
+            "finished: choose another name, wait for that job to finish or delete it, or "
+            "use generate_name for a generated one")

@@ -376,8 +376,9 @@ class GpuTypeView(BaseModel):
 
 
 class ClusterJob(BaseModel):
-    """A job of yours holding GPUs (an administrator sees every job)."""
+    """A job of yours holding GPUs (an administrator sees every job), keyed by its uid."""
 
+    name: str = ""  # the name it was submitted with
     user: str
     workers: int
     status: str

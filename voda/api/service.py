@@ -522,13 +522,8 @@ class Service(ServiceReads):
             except StoreUnavailable:
                 if not (ticket.done and ticket.error is None):  # else: it was written alone
                     raise
-            if isinstance(ticket.error, NameTaken):
-                given = views.name_of(record)
-                with self.inbox_lock:
-                    holder = self.job_names.live.get(given)
-                raise Conflict(spec.name_field, name_taken(
-                    given, holder if holder and holder != name else "unknown here: "
-                    "another replica's"))
+            if isinstance(ticket.error, NameTaken):  # another service stored it first
+                raise Conflict(spec.name_field, name_taken(views.name_of(record), None))
             if ticket.error is not None:
                 raise ticket.error
         except BaseException:
@@ -605,7 +600,7 @@ class Service(ServiceReads):
                 raise Forbidden("queued_jobs", f"{user.name} has {queued} jobs waiting, the "
                                 f"most allowed; wait for some to start or delete some")
             try:
-                given, name = self._claim_name(spec, now)
+                given, name = self._claim_name(spec, user, now)
             except Conflict:
                 self.queued_by_user[user.name] = queued
                 raise
@@ -621,18 +616,29 @@ class Service(ServiceReads):
             category=[], backend_state=None, now=now, submission=True))
         return record, ticket
 
-    def _claim_name(self, spec: JobSpec, now: float) -> tuple[str, str]:
+    def _claim_name(self, spec: JobSpec, user: User, now: float) -> tuple[str, str]:
         """The new job's name (as given, or generated from generate_name) and its uid,
-        claimed in `job_names` (under `inbox_lock`); 409 when a live job has the name."""
+        claimed in `job_names` (under `inbox_lock`); 409 when a live job has the name,
+        naming its uid when `user` may see it."""
         if spec.generate_name is not None:
             given, name = self.job_names.claim_generated(spec.generate_name, now)
         else:
             given, name = spec.name, new_uid(spec.name, now)
-            self.job_names.claim(given, name, spec.name_field)
+            holder = self.job_names.live.get(given)
+            if holder is not None and holder in self.writer.doubtful:
+                # A submission refused for a store fault: its row, if it was stored after
+                # all, is deleted before any later insert (voda.api.writes).
+                self.job_names.release(holder)
+            holder = self.job_names.claim(given, name)
+            if holder is not None:
+                record = self.scheduler.jobs.get(holder)
+                shown = record is not None and views.visible(user, record)
+                raise Conflict(spec.name_field, name_taken(
+                    given, holder if shown or user.admin else None))
         while name in self.names:  # the same second and the same 24 random bits
             self.job_names.forget(name)
             name = new_uid(given, now)
-            self.job_names.claim(given, name, spec.name_field)
+            self.job_names.add(given, name, live=True)
         return given, name
 
     def _idempotent_replay(self, user: User, key: str,
