@@ -50,30 +50,32 @@ class JobNames:
         self.live: dict[str, str] = {}  # name -> uid of the live job holding it
         self.uids: dict[str, list[str]] = {}  # name -> uids of all its jobs, oldest first
         self.name_of: dict[str, str] = {}  # uid -> name
+        self.owner_of: dict[str, str] = {}  # uid -> its user (who may see the uid in a 409)
 
-    def add(self, name: str, uid: str, live: bool) -> None:
+    def add(self, name: str, uid: str, live: bool, owner: str = "") -> None:
         """A job known already (recovered from the store), oldest first."""
         self.uids.setdefault(name, []).append(uid)
         self.name_of[uid] = name
+        self.owner_of[uid] = owner
         if live:
             self.live[name] = uid
 
-    def claim(self, name: str, uid: str) -> str | None:
+    def claim(self, name: str, uid: str, owner: str = "") -> str | None:
         """Give `name` to the new job `uid`; if a live job holds it, nothing is claimed
         and that job's uid is returned (the caller answers 409: `name_taken`)."""
         holder = self.live.get(name)
         if holder is not None:
             return holder
-        self.add(name, uid, live=True)
+        self.add(name, uid, live=True, owner=owner)
         return None
 
-    def claim_generated(self, prefix: str, now: float) -> tuple[str, str]:
+    def claim_generated(self, prefix: str, now: float, owner: str = "") -> tuple[str, str]:
         """A free name made of `prefix` and five random characters, and its new uid."""
         for _ in range(GENERATE_TRIES):
             name = generated_name(prefix)
             if name not in self.live:
                 uid = new_uid(name, now)
-                self.add(name, uid, live=True)
+                self.add(name, uid, live=True, owner=owner)
                 return name, uid
         raise Conflict("generate_name", f"no free name found for the prefix {prefix!r} in "
                        f"{GENERATE_TRIES} tries; use a longer prefix")
@@ -87,6 +89,7 @@ class JobNames:
     def forget(self, uid: str) -> None:
         """A submission that was refused: as if it never was."""
         self.release(uid)
+        self.owner_of.pop(uid, None)
         name = self.name_of.pop(uid, None)
         uids = self.uids.get(name, []) if name is not None else []
         if uid in uids:

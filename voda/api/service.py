@@ -316,7 +316,8 @@ class Service(ServiceReads):
         self.names = set(self.scheduler.jobs)
         for record in records:  # oldest first (load_jobs)
             self.job_names.add(views.name_of(record), record.name,
-                               live=not record.status.is_terminal)
+                               live=not record.status.is_terminal,
+                               owner=views.owner_of(record))
         self.recovered_jobs = len(records)
         self.adopted_running_jobs = sum(1 for r in records if r.status is JobStatus.RUNNING)
         log.info("recovered %d jobs (%d running, adopted) in %.3f s", len(records),
@@ -621,7 +622,7 @@ class Service(ServiceReads):
         claimed in `job_names` (under `inbox_lock`); 409 when a live job has the name,
         naming its uid when `user` may see it."""
         if spec.generate_name is not None:
-            given, name = self.job_names.claim_generated(spec.generate_name, now)
+            given, name = self.job_names.claim_generated(spec.generate_name, now, user.name)
         else:
             given, name = spec.name, new_uid(spec.name, now)
             holder = self.job_names.live.get(given)
@@ -629,16 +630,14 @@ class Service(ServiceReads):
                 # A submission refused for a store fault: its row, if it was stored after
                 # all, is deleted before any later insert (voda.api.writes).
                 self.job_names.release(holder)
-            holder = self.job_names.claim(given, name)
+            holder = self.job_names.claim(given, name, user.name)
             if holder is not None:
-                record = self.scheduler.jobs.get(holder)
-                shown = record is not None and views.visible(user, record)
-                raise Conflict(spec.name_field, name_taken(
-                    given, holder if shown or user.admin else None))
+                shown = user.admin or self.job_names.owner_of.get(holder) == user.name
+                raise Conflict(spec.name_field, name_taken(given, holder if shown else None))
         while name in self.names:  # the same second and the same 24 random bits
             self.job_names.forget(name)
             name = new_uid(given, now)
-            self.job_names.add(given, name, live=True)
+            self.job_names.add(given, name, live=True, owner=user.name)
         return given, name
 
     def _idempotent_replay(self, user: User, key: str,
