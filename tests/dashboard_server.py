@@ -39,7 +39,7 @@ def submit(server: ServeProcess, user: str, name: str, **fields: object) -> str:
     with server.client(user) as client:
         answer = client.post("/v1/jobs", json=body)
     assert answer.status_code == 201, answer.text
-    return answer.json()["name"]
+    return answer.json()["uid"]  # the pages' key: links, data-job, the cluster map
 
 
 def job(server: ServeProcess, user: str, name: str) -> dict:

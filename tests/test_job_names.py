@@ -22,7 +22,7 @@ from voda.config import ServerSettings, User
 from voda.spec import SpecError, parse_submission
 from voda.spec.parse import GENERATED_LENGTH, PREFIX_MAX
 from voda.store import jobs as store
-from voda.store.db import MIGRATIONS, make_engine, migrate, session_factory
+from voda.store.db import make_engine, migrate, session_factory
 
 ALICE = User("alice", admin=False)
 ROOT = User("root", admin=True)
@@ -260,16 +260,11 @@ def test_an_unknown_name_is_404(make_service: Callable[[], Service]) -> None:
 
 def test_jobs_stored_before_keep_their_generated_names(store_url: str) -> None:
     """A store of revision 0006: its jobs' names were the generated ones, and stay."""
-    from alembic import command
-    from alembic.config import Config
+    from tests.test_store_jobs import to_revision
+    from voda.engine.scheduler import JobRecord
 
     engine = make_engine(store_url)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0006")
-    from voda.engine.scheduler import JobRecord
+    to_revision(engine, "0006")
 
     with engine.begin() as connection:
         old_columns = {c["name"] for c in sa.inspect(connection).get_columns("jobs")}

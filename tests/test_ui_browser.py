@@ -108,7 +108,7 @@ def test_cluster_page_groups_gpus_by_spine_and_leaf_and_updates_live(
     assert mine in title and "owner alice" in title and "2 workers" in title
     # Bob's job is anonymous usage for alice: three hatched cells, no name.
     assert page.locator("#topology .gpu.anon").count() == 3
-    assert theirs not in page.content()
+    assert theirs not in page.content() and "bob-cluster" not in page.content()
     assert "fragmentation" in page.inner_text("#cluster-stats")
 
     mark_no_reload(page)
