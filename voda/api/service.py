@@ -247,7 +247,7 @@ class Service(ServiceReads):
         self.inbox: list[JobRecord] = []
         self.names: set[str] = set()  # every job's uid (voda.api.job_names)
         self.job_names = JobNames()  # names as given: the live jobs' unique
-        # (user, Idempotency-Key) -> (job name, SHA-256 of the body); None while in flight.
+        # (user, Idempotency-Key) -> (job uid, SHA-256 of the body); None while in flight.
         self.idempotency: dict[tuple[str, str], tuple[str, str] | None] = {}
         self.queued_by_user: dict[str, int] = {}
         self.unschedulable: dict[str, str] = {}
@@ -600,11 +600,7 @@ class Service(ServiceReads):
             if not user.admin and queued >= limits.max_queued_jobs:
                 raise Forbidden("queued_jobs", f"{user.name} has {queued} jobs waiting, the "
                                 f"most allowed; wait for some to start or delete some")
-            try:
-                given, name = self._claim_name(spec, user, now)
-            except Conflict:
-                self.queued_by_user[user.name] = queued
-                raise
+            given, name = self._claim_name(spec, user, now)  # 409 when a live job has it
             self.queued_by_user[user.name] = queued + 1
             self.names.add(name)
         job = replace(job, name=name)
