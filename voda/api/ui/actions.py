@@ -108,8 +108,8 @@ def _priority_of(form: dict[str, str]) -> int:
 
 
 def _priority_preview(service: Service, user: User, form: dict[str, str]) -> Confirmation:
-    job = _active_job(service, user, form)
     new = _priority_of(form)
+    job = _active_job(service, user, form)
     best = service.settings.limits_of(user.name).best_priority
     if not user.admin and new < best:
         raise Forbidden("priority", f"{new} is better than the best priority {user.name} "

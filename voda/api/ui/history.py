@@ -60,5 +60,5 @@ def history_page(request: Request, user: PageUser, gpu_type: str | None = None,
                        gpu_types=types, selected=selected, ranges=RANGES,
                        time_range=time_range, points=len(points),
                        every=service.settings.history_sample_seconds,
-                       days="%g" % service.settings.history_days,
+                       days=f"{service.settings.history_days:g}",
                        charts=history_charts(points, selected, label) if points else []))
