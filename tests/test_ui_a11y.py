@@ -54,7 +54,8 @@ def pages_of(user: str) -> list[tuple[str, str]]:
     return [("cluster", "/ui/cluster"), ("cluster-a100", "/ui/cluster?gpu_type=a100"),
             ("jobs", "/ui/jobs"), ("job", f"/ui/jobs/{mine}"),
             ("scheduler", "/ui/scheduler"), ("job-unknown", "/ui/jobs/no-such-job"),
-            ("history", "/ui/history"), ("history-a100-week", "/ui/history?gpu_type=a100&range=week"),
+            ("history", "/ui/history"),
+            ("history-a100-week", "/ui/history?gpu_type=a100&range=week"),
             ("node", "/ui/nodes/a-0"), ("node-cordoned", "/ui/nodes/b-1"),
             ("node-lost", "/ui/nodes/b-0"), ("node-unknown", "/ui/nodes/no-such-node")]
 

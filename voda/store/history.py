@@ -9,13 +9,34 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Integer, cast, delete, func, insert, select
+from sqlalchemy import Integer, delete, func, insert, select
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from voda.store.models import ClusterSampleRow, NodeEventRow
 
 SAMPLE_FIELDS = ("gpus", "allocated", "in_use", "running", "waiting", "wait_mean_seconds",
                  "wait_max_seconds")
+
+
+class whole(FunctionElement[int]):  # an SQL function, named as one
+    """The whole part of a non-negative number: FLOOR, or on SQLite (whose FLOOR is not
+    always built in) a CAST, which truncates there (PostgreSQL's CAST rounds)."""
+
+    type = Integer()
+    inherit_cache = True
+
+
+@compiles(whole)
+def _whole(element: whole, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"CAST(FLOOR({compiler.process(element.clauses, **kw)}) AS INTEGER)"
+
+
+@compiles(whole, "sqlite")
+def _whole_sqlite(element: whole, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"CAST({compiler.process(element.clauses, **kw)} AS INTEGER)"
 
 
 def add_samples(session: Session, rows: Sequence[Mapping[str, Any]], keep_after: float) -> None:
@@ -44,7 +65,7 @@ def samples(session: Session, gpu_type: str, start: float, end: float,
     spans of time (the longest wait: its maximum), oldest first; each with the mean
     time of the samples it averages."""
     width = max((end - start) / max(1, buckets), 1e-9)
-    bucket = cast((ClusterSampleRow.time - start) / width, Integer).label("bucket")
+    bucket = whole((ClusterSampleRow.time - start) / width).label("bucket")
     columns = [func.avg(getattr(ClusterSampleRow, name)).label(name)
                for name in SAMPLE_FIELDS if name != "wait_max_seconds"]
     query = (select(bucket, func.avg(ClusterSampleRow.time).label("time"), *columns,
