@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.conftest import TOKENS, TOKENS_ENV, ServeProcess, free_port
@@ -33,6 +35,17 @@ def dashboard_server(folder: Path, port: int | None = None) -> ServeProcess:
         args=["--db", f"sqlite:///{folder / 'voda.db'}", "--cluster", str(folder / "cluster.yaml"),
               "--time-scale", "30", "--rate-limit", "0.2", "--step-interval", "0.2"],
         env=env, log_path=folder / "serve.log", tokens={**TOKENS, VIEWER: VIEWER_TOKEN})
+
+
+@contextmanager
+def running_dashboard(folder: Path) -> Iterator[ServeProcess]:
+    """A dashboard server on `folder`, started, and stopped at the end."""
+    process = dashboard_server(folder)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 def submit(server: ServeProcess, user: str, name: str, **fields: object) -> str:

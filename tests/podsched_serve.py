@@ -18,6 +18,7 @@ from tests.conftest import free_port
 from voda_testing.kube import FakeApiServer
 from voda_testing.kube.cluster import ClusterSimulator, SimSettings
 from voda_testing.kube.cluster.workloads import WorkloadControllers
+from voda_testing.kube.harness import eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "voda"
@@ -57,6 +58,26 @@ def serve_kubernetes(tmp_path: Path, kubeconfig: Path,
          "--db", f"sqlite:///{tmp_path / 'voda.db'}", "--port", str(port)],
         cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     return proc, f"http://127.0.0.1:{port}", log
+
+
+@contextmanager
+def serving_pods(tmp_path: Path, sim: ClusterSimulator, kubeconfig: Path) -> Iterator[str]:
+    """Eight 8-GPU nodes in two leaves (one spine), `voda serve --backend kubernetes` with
+    the pod scheduler, its SchedulerConfig created; yields the service's URL."""
+    for leaf in range(2):
+        for k in range(4):
+            sim.add_node(f"l{leaf}-n{k}", 8, {"voda.io/leaf": f"l{leaf}", "voda.io/spine": "s"})
+    proc, url, log = serve_kubernetes(tmp_path, kubeconfig,
+                                      "[pod_scheduler]\nretry_seconds = 1.0\n")
+    try:
+        eventually(lambda: up(url) or proc.poll() is not None, timeout=60)
+        assert proc.poll() is None, log.read_text()[-3000:]
+        kubectl(kubeconfig, "-n", NAMESPACE, "create", "-f",
+                str(ROOT / "examples" / "pod-scheduler-config.yaml"))
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(20)
 
 
 def kubectl(kubeconfig: Path, *args: str) -> str:

@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.podsched_serve import NAMESPACE, ROOT, fake_kubernetes, kubectl, serve_kubernetes, up
+from tests.podsched_serve import ROOT, fake_kubernetes, kubectl, serve_kubernetes, serving_pods
 from voda_testing.kube import FakeApiServer
 from voda_testing.kube.cluster import ClusterSimulator
 from voda_testing.kube.harness import eventually
@@ -36,16 +36,7 @@ def fake(tmp_path: Path) -> Iterator[tuple[FakeApiServer, ClusterSimulator, Path
 
 def test_serve_places_the_examples_and_serves_the_pod_metrics(tmp_path: Path, fake) -> None:
     api, sim, kubeconfig = fake
-    for leaf in range(2):
-        for k in range(4):
-            sim.add_node(f"l{leaf}-n{k}", 8, {"voda.io/leaf": f"l{leaf}", "voda.io/spine": "s"})
-    proc, url, log = serve_kubernetes(tmp_path, kubeconfig,
-                                      "[pod_scheduler]\nretry_seconds = 1.0\n")
-    try:
-        eventually(lambda: up(url) or proc.poll() is not None, timeout=60)
-        assert proc.poll() is None, log.read_text()[-3000:]
-        kubectl(kubeconfig, "-n", NAMESPACE, "create", "-f",
-                str(ROOT / "examples" / "pod-scheduler-config.yaml"))
+    with serving_pods(tmp_path, sim, kubeconfig) as url:
         for example in ("batch-gang.yaml", "inference-deployment.yaml"):
             kubectl(kubeconfig, "-n", "default", "create", "-f", str(ROOT / "examples" / example))
 
@@ -55,10 +46,10 @@ def test_serve_places_the_examples_and_serves_the_pod_metrics(tmp_path: Path, fa
                     if p["metadata"]["name"].startswith(prefix) and p["spec"].get("nodeName")]
 
         gang = eventually(lambda: len(bound("bert-pretrain-")) == 4 and bound("bert-pretrain-"),
-                        timeout=30)
+                          timeout=30)
         assert len({n.split("-")[0] for n in gang}) == 1 and len(set(gang)) == 4
         replicas = eventually(lambda: len(bound("llm-inference-")) == 4
-                            and bound("llm-inference-"), timeout=30)
+                              and bound("llm-inference-"), timeout=30)
         assert len(set(replicas)) == 4
         assert not set(replicas) & set(gang)  # the gang took its leaf's four nodes
         described = kubectl(kubeconfig, "-n", "default", "get", "events",
@@ -69,9 +60,6 @@ def test_serve_places_the_examples_and_serves_the_pod_metrics(tmp_path: Path, fa
         assert 'voda_pod_placement_decisions_total{result="bound"}' in text
         assert "voda_pod_gpu_allocation_ratio 0.5625" in text  # (32 + 4) of 64 GPUs
         assert "voda_jobs_running" in text  # the service's own metrics are still there
-    finally:
-        proc.terminate()
-        proc.wait(20)
 
 
 def test_bad_pod_scheduler_settings_stop_serve_at_start(tmp_path: Path, fake) -> None:

@@ -22,14 +22,7 @@ from monitoring_files import RULES, dashboard_queries, rules, substitute, variab
 from polling import wait_for
 
 from tests.conftest import ServeFactory
-from tests.podsched_serve import (
-    NAMESPACE,
-    ROOT,
-    fake_kubernetes,
-    kubectl,
-    serve_kubernetes,
-    up,
-)
+from tests.podsched_serve import ROOT, fake_kubernetes, kubectl, serving_pods
 from voda_testing.serve import free_port
 
 pytestmark = pytest.mark.slow
@@ -63,6 +56,20 @@ class Prometheus:
         data = self.get("/api/v1/query", query=expr)
         assert data["resultType"] == "vector", (expr, data)
         return data["result"]
+
+    def answers_every(self, queries: list[str], what: str) -> None:
+        """Wait until each of `queries` answers at least one series; fail naming those
+        that do not."""
+        empty: list[str] = []
+
+        def every_query_answers() -> bool:
+            empty[:] = [q for q in queries if not self.query(q)]
+            return not empty
+
+        try:
+            wait_for(every_query_answers, timeout=90)
+        except AssertionError:
+            pytest.fail(f"these {what} queries answer no series: {empty}")
 
     def ready(self) -> bool:
         if self.proc.poll() is not None:
@@ -147,16 +154,7 @@ def test_a_real_prometheus_scrapes_voda_and_answers_every_dashboard_query(
     # The pod scheduler's panels need `voda serve --backend kubernetes`: the next test.
     queries = [q for q in dashboard_queries(variables) if POD_METRICS not in q]
     assert len(queries) >= 40
-    empty: list[str] = []
-
-    def every_query_answers() -> bool:
-        empty[:] = [q for q in queries if not prometheus.query(q)]
-        return not empty
-
-    try:
-        wait_for(every_query_answers, timeout=90)
-    except AssertionError:
-        pytest.fail(f"these dashboard queries answer no series: {empty}")
+    prometheus.answers_every(queries, "dashboard")
 
     # Each variable lists this Voda, as Grafana's label_values asks Prometheus for it.
     listed = {name: set(prometheus.get(f"/api/v1/label/{label}/values",
@@ -191,44 +189,22 @@ def test_a_real_prometheus_answers_the_pod_scheduler_panels(start_prometheus: An
     """`voda serve --backend kubernetes` runs the pod scheduler beside the service (the
     fake API server, its simulated nodes in two leaves); a gang of pods it places; every
     query of the dashboard's pod scheduler panels answers series."""
-    with fake_kubernetes(tmp_path) as (api, sim, kubeconfig):
-        for leaf in range(2):
-            for k in range(4):
-                sim.add_node(f"l{leaf}-n{k}", 8, {"voda.io/leaf": f"l{leaf}",
-                                                  "voda.io/spine": "s"})
-        proc, url, log = serve_kubernetes(tmp_path, kubeconfig,
-                                          "[pod_scheduler]\nretry_seconds = 1.0\n")
-        try:
-            wait_for(lambda: up(url) or proc.poll() is not None, timeout=60)
-            assert proc.poll() is None, log.read_text()[-3000:]
-            kubectl(kubeconfig, "-n", NAMESPACE, "create", "-f",
-                    str(ROOT / "examples" / "pod-scheduler-config.yaml"))
-            kubectl(kubeconfig, "-n", "default", "create", "-f",
-                    str(ROOT / "examples" / "batch-gang.yaml"))
+    with fake_kubernetes(tmp_path) as (api, sim, kubeconfig), \
+            serving_pods(tmp_path, sim, kubeconfig) as url:
+        kubectl(kubeconfig, "-n", "default", "create", "-f",
+                str(ROOT / "examples" / "batch-gang.yaml"))
 
-            def bound() -> int:
-                pods, _ = api.store.list("pods", "default")
-                return sum(1 for p in pods if p["spec"].get("nodeName"))
+        def bound() -> int:
+            pods, _ = api.store.list("pods", "default")
+            return sum(1 for p in pods if p["spec"].get("nodeName"))
 
-            wait_for(lambda: bound() >= 4, timeout=60)
-            instance = url.removeprefix("http://")
-            prometheus = start_prometheus(instance)
-            variables = {"$__rate_interval": "15s", "$__range": "5m", "$namespace": "voda",
-                         "$instance": instance, "$gpu_type": ".*"}
-            queries = [q for q in dashboard_queries(variables) if POD_METRICS in q]
-            assert len(queries) >= 7
-            empty: list[str] = []
-
-            def every_query_answers() -> bool:
-                empty[:] = [q for q in queries if not prometheus.query(q)]
-                return not empty
-
-            try:
-                wait_for(every_query_answers, timeout=90)
-            except AssertionError:
-                pytest.fail(f"these pod scheduler queries answer no series: {empty}")
-            allocated = prometheus.query(f'voda_pod_gpu_allocation_ratio{{instance="{instance}"}}')
-            assert float(allocated[0]["value"][1]) > 0
-        finally:
-            proc.terminate()
-            proc.wait(20)
+        wait_for(lambda: bound() >= 4, timeout=60)
+        instance = url.removeprefix("http://")
+        prometheus = start_prometheus(instance)
+        variables = {"$__rate_interval": "15s", "$__range": "5m", "$namespace": "voda",
+                     "$instance": instance, "$gpu_type": ".*"}
+        queries = [q for q in dashboard_queries(variables) if POD_METRICS in q]
+        assert len(queries) >= 7
+        prometheus.answers_every(queries, "pod scheduler")
+        allocated = prometheus.query(f'voda_pod_gpu_allocation_ratio{{instance="{instance}"}}')
+        assert float(allocated[0]["value"][1]) > 0

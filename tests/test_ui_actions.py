@@ -18,10 +18,10 @@ from dashboard_server import (
     VIEWER,
     VIEWER_TOKEN,
     cookies,
-    dashboard_server,
     form_token,
     job,
     login,
+    running_dashboard,
     submit,
 )
 from polling import wait_for
@@ -33,10 +33,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    process = dashboard_server(tmp_path_factory.mktemp("actions"))
-    process.start()
-    yield process
-    process.stop()
+    with running_dashboard(tmp_path_factory.mktemp("actions")) as process:
+        yield process
 
 
 def running(server: ServeProcess, user: str, name: str) -> bool:

@@ -16,12 +16,12 @@ import pytest
 from browser import screenshot
 from dashboard_server import (
     cookies,
-    dashboard_server,
     form_token,
     job,
     login,
     mark_no_reload,
     not_reloaded,
+    running_dashboard,
     submit,
 )
 from polling import wait_for
@@ -32,10 +32,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    process = dashboard_server(tmp_path_factory.mktemp("ui"))
-    process.start()
-    yield process
-    process.stop()
+    with running_dashboard(tmp_path_factory.mktemp("ui")) as process:
+        yield process
 
 
 def test_pages_need_a_login_and_a_bad_token_is_refused(server: ServeProcess, page) -> None:
