@@ -196,3 +196,30 @@ def test_a_viewer_sees_no_action_and_the_server_refuses_its_posts(server: ServeP
         assert client.post("/v1/jobs", json={"name": "v", "command": "x", "min": 1, "max": 1,
                                              "epochs": 1}).status_code == 403
     assert job(server, "alice", name)["status"] != "Canceled"
+
+
+def test_a_switch_says_which_jobs_it_preempts_and_then_does_so(tmp_path, page) -> None:
+    """Under FIFO a long job holds every default GPU and a short one waits; SRJF would run
+    the short one: the confirmation names both, and Confirm does what it said."""
+    with running_dashboard(tmp_path) as server:
+        with server.client("root") as root:
+            assert root.put("/v1/schedulers/default",
+                            json={"algorithm": "FIFO"}).status_code == 200
+        long = submit(server, "alice", "long", min=16, max=16, epochs=1000)
+        wait_for(lambda: running(server, "alice", long))
+        short = submit(server, "alice", "short", min=16, max=16, epochs=1)
+        wait_for(lambda: job(server, "alice", short)["status"] == "Waiting")
+        login(page, server, "root", "/ui/scheduler")
+        row = page.locator("#algorithms tr[data-gpu-type=default]")
+        row.locator("select").select_option("SRJF")
+        row.locator("button").click()
+        page.locator("#confirm").wait_for()
+        assert "Switching to SRJF now preempts 1 job, starts 1 job" in page.inner_text(
+            "#confirm-text")
+        assert page.locator("#confirm-items li").all_inner_texts() == [
+            f"preempts {long} (16 → 0 GPUs)", f"starts {short} (0 → 16 GPUs)"]
+        screenshot(page, "switch-confirm")
+        page.click("#confirm-yes")
+        page.locator("#action-done").wait_for()
+        wait_for(lambda: running(server, "alice", short), timeout=30)
+        assert job(server, "alice", long)["status"] == "Waiting"
