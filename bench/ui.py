@@ -35,11 +35,13 @@ from voda_testing.serve import dashboard_login  # noqa: E402
 WEEK_OF_SAMPLES = 7 * 24 * 60  # one a minute, the default history_sample_seconds
 
 
-def stored_samples(db: str, count: int) -> None:
+def stored_samples(db: str, count: int, runs: int) -> None:
     """`count` one-minute samples of the default GPU type up to now, written straight into
-    the store (as the service would have taken them over a week)."""
+    the store (as the service would have taken them over a week); then the CPU time of
+    reading them back as the History page does (averaged into MAX_POINTS points)."""
+    from voda.api.history import MAX_POINTS
     from voda.store.db import make_engine, migrate, session_factory
-    from voda.store.history import add_samples
+    from voda.store.history import add_samples, samples
 
     engine = make_engine(db)
     migrate(engine)
@@ -48,9 +50,18 @@ def stored_samples(db: str, count: int) -> None:
              "in_use": i % 13, "running": i % 5, "waiting": i % 40,
              "wait_mean_seconds": 30.0 * (i % 50), "wait_max_seconds": 90.0 * (i % 50)}
             for i in range(count)]
-    with session_factory(engine).begin() as session:
+    sessions = session_factory(engine)
+    with sessions.begin() as session:
         add_samples(session, rows, keep_after=now - 8 * 86400.0)
+    cpu = []
+    for _ in range(runs):
+        started = time.process_time()
+        with sessions() as session:
+            points = samples(session, "default", now - 7 * 86400.0, now + 1, MAX_POINTS)
+        cpu.append(time.process_time() - started)
     engine.dispose()
+    print(f"store: a week of {count} samples read as {len(points)} points: CPU median "
+          f"{statistics.median(cpu) * 1000:.1f} ms (target: under 50 ms, a page's budget)")
 
 
 def timed(client: httpx.Client, path: str, runs: int) -> tuple[float, float, int]:
@@ -121,7 +132,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="voda-bench-ui-"))
     db = f"sqlite:///{folder / 'bench.db'}"
     stored_jobs(db, args.jobs)
-    stored_samples(db, WEEK_OF_SAMPLES)
+    stored_samples(db, WEEK_OF_SAMPLES, args.runs)
     server = Server(db, folder / "serve.log")
     server.start()
     try:

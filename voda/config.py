@@ -137,8 +137,8 @@ def parse_tokens(text: str) -> dict[str, User]:
             raise ConfigError(f"tokens: user names are letters, digits, '-', '_' and '.', "
                               f"got {user!r}")
         if len(flags) > 1 or (flags and flags[0] not in ROLES):
-            raise ConfigError(f"tokens: the last part may only be one of "
-                              f"{', '.join(ROLES)}, got {item!r}")
+            raise ConfigError(f"tokens: {user}: the last part may only be one of "
+                              f"{', '.join(ROLES)}, got {':'.join(flags)[:50]!r}")
         role = flags[0] if flags else ""
         tokens[digest] = User(user, admin=role == "admin", viewer=role == "viewer")
     return tokens

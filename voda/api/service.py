@@ -885,11 +885,11 @@ class Service(ServiceReads):
         self.scheduler.halt_jobs_on(node.name, now)
         self.scheduler.handle(Event(EventKind.NODE_REMOVED, now, node=node))
 
-    def _node_changed(self, node: Node, state: str, now: float,
-                      message: str | None = None) -> None:
+    def _node_changed(self, node: Node, state: str, now: float) -> None:
+        """The node's row, and its change in the node's history (`node_events`)."""
         self.pending.nodes.append(_node_values(node, state, now))
         self.pending.node_events.append({"node": node.name, "time": now, "state": state,
-                                         "message": message})
+                                         "message": None})
         self._note_schedulability(now)
 
     def _node_backend(self) -> SupportsNodeChanges:
