@@ -28,8 +28,9 @@ def test_tokens_are_kept_hashed_and_may_be_given_hashed() -> None:
         hash_token("first-token-0123456789"): User("alice"), digest: User("admin", admin=True)}
     assert parse_tokens("vera:viewer-token-0123456789:viewer") == {
         hash_token("viewer-token-0123456789"): User("vera", viewer=True)}
-    for bad in ("alice", "alice:long-enough-token:root", "alice:long-enough-token:admin:viewer", ":long-enough-token", "alice:short",
-                "alice:sha256:abc", "al/ice:long-enough-token"):
+    for bad in ("alice", "alice:long-enough-token:root", "alice:long-enough-token:admin:viewer",
+                ":long-enough-token", "alice:short", "alice:sha256:abc",
+                "al/ice:long-enough-token"):
         with pytest.raises(ConfigError, match="tokens"):
             parse_tokens(bad)
 
