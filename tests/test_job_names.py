@@ -259,12 +259,12 @@ def test_an_unknown_name_is_404(make_service: Callable[[], Service]) -> None:
 
 
 def test_jobs_stored_before_keep_their_generated_names(store_url: str) -> None:
-    """A store of revision 0006: its jobs' names were the generated ones, and stay."""
+    """A store of revision 0007: its jobs' names were the generated ones, and stay."""
     from tests.test_store_jobs import to_revision
     from voda.engine.scheduler import JobRecord
 
     engine = make_engine(store_url)
-    to_revision(engine, "0006")
+    to_revision(engine, "0007")
 
     with engine.begin() as connection:
         old_columns = {c["name"] for c in sa.inspect(connection).get_columns("jobs")}

@@ -4,16 +4,16 @@ Until now every job was renamed NAME-YYYYMMDDhhmmss-xxxxxx and known only by tha
 which stays its uid (`jobs.name`). Jobs stored before keep that generated name as their
 name too, so what found them before still finds them, and no two live ones can share it.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-11-28
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
