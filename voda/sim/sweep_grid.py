@@ -155,6 +155,9 @@ def check_runs(cells: tuple[RunRequest, ...], workloads: list[str], clusters: li
         except registry.UnknownAlgorithm as exc:
             raise GridError("algorithms", str(exc)) from None
         except ValueError as exc:
+            head, _, rest = str(exc).partition(":")
+            if head.strip() in dict(cell.params) and rest:
+                raise GridError(f"knobs.{head.strip()}", rest.strip()) from None
             raise GridError(_field_of(str(exc), cell), str(exc)) from None
 
 
