@@ -14,21 +14,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.test_sim_seeds_report import JOBS  # ten jobs that queue on 2x4 GPUs
 from voda.cli.main import app
-from voda.sim.sweep_grid import MAX_RUNS, MAX_VALUES
-from voda.sim.sweep_store import RUNS_FILE
+from voda.sim.sweep_grid import MAX_RUNS, MAX_VALUES, build_grid, read_grid_file
+from voda.sim.sweep_store import RUNS_FILE, RunStore
 
 runner = CliRunner()
 
-# Six jobs on 2x4 or 1x4 GPUs: profiled and fixed-work jobs that queue.
-JOBS = """
-- {name: a, arrival: 0, model: cifar10, epochs: 3, min: 1, max: 4}
-- {name: b, arrival: 10, duration: 300, min: 1, max: 2}
-- {name: c, arrival: 20, model: ncf, epochs: 1, min: 1, max: 1}
-- {name: d, arrival: 30, duration: 900, min: 2, max: 4}
-- {name: e, arrival: 60, duration: 600, min: 1, max: 8}
-- {name: f, arrival: 90, duration: 1200, min: 4, max: 4}
-"""
 
 
 @pytest.fixture
@@ -188,6 +180,24 @@ def test_bad_options_are_refused_naming_the_field(grid: Path, tmp_path: Path,
                                  "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
+
+
+def test_a_directory_another_sweep_writes_to_is_refused(grid: Path, tmp_path: Path) -> None:
+    busy = RunStore(tmp_path / "o")
+    try:
+        result = runner.invoke(app, ["sweep", "--grid", str(grid), "--out", str(tmp_path / "o")])
+    finally:
+        busy.close()
+    assert result.exit_code == 2
+    assert "out: another voda sweep is writing to" in " ".join(result.output.split())
+
+
+def test_the_example_grid_is_valid_and_its_count_is_what_it_says() -> None:
+    built = build_grid(read_grid_file(Path(__file__).parent.parent / "examples" / "sweep.yaml"))
+    assert (len(built.runs), built.cells, built.seeds, built.jitter) == (48, 16, 3, 300.0)
+    assert {r.workload for r in built.runs} == {"workload-1@1.0", "workload-1@2.0"}
+    tiresias = {r.params for r in built.runs if r.algorithm == "Tiresias"}
+    assert tiresias == {(("starvation_knob", None),), (("starvation_knob", 2),)}
 
 
 def test_a_grid_file_that_is_not_a_mapping_is_refused(tmp_path: Path) -> None:

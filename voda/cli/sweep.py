@@ -47,7 +47,7 @@ def run(grid: str | None, out: str, workers: int | None, ray: str | None, as_jso
 
     from voda.sim.sweep import Finished, SweepSetupError, check_workers
     from voda.sim.sweep_grid import GridError, build_grid
-    from voda.sim.sweep_store import RunStore
+    from voda.sim.sweep_store import RunStore, StoreBusy
 
     try:
         knobs = _knob_options(params)
@@ -59,6 +59,8 @@ def run(grid: str | None, out: str, workers: int | None, ray: str | None, as_jso
         _fail(str(exc))
     try:
         store = RunStore(out)
+    except StoreBusy as exc:
+        _fail(f"out: {exc}")
     except (OSError, ValueError) as exc:
         _fail(f"out: cannot use {out} as the output directory: {exc}")
     err = Console(stderr=True)
@@ -94,11 +96,11 @@ def run(grid: str | None, out: str, workers: int | None, ray: str | None, as_jso
 
     try:
         _run_all(built.runs, store, count, ray, started, finished, show_bar, err)
+        _write_outputs(built.runs, store, Path(out), as_json, err)
     except SweepSetupError as exc:
         _fail(str(exc))
     finally:
         store.close()
-    _write_outputs(built.runs, store, Path(out), as_json, err)
 
 
 def _run_all(runs: Any, store: Any, workers: int, ray: str | None, started: Any,

@@ -4,12 +4,14 @@
 run's parameters (its RunRequest), so a sweep started again in the same directory skips
 the runs already there, whatever grid they came from. A process killed while writing
 leaves at most one partial last line: it is cut off when the file is next opened.
-Each line is flushed and synced before the next run is counted as done.
+Each line is flushed and synced before the next run is counted as done. One sweep at a
+time writes to a directory (an advisory lock on OUT/.lock, released when it exits).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -21,6 +23,11 @@ from voda.sim.compare import RunRequest
 from voda.sim.report import JobResult, SimResult
 
 RUNS_FILE = "runs.jsonl"
+LOCK_FILE = ".lock"
+
+
+class StoreBusy(RuntimeError):
+    """Another sweep holds the output directory."""
 
 
 def run_key(request: RunRequest) -> str:
@@ -51,6 +58,13 @@ class RunStore:
         self.path = self.directory / RUNS_FILE
         self.records: dict[str, dict[str, Any]] = {}
         self._file: IO[str] | None = None
+        # One sweep at a time per directory; the lock goes with the process, killed or not.
+        self._lock = (self.directory / LOCK_FILE).open("a")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise StoreBusy(f"another voda sweep is writing to {self.directory}") from None
         self._load()
 
     def _load(self) -> None:
@@ -86,3 +100,4 @@ class RunStore:
         if self._file is not None:
             self._file.close()
             self._file = None
+        self._lock.close()
