@@ -10,6 +10,8 @@ grid is refused with a GridError that names the field:
     algorithms: [ElasticFIFO, Tiresias]   # or [all] (default ElasticFIFO)
     knobs:                                # each knob's values; every combination runs
       starvation_knob: [none, 2, 8]       #   for the algorithms that take that knob
+      queue_thresholds: ["3600", "3600,14400"]   # a list value: a string, as --param
+                                                 # reads it, or a nested list
     seeds: 3                              # arrival jitterings per cell (1..100)
     first_seed: 0
     jitter: 300                           # seconds (default 0; 300 with seeds > 1)
