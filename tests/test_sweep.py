@@ -177,7 +177,9 @@ def test_a_bad_grid_is_refused_naming_the_field(grid: Path, tmp_path: Path,
     (["--workers", "0"], "workers: must be between 1 and 1024, got 0"),
     (["--param", "starvation_knob"], "knobs: --param 'starvation_knob': expected NAME=V1;V2"),
     (["--seeds", "101"], "seeds: must be between 1 and 100, got 101"),
-], ids=["workers", "param", "seeds"])
+    (["--ray", "127.0.0.1:1"], "ray: nothing answers at 127.0.0.1:1"),
+    (["--ray", "nowhere"], "ray: expected HOST:PORT, 'auto', 'local' or ray://HOST:PORT"),
+], ids=["workers", "param", "seeds", "ray-unreachable", "ray-address"])
 def test_bad_options_are_refused_naming_the_field(grid: Path, tmp_path: Path,
                                                   args: list[str], message: str) -> None:
     result = runner.invoke(app, ["sweep", "--grid", str(grid), *args,

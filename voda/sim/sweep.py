@@ -78,6 +78,8 @@ def ray_completed(task: Callable[[RunRequest], Any], requests: Sequence[RunReque
     """(index, task(request)) as each finishes on Ray, one CPU per task."""
     ray = _ray()
     started = False
+    if address not in (LOCAL, "auto") and not address.startswith("ray://"):
+        check_reachable(address)
     if not ray.is_initialized():
         try:
             if address == LOCAL:
@@ -99,6 +101,22 @@ def ray_completed(task: Callable[[RunRequest], Any], requests: Sequence[RunReque
     finally:
         if started:
             ray.shutdown()
+
+
+def check_reachable(address: str, timeout: float = 10.0) -> None:
+    """Fail at once when nothing answers at a cluster's host:port (ray.init would retry
+    for minutes)."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SweepSetupError(f"ray: expected HOST:PORT, 'auto', 'local' or ray://HOST:PORT,"
+                              f" got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise SweepSetupError(f"ray: nothing answers at {address} ({exc}); start the "
+                              "cluster's head there with `ray start --head`") from None
 
 
 def _ray() -> Any:
