@@ -234,7 +234,9 @@ def run_simulation(
             out_json["note"] = jitter_note
             Console(stderr=True).print(f"note: {jitter_note}", highlight=False,
                                        soft_wrap=True)
-        typer.echo(json.dumps(_json_ready(out_json), allow_nan=False))
+        from voda.sim.seeds import json_ready
+
+        typer.echo(json.dumps(json_ready(out_json), allow_nan=False))
     else:
         out = Console()
         if not out.is_terminal:
@@ -317,17 +319,6 @@ def report_settings(requests: list[Any]) -> dict[str, Any]:
         "voda": __version__,
         "python": platform.python_version(),
     }
-
-
-def _json_ready(value: Any) -> Any:
-    """NaN and infinities are not JSON: report them as null (at any depth)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_ready(v) for v in value]
-    return value
 
 
 def register(app: typer.Typer) -> None:

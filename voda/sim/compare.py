@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from voda.core.allocation import registry
 from voda.sim.backend import check_layout_speed
@@ -17,6 +17,8 @@ from voda.sim.report import SimResult
 from voda.sim.runner import SimSettings, simulate
 from voda.sim.throughput import warm
 from voda.sim.workloads import Workload, jitter_arrivals, load_workload, with_gpu_type
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -120,23 +122,30 @@ def run_many(
     done: Callable[[RunRequest, SimResult], None] | None = None,
 ) -> list[SimResult]:
     """Run the requests in parallel processes; results come back in request order."""
-    if len(requests) == 1 or workers == 1:
-        results = []
-        for r in requests:
-            result = run_one(r)
-            if done is not None:
-                done(r, result)
-            results.append(result)
-        return results
-    for r in requests:  # build the throughput tables once; forked workers inherit them
-        warm(workload_for(r))
     out: dict[int, SimResult] = {}
+    for i, result in completed(run_one, requests, workers):
+        out[i] = result
+        if done is not None:
+            done(requests[i], result)
+    return [out[i] for i in range(len(requests))]
+
+
+def completed(task: Callable[[RunRequest], T], requests: Sequence[RunRequest],
+              workers: int | None = None) -> Iterator[tuple[int, T]]:
+    """(index, task(request)) for each request as it finishes, on `workers` processes
+    (default: one per core). One request or one worker: in this process, in order."""
+    if len(requests) == 1 or workers == 1:
+        for i, r in enumerate(requests):
+            yield i, task(r)
+        return
+    seen = set()
+    for r in requests:  # build the throughput tables once; forked workers inherit them
+        kind = (r.workload, r.rigid, r.job_model, r.gpu_type)
+        if kind not in seen:
+            seen.add(kind)
+            warm(workload_for(replace(r, jitter=0.0)))
     workers = workers or min(len(requests), os.cpu_count() or 1)
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_one, r): i for i, r in enumerate(requests)}
+        futures = {pool.submit(task, r): i for i, r in enumerate(requests)}
         for future in as_completed(futures):
-            i = futures[future]
-            out[i] = future.result()
-            if done is not None:
-                done(requests[i], out[i])
-    return [out[i] for i in range(len(requests))]
+            yield futures[future], future.result()

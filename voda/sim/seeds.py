@@ -43,6 +43,17 @@ def _json_number(x: float) -> float | None:
     return None if math.isnan(x) else x
 
 
+def json_ready(value: Any) -> Any:
+    """NaN and infinities are not JSON: report them as null (at any depth)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
+
+
 def t_interval(values: Iterable[float | None], confidence: float = CONFIDENCE) -> Interval:
     """The mean of `values` and its Student-t interval (None and NaN left out)."""
     known = [float(v) for v in values if v is not None and not math.isnan(v)]
@@ -105,9 +116,13 @@ def by_algorithm(results: Sequence[SimResult]) -> dict[str, list[SimResult]]:
     return {a: sorted(runs, key=lambda r: r.seed) for a, runs in out.items()}
 
 
+def metric_intervals(runs: Sequence[SimResult]) -> dict[str, Interval]:
+    """Each metric of METRICS across `runs`: its mean and interval."""
+    return {key: t_interval(value(r) for r in runs) for key, _, value in METRICS}
+
+
 def summarize(results: Sequence[SimResult]) -> list[AlgorithmSummary]:
-    return [AlgorithmSummary(a, tuple(runs),
-                             {key: t_interval(value(r) for r in runs) for key, _, value in METRICS})
+    return [AlgorithmSummary(a, tuple(runs), metric_intervals(runs))
             for a, runs in by_algorithm(results).items()]
 
 
