@@ -42,6 +42,7 @@ from voda.core.goodput import GoodputModel
 from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
 from voda.sim.adaptive import AdaptiveAgent
+from voda.sim.hetero_profiles import measured_types, typed_profile
 from voda.sim.profiles import Profile, load_profile
 from voda.sim.progress import gain, grad_stats
 from voda.sim.speed import default_batch
@@ -98,6 +99,8 @@ class SimJob:
     spine: float = 1.0  # oversubscription its all-reduce crosses (1: one leaf)
     agent: AdaptiveAgent | None = None  # batch-adaptive jobs only
     reported: GoodputModel | None = None  # the goodput model last reported
+    gpu_type: str | None = None  # the GPU type it last ran on (None: not yet run)
+    agents: dict[str, AdaptiveAgent] = field(default_factory=dict)  # by GPU type
 
     @property
     def gpus(self) -> int:
@@ -348,6 +351,7 @@ class SimBackend:
         self._set_placement(sim, placement)
         if not placement:
             return
+        self._set_type(sim, self._nodes[placement[0][0]].gpu_type)
         replicas = sim.gpus
         if sim.profile is not None:
             if sim.agent is not None:
@@ -364,6 +368,28 @@ class SimBackend:
         self._schedule(sim)
         if sim.agent is None:  # _schedule predicts adaptive jobs' completions itself
             self._push_completion(sim)
+
+    def _set_type(self, sim: SimJob, gpu_type: str) -> None:
+        """The job runs on `gpu_type` from now: its speed follows that type's profile
+        (voda.sim.hetero_profiles); a batch-adaptive job keeps what it measured on each type
+        apart, as its throughput differs by type. A job on one type only never changes."""
+        if sim.profile is None or gpu_type == sim.gpu_type:
+            return
+        if sim.gpu_type is None and not measured_types(sim.profile.name, [gpu_type]):
+            sim.gpu_type = gpu_type  # no typed profile: the job's own, as before
+            return
+        base = sim.spec.profile or sim.profile.name
+        if sim.agent is not None:
+            sim.agents[sim.gpu_type or ""] = sim.agent
+        sim.gpu_type = gpu_type
+        sim.profile = typed_profile(base, gpu_type)
+        if sim.agent is not None:
+            agent = sim.agents.get(gpu_type)
+            if agent is None:
+                agent = AdaptiveAgent(sim.profile, fixed_batch=sim.agent.fixed_batch)
+            sim.agent = agent
+            sim.reported = None
+        sim.rates.clear()
 
     def _push_completion(self, sim: SimJob) -> None:
         heapq.heappush(self._completion_heap, (self._predict(sim), sim.version, sim.spec.name))
