@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from voda.core.goodput import GoodputModel
@@ -100,6 +101,7 @@ class SimJob:
     agent: AdaptiveAgent | None = None  # batch-adaptive jobs only
     reported: GoodputModel | None = None  # the goodput model last reported
     gpu_type: str | None = None  # the GPU type it last ran on (None: not yet run)
+    slowdown: float = 1.0  # its application's step-time calibration (SimBackend.calibration)
     agents: dict[str, AdaptiveAgent] = field(default_factory=dict)  # by GPU type
 
     @property
@@ -114,7 +116,8 @@ class SimJob:
                                                                       self.layout)
             elif self.profile is not None and self.split is not None:
                 g = gain(self.profile, self.split.effective_batch, self.epoch)
-                r = g / step_time(self.profile, self.layout, self.split, self.spine)
+                r = g / (self.slowdown
+                         * step_time(self.profile, self.layout, self.split, self.spine))
             else:
                 r = float(self.gpus)
             self.rates[self.epoch] = r
@@ -126,7 +129,7 @@ class SimJob:
             return None
         if self.spec.emulated_speed is not None:  # as the emulated backend reports it
             return self.profile.samples_per_epoch * self.rate() / self.spec.emulated_speed
-        seconds = step_time(self.profile, self.layout, self.split, self.spine)
+        seconds = self.slowdown * step_time(self.profile, self.layout, self.split, self.spine)
         return self.split.effective_batch / seconds
 
 
@@ -160,6 +163,8 @@ class SimBackend:
         report_epochs: bool = True,
         spine_oversubscription: float = 1.0,
         layout_speed: str = "actual",
+        calibration: Mapping[str, float] | None = None,
+        penalties: Mapping[str, float] | None = None,
     ) -> None:
         if penalty < 0:
             raise ValueError(f"penalty: must not be negative, got {penalty}")
@@ -180,6 +185,12 @@ class SimBackend:
         self._refresh_shape()
         self.specs = specs
         self.penalty = penalty
+        # Per application (profile name): a factor on every step time (the Sia artifact's
+        # calibration to its physical cluster), and the restart penalty instead of `penalty`.
+        self.calibration = dict(calibration or {})
+        self.penalties = dict(penalties or {})
+        if self.penalties:  # the engine asks a backend that has it (rescale_delays)
+            self.rescale_delay = self._rescale_delay
         self.integer_time = integer_time
         self.report_epochs = report_epochs
         self.now = start
@@ -330,7 +341,8 @@ class SimBackend:
             if spec is None:
                 raise KeyError(f"job {name!r}: not in the simulated workload")
             profile = load_profile(spec.profile) if spec.profile else None
-            sim = SimJob(spec, profile, _boundaries(spec, profile), t=self.now)
+            sim = SimJob(spec, profile, _boundaries(spec, profile), t=self.now,
+                         slowdown=self.calibration.get(spec.profile or "", 1.0))
             if spec.adaptive and profile is not None:
                 sim.agent = AdaptiveAgent(profile, fixed_batch=spec.batch_size)
             self.jobs[name] = sim
@@ -363,7 +375,7 @@ class SimBackend:
                 batch = sim.spec.batch_for(sim.profile, replicas)
                 sim.split = split_batch(sim.profile, batch, replicas)
             self._set_layout(sim)
-        sim.countdown = self.penalty
+        sim.countdown = self._penalty_of(sim.spec)
         sim.restarts += 1
         self._schedule(sim)
         if sim.agent is None:  # _schedule predicts adaptive jobs' completions itself
@@ -390,6 +402,15 @@ class SimBackend:
             sim.agent = agent
             sim.reported = None
         sim.rates.clear()
+
+    def _penalty_of(self, spec: JobSpec) -> float:
+        return self.penalties.get(spec.profile or "", self.penalty)
+
+    def _rescale_delay(self, name: str) -> float:
+        """What a change of the job's workers costs beyond `penalty` (its application's
+        own restart penalty, where one is set): the engine tells the policies."""
+        spec = self.specs.get(name)
+        return 0.0 if spec is None else max(0.0, self._penalty_of(spec) - self.penalty)
 
     def _push_completion(self, sim: SimJob) -> None:
         heapq.heappush(self._completion_heap, (self._predict(sim), sim.version, sim.spec.name))
@@ -467,6 +488,7 @@ class SimBackend:
         """The job measures its step and gradients; a changed model is reported."""
         assert sim.agent is not None and sim.profile is not None and sim.split is not None
         step, sync = step_sync_time(sim.profile.name, sim.layout, sim.split.atomic_bsz)
+        step, sync = step * sim.slowdown, sync * sim.slowdown
         if sim.spine != 1.0:
             step, sync = step + (sim.spine - 1.0) * sync, sim.spine * sync
         stats = grad_stats(sim.profile.name, sim.split.effective_batch, sim.epoch)

@@ -75,6 +75,10 @@ class SimSettings:
     # "voda", "isolated", "sia" or "pollux". On a cluster of several types, jobs that
     # name no type accept any (`accepting_any_type`).
     hetero_policy: str = DEFAULT_HETERO_POLICY
+    # Per application: a factor on its step times, and its restart penalty instead of
+    # `penalty` (the Sia artifact's calibration: voda.sim.presets, preset "sia").
+    calibration: Mapping[str, float] = field(default_factory=dict)
+    penalties: Mapping[str, float] = field(default_factory=dict)
 
 
 def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
@@ -137,7 +141,8 @@ def simulate(
                          integer_time=s.integer_time, start=start,
                          report_epochs=s.report_epochs,
                          spine_oversubscription=cluster.spine_oversubscription,
-                         layout_speed=layout_speed)
+                         layout_speed=layout_speed, calibration=s.calibration,
+                         penalties=s.penalties)
     scheduler = Scheduler(
         backend,
         SchedulerSettings(algorithm=s.algorithm, algorithm_params=dict(s.algorithm_params),

@@ -3,7 +3,8 @@
 Three forms are accepted:
 
 - the Voda compact spec, a flat mapping (kind absent or `VodaJob`):
-  name, command (a string or a list of arguments) or image, gpu_type, min, max,
+  name, command (a string or a list of arguments) or image, gpu_type (or gpu_types: the
+  types it accepts, `any` for every one: voda.spec.gpu_types), min, max,
   preferred, epochs, priority, placement_strategy, preferred_domain, profile, category,
   adaptive (a batch-adaptive job: it picks its batch by goodput and reports its goodput
   model, as a Pollux/AdaptDL job does; the emulated cluster runs such jobs) and
@@ -29,6 +30,7 @@ from voda.core.placement.manager import STRATEGIES
 from voda.spec import crd
 from voda.spec.documents import load_document
 from voda.spec.errors import FieldError, SpecError, fail
+from voda.spec.gpu_types import check_one_way, parse_gpu_types
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 40
@@ -67,6 +69,7 @@ class JobSpec:
     # the global batch it keeps if it keeps one.
     adaptive: bool = False
     batch_size: int | None = None
+    gpu_types: tuple[str, ...] = ()  # the GPU types it accepts (empty: only gpu_type)
     document: dict[str, Any] = field(default_factory=dict)
     # Where each value came from in the document, for errors found later (admission).
     field_names: Mapping[str, str] = field(default_factory=dict)
@@ -181,7 +184,7 @@ _COMPACT_INTS = ("min", "max", "preferred", "epochs", "priority", "batch_size")
 _COMPACT_STRS = ("name", "image", "gpu_type", "placement_strategy",
                  "preferred_domain", "profile", "category")
 _COMPACT_FIELDS = frozenset({*_COMPACT_INTS, *_COMPACT_STRS, "command", "kind", "apiVersion",
-                             "adaptive"})
+                             "adaptive", "gpu_types"})
 MAX_COMMAND_ARGS = 1000
 
 
@@ -256,6 +259,9 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
     _check_token(strs.get("preferred_domain"), "preferred_domain", errors, DOMAIN_MAX)
     _check_strategy(strs.get("placement_strategy"), "placement_strategy", errors)
     adaptive = _adaptive(doc, ints.get("batch_size"), errors)
+    gpu_types = (parse_gpu_types(doc["gpu_types"], "gpu_types", errors)
+                 if doc.get("gpu_types") is not None else ())
+    check_one_way(strs.get("gpu_type"), gpu_types, "gpu_types", errors)
     if errors:
         raise SpecError(errors)
     name = str(strs["name"])
@@ -276,8 +282,9 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
         category=strs.get("category") or strs.get("profile") or name,
         adaptive=adaptive,
         batch_size=ints.get("batch_size"),
+        gpu_types=gpu_types,
         document=doc,
-        field_names={k: k for k in (*_COMPACT_INTS, *_COMPACT_STRS, "adaptive")},
+        field_names={k: k for k in (*_COMPACT_INTS, *_COMPACT_STRS, "adaptive", "gpu_types")},
     )
 
 
@@ -364,6 +371,11 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
                 _check_strategy(strs[key], label, errors)
             else:
                 _check_token(strs[key], label, errors, limit)
+    types_label = f"metadata.annotations.{ANNOTATION}gpu-types"
+    gpu_types = (parse_gpu_types(annotations[f"{ANNOTATION}gpu-types"], types_label, errors)
+                 if f"{ANNOTATION}gpu-types" in annotations else ())
+    check_one_way(strs.get("gpu_type"), gpu_types, types_label, errors)
+    names["gpu_types"] = types_label
     if command is not None and len(command) > COMMAND_MAX:
         errors.append(FieldError(f"spec.{replicas_key}.{worker_key}.template.spec."
                                  "containers[0].command", f"longer than {COMMAND_MAX}"))
@@ -390,6 +402,7 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
         preferred_domain=strs.get("preferred_domain"),
         profile=strs.get("profile"),
         category=strs.get("category") or strs.get("profile") or spec_name,
+        gpu_types=gpu_types,
         document=doc,
         field_names=names,
     )

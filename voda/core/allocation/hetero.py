@@ -165,6 +165,7 @@ def _options(flexible: Sequence[Job], shapes: Mapping[str, TypeShape], penalty: 
         best = max((float(c[1]) for c in per_type.values() if len(c) > 1), default=0.0)
         work = remaining_work(job, best)
         running = job.current_workers > 0
+        restart = penalty + job.rescale_delay
         for ti, t in enumerate(types):
             curve = per_type.get(t)
             if curve is None or len(curve) < 2:
@@ -179,7 +180,7 @@ def _options(flexible: Sequence[Job], shapes: Mapping[str, TypeShape], penalty: 
                     continue
                 v = curve[n] / work
                 if running and t != job.gpu_type:  # a move is a restart
-                    v *= max(0.0, 1.0 - penalty * v)  # 1 - penalty / (remaining time there)
+                    v *= max(0.0, 1.0 - restart * v)  # 1 - penalty / (remaining time there)
                 value[i, ti, k] = v
     return _Options([j.name for j in flexible], types, counts, value, speed)
 

@@ -17,7 +17,7 @@ of its age, as in Pollux; 1 while the job is younger than one restart). The prog
                sum_jc n_c x_jc <= GPUs of type t, for each type t,  x binary,
 
 with p = -0.5 (the fairness power) and lambda_n = 1.1 (the penalty for a job left
-without GPUs), is solved by HiGHS (SciPy's milp) to a 1 % gap, as the artifact runs CBC.
+without GPUs), is solved by HiGHS (SciPy's milp) to a 1e-4 relative gap, as the artifact runs CBC.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from voda.core.model import Job
 
 SIA_P = -0.5
 SIA_LAMBDA_N = 1.1
-SIA_CLIP = 100.0  # the largest A (a configuration worth 1e-4 of the job's smallest)
-SIA_GAP = 0.01
+SIA_CLIP = 3000.0  # the largest A (the artifact's sia_goodput_clip_val)
+SIA_GAP = 1e-4  # the artifact's sia_solver_thresh
 SIA_TIME_LIMIT = 30.0  # seconds for one solve
 
 
@@ -80,8 +80,9 @@ def sia_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
         if not goodput:
             continue
         smallest = min(g for _, _, g in goodput)
-        factor = restart_factor(job, penalty) if job.running_seconds + job.waiting_seconds \
-            >= penalty else 1.0
+        restart = penalty + job.rescale_delay
+        factor = restart_factor(job, restart) if job.running_seconds + job.waiting_seconds \
+            >= restart else 1.0
         for t, n, g in goodput:
             normalised = g / smallest
             if job.current_workers and not (t == job.gpu_type and n == job.current_workers):
