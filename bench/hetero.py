@@ -66,9 +66,10 @@ def row_of(result: SimResult) -> Row:
 
 
 def mean_row(rows: list[Row]) -> Row:
-    return Row(*(statistics.fmean(getattr(r, f)) for f in
-                 ("avg", "p99", "makespan", "gpu_hours", "restarts")),
-               unfinished=sum(r.unfinished for r in rows))
+    avg, p99_, makespan, gpu_hours, restarts = (
+        statistics.fmean(getattr(r, f) for r in rows)
+        for f in ("avg", "p99", "makespan", "gpu_hours", "restarts"))
+    return Row(avg, p99_, makespan, gpu_hours, restarts, sum(r.unfinished for r in rows))
 
 
 def show(label: str, r: Row) -> str:
