@@ -168,3 +168,41 @@ def test_gpu_types_are_bounded() -> None:
     assert any("gpu_types" in e for e in validate_job(Job("x", gpu_types=("",))))
     many = tuple(f"t{i}" for i in range(17))
     assert any("at most 16" in e for e in validate_job(Job("x", gpu_types=many)))
+
+
+# ----- the engine and the REST view ----------------------------------------------------------
+def test_the_scheduler_gives_a_flexible_job_a_type_and_the_job_view_says_why() -> None:
+    from voda.api import views
+    from voda.api.schemas import JobDetail
+    from voda.backends.memory import InMemoryBackend
+    from voda.engine.scheduler import Scheduler, SchedulerSettings
+
+    nodes = [Node("s0", 4, "slow"), Node("f0", 4, "fast")]
+    s = Scheduler(InMemoryBackend(nodes), SchedulerSettings(algorithm="ElasticFIFO"))
+    s.submit(dataclasses.replace(_flexible("a", 3.0), max_workers=4))
+    s.submit(Job("pinned", 1, 4, gpu_type="slow"))
+    s.step(0.0)
+    a = s.jobs["a"]
+    assert a.gpu_type == "fast" and dict(a.placement) == {"f0": 4}
+    assert s.jobs["pinned"].gpu_type == "slow" and dict(s.jobs["pinned"].placement) == {"s0": 4}
+    doc = views.describe(a, 1.0, s.accounted_until, s.cluster, None)
+    JobDetail.model_validate({**doc, "user": "u", "kind": "k"})
+    assert doc["gpu_types"] == [ANY_GPU_TYPE]
+    assert doc["gpu_type_reason"].startswith("on fast: its fastest type")
+
+
+def test_a_cluster_of_one_type_decides_as_before() -> None:
+    """Every job naming one type: the scheduler takes decide()'s path, not the policy's."""
+    from voda.backends.memory import InMemoryBackend
+    from voda.engine.scheduler import Scheduler, SchedulerSettings
+
+    nodes = [Node("s0", 4, "slow"), Node("f0", 8, "fast")]
+    jobs = [Job("a", 1, 4, gpu_type="slow"), Job("b", 2, 8, gpu_type="fast")]
+    s = Scheduler(InMemoryBackend(nodes), SchedulerSettings(algorithm="ElasticFIFO"))
+    for job in jobs:
+        s.submit(job)
+    plan = s.step(0.0)
+    assert plan is not None
+    expected = decide(jobs, Cluster(tuple(nodes)), {}, create("ElasticFIFO"), s.placer)
+    assert plan.placement == expected.placement and plan.allocation == expected.allocation
+    assert all(r.type_reason is None for r in s.jobs.values())
