@@ -26,8 +26,8 @@ from pathlib import Path
 
 # Per-application overrides of the artifact (SIMULATION.md §1): epochs trained, max local batch.
 _EPOCHS = {"bert": 2, "cifar10": 100, "ncf": 10, "imagenet": 90, "deepspeech2": 80, "yolov3": 50}
-# Typed profiles (<model>@<type>) follow the Sia artifact: its placements' largest batch,
-# but deepspeech2 on the RTX 2080Ti at most 57 (applications.py).
+# Typed profiles (<model>@<type>) take their model's override, and deepspeech2 on the RTX
+# 2080Ti at most 57 as in the Sia artifact (applications.py).
 _MAX_LOCAL = {"yolov3": 8, "deepspeech2@rtx": 57}
 
 _extra_dirs: list[Path] = []
@@ -232,7 +232,8 @@ def load_profile(name: str) -> Profile:
     validation.sort(key=lambda v: v.batch_size)
     epochs = _EPOCHS.get(model, min(len(v.progress) for v in validation))
     min_local = int(min(r.local_bsz for r in placements))
-    max_local = _MAX_LOCAL.get(name, int(max(r.local_bsz for r in placements)))
+    max_local = _MAX_LOCAL.get(name, _MAX_LOCAL.get(model, int(max(r.local_bsz
+                                                                  for r in placements))))
     return Profile(
         name=name,
         placements=placements,
