@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from voda.core.allocation.base import checked_allocate
 from voda.core.allocation.hetero import choose_types
+from voda.core.allocation.hetero_models import projected
 from voda.core.allocation.registry import create
 from voda.core.goodput import GoodputModel, PerfParams
 from voda.core.hetero_plan import decide_hetero, retyped
@@ -58,7 +59,7 @@ def make_jobs(count: int, seed: int) -> list[Job]:
         gains = {"t4": 1.0, "rtx": rng.uniform(1.0, 3.0), "a100": rng.uniform(1.5, 6.0)}
         measured = rng.sample(sorted(TYPES), rng.randint(1, 3))
         base = _model(rng, 1.0)
-        models = {t: _model_scaled(base, gains[t]) for t in measured}
+        models = {t: projected(base, gains[t]) for t in measured}
         categories.append((f"cat-{c}", models))
     jobs = []
     for i in range(count):
@@ -76,16 +77,6 @@ def make_jobs(count: int, seed: int) -> list[Job]:
             goodput=next(iter(models.values())) if not fresh else None,
             goodput_by_type={} if fresh else models))
     return jobs
-
-
-def _model_scaled(model: GoodputModel, speed: float) -> GoodputModel:
-    p = model.perf
-    assert p is not None
-    perf = PerfParams(p.alpha_c / speed, p.beta_c / speed, p.alpha_n / speed, p.beta_n / speed,
-                      p.alpha_r / speed, p.beta_r / speed, p.gamma)
-    return GoodputModel(perf, model.grad_sqr, model.grad_var, model.init_batch,
-                        model.max_batch, model.min_local, model.max_local,
-                        model.max_profiled_replicas, None, model.epoch_samples)
 
 
 def median_cpu(call: Callable[[], object], repeats: int) -> float:
