@@ -206,3 +206,34 @@ def test_a_cluster_of_one_type_decides_as_before() -> None:
     expected = decide(jobs, Cluster(tuple(nodes)), {}, create("ElasticFIFO"), s.placer)
     assert plan.placement == expected.placement and plan.allocation == expected.allocation
     assert all(r.type_reason is None for r in s.jobs.values())
+
+
+# ----- voda simulate on Sia's cluster ----------------------------------------------------------
+def test_sia_workload_runs_on_the_heterogeneous_cluster_on_several_types(tmp_path) -> None:
+    from importlib import resources
+
+    from voda.engine.scheduler import Scheduler, SchedulerObserver
+    from voda.sim.cluster_file import parse_cluster
+    from voda.sim.presets import apply_preset
+    from voda.sim.runner import simulate
+    from voda.sim.workloads import load_workload
+
+    data = resources.files("voda") / "data" / "sia"
+    rows = (data / "workloads" / "saturn" / "workload-1.csv").read_text().splitlines()[:9]
+    small = tmp_path / "small.csv"
+    small.write_text("\n".join(rows) + "\n")
+    cluster = parse_cluster(str(data / "clusters" / "heterogeneous-64.yaml"))
+    schedulers: list[Scheduler] = []
+
+    def keep(scheduler: Scheduler) -> SchedulerObserver:
+        schedulers.append(scheduler)
+        return SchedulerObserver()
+
+    result = simulate(load_workload(small, job_model="adaptive"), cluster,
+                      apply_preset("sia", "Voda"), observe=keep)
+    assert result.unfinished == 0 and len(result.jobs) == 8
+    backend = schedulers[0].backend
+    types = {sim.gpu_type for sim in backend.jobs.values()}  # type: ignore[attr-defined]
+    assert len(types) >= 2 and types <= {"aws", "rtx", "dgx-ext"}
+    cifar = backend.jobs["cifar10-0"]  # type: ignore[attr-defined]
+    assert cifar.slowdown == 1.8  # the sia preset's calibration
