@@ -114,6 +114,8 @@ def check_request(request: RunRequest) -> None:
 
         get_placer(request.placement)
     check_layout_speed(request.layout_speed)
+    if request.hetero_policy is not None:
+        check_policy(request.hetero_policy)
     if not request.jitter >= 0:
         raise ValueError(f"jitter: must be a number of seconds >= 0, got {request.jitter}")
     if request.penalty is not None and request.penalty < 0:
