@@ -189,8 +189,6 @@ class SimBackend:
         # calibration to its physical cluster), and the restart penalty instead of `penalty`.
         self.calibration = dict(calibration or {})
         self.penalties = dict(penalties or {})
-        if self.penalties:  # the engine asks a backend that has it (rescale_delays)
-            self.rescale_delay = self._rescale_delay
         self.integer_time = integer_time
         self.report_epochs = report_epochs
         self.now = start
@@ -405,12 +403,6 @@ class SimBackend:
 
     def _penalty_of(self, spec: JobSpec) -> float:
         return self.penalties.get(spec.profile or "", self.penalty)
-
-    def _rescale_delay(self, name: str) -> float:
-        """What a change of the job's workers costs beyond `penalty` (its application's
-        own restart penalty, where one is set): the engine tells the policies."""
-        spec = self.specs.get(name)
-        return 0.0 if spec is None else max(0.0, self._penalty_of(spec) - self.penalty)
 
     def _push_completion(self, sim: SimJob) -> None:
         heapq.heappush(self._completion_heap, (self._predict(sim), sim.version, sim.spec.name))
