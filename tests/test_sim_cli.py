@@ -112,15 +112,31 @@ def typed_cluster(tmp_path: Path) -> Path:
     return path
 
 
-def test_untyped_jobs_on_a_typed_cluster_are_refused_naming_the_types(
+def test_jobs_of_a_type_the_cluster_lacks_are_refused_naming_the_types(
     small: Path, typed_cluster: Path
 ) -> None:
     result = runner.invoke(app, ["simulate", "--workload", str(small), "--cluster",
-                                 str(typed_cluster), "--algorithm", "FIFO"])
+                                 str(typed_cluster), "--algorithm", "FIFO", "--gpu-type", "h100"])
     assert result.exit_code == 2
     text = " ".join(result.output.split())
-    assert "3 jobs ask for GPU type 'default' but the cluster has only 'a100', 't4'" in text
+    assert "3 jobs ask for GPU type 'h100' but the cluster has only 'a100', 't4'" in text
     assert "--gpu-type NAME" in text
+
+
+def test_untyped_jobs_on_a_cluster_of_several_types_accept_any(
+    small: Path, typed_cluster: Path
+) -> None:
+    """A job that names no GPU type may run on any (docs/design/014-heterogeneous.md)."""
+    for policy in ("voda", "isolated"):
+        result = runner.invoke(app, ["simulate", "--workload", str(small), "--cluster",
+                                     str(typed_cluster), "--algorithm", "FIFO",
+                                     "--hetero-policy", policy, "--json"])
+        assert result.exit_code == 0, result.output
+        (r,) = json.loads(result.output)["results"]
+        assert r["unfinished"] == 0
+    bad = runner.invoke(app, ["simulate", "--workload", str(small), "--cluster",
+                              str(typed_cluster), "--hetero-policy", "best"])
+    assert bad.exit_code == 2 and "hetero_policy: must be one of" in bad.output
 
 
 def test_gpu_type_puts_untyped_jobs_on_one_of_the_clusters_types(

@@ -99,7 +99,9 @@ class JobSummary(BaseModel):
     user: str
     kind: str
     status: str
-    gpu_type: str
+    gpu_type: str  # the type it runs on (or was last given, when it accepts several)
+    gpu_types: list[str] = []  # the types it accepts ("*": any); empty: only gpu_type
+    gpu_type_reason: str | None = None  # why the heterogeneity policy chose gpu_type
     min_workers: int
     max_workers: int
     priority: int

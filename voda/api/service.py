@@ -598,7 +598,7 @@ class Service(ServiceReads):
             preferred_workers=spec.preferred_workers, priority=spec.priority, submit_time=now,
             epochs=spec.epochs, category=category, gpu_type=spec.gpu_type,
             placement_strategy=spec.placement_strategy, preferred_domain=spec.preferred_domain,
-            epoch_time_by_workers=dict(known or {}),
+            epoch_time_by_workers=dict(known or {}), gpu_types=spec.gpu_types,
         )
         problems = validate_job(job)
         if problems:

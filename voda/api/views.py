@@ -71,6 +71,8 @@ def summary(r: JobRecord, queue: int | None = None,
         "queue": queue,
         "estimated_remaining_seconds": remaining_seconds(r, model),
         "reason": reason_view(reason),
+        "gpu_types": list(r.gpu_types),
+        "gpu_type_reason": r.type_reason,
     }
 
 

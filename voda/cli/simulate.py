@@ -130,6 +130,7 @@ def run_simulation(
     progress_decisions: bool = False,
     seeds: int | None = None,
     csv_path: str | None = None,
+    hetero_policy: str | None = None,
 ) -> list[SimResult]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -160,7 +161,8 @@ def run_simulation(
                                interval, layout_speed, jitter, seed + k,
                                params=_knobs_of(name, knobs, len(names) > 1),
                                gpu_type=gpu_type, until=until, job_model=job_model,
-                               progress_decisions=progress_decisions)
+                               progress_decisions=progress_decisions,
+                               hetero_policy=hetero_policy)
                     for name in names for k in range(count)]
         _check_every_knob_used(knobs, requests)
         for r in requests:
@@ -342,7 +344,9 @@ def register(app: typer.Typer) -> None:
             help="How profiled jobs use GPUs and batch: elastic (default), rigid, fixed-batch "
                  "(the Pollux artifact's Optimus jobs) or adaptive (its Pollux jobs)."),
         preset: str | None = typer.Option(None, "--preset",
-                                          help="'pollux': the Pollux artifact's simulator."),
+                                          help="'pollux': the Pollux artifact's simulator; "
+                                               "'sia': that with the Sia artifact's "
+                                               "calibration."),
         placement: str | None = typer.Option(None, "--placement",
                                              help="Placer name (default: the service's default "
                                                   "placer; most-free with --preset pollux)."),
@@ -395,6 +399,12 @@ def register(app: typer.Typer) -> None:
             help="Decide again on epoch and goodput reports, as the service does for a "
                  "policy that decides on progress (Voda, Pollux, Optimus); event-driven "
                  "runs only."),
+        hetero_policy: str | None = typer.Option(
+            None, "--hetero-policy",
+            help="On a cluster of several GPU types, where jobs that name none accept any: "
+                 "how each gets its type: voda (default; type and count chosen together), "
+                 "isolated (a job keeps its first type), sia (Sia's program decides type "
+                 "and count), pollux (type-unaware Pollux, most GPUs of one type)."),
     ) -> None:
         """Simulate a workload on a cluster with one or all allocation algorithms.
 
@@ -408,4 +418,5 @@ def register(app: typer.Typer) -> None:
             _fail("report-job: needs --report DIR")
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
                        as_json, plot, layout_speed, jitter, seed, param, gpu_type, until,
-                       report, report_job, job_model, progress_decisions, seeds, csv_path)
+                       report, report_job, job_model, progress_decisions, seeds, csv_path,
+                       hetero_policy)

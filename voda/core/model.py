@@ -23,6 +23,8 @@ JobName = NewType("JobName", str)
 NodeName = NewType("NodeName", str)
 
 DEFAULT_GPU_TYPE = "default"
+ANY_GPU_TYPE = "*"  # in Job.gpu_types: every GPU type the cluster has
+MAX_GPU_TYPES = 16  # GPU types one job may name
 
 
 class JobStatus(StrEnum):
@@ -164,10 +166,19 @@ class Job:
     # The nodes of its GPU type the job may use, when the backend knows it cannot use
     # them all (a Kubernetes template's taints, selectors and requests); None: any.
     nodes: frozenset[str] | None = None
+    # The GPU types the job accepts (ANY_GPU_TYPE: every type); empty: only `gpu_type`,
+    # as before. A job that accepts several runs on one at a time: `gpu_type` is the one
+    # it runs on (or was last given), chosen by the heterogeneity policy
+    # (voda.core.allocation.hetero).
+    gpu_types: tuple[str, ...] = ()
+    # The throughput model for each accepted GPU type that the engine knows of (its own
+    # reports there, else its category's), for the heterogeneity policy.
+    goodput_by_type: Mapping[str, GoodputModel] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epoch_time_by_workers", _frozen_map(self.epoch_time_by_workers))
         object.__setattr__(self, "layout_throughput", _frozen_map(self.layout_throughput))
+        object.__setattr__(self, "goodput_by_type", _frozen_map(self.goodput_by_type))
 
     @property
     def preferred(self) -> int:
@@ -224,6 +235,10 @@ def validate_job(job: Job) -> list[str]:
                 f"epoch_time_by_workers: {workers} workers -> {seconds} s; "
                 "workers must be >= 1 and seconds > 0"
             )
+    if len(job.gpu_types) > MAX_GPU_TYPES:
+        errors.append(f"gpu_types: at most {MAX_GPU_TYPES} types, got {len(job.gpu_types)}")
+    if any(not t or not isinstance(t, str) for t in job.gpu_types):
+        errors.append(f"gpu_types: each must be a non-empty name, got {list(job.gpu_types)}")
     for (workers, nodes), rate in job.layout_throughput.items():
         if not (1 <= nodes <= workers) or not rate > 0:
             errors.append(

@@ -147,6 +147,8 @@ def decide(
         held = {j.name: active_previous[j.name] for j in of_type if j.name in active_previous}
         algo = algorithm[gpu_type] if isinstance(algorithm, Mapping) else algorithm
         type_cluster = cluster.of_type(gpu_type)
+        if len(type_cluster.nodes) != len(cluster.nodes):
+            held = _on_nodes(held, type_cluster, cluster)  # a job moved here from another type
         caps: dict[str, int] = {}
         try:
             counts, placed = _decide_type(of_type, type_cluster, held, algo, placer, caps)
@@ -166,6 +168,13 @@ def decide(
     migrated = sum(moved_workers(a.old, a.new) for a in actions)
     return Plan(allocation=allocation, placement=placement, actions=actions,
                 migrated_workers=migrated, errors=errors, reasons=reasons)
+
+
+def _on_nodes(held: Placement, cluster: Cluster, whole: Cluster) -> Placement:
+    """The placements held on no node of `whole` outside `cluster`: a job whose GPU type was changed
+    (voda.core.allocation.hetero) starts afresh on its new type's nodes."""
+    others = {n.name for n in whole.nodes} - {n.name for n in cluster.nodes}
+    return {job: p for job, p in held.items() if not any(node in others for node, _ in p)}
 
 
 def _all_reasons(explained: Sequence[Callable[[], dict[str, Reason]]],

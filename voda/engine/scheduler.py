@@ -42,7 +42,9 @@ from typing import Any
 
 from voda.core.allocation import registry
 from voda.core.allocation.base import AllocationAlgorithm
+from voda.core.allocation.hetero import DEFAULT_HETERO_POLICY
 from voda.core.allocation.reasons import Reason, ReasonCode
+from voda.core.hetero_plan import decide_hetero
 from voda.core.model import (
     Action,
     ActionKind,
@@ -60,6 +62,7 @@ from voda.core.placement.registry import DEFAULT_PLACER, get_placer
 from voda.core.plan import decide
 from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete, SupportsReasons
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
+from voda.engine.hetero import adopt_types, fill_type_models
 
 log = logging.getLogger(__name__)
 # The logger of a scheduler that only plays the future (voda.engine.forecast): its
@@ -91,6 +94,10 @@ class SchedulerSettings:
     # Per-GPU-type overrides: {gpu_type: (name, params)}.
     algorithm_by_gpu_type: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     rate_limit_seconds: float = 30.0
+    # How jobs that accept several GPU types get one (voda.core.allocation.hetero), and the
+    # restart a move between types costs in its judgement.
+    hetero_policy: str = DEFAULT_HETERO_POLICY
+    restart_penalty: float = 30.0
 
 
 @dataclass(slots=True)
@@ -135,6 +142,8 @@ class JobRecord:
     oracle: Any = None  # voda.core.oracle.StepOracle (simulator-only truth)
     rescale_delay: float = 0.0  # the backend's extra cost of a change (backend_rescale_delay)
     nodes: frozenset[str] | None = None  # set by each decision (backend_job_nodes)
+    gpu_types: tuple[str, ...] = ()  # the GPU types it accepts (empty: only gpu_type)
+    goodput_by_type: dict[str, Any] = field(default_factory=dict)  # set by each decision
     # Engine-only fields (not part of Job):
     placement: JobPlacement = ()
     finish_time: float | None = None
@@ -151,6 +160,8 @@ class JobRecord:
     # finishes its epoch) moves restore_epoch past it.
     restore_workers: int | None = None
     restore_epoch_before: int | None = None  # the restore epoch of the size before the change
+    reported_by_type: dict[str, Any] = field(default_factory=dict)  # its goodput per GPU type
+    type_reason: str | None = None  # why the heterogeneity policy chose its GPU type
     extra: dict[str, Any] = field(default_factory=dict)
 
     def snapshot(self) -> Job:
@@ -161,6 +172,7 @@ class JobRecord:
         values = {name: getattr(job, name) for name in _JOB_FIELDS}
         values["epoch_time_by_workers"] = dict(job.epoch_time_by_workers)
         values["layout_throughput"] = dict(job.layout_throughput)
+        values["goodput_by_type"] = dict(job.goodput_by_type)
         return cls(**values)
 
 
@@ -509,6 +521,7 @@ class Scheduler:
             self._record_epoch(record, event)
         elif kind is EventKind.GOODPUT_REPORTED and record:
             record.goodput = event.data["goodput"]
+            record.reported_by_type[record.gpu_type] = record.goodput
             learned = self._learn_goodput(record)
             for observer in self.observers:
                 observer.on_goodput(record, learned)
@@ -726,11 +739,9 @@ class Scheduler:
             r.nodes = confined.get(r.name)
         jobs = [r.snapshot() for r in records]
         previous: Placement = {r.name: r.placement for r in self.active.values() if r.placement}
-        algorithms = {t: self.algorithm_for(t) for t in {j.gpu_type for j in jobs}}
         started = time.perf_counter()
         try:
-            plan = decide(jobs, self.cluster, previous, algorithms, self.placer,
-                          explain_reasons=self.explain)
+            plan = self._decide(records, jobs, previous)
         except Exception as exc:  # decide() itself broke: nothing changes, retry later
             self.log.exception("rescheduling failed, the plan in force stays")
             self._refused({ALL_GPU_TYPES: f"{type(exc).__name__}: {exc}"}, now)
@@ -753,6 +764,28 @@ class Scheduler:
         elapsed = time.perf_counter() - started
         for observer in self.observers:
             observer.on_plan(plan, now, elapsed, decided - started)
+        return plan
+
+    def _decide(self, records: list[JobRecord], jobs: list[Job], previous: Placement) -> Plan:
+        """decide(), after the heterogeneity policy chose a type for each job that accepts
+        several (voda.core.hetero_plan); the chosen types become the jobs' own."""
+        if not any(j.gpu_types for j in jobs):
+            algorithms = {t: self.algorithm_for(t) for t in {j.gpu_type for j in jobs}}
+            return decide(jobs, self.cluster, previous, algorithms, self.placer,
+                          explain_reasons=self.explain)
+        types = self.cluster.gpu_types()
+        fill_type_models(records, self.goodput_history, types)
+        jobs = [r.snapshot() for r in records]
+        algorithms = {t: self.algorithm_for(t) for t in {*types, *(j.gpu_type for j in jobs)}}
+        plan, choice, typed = decide_hetero(
+            jobs, self.cluster, previous, algorithms, self.placer,
+            policy=self.settings.hetero_policy, penalty=self.settings.restart_penalty,
+            explain_reasons=self.explain)
+        for name in adopt_types(self.active, typed, choice):
+            self._share_category(self.active[name])
+        for name, why in choice.why.items():
+            if name in self.active:
+                self.active[name].type_reason = why
         return plan
 
     def _refused(self, reasons: Mapping[str, str], now: float) -> None:

@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from voda.core.goodput import GoodputModel
 from voda.core.model import Job, JobPlacement, Node
 from voda.engine.events import Event, EventKind
 from voda.sim.adaptive import AdaptiveAgent
+from voda.sim.hetero_profiles import measured_types, typed_profile
 from voda.sim.profiles import Profile, load_profile
 from voda.sim.progress import gain, grad_stats
 from voda.sim.speed import default_batch
@@ -98,6 +100,9 @@ class SimJob:
     spine: float = 1.0  # oversubscription its all-reduce crosses (1: one leaf)
     agent: AdaptiveAgent | None = None  # batch-adaptive jobs only
     reported: GoodputModel | None = None  # the goodput model last reported
+    gpu_type: str | None = None  # the GPU type it last ran on (None: not yet run)
+    slowdown: float = 1.0  # its application's step-time calibration (SimBackend.calibration)
+    agents: dict[str, AdaptiveAgent] = field(default_factory=dict)  # by GPU type
 
     @property
     def gpus(self) -> int:
@@ -111,7 +116,8 @@ class SimJob:
                                                                       self.layout)
             elif self.profile is not None and self.split is not None:
                 g = gain(self.profile, self.split.effective_batch, self.epoch)
-                r = g / step_time(self.profile, self.layout, self.split, self.spine)
+                r = g / (self.slowdown
+                         * step_time(self.profile, self.layout, self.split, self.spine))
             else:
                 r = float(self.gpus)
             self.rates[self.epoch] = r
@@ -123,7 +129,7 @@ class SimJob:
             return None
         if self.spec.emulated_speed is not None:  # as the emulated backend reports it
             return self.profile.samples_per_epoch * self.rate() / self.spec.emulated_speed
-        seconds = step_time(self.profile, self.layout, self.split, self.spine)
+        seconds = self.slowdown * step_time(self.profile, self.layout, self.split, self.spine)
         return self.split.effective_batch / seconds
 
 
@@ -157,6 +163,8 @@ class SimBackend:
         report_epochs: bool = True,
         spine_oversubscription: float = 1.0,
         layout_speed: str = "actual",
+        calibration: Mapping[str, float] | None = None,
+        penalties: Mapping[str, float] | None = None,
     ) -> None:
         if penalty < 0:
             raise ValueError(f"penalty: must not be negative, got {penalty}")
@@ -177,6 +185,10 @@ class SimBackend:
         self._refresh_shape()
         self.specs = specs
         self.penalty = penalty
+        # Per application (profile name): a factor on every step time (the Sia artifact's
+        # calibration to its physical cluster), and the restart penalty instead of `penalty`.
+        self.calibration = dict(calibration or {})
+        self.penalties = dict(penalties or {})
         self.integer_time = integer_time
         self.report_epochs = report_epochs
         self.now = start
@@ -327,7 +339,8 @@ class SimBackend:
             if spec is None:
                 raise KeyError(f"job {name!r}: not in the simulated workload")
             profile = load_profile(spec.profile) if spec.profile else None
-            sim = SimJob(spec, profile, _boundaries(spec, profile), t=self.now)
+            sim = SimJob(spec, profile, _boundaries(spec, profile), t=self.now,
+                         slowdown=self.calibration.get(spec.profile or "", 1.0))
             if spec.adaptive and profile is not None:
                 sim.agent = AdaptiveAgent(profile, fixed_batch=spec.batch_size)
             self.jobs[name] = sim
@@ -348,6 +361,7 @@ class SimBackend:
         self._set_placement(sim, placement)
         if not placement:
             return
+        self._set_type(sim, self._nodes[placement[0][0]].gpu_type)
         replicas = sim.gpus
         if sim.profile is not None:
             if sim.agent is not None:
@@ -359,11 +373,36 @@ class SimBackend:
                 batch = sim.spec.batch_for(sim.profile, replicas)
                 sim.split = split_batch(sim.profile, batch, replicas)
             self._set_layout(sim)
-        sim.countdown = self.penalty
+        sim.countdown = self._penalty_of(sim.spec)
         sim.restarts += 1
         self._schedule(sim)
         if sim.agent is None:  # _schedule predicts adaptive jobs' completions itself
             self._push_completion(sim)
+
+    def _set_type(self, sim: SimJob, gpu_type: str) -> None:
+        """The job runs on `gpu_type` from now: its speed follows that type's profile
+        (voda.sim.hetero_profiles); a batch-adaptive job keeps what it measured on each type
+        apart, as its throughput differs by type. A job on one type only never changes."""
+        if sim.profile is None or gpu_type == sim.gpu_type:
+            return
+        if sim.gpu_type is None and not measured_types(sim.profile.name, [gpu_type]):
+            sim.gpu_type = gpu_type  # no typed profile: the job's own, as before
+            return
+        base = sim.spec.profile or sim.profile.name
+        if sim.agent is not None:
+            sim.agents[sim.gpu_type or ""] = sim.agent
+        sim.gpu_type = gpu_type
+        sim.profile = typed_profile(base, gpu_type)
+        if sim.agent is not None:
+            agent = sim.agents.get(gpu_type)
+            if agent is None:
+                agent = AdaptiveAgent(sim.profile, fixed_batch=sim.agent.fixed_batch)
+            sim.agent = agent
+            sim.reported = None
+        sim.rates.clear()
+
+    def _penalty_of(self, spec: JobSpec) -> float:
+        return self.penalties.get(spec.profile or "", self.penalty)
 
     def _push_completion(self, sim: SimJob) -> None:
         heapq.heappush(self._completion_heap, (self._predict(sim), sim.version, sim.spec.name))
@@ -441,6 +480,7 @@ class SimBackend:
         """The job measures its step and gradients; a changed model is reported."""
         assert sim.agent is not None and sim.profile is not None and sim.split is not None
         step, sync = step_sync_time(sim.profile.name, sim.layout, sim.split.atomic_bsz)
+        step, sync = step * sim.slowdown, sync * sim.slowdown
         if sim.spine != 1.0:
             step, sync = step + (sim.spine - 1.0) * sync, sim.spine * sync
         stats = grad_stats(sim.profile.name, sim.split.effective_batch, sim.epoch)

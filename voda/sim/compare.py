@@ -9,6 +9,8 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from voda.core.allocation import registry
+from voda.core.allocation.hetero import check_policy
+from voda.core.model import DEFAULT_GPU_TYPE
 from voda.sim.backend import check_layout_speed
 from voda.sim.cluster_file import SimCluster, parse_cluster
 from voda.sim.isolated import with_job_details
@@ -43,6 +45,7 @@ class RunRequest:
     job_model: str | None = None  # voda.sim.workloads.JOB_MODELS; None: rigid or elastic
     progress_decisions: bool = False  # SimSettings.progress_decisions
     arrival_decisions: bool | None = None  # SimSettings.arrival_decisions (None: the policy's)
+    hetero_policy: str | None = None  # SimSettings.hetero_policy (None: its default)
 
 
 def settings_for(request: RunRequest) -> SimSettings:
@@ -52,6 +55,8 @@ def settings_for(request: RunRequest) -> SimSettings:
         params=dict(request.params),
     )
     settings.layout_speed = request.layout_speed
+    if request.hetero_policy is not None:
+        settings.hetero_policy = check_policy(request.hetero_policy)
     settings.until = request.until
     settings.progress_decisions = request.progress_decisions
     settings.arrival_decisions = request.arrival_decisions
@@ -81,7 +86,10 @@ def with_details(request: RunRequest, result: SimResult) -> SimResult:
 def check_gpu_types(workload: Workload, cluster: SimCluster) -> None:
     """Refuse jobs whose GPU type the cluster never has: they could never run."""
     types = {n.gpu_type for n in cluster.nodes} | {e.node.gpu_type for e in cluster.events}
-    missing = sorted({spec.gpu_type for spec in workload.jobs} - types)
+    several = len({n.gpu_type for n in cluster.nodes}) > 1  # jobs naming none accept any
+    named = {spec.gpu_type for spec in workload.jobs if not spec.gpu_types
+             and not (several and spec.gpu_type == DEFAULT_GPU_TYPE)}
+    missing = sorted(named - types)
     if missing:
         count = sum(1 for spec in workload.jobs if spec.gpu_type in missing)
         raise ValueError(
@@ -108,6 +116,8 @@ def check_request(request: RunRequest) -> None:
 
         get_placer(request.placement)
     check_layout_speed(request.layout_speed)
+    if request.hetero_policy is not None:
+        check_policy(request.hetero_policy)
     if not request.jitter >= 0:
         raise ValueError(f"jitter: must be a number of seconds >= 0, got {request.jitter}")
     if request.penalty is not None and request.penalty < 0:

@@ -1,4 +1,6 @@
-"""Named settings. `pollux` reproduces the Pollux OSDI'21 artifact's simulator.
+"""Named settings. `pollux` reproduces the Pollux OSDI'21 artifact's simulator; `sia` is
+`pollux` with the Sia SOSP'23 artifact's calibration (each application's step times
+slowed by its factor, its own restart penalty): SIA_CALIBRATION, SIA_PENALTIES.
 
 pollux: 60 s fixed scheduling rounds (the first decision at t = 60; a job is
 first considered at the first multiple of 60 at or after its submission; a policy
@@ -37,7 +39,15 @@ POLLUX_TIRESIAS_PARAMS: Mapping[str, Any] = {
     "queue_order": "queue_entry",
 }
 
-PRESETS = ("pollux",)
+PRESETS = ("pollux", "sia")
+# The Sia artifact's simulator (sia-simulator/simulator_config.py and applications.py):
+# each application's step time times its calibration to the physical cluster, and its
+# checkpoint-restore time as the restart penalty.
+SIA_CALIBRATION: Mapping[str, float] = {
+    "cifar10": 1.8, "imagenet": 1.2, "yolov3": 1.2, "bert": 1.2, "deepspeech2": 1.2, "ncf": 1.5}
+SIA_PENALTIES: Mapping[str, float] = {
+    "cifar10": 50.0, "deepspeech2": 25.0, "bert": 120.0, "yolov3": 80.0, "imagenet": 250.0,
+    "ncf": 15.0}
 
 
 def algorithm_params(preset: str | None, algorithm: str) -> dict[str, Any]:
@@ -88,6 +98,14 @@ def apply_preset(
         settings.integer_time = True
         settings.interval = 60.0
         settings.penalty = 30.0
+        settings.placement = _pollux_placer(algorithm, params)
+    if preset == "sia":  # the Pollux artifact's rounds and packing, Sia's calibration
+        settings.fixed_rounds = True
+        settings.integer_time = True
+        settings.interval = 60.0
+        settings.penalty = 30.0
+        settings.calibration = dict(SIA_CALIBRATION)
+        settings.penalties = dict(SIA_PENALTIES)
         settings.placement = _pollux_placer(algorithm, params)
     if placement is not None:
         settings.placement = placement

@@ -8,6 +8,11 @@ sync_time) and one `validation-<B>.csv` per validated global batch B
 The six built-in profiles come from the Pollux OSDI'21 artifact (voda/data/pollux,
 Apache-2.0). More can be added with `add_profile_dir` (a directory of profile
 directories). Profiles are loaded on first use and cached.
+
+A profile named `<model>@<type>` is `<model>` measured on GPU type `<type>`: its step and
+sync times come from `placements-<type>.csv` (and `scalability-<type>.csv`) beside the
+model's profile or in the Sia data (voda/data/sia/profiles), its gradient statistics from
+the model's own `validation-*.csv` (voda.sim.hetero_profiles).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from pathlib import Path
 
 # Per-application overrides of the artifact (SIMULATION.md §1): epochs trained, max local batch.
 _EPOCHS = {"bert": 2, "cifar10": 100, "ncf": 10, "imagenet": 90, "deepspeech2": 80, "yolov3": 50}
-_MAX_LOCAL = {"yolov3": 8}
+# Typed profiles (<model>@<type>) take their model's override, and deepspeech2 on the RTX
+# 2080Ti at most 57 as in the Sia artifact (applications.py).
+_MAX_LOCAL = {"yolov3": 8, "deepspeech2@rtx": 57}
 
 _extra_dirs: list[Path] = []
 
@@ -164,14 +171,33 @@ def _float(path: Path, line: int, row: dict[str, str], column: str) -> float:
         raise ProfileError(f"{path}:{line}: column {column!r}: not a number") from None
 
 
+def typed_dir(model: str, gpu_type: str) -> Path | None:
+    """The directory holding `placements-<gpu_type>.csv` for `model` (its own profile
+    directory first, then the Sia data); None when no profile of it was measured there."""
+    own = _directories().get(model)
+    for base in ([own] if own is not None else []) + [sia_dir() / model]:
+        if (base / f"placements-{gpu_type}.csv").is_file():
+            return base
+    return None
+
+
+def sia_dir() -> Path:
+    return Path(str(resources.files("voda") / "data" / "sia" / "profiles"))
+
+
 @functools.cache
 def load_profile(name: str) -> Profile:
-    directory = _directories().get(name)
-    if directory is None:
+    model, _, gpu_type = name.partition("@")
+    directory = _directories().get(model)
+    typed = typed_dir(model, gpu_type) if gpu_type and directory is not None else None
+    if directory is None or (gpu_type and typed is None):
         raise ProfileError(
             f"unknown profile {name!r}; known profiles: {', '.join(profile_names())}"
+            + (" (each may be measured on a GPU type as <profile>@<type>)" if gpu_type else "")
         )
-    path = directory / "placements.csv"
+    suffix = f"-{gpu_type}" if gpu_type else ""
+    measured = typed if typed is not None else directory
+    path = measured / f"placements{suffix}.csv"
     placements = tuple(
         PlacementRow(
             int(_float(path, i + 2, r, "placement")),
@@ -181,7 +207,7 @@ def load_profile(name: str) -> Profile:
         )
         for i, r in enumerate(_read(path))
     )
-    spath = directory / "scalability.csv"
+    spath = measured / f"scalability{suffix}.csv"
     cols = ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")
     scalability = (
         tuple(
@@ -204,9 +230,10 @@ def load_profile(name: str) -> Profile:
     if not placements or not validation:
         raise ProfileError(f"profile {name!r}: needs placements.csv and validation-*.csv")
     validation.sort(key=lambda v: v.batch_size)
-    epochs = _EPOCHS.get(name, min(len(v.progress) for v in validation))
+    epochs = _EPOCHS.get(model, min(len(v.progress) for v in validation))
     min_local = int(min(r.local_bsz for r in placements))
-    max_local = _MAX_LOCAL.get(name, int(max(r.local_bsz for r in placements)))
+    max_local = _MAX_LOCAL.get(name, _MAX_LOCAL.get(model, int(max(r.local_bsz
+                                                                  for r in placements))))
     return Profile(
         name=name,
         placements=placements,

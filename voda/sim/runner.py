@@ -16,6 +16,7 @@ from typing import Any
 
 from voda.blas import serial_blas
 from voda.core.allocation import registry
+from voda.core.allocation.hetero import DEFAULT_HETERO_POLICY, check_policy
 from voda.core.model import Job
 from voda.core.placement import registry as placers
 from voda.core.placement.base import Placer
@@ -32,7 +33,7 @@ from voda.sim.cluster_file import SimCluster
 from voda.sim.oracle import step_oracle
 from voda.sim.profiles import load_profile
 from voda.sim.report import SimResult, build_result
-from voda.sim.workloads import JobSpec, Workload
+from voda.sim.workloads import JobSpec, Workload, accepting_any_type
 
 DEFAULT_INTERVAL = 60.0
 # Decisions at arrivals between fixed rounds come at most this often, as in the service.
@@ -70,6 +71,14 @@ class SimSettings:
     # algorithm says (`decides_on_arrival`: Voda); the artifact's policies decide in its
     # rounds only.
     arrival_decisions: bool | None = None
+    # How jobs that accept several GPU types get one (voda.core.allocation.hetero):
+    # "voda", "isolated", "sia" or "pollux". On a cluster of several types, jobs that
+    # name no type accept any (`accepting_any_type`).
+    hetero_policy: str = DEFAULT_HETERO_POLICY
+    # Per application: a factor on its step times, and its restart penalty instead of
+    # `penalty` (the Sia artifact's calibration: voda.sim.presets, preset "sia").
+    calibration: Mapping[str, float] = field(default_factory=dict)
+    penalties: Mapping[str, float] = field(default_factory=dict)
 
 
 def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
@@ -97,6 +106,7 @@ def to_job(spec: JobSpec, workload: Workload) -> Job:
         epochs=spec.epochs,
         category=spec.category,
         gpu_type=spec.gpu_type,
+        gpu_types=spec.gpu_types,
         goodput=declared,
         oracle=step_oracle(spec),
     )
@@ -122,6 +132,8 @@ def simulate(
         raise ValueError(f"until: must be a positive number of seconds, got {s.until}")
     placer = placers.get_placer(s.placement) if isinstance(s.placement, str) else s.placement
     layout_speed = effective_layout_speed(s.layout_speed, placer)
+    if len(cluster.cluster.gpu_types()) > 1:
+        workload = accepting_any_type(workload)
     specs = {j.name: j for j in workload.jobs}
     start = min(0.0, workload.jobs[0].submit)
     clock = ManualClock(start)
@@ -129,11 +141,13 @@ def simulate(
                          integer_time=s.integer_time, start=start,
                          report_epochs=s.report_epochs,
                          spine_oversubscription=cluster.spine_oversubscription,
-                         layout_speed=layout_speed)
+                         layout_speed=layout_speed, calibration=s.calibration,
+                         penalties=s.penalties)
     scheduler = Scheduler(
         backend,
         SchedulerSettings(algorithm=s.algorithm, algorithm_params=dict(s.algorithm_params),
-                          rate_limit_seconds=0.0 if s.fixed_rounds else s.interval),
+                          rate_limit_seconds=0.0 if s.fixed_rounds else s.interval,
+                          hetero_policy=check_policy(s.hetero_policy), restart_penalty=s.penalty),
         placer=placer,
         now=start,
     )

@@ -97,6 +97,12 @@ def step_sync_time(
     ret = _scattered(profile_name)([min(nodes, 16), replicas, local_bsz])[0]
     if not (math.isfinite(ret[0]) and math.isfinite(ret[1])):
         packed = packed_placement(replicas)
+        smaller = local_bsz // 2
+        if packed == canon and smaller >= load_profile(profile_name).min_local_bsz:
+            # beyond what was measured at this many GPUs: the step at half the batch, twice
+            # (a profile measured at fewer batch sizes on this GPU type)
+            step, sync = step_sync_time(profile_name, placement, smaller)
+            return 2 * step - sync, sync
         if packed == canon or replicas > 64:
             raise ThroughputError(
                 f"profile {profile_name!r}: no throughput for placement {canon} "

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from voda.core.model import DEFAULT_GPU_TYPE
+from voda.core.model import ANY_GPU_TYPE, DEFAULT_GPU_TYPE
 from voda.sim.profiles import Profile, ProfileError, ceil_div, load_profile, profile_names
 
 POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
@@ -75,6 +75,8 @@ class JobSpec:
     priority: int = 0
     gpu_type: str = DEFAULT_GPU_TYPE
     category: str = ""
+    # The GPU types it accepts (Job.gpu_types; ANY_GPU_TYPE: every one); empty: gpu_type.
+    gpu_types: tuple[str, ...] = ()
     # Profiled work: the application, and either a fixed global batch or a per-GPU batch.
     profile: str | None = None
     batch_size: int | None = None  # fixed global batch (rigid Pollux jobs)
@@ -182,6 +184,15 @@ def builtin_workload(name: str) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def accepting_any_type(workload: Workload) -> Workload:
+    """The workload with every job that names no GPU type accepting every type (on a
+    cluster of several types, a job that names none may run on any)."""
+    jobs = tuple(replace(spec, gpu_types=(ANY_GPU_TYPE,))
+                 if spec.gpu_type == DEFAULT_GPU_TYPE and not spec.gpu_types else spec
+                 for spec in workload.jobs)
+    return replace(workload, jobs=jobs)
 
 
 def with_gpu_type(workload: Workload, gpu_type: str) -> Workload:

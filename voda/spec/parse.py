@@ -5,7 +5,8 @@ Three forms are accepted:
 - the Voda compact spec, a flat mapping (kind absent or `VodaJob`):
   name (or generate_name: a prefix to which the service adds five random characters,
   as Kubernetes' generateName), command (a string or a list of arguments) or image,
-  gpu_type, min, max, preferred, epochs, priority, placement_strategy, preferred_domain,
+  gpu_type (or gpu_types: the types it accepts, `any` for every one: voda.spec.gpu_types),
+  min, max, preferred, epochs, priority, placement_strategy, preferred_domain,
   profile, category, adaptive (a batch-adaptive job: it picks its batch by goodput and
   reports its goodput model, as a Pollux/AdaptDL job does; the emulated cluster runs such
   jobs) and batch_size (an adaptive job's fixed global batch, when it keeps one);
@@ -32,6 +33,7 @@ from voda.core.placement.manager import STRATEGIES
 from voda.spec import crd
 from voda.spec.documents import load_document
 from voda.spec.errors import FieldError, SpecError, fail
+from voda.spec.gpu_types import check_one_way, parse_gpu_types
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 40
@@ -74,6 +76,7 @@ class JobSpec:
     # the global batch it keeps if it keeps one.
     adaptive: bool = False
     batch_size: int | None = None
+    gpu_types: tuple[str, ...] = ()  # the GPU types it accepts (empty: only gpu_type)
     document: dict[str, Any] = field(default_factory=dict)
     # Where each value came from in the document, for errors found later (admission).
     field_names: Mapping[str, str] = field(default_factory=dict)
@@ -212,7 +215,7 @@ _COMPACT_INTS = ("min", "max", "preferred", "epochs", "priority", "batch_size")
 _COMPACT_STRS = ("name", "generate_name", "image", "gpu_type", "placement_strategy",
                  "preferred_domain", "profile", "category")
 _COMPACT_FIELDS = frozenset({*_COMPACT_INTS, *_COMPACT_STRS, "command", "kind", "apiVersion",
-                             "adaptive"})
+                             "adaptive", "gpu_types"})
 MAX_COMMAND_ARGS = 1000
 
 
@@ -289,6 +292,9 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
     _check_token(strs.get("preferred_domain"), "preferred_domain", errors, DOMAIN_MAX)
     _check_strategy(strs.get("placement_strategy"), "placement_strategy", errors)
     adaptive = _adaptive(doc, ints.get("batch_size"), errors)
+    gpu_types = (parse_gpu_types(doc["gpu_types"], "gpu_types", errors)
+                 if doc.get("gpu_types") is not None else ())
+    check_one_way(strs.get("gpu_type"), gpu_types, "gpu_types", errors)
     if errors:
         raise SpecError(errors)
     name = str(strs.get("name") or "")
@@ -311,8 +317,9 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
         category=strs.get("category") or strs.get("profile") or name or _stem(prefix),
         adaptive=adaptive,
         batch_size=ints.get("batch_size"),
+        gpu_types=gpu_types,
         document=doc,
-        field_names={k: k for k in (*_COMPACT_INTS, *_COMPACT_STRS, "adaptive")},
+        field_names={k: k for k in (*_COMPACT_INTS, *_COMPACT_STRS, "adaptive", "gpu_types")},
     )
 
 
@@ -404,6 +411,11 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
                 _check_strategy(strs[key], label, errors)
             else:
                 _check_token(strs[key], label, errors, limit)
+    types_label = f"metadata.annotations.{ANNOTATION}gpu-types"
+    gpu_types = (parse_gpu_types(annotations[f"{ANNOTATION}gpu-types"], types_label, errors)
+                 if f"{ANNOTATION}gpu-types" in annotations else ())
+    check_one_way(strs.get("gpu_type"), gpu_types, types_label, errors)
+    names["gpu_types"] = types_label
     if command is not None and len(command) > COMMAND_MAX:
         errors.append(FieldError(f"spec.{replicas_key}.{worker_key}.template.spec."
                                  "containers[0].command", f"longer than {COMMAND_MAX}"))
@@ -430,7 +442,12 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
         placement_strategy=strs.get("placement_strategy") or "consolidated",
         preferred_domain=strs.get("preferred_domain"),
         profile=strs.get("profile"),
+<<<<<<< HEAD
         category=strs.get("category") or strs.get("profile") or spec_name or _stem(prefix),
+=======
+        category=strs.get("category") or strs.get("profile") or spec_name,
+        gpu_types=gpu_types,
+>>>>>>> wt-hetero
         document=doc,
         field_names={**names, "name": "metadata.name",
                      "generate_name": "metadata.generateName"},

@@ -29,6 +29,7 @@ DEFAULT_SETTINGS_KEY = "*"
 # JobRecord fields that change while the job lives (written on every state save).
 STATE_FIELDS: tuple[str, ...] = (
     "priority",
+    "gpu_type",  # a job that accepts several GPU types runs on the one last chosen
     "completed_epochs",
     "status",
     "current_workers",
@@ -76,6 +77,7 @@ def new_job_values(record: JobRecord, meta: Mapping[str, Any], accounted_at: flo
         profile=meta.get("profile"),
         category=record.category,
         gpu_type=record.gpu_type,
+        gpu_types=list(record.gpu_types),
         min_workers=record.min_workers,
         max_workers=record.max_workers,
         preferred_workers=record.preferred_workers,
@@ -155,6 +157,7 @@ def row_to_record(row: JobRow) -> JobRecord:
         completed_epochs=row.completed_epochs,
         category=row.category,
         gpu_type=row.gpu_type,
+        gpu_types=tuple(row.gpu_types or ()),
         status=JobStatus(row.status),
         current_workers=row.current_workers,
         attained_gpu_seconds=row.attained_gpu_seconds,

@@ -37,6 +37,7 @@ class JobRow(Base):
     profile: Mapped[str | None] = mapped_column(String(100), nullable=True)
     category: Mapped[str] = mapped_column(String(200), default="")
     gpu_type: Mapped[str] = mapped_column(String(100), index=True)
+    gpu_types: Mapped[list[str]] = mapped_column(JSON, default=list)  # accepted (empty: gpu_type)
     min_workers: Mapped[int] = mapped_column(Integer)
     max_workers: Mapped[int] = mapped_column(Integer)
     preferred_workers: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -1,0 +1,239 @@
+"""Heterogeneous GPUs: typed profiles, the simulator's per-type speed, the policies."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from voda.core.allocation.hetero import TypeChoice, choose_types, voda_choice
+from voda.core.allocation.hetero_models import type_shapes
+from voda.core.allocation.registry import create
+from voda.core.goodput import GoodputModel, PerfParams
+from voda.core.hetero_plan import decide_hetero
+from voda.core.model import ANY_GPU_TYPE, Cluster, Job, Node, validate_job
+from voda.core.placement.registry import get_placer
+from voda.core.plan import decide
+from voda.sim.backend import SimBackend
+from voda.sim.profiles import ProfileError, load_profile
+from voda.sim.throughput import throughput
+from voda.sim.workloads import JobSpec
+
+
+# ----- profiles ------------------------------------------------------------------------------
+def test_typed_profiles_differ_by_type_and_share_gradient_statistics() -> None:
+    t4, a100 = load_profile("imagenet@aws"), load_profile("imagenet@dgx-ext")
+    assert throughput(a100, (1,), 100) > 2.5 * throughput(t4, (1,), 100)
+    assert a100.max_local_bsz == 800 and t4.max_local_bsz == 200  # batch limits per type
+    assert a100.validation == load_profile("imagenet").validation
+    assert t4.placements == load_profile("imagenet").placements  # aws is the Pollux T4
+
+
+def test_unknown_type_is_refused_by_name() -> None:
+    with pytest.raises(ProfileError, match="imagenet@h100"):
+        load_profile("imagenet@h100")
+
+
+# ----- simulator -----------------------------------------------------------------------------
+def _spec(name: str = "j", profile: str = "imagenet") -> JobSpec:
+    return JobSpec(name, 0.0, 0, 1, 8, 1, 2, profile=profile, category=profile,
+                   per_gpu_batch=100)
+
+
+def _finish(node: Node, spec: JobSpec) -> float:
+    backend = SimBackend([node], {spec.name: spec})
+    backend.start(Job(spec.name), ((node.name, 1),))
+    done = backend.next_completion()
+    assert done is not None
+    return done
+
+
+def test_a_job_runs_at_its_types_speed() -> None:
+    spec = dataclasses.replace(_spec(), epochs=90)
+    on_t4 = _finish(Node("a", 4, "aws"), spec)
+    on_a100 = _finish(Node("b", 8, "dgx-ext"), spec)
+    on_untyped = _finish(Node("c", 4), spec)
+    assert on_a100 < on_t4 / 2
+    assert on_untyped == on_t4  # a node of no measured type: the job's own profile
+
+
+def test_moving_between_types_is_a_restart() -> None:
+    spec = dataclasses.replace(_spec(), epochs=90)
+    nodes = [Node("t4", 4, "aws"), Node("a100", 8, "dgx-ext")]
+    backend = SimBackend(nodes, {spec.name: spec}, penalty=30.0)
+    backend.start(Job("j"), (("t4", 1),))
+    backend.advance(1000.0)
+    backend.scale(Job("j"), (("a100", 1),))
+    sim = backend.jobs["j"]
+    before = sim.progress
+    assert before > 0
+    assert sim.restarts == 1 and sim.countdown == 30.0
+    assert sim.gpu_type == "dgx-ext" and sim.profile is not None
+    assert sim.profile.name == "imagenet@dgx-ext"
+    backend.advance(1029.0)
+    backend._catch_up(sim)
+    assert sim.progress == pytest.approx(before)  # the restart penalty: no progress
+
+
+# ----- policies ------------------------------------------------------------------------------
+def _model(speed: float, samples: float = 1e6) -> GoodputModel:
+    perf = PerfParams(0.1 / speed, 0.01 / speed, 0.05 / speed, 0.01 / speed, 0.01 / speed,
+                      0.001 / speed, 1.0)
+    return GoodputModel(perf, 1.0, 1.0, 32, 32 * 64, 32, 32, max_profiled_replicas=8,
+                        epoch_samples=samples)
+
+
+def _flexible(name: str, fast_gain: float, epochs: int = 10, **kw: object) -> Job:
+    models = {"slow": _model(1.0), "fast": _model(fast_gain)}
+    return Job(name, 1, 1, epochs=epochs, gpu_types=(ANY_GPU_TYPE,), goodput=models["slow"],
+               goodput_by_type=models, category=name, **kw)  # type: ignore[arg-type]
+
+
+CLUSTER = Cluster((Node("s0", 1, "slow"), Node("f0", 1, "fast")))
+
+
+def test_voda_gives_the_fast_type_to_the_job_that_gains_most_and_says_why() -> None:
+    jobs = [_flexible("little", 1.2), _flexible("lots", 3.0)]
+    choice = choose_types("voda", jobs, CLUSTER)
+    assert choice.types == {"lots": "fast", "little": "slow"}
+    assert choice.why["little"].startswith("on slow: fast is full and this job gains 1.2x")
+    assert "lots's 3.0x" in choice.why["little"]
+
+
+def test_voda_prefers_the_fast_type_for_the_shorter_job_when_gains_are_equal() -> None:
+    jobs = [_flexible("long", 2.0, epochs=100), _flexible("short", 2.0, epochs=5)]
+    assert choose_types("voda", jobs, CLUSTER).types == {"short": "fast", "long": "slow"}
+
+
+def test_voda_does_not_move_a_running_job_for_less_than_a_restart() -> None:
+    running = dataclasses.replace(_flexible("r", 1.001), gpu_type="slow", current_workers=1,
+                                  running_seconds=100.0)
+    shapes = type_shapes(Cluster((Node("s0", 1, "slow"), Node("f0", 1, "fast"))))
+    assert voda_choice([running], shapes, {"slow": 1, "fast": 1}, 1e9).types == {"r": "slow"}
+    assert voda_choice([running], shapes, {"slow": 1, "fast": 1}, 0.0).types == {"r": "fast"}
+
+
+def test_isolated_keeps_a_job_on_its_first_type() -> None:
+    jobs = [_flexible("a", 3.0), _flexible("b", 3.0)]
+    first = choose_types("isolated", jobs, CLUSTER)
+    assert sorted(first.types.values()) == ["fast", "slow"]
+    again = [dataclasses.replace(j, gpu_type=first.types[j.name]) for j in jobs]
+    assert choose_types("isolated", again, CLUSTER).types == first.types
+
+
+def test_sia_fills_each_type_within_its_capacity() -> None:
+    cluster = Cluster((Node("s0", 4, "slow"), Node("f0", 4, "fast")))
+    jobs = [dataclasses.replace(_flexible(f"j{i}", 1.0 + i), max_workers=4) for i in range(5)]
+    choice = choose_types("sia", jobs, cluster)
+    assert choice.counts is not None
+    for t in ("slow", "fast"):
+        assert sum(choice.counts[n] for n, tt in choice.types.items() if tt == t) <= 4
+    assert sum(choice.counts.values()) == 8  # every GPU used: λ_n rewards each job run
+
+
+def test_sia_gives_a_job_measured_nowhere_one_gpu() -> None:
+    job = Job("new", 1, 8, gpu_types=(ANY_GPU_TYPE,),
+              goodput=dataclasses.replace(_model(1.0), perf=None, max_profiled_replicas=0))
+    choice = choose_types("sia", [job], Cluster((Node("s0", 4, "slow"), Node("f0", 4, "fast"))))
+    assert choice.counts == {"new": 1}
+
+
+def test_pollux_adapted_puts_the_biggest_job_on_the_type_with_most_free_gpus() -> None:
+    cluster = Cluster((Node("s0", 4, "slow"), Node("s1", 4, "slow"), Node("f0", 4, "fast")))
+    jobs = [dataclasses.replace(_flexible("big", 2.0), max_workers=8)]
+    choice = choose_types("pollux", jobs, cluster)
+    assert choice.types == {"big": "slow"}
+
+
+def test_decide_hetero_without_flexible_jobs_is_decide() -> None:
+    cluster = Cluster((Node("s0", 4, "slow"), Node("f0", 8, "fast")))
+    jobs = [Job("a", 1, 4, gpu_type="slow"), Job("b", 1, 8, gpu_type="fast"),
+            Job("c", 2, 8, gpu_type="fast", submit_time=1.0)]
+    algorithm, placer = create("ElasticFIFO"), get_placer("topology")
+    plan, choice, typed = decide_hetero(jobs, cluster, {}, algorithm, placer)
+    assert choice == TypeChoice() and typed == jobs
+    assert plan == decide(jobs, cluster, {}, algorithm, placer)
+
+
+def test_decide_hetero_moves_a_job_to_its_new_type() -> None:
+    job = dataclasses.replace(_flexible("m", 3.0), gpu_type="slow", current_workers=1)
+    plan, _choice, typed = decide_hetero([job], CLUSTER, {"m": (("s0", 1),)},
+                                        create("ElasticFIFO"), get_placer("topology"),
+                                        penalty=0.0)
+    assert typed[0].gpu_type == "fast"
+    assert plan.placement == {"m": (("f0", 1),)}
+
+
+def test_gpu_types_are_bounded() -> None:
+    assert any("gpu_types" in e for e in validate_job(Job("x", gpu_types=("",))))
+    many = tuple(f"t{i}" for i in range(17))
+    assert any("at most 16" in e for e in validate_job(Job("x", gpu_types=many)))
+
+
+# ----- the engine and the REST view ----------------------------------------------------------
+def test_the_scheduler_gives_a_flexible_job_a_type_and_the_job_view_says_why() -> None:
+    from voda.api import views
+    from voda.api.schemas import JobDetail
+    from voda.backends.memory import InMemoryBackend
+    from voda.engine.scheduler import Scheduler, SchedulerSettings
+
+    nodes = [Node("s0", 4, "slow"), Node("f0", 4, "fast")]
+    s = Scheduler(InMemoryBackend(nodes), SchedulerSettings(algorithm="ElasticFIFO"))
+    s.submit(dataclasses.replace(_flexible("a", 3.0), max_workers=4))
+    s.submit(Job("pinned", 1, 4, gpu_type="slow"))
+    s.step(0.0)
+    a = s.jobs["a"]
+    assert a.gpu_type == "fast" and dict(a.placement) == {"f0": 4}
+    assert s.jobs["pinned"].gpu_type == "slow" and dict(s.jobs["pinned"].placement) == {"s0": 4}
+    doc = views.describe(a, 1.0, s.accounted_until, s.cluster, None)
+    JobDetail.model_validate({**doc, "user": "u", "kind": "k"})
+    assert doc["gpu_types"] == [ANY_GPU_TYPE]
+    assert doc["gpu_type_reason"].startswith("on fast: its fastest type")
+
+
+def test_a_cluster_of_one_type_decides_as_before() -> None:
+    """Every job naming one type: the scheduler takes decide()'s path, not the policy's."""
+    from voda.backends.memory import InMemoryBackend
+    from voda.engine.scheduler import Scheduler, SchedulerSettings
+
+    nodes = [Node("s0", 4, "slow"), Node("f0", 8, "fast")]
+    jobs = [Job("a", 1, 4, gpu_type="slow"), Job("b", 2, 8, gpu_type="fast")]
+    s = Scheduler(InMemoryBackend(nodes), SchedulerSettings(algorithm="ElasticFIFO"))
+    for job in jobs:
+        s.submit(job)
+    plan = s.step(0.0)
+    assert plan is not None
+    expected = decide(jobs, Cluster(tuple(nodes)), {}, create("ElasticFIFO"), s.placer)
+    assert plan.placement == expected.placement and plan.allocation == expected.allocation
+    assert all(r.type_reason is None for r in s.jobs.values())
+
+
+# ----- voda simulate on Sia's cluster ----------------------------------------------------------
+def test_sia_workload_runs_on_the_heterogeneous_cluster_on_several_types(tmp_path) -> None:
+    from importlib import resources
+
+    from voda.engine.scheduler import Scheduler, SchedulerObserver
+    from voda.sim.cluster_file import parse_cluster
+    from voda.sim.presets import apply_preset
+    from voda.sim.runner import simulate
+    from voda.sim.workloads import load_workload
+
+    data = resources.files("voda") / "data" / "sia"
+    rows = (data / "workloads" / "saturn" / "workload-1.csv").read_text().splitlines()[:9]
+    small = tmp_path / "small.csv"
+    small.write_text("\n".join(rows) + "\n")
+    cluster = parse_cluster(str(data / "clusters" / "heterogeneous-64.yaml"))
+    schedulers: list[Scheduler] = []
+
+    def keep(scheduler: Scheduler) -> SchedulerObserver:
+        schedulers.append(scheduler)
+        return SchedulerObserver()
+
+    result = simulate(load_workload(small, job_model="adaptive"), cluster,
+                      apply_preset("sia", "Voda"), observe=keep)
+    assert result.unfinished == 0 and len(result.jobs) == 8
+    backend = schedulers[0].backend
+    types = {sim.gpu_type for sim in backend.jobs.values()}  # type: ignore[attr-defined]
+    assert len(types) >= 2 and types <= {"aws", "rtx", "dgx-ext"}
+    cifar = backend.jobs["cifar10-0"]  # type: ignore[attr-defined]
+    assert cifar.slowdown == 1.8  # the sia preset's calibration

@@ -1,0 +1,131 @@
+"""Sia (Jayaram Subramanya et al., SOSP'23) as a baseline: every job's GPU type and count
+in one mixed-integer program, as the paper and its artifact (siasosp23/artifacts,
+`sia-simulator/sia.py`) describe it; written from them, not copied.
+
+Each round, for every job and every configuration (type t, n GPUs) of the artifact's
+sets (1, 2, 4 GPUs within a node, then whole nodes: multiples of 4 on 4-GPU nodes, of 8 on
+8-GPU nodes, up to 64), the job's goodput there, normalised to its smallest goodput on any
+configuration (its 1-GPU goodput on its slowest type). A job measured nowhere has
+goodput 1 on one GPU of every type and no other configuration; a type it has not run on
+is projected from the types it has, by the ratio other jobs measured (`--project_throughput`),
+and every type shares the largest replica limit (`--share_max_replicas`). A configuration
+other than the job's current one is scaled by its restart factor (what a restart leaves
+of its age, as in Pollux; 1 while the job is younger than one restart). The program
+
+    minimise   sum_jc x_jc A_jc - lambda_n sum_jc x_jc,    A = min(round(G^p, 2), clip)
+    subject to sum_c x_jc <= 1 (one configuration per job),
+               sum_jc n_c x_jc <= GPUs of type t, for each type t,  x binary,
+
+with p = -0.5 (the fairness power) and lambda_n = 1.1 (the penalty for a job left
+without GPUs), is solved by HiGHS (SciPy's milp) to a 1e-4 relative gap, as the artifact runs CBC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_matrix
+
+from voda.core.allocation.hetero import TypeChoice
+from voda.core.allocation.hetero_models import (
+    MAX_HETERO_GPUS,
+    TypeShape,
+    accepted,
+    goodput_curve,
+    job_cap,
+    mean_type_speed,
+    type_model,
+    type_ratios,
+)
+from voda.core.allocation.pollux import restart_factor
+from voda.core.model import Job
+
+SIA_P = -0.5
+SIA_LAMBDA_N = 1.1
+SIA_CLIP = 3000.0  # the largest A (the artifact's sia_goodput_clip_val)
+SIA_GAP = 1e-4  # the artifact's sia_solver_thresh
+SIA_TIME_LIMIT = 30.0  # seconds for one solve
+
+
+def sia_configs(shape: TypeShape) -> list[int]:
+    """The artifact's GPU counts on a type: 1, 2, 4 (and 8 on 8-GPU nodes) within a node,
+    then whole nodes, up to 64 GPUs and the type's nodes."""
+    within = [n for n in (1, 2, 4, 8) if n <= shape.per_node]
+    whole = [shape.per_node * k for k in range(2, shape.nodes + 1)]
+    return [n for n in within + whole if n <= min(MAX_HETERO_GPUS, shape.capacity)]
+
+
+def sia_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
+               free: Mapping[str, int], penalty: float) -> TypeChoice:
+    types = sorted(shapes)
+    ratios = type_ratios(flexible)
+    unknown = mean_type_speed(ratios, types)
+    rows: list[tuple[int, str, int, float]] = []  # (job index, type, count, A)
+    for i, job in enumerate(flexible):
+        options = accepted(job, types)
+        known = {t: type_model(job, t, ratios) for t in options}
+        shared = max((job_cap(job, m, shapes[t]) for t, m in known.items()), default=0)
+        goodput: list[tuple[str, int, float]] = []
+        for t in options:
+            if known[t] is None:
+                if all(m is None for m in known.values()):
+                    goodput.append((t, 1, 1.0))  # measured nowhere: one GPU anywhere
+                continue
+            curve = goodput_curve(job, t, shapes[t], ratios, unknown[t], cap=shared)
+            for n in sia_configs(shapes[t]):
+                if job.min_workers <= n < len(curve) and curve[n] > 0:
+                    goodput.append((t, n, float(curve[n])))
+        if not goodput:
+            continue
+        smallest = min(g for _, _, g in goodput)
+        restart = penalty + job.rescale_delay
+        factor = restart_factor(job, restart) if job.running_seconds + job.waiting_seconds \
+            >= restart else 1.0
+        for t, n, g in goodput:
+            normalised = g / smallest
+            if job.current_workers and not (t == job.gpu_type and n == job.current_workers):
+                normalised *= factor
+            a = min(round(max(normalised, 1e-4) ** SIA_P, 2), SIA_CLIP)
+            rows.append((i, t, n, a))
+    if not rows:
+        return TypeChoice({}, {}, {})
+    x = _solve(rows, len(flexible), types, free)
+    chosen = {flexible[i].name: (t, n) for (i, t, n, _), on in zip(rows, x, strict=True) if on}
+    choice_types: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    why: dict[str, str] = {}
+    for job in flexible:
+        if job.name in chosen:
+            t, n = chosen[job.name]
+            choice_types[job.name], counts[job.name] = t, n
+            why[job.name] = f"on {t}: Sia's program gives it {n} GPUs there"
+        else:
+            options = accepted(job, types)
+            if not options:
+                continue
+            stay = job.gpu_type if job.gpu_type in options else options[0]
+            choice_types[job.name], counts[job.name] = stay, 0
+            why[job.name] = f"on {stay}: Sia's program leaves it without GPUs this round"
+    return TypeChoice(choice_types, counts, why)
+
+
+def _solve(rows: Sequence[tuple[int, str, int, float]], jobs: int, types: Sequence[str],
+           free: Mapping[str, int]) -> np.ndarray:
+    cost = np.array([a - SIA_LAMBDA_N for _, _, _, a in rows])
+    columns = np.arange(len(rows))
+    one_each = coo_matrix((np.ones(len(rows)), ([i for i, _, _, _ in rows], columns)),
+                          shape=(jobs, len(rows)))
+    type_row = {t: k for k, t in enumerate(types)}
+    gpus = coo_matrix(([float(n) for _, _, n, _ in rows],
+                       ([type_row[t] for _, t, _, _ in rows], columns)),
+                      shape=(len(types), len(rows)))
+    constraints = [LinearConstraint(one_each, -np.inf, 1.0),
+                   LinearConstraint(gpus, -np.inf, [float(free[t]) for t in types])]
+    result = milp(cost, constraints=constraints, integrality=np.ones(len(rows)),
+                  bounds=Bounds(0, 1),
+                  options={"mip_rel_gap": SIA_GAP, "time_limit": SIA_TIME_LIMIT})
+    if result.x is None:
+        return np.zeros(len(rows), dtype=bool)
+    return np.round(result.x).astype(bool)
