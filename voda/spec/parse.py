@@ -442,12 +442,8 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
         placement_strategy=strs.get("placement_strategy") or "consolidated",
         preferred_domain=strs.get("preferred_domain"),
         profile=strs.get("profile"),
-<<<<<<< HEAD
         category=strs.get("category") or strs.get("profile") or spec_name or _stem(prefix),
-=======
-        category=strs.get("category") or strs.get("profile") or spec_name,
         gpu_types=gpu_types,
->>>>>>> wt-hetero
         document=doc,
         field_names={**names, "name": "metadata.name",
                      "generate_name": "metadata.generateName"},
