@@ -8,6 +8,7 @@ choice per job, solved exactly by a dynamic program over (jobs x GPUs).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections import Counter
@@ -27,10 +28,27 @@ Algorithm = TypeVar("Algorithm")
 def packs(cap: int, per_node: int) -> np.ndarray:
     """Counts 0..cap that pack onto nodes of `per_node` GPUs without fragmenting them:
     powers of two below a node (within one node), multiples of a node above."""
+    return packing(cap, per_node).copy()
+
+
+@functools.lru_cache(maxsize=1024)
+def packing(cap: int, per_node: int) -> np.ndarray:
+    """`packs`, computed once per (cap, per_node) and shared: read-only. A decision asks
+    for the same few caps for every job."""
     n = np.arange(cap + 1)
     power_of_two = (n > 0) & ((n & (n - 1)) == 0)
-    return (n % per_node == 0) | ((n < per_node) & power_of_two & (per_node % np.maximum(n, 1)
+    fits = (n % per_node == 0) | ((n < per_node) & power_of_two & (per_node % np.maximum(n, 1)
                                                                    == 0))
+    fits.setflags(write=False)
+    return fits
+
+
+@functools.lru_cache(maxsize=1024)
+def packing_counts(cap: int, per_node: int) -> np.ndarray:
+    """The counts 1..cap that pack (`packs`), ascending; read-only, shared."""
+    counts = np.flatnonzero(packing(cap, per_node)[1:]) + 1
+    counts.setflags(write=False)
+    return counts
 
 
 def no_slower(seconds: np.ndarray, lo: int) -> np.ndarray:
@@ -50,7 +68,7 @@ def that_pack(fast: np.ndarray, per_node: int) -> np.ndarray:
     """Of the counts a job may take (`fast`, as `no_slower` gives them; 0 aside), those
     that pack onto nodes of `per_node` GPUs; all of them when none packs, so a job whose
     sizes do not pack (a rigid 3 or 6) still runs rather than waits for ever."""
-    packed = fast & packs(len(fast) - 1, per_node)
+    packed = fast & packing(len(fast) - 1, per_node)
     packed[0] = False
     return packed if packed.any() else fast.copy()
 

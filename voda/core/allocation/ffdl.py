@@ -17,6 +17,7 @@ See docs/design/001-allocation.md.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -107,7 +108,8 @@ def _values(job: Job, top: int) -> tuple[np.ndarray, np.ndarray]:
     never gives it, as the smaller count is worth more on fewer GPUs."""
     model = speed_model(job)
     counts = np.arange(job.min_workers, top + 1, dtype=np.int64)
-    raw = np.asarray([model.speedup(int(k)) for k in counts])
+    one = model.epoch_time(1)  # model.speedup(k), with the time on one worker read once
+    raw = np.asarray([one / model.epoch_time(k) for k in range(job.min_workers, top + 1)])
     speedups = np.where(no_slower(-raw, 0), np.rint(raw * SPEEDUP_SCALE), -SPEEDUP_SCALE)
     return speedups.astype(np.int64), counts * counts
 
@@ -137,25 +139,32 @@ def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
         tables = [speedups * weight - squares for speedups, squares in tables]
     width = rest + 1
     value = np.empty((n + 1, width), dtype=np.int64)
-    value[n] = 0
-    reach = 0  # beyond the sum of the remaining jobs' spans the value no longer grows
+    value[n, :1] = 0
+    # Columns past `reach` (the most the remaining jobs can take) read its value (`at`);
+    # below `lo` (what the jobs before can leave at least) no decision reads them.
+    before = list(itertools.accumulate(spans, initial=0))
+    reaches = [0] * (n + 1)
+    reach = 0
     for i in range(n - 1, -1, -1):
         following, best, table = value[i + 1], value[i], tables[i]
-        reach = min(rest, reach + spans[i])
-        size = reach + 1
-        best[:size] = following[:size] + table[0]
+        size = min(rest, reach + spans[i]) + 1
+        following[reach + 1:size] = following[reach]  # the columns this fold reads past it
+        reach = reaches[i] = size - 1
+        lo = min(max(rest - before[i], 0), reach)
+        best[lo:size] = following[lo:size] + table[0]
         for e in range(1, spans[i] + 1):
-            np.maximum(best[e:size], following[: size - e] + table[e], out=best[e:size])
-        if size < width:
-            best[size:] = best[reach]
+            start = max(lo, e)
+            if start < size:
+                np.maximum(best[start:size], following[start - e:size - e] + table[e],
+                           out=best[start:size])
     counts: list[int] = []
     c = rest
     for i, job in enumerate(jobs):
-        following, table = value[i + 1], tables[i]
-        target = value[i][c]
+        following, table, after = value[i + 1], tables[i], reaches[i + 1]
+        target = value[i][min(c, reaches[i])]
         chosen = 0
         for e in range(min(spans[i], c), -1, -1):
-            if table[e] + following[c - e] == target:
+            if table[e] + following[min(c - e, after)] == target:
                 chosen = e
                 break
         counts.append(job.min_workers + chosen)
