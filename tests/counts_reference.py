@@ -9,9 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from voda.core.allocation.counts import no_slower
-from voda.core.allocation.ffdl import SPEEDUP_SCALE
-from voda.core.estimate import speed_model
+from voda.core.allocation.ffdl import objective_tables
 from voda.core.model import Job
 
 
@@ -40,41 +38,13 @@ def best_counts_every_column(utilities: Sequence[np.ndarray], capacity: int) -> 
     return counts
 
 
-def _ffdl_values(job: Job, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """Integer speedups and squared counts of the job at min + e workers, e = 0..top - min.
-
-    A count slower than a smaller one (`counts.no_slower`) is worth -1: the program
-    never gives it, as the smaller count is worth more on fewer GPUs."""
-    model = speed_model(job)
-    counts = np.arange(job.min_workers, top + 1, dtype=np.int64)
-    raw = np.asarray([model.speedup(int(k)) for k in counts])
-    speedups = np.where(no_slower(-raw, 0), np.rint(raw * SPEEDUP_SCALE), -SPEEDUP_SCALE)
-    return speedups.astype(np.int64), counts * counts
-
-
 def ffdl_counts_every_column(jobs: Sequence[Job], capacity: int) -> list[int]:
-    """The program itself: GPU counts per job (in the order given), each in [min, max].
-
-    The jobs' mins must fit in `capacity`. The program shares the `rest` GPUs beyond
-    the mins: jobs are folded in reverse, so value[i][c] is the best objective of
-    jobs i.. with c extra GPUs; the counts are then read forwards, each job taking
-    the largest count that keeps the objective optimal.
-    """
-    n = len(jobs)
-    if n == 0:
+    """FfDLOptimizer's program as it was: every column from 0 to `rest` in every fold,
+    and the columns past a fold's reach filled with its last."""
+    if not jobs:
         return []
-    rest = capacity - sum(j.min_workers for j in jobs)
-    if rest < 0:
-        raise ValueError("the jobs' min workers exceed the capacity")
-    spans = [min(j.max_workers, j.min_workers + rest) - j.min_workers for j in jobs]
-    tables = [_ffdl_values(j, j.min_workers + span) for j, span in zip(jobs, spans, strict=True)]
-    # One micro-unit of speedup outweighs any difference in the sum of squared counts,
-    # as long as the weighted objective fits in 64 bits (else speedup alone decides).
-    weight = capacity * capacity + 1
-    if sum(int(speedups.max()) for speedups, _ in tables) * weight >= 2**62:
-        tables = [speedups for speedups, _ in tables]
-    else:
-        tables = [speedups * weight - squares for speedups, squares in tables]
+    n = len(jobs)
+    rest, spans, tables = objective_tables(jobs, capacity)
     width = rest + 1
     value = np.empty((n + 1, width), dtype=np.int64)
     value[n] = 0

@@ -114,6 +114,24 @@ def _values(job: Job, top: int) -> tuple[np.ndarray, np.ndarray]:
     return speedups.astype(np.int64), counts * counts
 
 
+def objective_tables(jobs: Sequence[Job], capacity: int
+                     ) -> tuple[int, list[int], list[np.ndarray]]:
+    """What the program folds: the GPUs beyond the jobs' mins (`rest`), each job's span
+    of extra GPUs (its max less its min, at most `rest`), and each job's integer
+    objective at min + e GPUs, e = 0..span."""
+    rest = capacity - sum(j.min_workers for j in jobs)
+    if rest < 0:
+        raise ValueError("the jobs' min workers exceed the capacity")
+    spans = [min(j.max_workers, j.min_workers + rest) - j.min_workers for j in jobs]
+    values = [_values(j, j.min_workers + span) for j, span in zip(jobs, spans, strict=True)]
+    # One micro-unit of speedup outweighs any difference in the sum of squared counts,
+    # as long as the weighted objective fits in 64 bits (else speedup alone decides).
+    weight = capacity * capacity + 1
+    if sum(int(speedups.max()) for speedups, _ in values) * weight >= 2**62:
+        return rest, spans, [speedups for speedups, _ in values]
+    return rest, spans, [speedups * weight - squares for speedups, squares in values]
+
+
 def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
     """The program itself: GPU counts per job (in the order given), each in [min, max].
 
@@ -125,18 +143,7 @@ def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
     n = len(jobs)
     if n == 0:
         return []
-    rest = capacity - sum(j.min_workers for j in jobs)
-    if rest < 0:
-        raise ValueError("the jobs' min workers exceed the capacity")
-    spans = [min(j.max_workers, j.min_workers + rest) - j.min_workers for j in jobs]
-    tables = [_values(j, j.min_workers + span) for j, span in zip(jobs, spans, strict=True)]
-    # One micro-unit of speedup outweighs any difference in the sum of squared counts,
-    # as long as the weighted objective fits in 64 bits (else speedup alone decides).
-    weight = capacity * capacity + 1
-    if sum(int(speedups.max()) for speedups, _ in tables) * weight >= 2**62:
-        tables = [speedups for speedups, _ in tables]
-    else:
-        tables = [speedups * weight - squares for speedups, squares in tables]
+    rest, spans, tables = objective_tables(jobs, capacity)
     width = rest + 1
     value = np.empty((n + 1, width), dtype=np.int64)
     value[n, :1] = 0
