@@ -138,7 +138,9 @@ def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
     The jobs' mins must fit in `capacity`. The program shares the `rest` GPUs beyond
     the mins: jobs are folded in reverse, so value[i][c] is the best objective of
     jobs i.. with c extra GPUs; the counts are then read forwards, each job taking
-    the largest count that keeps the objective optimal.
+    the largest count that keeps the objective optimal. A fold computes only the
+    columns a decision reads (as counts.best_counts does; the same counts as a fold
+    over every column, tests/counts_reference.py).
     """
     n = len(jobs)
     if n == 0:
@@ -147,8 +149,8 @@ def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
     width = rest + 1
     value = np.empty((n + 1, width), dtype=np.int64)
     value[n, :1] = 0
-    # Columns past `reach` (the most the remaining jobs can take) read its value (`at`);
-    # below `lo` (what the jobs before can leave at least) no decision reads them.
+    # Columns past `reach` (the most the jobs folded so far can take) read its value;
+    # below `lo` (the least the jobs before can leave) no decision reads them.
     before = list(itertools.accumulate(spans, initial=0))
     reaches = [0] * (n + 1)
     reach = 0
