@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from counts_reference import best_counts_every_column
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,3 +59,39 @@ def test_best_counts_takes_the_larger_count_on_a_tie() -> None:
     a = np.array([0.0, 1.5, 3.0])
     b = np.array([0.0, 1.5, -np.inf])
     assert best_counts([a, b], 2) == [2, 0]
+
+
+@st.composite
+def any_utility(draw: st.DrawFn) -> np.ndarray:
+    """A job's values: exact ties (small multiples of 0.5), float noise, -inf counts; its
+    value at 0 any finite number (a floored job's is far below)."""
+    top = draw(st.integers(0, 24))
+    finite = st.one_of(st.sampled_from([0.0, 0.5, 1.0, 1.5, 3.0, -2.0]),
+                       st.floats(-1e7, 1e7, allow_nan=False, allow_infinity=False))
+    values = draw(st.lists(st.one_of(finite, st.just(-np.inf)), min_size=top + 1,
+                           max_size=top + 1))
+    values[0] = draw(finite)
+    return np.array(values)
+
+
+@settings(max_examples=400, deadline=None)
+@given(utilities=st.lists(any_utility(), max_size=12), capacity=st.integers(0, 80))
+def test_best_counts_equals_the_program_over_every_column(
+    utilities: list[np.ndarray], capacity: int
+) -> None:
+    # The fold over every column, as it was (tests/counts_reference.py): bands of columns
+    # change no count, however the capacity sits against what the jobs can take.
+    assert best_counts(utilities, capacity) == best_counts_every_column(utilities, capacity)
+
+
+def test_best_counts_equals_the_program_over_every_column_at_scale() -> None:
+    rng = np.random.default_rng(45)
+    for jobs, capacity in ((300, 512), (300, 1_500), (40, 4_096)):
+        utilities = []
+        for _ in range(jobs):
+            top = int(rng.integers(0, 17))
+            u = np.round(rng.uniform(0, 8, top + 1), 1)  # rounded: many exact ties
+            u[rng.random(top + 1) < 0.5] = -np.inf
+            u[0] = 0.0
+            utilities.append(u)
+        assert best_counts(utilities, capacity) == best_counts_every_column(utilities, capacity)

@@ -8,6 +8,8 @@ choice per job, solved exactly by a dynamic program over (jobs x GPUs).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -26,10 +28,27 @@ Algorithm = TypeVar("Algorithm")
 def packs(cap: int, per_node: int) -> np.ndarray:
     """Counts 0..cap that pack onto nodes of `per_node` GPUs without fragmenting them:
     powers of two below a node (within one node), multiples of a node above."""
+    return packing(cap, per_node).copy()
+
+
+@functools.lru_cache(maxsize=1024)
+def packing(cap: int, per_node: int) -> np.ndarray:
+    """`packs`, computed once per (cap, per_node) and shared: read-only. A decision asks
+    for the same few caps for every job."""
     n = np.arange(cap + 1)
     power_of_two = (n > 0) & ((n & (n - 1)) == 0)
-    return (n % per_node == 0) | ((n < per_node) & power_of_two & (per_node % np.maximum(n, 1)
+    fits = (n % per_node == 0) | ((n < per_node) & power_of_two & (per_node % np.maximum(n, 1)
                                                                    == 0))
+    fits.setflags(write=False)
+    return fits
+
+
+@functools.lru_cache(maxsize=1024)
+def packing_counts(cap: int, per_node: int) -> np.ndarray:
+    """The counts 1..cap that pack (`packs`), ascending; read-only, shared."""
+    counts = np.flatnonzero(packing(cap, per_node)[1:]) + 1
+    counts.setflags(write=False)
+    return counts
 
 
 def no_slower(seconds: np.ndarray, lo: int) -> np.ndarray:
@@ -49,7 +68,7 @@ def that_pack(fast: np.ndarray, per_node: int) -> np.ndarray:
     """Of the counts a job may take (`fast`, as `no_slower` gives them; 0 aside), those
     that pack onto nodes of `per_node` GPUs; all of them when none packs, so a job whose
     sizes do not pack (a rigid 3 or 6) still runs rather than waits for ever."""
-    packed = fast & packs(len(fast) - 1, per_node)
+    packed = fast & packing(len(fast) - 1, per_node)
     packed[0] = False
     return packed if packed.any() else fast.copy()
 
@@ -65,29 +84,67 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
     A fold reads only the counts a job may take (and its largest, which is what the
     tie rule picks where every count is -inf): a count at -inf never wins a column, so
     leaving its row out changes nothing, and the packing rules leave most counts out.
+
+    A fold keeps only the columns the decisions can read (`_bands`): job j is decided
+    with at least the capacity less the most the jobs before it can take, and at most
+    the capacity; and the best total of jobs j.. is the same at every column past the
+    most they can take together (every count fits there), so the columns above that
+    are read off its last. Each column adds and compares the same numbers, in the same
+    order, as the fold over every column: the same counts, to the last bit.
     """
-    width = capacity + 1
-    columns = np.arange(width)
-    best = np.zeros(width)  # best total of the jobs folded so far with at most c GPUs
-    choices = []
-    for u in reversed(utilities):
+    tops = [min(len(u) - 1, max(capacity, 0)) for u in utilities]
+    bands = _bands(tops, capacity)
+    best = np.zeros(1)  # the best of no jobs: 0 at every column from 0 up
+    below = 0  # `best` holds the columns from `below` up; past its end, its last value
+    folds = []
+    for u, (lo, hi) in zip(reversed(utilities), reversed(bands), strict=True):
         options = np.flatnonzero(u != -np.inf)
         if not len(options) or options[-1] != len(u) - 1:
             options = np.append(options, len(u) - 1)
-        candidate = np.full((len(options), width), -np.inf)
-        for row, n in enumerate(options.tolist()):
-            if n < width:  # n GPUs on top of the best of the rest with c - n
-                candidate[row, n:] = best[:width - n] + u[n]
-        pick = len(options) - 1 - np.argmax(candidate[::-1], axis=0)  # ties: the larger count
-        best = candidate[pick, columns]
-        choices.append(options[pick])
+        reach = hi - below + 1  # sources c - n for n = 0 reach up to hi
+        if reach > len(best):
+            best = np.concatenate([best, np.full(reach - len(best), best[-1])])
+        value = np.full(hi - lo + 1, -np.inf)
+        pick = np.full(hi - lo + 1, len(options) - 1, dtype=_index_type(len(options)))
+        for row in range(len(options) - 1, -1, -1):  # the larger count first: it wins ties
+            n = int(options[row])
+            start = max(lo, n)
+            if start > hi:
+                continue
+            total = best[start - n - below:hi - n - below + 1] + u[n]
+            if row == len(options) - 1:  # the first row read: nothing to beat yet
+                value[start - lo:] = total
+                continue
+            held = value[start - lo:]
+            better = total > held
+            np.copyto(held, total, where=better)
+            pick[start - lo:][better] = row
+        best, below = value, lo
+        folds.append((options, pick, lo, hi))
     counts = []
     left = capacity
-    for pick in reversed(choices):
-        n = int(pick[left])
+    for options, pick, lo, hi in reversed(folds):
+        n = int(options[pick[min(left, hi) - lo]])
         counts.append(n)
         left -= n
     return counts
+
+
+def _bands(tops: Sequence[int], capacity: int) -> list[tuple[int, int]]:
+    """Per job, the columns [lo, hi] its fold keeps: hi, the capacity or the most it and
+    the jobs after it can take, if less; lo, what is left after the jobs before it take
+    their most (at least 0), and at most hi (every column past hi reads hi)."""
+    after = list(itertools.accumulate(reversed(tops)))[::-1]  # the most jobs j.. take
+    before = itertools.accumulate(tops, initial=0)  # the most jobs ..j-1 take
+    bands = []
+    for taken, most in zip(before, after, strict=False):
+        hi = min(capacity, most)
+        bands.append((min(max(capacity - taken, 0), hi), hi))
+    return bands
+
+
+def _index_type(options: int) -> type:
+    return np.uint8 if options <= 256 else np.int32
 
 
 def check_gpus_per_node(value: object) -> None:

@@ -17,6 +17,7 @@ See docs/design/001-allocation.md.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -107,9 +108,28 @@ def _values(job: Job, top: int) -> tuple[np.ndarray, np.ndarray]:
     never gives it, as the smaller count is worth more on fewer GPUs."""
     model = speed_model(job)
     counts = np.arange(job.min_workers, top + 1, dtype=np.int64)
-    raw = np.asarray([model.speedup(int(k)) for k in counts])
+    one = model.epoch_time(1)  # model.speedup(k), with the time on one worker read once
+    raw = np.asarray([one / model.epoch_time(k) for k in range(job.min_workers, top + 1)])
     speedups = np.where(no_slower(-raw, 0), np.rint(raw * SPEEDUP_SCALE), -SPEEDUP_SCALE)
     return speedups.astype(np.int64), counts * counts
+
+
+def objective_tables(jobs: Sequence[Job], capacity: int
+                     ) -> tuple[int, list[int], list[np.ndarray]]:
+    """What the program folds: the GPUs beyond the jobs' mins (`rest`), each job's span
+    of extra GPUs (its max less its min, at most `rest`), and each job's integer
+    objective at min + e GPUs, e = 0..span."""
+    rest = capacity - sum(j.min_workers for j in jobs)
+    if rest < 0:
+        raise ValueError("the jobs' min workers exceed the capacity")
+    spans = [min(j.max_workers, j.min_workers + rest) - j.min_workers for j in jobs]
+    values = [_values(j, j.min_workers + span) for j, span in zip(jobs, spans, strict=True)]
+    # One micro-unit of speedup outweighs any difference in the sum of squared counts,
+    # as long as the weighted objective fits in 64 bits (else speedup alone decides).
+    weight = capacity * capacity + 1
+    if sum(int(speedups.max()) for speedups, _ in values) * weight >= 2**62:
+        return rest, spans, [speedups for speedups, _ in values]
+    return rest, spans, [speedups * weight - squares for speedups, squares in values]
 
 
 def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
@@ -118,44 +138,42 @@ def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
     The jobs' mins must fit in `capacity`. The program shares the `rest` GPUs beyond
     the mins: jobs are folded in reverse, so value[i][c] is the best objective of
     jobs i.. with c extra GPUs; the counts are then read forwards, each job taking
-    the largest count that keeps the objective optimal.
+    the largest count that keeps the objective optimal. A fold computes only the
+    columns a decision reads (as counts.best_counts does; the same counts as a fold
+    over every column, tests/counts_reference.py).
     """
     n = len(jobs)
     if n == 0:
         return []
-    rest = capacity - sum(j.min_workers for j in jobs)
-    if rest < 0:
-        raise ValueError("the jobs' min workers exceed the capacity")
-    spans = [min(j.max_workers, j.min_workers + rest) - j.min_workers for j in jobs]
-    tables = [_values(j, j.min_workers + span) for j, span in zip(jobs, spans, strict=True)]
-    # One micro-unit of speedup outweighs any difference in the sum of squared counts,
-    # as long as the weighted objective fits in 64 bits (else speedup alone decides).
-    weight = capacity * capacity + 1
-    if sum(int(speedups.max()) for speedups, _ in tables) * weight >= 2**62:
-        tables = [speedups for speedups, _ in tables]
-    else:
-        tables = [speedups * weight - squares for speedups, squares in tables]
+    rest, spans, tables = objective_tables(jobs, capacity)
     width = rest + 1
     value = np.empty((n + 1, width), dtype=np.int64)
-    value[n] = 0
-    reach = 0  # beyond the sum of the remaining jobs' spans the value no longer grows
+    value[n, :1] = 0
+    # Columns past `reach` (the most the jobs folded so far can take) read its value;
+    # below `lo` (the least the jobs before can leave) no decision reads them.
+    before = list(itertools.accumulate(spans, initial=0))
+    reaches = [0] * (n + 1)
+    reach = 0
     for i in range(n - 1, -1, -1):
         following, best, table = value[i + 1], value[i], tables[i]
-        reach = min(rest, reach + spans[i])
-        size = reach + 1
-        best[:size] = following[:size] + table[0]
+        size = min(rest, reach + spans[i]) + 1
+        following[reach + 1:size] = following[reach]  # the columns this fold reads past it
+        reach = reaches[i] = size - 1
+        lo = min(max(rest - before[i], 0), reach)
+        best[lo:size] = following[lo:size] + table[0]
         for e in range(1, spans[i] + 1):
-            np.maximum(best[e:size], following[: size - e] + table[e], out=best[e:size])
-        if size < width:
-            best[size:] = best[reach]
+            start = max(lo, e)
+            if start < size:
+                np.maximum(best[start:size], following[start - e:size - e] + table[e],
+                           out=best[start:size])
     counts: list[int] = []
     c = rest
     for i, job in enumerate(jobs):
-        following, table = value[i + 1], tables[i]
-        target = value[i][c]
+        following, table, after = value[i + 1], tables[i], reaches[i + 1]
+        target = value[i][min(c, reaches[i])]
         chosen = 0
         for e in range(min(spans[i], c), -1, -1):
-            if table[e] + following[c - e] == target:
+            if table[e] + following[min(c - e, after)] == target:
                 chosen = e
                 break
         counts.append(job.min_workers + chosen)

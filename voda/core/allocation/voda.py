@@ -81,7 +81,7 @@ from voda.core.allocation.counts import (
     check_gpus_per_node,
     check_seconds,
     no_slower,
-    packs,
+    packing_counts,
     per_node,
     that_pack,
 )
@@ -432,7 +432,7 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
     for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
         if curve.cap < 1 or not math.isfinite(curve.size):
             continue
-        fits = np.flatnonzero(packs(curve.cap, node)[1:]) + 1
+        fits = packing_counts(curve.cap, node)
         share = max(int(shares[i]), min(job.min_workers, curve.cap), 1)
         n = int(fits[fits <= share][-1])  # one GPU always fits
         speedup = curve.size / curve.seconds[n]

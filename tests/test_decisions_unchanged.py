@@ -1,0 +1,64 @@
+"""Faster decisions, the same decisions: Pollux, Voda and FfDLOptimizer decide exactly as
+they did with the count dynamic programs over every column (tests/counts_reference.py), on
+random jobs,
+and the simulator's per-job results on the Pollux workloads are those recorded from the
+code before the change (tests/sim_digests.py; tests/data/decisions-9ddda88.json)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from counts_reference import best_counts_every_column, ffdl_counts_every_column
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sim_digests import cases, digest, key
+from test_allocation_properties import jobs_strategy
+
+from voda.core.allocation import ffdl, pollux, voda
+from voda.core.allocation.ffdl import FfDLOptimizer
+from voda.core.allocation.pollux import Pollux
+from voda.core.allocation.voda import Voda
+from voda.core.model import Job
+
+RECORD = Path(__file__).parent / "data" / "decisions-9ddda88.json"
+ALGORITHMS = [Pollux(), Voda(), Pollux(gpus_per_node=2, fairness=0.0),
+              Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=14), capacity=st.integers(0, 48),
+       which=st.integers(0, len(ALGORITHMS) - 1))
+def test_pollux_and_voda_decide_as_with_the_program_over_every_column(
+    jobs: list[Job], capacity: int, which: int
+) -> None:
+    algorithm = ALGORITHMS[which]
+    fast = algorithm(jobs, capacity)
+    with (mock.patch.object(pollux, "best_counts", best_counts_every_column),
+          mock.patch.object(voda, "best_counts", best_counts_every_column)):
+        reference = algorithm(jobs, capacity)
+    assert fast == reference
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=14), capacity=st.integers(0, 64))
+def test_ffdl_decides_as_with_the_program_over_every_column(jobs: list[Job],
+                                                           capacity: int) -> None:
+    fast = FfDLOptimizer()(jobs, capacity)
+    with mock.patch.object(ffdl, "best_counts", ffdl_counts_every_column):
+        reference = FfDLOptimizer()(jobs, capacity)
+    assert fast == reference
+
+
+def test_the_record_covers_every_case() -> None:
+    record = json.loads(RECORD.read_text())
+    assert sorted(record) == sorted(key(*case) for case in cases())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(cases()), ids=lambda case: key(*case))
+def test_simulated_jobs_are_those_recorded_before(case: tuple[str, str, str, str]) -> None:
+    recorded = json.loads(RECORD.read_text())[key(*case)]
+    assert digest(*case) == recorded
