@@ -187,7 +187,14 @@ class EpochTimes:
 
 
 def epoch_time_at(job: Job, workers: int) -> float:
-    return EpochTimes(job)(workers)
+    """`EpochTimes(job)(workers)` for one count, without the object."""
+    observed = job.epoch_time_by_workers
+    if not observed:
+        return DEFAULT_EPOCH_SECONDS / workers if workers > 0 else float("inf")
+    seconds = observed.get(workers)
+    if seconds is not None and workers >= 1 and seconds > 0:
+        return seconds
+    return speed_model(job).epoch_time(workers)
 
 
 def _turning_points(job: Job, lo: int, hi: int) -> list[int]:

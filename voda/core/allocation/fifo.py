@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Literal
 
 from voda.core.allocation.base import (
@@ -18,10 +19,12 @@ from voda.core.allocation.base import (
     by_submit,
     rigid_size,
     water_level,
-    without_slowdown,
 )
 from voda.core.allocation.reasons import Reason, Terms, explain_in_order, submit_rule
+from voda.core.estimate import growth_limit
 from voda.core.model import Job
+
+_NAME, _MIN = attrgetter("name"), attrgetter("min_workers")
 
 Growth = Literal["round_robin", "in_order"]
 GROWTHS: tuple[str, ...] = ("round_robin", "in_order")
@@ -31,63 +34,67 @@ def fill_in_order(
     ordered: Sequence[Job], capacity: int, size_of: Callable[[Job], int]
 ) -> dict[str, int]:
     """Give each job `size_of(job)` GPUs in order if they fit, else 0 (later jobs fill gaps)."""
-    allocation: dict[str, int] = {}
+    names = list(map(_NAME, ordered))
+    return dict(zip(names, fill_sizes(list(map(size_of, ordered)), capacity), strict=True))
+
+
+def fill_sizes(wants: list[int], capacity: int) -> list[int]:
+    """`fill_in_order` over the sizes alone: each size in turn if it fits, else 0."""
+    gpus = [0] * len(wants)
     free = capacity
-    for job in ordered:
-        want = size_of(job)
+    for i, want in enumerate(wants):
         if want <= free:
-            allocation[job.name] = want
+            gpus[i] = want
             free -= want
-        else:
-            allocation[job.name] = 0
-    return allocation
+            if free == 0:
+                break  # nothing later fits but a size 0, which it had already
+    else:
+        return gpus
+    for j in range(i + 1, len(wants)):
+        if wants[j] <= 0:
+            gpus[j] = wants[j]
+    return gpus
 
 
-def grow_round_robin(ordered: Sequence[Job], allocation: dict[str, int], capacity: int) -> None:
-    """Hand the GPUs left over to running jobs below max, one per job per pass, in order.
+def grow_round_robin(gpus: list[int], growing: list[int], rooms: list[int], free: int) -> None:
+    """Hand `free` GPUs to the jobs at the positions `growing` (in order), each with the
+    room `rooms` below its max, one per job per pass, as the Go Voda's ElasticFIFO loop.
 
-    The Go Voda's ElasticFIFO loop, computed in one step: every job first gets the
-    number of GPUs that all jobs still below max get in full passes (water-filling:
-    the largest level L with sum(min(headroom, L)) <= free), and the GPUs then left go
-    one each to the first jobs in order that can still take one.
+    Computed in one step: every job first gets the number of GPUs that all jobs still
+    below max get in full passes (water-filling: the largest level L with
+    sum(min(room, L)) <= free), and the GPUs then left go one each to the first jobs in
+    order that can still take one.
     """
-    free = capacity - sum(allocation.values())
-    growing = [j for j in ordered if 0 < allocation.get(j.name, 0) < j.max_workers]
     if free <= 0 or not growing:
         return
-    headroom = [j.max_workers - allocation[j.name] for j in growing]
-    if sum(headroom) <= free:
-        for job in growing:
-            allocation[job.name] = job.max_workers
+    if sum(rooms) <= free:
+        for i, room in zip(growing, rooms, strict=True):
+            gpus[i] += room
         return
-    level = water_level(sorted(headroom), free)
-    for job, room in zip(growing, headroom, strict=True):
+    level = water_level(sorted(rooms), free)
+    for i, room in zip(growing, rooms, strict=True):
         extra = min(room, level)
-        allocation[job.name] += extra
+        gpus[i] += extra
         free -= extra
-    for job, room in zip(growing, headroom, strict=True):
+    for i, room in zip(growing, rooms, strict=True):
         if free == 0:
             break
         if room > level:
-            allocation[job.name] += 1
+            gpus[i] += 1
             free -= 1
 
 
-def grow_in_order(ordered: Sequence[Job], allocation: dict[str, int], capacity: int) -> None:
-    """Hand the GPUs left over to running jobs below max, in order, each up to max."""
-    free = capacity - sum(allocation.values())
-    for job in ordered:
+def grow_in_order(gpus: list[int], growing: list[int], rooms: list[int], free: int) -> None:
+    """Hand `free` GPUs to the jobs at the positions `growing`, in order, each up to max."""
+    for i, room in zip(growing, rooms, strict=True):
         if free <= 0:
             return
-        have = allocation.get(job.name, 0)
-        if have == 0:
-            continue
-        extra = min(job.max_workers - have, free)
-        allocation[job.name] = have + extra
+        extra = min(room, free)
+        gpus[i] += extra
         free -= extra
 
 
-GROWERS: dict[str, Callable[[Sequence[Job], dict[str, int], int], None]] = {
+GROWERS: dict[str, Callable[[list[int], list[int], list[int], int], None]] = {
     "round_robin": grow_round_robin,
     "in_order": grow_in_order,
 }
@@ -144,14 +151,21 @@ def elastic_in_order(
     ordered: Sequence[Job], capacity: int, growth: str = "round_robin"
 ) -> dict[str, int]:
     """Min in order (non-blocking), then growth in the same order, each job up to max or
-    to where one GPU more would slow it down (`without_slowdown`), whichever is first."""
-    allocation = fill_in_order(ordered, capacity, _min)
-    GROWERS[growth]([without_slowdown(job) for job in ordered], allocation, capacity)
-    return allocation
-
-
-def _min(job: Job) -> int:
-    return job.min_workers
+    to where one GPU more would slow it down (`without_slowdown`: `growth_limit` from
+    min), whichever is first. Only the jobs that started are looked at for growth."""
+    gpus = fill_sizes(list(map(_MIN, ordered)), capacity)
+    free = capacity - sum(gpus)
+    growing: list[int] = []
+    rooms: list[int] = []
+    if free > 0:
+        for i, (job, have) in enumerate(zip(ordered, gpus, strict=True)):
+            if 0 < have < job.max_workers:
+                room = growth_limit(job, job.min_workers, job.max_workers) - have
+                if room > 0:
+                    growing.append(i)
+                    rooms.append(room)
+    GROWERS[growth](gpus, growing, rooms, free)
+    return dict(zip(map(_NAME, ordered), gpus, strict=True))
 
 
 def fifo_terms(name: str) -> Terms:

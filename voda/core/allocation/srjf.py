@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from voda.core.allocation.base import allocate_by_priority, rigid_size
+from voda.core.allocation.base import allocate_by_priority, by_submit, rigid_size
 from voda.core.allocation.fifo import (
     Growth,
     check_growth,
@@ -43,14 +43,17 @@ DEFAULT_ORDER: Order = "gpu_time"
 
 
 def shortest_first(jobs: Sequence[Job], size_of: Callable[[Job], int]) -> list[Job]:
-    """Jobs by estimated remaining time at `size_of(job)` workers, ties by sort_key."""
-    keyed = [
-        (round(job.remaining_epochs * epoch_time_at(job, size_of(job)), 6)
-         if job.remaining_epochs > 0 else 0.0, job.sort_key, job)
-        for job in jobs
+    """Jobs by estimated remaining time at `size_of(job)` workers, ties by sort_key.
+
+    In sort_key order first (`by_submit`), then one stable sort by the estimate alone:
+    the same order as sorting by (estimate, sort_key), one float key each."""
+    ordered = by_submit(jobs)
+    keys = [
+        round(job.remaining_epochs * epoch_time_at(job, size_of(job)), 6)
+        if job.remaining_epochs > 0 else 0.0
+        for job in ordered
     ]
-    keyed.sort(key=lambda t: (t[0], t[1]))
-    return [job for _, _, job in keyed]
+    return [ordered[i] for i in sorted(range(len(ordered)), key=keys.__getitem__)]
 
 
 def _check_order(order: str) -> None:
