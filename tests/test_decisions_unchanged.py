@@ -1,7 +1,7 @@
 """Faster decisions, the same decisions: Pollux, Voda and FfDLOptimizer decide exactly as
 they did with the count dynamic programs over every column (tests/counts_reference.py), and
-the FIFO and SRJF families as with their filling at ce6fffe (tests/elastic_reference.py), on
-random jobs,
+the FIFO, SRJF and Tiresias families as with their filling and queue orders at ce6fffe
+(tests/elastic_reference.py, srjf_reference.py, tiresias_reference.py), on random jobs,
 and the simulator's per-job results on the Pollux workloads are those recorded from the
 code before the change (tests/sim_digests.py; tests/data/decisions-9ddda88.json)."""
 
@@ -19,12 +19,14 @@ from hypothesis import strategies as st
 from sim_digests import cases, digest, key
 from srjf_reference import shortest_first_reference
 from test_allocation_properties import jobs_strategy
+from tiresias_reference import order_reference
 
 from voda.core.allocation import ffdl, fifo, pollux, srjf, voda
 from voda.core.allocation.ffdl import FfDLOptimizer
 from voda.core.allocation.fifo import FIFO, ElasticFIFO
 from voda.core.allocation.pollux import Pollux
 from voda.core.allocation.srjf import SRJF, ElasticSRJF
+from voda.core.allocation.tiresias import ElasticTiresias, Tiresias
 from voda.core.allocation.voda import Voda
 from voda.core.model import Job
 
@@ -71,18 +73,22 @@ def test_simulated_jobs_are_those_recorded_before(case: tuple[str, str, str, str
 
 SIMPLE = [FIFO(), ElasticFIFO(), ElasticFIFO(growth="in_order"), SRJF(),
           SRJF(order="wall_time"), ElasticSRJF(), ElasticSRJF(growth="in_order"),
-          ElasticSRJF(order="wall_time")]
+          ElasticSRJF(order="wall_time"), Tiresias(), Tiresias(queue_order="queue_entry"),
+          Tiresias(queue_thresholds=(5.0, 50.0), starvation_knob=0.5),
+          ElasticTiresias(queue_thresholds=(5.0, 50.0)),
+          ElasticTiresias(queue_order="queue_entry", compaction_threshold=0)]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs=jobs_strategy(max_jobs=20), capacity=st.integers(0, 64),
        which=st.integers(0, len(SIMPLE) - 1))
-def test_fifo_and_srjf_decide_as_at_ce6fffe(jobs: list[Job], capacity: int,
+def test_fifo_srjf_and_tiresias_decide_as_at_ce6fffe(jobs: list[Job], capacity: int,
                                             which: int) -> None:
     algorithm = SIMPLE[which]
     fast = algorithm(jobs, capacity)
     with (mock.patch.object(fifo, "elastic_in_order", elastic_in_order_reference),
           mock.patch.object(srjf, "elastic_in_order", elastic_in_order_reference),
-          mock.patch.object(srjf, "shortest_first", shortest_first_reference)):
+          mock.patch.object(srjf, "shortest_first", shortest_first_reference),
+          mock.patch.object(Tiresias, "order", order_reference)):
         reference = algorithm(jobs, capacity)
     assert fast == reference

@@ -147,9 +147,10 @@ def rigid_size(job: Job, capacity: int) -> int:
     of equally fast ones). A job whose min exceeds the capacity gets its min, which does
     not fit."""
     top = min(job.preferred, capacity)
-    if top < job.min_workers:
-        return job.min_workers
-    return fastest_count(job, job.min_workers, top)
+    low = job.min_workers
+    if top <= low:
+        return low
+    return fastest_count(job, low, top)
 
 
 def without_slowdown(job: Job) -> Job:

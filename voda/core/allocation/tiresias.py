@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal
 
-from voda.core.allocation.base import allocate_by_priority, rigid_size
+from voda.core.allocation.base import allocate_by_priority, by_submit, rigid_size
 from voda.core.allocation.fifo import fill_at_rigid_size, fill_in_order
 from voda.core.allocation.reasons import (
     Reason,
@@ -146,17 +146,20 @@ class Tiresias:
         return self.starvation_knob * ran - job.waiting_seconds_since_promotion
 
     def order(self, jobs: Sequence[Job]) -> list[Job]:
-        """Jobs in the order they are served: priority class, queue, then the in-queue order."""
-        return sorted(jobs, key=self._order_key)
+        """Jobs in the order they are served: priority class, queue, then the in-queue
+        order, ties by sort_key: in sort_key order first (`by_submit`), then one stable
+        sort by the rest."""
+        ordered = by_submit(jobs)
+        return sorted(ordered, key=self._queue_key)
 
-    def _order_key(self, job: Job) -> tuple:
+    def _queue_key(self, job: Job) -> tuple:
         queue = self.priority_class(job)
         if self.queue_order == "queue_entry":
             since = job.queue_since if job.queue_since is not None else job.submit_time
-            return (job.priority, queue, since, job.sort_key)
+            return (job.priority, queue, since)
         if job.first_start_time is not None:
-            return (job.priority, queue, 0, job.first_start_time, job.sort_key)
-        return (job.priority, queue, 1, 0.0, job.sort_key)
+            return (job.priority, queue, 0, job.first_start_time)
+        return (job.priority, queue, 1, 0.0)
 
     # ----- allocation ---------------------------------------------------------
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
