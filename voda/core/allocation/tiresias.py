@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import attrgetter
 from typing import Literal
 
 from voda.core.allocation.base import allocate_by_priority, by_submit, rigid_size
@@ -37,6 +38,8 @@ from voda.core.allocation.reasons import (
 )
 from voda.core.estimate import EpochTimes
 from voda.core.model import Job
+
+_PRIORITY = attrgetter("priority")
 
 QueueOrder = Literal["first_start", "queue_entry"]
 QUEUE_ORDERS: tuple[str, ...] = ("first_start", "queue_entry")
@@ -150,16 +153,35 @@ class Tiresias:
         order, ties by sort_key: in sort_key order first (`by_submit`), then one stable
         sort by the rest."""
         ordered = by_submit(jobs)
-        return sorted(ordered, key=self._queue_key)
-
-    def _queue_key(self, job: Job) -> tuple:
-        queue = self.priority_class(job)
+        queues = self.priority_classes(ordered)
+        # Stable sorts from the last key to the first, one plain key each.
         if self.queue_order == "queue_entry":
-            since = job.queue_since if job.queue_since is not None else job.submit_time
-            return (job.priority, queue, since)
-        if job.first_start_time is not None:
-            return (job.priority, queue, 0, job.first_start_time)
-        return (job.priority, queue, 1, 0.0)
+            keys: list[list] = [[
+                job.queue_since if job.queue_since is not None else job.submit_time
+                for job in ordered]]
+        else:
+            keys = [[0.0 if job.first_start_time is None else job.first_start_time
+                     for job in ordered],
+                    [job.first_start_time is None for job in ordered]]
+        keys += [queues, list(map(_PRIORITY, ordered))]
+        positions = list(range(len(ordered)))
+        for key in keys:
+            positions.sort(key=key.__getitem__)
+        return [ordered[i] for i in positions]
+
+    def priority_classes(self, jobs: Sequence[Job]) -> list[int]:
+        """`priority_class` of every job, in one pass."""
+        thresholds, knob = self.queue_thresholds, self.starvation_knob
+        queues = [bisect.bisect_right(thresholds, job.attained_gpu_seconds_since_promotion)
+                  for job in jobs]
+        if knob is None:
+            return queues
+        for i, job in enumerate(jobs):
+            if queues[i] > 0 and job.current_workers <= 0:
+                ran = job.running_seconds_since_promotion
+                if ran > 0 and job.waiting_seconds_since_promotion >= knob * ran:
+                    queues[i] = 0
+        return queues
 
     # ----- allocation ---------------------------------------------------------
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
