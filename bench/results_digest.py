@@ -39,8 +39,10 @@ def main() -> None:
     args = parser.parse_args()
     if not 1 <= args.workers <= 64:
         raise SystemExit("--workers: between 1 and 64")
-    cases = [c for c in all_cases() if args.only in c.key]
     expected = {} if args.write else recorded()
+    cases = [c for c in all_cases() if args.only in c.key and (args.write or c.key in expected)]
+    if not args.write:
+        print(f"{len(cases)} recorded cases to check")
     found: dict[str, str] = {}
     differ = 0
     with ProcessPoolExecutor(args.workers) as pool:
