@@ -11,7 +11,6 @@ algorithms that do not adapt the batch.
 from __future__ import annotations
 
 import pytest
-
 from results_digest import Case, digest, recorded, run_case
 
 QUICK = [
