@@ -42,8 +42,8 @@ class Ledger:
     epochs: int = 2
     command: str = "train"
     pending: dict[str, dict] = field(default_factory=dict)  # key -> job document
-    accepted: dict[str, str] = field(default_factory=dict)  # key -> job name
-    seen: dict[str, list[str]] = field(default_factory=dict)  # name -> statuses seen
+    accepted: dict[str, str] = field(default_factory=dict)  # key -> job uid
+    seen: dict[str, list[str]] = field(default_factory=dict)  # uid -> statuses seen
     replayed: set[str] = field(default_factory=set)
     unavailable: int = 0
     bad_503: list[str] = field(default_factory=list)
@@ -71,13 +71,16 @@ class Ledger:
         except httpx.HTTPError:
             return False
         if response.status_code in (200, 201):
-            self.accepted[key] = response.json()["name"]
+            job = response.json()
+            assert job["name"] == self.pending[key]["name"], "the job keeps its name"
+            self.accepted[key] = job["uid"]  # the store's key
             del self.pending[key]
             return True
         if response.status_code == 503:
             self.note_503(response)
             return False
         if response.status_code == 409:  # the same key still in flight: try again
+            assert response.json()["errors"][0]["field"] == "Idempotency-Key", response.text
             return False
         raise AssertionError(f"submission refused: {response.status_code} {response.text}")
 
@@ -108,9 +111,9 @@ class Ledger:
             return False
         assert response.status_code == 200, response.text
         for job in response.json()["items"]:
-            statuses = self.seen.setdefault(job["name"], [])
+            statuses = self.seen.setdefault(job["uid"], [])
             if statuses and statuses[-1] in TERMINAL and job["status"] != statuses[-1]:
-                self.replayed.add(job["name"])
+                self.replayed.add(job["uid"])
             statuses.append(job["status"])
         return True
 
@@ -130,7 +133,7 @@ class Ledger:
     def verify(self, db_url: str, rounds: int) -> Outcome:
         """Every accepted job once, ended once; no job nobody was told of; store == API."""
         with self.client() as client:
-            listed = {j["name"]: j["status"] for j in client.get(
+            listed = {j["uid"]: j["status"] for j in client.get(
                 "/v1/jobs", params={"limit": 1000}).json()["items"]}
         engine = make_engine(db_url)
         try:

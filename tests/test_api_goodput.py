@@ -27,7 +27,7 @@ def submit(client: httpx.Client, name: str, **fields: Any) -> str:
            "category": name, **fields}
     response = client.post("/v1/jobs", json=doc)
     assert response.status_code == 201, response.text
-    return str(response.json()["name"])
+    return str(response.json()["uid"])  # the cluster view's and the allocation's key
 
 
 def start_job(client: httpx.Client, name: str, **fields: Any) -> str:
@@ -211,7 +211,7 @@ def _settled(client: httpx.Client, since: float = 0.0) -> dict[str, int]:
 
 def _job(view: dict[str, Any], model: Any = None) -> Job:
     """The job as the scheduler sees it, from what the API shows of it."""
-    return Job(name=view["name"], min_workers=view["min_workers"],
+    return Job(name=view["uid"], min_workers=view["min_workers"],
                max_workers=view["max_workers"], priority=view["priority"],
                submit_time=view["submit_time"], epochs=view["epochs"],
                completed_epochs=view["completed_epochs"], category=view["category"],

@@ -411,7 +411,7 @@ def test_an_idempotency_key_makes_one_job_of_retries(api_server: ServeProcess) -
         again = client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": key})
         assert first.status_code == 201 and again.status_code == 200, again.text
         assert again.headers["Idempotent-Replayed"] == "true"
-        assert again.json()["name"] == first.json()["name"]
+        assert again.json()["uid"] == first.json()["uid"]
         # The same job re-serialized is the same request: keys reordered, other spacing,
         # YAML for JSON.
         reordered = json.dumps(dict(reversed(list(doc.items()))), indent=3).encode()
@@ -420,16 +420,20 @@ def test_an_idempotency_key_makes_one_job_of_retries(api_server: ServeProcess) -
             retry = client.post("/v1/jobs", content=body, headers={
                 "Idempotency-Key": key, "Content-Type": media})
             assert retry.status_code == 200, retry.text
-            assert retry.json()["name"] == first.json()["name"]
+            assert retry.json()["uid"] == first.json()["uid"]
+        # Without the key, the same job again is a second job of a live job's name: 409.
+        refused(client.post("/v1/jobs", json=doc), 409, "name")
         other = client.post("/v1/jobs", json={**doc, "epochs": 5},
                             headers={"Idempotency-Key": key})
         refused(other, 422, "Idempotency-Key")
-        bobs = bob.post("/v1/jobs", json=doc, headers={"Idempotency-Key": key})
-        assert bobs.status_code == 201 and bobs.json()["name"] != first.json()["name"]
+        bobs = bob.post("/v1/jobs", json={**doc, "name": "once-bob"},
+                        headers={"Idempotency-Key": key})  # keys are per user
+        assert bobs.status_code == 201 and bobs.json()["uid"] != first.json()["uid"]
         refused(client.post("/v1/jobs", json=doc, headers={"Idempotency-Key": "a b"}), 422,
                 "Idempotency-Key")
         listed = client.get("/v1/jobs", params={"limit": 1000}).json()["items"]
-        assert sum(j["name"] == first.json()["name"] for j in listed) == 1
+        assert sum(j["uid"] == first.json()["uid"] for j in listed) == 1
+        assert sum(j["name"] == "once" and j["status"] != "Canceled" for j in listed) == 1
         client.delete(f"/v1/jobs/{first.json()['name']}")
         bob.delete(f"/v1/jobs/{bobs.json()['name']}")
 

@@ -14,7 +14,7 @@ import yaml
 from tests.conftest import ServeProcess, read_example
 from tests.polling import wait_for
 
-NAME_RE = r"^{base}-\d{{14}}-[0-9a-f]{{6}}$"
+UID_RE = r"^{base}-\d{{14}}-[0-9a-f]{{6}}$"
 
 
 def submit(client: httpx.Client, doc: dict | bytes) -> dict:
@@ -34,7 +34,8 @@ def test_submit_each_example_and_read_it_back(api_server: ServeProcess, example:
                                               base: str) -> None:
     with api_server.client("alice") as client:
         job = submit(client, read_example(example))
-        assert re.match(NAME_RE.format(base=base), job["name"]), job["name"]
+        assert job["name"] == base, "the job keeps the name it was submitted with"
+        assert re.match(UID_RE.format(base=base), job["uid"]), job["uid"]
         assert (job["kind"], job["user"]) == (kind, "alice")
         assert job["status"] in ("Submitted", "Waiting", "Running")
         again = client.get(f"/v1/jobs/{job['name']}").json()
@@ -43,15 +44,30 @@ def test_submit_each_example_and_read_it_back(api_server: ServeProcess, example:
 
 
 def test_concurrent_submissions_get_unique_names(api_server: ServeProcess) -> None:
-    doc = {"name": "burst", "command": "sleep 1", "epochs": 100, "gpu_type": "a100"}
+    """Generated names (generate_name) are unique; of concurrent submissions of one name,
+    exactly one is accepted and the others are 409 naming the field and that job."""
+    doc = {"generate_name": "burst-", "command": "sleep 1", "epochs": 100,
+           "gpu_type": "a100"}
+    same = {"name": "burst", "command": "sleep 1", "epochs": 100, "gpu_type": "a100"}
 
     def one(_: int) -> str:
         with api_server.client("bob") as client:
             return submit(client, doc)["name"]
 
+    def named(_: int) -> httpx.Response:
+        with api_server.client("bob") as client:
+            return client.post("/v1/jobs", json=same)
+
     with ThreadPoolExecutor(8) as pool:
         names = list(pool.map(one, range(40)))
-    assert len(set(names)) == 40
+        answers = list(pool.map(named, range(8)))
+    assert len(set(names)) == 40 and all(re.match(r"^burst-[a-z0-9]{5}$", n) for n in names)
+    assert sorted(a.status_code for a in answers) == [201] + [409] * 7
+    (kept,) = [a.json() for a in answers if a.status_code == 201]
+    for refused in (a.json() for a in answers if a.status_code == 409):
+        assert refused["errors"][0]["field"] == "name"
+        assert kept["uid"] in refused["errors"][0]["reason"]
+    names.append(kept["name"])
     with api_server.client("bob") as client:
         listed = client.get("/v1/jobs", params={"user": "bob", "limit": 1000}).json()
     assert set(names) <= {j["name"] for j in listed["items"]}
@@ -62,8 +78,8 @@ def test_concurrent_submissions_get_unique_names(api_server: ServeProcess) -> No
 
 def test_list_filters_and_pages(api_server: ServeProcess) -> None:
     with api_server.client("bob") as client:
-        mine = [submit(client, {"name": "page", "command": "x", "gpu_type": "a100",
-                                "epochs": 1000, "min": 8})["name"] for _ in range(5)]
+        mine = [submit(client, {"name": f"page-{i}", "command": "x", "gpu_type": "a100",
+                                "epochs": 1000, "min": 8})["name"] for i in range(5)]
         seen: list[str] = []
         offset: int | None = 0
         while offset is not None:
@@ -152,10 +168,11 @@ def test_epoch_reports_feed_the_owners_category_history(api_server: ServeProcess
         assert job["epoch_time_by_workers"]["2"] == 5.0
         assert job["completed_epochs"] == 2.0
         assert job["estimated_remaining_seconds"] > 0
-        resubmitted = submit(client, doc)
+        resubmitted = submit(client, {**doc, "name": "reporter-again"})
         assert resubmitted["epoch_time_by_workers"] == {"2": 5.0}
         assert resubmitted["category"] == "reported-category"
-        others = submit(bob, doc)  # another owner's jobs do not read alice's history
+        # another owner's jobs do not read alice's history
+        others = submit(bob, {**doc, "name": "reporter-bob"})
         assert others["epoch_time_by_workers"] == {}
         bad = client.post(f"/v1/jobs/{name}/metrics", json={"epoch": 1, "epoch_seconds": 0,
                                                             "workers": 2})

@@ -159,3 +159,37 @@ def test_follows_are_bounded_in_all_and_per_user() -> None:
     follows.give_back("alice")
     assert follows.take("carol") is None
     assert follows.count() == 3 and follows.count("alice") == 1
+
+
+def test_a_reused_name_reads_the_newest_jobs_log_and_a_uid_its_own(
+        local_server: ServeProcess, tmp_path: Path) -> None:
+    """Once a job has finished its name is free; `voda logs NAME` and `voda describe NAME`
+    then read the new job of that name, and the old one is reached by its uid."""
+    script = tmp_path / "say.py"
+    script.write_text("import sys\nprint(f'said {sys.argv[1]}', flush=True)\n")
+
+    def say(client: httpx.Client, word: str) -> dict:
+        job = client.post("/v1/jobs", json={"name": "say", "epochs": 1,
+                                            "command": [sys.executable, str(script), word]})
+        assert job.status_code == 201, job.text
+        return job.json()
+
+    with local_server.client("alice") as alice:
+        first = say(alice, "first")
+        refused = alice.post("/v1/jobs", json={"name": "say", "command": "true"})
+        assert refused.status_code == 409 and first["uid"] in refused.text
+        wait_for(lambda: alice.get(f"/v1/jobs/{first['uid']}").json()["status"]
+                 == "Completed")
+        second = say(alice, "second")
+        assert second["name"] == "say" and second["uid"] != first["uid"]
+        wait_for(lambda: alice.get("/v1/jobs/say").json()["status"] == "Completed")
+    env = {"VODA_CONFIG": "/nonexistent/config.toml", "VODA_URL": local_server.url,
+           "VODA_TOKEN": local_server.tokens["alice"], "VODA_RUN_DIR": "/nonexistent"}
+    runner = CliRunner()
+    newest = runner.invoke(app, ["logs", "say"], env=env)
+    assert newest.exit_code == 0 and "said second" in newest.stdout
+    assert "said first" not in newest.stdout
+    oldest = runner.invoke(app, ["logs", first["uid"]], env=env)
+    assert oldest.exit_code == 0 and "said first" in oldest.stdout
+    described = runner.invoke(app, ["describe", "say", "--json"], env=env)
+    assert described.exit_code == 0 and f'"uid": "{second["uid"]}"' in described.stdout

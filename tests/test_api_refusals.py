@@ -72,7 +72,7 @@ def test_a_refused_gpu_type_is_reported_and_the_others_go_on(server: str) -> Non
         assert changed.status_code == 200, changed.text
         a100 = client.post("/v1/jobs", json={"name": "on-a100", "command": "x", "epochs": 50,
                                              "min": 1, "max": 4, "gpu_type": "a100"})
-        other = client.post("/v1/jobs", json={"name": "on-a100", "command": "x", "epochs": 50,
+        other = client.post("/v1/jobs", json={"name": "on-a100-too", "command": "x", "epochs": 50,
                                               "min": 1, "max": 4, "gpu_type": "a100"})
         assert other.status_code == 201  # both at max: 8 GPUs of the 4
         default = client.post("/v1/jobs", json={"name": "on-default", "command": "x",

@@ -24,13 +24,14 @@ RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
 def run_two_jobs(server: ServeProcess) -> tuple[str, str]:
-    """Submit a job that completes and one that is deleted while it runs; their names
-    once the log holds the completion and the deletion."""
+    """Submit a job that completes and one that is deleted while it runs; their uids (the
+    log names jobs by uid, and says each one's name when it is submitted) once the log
+    holds the completion and the deletion."""
     with server.client("alice") as alice:
         done = alice.post("/v1/jobs", json={"name": "done", "command": "train", "min": 1,
-                                            "max": 2, "epochs": 2}).json()["name"]
+                                            "max": 2, "epochs": 2}).json()["uid"]
         gone = alice.post("/v1/jobs", json={"name": "gone", "command": "train", "min": 1,
-                                            "max": 2, "epochs": 1_000_000}).json()["name"]
+                                            "max": 2, "epochs": 1_000_000}).json()["uid"]
 
         def status(name: str) -> str:
             return str(alice.get(f"/v1/jobs/{name}").json()["status"])
@@ -50,8 +51,8 @@ def test_the_text_log_says_submissions_decisions_completions_and_deletions(
     activity = [line for line in text.splitlines() if " voda.activity " in line]
     assert activity and all(TEXT_LINE.match(line) for line in activity), activity
     said = "\n".join(activity)
-    assert f"INFO voda.activity submitted job {done} by alice: min 1, max 2, GPU type " \
-           f"default" in said
+    assert f"INFO voda.activity submitted job done (uid {done}) by alice: min 1, max 2, " \
+           f"GPU type default" in said
     assert re.search(rf"INFO voda\.activity decision \([^)]*job-submitted[^)]*\): .*"
                      rf"started {done} \(0 -> 2 GPUs\)", said), said
     assert f"INFO voda.activity job {done} of alice completed after 2 epochs" in said
@@ -73,7 +74,7 @@ def test_the_json_log_is_one_object_per_line_with_the_facts_as_fields(
         assert {"time", "level", "logger", "message"} <= set(record), record
         assert RFC3339_UTC.match(record["time"]), record
     by_event = _by_event(records)
-    assert {"job": done, "user": "alice", "min_workers": 1, "max_workers": 2,
+    assert {"job": done, "job_name": "done", "user": "alice", "min_workers": 1, "max_workers": 2,
             "gpu_type": "default"}.items() <= by_event["submitted", done].items()
     started = {"job": done, "action": "start", "before": 0, "after": 2}
     decisions = [r for r in records if r.get("event") == "decision"]

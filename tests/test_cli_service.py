@@ -24,13 +24,30 @@ def voda(server: ServeProcess | None, *args: str, user: str = "alice",
     return result.exit_code, result.output
 
 
+def renamed(example: str, name: str, folder: Path) -> str:
+    """A copy of an example job under another name (the shared service holds each live
+    name once); its path."""
+    import yaml
+
+    document = yaml.safe_load((ROOT / "examples" / "jobs" / example).read_text())
+    if "metadata" in document:
+        document["metadata"]["name"] = name
+    else:
+        document["name"] = name
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
 def test_submit_list_describe_priority_delete(api_server: ServeProcess) -> None:
-    names = []
+    names, uids = [], []
     for example in ("compact.yaml", "mpijob.yaml", "pytorchjob.yaml"):
         code, out = voda(api_server, "submit", "-f", str(ROOT / "examples" / "jobs" / example),
                          "--json")
         assert code == 0, out
         names.append(json.loads(out)["name"])
+        uids.append(json.loads(out)["uid"])
+    assert names == ["resnet-cifar", "tf-mnist", "bert-finetune"], "the names in the files"
     code, out = voda(api_server, "jobs", "--json", "--limit", "1000")
     assert code == 0 and set(names) <= {j["name"] for j in json.loads(out)["items"]}
     code, out = voda(api_server, "jobs")
@@ -43,6 +60,20 @@ def test_submit_list_describe_priority_delete(api_server: ServeProcess) -> None:
     assert code == 0 and json.loads(out)["priority"] == 7
     code, out = voda(api_server, "delete", *names, "--json")
     assert code == 0 and {j["status"] for j in json.loads(out)} == {"Canceled"}
+    # A finished job's name is free: the new job has it, the old one keeps it and its uid.
+    code, out = voda(api_server, "submit", "-f", str(ROOT / "examples" / "jobs" /
+                                                     "compact.yaml"), "--json")
+    assert code == 0 and json.loads(out)["name"] == "resnet-cifar"
+    again = json.loads(out)["uid"]
+    code, out = voda(api_server, "submit", "-f", str(ROOT / "examples" / "jobs" /
+                                                     "compact.yaml"))
+    assert code == 1 and "error 409" in out and again in " ".join(out.split())
+    code, out = voda(api_server, "describe", "resnet-cifar", "--json")
+    assert code == 0 and json.loads(out)["uid"] == again and again != uids[0]
+    code, out = voda(api_server, "describe", uids[0])
+    assert code == 0 and uids[0] in out and "Canceled" in out
+    code, out = voda(api_server, "delete", "resnet-cifar", "--json")
+    assert code == 0 and json.loads(out)[0]["uid"] == again
     code, out = voda(api_server, "cluster", "--json")
     assert code == 0 and {t["gpu_type"] for t in json.loads(out)["gpu_types"]} == {
         "default", "a100"}
@@ -149,26 +180,32 @@ EXAMPLES = ROOT / "examples" / "jobs"
 def test_submit_takes_several_documents_and_files_in_order(api_server: ServeProcess,
                                                            tmp_path: Path) -> None:
     several = tmp_path / "several.yaml"
-    several.write_text((EXAMPLES / "compact.yaml").read_text() + "---\n"
-                       + (EXAMPLES / "mpijob.yaml").read_text())
+    several.write_text(Path(renamed("compact.yaml", "several-1", tmp_path)).read_text()
+                       + "---\n" + Path(renamed("mpijob.yaml", "several-2", tmp_path)).read_text())
     code, out = voda(api_server, "submit", "-f", str(several), "-f",
-                     str(EXAMPLES / "pytorchjob.yaml"), "--json")
+                     renamed("pytorchjob.yaml", "several-3", tmp_path), "--json")
     assert code == 0, out
     submitted = json.loads(out)
     assert [j["kind"] for j in submitted] == ["VodaJob", "MPIJob", "PyTorchJob"]
+    assert [j["name"] for j in submitted] == ["several-1", "several-2", "several-3"]
     # A refused document stops the rest, and the message says which one it was.
     bad = tmp_path / "bad.yaml"
-    bad.write_text((EXAMPLES / "compact.yaml").read_text() + "---\nname: broken\n")
+    bad.write_text(Path(renamed("compact.yaml", "several-4", tmp_path)).read_text()
+                   + "---\nname: broken\n")
     code, out = voda(api_server, "submit", "-f", str(bad))
     assert code == 1
     assert out.count("submitted ") == 1
     assert f"{bad} (document 2 of 2): error 422" in " ".join(out.split())
+    code, _ = voda(api_server, "delete", *(f"several-{i}" for i in range(1, 5)))
+    assert code == 0
 
 
-def test_jobs_print_as_yaml_or_json_and_a_bad_output_is_named(api_server: ServeProcess) -> None:
+def test_jobs_print_as_yaml_or_json_and_a_bad_output_is_named(api_server: ServeProcess,
+                                                              tmp_path: Path) -> None:
     import yaml
 
-    code, out = voda(api_server, "submit", "-f", str(EXAMPLES / "compact.yaml"), "--json")
+    code, out = voda(api_server, "submit", "-f", renamed("compact.yaml", "printed", tmp_path),
+                     "--json")
     name = json.loads(out)["name"]
     code, out = voda(api_server, "jobs", "-o", "yaml", "--limit", "1000")
     assert code == 0 and name in {j["name"] for j in yaml.safe_load(out)["items"]}
@@ -176,12 +213,15 @@ def test_jobs_print_as_yaml_or_json_and_a_bad_output_is_named(api_server: ServeP
     assert code == 0 and name in {j["name"] for j in json.loads(out)["items"]}
     code, out = voda(api_server, "jobs", "-o", "tsv")
     assert code == 2 and "output: must be one of wide, yaml, json" in out
+    assert voda(api_server, "delete", name)[0] == 0
 
 
 def test_a_negative_priority_reaches_the_service_and_is_refused_there(
-        api_server: ServeProcess) -> None:
-    code, out = voda(api_server, "submit", "-f", str(EXAMPLES / "compact.yaml"), "--json")
+        api_server: ServeProcess, tmp_path: Path) -> None:
+    code, out = voda(api_server, "submit", "-f", renamed("compact.yaml", "negative", tmp_path),
+                     "--json")
     name = json.loads(out)["name"]
     code, out = voda(api_server, "priority", name, "-1")
     assert code == 1, out
     assert "No such option" not in out and "priority" in out
+    assert voda(api_server, "delete", name)[0] == 0

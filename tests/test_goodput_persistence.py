@@ -143,8 +143,8 @@ def running_job(tmp_path: Path) -> tuple[Service, str, User]:
     job, _ = service.submit(parse_submission(
         b"name: fault\ncommand: x\nmin: 1\nmax: 4\nepochs: 100\ncategory: cat\n"), alice)
     service.tick()
-    assert service.scheduler.jobs[job["name"]].current_workers > 0
-    return service, job["name"], alice
+    assert service.scheduler.jobs[job["uid"]].current_workers > 0
+    return service, job["uid"], alice
 
 
 def test_a_report_made_before_a_write_fails_is_kept_and_written_whole(

@@ -246,7 +246,7 @@ def test_the_service_refuses_a_job_the_cluster_could_never_run(
     accepted, _ = service.submit(parse_submission(yaml.safe_dump(document("mpijob")).encode()),
                                  admin)
     service.tick()
-    eventually(lambda: len(running_on(cluster, accepted["name"])) == 4)
+    eventually(lambda: len(running_on(cluster, accepted["uid"])) == 4)
     service.close()
 
 

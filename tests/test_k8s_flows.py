@@ -196,7 +196,7 @@ class Serve:
         response = httpx.post(f"{self.url}/v1/jobs", content=yaml.safe_dump(doc), timeout=30,
                               headers={"Content-Type": "application/yaml", **self.auth})
         assert response.status_code == 201, response.text
-        return str(response.json()["name"])
+        return str(response.json()["uid"])  # the key of the job's objects and pods
 
     def standing_by(self) -> bool:
         return "is a standby until" in self.log.read_text()
@@ -244,7 +244,7 @@ def serve(tmp_path: Path, cluster: Control) -> Iterator[Any]:
 
 
 def all_done(server: Serve, names: list[str]) -> bool:
-    statuses = {j["name"]: j["status"] for j in server.jobs()}
+    statuses = {j["uid"]: j["status"] for j in server.jobs()}
     assert not [n for n in names if statuses.get(n) == "Failed"], statuses
     return all(statuses.get(n) == "Completed" for n in names)
 

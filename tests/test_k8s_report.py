@@ -211,7 +211,7 @@ def submit(client: httpx.Client, doc: dict[str, Any]) -> str:
     response = client.post("/v1/jobs", content=yaml.safe_dump(doc),
                            headers={"Content-Type": "application/yaml"})
     assert response.status_code == 201, response.text
-    return str(response.json()["name"])
+    return str(response.json()["uid"])  # the key of the job's objects and Secret
 
 
 def pod_env(fake: FakeCluster, job: str) -> dict[str, str]:

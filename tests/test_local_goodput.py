@@ -253,7 +253,7 @@ def test_a_local_job_reports_its_model_to_the_service_and_voda_sizes_its_categor
         def submit(doc: dict[str, Any]) -> str:
             response = client.post("/v1/jobs", json=doc)
             assert response.status_code == 201, response.text
-            return str(response.json()["name"])
+            return str(response.json()["uid"])  # the allocation's key
 
         meter = submit({"name": "meter", "category": "meter", "min": 1, "max": 2, "epochs": 3,
                         "command": f"python {TRAIN} --steps-per-epoch 8 --batch-size 64 "

@@ -39,7 +39,7 @@ def test_an_epoch_report_that_breaks_is_dropped_and_the_job_still_completes(
     try:
         job, _ = service.submit(parse_submission(
             b"name: brittle\ncommand: x\nmin: 1\nmax: 4\nepochs: 3\n"), alice)
-        name = job["name"]
+        name = job["uid"]  # the activity log names jobs by uid
 
         def broken(record: JobRecord, event: Event) -> None:
             raise ValueError("cannot read this report")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
 
 from voda.core.model import JobStatus
 from voda.engine.scheduler import JobRecord
@@ -122,7 +124,6 @@ def test_store_functions_never_commit(store_url: str) -> None:
 
 
 def test_head_revision_is_alembics_head() -> None:
-    from alembic.config import Config
     from alembic.script import ScriptDirectory
 
     config = Config()
@@ -130,19 +131,22 @@ def test_head_revision_is_alembics_head() -> None:
     assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION
 
 
-def test_the_history_migration_keeps_existing_rows_under_the_default_gpu_type(
-    store_url: str,
-) -> None:
-    """A store written before history was keyed by GPU type: nothing is lost."""
-    from alembic import command
-    from alembic.config import Config
-
-    engine = make_engine(store_url)
+def to_revision(engine: sa.Engine, revision: str, down: bool = False) -> Config:
+    """Migrate the store at `engine` up (or down) to `revision`; the Alembic config."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
         config.attributes["connection"] = connection
-        command.upgrade(config, "0002")
+        (command.downgrade if down else command.upgrade)(config, revision)
+    return config
+
+
+def test_the_history_migration_keeps_existing_rows_under_the_default_gpu_type(
+    store_url: str,
+) -> None:
+    """A store written before history was keyed by GPU type: nothing is lost."""
+    engine = make_engine(store_url)
+    to_revision(engine, "0002")
     with engine.begin() as connection:
         connection.execute(sa.text(
             "INSERT INTO category_speed (category, workers, epoch_seconds, updated_at) "
@@ -182,9 +186,7 @@ def test_the_history_migration_keeps_existing_rows_under_the_default_gpu_type(
     with sessions() as session:
         assert store.load_category_history(session)[("resnet", "default")] == {2: 9.0, 4: 6.0}
     # and back down and up again: the default type's rows survive both ways
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, "0002")
+    to_revision(engine, "0002", down=True)
     migrate(engine)
     with sessions() as session:
         assert store.load_category_history(session) == {("resnet", "default"): {2: 9.0, 4: 6.0}}

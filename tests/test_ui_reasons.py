@@ -21,7 +21,7 @@ from voda.engine.scheduler import JobReason
 from voda.spec import parse_submission
 
 ALICE, BOB = User("alice", admin=True), User("bob")
-NAMES: dict[str, str] = {}  # as given -> as named (a suffix makes it unique)
+NAMES: dict[str, str] = {}  # name -> uid (the scheduler's key, the pages' links)
 HOSTILE = '<img src=x onerror="alert(1)">'
 
 
@@ -34,7 +34,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
     for name, user, epochs in (("big", ALICE, 100), ("waits", BOB, 10)):
         job, _ = s.submit(parse_submission(
             f"name: {name}\ncommand: x\nmin: 4\nmax: 4\nepochs: {epochs}\n".encode()), user)
-        NAMES[name] = job["name"]
+        NAMES[name] = job["uid"]
     s.tick()
     yield s
     s.close()

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from voda.api.views import owner_of
+from voda.api.views import name_of, owner_of
 from voda.core.model import Action, ActionKind, JobStatus, Plan
 from voda.engine.scheduler import ALL_GPU_TYPES, JobRecord, SchedulerObserver
 
@@ -35,10 +35,10 @@ def submitted(record: JobRecord) -> None:
     """A job the service admitted (stored, queued for the scheduler)."""
     if not log.isEnabledFor(logging.INFO):
         return
-    user = owner_of(record)
-    log.info("submitted job %s by %s: min %d, max %d, GPU type %s", record.name, user,
-             record.min_workers, record.max_workers, record.gpu_type,
-             extra={"event": "submitted", "job": record.name, "user": user,
+    user, name = owner_of(record), name_of(record)
+    log.info("submitted job %s (uid %s) by %s: min %d, max %d, GPU type %s", name,
+             record.name, user, record.min_workers, record.max_workers, record.gpu_type,
+             extra={"event": "submitted", "job": record.name, "job_name": name, "user": user,
                     "min_workers": record.min_workers, "max_workers": record.max_workers,
                     "gpu_type": record.gpu_type, "priority": record.priority})
     command = record.extra.get("command")

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from voda.api import views
 from voda.api.errors import Conflict, NotFound
+from voda.api.history import MAX_POINTS
+from voda.api.job_names import JobNames
 from voda.api.metrics import ServiceMetrics
 from voda.api.writes import StoreWriter
 from voda.config import ServerSettings, User
@@ -26,6 +28,7 @@ from voda.core.allocation import registry
 from voda.core.model import JobStatus, Node
 from voda.engine.backend import Backend
 from voda.engine.scheduler import JobRecord, Scheduler
+from voda.store import history as samples_store
 from voda.store import jobs as store
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ LOCK_STALL_SECONDS = 5.0  # /readyz fails when the scheduler lock is held longer
 WRITE_STALL_SECONDS = 5.0
 EVENTS_SHOWN = 20
 HISTORY_SHOWN = 1000  # the most history entries one answer holds (the newest)
+NODE_EVENTS_SHOWN = 50
 
 
 class ServiceReads:
@@ -52,6 +56,7 @@ class ServiceReads:
     metrics: ServiceMetrics
     inbox_lock: threading.Lock
     names: set[str]
+    job_names: JobNames
     unschedulable: dict[str, str]
     suspended: dict[str, str]
     drained: dict[str, Node]
@@ -76,11 +81,13 @@ class ServiceReads:
 
     # ----- reads ------------------------------------------------------------------------------
     def get(self, name: str, user: User) -> dict[str, Any]:
+        """The job `name` means (see `_visible`), with its newest events."""
         def read() -> dict[str, Any]:
             self._admit()
             return self._describe(self._visible(name, user), time.time())
         view = self._read(read)
-        rows = self._store_read(lambda s: store.history(s, name, last=EVENTS_SHOWN))
+        uid = view["uid"]
+        rows = self._store_read(lambda s: store.history(s, uid, last=EVENTS_SHOWN))
         hidden = self._hidden_from(user)
         view["events"] = [{"time": r.time, "field": r.field, "old": r.old, "new": r.new,
                            "message": _redacted(r.message, hidden)} for r in rows]
@@ -137,11 +144,11 @@ class ServiceReads:
                     last: int = HISTORY_SHOWN) -> list[dict[str, Any]]:
         """A job's newest `last` status, priority, event and allocation changes, oldest
         first (as stored)."""
-        def read() -> None:
+        def read() -> str:
             self._admit()
-            self._visible(name, user)
-        self._read(read)
-        rows = self._store_read(lambda s: store.history(s, name, last=last))
+            return self._visible(name, user).name
+        uid = self._read(read)
+        rows = self._store_read(lambda s: store.history(s, uid, last=last))
         hidden = self._hidden_from(user)
         return [{"time": r.time, "field": r.field, "old": r.old, "new": r.new,
                  "message": _redacted(r.message, hidden)} for r in rows]
@@ -149,21 +156,21 @@ class ServiceReads:
     def log_tail(self, name: str, user: User, lines: int) -> str | None:
         """The last lines of a job's log, on a backend that keeps logs (None elsewhere)."""
         with self._locked():
-            self._visible(name, user)
+            uid = self._visible(name, user).name
         log_path = getattr(self.backend, "log_path", None)
         if log_path is None:
             return None
         from voda.backends.local import read_tail
 
-        path = log_path(name)
+        path = log_path(uid)
         return read_tail(path, lines=lines) if path.is_file() else ""
 
-    def log_file(self, name: str, user: User) -> Path:
+    def log_file(self, name: str, user: User) -> tuple[Path, str]:
         """Where the backend keeps the log of a job `user` may see (404 otherwise, as for
-        every read of a job); 409 on a backend that keeps none."""
+        every read of a job), and the job's uid; 409 on a backend that keeps none."""
         with self._locked():
             self._admit()
-            self._visible(name, user)
+            uid = self._visible(name, user).name
         log_path = getattr(self.backend, "log_path", None)
         if log_path is None:
             hint = (" (the pods' logs: kubectl logs)" if self.settings.backend == "kubernetes"
@@ -171,13 +178,13 @@ class ServiceReads:
             raise Conflict("logs", f"the {self.settings.backend} backend keeps no job logs; "
                            f"only the local backend does{hint}")
         try:
-            return Path(log_path(name))
+            return Path(log_path(uid)), uid
         except ValueError as exc:  # not a name the backend keeps files under
             raise NotFound(f"job {name!r} has no log: {exc}") from None
 
-    def log_ended(self, name: str) -> bool:
+    def log_ended(self, uid: str) -> bool:
         """Whether nothing more will be written to the job's log: it ended (or is gone)."""
-        record = self.scheduler.jobs.get(name)
+        record = self.scheduler.jobs.get(uid)
         return record is None or record.status.is_terminal
 
     def scheduler_view(self, gpu_type: str) -> dict[str, Any]:
@@ -197,6 +204,21 @@ class ServiceReads:
             return views.cluster_view(self.scheduler, user, algorithms,
                                       self.drained.values(), self._lost_nodes())
         return self._read(read)
+
+    def cluster_history(self, gpu_type: str, seconds: float,
+                        now: float | None = None) -> list[dict[str, float]]:
+        """The samples of `gpu_type` over the last `seconds` (voda.api.history), averaged
+        into at most history.MAX_POINTS points, oldest first."""
+        with self._locked():
+            self._known_gpu_type(gpu_type)
+        end = time.time() if now is None else now
+        return self._store_read(lambda s: samples_store.samples(
+            s, gpu_type, end - seconds, end, MAX_POINTS))
+
+    def node_events(self, name: str, last: int = NODE_EVENTS_SHOWN) -> list[dict[str, Any]]:
+        """The node's last changes (drained, active, removed), oldest first."""
+        rows = self._store_read(lambda s: samples_store.node_events(s, name, last))
+        return [{"time": r.time, "state": r.state, "message": r.message} for r in rows]
 
     def refusals(self, user: User) -> dict[str, str]:
         """Refused decisions in force by GPU type (reasons for administrators only)."""
@@ -284,7 +306,12 @@ class ServiceReads:
         return value if isinstance(value, int) else None
 
     def _visible(self, name: str, user: User) -> JobRecord:
-        record = self.scheduler.jobs.get(name)
+        """The job `name` means: the live job of that name, else the job of that uid, else
+        the newest finished job of that name (voda.api.job_names); 404 when there is none
+        `user` may see."""
+        with self.inbox_lock:
+            uid = self.job_names.resolve(name, self.scheduler.jobs)
+        record = self.scheduler.jobs.get(uid) if uid is not None else None
         if record is None or not views.visible(user, record):
             raise NotFound(f"job {name!r} not found")
         return record

@@ -34,7 +34,10 @@ Reporting = Annotated[User, Depends(authenticate_reporter)]
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 MAX_OFFSET = 1_000_000_000
 
-JobName = Annotated[str, Path(min_length=1, max_length=200)]
+JobName = Annotated[str, Path(
+    min_length=1, max_length=200,
+    description="A job's name (the live job of that name, else the newest finished one) "
+                "or its uid (exactly that job, e.g. an older one of the same name)")]
 GpuType = Annotated[str, Path(min_length=1, max_length=100)]
 NodeName = Annotated[str, Path(min_length=1, max_length=200)]
 
@@ -120,7 +123,9 @@ async def submit_job(
         description="A retry with the same key returns the first job instead of a "
                     "second one")] = None,
 ) -> Response:
-    """Submit a job: a Voda compact spec, an MPIJob or a PyTorchJob, as YAML or JSON."""
+    """Submit a job: a Voda compact spec, an MPIJob or a PyTorchJob, as YAML or JSON.
+    The job keeps its name, which no live job may have (409 naming the field and that
+    job); `generate_name` (metadata.generateName) asks for a generated one instead."""
     service = service_of(request)
     if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
         raise fail("Idempotency-Key", "1 to 200 printable ASCII characters, no spaces")
@@ -182,6 +187,9 @@ def list_jobs(
 @router.get("/v1/jobs/{name}", response_model=schemas.JobDetail, tags=["jobs"],
             responses=COMMON)
 def get_job(request: Request, name: JobName, user: CurrentUser) -> dict[str, Any]:
+    """One job, with its newest events. Finished jobs keep their names, so several may
+    share one: a name means the live job of that name, else the newest one; the uid
+    (in every answer about a job) means exactly one."""
     return service_of(request).get(name, user)
 
 
@@ -211,7 +219,7 @@ async def job_logs(
     """A job's log (the job's owner and administrators; the local backend keeps logs, other
     backends answer 409). With follow, at most a few answers follow at once (429)."""
     service = service_of(request)
-    path = await run_in_threadpool(service.log_file, name, user)
+    path, uid = await run_in_threadpool(service.log_file, name, user)
     offset = await run_in_threadpool(tail_offset, path, tail)
     release = None
     if follow:
@@ -220,7 +228,7 @@ async def job_logs(
         if refusal is not None:
             raise Busy(*refusal)
         release = lambda: follows.give_back(user.name)  # noqa: E731
-    chunks = log_chunks(path, offset, follow, lambda: service.log_ended(name), release)
+    chunks = log_chunks(path, offset, follow, lambda: service.log_ended(uid), release)
     return StreamingResponse(chunks, media_type="text/plain; charset=utf-8",
                              headers={"Cache-Control": "no-store",
                                       "X-Content-Type-Options": "nosniff"})

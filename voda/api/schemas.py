@@ -26,6 +26,7 @@ from voda.spec.parse import (
     MAX_PRIORITY,
     MAX_WORKERS,
     NAME_MAX,
+    PREFIX_MAX,
     TOKEN_MAX,
 )
 
@@ -35,6 +36,7 @@ MAX_SAMPLES_PER_SECOND = 1e12
 MAX_RATE_LIMIT_SECONDS = 86_400.0
 MAX_NODE_GPUS = 1_024
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+PREFIX_PATTERN = r"^[a-z0-9][-a-z0-9]*$"
 TOKEN_PATTERN = r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$"
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -89,7 +91,11 @@ class WhatIf(BaseModel):
 
 
 class JobSummary(BaseModel):
+    # The name it was submitted with (or generated from generate_name): unique among live
+    # jobs; finished jobs keep theirs, so several may share one.
     name: str
+    # Unique for ever; GET /v1/jobs/{uid} reaches this job whatever its name's later jobs.
+    uid: str
     user: str
     kind: str
     status: str
@@ -257,7 +263,14 @@ class CompactJob(BaseModel):
     <= preferred <= max, counts within the cluster, known GPU types and domains)."""
 
     model_config = ConfigDict(extra="forbid", title="VodaJob")
-    name: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)
+    name: str | None = Field(default=None, min_length=1, max_length=NAME_MAX,
+                             pattern=NAME_PATTERN, description=(
+                                 "The job's name, unique among live jobs (409 otherwise); "
+                                 "required unless generate_name is given"))
+    generate_name: str | None = Field(
+        default=None, min_length=1, max_length=PREFIX_MAX, pattern=PREFIX_PATTERN,
+        description="Instead of name: a prefix to which the service adds five random "
+                    "characters for a name no live job has (as Kubernetes' generateName)")
     kind: Literal["VodaJob"] | None = None
     command: str | None = Field(default=None, min_length=1, max_length=COMMAND_MAX)
     image: str | None = Field(default=None, min_length=1, max_length=IMAGE_MAX)
@@ -363,8 +376,9 @@ class GpuTypeView(BaseModel):
 
 
 class ClusterJob(BaseModel):
-    """A job of yours holding GPUs (an administrator sees every job)."""
+    """A job of yours holding GPUs (an administrator sees every job), keyed by its uid."""
 
+    name: str = ""  # the name it was submitted with
     user: str
     workers: int
     status: str

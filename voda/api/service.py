@@ -27,24 +27,24 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from voda.api import views
 from voda.api.errors import Busy, Conflict, Forbidden, NotFound, StoreNotWritable
+from voda.api.history import cluster_samples
+from voda.api.job_names import JobNames, name_taken, new_uid
 from voda.api.reads import HISTORY_SHOWN as HISTORY_SHOWN  # the routes import it from here
 from voda.api.reads import ServiceReads
 from voda.api.report_tokens import Reporter, ReportKeys, incarnation_of
 from voda.api.suspensions import note_suspensions
 from voda.api.token_file import ensure_report_key, key_check
-from voda.api.writes import Batch, Pending, StoreUnavailable, StoreWriter
+from voda.api.writes import Batch, NameTaken, Pending, StoreUnavailable, StoreWriter
 from voda.blas import serial_blas
 from voda.config import ServerSettings, User, split_list
 from voda.core.allocation import registry
@@ -152,6 +152,7 @@ class _Observer(SchedulerObserver):
             s.count_queued(views.owner_of(record), 1 if new in QUEUED else -1)
         if new.is_terminal:
             s.metrics.job_finished(record.gpu_type, new)
+            s.pending.ended.append(record.name)  # its name is free once this is queued
 
     def on_plan(self, plan: Plan, now: float, seconds: float, allocation_seconds: float) -> None:
         s = self.service
@@ -222,11 +223,6 @@ REPORT_SECRET_KEY = "report_secret"
 REPORT_KEY_CHECK = "report_key_check"
 
 
-def unique_name(base: str, now: float) -> str:
-    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d%H%M%S")
-    return f"{base}-{stamp}-{secrets.token_hex(3)}"
-
-
 class Service(ServiceReads):
     def __init__(self, settings: ServerSettings, backend: Backend,
                  sessions: sessionmaker[Session] | None = None) -> None:
@@ -250,8 +246,9 @@ class Service(ServiceReads):
         self.pending = Pending()
         self.inbox_lock = threading.Lock()
         self.inbox: list[JobRecord] = []
-        self.names: set[str] = set()
-        # (user, Idempotency-Key) -> (job name, SHA-256 of the body); None while in flight.
+        self.names: set[str] = set()  # every job's uid (voda.api.job_names)
+        self.job_names = JobNames()  # names as given: the live jobs' unique
+        # (user, Idempotency-Key) -> (job uid, SHA-256 of the body); None while in flight.
         self.idempotency: dict[tuple[str, str], tuple[str, str] | None] = {}
         self.queued_by_user: dict[str, int] = {}
         self.unschedulable: dict[str, str] = {}
@@ -265,6 +262,7 @@ class Service(ServiceReads):
         self.forecaster = Forecaster(placer=get_placer(settings.placement,
                                                        settings.placement_settings))
         self.started_at = time.time()
+        self._last_sample: float | None = None
         self.first_schedule_at: float | None = None
         self.recovered_jobs = 0
         self.adopted_running_jobs = 0
@@ -318,6 +316,10 @@ class Service(ServiceReads):
         self._note_nodes()
         self._note_schedulability(now)
         self.names = set(self.scheduler.jobs)
+        for record in records:  # oldest first (load_jobs)
+            self.job_names.add(views.name_of(record), record.name,
+                               live=not record.status.is_terminal,
+                               owner=views.owner_of(record))
         self.recovered_jobs = len(records)
         self.adopted_running_jobs = sum(1 for r in records if r.status is JobStatus.RUNNING)
         log.info("recovered %d jobs (%d running, adopted) in %.3f s", len(records),
@@ -489,7 +491,19 @@ class Service(ServiceReads):
     def _step(self, now: float) -> Plan | None:
         plan = self.scheduler.step(now)
         note_suspensions(self, now)
+        self._sample(now)
         return plan
+
+    def _sample(self, now: float) -> None:
+        """The cluster's history (voda.api.history): a sample per GPU type when one is
+        due, written with the step's changes; older samples are then forgotten."""
+        last = self._last_sample
+        if last is not None and now - last < self.settings.history_sample_seconds:
+            return
+        self._last_sample = now
+        s = self.scheduler
+        self.pending.samples = cluster_samples(s.cluster, s.active.values(), now, s.time_scale)
+        self.pending.keep_after = now - self.settings.history_days * 86400.0
 
     def flush(self) -> None:
         self._mutate(lambda: None, require_store=False)
@@ -502,8 +516,9 @@ class Service(ServiceReads):
         was an earlier submission with the same Idempotency-Key.
 
         The scheduler lock is not taken, so a long decision does not hold submissions up.
-        Names are unique: every name in the store is in `names`, and a new one is checked
-        there."""
+        A job keeps its name, which no live job may hold (409 naming the field and the job
+        that holds it; the store's unique index refuses it too, whichever replica wrote
+        the other); its uid is new (voda.api.job_names)."""
         if idempotency_key:
             earlier = self._idempotent_replay(user, idempotency_key, request_hash)
             if earlier is not None:
@@ -522,12 +537,15 @@ class Service(ServiceReads):
             except StoreUnavailable:
                 if not (ticket.done and ticket.error is None):  # else: it was written alone
                     raise
+            if isinstance(ticket.error, NameTaken):  # another service stored it first
+                raise Conflict(spec.name_field, name_taken(views.name_of(record), None))
             if ticket.error is not None:
                 raise ticket.error
         except BaseException:
             with self.inbox_lock:
                 if name not in self.writer.doubtful:
                     self.names.discard(name)
+                    self.job_names.forget(name)
                 self.queued_by_user[user.name] = self.queued_by_user.get(user.name, 1) - 1
             self._release_key(user, idempotency_key)
             raise
@@ -548,7 +566,7 @@ class Service(ServiceReads):
         category = f"{self.settings.history_owner(user.name)}/{spec.category}"
         known = self.scheduler.category_history.get((category, spec.gpu_type))
         job = Job(
-            name=f"{spec.name}-what-if", min_workers=spec.min_workers,
+            name=f"{spec.name or spec.generate_name}-what-if", min_workers=spec.min_workers,
             max_workers=spec.max_workers, preferred_workers=spec.preferred_workers,
             priority=spec.priority, submit_time=now, epochs=spec.epochs, category=category,
             gpu_type=spec.gpu_type, placement_strategy=spec.placement_strategy,
@@ -564,7 +582,7 @@ class Service(ServiceReads):
                                       self.forecaster.placer)
         result = forecast(given, extra=[job])
         view = forecast_view(result.jobs[job.name], now)
-        return {"name": spec.name, "min_workers": job.min_workers,
+        return {"name": spec.name or spec.generate_name, "min_workers": job.min_workers,
                 "max_workers": job.max_workers, "gpu_type": job.gpu_type,
                 "epochs": job.epochs, "forecast": view,
                 "epoch_time_by_workers": dict(sorted(job.epoch_time_by_workers.items()))}
@@ -575,7 +593,8 @@ class Service(ServiceReads):
         category = f"{self.settings.history_owner(user.name)}/{spec.category}"
         known = self.scheduler.category_history.get((category, spec.gpu_type))
         job = Job(
-            name=spec.name, min_workers=spec.min_workers, max_workers=spec.max_workers,
+            name=spec.name or f"{spec.generate_name}x", min_workers=spec.min_workers,
+            max_workers=spec.max_workers,
             preferred_workers=spec.preferred_workers, priority=spec.priority, submit_time=now,
             epochs=spec.epochs, category=category, gpu_type=spec.gpu_type,
             placement_strategy=spec.placement_strategy, preferred_domain=spec.preferred_domain,
@@ -595,19 +614,41 @@ class Service(ServiceReads):
             if not user.admin and queued >= limits.max_queued_jobs:
                 raise Forbidden("queued_jobs", f"{user.name} has {queued} jobs waiting, the "
                                 f"most allowed; wait for some to start or delete some")
+            given, name = self._claim_name(spec, user, now)  # 409 when a live job has it
             self.queued_by_user[user.name] = queued + 1
-            name = unique_name(spec.name, now)
-            while name in self.names:
-                name = unique_name(spec.name, now)
             self.names.add(name)
         job = replace(job, name=name)
         record = JobRecord.from_job(job)
-        record.extra.update(extra)
+        record.extra.update(extra, given_name=given)
+        meta["given_name"] = given
         ticket = self.writer.enqueue(Batch(
             inserts=[store.new_job_values(record, meta, now)], states=[],
             history=[_history_entry(name, now, "status", None, str(record.status))],
             category=[], backend_state=None, now=now, submission=True))
         return record, ticket
+
+    def _claim_name(self, spec: JobSpec, user: User, now: float) -> tuple[str, str]:
+        """The new job's name (as given, or generated from generate_name) and its uid,
+        claimed in `job_names` (under `inbox_lock`); 409 when a live job has the name,
+        naming its uid when `user` may see it."""
+        if spec.generate_name is not None:
+            given, name = self.job_names.claim_generated(spec.generate_name, now, user.name)
+        else:
+            given, name = spec.name, new_uid(spec.name, now)
+            holder = self.job_names.live.get(given)
+            if holder is not None and holder in self.writer.doubtful:
+                # A submission refused for a store fault: its row, if it was stored after
+                # all, is deleted before any later insert (voda.api.writes).
+                self.job_names.release(holder)
+            holder = self.job_names.claim(given, name, user.name)
+            if holder is not None:
+                shown = user.admin or self.job_names.owner_of.get(holder) == user.name
+                raise Conflict(spec.name_field, name_taken(given, holder if shown else None))
+        while name in self.names:  # the same second and the same 24 random bits
+            self.job_names.forget(name)
+            name = new_uid(given, now)
+            self.job_names.add(given, name, live=True, owner=user.name)
+        return given, name
 
     def _idempotent_replay(self, user: User, key: str,
                            request_hash: str) -> dict[str, Any] | None:
@@ -636,6 +677,17 @@ class Service(ServiceReads):
         """Refused submissions whose rows were deleted: their names are free again."""
         with self.inbox_lock:
             self.names.difference_update(names)
+            for name in names:
+                self.job_names.forget(name)
+
+    def _release_names(self, ended: list[str]) -> None:
+        """Jobs that finished, their final state queued for the store before any
+        submission that reuses their name can be: those names are free again."""
+        if not ended:
+            return
+        with self.inbox_lock:
+            for uid in ended:
+                self.job_names.release(uid)
 
     def count_queued(self, user: str, change: int) -> None:
         with self.inbox_lock:
@@ -718,8 +770,8 @@ class Service(ServiceReads):
         def run() -> dict[str, Any]:
             record = self._visible(name, user)
             now = time.time()
-            self.scheduler.delete(name, now)
-            self.pending.states[name] = record
+            self.scheduler.delete(record.name, now)
+            self.pending.states[record.name] = record
             return self._describe(record, now)
         return self._mutate(run)
 
@@ -734,10 +786,10 @@ class Service(ServiceReads):
                 raise Forbidden("priority", f"{priority} is better than the best priority "
                                 f"{user.name} may use ({best})")
             old = record.priority
-            self.scheduler.set_priority(name, priority)
-            self.pending.states[name] = record
+            self.scheduler.set_priority(record.name, priority)
+            self.pending.states[record.name] = record
             now = time.time()
-            self.history(name, now, "priority", str(old), str(priority))
+            self.history(record.name, now, "priority", str(old), str(priority))
             return self._describe(record, now)
         return self._mutate(run)
 
@@ -759,7 +811,8 @@ class Service(ServiceReads):
             data: dict[str, Any] = {"epoch": epoch, "epoch_seconds": seconds, "workers": workers}
             if samples_per_second is not None:
                 data["samples_per_second"] = samples_per_second
-            self.scheduler.handle(Event(EventKind.EPOCH_REPORTED, now, job=name, data=data))
+            self.scheduler.handle(Event(EventKind.EPOCH_REPORTED, now, job=record.name,
+                                        data=data))
             return self._describe(record, now)
         return self._mutate(run)
 
@@ -791,7 +844,7 @@ class Service(ServiceReads):
             record = self._reportable(name, user)
             _running(record, "reports goodput")
             now = time.time()
-            self.scheduler.handle(Event(EventKind.GOODPUT_REPORTED, now, job=name,
+            self.scheduler.handle(Event(EventKind.GOODPUT_REPORTED, now, job=record.name,
                                         data={"goodput": model}))
             return self._describe(record, now)
         return self._mutate(run)
@@ -872,7 +925,10 @@ class Service(ServiceReads):
         self.scheduler.handle(Event(EventKind.NODE_REMOVED, now, node=node))
 
     def _node_changed(self, node: Node, state: str, now: float) -> None:
+        """The node's row, and its change in the node's history (`node_events`)."""
         self.pending.nodes.append(_node_values(node, state, now))
+        self.pending.node_events.append({"node": node.name, "time": now, "state": state,
+                                         "message": None})
         self._note_schedulability(now)
 
     def _node_backend(self) -> SupportsNodeChanges:
@@ -920,8 +976,9 @@ class Service(ServiceReads):
         that job (the same submission) has not ended."""
         if not isinstance(user, Reporter):
             return self._visible(name, user)
-        record = self.scheduler.jobs.get(name)
-        if (user.job != name or record is None or views.owner_of(record) != user.name
+        record = self.scheduler.jobs.get(user.job)  # the token names the job's uid
+        if (record is None or name not in (user.job, views.name_of(record))
+                or views.owner_of(record) != user.name
                 or incarnation_of(record.submit_time) != user.incarnation):
             raise Forbidden("authorization", f"this report token is not valid for job "
                             f"{name[:200]!r}: it reports only for the job it was issued to")
@@ -992,7 +1049,9 @@ class Service(ServiceReads):
         with self._locked():
             self._admit()
             result = change()
+            ended = self.pending.ended
             ticket = self.writer.enqueue(self._take(checkpoint))
+            self._release_names(ended)
         self.writer.write_through(ticket.seq, "the change is made but not stored yet")
         return result
 
@@ -1020,6 +1079,9 @@ class Service(ServiceReads):
             queued=sorted(p.queued - set(p.states)),
             backend_name=self.backend_name,
             nodes=p.nodes,
+            node_events=p.node_events,
+            samples=p.samples,
+            keep_after=p.keep_after,
             goodput=list(p.goodput.items()),
             category_goodput=list(p.category_goodput.items()),
         )

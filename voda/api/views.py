@@ -25,6 +25,11 @@ def owner_of(record: JobRecord) -> str:
     return str(record.extra.get("user", ""))
 
 
+def name_of(record: JobRecord) -> str:
+    """The job's name as submitted; `record.name` is its uid (voda.api.job_names)."""
+    return str(record.extra.get("given_name") or record.name)
+
+
 def visible(user: User, record: JobRecord) -> bool:
     return user.admin or owner_of(record) == user.name
 
@@ -58,7 +63,7 @@ def summary(r: JobRecord, queue: int | None = None,
     """A job in a list. `queue`: its priority queue (0 is the top) under an algorithm that
     keeps queues (Tiresias)."""
     return {
-        "name": r.name, "user": owner_of(r), "kind": r.extra.get("kind", ""),
+        "name": name_of(r), "uid": r.name, "user": owner_of(r), "kind": r.extra.get("kind", ""),
         "status": str(r.status), "gpu_type": r.gpu_type, "min_workers": r.min_workers,
         "max_workers": r.max_workers, "priority": r.priority, "workers": r.current_workers,
         "epochs": r.epochs, "completed_epochs": r.completed_epochs,
@@ -210,7 +215,8 @@ def cluster_view(s: Scheduler, user: User, algorithms: dict[str, str],
         "nodes": nodes,
         "lost_nodes": [node_view(n, NODE_LOST) for n in lost],
         "gpu_types": types,
-        "jobs": {name: {"user": owner_of(s.jobs[name]), "workers": s.jobs[name].current_workers,
+        "jobs": {name: {"name": name_of(s.jobs[name]), "user": owner_of(s.jobs[name]),
+                        "workers": s.jobs[name].current_workers,
                         "status": str(s.jobs[name].status)} for name in sorted(mine)},
         "plan": {name: [{"node": n, "workers": c} for n, c in p]
                  for name, p in sorted(mine.items())},

@@ -43,8 +43,8 @@ def complete_job_names(ctx: typer.Context, incomplete: str) -> list[str]:
     if incomplete:
         query["q"] = incomplete
     page = _ask(ctx, "/v1/jobs", query)
-    return _starting([item["name"] for item in page.get("items", [])], incomplete) if page \
-        else []
+    names = dict.fromkeys(item["name"] for item in page.get("items", [])) if page else {}
+    return _starting(list(names), incomplete)  # finished jobs may share a name
 
 
 def complete_node_names(ctx: typer.Context, incomplete: str) -> list[str]:

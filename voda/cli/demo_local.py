@@ -299,7 +299,7 @@ def _submit_and_watch(client: Any, specs: list[LocalJobSpec], say: Callable[[str
                       submit_interval: float, timeout: float,
                       console: Console) -> dict[str, dict[str, Any]]:
     pending = list(specs)
-    names: dict[str, str] = {}  # service name -> spec name
+    names: dict[str, str] = {}  # uid -> spec name
     seen: dict[str, tuple[str, int]] = {}
     details: dict[str, dict[str, Any]] = {}
     started = time.monotonic()
@@ -312,7 +312,7 @@ def _submit_and_watch(client: Any, specs: list[LocalJobSpec], say: Callable[[str
                                    headers={"Content-Type": "application/yaml"})
             if response.status_code != 201:
                 raise RuntimeError(f"{spec.path}: the service refused it: {response.text}")
-            names[response.json()["name"]] = spec.job.name
+            names[response.json()["uid"]] = spec.job.name
             say(f"{spec.job.name}: submitted ({spec.job.min_workers}-{spec.job.max_workers} "
                 f"workers, {spec.job.epochs} epochs)")
             next_submit = now + submit_interval

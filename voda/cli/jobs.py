@@ -28,7 +28,9 @@ from voda.cli.common import (
 )
 from voda.cli.completion import complete_gpu_types, complete_job_names, complete_statuses
 
-JobName = Annotated[str, typer.Argument(help="Job name.", autocompletion=complete_job_names)]
+JobName = Annotated[str, typer.Argument(
+    help="Job name (the live job of that name, else the newest) or uid.",
+    autocompletion=complete_job_names)]
 PAGE_LIMIT = 1000  # the API's largest page: what --all asks for at a time
 MAX_WATCH_ROWS = 200
 EVENTS_SHOWN = 5  # the newest events `describe` prints
@@ -54,13 +56,13 @@ def forecast_line(forecast: dict[str, Any] | None) -> str:
 
 def jobs_table(items: list[dict[str, Any]], wide: bool = False) -> Any:
     """The jobs, with a REASON column (why a job holds fewer GPUs than its max); `wide`
-    adds the reason's sentence and the forecast start and finish."""
+    adds the reason's sentence, the forecast start and finish, and the uid."""
     from rich.table import Table
 
     columns = ["NAME", "USER", "STATUS", "GPU TYPE", "WORKERS", "MIN-MAX", "PRIORITY",
                "EPOCHS", "AGE", "REASON"]
     if wide:
-        columns += ["MESSAGE", "START (FORECAST)", "FINISH (FORECAST)"]
+        columns += ["MESSAGE", "START (FORECAST)", "FINISH (FORECAST)", "UID"]
     table = Table(*columns)
     if wide:
         table.caption = "forecasts assume no new arrivals"
@@ -78,6 +80,7 @@ def jobs_table(items: list[dict[str, Any]], wide: bool = False) -> Any:
             else:
                 row += ["running" if f.get("running") else in_time(f["start"]),
                         in_time(f["finish"])]
+            row.append(j["uid"])
         table.add_row(*row)
     return table
 
@@ -262,7 +265,8 @@ def register(app: typer.Typer) -> None:
 
         placement = ", ".join(f"{p['node']}:{p['workers']}" for p in job["placement"]) or "-"
         rows = [
-            ("Name", job["name"]), ("User", job["user"]), ("Kind", job["kind"]),
+            ("Name", job["name"]), ("UID", job["uid"]), ("User", job["user"]),
+            ("Kind", job["kind"]),
             ("Status", job["status"]), ("GPU type", job["gpu_type"]),
             ("Workers", f"{job['workers']} (min {job['min_workers']}, max {job['max_workers']})"),
             ("Placement", placement), ("Priority", str(job["priority"])),

@@ -3,13 +3,16 @@
 Three forms are accepted:
 
 - the Voda compact spec, a flat mapping (kind absent or `VodaJob`):
-  name, command (a string or a list of arguments) or image, gpu_type, min, max,
-  preferred, epochs, priority, placement_strategy, preferred_domain, profile, category,
-  adaptive (a batch-adaptive job: it picks its batch by goodput and reports its goodput
-  model, as a Pollux/AdaptDL job does; the emulated cluster runs such jobs) and
-  batch_size (an adaptive job's fixed global batch, when it keeps one);
+  name (or generate_name: a prefix to which the service adds five random characters,
+  as Kubernetes' generateName), command (a string or a list of arguments) or image,
+  gpu_type, min, max, preferred, epochs, priority, placement_strategy, preferred_domain,
+  profile, category, adaptive (a batch-adaptive job: it picks its batch by goodput and
+  reports its goodput model, as a Pollux/AdaptDL job does; the emulated cluster runs such
+  jobs) and batch_size (an adaptive job's fixed global batch, when it keeps one);
 - a Kubeflow MPIJob (kubeflow.org/v2beta1);
 - a Kubeflow PyTorchJob (kubeflow.org/v1), elastic through spec.elasticPolicy.
+
+A Kubeflow object's name is metadata.name, or metadata.generateName for a generated one.
 
 Kubeflow objects are validated against their CRD schema; Voda fields come from
 `voda.io/*` annotations.
@@ -32,6 +35,10 @@ from voda.spec.errors import FieldError, SpecError, fail
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 40
+# A generated name is the prefix and GENERATED_LENGTH random characters (voda.api.job_names).
+GENERATED_LENGTH = 5
+PREFIX_MAX = NAME_MAX - GENERATED_LENGTH
+PREFIX_RE = re.compile(r"^[a-z0-9][-a-z0-9]*$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$")
 COMPACT_KINDS = ("VodaJob",)
 ANNOTATION = "voda.io/"
@@ -49,7 +56,7 @@ IMAGE_MAX = 1_024
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    name: str
+    name: str  # empty when the service is to generate it from `generate_name`
     kind: str  # VodaJob, MPIJob, PyTorchJob
     min_workers: int = 1
     max_workers: int = 1
@@ -70,6 +77,15 @@ class JobSpec:
     document: dict[str, Any] = field(default_factory=dict)
     # Where each value came from in the document, for errors found later (admission).
     field_names: Mapping[str, str] = field(default_factory=dict)
+    # Opt-in generated name: this prefix and GENERATED_LENGTH random characters.
+    generate_name: str | None = None
+
+    @property
+    def name_field(self) -> str:
+        """The field the job's name came from (named by a 409 when it is taken)."""
+        if self.generate_name is not None:
+            return self.field_names.get("generate_name", "generate_name")
+        return self.field_names.get("name", "name")
 
 
 def parse_submission(body: bytes, media: str = "application/yaml") -> JobSpec:
@@ -136,6 +152,21 @@ def _check_name(name: str | None, field_name: str, errors: list[FieldError]) -> 
         ))
 
 
+def _job_name(name: str | None, prefix: str | None, fields: tuple[str, str],
+              errors: list[FieldError]) -> None:
+    """A job has a name, or a prefix to generate one from (generate_name), not both."""
+    name_field, prefix_field = fields
+    if name is not None and prefix is not None:
+        errors.append(FieldError(prefix_field, f"give {name_field} or {prefix_field}, not "
+                                 "both"))
+    if prefix is not None and (len(prefix) > PREFIX_MAX or not PREFIX_RE.match(prefix)):
+        errors.append(FieldError(prefix_field, f"must be lowercase letters, digits and '-', "
+                                 f"start with a letter or digit, at most {PREFIX_MAX} "
+                                 f"characters (the service adds {GENERATED_LENGTH}); got "
+                                 f"{_shown(prefix)}"))
+    _check_name(name, name_field, errors)
+
+
 def _check_token(value: str | None, field_name: str, errors: list[FieldError],
                  limit: int = TOKEN_MAX) -> None:
     if value is not None and (len(value) > limit or not TOKEN_RE.match(value)):
@@ -178,7 +209,7 @@ def _check_sizes(values: dict[str, Any], names: dict[str, str], errors: list[Fie
 
 # ----- compact --------------------------------------------------------------------
 _COMPACT_INTS = ("min", "max", "preferred", "epochs", "priority", "batch_size")
-_COMPACT_STRS = ("name", "image", "gpu_type", "placement_strategy",
+_COMPACT_STRS = ("name", "generate_name", "image", "gpu_type", "placement_strategy",
                  "preferred_domain", "profile", "category")
 _COMPACT_FIELDS = frozenset({*_COMPACT_INTS, *_COMPACT_STRS, "command", "kind", "apiVersion",
                              "adaptive"})
@@ -236,14 +267,16 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
         errors.append(FieldError(str(key), f"unknown field; known fields: "
                                  f"{', '.join(sorted(_COMPACT_FIELDS - {'kind', 'apiVersion'}))}"))
     ints = {k: _int(doc[k], k, errors) for k in _COMPACT_INTS if doc.get(k) is not None}
-    limits = {"name": NAME_MAX + 1, "image": IMAGE_MAX, "preferred_domain": DOMAIN_MAX}
+    limits = {"name": NAME_MAX + 1, "generate_name": PREFIX_MAX + 1, "image": IMAGE_MAX,
+              "preferred_domain": DOMAIN_MAX}
     strs = {k: _str(doc[k], k, errors, limits.get(k, TOKEN_MAX)) for k in _COMPACT_STRS
             if doc.get(k) is not None}
     if doc.get("command") is not None:
         strs["command"] = _command(doc["command"], errors)
-    if "name" not in doc:
-        errors.append(FieldError("name", "required"))
-    _check_name(strs.get("name"), "name", errors)
+    if "name" not in doc and "generate_name" not in doc:
+        errors.append(FieldError("name", "required (or generate_name, a prefix for a "
+                                 "generated name)"))
+    _job_name(strs.get("name"), strs.get("generate_name"), ("name", "generate_name"), errors)
     if not strs.get("command") and not strs.get("image") and not {"command", "image"} & set(doc):
         errors.append(FieldError("command", "a job needs a command or an image"))
     if "min" in ints and "max" not in doc:
@@ -258,9 +291,11 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
     adaptive = _adaptive(doc, ints.get("batch_size"), errors)
     if errors:
         raise SpecError(errors)
-    name = str(strs["name"])
+    name = str(strs.get("name") or "")
+    prefix = strs.get("generate_name")
     return JobSpec(
         name=name,
+        generate_name=prefix,
         kind="VodaJob",
         min_workers=int(ints["min"]),
         max_workers=int(ints["max"]),
@@ -273,7 +308,7 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
         placement_strategy=strs.get("placement_strategy") or "consolidated",
         preferred_domain=strs.get("preferred_domain"),
         profile=strs.get("profile"),
-        category=strs.get("category") or strs.get("profile") or name,
+        category=strs.get("category") or strs.get("profile") or name or _stem(prefix),
         adaptive=adaptive,
         batch_size=ints.get("batch_size"),
         document=doc,
@@ -296,8 +331,13 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
         raise SpecError(problems)
     errors: list[FieldError] = []
     metadata = doc.get("metadata") or {}
-    name = _str(metadata.get("name"), "metadata.name", errors)
-    _check_name(name, "metadata.name", errors)
+    name = prefix = None
+    if metadata.get("name") is not None or metadata.get("generateName") is None:
+        name = _str(metadata.get("name"), "metadata.name", errors)
+    if metadata.get("generateName") is not None:
+        prefix = _str(metadata.get("generateName"), "metadata.generateName", errors,
+                      PREFIX_MAX + 1)
+    _job_name(name, prefix, ("metadata.name", "metadata.generateName"), errors)
     spec = doc.get("spec") or {}
     if kind == "MPIJob":
         replicas_key, worker_key = "mpiReplicaSpecs", "Worker"
@@ -374,9 +414,10 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
         _check_sizes(values, names, errors)
     if errors:
         raise SpecError(errors)
-    spec_name = str(name)
+    spec_name = str(name or "")
     return JobSpec(
         name=spec_name,
+        generate_name=prefix,
         kind=kind,
         min_workers=int(values["min"]),
         max_workers=int(values["max"]),
@@ -389,10 +430,16 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
         placement_strategy=strs.get("placement_strategy") or "consolidated",
         preferred_domain=strs.get("preferred_domain"),
         profile=strs.get("profile"),
-        category=strs.get("category") or strs.get("profile") or spec_name,
+        category=strs.get("category") or strs.get("profile") or spec_name or _stem(prefix),
         document=doc,
-        field_names=names,
+        field_names={**names, "name": "metadata.name",
+                     "generate_name": "metadata.generateName"},
     )
+
+
+def _stem(prefix: str | None) -> str:
+    """A generated name's prefix without its trailing '-' (the default category)."""
+    return (prefix or "").rstrip("-") or "job"
 
 
 def _first_container(replica_spec: dict[str, Any]) -> dict[str, Any]:

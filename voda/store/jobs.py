@@ -85,6 +85,7 @@ def new_job_values(record: JobRecord, meta: Mapping[str, Any], accounted_at: flo
         preferred_domain=record.preferred_domain,
         idempotency_key=meta.get("idempotency_key"),
         request_hash=meta.get("request_hash"),
+        given_name=meta.get("given_name") or record.name,
     )
     return values
 
@@ -181,6 +182,7 @@ def row_to_record(row: JobRow) -> JobRecord:
         failure_reason=row.failure_reason,
         goodput=model_from_dict(row.goodput) if row.goodput else None,
         extra={
+            "given_name": row.given_name,
             "user": row.user,
             "kind": row.kind,
             "command": row.command,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Float, Index, Integer, String, Text
+from sqlalchemy import JSON, Float, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -12,12 +12,23 @@ class Base(DeclarativeBase):
     pass
 
 
+LIVE_NAME_INDEX = "ux_jobs_live_given_name"
+# The rows whose given_name must be unique: jobs that have not finished.
+LIVE_ONLY = text("status NOT IN ('Completed', 'Failed', 'Canceled')")
+
+
 class JobRow(Base):
-    """One job: its submission, its state, its attained service and its priority."""
+    """One job: its submission, its state, its attained service and its priority.
+
+    `name` is the job's uid (the key of its history and of its backend objects, unique
+    for ever); `given_name` the name it was submitted with, unique among the jobs that
+    have not finished (a partial unique index: two submissions of one name cannot both
+    be stored, whichever process writes them). See voda.api.job_names."""
 
     __tablename__ = "jobs"
 
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    given_name: Mapped[str] = mapped_column(String(200))
     user: Mapped[str] = mapped_column(String(100), index=True)
     kind: Mapped[str] = mapped_column(String(40))
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -67,7 +78,10 @@ class JobRow(Base):
     goodput: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (Index("ux_jobs_user_idempotency_key", "user", "idempotency_key",
-                            unique=True),)
+                            unique=True),
+                      Index(LIVE_NAME_INDEX, "given_name", unique=True,
+                            sqlite_where=LIVE_ONLY, postgresql_where=LIVE_ONLY),
+                      Index("ix_jobs_given_name", "given_name"))
 
 
 class JobHistoryRow(Base):
@@ -166,3 +180,36 @@ class ServiceStateRow(Base):
     key: Mapped[str] = mapped_column(String(100), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ClusterSampleRow(Base):
+    """One GPU type's state at one time (voda.api.history takes them)."""
+
+    __tablename__ = "cluster_samples"
+    __table_args__ = (Index("ix_cluster_samples_type_time", "gpu_type", "time"),
+                      Index("ix_cluster_samples_time", "time"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float)
+    gpu_type: Mapped[str] = mapped_column(String(100))
+    gpus: Mapped[int] = mapped_column(Integer)  # in service (schedulable nodes)
+    allocated: Mapped[int] = mapped_column(Integer)  # held by jobs
+    in_use: Mapped[int] = mapped_column(Integer)  # held by jobs that run
+    running: Mapped[int] = mapped_column(Integer)
+    waiting: Mapped[int] = mapped_column(Integer)  # active jobs holding no GPU
+    wait_mean_seconds: Mapped[float] = mapped_column(Float)
+    wait_max_seconds: Mapped[float] = mapped_column(Float)
+
+
+class NodeEventRow(Base):
+    """A change of a node: drained, active (added or back in service), removed."""
+
+    __tablename__ = "node_events"
+    __table_args__ = (Index("ix_node_events_node_id", "node", "id"),
+                      Index("ix_node_events_time", "time"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(200))
+    time: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(20))
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)

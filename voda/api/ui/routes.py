@@ -40,7 +40,6 @@ from voda.api.ui.session import (
 from voda.api.ui.streams import BoundedStream
 from voda.api.views import REDACTED, visible
 from voda.config import User
-from voda.core.allocation.registry import UnknownAlgorithm
 from voda.core.model import JobStatus
 from voda.web import environment
 
@@ -89,16 +88,23 @@ def jobs_fragment(service: Service, user: User, filters: views.JobFilters) -> st
 
 
 def job_fragment(service: Service, user: User, name: str) -> str:
+    return job_fragment_of(service, user, name)[0]
+
+
+def job_fragment_of(service: Service, user: User, name: str) -> tuple[str, dict[str, Any]]:
+    """The job part of a job's page and the job: the one `name` means now (a name or a
+    uid, as in the API), its history and log read by its uid."""
     job = service.get(name, user)
-    history = service.job_history(name, user)
+    uid = job["uid"]
+    history = service.job_history(uid, user)
     now = time.time()
     allocation = views.allocation_series(job, history, now)
     speed = views.speed_series(job["epoch_time_by_workers"], job["max_workers"])
-    log = service.log_tail(name, user, LOG_LINES)
+    log = service.log_tail(uid, user, LOG_LINES)
     return render("_job.html", job=job, history=views.history_rows(history), log=log, now=now,
                   log_lines=LOG_LINES, allocation_chart=allocation_chart(allocation),
                   measured=bool(job["epoch_time_by_workers"]),
-                  epoch_chart=epoch_chart(speed), speedup_chart=speedup_chart(speed))
+                  epoch_chart=epoch_chart(speed), speedup_chart=speedup_chart(speed)), job
 
 
 def scheduler_fragment(service: Service, user: User) -> str:
@@ -355,14 +361,16 @@ def jobs_stream(request: Request, user: StreamUser, status: str | None = None,
 def job_page(request: Request, name: str, user: PageUser) -> HTMLResponse:
     service = service_of(request)
     try:
-        fragment = job_fragment(service, user, name)
+        fragment, job = job_fragment_of(service, user, name)
     except NotFound:  # as in the API, a job the user may not see is not found either
         shown = name if len(name) <= 100 else name[:100] + "…"
         return not_found_page(request, user, "jobs", "Job not found",
                               f"No job named {shown!r}: it does not exist, or it is another "
                               "user's.", "/ui/jobs", "all jobs")
-    return _page(request, "job.html", user, name, "jobs", f"/ui/stream/jobs/{quote(name)}",
-                 fragment, name=name)
+    # The page follows this job (its uid), even when a new job takes its name later.
+    return _page(request, "job.html", user, job["name"], "jobs",
+                 f"/ui/stream/jobs/{quote(job['uid'])}", fragment, name=job["name"],
+                 uid=job["uid"])  # the actions act on this job, whatever its name's later ones
 
 
 def not_found_page(request: Request, user: User, page: str, heading: str, message: str,
@@ -393,21 +401,3 @@ def scheduler_page(request: Request, user: PageUser) -> HTMLResponse:
 def scheduler_stream(request: Request, user: StreamUser) -> StreamingResponse:
     service = service_of(request)
     return _stream(request, user, lambda: scheduler_fragment(service, user))
-
-
-@router.post("/scheduler/{gpu_type}", response_class=HTMLResponse)
-async def switch_algorithm(request: Request, gpu_type: str, user: StreamUser) -> HTMLResponse:
-    """An administrator switches the algorithm of a GPU type (the API's PUT, from a form)."""
-    form = await _form(request)
-    check_form(request, form)
-    if not user.admin:
-        raise HTTPException(403, "authorization: only an administrator may change the "
-                            "scheduler")
-    algorithm = form.get("algorithm", "")
-    service = service_of(request)
-    try:
-        view = await run_in_threadpool(service.set_scheduler, gpu_type, algorithm, None, None)
-    except (UnknownAlgorithm, ValueError) as exc:
-        return html(render("_refused.html", field="algorithm", reason=str(exc)), 422)
-    index = service.scheduler.cluster.gpu_types().index(view["gpu_type"])
-    return html(render("_switched.html", view=view, index=index))

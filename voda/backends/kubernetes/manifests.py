@@ -111,6 +111,7 @@ def render_job(document: Obj, job: str, sizes: Sizes, plan: Plan, run: str,
     meta = obj.setdefault("metadata", {})
     for key in SERVER_FIELDS:
         meta.pop(key, None)
+    meta.pop("generateName", None)  # Voda generated the name already (the job's uid)
     meta["name"] = object_name(job)
     meta["namespace"] = settings.namespace
     meta["labels"] = {**(meta.get("labels") or {}), JOB_LABEL: job, MANAGED_LABEL: MANAGER}
