@@ -1,0 +1,169 @@
+"""The quota layer's decision for one GPU type: which share of the capacity each queue's
+jobs are allocated on, by the chosen algorithm (docs/design/013-queues.md).
+
+1. guarantee: each queue's algorithm allocates its jobs on its guarantee;
+2. lend and share: the GPUs no queue holds within its guarantee (less what lending limits
+   keep) are shared by weight among the queues that may borrow, up to their borrowing
+   limits; a queue that leaves part of its share unused gives it back and the rest is
+   shared again; GPUs still idle at the end go to any queue whose jobs can use them;
+3. allocate: each queue's algorithm allocates its jobs on its share, except that a queue
+   that held borrowed GPUs beyond its share gives them back by `reclaim` (shrink first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from voda.core.allocation.base import checked_allocate
+from voda.core.model import Job
+from voda.core.quotas.fill import water_fill
+from voda.core.quotas.model import QueueSet
+from voda.core.quotas.reclaim import reclaim
+
+Allocate = Callable[[Sequence[Job], int], Mapping[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOutcome:
+    """One queue in one decision, for one GPU type."""
+
+    name: str
+    guarantee: int  # its guarantee (as far as the capacity covers the guarantees)
+    ceiling: float  # guarantee + borrowing limit (inf: unlimited)
+    lendable: float  # of its guarantee, what others may use while it is idle
+    weight: float
+    held_before: int  # GPUs its jobs held going in
+    within_guarantee: int  # GPUs its algorithm takes on its guarantee alone
+    share: int  # GPUs its jobs were allocated on
+    used: int  # GPUs its jobs hold after the decision
+    reclaimed_by_shrinking: int = 0
+    reclaimed_by_preemption: int = 0
+    waiting: int = 0  # its jobs at 0 GPUs
+
+    @property
+    def borrowed(self) -> int:
+        return max(0, self.used - self.guarantee)
+
+    @property
+    def at_borrowing_limit(self) -> bool:
+        return self.used >= self.ceiling
+
+    @property
+    def reclaimed(self) -> int:
+        return self.reclaimed_by_shrinking + self.reclaimed_by_preemption
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaDecision:
+    allocation: dict[str, int]
+    queues: dict[str, QueueOutcome]
+    job_queue: dict[str, str]  # job -> its queue
+    reclaimed: frozenset[str]  # jobs that gave GPUs back to another queue
+
+
+def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: QueueSet,
+          gpu_type: str) -> QuotaDecision:
+    """Allocate `jobs` (all of `gpu_type`) on `capacity` GPUs under `queues`."""
+    declared = {q.name: q for q in queues}
+    groups: dict[str, list[Job]] = {}
+    job_queue: dict[str, str] = {}
+    for job in jobs:
+        name = job.queue if job.queue in declared else queues.queue_of(job.queue)
+        groups.setdefault(name, []).append(job)
+        job_queue[job.name] = name
+    names = sorted(set(groups) | {q for q in declared if declared[q].guaranteed(gpu_type)})
+    qs = [queues.get(n) for n in names]
+    weight = [q.weight for q in qs]
+    guarantee = _covered([q.guaranteed(gpu_type) for q in qs], weight, capacity)
+    ceiling = [min(q.ceiling(gpu_type) - q.guaranteed(gpu_type) + g, capacity)
+               for q, g in zip(qs, guarantee, strict=True)]
+    lend = [q.may_lend(gpu_type) for q in qs]
+    keep = [0 if limit is None else max(0, g - limit) for g, limit in zip(guarantee, lend,
+                                                                           strict=True)]
+    runs: dict[tuple[int, int], dict[str, int]] = {}
+
+    def run(i: int, gpus: int) -> dict[str, int]:
+        key = (i, gpus)
+        if key not in runs:
+            members = groups.get(names[i], [])
+            runs[key] = checked_allocate(algorithm, members, gpus) if members else {}
+        return runs[key]
+
+    # 1. guarantee
+    base = [sum(run(i, g).values()) if g else 0 for i, g in enumerate(guarantee)]
+    # 2. lend and share
+    floor = list(base)
+    open_ = [bool(groups.get(n)) and c > b for n, c, b in zip(names, ceiling, base, strict=True)]
+    given = list(guarantee)  # the GPUs each queue's algorithm was last run on
+    shares = list(base)  # the GPUs it takes on them
+    for _ in range(len(names) + 1):
+        offered = water_fill(capacity, guarantee, weight, floor, ceiling, keep, open_)
+        closed = False
+        for i in range(len(names)):
+            if not open_[i] or offered[i] == floor[i]:
+                continue
+            given[i] = offered[i]
+            shares[i] = floor[i] = sum(run(i, offered[i]).values())
+            if shares[i] < offered[i]:  # it cannot use them all: the rest is shared again
+                open_[i], closed = False, True
+        if not closed:
+            break
+    _top_up(shares, given, capacity, guarantee, weight, ceiling, keep, run, groups, names)
+    # 3. allocate
+    allocation: dict[str, int] = {}
+    outcomes: dict[str, QueueOutcome] = {}
+    reclaimed: set[str] = set()
+    for i, name in enumerate(names):
+        members = groups.get(name, [])
+        held = sum(j.current_workers for j in members)
+        counts = run(i, given[i])
+        shrunk = preempted = 0
+        if held > shares[i] and held > guarantee[i] and _takes_from_running(members, counts):
+            cut = reclaim(members, guarantee[i], shares[i])
+            counts, shrunk, preempted = cut.allocation, cut.by_shrinking, cut.by_preemption
+            reclaimed.update(j.name for j in members
+                             if counts[j.name] < min(j.current_workers, j.max_workers))
+        allocation.update(counts)
+        outcomes[name] = QueueOutcome(
+            name=name, guarantee=guarantee[i], ceiling=ceiling[i],
+            lendable=math.inf if lend[i] is None else min(lend[i], guarantee[i]),
+            weight=weight[i], held_before=held, within_guarantee=base[i], share=shares[i],
+            used=sum(counts.values()), reclaimed_by_shrinking=shrunk,
+            reclaimed_by_preemption=preempted,
+            waiting=sum(1 for j in members if counts.get(j.name, 0) == 0))
+    return QuotaDecision(allocation, outcomes, job_queue, frozenset(reclaimed))
+
+
+def _covered(guarantee: list[int], weight: list[float], capacity: int) -> list[int]:
+    """The guarantees, or where together they exceed the capacity (nodes lost), each cut
+    by weight so that they fit."""
+    if sum(guarantee) <= capacity:
+        return guarantee
+    n = len(guarantee)
+    return water_fill(capacity, [0] * n, weight, [0] * n, guarantee, [0] * n, [True] * n)
+
+
+def _takes_from_running(jobs: Sequence[Job], counts: Mapping[str, int]) -> bool:
+    return any(counts.get(j.name, 0) < min(j.current_workers, j.max_workers) for j in jobs
+               if j.current_workers > 0)
+
+
+def _top_up(shares: list[int], given: list[int], capacity: int, guarantee: Sequence[int],
+            weight: Sequence[float], ceiling: Sequence[float], keep: Sequence[int],
+            run: Callable[[int, int], dict[str, int]], groups: Mapping[str, list[Job]],
+            names: Sequence[str]) -> None:
+    """GPUs still idle go to the queues that can use them, lowest borrowed per weight
+    first: a job whose min did not fit in its queue's share may fit in what others left."""
+    idle = capacity - sum(max(s, k) for s, k in zip(shares, keep, strict=True))
+    order = sorted(range(len(names)), key=lambda i: ((shares[i] - guarantee[i]) / weight[i], i))
+    for i in order:
+        own = max(0, keep[i] - shares[i])
+        room = int(min(idle + own, ceiling[i] - shares[i]))
+        if room <= 0 or not groups.get(names[i]):
+            continue
+        used = sum(run(i, shares[i] + room).values())
+        if used > shares[i]:
+            idle -= max(used, keep[i]) - max(shares[i], keep[i])
+            given[i], shares[i] = shares[i] + room, used
