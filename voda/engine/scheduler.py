@@ -107,6 +107,7 @@ class JobRecord:
     completed_epochs: float = 0.0
     category: str = ""
     gpu_type: str = "default"
+    queue: str = "default"  # its team queue (voda.core.quotas)
     status: JobStatus = JobStatus.SUBMITTED
     current_workers: int = 0
     attained_gpu_seconds: float = 0.0
