@@ -151,7 +151,8 @@ def check_weighted_shares(inner: object, queues: QueueSet, jobs: list[Job],
                                 f"borrows {oq.borrowed} (weight {wq}) and wants more"
 
 
-def check_reclaim_order(inner: Callable[..., Mapping[str, int]], queues: QueueSet, jobs: list[Job], decision: QuotaDecision) -> None:
+def check_reclaim_order(inner: Callable[..., Mapping[str, int]], queues: QueueSet,
+                        jobs: list[Job], decision: QuotaDecision) -> None:
     """5. Reclaiming shrinks first, then preempts borrowed jobs (lowest priority, then most
     recent first), never a job within its queue's guarantee."""
     for queue, outcome in decision.queues.items():
