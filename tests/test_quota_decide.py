@@ -63,7 +63,7 @@ def test_the_layer_sizes_the_inner_algorithm_to_the_cluster_nodes() -> None:
 def test_a_queue_cannot_be_declared_twice_or_with_a_negative_guarantee() -> None:
     with pytest.raises(ValueError, match="declared twice"):
         QueueSet((Queue("a"), Queue("a")))
-    with pytest.raises(ValueError, match="guarantee.default"):
+    with pytest.raises(ValueError, match=r"guarantee\.default"):
         QueueSet((Queue("a", {"default": -1}),))
     with pytest.raises(ValueError, match="weight"):
         QueueSet((Queue("a", weight=0),))

@@ -130,6 +130,7 @@ def run_simulation(
     progress_decisions: bool = False,
     seeds: int | None = None,
     csv_path: str | None = None,
+    queues: str | None = None,
 ) -> list[SimResult]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -139,6 +140,7 @@ def run_simulation(
     from voda.sim.cluster_file import ClusterFileError
     from voda.sim.compare import RunRequest, check_request, run_many, run_one, with_details
     from voda.sim.profiles import ProfileError
+    from voda.sim.queues import QueueFileError, load_queue_file
     from voda.sim.runner import SimulationStalled
     from voda.sim.seeds import DEFAULT_JITTER, check_seeds
     from voda.sim.workloads import WorkloadError
@@ -160,14 +162,16 @@ def run_simulation(
                                interval, layout_speed, jitter, seed + k,
                                params=_knobs_of(name, knobs, len(names) > 1),
                                gpu_type=gpu_type, until=until, job_model=job_model,
-                               progress_decisions=progress_decisions)
+                               progress_decisions=progress_decisions, queues=queues)
                     for name in names for k in range(count)]
         _check_every_knob_used(knobs, requests)
+        if queues is not None:
+            load_queue_file(queues)  # a bad file is refused before anything runs
         for r in requests:
             if r.seed == seed:  # the other seeds differ in arrival times only
                 check_request(r)
     except (WorkloadError, ClusterFileError, ProfileError, registry.UnknownAlgorithm,
-            ParamError, ValueError) as exc:
+            ParamError, QueueFileError, ValueError) as exc:
         _fail(str(exc))
     if report_job is not None:
         from voda.sim.workloads import load_workload
@@ -404,6 +408,10 @@ def register(app: typer.Typer) -> None:
             help="Decide again on epoch and goodput reports, as the service does for a "
                  "policy that decides on progress (Voda, Pollux, Optimus); event-driven "
                  "runs only."),
+        queues: str | None = typer.Option(
+            None, "--queues",
+            help="A YAML file of team queues (guarantee, borrowing_limit, lending_limit, "
+                 "weight, match by workload column); docs/design/013-queues.md."),
     ) -> None:
         """Simulate a workload on a cluster with one or all allocation algorithms.
 
@@ -417,4 +425,5 @@ def register(app: typer.Typer) -> None:
             _fail("report-job: needs --report DIR")
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
                        as_json, plot, layout_speed, jitter, seed, param, gpu_type, until,
-                       report, report_job, job_model, progress_decisions, seeds, csv_path)
+                       report, report_job, job_model, progress_decisions, seeds, csv_path,
+                       queues)

@@ -13,6 +13,7 @@ from voda.sim.backend import check_layout_speed
 from voda.sim.cluster_file import SimCluster, parse_cluster
 from voda.sim.isolated import with_job_details
 from voda.sim.presets import apply_preset
+from voda.sim.queues import load_queue_file
 from voda.sim.report import SimResult
 from voda.sim.runner import SimSettings, simulate
 from voda.sim.throughput import warm
@@ -41,6 +42,7 @@ class RunRequest:
     job_model: str | None = None  # voda.sim.workloads.JOB_MODELS; None: rigid or elastic
     progress_decisions: bool = False  # SimSettings.progress_decisions
     arrival_decisions: bool | None = None  # SimSettings.arrival_decisions (None: the policy's)
+    queues: str | None = None  # a queue file (voda.sim.queues); None: no team queues
 
 
 def settings_for(request: RunRequest) -> SimSettings:
@@ -53,6 +55,7 @@ def settings_for(request: RunRequest) -> SimSettings:
     settings.until = request.until
     settings.progress_decisions = request.progress_decisions
     settings.arrival_decisions = request.arrival_decisions
+    settings.queues = load_queue_file(request.queues) if request.queues else None
     return settings
 
 

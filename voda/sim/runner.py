@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from voda.blas import serial_blas
@@ -19,6 +19,7 @@ from voda.core.allocation import registry
 from voda.core.model import Job
 from voda.core.placement import registry as placers
 from voda.core.placement.base import Placer
+from voda.core.quotas import DEFAULT_QUEUE
 from voda.engine.clock import ManualClock
 from voda.engine.scheduler import (
     REFUSALS_TO_GIVE_UP,
@@ -31,6 +32,8 @@ from voda.sim.backend import DEFAULT_PENALTY, SimBackend, check_layout_speed
 from voda.sim.cluster_file import SimCluster
 from voda.sim.oracle import step_oracle
 from voda.sim.profiles import load_profile
+from voda.sim.queue_stats import QueueStats, queue_report
+from voda.sim.queues import QueueFile
 from voda.sim.report import SimResult, build_result
 from voda.sim.workloads import JobSpec, Workload
 
@@ -70,6 +73,8 @@ class SimSettings:
     # algorithm says (`decides_on_arrival`: Voda); the artifact's policies decide in its
     # rounds only.
     arrival_decisions: bool | None = None
+    # Team queues (voda.sim.queues): jobs join them by their workload columns; None: none.
+    queues: QueueFile | None = None
 
 
 def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
@@ -80,7 +85,7 @@ def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
     return layout_speed
 
 
-def to_job(spec: JobSpec, workload: Workload) -> Job:
+def to_job(spec: JobSpec, workload: Workload, queues: QueueFile | None = None) -> Job:
     """The job the scheduler is given. A batch-adaptive job declares its batch limits
     (`Job.goodput` with nothing measured yet); fixed-batch profiled jobs carry the
     simulator's truth about them (`Job.oracle`), which only oracle baselines read."""
@@ -97,6 +102,7 @@ def to_job(spec: JobSpec, workload: Workload) -> Job:
         epochs=spec.epochs,
         category=spec.category,
         gpu_type=spec.gpu_type,
+        queue=queues.queue_of(spec.columns) if queues is not None else DEFAULT_QUEUE,
         goodput=declared,
         oracle=step_oracle(spec),
     )
@@ -130,10 +136,13 @@ def simulate(
                          report_epochs=s.report_epochs,
                          spine_oversubscription=cluster.spine_oversubscription,
                          layout_speed=layout_speed)
+    stats = QueueStats(clock.now) if s.queues is not None else None
     scheduler = Scheduler(
         backend,
         SchedulerSettings(algorithm=s.algorithm, algorithm_params=dict(s.algorithm_params),
-                          rate_limit_seconds=0.0 if s.fixed_rounds else s.interval),
+                          rate_limit_seconds=0.0 if s.fixed_rounds else s.interval,
+                          queues=s.queues.queues if s.queues is not None else None,
+                          queue_observer=stats),
         placer=placer,
         now=start,
     )
@@ -143,10 +152,17 @@ def simulate(
                  arrivals_decided=s.fixed_rounds and decides_on_arrival(s, scheduler))
     with serial_blas():  # tiny linear algebra (goodput fits): threads only slow it down
         loop.run()
-    return build_result(
+    result = build_result(
         algorithm=s.algorithm, workload=workload, backend=backend, scheduler=scheduler,
         queue=loop.queue, end=clock.now(), params=s.algorithm_params,
     )
+    if stats is None or s.queues is None:
+        return result
+    jcts: dict[str, list[float]] = {}
+    for spec, job in zip(workload.jobs, result.jobs, strict=True):
+        if job.jct is not None:
+            jcts.setdefault(s.queues.queue_of(spec.columns), []).append(float(job.jct))
+    return replace(result, queues=tuple(queue_report(stats, jcts)))
 
 
 def decides_on_arrival(s: SimSettings, scheduler: Scheduler) -> bool:
@@ -201,7 +217,8 @@ class _Loop:
             # As the service does: reports that came before an arrival are taken in first.
             self.scheduler.take_events(t)
         while self.next_arrival < len(self.jobs) and self.jobs[self.next_arrival].submit <= t:
-            self.scheduler.submit(to_job(self.jobs[self.next_arrival], self.workload))
+            self.scheduler.submit(to_job(self.jobs[self.next_arrival], self.workload,
+                                         self.s.queues))
             self.next_arrival += 1
             changed = True
         return changed

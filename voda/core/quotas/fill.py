@@ -1,7 +1,7 @@
 """Weighted water-filling of GPUs over queues (docs/design/013-queues.md, rule 4).
 
-Each queue q sits at a share S_q between a floor and a ceiling; the level λ puts it at
-clamp(G_q + λ w_q, floor_q, ceiling_q), so the GPUs beyond the guarantees G_q are shared
+Each queue q sits at a share S_q between a floor and a ceiling; the level L puts it at
+clamp(G_q + L w_q, floor_q, ceiling_q), so the GPUs beyond the guarantees G_q are shared
 in proportion to the weights w_q. A queue consumes max(S_q, keep_q) of the capacity:
 `keep_q` is the part of its guarantee it does not lend, held for it even when idle.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-_ROUNDS = 64  # bisection steps: λ to within 2^-64 of its range
+_ROUNDS = 64  # bisection steps: L to within 2^-64 of its range
 
 
 def water_fill(capacity: int, guarantee: Sequence[int], weight: Sequence[float],
