@@ -1,69 +1,72 @@
 """Weighted water-filling of GPUs over queues (docs/design/013-queues.md, rule 4).
 
-Each queue q sits at a share S_q between a floor and a ceiling; the level L puts it at
-clamp(G_q + L w_q, floor_q, ceiling_q), so the GPUs beyond the guarantees G_q are shared
-in proportion to the weights w_q. A queue consumes max(S_q, keep_q) of the capacity:
-`keep_q` is the part of its guarantee it does not lend, held for it even when idle.
+Each open queue q sits at a share S_q between a floor and a ceiling; the level L puts it
+at clamp(G_q + L w_q, floor_q, ceiling_q), so the GPUs beyond the guarantees G_q are
+shared in proportion to the weights w_q. A queue consumes max(S_q, keep_q) of the
+capacity: `keep_q` is the part of its guarantee it does not lend, held for it even when
+idle. The level is found exactly: consumption is piecewise linear in L, so it is read off
+at the sorted break points and interpolated in the segment where it reaches the capacity.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-_ROUNDS = 64  # bisection steps: L to within 2^-64 of its range
+import numpy as np
 
 
 def water_fill(capacity: int, guarantee: Sequence[int], weight: Sequence[float],
                floor: Sequence[int], ceiling: Sequence[float], keep: Sequence[int],
                open_: Sequence[bool]) -> list[int]:
     """Integer shares: closed queues stay at their floor; open ones rise to the highest
-    common level that fits, then the GPUs the rounding left go one at a time to the open
-    queue lowest in (share + 1 - guarantee) / weight (ties: the earlier queue)."""
-    n = len(guarantee)
-    shares = list(floor)
+    common level that fits, rounded down; the GPUs the rounding left go one each to the
+    open queues lowest in (share + 1 - guarantee) / weight (ties: the earlier queue)."""
+    f = np.asarray(floor, dtype=float)
+    on = np.asarray(open_, dtype=bool)
+    if not on.any():
+        return list(floor)
+    g = np.asarray(guarantee, dtype=float)
+    w = np.asarray(weight, dtype=float)
+    c = np.minimum(np.asarray(ceiling, dtype=float), float(capacity))
+    k = np.asarray(keep, dtype=float)
+    fixed = float(np.maximum(f[~on], k[~on]).sum())
+    go, wo, fo, co, ko = g[on], w[on], f[on], np.maximum(c[on], f[on]), k[on]
 
-    def used(level: float) -> float:
-        total = 0.0
-        for i in range(n):
-            s = shares[i]
-            if open_[i]:
-                s = min(max(guarantee[i] + level * weight[i], floor[i]), ceiling[i])
-                s = math.floor(s)
-            total += max(s, keep[i])
-        return total
+    def used(levels: np.ndarray) -> np.ndarray:
+        shares = np.clip(go[:, None] + levels[None, :] * wo[:, None], fo[:, None], co[:, None])
+        return fixed + np.maximum(shares, ko[:, None]).sum(axis=0)
 
-    if used(_lowest(guarantee, weight)) > capacity:
-        return shares  # even the floors do not fit: nobody grows
-    lo, hi = _lowest(guarantee, weight), _highest(capacity, guarantee, weight)
-    if used(hi) <= capacity:
-        lo = hi
-    else:
-        for _ in range(_ROUNDS):
-            mid = (lo + hi) / 2
-            if used(mid) <= capacity:
-                lo = mid
-            else:
-                hi = mid
-    for i in range(n):
-        if open_[i]:
-            shares[i] = int(min(max(math.floor(guarantee[i] + lo * weight[i]), floor[i]),
-                                ceiling[i]))
-    left = capacity - sum(max(s, k) for s, k in zip(shares, keep, strict=True))
+    points = np.unique(np.concatenate([(fo - go) / wo, (co - go) / wo, (ko - go) / wo]))
+    totals = used(points)
+    if totals[0] > capacity:
+        return list(floor)  # even the floors do not fit: nobody grows
+    fits = np.flatnonzero(totals <= capacity)
+    last = int(fits[-1])
+    level = float(points[last])
+    if last + 1 < len(points):  # linear between two break points: interpolate
+        lo, hi = totals[last], totals[last + 1]
+        if hi > lo:
+            level += (capacity - lo) / (hi - lo) * (points[last + 1] - points[last])
+    shares = np.floor(np.clip(go + level * wo + 1e-9, fo, co)).astype(int)
+    out = np.asarray(floor, dtype=int).copy()
+    out[on] = shares
+    left = capacity - int(np.maximum(out, np.asarray(keep)).sum())
+    index = np.flatnonzero(on)
     while left > 0:
-        growing = [i for i in range(n) if open_[i] and shares[i] < ceiling[i]]
-        if not growing:
+        room = out[index] < c[index]
+        if not room.any():
             break
-        i = min(growing, key=lambda i: ((shares[i] + 1 - guarantee[i]) / weight[i], i))
-        cost = 1 if shares[i] >= keep[i] else 0
-        shares[i] += 1
-        left -= cost
-    return shares
-
-
-def _lowest(guarantee: Sequence[int], weight: Sequence[float]) -> float:
-    return -max((g / w for g, w in zip(guarantee, weight, strict=True)), default=0.0) - 1.0
-
-
-def _highest(capacity: int, guarantee: Sequence[int], weight: Sequence[float]) -> float:
-    return (capacity + 1) / min(weight, default=1.0) + 1.0
+        rank = np.lexsort((index, (out[index] + 1 - g[index]) / w[index]))
+        given = False
+        for j in rank:
+            i = index[j]
+            if left <= 0:
+                break
+            if out[i] >= c[i]:
+                continue
+            left -= 1 if out[i] >= k[i] else 0
+            out[i] += 1
+            given = True
+        if not given:
+            break
+    return [int(x) for x in out]
