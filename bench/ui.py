@@ -5,8 +5,10 @@
 1. Writes `--jobs` waiting jobs straight into a fresh SQLite store and starts
    `voda serve` (emulated 4x4 cluster) on it.
 2. For each page (the jobs list at its first and last page, a search, a status
-   filter, the cluster, a job, the scheduler) and for the API's list at the same
-   offset: the median and the 90th percentile of `--runs` full answers over loopback.
+   filter, the cluster, a node, a job, the scheduler, the History page over an hour and
+   over a week of one-minute samples written into the store) and for the API's list at
+   the same offset: the median and the 90th percentile of `--runs` full answers over
+   loopback.
 3. In Chromium (Playwright): the median time from navigation to the page's load
    event and to the first update pushed by its event stream.
 """
@@ -29,6 +31,37 @@ sys.path.insert(0, str(BENCH.parent / "tests"))
 from api import TOKEN, Server, stored_jobs  # noqa: E402  (the API benchmark's server, store)
 
 from voda_testing.serve import dashboard_login  # noqa: E402
+
+WEEK_OF_SAMPLES = 7 * 24 * 60  # one a minute, the default history_sample_seconds
+
+
+def stored_samples(db: str, count: int, runs: int) -> None:
+    """`count` one-minute samples of the default GPU type up to now, written straight into
+    the store (as the service would have taken them over a week); then the CPU time of
+    reading them back as the History page does (averaged into MAX_POINTS points)."""
+    from voda.api.history import MAX_POINTS
+    from voda.store.db import make_engine, migrate, session_factory
+    from voda.store.history import add_samples, samples
+
+    engine = make_engine(db)
+    migrate(engine)
+    now = time.time()
+    rows = [{"time": now - 60.0 * i, "gpu_type": "default", "gpus": 16, "allocated": i % 17,
+             "in_use": i % 13, "running": i % 5, "waiting": i % 40,
+             "wait_mean_seconds": 30.0 * (i % 50), "wait_max_seconds": 90.0 * (i % 50)}
+            for i in range(count)]
+    sessions = session_factory(engine)
+    with sessions.begin() as session:
+        add_samples(session, rows, keep_after=now - 8 * 86400.0)
+    cpu = []
+    for _ in range(runs):
+        started = time.process_time()
+        with sessions() as session:
+            points = samples(session, "default", now - 7 * 86400.0, now + 1, MAX_POINTS)
+        cpu.append(time.process_time() - started)
+    engine.dispose()
+    print(f"store: a week of {count} samples read as {len(points)} points: CPU median "
+          f"{statistics.median(cpu) * 1000:.1f} ms (target: under 50 ms, a page's budget)")
 
 
 def timed(client: httpx.Client, path: str, runs: int) -> tuple[float, float, int]:
@@ -99,6 +132,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="voda-bench-ui-"))
     db = f"sqlite:///{folder / 'bench.db'}"
     stored_jobs(db, args.jobs)
+    stored_samples(db, WEEK_OF_SAMPLES, args.runs)
     server = Server(db, folder / "serve.log")
     server.start()
     try:
@@ -110,12 +144,16 @@ def main() -> None:
             name = client.get("/v1/jobs", params={"limit": 1, "offset": total // 2}
                               ).json()["items"][0]["name"]
             last = (total + 49) // 50
+            node = client.get("/v1/cluster").json()["nodes"][0]["name"]
             pages = {
                 "jobs, first page (50 per page)": "/ui/jobs",
                 f"jobs, last page ({last})": f"/ui/jobs?page={last}",
                 "jobs, search 'stored-0999'": "/ui/jobs?q=stored-0999",
                 "jobs, status Running": "/ui/jobs?status=Running",
                 "cluster": "/ui/cluster",
+                "a node": f"/ui/nodes/{node}",
+                "history, last hour": "/ui/history?range=hour",
+                f"history, last week ({WEEK_OF_SAMPLES} samples)": "/ui/history?range=week",
                 "a job": f"/ui/jobs/{name}",
                 "scheduler": "/ui/scheduler",
                 "API list, 50 at the last offset": f"/v1/jobs?limit=50&offset={total - 50}",

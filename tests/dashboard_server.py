@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.conftest import TOKENS, TOKENS_ENV, ServeProcess, free_port
@@ -16,6 +18,7 @@ nodes:
   - {name: b, count: 2, gpus: 4, leaf: rack-b, spine: spine-1}
   - {name: c, count: 2, gpus: 8, gpu_type: a100, leaf: rack-c, spine: spine-2}
 """
+VIEWER, VIEWER_TOKEN = "vera", "tok-vera-2c8e4a6f1d"  # a read-only viewer's token
 
 
 def dashboard_server(folder: Path, port: int | None = None) -> ServeProcess:
@@ -24,13 +27,25 @@ def dashboard_server(folder: Path, port: int | None = None) -> ServeProcess:
     (folder / "cluster.yaml").write_text(CLUSTER)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
     env["VODA_CONFIG"] = str(folder / "no-config.toml")
-    env["VODA_TOKENS"] = TOKENS_ENV
+    env["VODA_TOKENS"] = f"{TOKENS_ENV},{VIEWER}:{VIEWER_TOKEN}:viewer"
+    env["VODA_HISTORY_SAMPLE_SECONDS"] = "1"  # the History page has points within seconds
     port = port or free_port()
     return ServeProcess(
         url=f"http://127.0.0.1:{port}", port=port,
         args=["--db", f"sqlite:///{folder / 'voda.db'}", "--cluster", str(folder / "cluster.yaml"),
               "--time-scale", "30", "--rate-limit", "0.2", "--step-interval", "0.2"],
-        env=env, log_path=folder / "serve.log", tokens=TOKENS)
+        env=env, log_path=folder / "serve.log", tokens={**TOKENS, VIEWER: VIEWER_TOKEN})
+
+
+@contextmanager
+def running_dashboard(folder: Path) -> Iterator[ServeProcess]:
+    """A dashboard server on `folder`, started, and stopped at the end."""
+    process = dashboard_server(folder)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 def submit(server: ServeProcess, user: str, name: str, **fields: object) -> str:

@@ -26,8 +26,11 @@ def test_tokens_are_kept_hashed_and_may_be_given_hashed() -> None:
     digest = hash_token("second-token-0123456789")
     assert parse_tokens(f"alice:first-token-0123456789, admin:sha256:{digest}:admin") == {
         hash_token("first-token-0123456789"): User("alice"), digest: User("admin", admin=True)}
-    for bad in ("alice", "alice:long-enough-token:root", ":long-enough-token", "alice:short",
-                "alice:sha256:abc", "al/ice:long-enough-token"):
+    assert parse_tokens("vera:viewer-token-0123456789:viewer") == {
+        hash_token("viewer-token-0123456789"): User("vera", viewer=True)}
+    for bad in ("alice", "alice:long-enough-token:root", "alice:long-enough-token:admin:viewer",
+                ":long-enough-token", "alice:short", "alice:sha256:abc",
+                "al/ice:long-enough-token"):
         with pytest.raises(ConfigError, match="tokens"):
             parse_tokens(bad)
 
@@ -79,8 +82,11 @@ def test_no_tokens_configured_means_a_generated_one(tmp_path: Path) -> None:
     ("[server\n", "TOML"),
     ("[server]\nmax_streams_per_user = 0\n", "max_streams_per_user: must be greater"),
     ("[server]\nheader_timeout_seconds = -1\n", "header_timeout_seconds"),
+    ("[server]\nhistory_sample_seconds = 0\n", "history_sample_seconds: expected 0.1 to 3600"),
+    ("[server]\nhistory_days = 1000\n", "history_days: expected days > 0"),
 ], ids=["a port that is not a number", "an unknown setting", "a file that is not TOML",
-        "no stream allowed", "a negative deadline"])
+        "no stream allowed", "a negative deadline", "samples taken all the time",
+        "history kept for ever"])
 def test_bad_settings_name_the_problem(tmp_path: Path, text: str, match: str) -> None:
     path = tmp_path / "config.toml"
     path.write_text(text)

@@ -30,9 +30,11 @@ from monitoring_files import (
     variable_queries,
 )
 from polling import wait_for
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT, ServeFactory
+from voda.podsched.metrics import ClusterFigures, PodSchedulerMetrics
 
 RUNBOOK_URL = "https://github.com/voda-scheduler/voda/blob/main/docs/runbook.md#"
 # What Prometheus itself records of each scrape (VodaDown and VodaMetricsAbsent read `up`).
@@ -55,6 +57,11 @@ def live_metric_families(serve: ServeFactory, tmp_path: Path) -> dict[str, set[s
         wait_for(lambda: client.get("/v1/jobs", params={"status": "Completed"}).json()["total"]
                  == 4, timeout=60)
         text = client.get("/metrics").text
+    return metric_families(text)
+
+
+def metric_families(text: str) -> dict[str, set[str]]:
+    """Prometheus text -> family -> its sample names (without the `_created` times)."""
     families = {family.name: {s.name for s in family.samples}
                 for family in text_string_to_metric_families(text)}
     # A counter's or histogram's creation time comes as a family of its own, NAME_created.
@@ -62,9 +69,18 @@ def live_metric_families(serve: ServeFactory, tmp_path: Path) -> dict[str, set[s
             if name.removesuffix("_created") not in families.keys() - {name}}
 
 
+def pod_scheduler_families() -> dict[str, set[str]]:
+    """The pod scheduler's families as its code exports them (beside `voda serve` only on
+    the kubernetes backend: tests/test_prometheus_live.py scrapes one), after a decision."""
+    metrics = PodSchedulerMetrics()
+    metrics.decisions.labels(result="bound").inc()
+    metrics.watch_cluster(lambda: ClusterFigures(0.5, 0.25, {"l0": 0.5}, {"s0": 0.5}))
+    return metric_families(generate_latest(metrics.registry).decode())
+
+
 def test_every_dashboard_and_rule_query_names_only_exported_metrics(
         serve: ServeFactory, tmp_path: Path) -> None:
-    families = live_metric_families(serve, tmp_path)
+    families = {**live_metric_families(serve, tmp_path), **pod_scheduler_families()}
     # Besides Voda's own, the series Prometheus adds to every scraped target.
     names = set().union(*families.values(), SCRAPE_SERIES)
     queries = dashboard_queries() + rule_queries()
@@ -78,7 +94,9 @@ def test_every_dashboard_and_rule_query_names_only_exported_metrics(
                    "voda_http_request_duration_seconds_bucket", "voda_store_up",
                    "voda_store_unwritten_batches", "voda_store_write_failures",
                    "voda_scheduling_refused", "voda_domain_utilization_ratio",
-                   "voda_jobs_spanning_nodes", "voda_jobs_waiting_by_reason"):
+                   "voda_jobs_spanning_nodes", "voda_jobs_waiting_by_reason",
+                   "voda_pod_placement_decisions_total", "voda_pod_gpu_allocation_ratio",
+                   "voda_pod_placement_duration_seconds_bucket"):
         assert metric in used
     # And the other way round: every family `voda serve` exports is on the dashboard.
     assert {family for family, samples in families.items() if not samples & used} == set()

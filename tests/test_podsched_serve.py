@@ -5,10 +5,6 @@ The examples validate against the Kubernetes schemas (kubernetes-validate)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,15 +13,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import free_port
+from tests.podsched_serve import ROOT, fake_kubernetes, kubectl, serve_kubernetes, serving_pods
 from voda_testing.kube import FakeApiServer
-from voda_testing.kube.cluster import ClusterSimulator, SimSettings
-from voda_testing.kube.cluster.workloads import WorkloadControllers
+from voda_testing.kube.cluster import ClusterSimulator
 from voda_testing.kube.harness import eventually
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ("batch-gang.yaml", "inference-deployment.yaml", "pod-scheduler-config.yaml")
-NAMESPACE = "voda"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
@@ -37,62 +30,13 @@ def test_the_examples_validate_against_the_kubernetes_schemas(example: str) -> N
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[tuple[FakeApiServer, ClusterSimulator, Path]]:
-    api = FakeApiServer(bookmark_interval=0.2).start()
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    api.store.create("namespaces", "", {"metadata": {"name": NAMESPACE}})
-    sim = ClusterSimulator(api.store, SimSettings()).start()
-    workloads = WorkloadControllers(api.store).start()
-    yield api, sim, kubeconfig
-    workloads.stop()
-    sim.stop()
-    api.stop()
-    assert not sim.ledger.violations and not workloads.errors
-
-
-def serve(tmp_path: Path, kubeconfig: Path, table: str) -> tuple[subprocess.Popen, str, Path]:
-    config = tmp_path / "config.toml"
-    config.write_text("[kubernetes]\nlease_seconds = 3.0\nrenew_deadline_seconds = 2.0\n"
-                      "retry_seconds = 0.5\n" + table)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
-    env["VODA_CONFIG"] = str(config)
-    log = tmp_path / "serve.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "voda.cli.main", "serve", "--backend", "kubernetes",
-         "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
-         "--db", f"sqlite:///{tmp_path / 'voda.db'}", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    return proc, f"http://127.0.0.1:{port}", log
-
-
-def kubectl(kubeconfig: Path, *args: str) -> str:
-    kubectl_bin = shutil.which("kubectl")
-    assert kubectl_bin, "kubectl is needed (it is on the image)"
-    result = subprocess.run([kubectl_bin, "--kubeconfig", str(kubeconfig), *args],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def up(url: str) -> bool:
-    try:
-        health = httpx.get(f"{url}/healthz", timeout=1.0)
-        return health.status_code == 200 and health.json().get("role") != "standby"
-    except httpx.HTTPError:
-        return False
+    with fake_kubernetes(tmp_path) as made:
+        yield made
 
 
 def test_serve_places_the_examples_and_serves_the_pod_metrics(tmp_path: Path, fake) -> None:
     api, sim, kubeconfig = fake
-    for leaf in range(2):
-        for k in range(4):
-            sim.add_node(f"l{leaf}-n{k}", 8, {"voda.io/leaf": f"l{leaf}", "voda.io/spine": "s"})
-    proc, url, log = serve(tmp_path, kubeconfig, "[pod_scheduler]\nretry_seconds = 1.0\n")
-    try:
-        eventually(lambda: up(url) or proc.poll() is not None, timeout=60)
-        assert proc.poll() is None, log.read_text()[-3000:]
-        kubectl(kubeconfig, "-n", NAMESPACE, "create", "-f",
-                str(ROOT / "examples" / "pod-scheduler-config.yaml"))
+    with serving_pods(tmp_path, sim, kubeconfig) as url:
         for example in ("batch-gang.yaml", "inference-deployment.yaml"):
             kubectl(kubeconfig, "-n", "default", "create", "-f", str(ROOT / "examples" / example))
 
@@ -102,10 +46,10 @@ def test_serve_places_the_examples_and_serves_the_pod_metrics(tmp_path: Path, fa
                     if p["metadata"]["name"].startswith(prefix) and p["spec"].get("nodeName")]
 
         gang = eventually(lambda: len(bound("bert-pretrain-")) == 4 and bound("bert-pretrain-"),
-                        timeout=30)
+                          timeout=30)
         assert len({n.split("-")[0] for n in gang}) == 1 and len(set(gang)) == 4
         replicas = eventually(lambda: len(bound("llm-inference-")) == 4
-                            and bound("llm-inference-"), timeout=30)
+                              and bound("llm-inference-"), timeout=30)
         assert len(set(replicas)) == 4
         assert not set(replicas) & set(gang)  # the gang took its leaf's four nodes
         described = kubectl(kubeconfig, "-n", "default", "get", "events",
@@ -116,13 +60,10 @@ def test_serve_places_the_examples_and_serves_the_pod_metrics(tmp_path: Path, fa
         assert 'voda_pod_placement_decisions_total{result="bound"}' in text
         assert "voda_pod_gpu_allocation_ratio 0.5625" in text  # (32 + 4) of 64 GPUs
         assert "voda_jobs_running" in text  # the service's own metrics are still there
-    finally:
-        proc.terminate()
-        proc.wait(20)
 
 
 def test_bad_pod_scheduler_settings_stop_serve_at_start(tmp_path: Path, fake) -> None:
     _, _, kubeconfig = fake
-    proc, _, log = serve(tmp_path, kubeconfig, "[pod_scheduler]\nretry_seconds = -1\n")
+    proc, _, log = serve_kubernetes(tmp_path, kubeconfig, "[pod_scheduler]\nretry_seconds = -1\n")
     assert proc.wait(60) == 2
     assert "pod_scheduler.retry_seconds: expected seconds in (0, 3600]" in log.read_text()

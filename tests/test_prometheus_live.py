@@ -22,6 +22,7 @@ from monitoring_files import RULES, dashboard_queries, rules, substitute, variab
 from polling import wait_for
 
 from tests.conftest import ServeFactory
+from tests.podsched_serve import ROOT, fake_kubernetes, kubectl, serving_pods
 from voda_testing.serve import free_port
 
 pytestmark = pytest.mark.slow
@@ -34,6 +35,7 @@ CLUSTER = """nodes:
 """
 # Long jobs that keep running through the test; together they want more default GPUs
 # than there are (some run below their max, with a reason), and d spans nodes.
+POD_METRICS = "voda_pod_"  # the pod scheduler's (voda.podsched.metrics)
 JOBS = [("a", "default", 1, 8), ("b", "default", 2, 8), ("c", "a100", 1, 4),
         ("d", "default", 4, 16)]
 
@@ -54,6 +56,20 @@ class Prometheus:
         data = self.get("/api/v1/query", query=expr)
         assert data["resultType"] == "vector", (expr, data)
         return data["result"]
+
+    def answers_every(self, queries: list[str], what: str) -> None:
+        """Wait until each of `queries` answers at least one series; fail naming those
+        that do not."""
+        empty: list[str] = []
+
+        def every_query_answers() -> bool:
+            empty[:] = [q for q in queries if not self.query(q)]
+            return not empty
+
+        try:
+            wait_for(every_query_answers, timeout=90)
+        except AssertionError:
+            pytest.fail(f"these {what} queries answer no series: {empty}")
 
     def ready(self) -> bool:
         if self.proc.poll() is not None:
@@ -135,18 +151,10 @@ def test_a_real_prometheus_scrapes_voda_and_answers_every_dashboard_query(
     # regex alternation) and a 15 s rate interval (four scrapes of 1 s and then some).
     variables = {"$__rate_interval": "15s", "$__range": "5m", "$namespace": "voda",
                  "$instance": instance, "$gpu_type": "(a100|default)"}
-    queries = dashboard_queries(variables)
+    # The pod scheduler's panels need `voda serve --backend kubernetes`: the next test.
+    queries = [q for q in dashboard_queries(variables) if POD_METRICS not in q]
     assert len(queries) >= 40
-    empty: list[str] = []
-
-    def every_query_answers() -> bool:
-        empty[:] = [q for q in queries if not prometheus.query(q)]
-        return not empty
-
-    try:
-        wait_for(every_query_answers, timeout=90)
-    except AssertionError:
-        pytest.fail(f"these dashboard queries answer no series: {empty}")
+    prometheus.answers_every(queries, "dashboard")
 
     # Each variable lists this Voda, as Grafana's label_values asks Prometheus for it.
     listed = {name: set(prometheus.get(f"/api/v1/label/{label}/values",
@@ -174,3 +182,29 @@ def test_a_real_prometheus_scrapes_voda_and_answers_every_dashboard_query(
         name: ("ok", "") for name in alerts}
     # A healthy Voda: nothing fires (an alert with a long `for` may be pending at most).
     assert [r["name"] for r in evaluated if r["state"] == "firing"] == []
+
+
+def test_a_real_prometheus_answers_the_pod_scheduler_panels(start_prometheus: Any,
+                                                            tmp_path: Path) -> None:
+    """`voda serve --backend kubernetes` runs the pod scheduler beside the service (the
+    fake API server, its simulated nodes in two leaves); a gang of pods it places; every
+    query of the dashboard's pod scheduler panels answers series."""
+    with fake_kubernetes(tmp_path) as (api, sim, kubeconfig), \
+            serving_pods(tmp_path, sim, kubeconfig) as url:
+        kubectl(kubeconfig, "-n", "default", "create", "-f",
+                str(ROOT / "examples" / "batch-gang.yaml"))
+
+        def bound() -> int:
+            pods, _ = api.store.list("pods", "default")
+            return sum(1 for p in pods if p["spec"].get("nodeName"))
+
+        wait_for(lambda: bound() >= 4, timeout=60)
+        instance = url.removeprefix("http://")
+        prometheus = start_prometheus(instance)
+        variables = {"$__rate_interval": "15s", "$__range": "5m", "$namespace": "voda",
+                     "$instance": instance, "$gpu_type": ".*"}
+        queries = [q for q in dashboard_queries(variables) if POD_METRICS in q]
+        assert len(queries) >= 7
+        prometheus.answers_every(queries, "pod scheduler")
+        allocated = prometheus.query(f'voda_pod_gpu_allocation_ratio{{instance="{instance}"}}')
+        assert float(allocated[0]["value"][1]) > 0

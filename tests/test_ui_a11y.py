@@ -53,7 +53,11 @@ def pages_of(user: str) -> list[tuple[str, str]]:
     mine = JOBS["done"] if user == "alice" else JOBS["eval"]
     return [("cluster", "/ui/cluster"), ("cluster-a100", "/ui/cluster?gpu_type=a100"),
             ("jobs", "/ui/jobs"), ("job", f"/ui/jobs/{mine}"),
-            ("scheduler", "/ui/scheduler"), ("job-unknown", "/ui/jobs/no-such-job")]
+            ("scheduler", "/ui/scheduler"), ("job-unknown", "/ui/jobs/no-such-job"),
+            ("history", "/ui/history"),
+            ("history-a100-week", "/ui/history?gpu_type=a100&range=week"),
+            ("node", "/ui/nodes/a-0"), ("node-cordoned", "/ui/nodes/b-1"),
+            ("node-lost", "/ui/nodes/b-0"), ("node-unknown", "/ui/nodes/no-such-node")]
 
 
 def settle(page) -> None:
@@ -122,6 +126,18 @@ def test_no_page_has_serious_accessibility_violations(server: ServeProcess, brow
                 assert luminance(background) < 0.05, (name, background)
             else:
                 assert luminance(background) > 0.8, (name, background)
+            screenshot(page, f"a11y-{user}-{scheme}-{name}")
+        # An action's confirmation, open: a job's cancel, and for an administrator a drain.
+        dialogs = [("confirm-cancel", f"/ui/jobs/{pages_of(user)[3][1].rsplit('/', 1)[1]}",
+                    "#cancel-job")]
+        if user == "root":
+            dialogs.append(("confirm-drain", "/ui/nodes/a-1", "#drain"))
+        for name, path, button in dialogs:
+            page.goto(f"{server.url}{path}")
+            settle(page)
+            page.click(button)
+            page.locator("#confirm, #refused").first.wait_for()
+            found[name] = axe_violations(page)
             screenshot(page, f"a11y-{user}-{scheme}-{name}")
     record(f"{user}-{scheme}", found)
     report = {page: describe(v) for page, v in found.items() if v}

@@ -16,12 +16,12 @@ import pytest
 from browser import screenshot
 from dashboard_server import (
     cookies,
-    dashboard_server,
     form_token,
     job,
     login,
     mark_no_reload,
     not_reloaded,
+    running_dashboard,
     submit,
 )
 from polling import wait_for
@@ -32,10 +32,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    process = dashboard_server(tmp_path_factory.mktemp("ui"))
-    process.start()
-    yield process
-    process.stop()
+    with running_dashboard(tmp_path_factory.mktemp("ui")) as process:
+        yield process
 
 
 def test_pages_need_a_login_and_a_bad_token_is_refused(server: ServeProcess, page) -> None:
@@ -188,8 +186,9 @@ def test_scheduler_page_switches_the_algorithm_for_admins_only(
     assert page.locator("#algorithms form").count() == 0
     assert "Only administrators" in page.inner_text("#switch-result")
     page.locator("#latency-chart[data-drawn='1'] canvas").first.wait_for(timeout=10000)
-    refused = httpx.post(f"{server.url}/ui/scheduler/a100", cookies=cookies(page),
-                         data={"algorithm": "AFS-L", "form_token": form_token(page)})
+    fields = {"gpu_type": "a100", "algorithm": "AFS-L", "confirm": "yes"}
+    refused = httpx.post(f"{server.url}/ui/actions/algorithm", cookies=cookies(page),
+                         data={**fields, "form_token": form_token(page)})
     assert refused.status_code == 403 and "administrator" in refused.text
     page.context.clear_cookies()
 
@@ -198,8 +197,20 @@ def test_scheduler_page_switches_the_algorithm_for_admins_only(
     mark_no_reload(page)
     row = page.locator("#algorithms tr[data-gpu-type=a100]")
     row.locator("select").select_option("AFS-L")
+    # The first click only says what the switch would do; Cancel changes nothing.
     row.locator("button").click()
-    page.locator("#switched").wait_for()
+    page.locator("#confirm").wait_for()
+    assert "Switch a100 from" in page.inner_text("#confirm-title")
+    assert "Switching to AFS-L now" in page.inner_text("#confirm-text")
+    assert page.evaluate("document.activeElement.id") == "confirm-no"
+    page.click("#confirm-no")
+    assert page.locator("#confirm").count() == 0
+    with server.client("root") as client:
+        assert client.get("/v1/schedulers/a100").json()["algorithm"] != "AFS-L"
+    row.locator("button").click()
+    page.click("#confirm-yes")
+    page.locator("#action-done").wait_for()
+    assert "a100: now AFS-L" in page.inner_text("#action-done")
     assert "AFS-L" in row.locator(".algorithm").inner_text()
     with server.client("root") as client:
         assert client.get("/v1/schedulers/a100").json()["algorithm"] == "AFS-L"
@@ -207,15 +218,17 @@ def test_scheduler_page_switches_the_algorithm_for_admins_only(
     assert not_reloaded(page)
     # A form posted from another site is refused even with the cookie and the form token;
     # one without the form token is refused whatever its Origin.
-    forged = httpx.post(f"{server.url}/ui/scheduler/a100", cookies=cookies(page),
-                        data={"algorithm": "FIFO", "form_token": form_token(page)},
+    fields["algorithm"] = "FIFO"
+    forged = httpx.post(f"{server.url}/ui/actions/algorithm", cookies=cookies(page),
+                        data={**fields, "form_token": form_token(page)},
                         headers={"Origin": "http://evil.example"})
     assert forged.status_code == 403 and "Origin" in forged.text
-    untokened = httpx.post(f"{server.url}/ui/scheduler/a100", cookies=cookies(page),
-                           data={"algorithm": "FIFO"})
+    untokened = httpx.post(f"{server.url}/ui/actions/algorithm", cookies=cookies(page),
+                           data=fields)
     assert untokened.status_code == 403 and "form_token" in untokened.text
-    as_text = httpx.post(f"{server.url}/ui/scheduler/a100", cookies=cookies(page),
-                         content=b"algorithm=FIFO", headers={"Content-Type": "text/plain"})
+    as_text = httpx.post(f"{server.url}/ui/actions/algorithm", cookies=cookies(page),
+                         content=b"gpu_type=a100&algorithm=FIFO&confirm=yes",
+                         headers={"Content-Type": "text/plain"})
     assert as_text.status_code == 415
     with server.client("root") as client:
         assert client.get("/v1/schedulers/a100").json()["algorithm"] == "AFS-L"

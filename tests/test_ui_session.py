@@ -66,8 +66,9 @@ def test_the_cookie_is_a_session_that_logging_out_ends(server: ServeProcess) -> 
     assert after.status_code == 303 and after.headers["location"].startswith("/ui/login")
     assert f"{name}=;" in after.headers["set-cookie"]  # the browser forgets it
     assert page(server, copied, "/ui/stream/cluster").status_code == 401
-    assert httpx.post(f"{server.url}/ui/scheduler/default", cookies=copied, data={
-        "algorithm": "FIFO", "form_token": form_token_of(shown.text)}).status_code == 401
+    assert httpx.post(f"{server.url}/ui/actions/algorithm", cookies=copied, data={
+        "gpu_type": "default", "algorithm": "FIFO", "confirm": "yes",
+        "form_token": form_token_of(shown.text)}).status_code == 401
     # The token itself is no cookie: presenting it as one is no login.
     assert page(server, {name: TOKENS["alice"]}).status_code == 303
     assert page(server, {"voda_token": TOKENS["alice"]}).status_code == 303
@@ -85,11 +86,12 @@ def test_the_form_token_belongs_to_the_session(server: ServeProcess) -> None:
     assert form_token_of(page(server, root, "/ui/scheduler").text) == token  # stable
     assert token != form_token_of(page(server, other, "/ui/scheduler").text)
     assert TOKENS["root"] not in page(server, root, "/ui/scheduler").text
-    wrong = httpx.post(f"{server.url}/ui/scheduler/default", cookies=other,
-                       data={"algorithm": "FIFO", "form_token": token})
+    fields = {"gpu_type": "default", "algorithm": "FIFO", "confirm": "yes"}
+    wrong = httpx.post(f"{server.url}/ui/actions/algorithm", cookies=other,
+                       data={**fields, "form_token": token})
     assert wrong.status_code == 403 and "form_token" in wrong.text
-    switched = httpx.post(f"{server.url}/ui/scheduler/default", cookies=root,
-                          data={"algorithm": "FIFO", "form_token": token})
+    switched = httpx.post(f"{server.url}/ui/actions/algorithm", cookies=root,
+                          data={**fields, "form_token": token})
     assert switched.status_code == 200, switched.text
     with server.client("root") as client:
         assert client.get("/v1/schedulers/default").json()["algorithm"] == "FIFO"

@@ -32,6 +32,8 @@ config.toml:
     db_max_bytes = 0           # SQLite: the store file's size limit (0: none)
     trusted_proxies = ""       # proxies whose X-Forwarded-For/-Proto are believed (IPs, CIDRs)
     session_hours = 12.0       # a dashboard login lasts this long (ended by log out, restart)
+    history_sample_seconds = 60.0  # the cluster's history: a sample per GPU type this often
+    history_days = 8.0         # and kept this long (the dashboard's History page)
     log_format = "text"        # or "json": one object per line (stderr)
     log_level = "info"         # or "debug", "warning", "error"
 
@@ -84,8 +86,11 @@ class ConfigError(ValueError):
 class User:
     name: str
     admin: bool = False
+    # Read-only: sees what a user of its name sees, changes nothing (every write is 403).
+    viewer: bool = False
 
 
+ROLES = ("admin", "viewer")  # a token's optional last part: 'user:token:ROLE'
 USER_RE = re.compile(r"^[A-Za-z0-9][-_.A-Za-z0-9]{0,63}$")
 _HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 # The minimum strength of a configured token: 16 characters (`voda token` and the token
@@ -121,7 +126,7 @@ def parse_tokens(text: str) -> dict[str, User]:
         else:
             user, token, flags = pieces[0], pieces[1] if len(pieces) > 1 else "", pieces[2:]
             if len(pieces) < 2:
-                raise ConfigError(f"tokens: expected 'user:token[:admin]', got {user!r} "
+                raise ConfigError(f"tokens: expected 'user:token[:admin|viewer]', got {user!r} "
                                   f"without a token")
             if len(token) < MIN_TOKEN_LENGTH:  # the token itself is not repeated (logs)
                 raise ConfigError(f"tokens: {user}: the token has {len(token)} characters; "
@@ -131,9 +136,11 @@ def parse_tokens(text: str) -> dict[str, User]:
         if not USER_RE.match(user):
             raise ConfigError(f"tokens: user names are letters, digits, '-', '_' and '.', "
                               f"got {user!r}")
-        if len(flags) > 1 or (flags and flags[0] != "admin"):
-            raise ConfigError(f"tokens: the last part may only be 'admin', got {item!r}")
-        tokens[digest] = User(user, admin=bool(flags))
+        if len(flags) > 1 or (flags and flags[0] not in ROLES):
+            raise ConfigError(f"tokens: {user}: the last part may only be one of "
+                              f"{', '.join(ROLES)}, got {':'.join(flags)[:50]!r}")
+        role = flags[0] if flags else ""
+        tokens[digest] = User(user, admin=role == "admin", viewer=role == "viewer")
     return tokens
 
 
@@ -213,6 +220,10 @@ class ServerSettings:
     # X-Forwarded-Proto are believed; empty: those headers are ignored entirely.
     trusted_proxies: str = ""
     session_hours: float = 12.0  # how long a dashboard login lasts
+    # The cluster's history (the dashboard's History page): a sample per GPU type every
+    # this many seconds, kept (with the nodes' changes) this many days.
+    history_sample_seconds: float = 60.0
+    history_days: float = 8.0
     log_format: str = "text"  # LOG_FORMATS
     log_level: str = "info"  # LOG_LEVELS
 
@@ -299,6 +310,8 @@ _SERVER_ENV = {
     "max_connections_per_address": "VODA_MAX_CONNECTIONS_PER_ADDRESS",
     "trusted_proxies": "VODA_TRUSTED_PROXIES",
     "session_hours": "VODA_SESSION_HOURS",
+    "history_sample_seconds": "VODA_HISTORY_SAMPLE_SECONDS",
+    "history_days": "VODA_HISTORY_DAYS",
     "log_format": "VODA_LOG_FORMAT",
     "log_level": "VODA_LOG_LEVEL",
 }
@@ -395,6 +408,12 @@ def load_server_settings(
     hours = coerced.get("session_hours", settings.session_hours)
     if not 0 < hours <= 24 * 366:
         raise ConfigError(f"session_hours: expected hours > 0 (at most a year), got {hours}")
+    every = coerced.get("history_sample_seconds", settings.history_sample_seconds)
+    if not 0.1 <= every <= 3600:
+        raise ConfigError(f"history_sample_seconds: expected 0.1 to 3600 seconds, got {every}")
+    days = coerced.get("history_days", settings.history_days)
+    if not 0 < days <= 366:
+        raise ConfigError(f"history_days: expected days > 0 (at most a year), got {days}")
     return replace(settings, **coerced)
 
 

@@ -47,6 +47,8 @@ from voda.config import User, hash_token
 FAILURE_WINDOW_SECONDS = 60.0
 MAX_TRACKED_CLIENTS = 10_000
 MAX_TOKEN_LENGTH = 4096
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+READ_POSTS = frozenset({"/v1/forecast"})  # a what-if: posts a job, changes nothing
 
 bearer = HTTPBearer(auto_error=False, description="A token from VODA_TOKENS, config.toml "
                     "or the file `voda serve` generates (printed on start).")
@@ -118,7 +120,17 @@ def _bearer_user(request: Request, credentials: HTTPAuthorizationCredentials | N
     user = user_for_token(request, credentials.credentials, reporting)
     if user is None:
         raise _unauthorized("unknown token")
+    if request.method not in READ_METHODS and request.url.path not in READ_POSTS:
+        check_may_change(user)
     return user
+
+
+def check_may_change(user: User) -> None:
+    """A viewer's token reads; anything that would change something is 403 (the API's
+    writes and the dashboard's forms alike)."""
+    if user.viewer:
+        raise HTTPException(403, f"authorization: {user.name} is a viewer: it may look, "
+                            "not change anything")
 
 
 def user_for_token(request: Request, token: str, reporting: bool = False) -> User | None:

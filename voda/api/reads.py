@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from voda.api import views
 from voda.api.errors import Conflict, NotFound
+from voda.api.history import MAX_POINTS
 from voda.api.metrics import ServiceMetrics
 from voda.api.writes import StoreWriter
 from voda.config import ServerSettings, User
@@ -26,6 +27,7 @@ from voda.core.allocation import registry
 from voda.core.model import JobStatus, Node
 from voda.engine.backend import Backend
 from voda.engine.scheduler import JobRecord, Scheduler
+from voda.store import history as samples_store
 from voda.store import jobs as store
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ LOCK_STALL_SECONDS = 5.0  # /readyz fails when the scheduler lock is held longer
 WRITE_STALL_SECONDS = 5.0
 EVENTS_SHOWN = 20
 HISTORY_SHOWN = 1000  # the most history entries one answer holds (the newest)
+NODE_EVENTS_SHOWN = 50
 
 
 class ServiceReads:
@@ -197,6 +200,21 @@ class ServiceReads:
             return views.cluster_view(self.scheduler, user, algorithms,
                                       self.drained.values(), self._lost_nodes())
         return self._read(read)
+
+    def cluster_history(self, gpu_type: str, seconds: float,
+                        now: float | None = None) -> list[dict[str, float]]:
+        """The samples of `gpu_type` over the last `seconds` (voda.api.history), averaged
+        into at most history.MAX_POINTS points, oldest first."""
+        with self._locked():
+            self._known_gpu_type(gpu_type)
+        end = time.time() if now is None else now
+        return self._store_read(lambda s: samples_store.samples(
+            s, gpu_type, end - seconds, end, MAX_POINTS))
+
+    def node_events(self, name: str, last: int = NODE_EVENTS_SHOWN) -> list[dict[str, Any]]:
+        """The node's last changes (drained, active, removed), oldest first."""
+        rows = self._store_read(lambda s: samples_store.node_events(s, name, last))
+        return [{"time": r.time, "state": r.state, "message": r.message} for r in rows]
 
     def refusals(self, user: User) -> dict[str, str]:
         """Refused decisions in force by GPU type (reasons for administrators only)."""

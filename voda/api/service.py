@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from voda.api import views
 from voda.api.errors import Busy, Conflict, Forbidden, NotFound, StoreNotWritable
+from voda.api.history import cluster_samples
 from voda.api.reads import HISTORY_SHOWN as HISTORY_SHOWN  # the routes import it from here
 from voda.api.reads import ServiceReads
 from voda.api.report_tokens import Reporter, ReportKeys, incarnation_of
@@ -265,6 +266,7 @@ class Service(ServiceReads):
         self.forecaster = Forecaster(placer=get_placer(settings.placement,
                                                        settings.placement_settings))
         self.started_at = time.time()
+        self._last_sample: float | None = None
         self.first_schedule_at: float | None = None
         self.recovered_jobs = 0
         self.adopted_running_jobs = 0
@@ -489,7 +491,19 @@ class Service(ServiceReads):
     def _step(self, now: float) -> Plan | None:
         plan = self.scheduler.step(now)
         note_suspensions(self, now)
+        self._sample(now)
         return plan
+
+    def _sample(self, now: float) -> None:
+        """The cluster's history (voda.api.history): a sample per GPU type when one is
+        due, written with the step's changes; older samples are then forgotten."""
+        last = self._last_sample
+        if last is not None and now - last < self.settings.history_sample_seconds:
+            return
+        self._last_sample = now
+        s = self.scheduler
+        self.pending.samples = cluster_samples(s.cluster, s.active.values(), now, s.time_scale)
+        self.pending.keep_after = now - self.settings.history_days * 86400.0
 
     def flush(self) -> None:
         self._mutate(lambda: None, require_store=False)
@@ -872,7 +886,10 @@ class Service(ServiceReads):
         self.scheduler.handle(Event(EventKind.NODE_REMOVED, now, node=node))
 
     def _node_changed(self, node: Node, state: str, now: float) -> None:
+        """The node's row, and its change in the node's history (`node_events`)."""
         self.pending.nodes.append(_node_values(node, state, now))
+        self.pending.node_events.append({"node": node.name, "time": now, "state": state,
+                                         "message": None})
         self._note_schedulability(now)
 
     def _node_backend(self) -> SupportsNodeChanges:
@@ -1020,6 +1037,9 @@ class Service(ServiceReads):
             queued=sorted(p.queued - set(p.states)),
             backend_name=self.backend_name,
             nodes=p.nodes,
+            node_events=p.node_events,
+            samples=p.samples,
+            keep_after=p.keep_after,
             goodput=list(p.goodput.items()),
             category_goodput=list(p.category_goodput.items()),
         )

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from voda.core.model import JobStatus
 from voda.engine.scheduler import HistoryKey, JobRecord
+from voda.store import history
 from voda.store import jobs as store
 from voda.store.faults import StoreFault, classify
 
@@ -64,6 +65,11 @@ class Pending:
     # Goodput models as stored JSON: by job (its own), by (category, GPU type) (the best).
     goodput: dict[str, dict[str, Any]] = field(default_factory=dict)
     category_goodput: dict[HistoryKey, dict[str, Any]] = field(default_factory=dict)
+    node_events: list[dict[str, Any]] = field(default_factory=list)
+    # The cluster's samples (voda.api.history), and the time before which the store
+    # forgets samples and node changes; None: no sample was taken.
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    keep_after: float | None = None
 
 
 Unit = Callable[[Session], None]
@@ -87,12 +93,16 @@ class Batch:
     submission: bool = False
     goodput: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     category_goodput: list[tuple[HistoryKey, dict[str, Any]]] = field(default_factory=list)
+    node_events: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    keep_after: float | None = None
 
     @property
     def empty(self) -> bool:
         return not (self.inserts or self.states or self.history or self.category
                     or self.layouts or self.queued or self.nodes or self.goodput
-                    or self.category_goodput or self.backend_state is not None)
+                    or self.category_goodput or self.backend_state is not None
+                    or self.node_events or self.keep_after is not None)
 
     def write(self, session: Session) -> None:
         store.insert_jobs(session, self.inserts)
@@ -105,9 +115,15 @@ class Batch:
             store.save_category_layout(session, category, layout, rate, self.now)
         for node in self.nodes:
             store.save_node(session, node)
+        history.add_node_events(session, self.node_events)
+        self._write_samples(session)
         self._write_goodput(session)
         if self.backend_state is not None:
             store.save_backend_state(session, self.backend_name, self.backend_state, self.now)
+
+    def _write_samples(self, session: Session) -> None:
+        if self.keep_after is not None:
+            history.add_samples(session, self.samples, self.keep_after)
 
     def _write_goodput(self, session: Session) -> None:
         """Jobs' goodput models and their categories' together: one unit, so a report is
@@ -133,6 +149,10 @@ class Batch:
         out += [(f"layout of {c}", _bind(store.save_category_layout, c, lay, r, now))
                 for c, lay, r in self.layouts]
         out += [(f"node {n['name']}", _bind(store.save_node, n)) for n in self.nodes]
+        out += [(f"change of node {e['node']}", _bind(history.add_node_events, [e]))
+                for e in self.node_events]
+        if self.keep_after is not None:
+            out.append(("cluster samples", self._write_samples))
         if self.goodput or self.category_goodput:
             out.append(("goodput reports of " + ", ".join(n for n, _ in self.goodput),
                         self._write_goodput))

@@ -166,3 +166,36 @@ class ServiceStateRow(Base):
     key: Mapped[str] = mapped_column(String(100), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ClusterSampleRow(Base):
+    """One GPU type's state at one time (voda.api.history takes them)."""
+
+    __tablename__ = "cluster_samples"
+    __table_args__ = (Index("ix_cluster_samples_type_time", "gpu_type", "time"),
+                      Index("ix_cluster_samples_time", "time"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float)
+    gpu_type: Mapped[str] = mapped_column(String(100))
+    gpus: Mapped[int] = mapped_column(Integer)  # in service (schedulable nodes)
+    allocated: Mapped[int] = mapped_column(Integer)  # held by jobs
+    in_use: Mapped[int] = mapped_column(Integer)  # held by jobs that run
+    running: Mapped[int] = mapped_column(Integer)
+    waiting: Mapped[int] = mapped_column(Integer)  # active jobs holding no GPU
+    wait_mean_seconds: Mapped[float] = mapped_column(Float)
+    wait_max_seconds: Mapped[float] = mapped_column(Float)
+
+
+class NodeEventRow(Base):
+    """A change of a node: drained, active (added or back in service), removed."""
+
+    __tablename__ = "node_events"
+    __table_args__ = (Index("ix_node_events_node_id", "node", "id"),
+                      Index("ix_node_events_time", "time"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(200))
+    time: Mapped[float] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(20))
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -40,7 +40,6 @@ from voda.api.ui.session import (
 from voda.api.ui.streams import BoundedStream
 from voda.api.views import REDACTED, visible
 from voda.config import User
-from voda.core.allocation.registry import UnknownAlgorithm
 from voda.core.model import JobStatus
 from voda.web import environment
 
@@ -393,21 +392,3 @@ def scheduler_page(request: Request, user: PageUser) -> HTMLResponse:
 def scheduler_stream(request: Request, user: StreamUser) -> StreamingResponse:
     service = service_of(request)
     return _stream(request, user, lambda: scheduler_fragment(service, user))
-
-
-@router.post("/scheduler/{gpu_type}", response_class=HTMLResponse)
-async def switch_algorithm(request: Request, gpu_type: str, user: StreamUser) -> HTMLResponse:
-    """An administrator switches the algorithm of a GPU type (the API's PUT, from a form)."""
-    form = await _form(request)
-    check_form(request, form)
-    if not user.admin:
-        raise HTTPException(403, "authorization: only an administrator may change the "
-                            "scheduler")
-    algorithm = form.get("algorithm", "")
-    service = service_of(request)
-    try:
-        view = await run_in_threadpool(service.set_scheduler, gpu_type, algorithm, None, None)
-    except (UnknownAlgorithm, ValueError) as exc:
-        return html(render("_refused.html", field="algorithm", reason=str(exc)), 422)
-    index = service.scheduler.cluster.gpu_types().index(view["gpu_type"])
-    return html(render("_switched.html", view=view, index=index))

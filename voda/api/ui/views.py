@@ -107,6 +107,22 @@ def cluster_page(view: Mapping[str, Any], gpu_type: str | None) -> dict[str, Any
     }
 
 
+def node_page(view: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """One node of the cluster view (a lost one too): its facts, its GPU cells and the
+    jobs on it (the viewer's; other users' as a count of GPUs), or None when the cluster
+    never had it."""
+    found = next((n for n in (*view["nodes"], *view.get("lost_nodes", []))
+                  if n["name"] == name), None)
+    if found is None:
+        return None
+    cells = gpu_cells(found, view["jobs"])
+    names = list(dict.fromkeys(c.job for c in cells if c.job is not None))
+    jobs = [{"name": job, "here": found["jobs"].get(job, 0), **view["jobs"].get(job, {})}
+            for job in names]
+    return {"node": {**found, "cells": cells}, "jobs": jobs, "marks": job_marks(names),
+            "others": found.get("others", 0)}
+
+
 # ----- jobs ------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class JobFilters:

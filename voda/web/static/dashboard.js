@@ -124,6 +124,24 @@
     highlight(current);
   });
 
+  // ----- an action's confirmation (voda.api.ui.actions) ---------------------------------------
+  // Cancel clears the dialog and gives the focus back to the page's actions; a dialog
+  // that appears takes the focus on its Cancel (the safe answer).
+  document.addEventListener("click", function (e) {
+    var button = e.target.closest ? e.target.closest("[data-dismiss]") : null;
+    if (!button) return;
+    var dialog = button.closest(".action-dialog");
+    if (dialog) dialog.textContent = "";
+    var back = document.querySelector(".actions button, .actions select");
+    if (back) back.focus();
+  });
+  document.addEventListener("htmx:afterSwap", function (e) {
+    var target = e.detail && e.detail.target;
+    if (!target || !target.classList || !target.classList.contains("action-dialog")) return;
+    var focus = target.querySelector("#confirm-no") || target.querySelector("[role=status]");
+    if (focus) focus.focus();
+  });
+
   // ----- the cluster map: all of a job's cells at once -------------------------------------
   var current = null;
   var JOB_PARTS = "#topology [data-job], #legend [data-job]";
