@@ -178,10 +178,15 @@ def _fill(shares: list[int], given: list[int], base: Sequence[int], open_: list[
             floor[i] = used
             if used < offered[i]:  # it cannot use them all: the rest is shared again
                 open_[i], stopped[i], tried[i], changed = False, True, offered[i], True
+        reopened = False
         for i in range(len(shares)):  # the level rose past a stopped queue's offer: again
             if stopped[i] and level is not None and min(
                     math.floor(guarantee[i] + level * weight[i]), ceiling[i]) > tried[i]:
-                open_[i], stopped[i], changed = True, False, True
+                open_[i], stopped[i], changed, reopened = True, False, True, True
+        if reopened:  # the others' offers are shared again with it, from their guarantees
+            for i in range(len(shares)):
+                if open_[i]:
+                    floor[i], shares[i], given[i] = base[i], base[i], guarantee[i]
         if not changed:
             break
 
