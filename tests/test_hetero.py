@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from voda.core.allocation.hetero import TypeChoice, choose_types, voda_choice
-from voda.core.allocation.hetero_models import type_shapes
+from voda.core.allocation.hetero_models import type_model, type_ratio, type_ratios, type_shapes
 from voda.core.allocation.registry import create
 from voda.core.goodput import GoodputModel, PerfParams
 from voda.core.hetero_plan import decide_hetero
@@ -136,6 +136,23 @@ def test_sia_gives_a_job_measured_nowhere_one_gpu() -> None:
               goodput=dataclasses.replace(_model(1.0), perf=None, max_profiled_replicas=0))
     choice = choose_types("sia", [job], Cluster((Node("s0", 4, "slow"), Node("f0", 4, "fast"))))
     assert choice.counts == {"new": 1}
+
+
+def test_a_job_measured_on_one_type_is_projected_onto_types_no_category_compared() -> None:
+    only_slow = {"slow": _model(1.0)}
+    jobs = [Job(f"j{i}", 1, 4, epochs=10, gpu_types=(ANY_GPU_TYPE,), goodput=_model(1.0),
+                goodput_by_type=only_slow, category="c", gpu_type="slow") for i in range(2)]
+    assert type_model(jobs[0], "fast", type_ratios(jobs)) is not None
+    choice = choose_types("sia", jobs, Cluster((Node("s0", 1, "slow"), Node("f0", 1, "fast"))))
+    assert sorted(choice.types.values()) == ["fast", "slow"]  # neither waits for the other
+    assert choice.counts == {"j0": 1, "j1": 1}
+
+
+def test_a_ratio_no_category_measured_goes_through_a_type_measured_with_both() -> None:
+    ratios = {("a", "b"): 2.0, ("b", "c"): 3.0}
+    assert type_ratio(ratios, "a", "b") == 2.0
+    assert type_ratio(ratios, "a", "c") == pytest.approx(6.0)
+    assert type_ratio(ratios, "c", "a") == 1.0
 
 
 def test_pollux_adapted_puts_the_biggest_job_on_the_type_with_most_free_gpus() -> None:

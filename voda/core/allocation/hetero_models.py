@@ -96,19 +96,32 @@ def projected(model: GoodputModel, ratio: float) -> GoodputModel:
     return dataclasses.replace(model, perf=perf)
 
 
+def type_ratio(ratios: Mapping[tuple[str, str], float], source: str, target: str) -> float:
+    """speed(target) / speed(source): measured by a category on both, else through one type
+    measured with each, else 1 (nothing says they differ)."""
+    if (source, target) in ratios:
+        return ratios[(source, target)]
+    via = sorted(u for (s, u) in ratios if s == source and (u, target) in ratios)
+    if via:
+        return math.exp(sum(math.log(ratios[(source, u)] * ratios[(u, target)]) for u in via)
+                        / len(via))
+    return 1.0
+
+
 def type_model(job: Job, gpu_type: str, ratios: Mapping[tuple[str, str], float]
                ) -> GoodputModel | None:
-    """The job's model on `gpu_type`: reported there, else projected from the measured type
-    with a known ratio (the fastest such source first); None when nothing is known."""
+    """The job's model on `gpu_type`: reported there, else projected from a measured type
+    (one with a measured ratio first, the fastest such source first): as Sia projects a
+    job's throughput onto every type once it has run on one; None when nothing is known."""
     own = job.goodput_by_type.get(gpu_type)
     if measured(own):
         return own
-    sources = sorted((s for s, m in job.goodput_by_type.items()
-                      if measured(m) and (s, gpu_type) in ratios), key=str)
+    sources = sorted(s for s, m in job.goodput_by_type.items() if measured(m))
     if not sources:
         return None
-    source = max(sources, key=lambda s: one_gpu_goodput(job.goodput_by_type[s]))
-    return projected(job.goodput_by_type[source], ratios[(source, gpu_type)])
+    source = max(sources, key=lambda s: ((s, gpu_type) in ratios,
+                                         one_gpu_goodput(job.goodput_by_type[s])))
+    return projected(job.goodput_by_type[source], type_ratio(ratios, source, gpu_type))
 
 
 def mean_type_speed(ratios: Mapping[tuple[str, str], float], types: Sequence[str]
