@@ -75,6 +75,7 @@ def main() -> None:
             "priority NAME 1": [VODA, "priority", n, "1"],
             "cluster": [VODA, "cluster"],
             "algorithm get": [VODA, "algorithm", "get"],
+            "history": [VODA, "history"],
             "algorithm set ElasticFIFO": [VODA, "algorithm", "set", "ElasticFIFO"],
             # The emulated backend keeps no logs: the service answers 409 (a full round trip).
             "logs NAME -n 20": [VODA, "logs", n, "-n", "20"],

@@ -61,6 +61,7 @@ def test_client_commands_import_nothing_heavy(server: ServeProcess, tmp_path: Pa
     commands = [
         ("submit", "-f", str(job)), ("jobs",), ("jobs", "--json"), ("jobs", "--all"),
         ("describe", name), ("priority", name, "2"), ("cluster",), ("algorithm", "get"),
+        ("history",), ("history", "--range", "week", "-o", "json"),
         ("logs", name, "-n", "5"), ("top", "--once"),
         ("delete", name), ("node", "drain", "node-1"), ("node", "uncordon", "node-1"),
         ("node", "drain", "node-1"), ("node", "add", "node-1"), ("--version",),

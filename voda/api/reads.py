@@ -205,15 +205,15 @@ class ServiceReads:
                                       self.drained.values(), self._lost_nodes())
         return self._read(read)
 
-    def cluster_history(self, gpu_type: str, seconds: float,
-                        now: float | None = None) -> list[dict[str, float]]:
+    def cluster_history(self, gpu_type: str, seconds: float, now: float | None = None,
+                        points: int = MAX_POINTS) -> list[dict[str, float]]:
         """The samples of `gpu_type` over the last `seconds` (voda.api.history), averaged
-        into at most history.MAX_POINTS points, oldest first."""
+        into at most `points` (at most history.MAX_POINTS) points, oldest first."""
         with self._locked():
             self._known_gpu_type(gpu_type)
         end = time.time() if now is None else now
         return self._store_read(lambda s: samples_store.samples(
-            s, gpu_type, end - seconds, end, MAX_POINTS))
+            s, gpu_type, end - seconds, end, max(1, min(points, MAX_POINTS))))
 
     def node_events(self, name: str, last: int = NODE_EVENTS_SHOWN) -> list[dict[str, Any]]:
         """The node's last changes (drained, active, removed), oldest first."""
