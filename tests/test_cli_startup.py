@@ -54,7 +54,8 @@ def server(serve: ServeFactory, tmp_path: Path) -> ServeProcess:
 def test_client_commands_import_nothing_heavy(server: ServeProcess, tmp_path: Path) -> None:
     env = env_for(server, tmp_path)
     job = tmp_path / "job.yaml"
-    job.write_text("name: light\ncommand: [python, train.py]\nmin: 1\nmax: 2\nepochs: 1000\n")
+    job.write_text("generate_name: light-\ncommand: [python, train.py]\nmin: 1\nmax: 2\n"
+                   "epochs: 1000\n")
     submitted = voda(env, "submit", "-f", str(job), "--json")
     assert submitted.returncode == 0, submitted.stderr
     name = json.loads(submitted.stdout.split("\n\nMODULES")[0])["name"]
