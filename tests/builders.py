@@ -57,6 +57,10 @@ class JobBuilder:
     def status(self, status: JobStatus) -> JobBuilder:
         return self._set(status=status)
 
+    def in_queue(self, queue: str) -> JobBuilder:
+        """The team queue it belongs to (voda.core.quotas)."""
+        return self._set(queue=queue)
+
     def queue_since(self, time: float | None) -> JobBuilder:
         return self._set(queue_since=time)
 

@@ -158,7 +158,7 @@ CONFIGS = [
     ("Voda", {"tail_floor": 0}),
     ("Voda", {"tail_floor": 1.0}),
     ("Voda", {"aging": 0}),
-    ("Voda", {"aging": 1e6, "aging_limit": 0.99}),
+    ("Voda", {"aging": 1e6}),
 ]
 
 

@@ -131,6 +131,7 @@ def run_simulation(
     seeds: int | None = None,
     csv_path: str | None = None,
     hetero_policy: str | None = None,
+    queues: str | None = None,
 ) -> list[SimResult]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -140,6 +141,7 @@ def run_simulation(
     from voda.sim.cluster_file import ClusterFileError
     from voda.sim.compare import RunRequest, check_request, run_many, run_one, with_details
     from voda.sim.profiles import ProfileError
+    from voda.sim.queues import QueueFileError, load_queue_file
     from voda.sim.runner import SimulationStalled
     from voda.sim.seeds import DEFAULT_JITTER, check_seeds
     from voda.sim.workloads import WorkloadError
@@ -162,14 +164,16 @@ def run_simulation(
                                params=_knobs_of(name, knobs, len(names) > 1),
                                gpu_type=gpu_type, until=until, job_model=job_model,
                                progress_decisions=progress_decisions,
-                               hetero_policy=hetero_policy)
+                               hetero_policy=hetero_policy, queues=queues)
                     for name in names for k in range(count)]
         _check_every_knob_used(knobs, requests)
+        if queues is not None:
+            load_queue_file(queues)  # a bad file is refused before anything runs
         for r in requests:
             if r.seed == seed:  # the other seeds differ in arrival times only
                 check_request(r)
     except (WorkloadError, ClusterFileError, ProfileError, registry.UnknownAlgorithm,
-            ParamError, ValueError) as exc:
+            ParamError, QueueFileError, ValueError) as exc:
         _fail(str(exc))
     if report_job is not None:
         from voda.sim.workloads import load_workload
@@ -405,6 +409,10 @@ def register(app: typer.Typer) -> None:
                  "how each gets its type: voda (default; type and count chosen together), "
                  "isolated (a job keeps its first type), sia (Sia's program decides type "
                  "and count), pollux (type-unaware Pollux, most GPUs of one type)."),
+        queues: str | None = typer.Option(
+            None, "--queues",
+            help="A YAML file of team queues (guarantee, borrowing_limit, lending_limit, "
+                 "weight, match by workload column); docs/design/013-queues.md."),
     ) -> None:
         """Simulate a workload on a cluster with one or all allocation algorithms.
 
@@ -419,4 +427,4 @@ def register(app: typer.Typer) -> None:
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
                        as_json, plot, layout_speed, jitter, seed, param, gpu_type, until,
                        report, report_job, job_model, progress_decisions, seeds, csv_path,
-                       hetero_policy)
+                       hetero_policy, queues)

@@ -115,6 +115,8 @@ class Job:
     completed_epochs: float = 0.0
     category: str = ""
     gpu_type: str = DEFAULT_GPU_TYPE
+    # The team queue it belongs to (voda.core.quotas); "default" when it names none.
+    queue: str = "default"
     status: JobStatus = JobStatus.SUBMITTED
     # Current allocation (GPUs held right now); 0 when waiting.
     current_workers: int = 0

@@ -60,6 +60,8 @@ from voda.core.model import (
 from voda.core.placement.base import Placer
 from voda.core.placement.registry import DEFAULT_PLACER, get_placer
 from voda.core.plan import decide
+from voda.core.quotas import QueueSet, with_queues
+from voda.core.quotas.algorithm import Observer
 from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete, SupportsReasons
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
 from voda.engine.hetero import adopt_types, fill_type_models
@@ -98,6 +100,10 @@ class SchedulerSettings:
     # restart a move between types costs in its judgement.
     hetero_policy: str = DEFAULT_HETERO_POLICY
     restart_penalty: float = 30.0
+    # Team queues (voda.core.quotas): every algorithm runs under them; None: no queues.
+    queues: QueueSet | None = None
+    # Told every quota decision, per GPU type (the simulator counts reclaims with it).
+    queue_observer: Observer | None = None
 
 
 @dataclass(slots=True)
@@ -114,6 +120,7 @@ class JobRecord:
     completed_epochs: float = 0.0
     category: str = ""
     gpu_type: str = "default"
+    queue: str = "default"  # its team queue (voda.core.quotas)
     status: JobStatus = JobStatus.SUBMITTED
     current_workers: int = 0
     attained_gpu_seconds: float = 0.0
@@ -386,10 +393,14 @@ class Scheduler:
         self._undecided: set[str] = set()  # submitted, not yet seen by a decision
 
     # ----- configuration -------------------------------------------------
+    def _under_queues(self, algorithm: AllocationAlgorithm) -> AllocationAlgorithm:
+        return with_queues(algorithm, self.settings.queues, self.settings.queue_observer)
+
     def _build_algorithms(self, settings: SchedulerSettings) -> None:
-        default = registry.create(settings.algorithm, settings.algorithm_params)
+        default = self._under_queues(registry.create(settings.algorithm,
+                                                     settings.algorithm_params))
         by_type = {
-            gpu_type: registry.create(name, params)
+            gpu_type: self._under_queues(registry.create(name, params))
             for gpu_type, (name, params) in settings.algorithm_by_gpu_type.items()
         }
         self._default_algorithm = default
@@ -410,7 +421,7 @@ class Scheduler:
         gpu_type: str | None = None,
     ) -> None:
         """Switch algorithm; an unknown name raises UnknownAlgorithm and changes nothing."""
-        algorithm = registry.create(name, params)  # raises before anything changes
+        algorithm = self._under_queues(registry.create(name, params))  # raises first
         if gpu_type is None:
             self.settings.algorithm = name
             self.settings.algorithm_params = dict(params or {})

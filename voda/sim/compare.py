@@ -15,6 +15,7 @@ from voda.sim.backend import check_layout_speed
 from voda.sim.cluster_file import SimCluster, parse_cluster
 from voda.sim.isolated import with_job_details
 from voda.sim.presets import apply_preset
+from voda.sim.queues import load_queue_file
 from voda.sim.report import SimResult
 from voda.sim.runner import SimSettings, simulate
 from voda.sim.throughput import warm
@@ -46,6 +47,7 @@ class RunRequest:
     progress_decisions: bool = False  # SimSettings.progress_decisions
     arrival_decisions: bool | None = None  # SimSettings.arrival_decisions (None: the policy's)
     hetero_policy: str | None = None  # SimSettings.hetero_policy (None: its default)
+    queues: str | None = None  # a queue file (voda.sim.queues); None: no team queues
 
 
 def settings_for(request: RunRequest) -> SimSettings:
@@ -60,6 +62,7 @@ def settings_for(request: RunRequest) -> SimSettings:
     settings.until = request.until
     settings.progress_decisions = request.progress_decisions
     settings.arrival_decisions = request.arrival_decisions
+    settings.queues = load_queue_file(request.queues) if request.queues else None
     return settings
 
 

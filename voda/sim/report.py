@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from voda.sim.queue_stats import finish_time_fairness
 from voda.sim.tail import p99
 
 if TYPE_CHECKING:
@@ -91,6 +92,8 @@ class SimResult:
     # The arrival jittering it ran on (voda.sim.workloads.jitter_arrivals; 0: the trace).
     jitter: float = 0.0
     seed: int = 0
+    # Per team queue (voda.sim.queue_stats.queue_report); empty without --queues.
+    queues: tuple[dict[str, Any], ...] = ()
 
     @property
     def mean_slowdown(self) -> float:
@@ -147,6 +150,8 @@ class SimResult:
             "mean_slowdown": _known(self.mean_slowdown),
             "rho_mean": _known(self.rho_mean),
             "rho_max": _known(self.rho_max),
+            **({"queues": list(self.queues)} if self.queues else {}),
+            "finish_time_fairness": finish_time_fairness([j.rho for j in self.jobs]),
             "jobs": [j.to_dict() for j in self.jobs],
         }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from voda.blas import serial_blas
@@ -20,6 +20,7 @@ from voda.core.allocation.hetero import DEFAULT_HETERO_POLICY, check_policy
 from voda.core.model import Job
 from voda.core.placement import registry as placers
 from voda.core.placement.base import Placer
+from voda.core.quotas import DEFAULT_QUEUE
 from voda.engine.clock import ManualClock
 from voda.engine.scheduler import (
     REFUSALS_TO_GIVE_UP,
@@ -32,6 +33,8 @@ from voda.sim.backend import DEFAULT_PENALTY, SimBackend, check_layout_speed
 from voda.sim.cluster_file import SimCluster
 from voda.sim.oracle import step_oracle
 from voda.sim.profiles import load_profile
+from voda.sim.queue_stats import QueueStats, queue_report
+from voda.sim.queues import QueueFile
 from voda.sim.report import SimResult, build_result
 from voda.sim.workloads import JobSpec, Workload, accepting_any_type
 
@@ -79,6 +82,8 @@ class SimSettings:
     # `penalty` (the Sia artifact's calibration: voda.sim.presets, preset "sia").
     calibration: Mapping[str, float] = field(default_factory=dict)
     penalties: Mapping[str, float] = field(default_factory=dict)
+    # Team queues (voda.sim.queues): jobs join them by their workload columns; None: none.
+    queues: QueueFile | None = None
 
 
 def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
@@ -89,7 +94,7 @@ def effective_layout_speed(layout_speed: str, placer: Placer) -> str:
     return layout_speed
 
 
-def to_job(spec: JobSpec, workload: Workload) -> Job:
+def to_job(spec: JobSpec, workload: Workload, queues: QueueFile | None = None) -> Job:
     """The job the scheduler is given. A batch-adaptive job declares its batch limits
     (`Job.goodput` with nothing measured yet); fixed-batch profiled jobs carry the
     simulator's truth about them (`Job.oracle`), which only oracle baselines read."""
@@ -107,6 +112,7 @@ def to_job(spec: JobSpec, workload: Workload) -> Job:
         category=spec.category,
         gpu_type=spec.gpu_type,
         gpu_types=spec.gpu_types,
+        queue=queues.queue_of(spec.columns) if queues is not None else DEFAULT_QUEUE,
         goodput=declared,
         oracle=step_oracle(spec),
     )
@@ -143,13 +149,19 @@ def simulate(
                          spine_oversubscription=cluster.spine_oversubscription,
                          layout_speed=layout_speed, calibration=s.calibration,
                          penalties=s.penalties)
+    stats = QueueStats(clock.now) if s.queues is not None else None
     scheduler = Scheduler(
         backend,
         SchedulerSettings(algorithm=s.algorithm, algorithm_params=dict(s.algorithm_params),
                           rate_limit_seconds=0.0 if s.fixed_rounds else s.interval,
-                          hetero_policy=check_policy(s.hetero_policy), restart_penalty=s.penalty),
+                          hetero_policy=check_policy(s.hetero_policy), restart_penalty=s.penalty,
+                          queues=s.queues.queues if s.queues is not None else None,
+                          queue_observer=stats),
         placer=placer,
         now=start,
+        # No one reads the jobs' reasons in a simulation: working them out at every
+        # decision was a tenth of a long run (they never change what is decided).
+        explain=False,
     )
     if observe is not None:
         scheduler.observers.append(observe(scheduler))
@@ -157,10 +169,17 @@ def simulate(
                  arrivals_decided=s.fixed_rounds and decides_on_arrival(s, scheduler))
     with serial_blas():  # tiny linear algebra (goodput fits): threads only slow it down
         loop.run()
-    return build_result(
+    result = build_result(
         algorithm=s.algorithm, workload=workload, backend=backend, scheduler=scheduler,
         queue=loop.queue, end=clock.now(), params=s.algorithm_params,
     )
+    if stats is None or s.queues is None:
+        return result
+    jcts: dict[str, list[float]] = {}
+    for spec, job in zip(workload.jobs, result.jobs, strict=True):
+        if job.jct is not None:
+            jcts.setdefault(s.queues.queue_of(spec.columns), []).append(float(job.jct))
+    return replace(result, queues=tuple(queue_report(stats, jcts)))
 
 
 def decides_on_arrival(s: SimSettings, scheduler: Scheduler) -> bool:
@@ -215,7 +234,8 @@ class _Loop:
             # As the service does: reports that came before an arrival are taken in first.
             self.scheduler.take_events(t)
         while self.next_arrival < len(self.jobs) and self.jobs[self.next_arrival].submit <= t:
-            self.scheduler.submit(to_job(self.jobs[self.next_arrival], self.workload))
+            self.scheduler.submit(to_job(self.jobs[self.next_arrival], self.workload,
+                                         self.s.queues))
             self.next_arrival += 1
             changed = True
         return changed

@@ -26,7 +26,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -91,6 +91,9 @@ class JobSpec:
     # in emulated seconds, x emulated_speed), no statistical efficiency; a halt loses the
     # epoch under way. None: the job model above.
     emulated_speed: float | None = None
+    # The row's columns as the file wrote them (CSV workloads): what a queue file's
+    # `match` reads (voda.sim.queues), e.g. the Philly trace's virtual `cluster`.
+    columns: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def batch_for(self, profile: Profile, replicas: int) -> int:
         """The global batch on `replicas` GPUs, within the profile's validated range."""
@@ -262,10 +265,13 @@ def _csv(path: Path, text: str, model: str) -> list[JobSpec]:
         )
     rows = [(reader.line_num, row) for row in reader]  # blank lines are skipped
     if kind == "pollux":
-        return [_pollux_row(path, line, row, i, model) for i, (line, row) in enumerate(rows)]
-    if kind == "philly":
-        return _philly(path, rows, rigid)
-    return [_native(path, line, row, i, rigid) for i, (line, row) in enumerate(rows)]
+        specs = [_pollux_row(path, line, row, i, model) for i, (line, row) in enumerate(rows)]
+    elif kind == "philly":
+        specs = _philly(path, rows, rigid)
+    else:
+        specs = [_native(path, line, row, i, rigid) for i, (line, row) in enumerate(rows)]
+    return [replace(spec, columns={k: (v or "").strip() for k, v in row.items() if k})
+            for spec, (_, row) in zip(specs, rows, strict=True)]
 
 
 def _field(path: Path, line: int, row: Mapping[str, Any], column: str) -> str:

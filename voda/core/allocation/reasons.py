@@ -39,6 +39,9 @@ class ReasonCode(StrEnum):
     PLAN_REFUSED = "PlanRefused"  # the decision for its GPU type was refused; retried later
     RATE_LIMITED = "RateLimited"  # the next decision waits for the rate limit
     GENERIC = "AlgorithmDecision"  # a custom algorithm that gave no reason
+    RECLAIMED = "Reclaimed"  # its queue had borrowed the GPUs; another queue took them back
+    BORROWING_LIMIT = "BorrowingLimit"  # its queue holds its guarantee + borrowing limit
+    QUEUE_SHARE = "QueueShare"  # its queue holds its share of the GPUs beyond guarantees
 
 
 class Reason:

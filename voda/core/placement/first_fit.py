@@ -32,41 +32,62 @@ def first_fit(
     free = {n.name: n.gpus for n in cluster.nodes}
     node_type = {n.name: n.gpu_type for n in cluster.nodes}
     kept: dict[str, dict[str, int]] = {}
+    whole: set[str] = set()  # jobs that keep every worker where it is, and need no more
     # 1. Keep every surviving worker in place (shrinking jobs lose their smallest shards).
     for name in sorted(allocation):
         gpus = allocation[name]
-        if gpus <= 0:
+        before = previous.get(name)
+        if gpus <= 0 or not before:
             continue
-        gpu_type = jobs[name].gpu_type if name in jobs else None
+        job = jobs.get(name)
+        gpu_type = None if job is None else job.gpu_type
         current = {
-            n: c for n, c in previous.get(name, ())
+            n: c for n, c in before
             if n in free and (gpu_type is None or node_type[n] == gpu_type)
         }
-        mine = current if sum(current.values()) <= gpus else shrink(current, gpus)
+        held = sum(current.values())
+        mine = current if held <= gpus else shrink(current, gpus)
+        mine_kept = kept[name] = {}
         for node, count in mine.items():
             take = min(count, free[node])
             if take:
-                kept.setdefault(name, {})[node] = take
+                mine_kept[node] = take
                 free[node] -= take
+        if held == gpus and len(mine_kept) == len(before) and all(
+                mine_kept.get(node) == count for node, count in before):
+            whole.add(name)
     # 2. Fill what is still missing on the first nodes of the job's GPU type with room.
+    # Free GPUs only go down here, so the nodes before the first one of a type with room
+    # stay full: each type's scan starts there (None: a job of no known type, any node).
+    nodes_of: dict[str | None, list[str]] = {None: [n.name for n in cluster.nodes]}
+    for node in cluster.nodes:
+        nodes_of.setdefault(node.gpu_type, []).append(node.name)
+    first_with_room = dict.fromkeys(nodes_of, 0)
     result: dict[str, tuple] = {}
     for name in sorted(allocation, key=lambda n: jobs[n].sort_key if n in jobs else (0, 0.0, n)):
         gpus = allocation[name]
         if gpus <= 0:
             continue
+        if name in whole:  # most jobs, most decisions: nothing to add, nothing moved
+            result[name] = _reuse_if_unchanged(previous[name], kept[name], order)
+            continue
         mine = kept.get(name, {})
         missing = gpus - sum(mine.values())
         gpu_type = jobs[name].gpu_type if name in jobs else None
-        for node in cluster.nodes:
-            if missing <= 0:
-                break
-            if gpu_type is not None and node.gpu_type != gpu_type:
-                continue
-            take = min(free[node.name], missing)
+        candidates = nodes_of.get(gpu_type, ())
+        i = first_with_room.get(gpu_type, 0)
+        while i < len(candidates) and free[candidates[i]] == 0:
+            i += 1
+        if gpu_type in first_with_room:
+            first_with_room[gpu_type] = i
+        while missing > 0 and i < len(candidates):
+            node_name = candidates[i]
+            take = min(free[node_name], missing)
             if take:
-                mine[node.name] = mine.get(node.name, 0) + take
-                free[node.name] -= take
+                mine[node_name] = mine.get(node_name, 0) + take
+                free[node_name] -= take
                 missing -= take
+            i += 1
         if missing > 0:
             raise ValueError(f"job {name!r}: {missing} GPUs could not be placed")
         result[name] = _reuse_if_unchanged(previous.get(name, ()), mine, order)
@@ -77,6 +98,10 @@ def _reuse_if_unchanged(
     before: JobPlacement, now: Mapping[str, int], order: Mapping[str, int]
 ) -> JobPlacement:
     """`before` itself when it already says `now` in node order (most jobs, most rounds)."""
+    if len(before) == 1 and len(now) == 1:
+        ((node, count),) = before
+        if now.get(node) == count:
+            return tuple(before)
     if (
         len(before) == len(now)
         and all(now.get(node) == count for node, count in before)

@@ -1,0 +1,230 @@
+"""The quota layer's decision for one GPU type: which share of the capacity each queue's
+jobs are allocated on, by the chosen algorithm (docs/design/013-queues.md).
+
+1. guarantee: each queue's algorithm allocates its jobs on its guarantee;
+2. lend and share: the GPUs no queue holds within its guarantee (less what lending limits
+   keep) are shared by weight among the queues that may borrow, up to their borrowing
+   limits; a queue that leaves part of its share unused gives it back and the rest is
+   shared again;
+3. top up: GPUs still idle go to any queue whose jobs can use them;
+4. reclaim: a queue that held borrowed GPUs beyond its new share, while another queue
+   grows, gives them back by `reclaim` (shrinking first);
+5. allocate: each queue's algorithm allocates its jobs on its share, as it would alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from voda.core.allocation.base import checked_allocate
+from voda.core.model import Job
+from voda.core.quotas.fill import water_fill
+from voda.core.quotas.model import QueueSet
+from voda.core.quotas.reclaim import Reclaim, reclaim
+
+Allocate = Callable[[Sequence[Job], int], Mapping[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOutcome:
+    """One queue in one decision, for one GPU type."""
+
+    name: str
+    guarantee: int  # its guarantee (as far as the capacity covers the guarantees)
+    ceiling: float  # guarantee + borrowing limit (inf: unlimited)
+    lendable: float  # of its guarantee, what others may use while it is idle
+    weight: float
+    held_before: int  # GPUs its jobs held going in
+    within_guarantee: int  # GPUs its algorithm takes on its guarantee alone
+    share: int  # GPUs its algorithm allocated its jobs on (they may take fewer)
+    used: int  # GPUs its jobs hold after the decision
+    reclaimed_by_shrinking: int = 0
+    reclaimed_by_preemption: int = 0
+    waiting: int = 0  # its jobs at 0 GPUs
+    reclaiming: bool = False  # its borrowed GPUs were cut by the reclaim rule
+
+    @property
+    def borrowed(self) -> int:
+        return max(0, self.used - self.guarantee)
+
+    @property
+    def at_borrowing_limit(self) -> bool:
+        return self.used >= self.ceiling
+
+    @property
+    def reclaimed(self) -> int:
+        return self.reclaimed_by_shrinking + self.reclaimed_by_preemption
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaDecision:
+    allocation: dict[str, int]
+    queues: dict[str, QueueOutcome]
+    job_queue: dict[str, str]  # job -> its queue
+    reclaimed: frozenset[str]  # jobs that gave GPUs back to another queue
+
+
+def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: QueueSet,
+          gpu_type: str) -> QuotaDecision:
+    """Allocate `jobs` (all of `gpu_type`) on `capacity` GPUs under `queues`."""
+    declared = {q.name: q for q in queues}
+    groups: dict[str, list[Job]] = {}
+    job_queue: dict[str, str] = {}
+    for job in jobs:
+        name = job.queue if job.queue in declared else queues.queue_of(job.queue)
+        groups.setdefault(name, []).append(job)
+        job_queue[job.name] = name
+    names = sorted(set(groups) | {q for q in declared if declared[q].guaranteed(gpu_type)})
+    qs = [queues.get(n) for n in names]
+    weight = [q.weight for q in qs]
+    guarantee = _covered([q.guaranteed(gpu_type) for q in qs], weight, capacity)
+    ceiling = [min(q.ceiling(gpu_type) - q.guaranteed(gpu_type) + g, capacity)
+               for q, g in zip(qs, guarantee, strict=True)]
+    lend = [q.may_lend(gpu_type) for q in qs]
+    keep = [0 if limit is None else max(0, g - limit) for g, limit in zip(guarantee, lend,
+                                                                           strict=True)]
+    runs: dict[tuple[int, int], dict[str, int]] = {}
+
+    def run(i: int, gpus: int) -> dict[str, int]:
+        key = (i, gpus)
+        if key not in runs:
+            members = groups.get(names[i], [])
+            runs[key] = checked_allocate(algorithm, members, gpus) if members else {}
+        return runs[key]
+
+    # 1. guarantee
+    base = [sum(run(i, g).values()) if g else 0 for i, g in enumerate(guarantee)]
+    # 2. lend and share
+    given = list(guarantee)  # the GPUs each queue's algorithm was last run on
+    shares = list(base)  # the GPUs it takes on them
+    open_ = [bool(groups.get(n)) and c > b for n, c, b in zip(names, ceiling, base, strict=True)]
+    _fill(shares, given, base, open_, capacity, guarantee, weight, ceiling, keep, run)
+    # 3. GPUs still idle go to any queue whose jobs can use them
+    held = [sum(j.current_workers for j in groups.get(n, [])) for n in names]
+    cuts: dict[int, Reclaim] = {}
+
+    def grow(i: int, gpus: int) -> int:
+        """Queue i on `gpus` GPUs: what it then takes, kept when it is more."""
+        members = groups.get(names[i], [])
+        if i in cuts:
+            cut = reclaim(algorithm, members, guarantee[i], gpus)
+            used = sum(cut.allocation.values())
+            if used > shares[i]:
+                cuts[i], shares[i] = cut, used
+        else:
+            used = sum(run(i, gpus).values()) if members else 0
+            if used > shares[i]:
+                given[i], shares[i] = gpus, used
+        return shares[i]
+
+    _top_up(shares, capacity, guarantee, weight, ceiling, keep, grow)
+    # 4. reclaim what the borrowers hold beyond their new shares, shrinking first
+    growing = sum(1 for s, h in zip(shares, held, strict=True) if s > h)
+    for i, name in enumerate(names):
+        members = groups.get(name, [])
+        taker = growing - (shares[i] > held[i]) > 0  # another queue takes GPUs back
+        if (taker and held[i] > given[i] and held[i] > guarantee[i]
+                and _takes_from_running(members, run(i, given[i]))):
+            cuts[i] = reclaim(algorithm, members, guarantee[i], shares[i])
+            shares[i] = sum(cuts[i].allocation.values())
+    if cuts:  # what a cut left idle goes to whoever can use it, the cut queues included
+        _top_up(shares, capacity, guarantee, weight, ceiling, keep, grow)
+    # 5. allocate
+    allocation: dict[str, int] = {}
+    outcomes: dict[str, QueueOutcome] = {}
+    reclaimed: set[str] = set()
+    for i, name in enumerate(names):
+        members = groups.get(name, [])
+        cut = cuts.get(i)
+        counts = cut.allocation if cut else run(i, given[i])
+        shrunk, preempted = (cut.by_shrinking, cut.by_preemption) if cut else (0, 0)
+        reclaimed.update(cut.cut if cut else ())
+        allocation.update(counts)
+        outcomes[name] = QueueOutcome(
+            name=name, guarantee=guarantee[i], ceiling=ceiling[i],
+            lendable=math.inf if lend[i] is None else min(lend[i], guarantee[i]),
+            weight=weight[i], held_before=held[i], within_guarantee=base[i], share=given[i],
+            used=sum(counts.values()), reclaimed_by_shrinking=shrunk,
+            reclaimed_by_preemption=preempted,
+            waiting=sum(1 for j in members if counts.get(j.name, 0) == 0),
+            reclaiming=cut is not None)
+    return QuotaDecision(allocation, outcomes, job_queue, frozenset(reclaimed))
+
+
+def _fill(shares: list[int], given: list[int], base: Sequence[int], open_: list[bool],
+          capacity: int, guarantee: Sequence[int], weight: Sequence[float],
+          ceiling: Sequence[float], keep: Sequence[int],
+          run: Callable[[int, int], dict[str, int]]) -> None:
+    """Share by weight what the guarantees leave. A queue that cannot use all it is offered
+    (its jobs' sizes do not fit it) takes what it uses and the rest is shared again among
+    the others; it is offered again once the level has risen past what it was offered."""
+    floor = list(base)
+    tried = [0] * len(shares)  # the offer a queue stopped at
+    stopped = [False] * len(shares)
+    for _ in range(2 * len(shares) + 2):
+        offered = water_fill(capacity, guarantee, weight, floor, ceiling, keep, open_)
+        level = _level(offered, guarantee, weight, open_)
+        changed = False
+        for i in range(len(shares)):
+            if not open_[i] or offered[i] == floor[i]:
+                continue
+            used = sum(run(i, offered[i]).values())
+            if used < base[i]:  # more GPUs, yet less taken: it keeps what its guarantee got
+                open_[i], changed = False, True
+                continue
+            given[i], shares[i] = offered[i], used
+            floor[i] = used
+            if used < offered[i]:  # it cannot use them all: the rest is shared again
+                open_[i], stopped[i], tried[i], changed = False, True, offered[i], True
+        reopened = False
+        for i in range(len(shares)):  # the level rose past a stopped queue's offer: again
+            if stopped[i] and level is not None and min(
+                    math.floor(guarantee[i] + level * weight[i]), ceiling[i]) > tried[i]:
+                open_[i], stopped[i], changed, reopened = True, False, True, True
+        if reopened:  # the others' offers are shared again with it, from their guarantees
+            for i in range(len(shares)):
+                if open_[i]:
+                    floor[i], shares[i], given[i] = base[i], base[i], guarantee[i]
+        if not changed:
+            break
+
+
+def _level(offered: Sequence[int], guarantee: Sequence[int], weight: Sequence[float],
+           open_: Sequence[bool]) -> float | None:
+    """The highest borrowed-per-weight among the open queues' offers (None: none open)."""
+    levels = [(o - g) / w for o, g, w, on in zip(offered, guarantee, weight, open_, strict=True)
+              if on]
+    return max(levels) if levels else None
+
+
+def _covered(guarantee: list[int], weight: list[float], capacity: int) -> list[int]:
+    """The guarantees, or where together they exceed the capacity (nodes lost), each cut
+    by weight so that they fit."""
+    if sum(guarantee) <= capacity:
+        return guarantee
+    n = len(guarantee)
+    return water_fill(capacity, [0] * n, weight, [0] * n, guarantee, [0] * n, [True] * n)
+
+
+def _takes_from_running(jobs: Sequence[Job], counts: Mapping[str, int]) -> bool:
+    return any(counts.get(j.name, 0) < min(j.current_workers, j.max_workers) for j in jobs
+               if j.current_workers > 0)
+
+
+def _top_up(shares: list[int], capacity: int, guarantee: Sequence[int],
+            weight: Sequence[float], ceiling: Sequence[float], keep: Sequence[int],
+            grow: Callable[[int, int], int]) -> None:
+    """GPUs still idle go to the queues that can use them, lowest borrowed per weight
+    first: a job whose min did not fit in its queue's share may fit in what others left."""
+    idle = capacity - sum(max(s, k) for s, k in zip(shares, keep, strict=True))
+    order = sorted(range(len(shares)),
+                   key=lambda i: ((shares[i] - guarantee[i]) / weight[i], i))
+    for i in order:
+        room = int(min(idle + max(0, keep[i] - shares[i]), ceiling[i] - shares[i]))
+        if room <= 0:
+            continue
+        before = max(shares[i], keep[i])
+        grow(i, shares[i] + room)
+        idle -= max(shares[i], keep[i]) - before
