@@ -114,7 +114,7 @@ def test_live_views_redraw_until_interrupted(server: ServeProcess, tmp_path: Pat
     assert output.count("watched") >= 3, output[-2000:]  # redrawn several times
     if args[0] == "top":
         assert "node-0" in output and "GPU types" in output
-        assert "legend: A watched-" in output and "AA" in output  # its two GPUs
+        assert "legend: A watched  " in output and "AA" in output  # by name; two GPUs
 
 
 def test_top_tells_jobs_apart_without_colour(server: ServeProcess, tmp_path: Path) -> None:
