@@ -59,7 +59,8 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
     env.update(VODA_CONFIG=str(folder / "none.toml"), VODA_URL=server.url, VODA_TOKEN=TOKEN)
     job = folder / "job.yaml"
-    job.write_text("name: bench\ncommand: [python, train.py]\nmin: 1\nmax: 2\nepochs: 1000\n")
+    job.write_text("generate_name: bench-\ncommand: [python, train.py]\nmin: 1\nmax: 2\n"
+                   "epochs: 1000\n")
     try:
         names = []
         for _ in range(args.runs + 1):
@@ -75,6 +76,7 @@ def main() -> None:
             "priority NAME 1": [VODA, "priority", n, "1"],
             "cluster": [VODA, "cluster"],
             "algorithm get": [VODA, "algorithm", "get"],
+            "history": [VODA, "history"],
             "algorithm set ElasticFIFO": [VODA, "algorithm", "set", "ElasticFIFO"],
             # The emulated backend keeps no logs: the service answers 409 (a full round trip).
             "logs NAME -n 20": [VODA, "logs", n, "-n", "20"],

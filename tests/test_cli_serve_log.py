@@ -25,8 +25,8 @@ RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 def run_two_jobs(server: ServeProcess) -> tuple[str, str]:
     """Submit a job that completes and one that is deleted while it runs; their uids (the
-    log names jobs by uid, and says each one's name when it is submitted) once the log
-    holds the completion and the deletion."""
+    log names jobs by name, says each one's uid when it is submitted, and keeps the uid
+    in the JSON log's `job` field) once the log holds the completion and the deletion."""
     with server.client("alice") as alice:
         done = alice.post("/v1/jobs", json={"name": "done", "command": "train", "min": 1,
                                             "max": 2, "epochs": 2}).json()["uid"]
@@ -38,7 +38,7 @@ def run_two_jobs(server: ServeProcess) -> tuple[str, str]:
 
         wait_for(lambda: status(done) == "Completed" and status(gone) == "Running")
         assert alice.delete(f"/v1/jobs/{gone}").status_code == 200
-    wait_for(lambda: f"deleted job {gone}" in server.log_path.read_text())
+    wait_for(lambda: "deleted job gone" in server.log_path.read_text())
     return done, gone
 
 
@@ -53,10 +53,12 @@ def test_the_text_log_says_submissions_decisions_completions_and_deletions(
     said = "\n".join(activity)
     assert f"INFO voda.activity submitted job done (uid {done}) by alice: min 1, max 2, " \
            f"GPU type default" in said
-    assert re.search(rf"INFO voda\.activity decision \([^)]*job-submitted[^)]*\): .*"
-                     rf"started {done} \(0 -> 2 GPUs\)", said), said
-    assert f"INFO voda.activity job {done} of alice completed after 2 epochs" in said
-    assert f"INFO voda.activity deleted job {gone} of alice (it was Running)" in said
+    assert re.search(r"INFO voda\.activity decision \([^)]*job-submitted[^)]*\): .*"
+                     r"started done \(0 -> 2 GPUs\)", said), said
+    assert "INFO voda.activity job done of alice completed after 2 epochs" in said
+    assert "INFO voda.activity deleted job gone of alice (it was Running)" in said
+    for uid in (done, gone):  # the uid: only where the job is submitted
+        assert uid not in said.replace(f"(uid {uid})", ""), said
     assert "nothing changed" not in said  # a decision that changed nothing: debug only
     assert "train" not in said  # the command: debug only
     assert not [token for token in TOKENS.values() if token in text]
@@ -76,10 +78,11 @@ def test_the_json_log_is_one_object_per_line_with_the_facts_as_fields(
     by_event = _by_event(records)
     assert {"job": done, "job_name": "done", "user": "alice", "min_workers": 1, "max_workers": 2,
             "gpu_type": "default"}.items() <= by_event["submitted", done].items()
-    started = {"job": done, "action": "start", "before": 0, "after": 2}
+    started = {"job": done, "job_name": "done", "action": "start", "before": 0, "after": 2}
     decisions = [r for r in records if r.get("event") == "decision"]
     assert any(started in r["changes"] and "job-submitted" in r["reasons"] for r in decisions)
     assert by_event["completed", done]["user"] == "alice"
+    assert by_event["completed", done]["job_name"] == "done"
     assert by_event["deleted", gone]["was"] == "Running"
     assert by_event["started", None]["backend"] == "emulated"
 
@@ -112,18 +115,34 @@ def test_a_failure_says_its_reason_and_a_recovered_type_is_said(
 
 
 def test_a_decision_names_its_changes_and_why(caplog: pytest.LogCaptureFixture) -> None:
-    observer = ActivityLog(reasons=lambda: ("job-completed", "node-added"))
+    a, b = "a-20261128120000-0a0a0a", "b-20261128120000-0b0b0b"
+    observer = ActivityLog(reasons=lambda: ("job-completed", "node-added"),
+                           name_of={a: "a", b: "b"})
     caplog.set_level(logging.INFO, logger="voda.activity")
-    plan = Plan({"a": 0, "b": 4}, {"b": (("n0", 4),)}, actions=(
-        Action(ActionKind.HALT, "a", (("n0", 2),), ()),
-        Action(ActionKind.SCALE_OUT, "b", (("n0", 2),), (("n0", 4),))))
+    plan = Plan({a: 0, b: 4}, {b: (("n0", 4),)}, actions=(
+        Action(ActionKind.HALT, a, (("n0", 2),), ()),
+        Action(ActionKind.SCALE_OUT, b, (("n0", 2),), (("n0", 4),))))
     observer.on_plan(plan, 0.0, 0.001, 0.0)
     [said] = caplog.records
     assert said.getMessage() == ("decision (job-completed, node-added): preempted a "
                                  "(2 -> 0 GPUs), scaled out b (2 -> 4 GPUs)")
     assert said.changes == [  # type: ignore[attr-defined]
-        {"job": "a", "action": "halt", "before": 2, "after": 0},
-        {"job": "b", "action": "scale-out", "before": 2, "after": 4}]
+        {"job": a, "job_name": "a", "action": "halt", "before": 2, "after": 0},
+        {"job": b, "job_name": "b", "action": "scale-out", "before": 2, "after": 4}]
+
+
+def test_two_jobs_of_one_name_in_a_decision_are_told_apart_by_uid(
+        caplog: pytest.LogCaptureFixture) -> None:
+    old, new = "x-20261128120000-0a0a0a", "x-20261128130000-0b0b0b"
+    observer = ActivityLog(reasons=lambda: (), name_of={old: "x", new: "x"})
+    caplog.set_level(logging.INFO, logger="voda.activity")
+    plan = Plan({old: 0, new: 2}, {new: (("n0", 2),)}, actions=(
+        Action(ActionKind.HALT, old, (("n0", 2),), ()),
+        Action(ActionKind.START, new, (), (("n0", 2),))))
+    observer.on_plan(plan, 0.0, 0.001, 0.0)
+    [said] = caplog.records
+    assert said.getMessage() == (f"decision (no new event): preempted x ({old}) "
+                                 f"(2 -> 0 GPUs), started x ({new}) (0 -> 2 GPUs)")
 
 
 def test_nothing_is_worked_out_when_info_is_off(caplog: pytest.LogCaptureFixture) -> None:

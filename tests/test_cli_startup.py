@@ -54,13 +54,15 @@ def server(serve: ServeFactory, tmp_path: Path) -> ServeProcess:
 def test_client_commands_import_nothing_heavy(server: ServeProcess, tmp_path: Path) -> None:
     env = env_for(server, tmp_path)
     job = tmp_path / "job.yaml"
-    job.write_text("name: light\ncommand: [python, train.py]\nmin: 1\nmax: 2\nepochs: 1000\n")
+    job.write_text("generate_name: light-\ncommand: [python, train.py]\nmin: 1\nmax: 2\n"
+                   "epochs: 1000\n")
     submitted = voda(env, "submit", "-f", str(job), "--json")
     assert submitted.returncode == 0, submitted.stderr
     name = json.loads(submitted.stdout.split("\n\nMODULES")[0])["name"]
     commands = [
         ("submit", "-f", str(job)), ("jobs",), ("jobs", "--json"), ("jobs", "--all"),
         ("describe", name), ("priority", name, "2"), ("cluster",), ("algorithm", "get"),
+        ("history",), ("history", "--range", "week", "-o", "json"),
         ("logs", name, "-n", "5"), ("top", "--once"),
         ("delete", name), ("node", "drain", "node-1"), ("node", "uncordon", "node-1"),
         ("node", "drain", "node-1"), ("node", "add", "node-1"), ("--version",),
@@ -112,7 +114,7 @@ def test_live_views_redraw_until_interrupted(server: ServeProcess, tmp_path: Pat
     assert output.count("watched") >= 3, output[-2000:]  # redrawn several times
     if args[0] == "top":
         assert "node-0" in output and "GPU types" in output
-        assert "legend: A watched-" in output and "AA" in output  # its two GPUs
+        assert "legend: A watched  " in output and "AA" in output  # by name; two GPUs
 
 
 def test_top_tells_jobs_apart_without_colour(server: ServeProcess, tmp_path: Path) -> None:

@@ -79,7 +79,8 @@ def test_the_scheduler_page_names_the_jobs_a_decision_moved_to_who_may_see_them(
     admin = routes.scheduler_fragment(service, ALICE)
     moved = admin.split('class="moved"', 1)[1].split("</td>", 1)[0]
     big = NAMES["big"]
-    assert f'<a href="/ui/jobs/{big}">{big}</a>' in moved and "start 0→4" in moved
+    # Said by name, linked by uid.
+    assert f'<a href="/ui/jobs/{big}">big</a>' in moved and "start 0→4" in moved
     other = routes.scheduler_fragment(service, BOB)
     moved = other.split('class="moved"', 1)[1].split("</td>", 1)[0]
     assert "big" not in moved and "1 other job" in moved
@@ -89,8 +90,8 @@ def test_a_decision_row_counts_what_it_does_not_name() -> None:
     from voda.api.activity import Decision, Moved
     decision = Decision(0.0, ("JOB_SUBMITTED",), {"start": 30}, 0.001, 0,
                         tuple(Moved(f"j{i}", "start", 0, 1) for i in range(20)))
-    row = views.decision_row(decision, lambda name: name in ("j1", "j2"))
-    assert [m.job for m in row["moved"]] == ["j1", "j2"] and row["hidden"] == 28
+    row = views.decision_row(decision, lambda name: name in ("j1", "j2"), {})
+    assert [m["job"] for m in row["moved"]] == ["j1", "j2"] and row["hidden"] == 28
     html = routes.render("_scheduler.html", schedulers=[], refusals={}, decisions=[row],
                          errors=[], last_reschedule=None,
                          latency_chart={"labels": [], "counts": []})
@@ -103,7 +104,9 @@ def test_a_reason_names_other_users_jobs_only_to_admins(service: Service) -> Non
     for html in (routes.job_fragment(service, BOB, NAMES["waits"]),
                  routes.jobs_fragment(service, BOB, JobFilters())):
         assert big not in html and "ahead of it another user&#39;s job" in html
-    assert big in routes.job_fragment(service, ALICE, NAMES["waits"])
+    admin = routes.job_fragment(service, ALICE, NAMES["waits"])
+    assert "ahead of it big (4 GPUs)" in admin and big not in admin.split(
+        'id="job-reason"', 1)[1].split("</p>", 1)[0]  # said by name, not uid
 
 
 def test_the_rest_job_object_and_events_name_other_users_jobs_only_to_admins(
@@ -117,4 +120,31 @@ def test_the_rest_job_object_and_events_name_other_users_jobs_only_to_admins(
     assert all(big not in (j.get("reason") or {}).get("message", "") for j in listed)
     for event in mine["events"] + service.job_history(waits, BOB):
         assert big not in (event["message"] or "")
-    assert big in service.get(waits, ALICE)["reason"]["message"]
+    said = service.get(waits, ALICE)["reason"]["message"]
+    assert "ahead of it big (4 GPUs)" in said and big not in said  # by name, not uid
+    listed, _ = service.list(ALICE, None, None, None, 0, 50)
+    assert [j["reason"]["message"] for j in listed if j["uid"] == waits] == [said]
+
+
+def test_a_reason_says_uid_where_two_jobs_share_a_name(service: Service) -> None:
+    """A finished job keeps its name; a new job may take it: a sentence naming both says
+    each one's uid too."""
+    big, waits = NAMES["big"], NAMES["waits"]
+    other = "big-20261128120000-0a0b0c"
+    service.job_names.add("big", other, live=False, owner="alice")
+    service.scheduler.job_reasons[waits] = JobReason(
+        Reason(ReasonCode.SHRUNK, f"its GPUs went to {big} (+2 GPUs), {other} (+2 GPUs)"),
+        0.0)
+    said = service.get(waits, ALICE)["reason"]["message"]
+    assert said == f"its GPUs went to big ({big}) (+2 GPUs), big ({other}) (+2 GPUs)"
+
+
+def test_a_drain_and_a_switch_confirmation_say_jobs_by_name(service: Service) -> None:
+    from voda.api.ui.actions import _drain_preview, _switch_preview
+
+    node = service.scheduler.cluster.nodes[0].name
+    drain = _drain_preview(service, ALICE, {"node": node})
+    assert drain.items == ["big: 4 GPUs here"]
+    # SRJF runs the shorter job first: big (100 epochs) makes way for waits (10).
+    switch = _switch_preview(service, ALICE, {"gpu_type": "default", "algorithm": "SRJF"})
+    assert switch.items == ["preempts big (4 → 0 GPUs)", "starts waits (0 → 4 GPUs)"]

@@ -149,9 +149,12 @@ def test_a_refused_gpu_type_is_shown_on_the_cluster_page() -> None:
 
 
 def test_only_administrators_read_why_a_decision_was_refused() -> None:
-    entry = ErrorEntry(1.0, "a100", "rescheduling refused: job secret-x cannot move")
-    assert views.error_row(entry, True, "hidden")["message"] == entry.message
-    shown = views.error_row(entry, False, "hidden")
+    uid = "secret-x-20261128120000-0a0a0a"
+    entry = ErrorEntry(1.0, "a100", f"rescheduling refused: job {uid} cannot move")
+    name_of = {uid: "secret-x"}
+    assert views.error_row(entry, True, "hidden", name_of)["message"] == (
+        "rescheduling refused: job secret-x cannot move")  # said by name
+    shown = views.error_row(entry, False, "hidden", name_of)
     assert shown == {"time": 1.0, "gpu_type": "a100", "message": "hidden"}
 
 

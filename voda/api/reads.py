@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from voda.api import views
 from voda.api.errors import Conflict, NotFound
 from voda.api.history import MAX_POINTS
+from voda.api.job_labels import named_or_none
 from voda.api.job_names import JobNames
 from voda.api.metrics import ServiceMetrics
 from voda.api.writes import StoreWriter
@@ -90,8 +91,21 @@ class ServiceReads:
         rows = self._store_read(lambda s: store.history(s, uid, last=EVENTS_SHOWN))
         hidden = self._hidden_from(user)
         view["events"] = [{"time": r.time, "field": r.field, "old": r.old, "new": r.new,
-                           "message": _redacted(r.message, hidden)} for r in rows]
-        return view if hidden is None else views.with_reason_redacted(view, hidden)
+                           "message": self._said(r.message, hidden)} for r in rows]
+        return self._readable(view, hidden)
+
+    def _said(self, message: str | None, hidden: Callable[[str], bool] | None) -> str | None:
+        """A sentence as `hidden`'s viewer reads it: the jobs it may not see redacted, the
+        others said by name (voda.api.job_labels)."""
+        return named_or_none(_redacted(message, hidden), self.job_names.name_of)
+
+    def _readable(self, job: dict[str, Any], hidden: Callable[[str], bool] | None
+                  ) -> dict[str, Any]:
+        """A job's view with its reason's sentence as its viewer reads it (`_said`)."""
+        reason = job.get("reason")
+        if not reason:
+            return job
+        return {**job, "reason": {**reason, "message": self._said(reason["message"], hidden)}}
 
     def _hidden_from(self, user: User) -> Callable[[str], bool] | None:
         """Whether a name is a job `user` may not see: reasons and events name the jobs
@@ -125,8 +139,7 @@ class ServiceReads:
             records.sort(key=lambda r: (r.submit_time, r.name), reverse=newest_first)
             page = records[offset:offset + limit]
             hidden = self._hidden_from(user)
-            return [self._summary(r) if hidden is None else views.with_reason_redacted(
-                self._summary(r), hidden) for r in page], len(records)
+            return [self._readable(self._summary(r), hidden) for r in page], len(records)
         return self._read(read)
 
     def counts_by_status(self, user: User) -> dict[str, int]:
@@ -151,7 +164,7 @@ class ServiceReads:
         rows = self._store_read(lambda s: store.history(s, uid, last=last))
         hidden = self._hidden_from(user)
         return [{"time": r.time, "field": r.field, "old": r.old, "new": r.new,
-                 "message": _redacted(r.message, hidden)} for r in rows]
+                 "message": self._said(r.message, hidden)} for r in rows]
 
     def log_tail(self, name: str, user: User, lines: int) -> str | None:
         """The last lines of a job's log, on a backend that keeps logs (None elsewhere)."""
@@ -202,18 +215,19 @@ class ServiceReads:
             algorithms = {t: self._algorithm_of(t)[0]
                           for t in self.scheduler.cluster.gpu_types()}
             return views.cluster_view(self.scheduler, user, algorithms,
-                                      self.drained.values(), self._lost_nodes())
+                                      self.drained.values(), self._lost_nodes(),
+                                      self.job_names.name_of)
         return self._read(read)
 
-    def cluster_history(self, gpu_type: str, seconds: float,
-                        now: float | None = None) -> list[dict[str, float]]:
+    def cluster_history(self, gpu_type: str, seconds: float, now: float | None = None,
+                        points: int = MAX_POINTS) -> list[dict[str, float]]:
         """The samples of `gpu_type` over the last `seconds` (voda.api.history), averaged
-        into at most history.MAX_POINTS points, oldest first."""
+        into at most `points` (at most history.MAX_POINTS) points, oldest first."""
         with self._locked():
             self._known_gpu_type(gpu_type)
         end = time.time() if now is None else now
         return self._store_read(lambda s: samples_store.samples(
-            s, gpu_type, end - seconds, end, MAX_POINTS))
+            s, gpu_type, end - seconds, end, max(1, min(points, MAX_POINTS))))
 
     def node_events(self, name: str, last: int = NODE_EVENTS_SHOWN) -> list[dict[str, Any]]:
         """The node's last changes (drained, active, removed), oldest first."""
@@ -222,7 +236,7 @@ class ServiceReads:
 
     def refusals(self, user: User) -> dict[str, str]:
         """Refused decisions in force by GPU type (reasons for administrators only)."""
-        return self._read(lambda: views.refusals(self.scheduler, user))
+        return self._read(lambda: views.refusals(self.scheduler, user, self.job_names.name_of))
 
     def _lost_nodes(self) -> list[Node]:
         """Nodes the cluster had and has no more: removed, or lost by the backend."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from voda.api import schemas
 from voda.api.auth import authenticate, authenticate_reporter
 from voda.api.errors import Busy
+from voda.api.history import MAX_POINTS, RANGES
 from voda.api.logs import MAX_TAIL_LINES, log_chunks, tail_offset
 from voda.api.service import HISTORY_SHOWN, Service
 from voda.api.slots import Slots
@@ -277,6 +278,38 @@ def get_cluster(request: Request, user: CurrentUser) -> dict[str, Any]:
     """Nodes (ready, cordoned or lost), GPU types and the plan. Others' jobs are shown as
     GPUs in use, unnamed (an administrator sees every job)."""
     return service_of(request).cluster_view(user)
+
+
+@router.get("/v1/cluster/history", response_model=schemas.ClusterHistory, tags=["cluster"],
+            responses=COMMON)
+def get_cluster_history(
+    request: Request, user: CurrentUser,
+    time_range: Annotated[Literal["hour", "day", "week"], Query(
+        alias="range", description="The last hour, day or week.")] = "hour",
+    gpu_type: Annotated[str | None, Query(
+        min_length=1, max_length=100,
+        description="One GPU type of the cluster (default: the first).")] = None,
+    points: Annotated[int, Query(
+        ge=1, le=MAX_POINTS,
+        description="At most this many points: the range's samples averaged in equal "
+                    "spans of time.")] = MAX_POINTS,
+) -> dict[str, Any]:
+    """What the dashboard's History page draws: GPUs in service, allocated and in use,
+    jobs running and waiting, and how long the waiting ones waited, over the range, for
+    one GPU type; at most `points` points, oldest first (a 422 names a bad `range`,
+    `points` or an unknown `gpu_type`)."""
+    service = service_of(request)
+    types = service.scheduler.cluster.gpu_types()
+    if gpu_type is not None and gpu_type not in types:
+        raise fail("gpu_type", f"unknown GPU type {gpu_type!r}; the cluster has: "
+                   f"{', '.join(types)}")
+    if not types:
+        raise HTTPException(404, "gpu_type: the cluster has no GPUs now")
+    selected = gpu_type or types[0]
+    seconds = RANGES[time_range][0]
+    return {"gpu_type": selected, "range": time_range, "seconds": seconds,
+            "sample_seconds": service.settings.history_sample_seconds,
+            "points": service.cluster_history(selected, seconds, points=points)}
 
 
 @router.get("/v1/schedulers/{gpu_type}", response_model=schemas.SchedulerView,

@@ -400,6 +400,26 @@ class ClusterView(BaseModel):
     errors: dict[str, str] = {}  # refused decisions in force, by GPU type ('*': every type)
 
 
+class HistoryPoint(BaseModel):
+    """One point of the cluster's history: the mean of the samples in its span of time."""
+    time: float  # the mean time of the samples it averages (Unix seconds)
+    gpus: float  # GPUs in service
+    allocated: float  # held by jobs
+    in_use: float  # held by running jobs
+    running: float  # jobs running
+    waiting: float  # active jobs holding no GPU
+    wait_mean_seconds: float  # how long the waiting jobs waited, on average
+    wait_max_seconds: float  # and at most (the longest wait of the span)
+
+
+class ClusterHistory(BaseModel):
+    gpu_type: str
+    range: Literal["hour", "day", "week"]
+    seconds: float  # the range, in seconds, ending now
+    sample_seconds: float  # the service samples the cluster this often
+    points: list[HistoryPoint]  # oldest first
+
+
 class Health(BaseModel):
     status: str
     backend: str

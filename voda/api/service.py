@@ -328,7 +328,8 @@ class Service(ServiceReads):
     def _observers(self) -> list[SchedulerObserver]:
         """The store, metrics and history (_Observer), and the log (voda.activity)."""
         return [_Observer(self),
-                activity_log.ActivityLog(reasons=lambda: self.scheduler.last_reasons)]
+                activity_log.ActivityLog(reasons=lambda: self.scheduler.last_reasons,
+                                         name_of=self.job_names.name_of)]
 
     def _check_writable(self, now: float) -> None:
         try:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from voda.api.job_labels import named
 from voda.config import User
 from voda.core import estimate
 from voda.core.model import Cluster, Node
@@ -158,14 +159,16 @@ def goodput_summary(r: JobRecord) -> dict[str, Any] | None:
             "batch_now": batch}
 
 
-def refusals(s: Scheduler, user: User) -> dict[str, str]:
+def refusals(s: Scheduler, user: User, name_of: Mapping[str, str]) -> dict[str, str]:
     """Refused decisions in force, by GPU type ('*': every type). A reason may name jobs:
-    only administrators read it."""
-    return {t: e.reason if user.admin else REDACTED for t, e in sorted(s.errors.items())}
+    only administrators read it, with the jobs said by name (`name_of`: uid -> name)."""
+    return {t: named(e.reason, name_of) if user.admin else REDACTED
+            for t, e in sorted(s.errors.items())}
 
 
 def cluster_view(s: Scheduler, user: User, algorithms: dict[str, str],
-                 drained: Iterable[Node], lost: Iterable[Node] = ()) -> dict[str, Any]:
+                 drained: Iterable[Node], lost: Iterable[Node] = (),
+                 names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Nodes (ready, or cordoned: drained), the nodes the cluster lost (removed, or gone
     from the backend), GPU types and the plan; a non-admin sees others' jobs as anonymous
     usage."""
@@ -192,7 +195,7 @@ def cluster_view(s: Scheduler, user: User, algorithms: dict[str, str],
 
     nodes = [node_view(n, NODE_READY) for n in s.cluster.nodes]
     nodes += [node_view(n, NODE_CORDONED) for n in drained]
-    errors = refusals(s, user)
+    errors = refusals(s, user, names or {})  # names: uid -> name, for the reasons
     types = []
     for t in s.cluster.gpu_types():
         total = s.cluster.capacity(t)
@@ -238,11 +241,3 @@ def redact_names(message: str, hidden: Callable[[str], bool]) -> str:
     said as "another user's job" (sentences name the jobs ahead and the takers)."""
     return NAME_TOKEN.sub(lambda m: OTHERS_JOB if hidden(m.group(0)) else m.group(0),
                           message)
-
-
-def with_reason_redacted(job: Mapping[str, Any], hidden: Callable[[str], bool]
-                         ) -> dict[str, Any]:
-    reason = job.get("reason")
-    if not reason:
-        return dict(job)
-    return {**job, "reason": {**reason, "message": redact_names(reason["message"], hidden)}}

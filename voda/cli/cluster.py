@@ -69,17 +69,32 @@ def gpu_cells(node: dict[str, Any], marks: dict[str, tuple[str, str]]) -> Any:
     return cells
 
 
-def legend(marks: dict[str, tuple[str, str]], others: int) -> Any:
-    """The map's legend in one line: every job's symbol and name, then the other cells."""
+def job_labels(view: dict[str, Any]) -> dict[str, str]:
+    """uid -> how a person reads the job: its name, or "name (uid)" when another job on
+    the map has the same name (the view keys jobs by uid)."""
+    jobs = view.get("jobs", {})
+    uids = {u: None for n in all_nodes(view) for u in n["jobs"]} | dict.fromkeys(jobs)
+    names = {u: str(jobs.get(u, {}).get("name") or u) for u in uids}
+    counts: dict[str, int] = {}
+    for name in names.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {u: n if counts[n] == 1 else f"{n} ({u})" for u, n in names.items()}
+
+
+def legend(marks: dict[str, tuple[str, str]], others: int,
+           said: dict[str, str] | None = None) -> Any:
+    """The map's legend in one line: every job's symbol and name (`said`: uid -> label),
+    then the other cells."""
     from rich.text import Text
 
+    said = said or {}
     line = Text("legend: ")
     shown = 0
-    for name, (symbol, style) in marks.items():
+    for uid, (symbol, style) in marks.items():
         if symbol == MORE:
             continue
         line.append(symbol, style=style)
-        line.append(f" {name}  ")
+        line.append(f" {said.get(uid, uid)}  ")
         shown += 1
     if len(marks) > shown:
         line.append(MORE, style="bold")
@@ -133,14 +148,16 @@ def cluster_screen(view: dict[str, Any]) -> Any:
                       Text(n["gpu_type"]),
                       gpu_cells(n, marks), state if state == "ready" else f"[bold red]{state}[/]")
     jobs = Table("", "JOB", "USER", "GPUS", title="Jobs holding GPUs", title_justify="left")
-    for name, (symbol, style) in marks.items():
-        info = view.get("jobs", {}).get(name, {})
-        jobs.add_row(Text(symbol, style=style), Text(name), Text(str(info.get("user", "-"))),
+    said = job_labels(view)
+    for uid, (symbol, style) in marks.items():
+        info = view.get("jobs", {}).get(uid, {})
+        jobs.add_row(Text(symbol, style=style), Text(said[uid]),
+                     Text(str(info.get("user", "-"))),
                      str(info.get("workers", "-")))
     if others:
         jobs.add_row(Text(OTHERS, style="grey50"), "(other users' jobs)", "-", str(others))
     refusals = [f"[red]refused ({t}):[/red] {e}" for t, e in view.get("errors", {}).items()]
-    return Group(types, nodes, legend(marks, others), jobs, *refusals)
+    return Group(types, nodes, legend(marks, others, said), jobs, *refusals)
 
 
 def register(app: typer.Typer) -> None:
@@ -159,8 +176,9 @@ def register(app: typer.Typer) -> None:
                           t["algorithm"])
         out.print(types)
         nodes = Table("NODE", "GPU TYPE", "GPUS", "USED", "STATE", "JOBS")
+        said = job_labels(view)
         for n in all_nodes(view):
-            jobs_ = [f"{j}:{c}" for j, c in n["jobs"].items()]
+            jobs_ = [f"{said[j]}:{c}" for j, c in n["jobs"].items()]
             if n.get("others"):
                 jobs_.append(f"(others):{n['others']}")
             nodes.add_row(node_name(n), n["gpu_type"], str(n["gpus"]), str(n["used"]),

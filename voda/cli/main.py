@@ -12,7 +12,20 @@ from typing import Annotated
 
 import typer
 
-from voda.cli import cluster, demo, jobs, logs, nodes, plan, render, service, simulate, sweep, token
+from voda.cli import (
+    cluster,
+    demo,
+    history,
+    jobs,
+    logs,
+    nodes,
+    plan,
+    render,
+    service,
+    simulate,
+    sweep,
+    token,
+)
 
 app = typer.Typer(
     name="voda",
@@ -40,7 +53,8 @@ def _root(
     """Voda: a GPU scheduler for elastic deep-learning training."""
 
 
-for module in (plan, simulate, sweep, service, jobs, cluster, nodes, token, logs, demo, render):
+for module in (plan, simulate, sweep, service, jobs, cluster, history, nodes, token, logs, demo,
+               render):
     module.register(app)
 
 

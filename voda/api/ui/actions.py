@@ -23,6 +23,7 @@ from fastapi.responses import HTMLResponse
 
 from voda.api.auth import check_may_change
 from voda.api.errors import Conflict, Forbidden, NotFound
+from voda.api.job_labels import labels
 from voda.api.previews import jobs_on, switch_actions
 from voda.api.service import Service
 from voda.api.ui.routes import StreamUser, _form, html, render, service_of
@@ -135,7 +136,9 @@ def _drain_preview(service: Service, user: User, form: dict[str, str]) -> Confir
     if name in service.drained:
         raise Conflict("node", f"node {name!r} is drained already")
     jobs = jobs_on(service, name)
-    items, more = _listed([f"{job}: {count} GPUs here" for job, count in sorted(jobs.items())])
+    said = labels(jobs, service.job_names.name_of)
+    items, more = _listed([f"{said[job]}: {count} GPUs here"
+                           for job, count in sorted(jobs.items(), key=lambda j: said[j[0]])])
     count = "the job" if len(jobs) == 1 else f"the {len(jobs)} jobs"
     stopped = (f"{count.capitalize()} on it stop, keeping their checkpoints, and wait to be "
                "placed elsewhere:" if jobs else "No job runs on it.")
@@ -173,6 +176,7 @@ def _switch_preview(service: Service, user: User, form: dict[str, str]) -> Confi
     gpu_type, algorithm = _required(form, "gpu_type"), _required(form, "algorithm")
     current = service.scheduler_view(gpu_type)["algorithm"]
     actions = switch_actions(service, gpu_type, algorithm)
+    said_as = labels((a.job for a in actions), service.job_names.name_of)
     parts, items = [], []
     for kind, word in CHANGE_WORDS:
         of_kind = [a for a in actions if a.kind is kind]
@@ -180,7 +184,7 @@ def _switch_preview(service: Service, user: User, form: dict[str, str]) -> Confi
             continue
         names = [a.job for a in of_kind]
         parts.append(f"{word} {len(names)} {'job' if len(names) == 1 else 'jobs'}")
-        items += [f"{word} {a.job} ({a.workers_before} → {a.workers_after} GPUs)"
+        items += [f"{word} {said_as[a.job]} ({a.workers_before} → {a.workers_after} GPUs)"
                   for a in of_kind]
     said = ", ".join(parts) if parts else "changes no job's GPUs"
     shown, more = _listed(items)

@@ -109,14 +109,15 @@ def job_fragment_of(service: Service, user: User, name: str) -> tuple[str, dict[
 
 def scheduler_fragment(service: Service, user: User) -> str:
     activity = service.activity
-    errors = [views.error_row(e, user.admin, REDACTED) for e in activity.errors(20)]
+    name_of = service.job_names.name_of
+    errors = [views.error_row(e, user.admin, REDACTED, name_of) for e in activity.errors(20)]
     jobs = service.scheduler.jobs
 
     def can_see(name: str) -> bool:
         record = jobs.get(name)
         return user.admin if record is None else visible(user, record)
 
-    decisions = [views.decision_row(d, can_see) for d in activity.decisions(30)]
+    decisions = [views.decision_row(d, can_see, name_of) for d in activity.decisions(30)]
     return render("_scheduler.html", schedulers=scheduler_views(service),
                   refusals=service.refusals(user), decisions=decisions,
                   errors=errors, last_reschedule=service.scheduler.last_reschedule,

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from voda.api.job_labels import labels, named
 from voda.core.estimate import fit_speed
 from voda.core.model import ActionKind
 
@@ -214,20 +215,26 @@ def history_rows(history: Sequence[Mapping[str, Any]], limit: int = 200) -> list
 
 
 # ----- scheduler -------------------------------------------------------------------------
-def error_row(entry: Any, admin: bool, redacted: str) -> dict[str, Any]:
+def error_row(entry: Any, admin: bool, redacted: str,
+              name_of: Mapping[str, str]) -> dict[str, Any]:
     """A refused decision of the scheduler's recent errors; its reason may name jobs, so
-    only administrators read it."""
+    only administrators read it (the jobs said by name: `name_of`, uid -> name)."""
     return {"time": entry.time, "gpu_type": entry.gpu_type,
-            "message": entry.message if admin else redacted}
+            "message": named(entry.message, name_of) if admin else redacted}
 
 
-def decision_row(decision: Any, can_see: Any) -> dict[str, Any]:
+def decision_row(decision: Any, can_see: Any, name_of: Mapping[str, str]) -> dict[str, Any]:
     """A recent decision, naming only the jobs it moved that the viewer may see
-    (`can_see(name)`); the others are counted. Every job it moved beyond the ones kept
-    (activity.MOVED_KEPT) is counted too."""
-    moved = [m for m in decision.moved if can_see(m.job)]
+    (`can_see(uid)`); the others are counted. Every job it moved beyond the ones kept
+    (activity.MOVED_KEPT) is counted too. Each job moved: its uid (`job`, for the link)
+    and `label`, as people read it (job_labels: its name, or "name (uid)")."""
+    shown = [m for m in decision.moved if can_see(m.job)]
+    said = labels((m.job for m in shown), name_of)
+    moved = [{"job": m.job, "label": said[m.job], "kind": m.kind, "before": m.before,
+              "after": m.after} for m in shown]
     total = sum(decision.actions.values())
-    return {"time": decision.time, "reasons": decision.reasons, "actions": decision.actions,
+    reasons = [named(r, name_of) for r in decision.reasons]
+    return {"time": decision.time, "reasons": reasons, "actions": decision.actions,
             "seconds": decision.seconds, "migrated_workers": decision.migrated_workers,
             "moved": moved, "hidden": total - len(moved)}
 
