@@ -29,7 +29,8 @@ max_queued_jobs = 1
 def test_users_are_held_to_their_priority_and_queue_limits(serve: ServeFactory,
                                                            store_url: str) -> None:
     server = serve(store_url, "--cluster", "1x1", *FAST, tokens=True, config=LIMITS)
-    job = {"name": "limited", "command": "x", "epochs": 100_000}
+    # generate_name: each submission its own name, so only the limits under test refuse one
+    job = {"generate_name": "limited-", "command": "x", "epochs": 100_000}
     with server.client("alice") as alice, server.client("bob") as bob, \
             server.client("root") as root:
         too_good = alice.post("/v1/jobs", json={**job, "priority": 1})
