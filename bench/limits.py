@@ -36,7 +36,8 @@ from voda_testing.serve import ServeProcess, free_port  # noqa: E402
 
 TOKENS = {"alice": "bench-token-alice", "root": "bench-token-root"}
 LOAD_FROM = "127.0.0.2"  # the load's address (all of 127/8 is loopback)
-JOB = {"name": "bench", "command": "x", "epochs": 1_000_000}
+# generate_name: each timed submission is a new job (a live name is unique)
+JOB = {"generate_name": "bench-", "command": "x", "epochs": 1_000_000}
 
 
 def timed(call: object, runs: int) -> list[float]:
