@@ -55,7 +55,8 @@ def running_job(server: ServeProcess, owner: str = "alice") -> tuple[str, float]
     with server.client(owner) as client:
         job = client.post("/v1/jobs", json={"name": "rep", "command": "x", "epochs": 100})
         assert job.status_code == 201, job.text
-        name = job.json()["name"]
+        # The uid: report tokens are minted for it (a reused name is another job)
+        name = job.json()["uid"]
         wait_for(lambda: client.get(f"/v1/jobs/{name}").json()["status"] == "Running")
         return name, float(job.json()["submit_time"])
 
@@ -151,7 +152,7 @@ def test_the_run_dir_and_a_local_job_log_and_checkpoints_are_owner_only(
         job = root.post("/v1/jobs", json={"name": "priv", "epochs": 1,
                                           "command": [sys.executable, str(script)]})
         assert job.status_code == 201, job.text
-        name = job.json()["name"]
+        name = job.json()["uid"]  # the local backend names a job's run directory by it
         wait_for(lambda: root.get(f"/v1/jobs/{name}").json()["status"] == "Completed")
     job_dir = runs / name
     dirs = [runs, job_dir, job_dir / "checkpoint"]
