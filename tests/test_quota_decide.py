@@ -67,3 +67,22 @@ def test_a_queue_cannot_be_declared_twice_or_with_a_negative_guarantee() -> None
         QueueSet((Queue("a", {"default": -1}),))
     with pytest.raises(ValueError, match="weight"):
         QueueSet((Queue("a", weight=0),))
+
+
+def test_a_queue_whose_jobs_are_all_at_their_max_does_not_starve_another_of_its_share() -> None:
+    """Two open queues of equal weight on 4 GPUs: q1's one job takes 1 of the 2 it is
+    offered. Offering it more again (its jobs cannot take it) used to undo both queues'
+    shares each round until the rounds ran out, and q0 took all four."""
+    from voda.core.allocation import registry
+    from voda.core.model import Job
+    from voda.core.quotas import Queue, QueueSet
+    from voda.core.quotas.share import share
+
+    jobs = [Job(name=f"j{i}", min_workers=1, max_workers=1, submit_time=0.0, epochs=1,
+                queue="q0") for i in range(4)]
+    jobs.append(Job(name="j4", min_workers=1, max_workers=1, submit_time=0.0, epochs=1,
+                    queue="q1"))
+    queues = QueueSet((Queue("q0", {"default": 0}), Queue("q1", {"default": 0})))
+    decision = share(registry.create("ElasticFIFO", {}), jobs, 4, queues, "default")
+    assert decision.allocation["j4"] == 1
+    assert sum(decision.allocation.values()) == 4

@@ -162,6 +162,7 @@ def _fill(shares: list[int], given: list[int], base: Sequence[int], open_: list[
     the others; it is offered again once the level has risen past what it was offered."""
     floor = list(base)
     tried = [0] * len(shares)  # the offer a queue stopped at
+    taken = [0] * len(shares)  # what it took on that offer
     stopped = [False] * len(shares)
     for _ in range(2 * len(shares) + 2):
         offered = water_fill(capacity, guarantee, weight, floor, ceiling, keep, open_)
@@ -178,10 +179,13 @@ def _fill(shares: list[int], given: list[int], base: Sequence[int], open_: list[
             floor[i] = used
             if used < offered[i]:  # it cannot use them all: the rest is shared again
                 open_[i], stopped[i], tried[i], changed = False, True, offered[i], True
+                taken[i] = used
         reopened = False
-        for i in range(len(shares)):  # the level rose past a stopped queue's offer: again
-            if stopped[i] and level is not None and min(
-                    math.floor(guarantee[i] + level * weight[i]), ceiling[i]) > tried[i]:
+        for i in range(len(shares)):  # the level rose past a stopped queue's offer: again,
+            if not stopped[i] or level is None:  # if its jobs would take more on it (a
+                continue  # queue whose jobs are all at their max is never reopened)
+            offer = int(min(math.floor(guarantee[i] + level * weight[i]), ceiling[i]))
+            if offer > tried[i] and sum(run(i, offer).values()) > taken[i]:
                 open_[i], stopped[i], changed, reopened = True, False, True, True
         if reopened:  # the others' offers are shared again with it, from their guarantees
             for i in range(len(shares)):
