@@ -49,7 +49,8 @@ def test_a_minted_token_names_its_owner_job_and_incarnation(owner: str, job: str
                                                             submitted: float) -> None:
     token = KEYS.mint(owner, job, incarnation_of(submitted))
     assert token.startswith(PREFIX) and len(token) <= 4096
-    assert KEYS.verify(token) == Reporter(name=owner, admin=False, job=job, incarnation=incarnation_of(submitted))
+    assert KEYS.verify(token) == Reporter(name=owner, admin=False, job=job,
+                                          incarnation=incarnation_of(submitted))
 
 
 @given(names, names, st.floats(0, 4e9))
@@ -60,7 +61,8 @@ def test_any_names_make_a_token_that_verifies_or_none_at_all(owner: str, job: st
     except ValueError as refused:
         assert "too long" in str(refused)
         return
-    assert KEYS.verify(token) == Reporter(name=owner, admin=False, job=job, incarnation=incarnation_of(submitted))
+    assert KEYS.verify(token) == Reporter(name=owner, admin=False, job=job,
+                                          incarnation=incarnation_of(submitted))
 
 
 def test_names_too_long_to_sign_are_refused_not_signed_unverifiable() -> None:
