@@ -94,13 +94,18 @@ from voda.core.allocation.reasons import (
     seconds,
     slower_with_more,
 )
-from voda.core.estimate import DEFAULT_EPOCH_SECONDS, EpochTimes, throughput_speed_model
+from voda.core.allocation.voda_rows import RATE_SCALE, group_utilities
+from voda.core.estimate import (
+    DEFAULT_EPOCH_SECONDS,
+    EpochTimes,
+    epoch_time_runs,
+    throughput_speed_model,
+)
 from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
 
 INELASTIC_SHARES = ("even", "between", "later")  # the share a job's efficiency is taken at
 MAX_AGING = 1e6  # seconds of work per second of age; every knob is bounded
-RATE_SCALE = 1e6  # completion rates (1/s) are small: scaled so float noise does not decide
 # Constants rather than knobs: each was measured against its neighbours on the Pollux
 # workloads and unseen inputs (docs/experiments/voda-policy-trials.md) and no cluster
 # setting calls for another value.
@@ -209,15 +214,14 @@ class Voda:
         if not ordered or capacity <= 0:
             return {j.name: 0 for j in ordered}
         borrowed = category_models(ordered, self.category_history) if self.share_models else {}
-        curves = [self.curve(job, borrowed.get(job.category), capacity) for job in ordered]
+        curves = self.curves(ordered, borrowed, capacity)
         ranked_by = aged_sizes(ordered, curves, self.aging, AGING_LIMIT)
         weights = rank_weights(ranked_by, self.rank_exponent) * np.array(
             [c.size ** -SIZE_EXPONENT if c.size > 0 else 1.0 for c in curves])
         weights *= short_start_bonus(ordered, curves, self.horizon, self.short_start)
         weights *= inelastic_first(ordered, curves, capacity, self.inelastic_first,
                                    per_node(self.gpus_per_node), self.inelastic_share)
-        utilities = [self.utility(job, c, float(w))
-                     for job, c, w in zip(ordered, curves, weights, strict=True)]
+        utilities = self.utilities(ordered, curves, weights)
         if self.tail_floor > 0:
             floored = tail_floors(curves, int(self.tail_floor * capacity),
                                   per_node(self.gpus_per_node))
@@ -267,6 +271,43 @@ class Voda:
         return explain_in_order(jobs, capacity, allocation, terms, lambda: by_priority(sorted(
             jobs, key=lambda j: (size(j), j.sort_key))))
 
+    def curves(self, jobs: Sequence[Job], borrowed: Mapping[str, GoodputModel],
+               capacity: int) -> list[Curve]:
+        """`curve` of every job (its category's model borrowed from `borrowed`), the jobs
+        sized on epoch times alone computed together (`epoch_time_runs`): the same
+        values, to the last bit, for a fraction of the calls."""
+        out: list[Curve | None] = [None] * len(jobs)
+        batch: list[int] = []
+        caps: list[int] = []
+        for i, job in enumerate(jobs):
+            model = own_model(job, borrowed.get(job.category))
+            cap = min(job.max_workers, capacity, measured_cap(job, model))
+            cap = max(cap, min(job.min_workers, job.max_workers, capacity))
+            if (model is None and cap >= 1 and job.remaining_epochs > 0
+                    and not self.elapsed_floor
+                    and not (self.throughput_estimates and job.layout_throughput)):
+                batch.append(i)  # remaining_seconds: epochs x EpochTimes(job)(n)
+                caps.append(cap)
+            else:
+                out[i] = self.curve(job, borrowed.get(job.category), capacity)
+        if batch:
+            picked = [jobs[i] for i in batch]
+            times = epoch_time_runs(picked, np.ones(len(batch), dtype=np.int64), caps)
+            epochs = np.array([job.remaining_epochs for job in picked])
+            times *= np.repeat(epochs, caps)
+            ends = np.cumsum(caps).tolist()
+            for i, job, cap, end in zip(batch, picked, caps, ends, strict=True):
+                seconds = np.empty(cap + 1)
+                seconds[0] = np.inf
+                seconds[1:] = times[end - cap:end]
+                seconds *= share_left(job, seconds, EPOCH_PROGRESS)
+                size = float(seconds[1])
+                if not math.isfinite(size):
+                    finite = seconds[np.isfinite(seconds)]
+                    size = float(np.min(finite)) if len(finite) else math.inf
+                out[i] = Curve(cap, seconds, size, None, None)
+        return out  # type: ignore[return-value]
+
     def curve(self, job: Job, borrowed: GoodputModel | None, capacity: int) -> Curve:
         model = own_model(job, borrowed)
         cap = min(job.max_workers, capacity, measured_cap(job, model))
@@ -293,6 +334,31 @@ class Voda:
             pace[1:] = remaining_seconds(last, model, cap, node, max(capacity // node, 1),
                                          self.explore, self.throughput_estimates)
         return Curve(cap, seconds, size, model, pace)
+
+    def utilities(self, jobs: Sequence[Job], curves: Sequence[Curve],
+                  weights: np.ndarray) -> list[np.ndarray]:
+        """`utility` of every job at its weight, the jobs of one cap priced together
+        (voda_rows.group_utilities): the same values, to the last bit."""
+        out: list[np.ndarray | None] = [None] * len(jobs)
+        by_cap: dict[int, list[int]] = {}
+        for i, curve in enumerate(curves):
+            by_cap.setdefault(curve.cap, []).append(i)
+        node = per_node(self.gpus_per_node)
+        for cap, rows in by_cap.items():
+            group = [curves[i] for i in rows]
+            members = [jobs[i] for i in rows]
+            seconds = np.array([c.seconds for c in group])
+            pace = np.array([c.seconds if c.pace is None else c.pace for c in group])
+            kept = np.array([j.current_workers if 0 < j.current_workers <= cap else 0
+                             for j in members], dtype=np.int64)
+            penalty = np.array([self.restart_penalty + j.rescale_delay for j in members])
+            values = group_utilities(
+                seconds, pace, np.array([c.size for c in group]),
+                np.array([j.min_workers for j in members], dtype=np.int64), kept, penalty,
+                np.asarray(weights, dtype=float)[rows], self.horizon, node, self.aligned)
+            for i, row in zip(rows, values, strict=True):
+                out[i] = row
+        return out  # type: ignore[return-value]
 
     def utility(self, job: Job, curve: Curve, weight: float) -> np.ndarray:
         """The job's weighted speed on n = 0..cap GPUs (-inf where not allowed).

@@ -1,0 +1,121 @@
+"""Voda prices many jobs at once (Voda.curves, Voda.utilities, voda_rows) exactly as one
+job at a time (Voda.curve, Voda.utility, kept as the reference): the same bits, on random
+jobs, random curves and the bench's mixed jobs, and so the same decisions."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_allocation_properties import jobs_strategy
+
+from voda.core.allocation.voda import Curve, Voda, category_models
+from voda.core.model import Job, JobStatus
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+from allocate import make_jobs  # noqa: E402
+
+CONFIGS = [Voda(), Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0),
+           Voda(aligned=False, throughput_estimates=False, restart_penalty=0.0),
+           Voda(gpus_per_node=2, horizon=1.0, elapsed_floor=True)]
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal to the last bit, but for which NaN: a NaN's sign and payload depend on the
+    instructions that made it, and no comparison or max that reads one tells them apart
+    (NaNs arise only from degenerate curves, such as a time of 0 seconds)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    nan = np.isnan(a) if a.dtype.kind == "f" else np.zeros(a.shape, dtype=bool)
+    if nan.any() and not (nan == np.isnan(b)).all():
+        return False
+    return a[~nan].tobytes() == b[~nan].tobytes()
+
+
+def one_by_one(voda: Voda, jobs: list[Job], capacity: int,
+               weights: np.ndarray) -> tuple[list[Curve], list[np.ndarray]]:
+    borrowed = category_models(jobs, voda.category_history) if voda.share_models else {}
+    curves = [voda.curve(job, borrowed.get(job.category), capacity) for job in jobs]
+    return curves, [voda.utility(job, c, float(w))
+                    for job, c, w in zip(jobs, curves, weights, strict=True)]
+
+
+def check_alike(voda: Voda, jobs: list[Job], capacity: int, weights: np.ndarray) -> None:
+    curves, utilities = one_by_one(voda, jobs, capacity, weights)
+    borrowed = category_models(jobs, voda.category_history) if voda.share_models else {}
+    batch = voda.curves(jobs, borrowed, capacity)
+    for mine, theirs in zip(batch, curves, strict=True):
+        assert mine.cap == theirs.cap
+        assert same_bits(mine.seconds, theirs.seconds)
+        assert mine.size == theirs.size or (math.isnan(mine.size) and math.isnan(theirs.size))
+        assert mine.model is theirs.model
+        assert (mine.pace is None) == (theirs.pace is None)
+        if mine.pace is not None:
+            assert same_bits(mine.pace, theirs.pace)
+    for mine, theirs in zip(voda.utilities(jobs, curves, weights), utilities, strict=True):
+        assert same_bits(mine, theirs)
+
+
+@SETTINGS
+@given(jobs=jobs_strategy(max_jobs=14), capacity=st.integers(1, 48),
+       which=st.integers(0, len(CONFIGS) - 1),
+       seed=st.integers(0, 2**32 - 1))
+def test_curves_and_utilities_of_all_jobs_are_those_of_each(
+    jobs: list[Job], capacity: int, which: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    weights = rng.choice([0.0, 1e-3, 0.5, 1.0, 7.25, 1e6], size=len(jobs))
+    check_alike(CONFIGS[which], jobs, capacity, weights)
+
+
+@st.composite
+def curves_strategy(draw: st.DrawFn) -> tuple[list[Job], list[Curve], list[float]]:
+    """Curves of any shape (inf, zero and tied times, a pace or none) with the jobs'
+    min, current count and restart delay, and weights."""
+    count = draw(st.integers(1, 12))
+    jobs, curves, weights = [], [], []
+    times = st.sampled_from([math.inf, 0.0, 1e-3, 0.5, 30.0, 30.0, 240.0, 241.0, 1e5])
+    for i in range(count):
+        cap = draw(st.integers(0, 9))
+        seconds = np.array([math.inf, *draw(st.lists(times, min_size=cap, max_size=cap))])
+        pace = (np.array([math.inf, *draw(st.lists(times, min_size=cap, max_size=cap))])
+                if draw(st.booleans()) else None)
+        finite = seconds[np.isfinite(seconds)]
+        size = draw(st.sampled_from([
+            float(seconds[1]) if cap >= 1 else math.inf,
+            float(finite.min()) if len(finite) else math.inf, math.inf]))
+        lo = draw(st.integers(0, 10))
+        current = draw(st.integers(0, 10))
+        jobs.append(Job(name=f"j{i}", min_workers=max(lo, 1), max_workers=max(lo, 1, cap),
+                        epochs=3, status=JobStatus.RUNNING if current else JobStatus.WAITING,
+                        current_workers=current,
+                        rescale_delay=draw(st.sampled_from([0.0, 5.0, 300.0]))))
+        curves.append(Curve(cap, seconds, size, None, pace))
+        weights.append(draw(st.sampled_from([0.0, 0.25, 1.0, 3.0, 1e9])))
+    return jobs, curves, weights
+
+
+@SETTINGS
+@given(case=curves_strategy(), which=st.integers(0, len(CONFIGS) - 1))
+def test_utilities_of_any_curves_are_those_of_each(
+    case: tuple[list[Job], list[Curve], list[float]], which: int
+) -> None:
+    jobs, curves, weights = case
+    voda = CONFIGS[which]
+    batch = voda.utilities(jobs, curves, np.array(weights))
+    for job, curve, weight, mine in zip(jobs, curves, weights, batch, strict=True):
+        assert same_bits(mine, voda.utility(job, curve, weight))
+
+
+def test_the_bench_jobs_are_priced_and_decided_alike() -> None:
+    jobs = make_jobs(400, 3)
+    weights = np.array([random.Random(i).uniform(0.1, 3.0) for i in range(len(jobs))])
+    for voda in CONFIGS:
+        for capacity in (64, 1024):
+            check_alike(voda, jobs, capacity, weights)
