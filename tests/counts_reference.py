@@ -1,7 +1,9 @@
 """The count dynamic programs as they were before their folds kept only the columns a
 decision reads (voda.core.allocation.counts.best_counts, Pollux's and Voda's, and
 voda.core.allocation.ffdl.best_counts): a column per GPU count from 0 to the capacity,
-for every job. The references the faster programs must equal, to the last count."""
+for every job; and Pollux's and Voda's with the columns it keeps but an array of picks
+per fold and a row-by-row running maximum, as it was before it kept only the tables
+(6417be5). The references the faster programs must equal, to the last count."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from voda.core.allocation.counts import _bands
 from voda.core.allocation.ffdl import objective_tables
 from voda.core.model import Job
 
@@ -70,4 +73,45 @@ def ffdl_counts_every_column(jobs: Sequence[Job], capacity: int) -> list[int]:
                 break
         counts.append(job.min_workers + chosen)
         c -= chosen
+    return counts
+
+
+def best_counts_with_pick_arrays(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
+    """counts.best_counts as it was at 6417be5: a pick array per fold."""
+    tops = [min(len(u) - 1, max(capacity, 0)) for u in utilities]
+    bands = _bands(tops, capacity)
+    best = np.zeros(1)  # the best of no jobs: 0 at every column from 0 up
+    below = 0  # `best` holds the columns from `below` up; past its end, its last value
+    folds = []
+    for u, (lo, hi) in zip(reversed(utilities), reversed(bands), strict=True):
+        options = np.flatnonzero(u != -np.inf)
+        if not len(options) or options[-1] != len(u) - 1:
+            options = np.append(options, len(u) - 1)
+        reach = hi - below + 1  # sources c - n for n = 0 reach up to hi
+        if reach > len(best):
+            best = np.concatenate([best, np.full(reach - len(best), best[-1])])
+        value = np.full(hi - lo + 1, -np.inf)
+        index = np.uint8 if len(options) <= 256 else np.int32
+        pick = np.full(hi - lo + 1, len(options) - 1, dtype=index)
+        for row in range(len(options) - 1, -1, -1):  # the larger count first: it wins ties
+            n = int(options[row])
+            start = max(lo, n)
+            if start > hi:
+                continue
+            total = best[start - n - below:hi - n - below + 1] + u[n]
+            if row == len(options) - 1:  # the first row read: nothing to beat yet
+                value[start - lo:] = total
+                continue
+            held = value[start - lo:]
+            better = total > held
+            np.copyto(held, total, where=better)
+            pick[start - lo:][better] = row
+        best, below = value, lo
+        folds.append((options, pick, lo, hi))
+    counts = []
+    left = capacity
+    for options, pick, lo, hi in reversed(folds):
+        n = int(options[pick[min(left, hi) - lo]])
+        counts.append(n)
+        left -= n
     return counts

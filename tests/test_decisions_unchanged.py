@@ -8,13 +8,20 @@ code before the change (tests/sim_digests.py; tests/data/decisions-9ddda88.json)
 from __future__ import annotations
 
 import json
+import math
+import sys
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import pytest
-from counts_reference import best_counts_every_column, ffdl_counts_every_column
+from counts_reference import (
+    best_counts_every_column,
+    best_counts_with_pick_arrays,
+    ffdl_counts_every_column,
+)
 from elastic_reference import elastic_in_order_reference
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sim_digests import cases, digest, key
 from srjf_reference import shortest_first_reference
@@ -22,6 +29,7 @@ from test_allocation_properties import jobs_strategy
 from tiresias_reference import order_reference
 
 from voda.core.allocation import ffdl, fifo, pollux, srjf, voda
+from voda.core.allocation.counts import best_counts
 from voda.core.allocation.ffdl import FfDLOptimizer
 from voda.core.allocation.fifo import FIFO, ElasticFIFO
 from voda.core.allocation.pollux import Pollux
@@ -29,6 +37,9 @@ from voda.core.allocation.srjf import SRJF, ElasticSRJF
 from voda.core.allocation.tiresias import ElasticTiresias, Tiresias
 from voda.core.allocation.voda import Voda
 from voda.core.model import Job
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+from allocate import make_jobs
 
 RECORD = Path(__file__).parent / "data" / "decisions-9ddda88.json"
 ALGORITHMS = [Pollux(), Voda(), Pollux(gpus_per_node=2, fairness=0.0),
@@ -92,3 +103,42 @@ def test_fifo_srjf_and_tiresias_decide_as_at_ce6fffe(jobs: list[Job], capacity: 
           mock.patch.object(Tiresias, "order", order_reference)):
         reference = algorithm(jobs, capacity)
     assert fast == reference
+
+
+UTILITY_VALUES = [-math.inf, -math.inf, math.nan, -0.0, 0.0, 0.0, 1.0, 1.0, 2.5, -3.0, 1e300,
+                  math.inf]
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(utilities=st.lists(st.lists(st.sampled_from(UTILITY_VALUES), min_size=1, max_size=7),
+                          max_size=6),
+       capacity=st.integers(0, 20),
+       zeros=st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.0, math.nan]), min_size=6,
+                      max_size=6))
+def test_the_program_picks_as_with_an_array_of_picks_per_fold(
+    utilities: list[list[float]], capacity: int, zeros: list[float]
+) -> None:
+    """Ties, -inf past 0 GPUs, NaN (a fold then compares row by row), signed zeros.
+    Inputs where a NaN total leaves no count that fits to pick are not programs the
+    old code solved (it picked over the capacity, then read a column from the end)."""
+    arrays = [np.array(u) for u in utilities]
+    for u, zero in zip(arrays, zeros, strict=False):
+        u[0] = zero  # 0 GPUs is always allowed
+    try:
+        before = best_counts_with_pick_arrays(arrays, capacity)
+    except IndexError:
+        before = None
+    assume(before is not None and sum(before) <= capacity)
+    assert best_counts(arrays, capacity) == before
+
+
+def test_the_program_picks_as_before_at_the_bench_size() -> None:
+    voda_ = Voda()
+    jobs = make_jobs(300, 5)
+    for capacity in (64, 1024):
+        ordered = sorted(jobs, key=lambda j: (j.submit_time, j.name))
+        curves = voda_.curves(ordered, {}, capacity)
+        utilities = voda_.utilities(ordered, curves, np.linspace(0.1, 2.0, len(ordered)))
+        assert (best_counts(utilities, capacity)
+                == best_counts_with_pick_arrays(utilities, capacity))

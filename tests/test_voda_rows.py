@@ -18,7 +18,7 @@ from voda.core.allocation.voda import Curve, Voda, category_models
 from voda.core.model import Job, JobStatus
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
-from allocate import make_jobs  # noqa: E402
+from allocate import make_jobs
 
 CONFIGS = [Voda(), Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0),
            Voda(aligned=False, throughput_estimates=False, restart_penalty=0.0),

@@ -94,40 +94,113 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
     """
     tops = [min(len(u) - 1, max(capacity, 0)) for u in utilities]
     bands = _bands(tops, capacity)
+    flat, starts, options = _options(utilities)
+    # Without NaN, the running maximum a fold keeps is the plain maximum of its rows, in
+    # any order (max is exact); with one, the fold compares row by row as it reads them.
+    exact_max = not np.isnan(flat).any()
+    values = flat.tolist()
     best = np.zeros(1)  # the best of no jobs: 0 at every column from 0 up
     below = 0  # `best` holds the columns from `below` up; past its end, its last value
-    folds = []
-    for u, (lo, hi) in zip(reversed(utilities), reversed(bands), strict=True):
-        options = np.flatnonzero(u != -np.inf)
-        if not len(options) or options[-1] != len(u) - 1:
-            options = np.append(options, len(u) - 1)
+    folded = []  # per job, last first: the table of the jobs after it, from column `below`
+    for first, rows, (lo, hi) in zip(reversed(starts), reversed(options), reversed(bands),
+                                     strict=True):
         reach = hi - below + 1  # sources c - n for n = 0 reach up to hi
         if reach > len(best):
             best = np.concatenate([best, np.full(reach - len(best), best[-1])])
-        value = np.full(hi - lo + 1, -np.inf)
-        pick = np.full(hi - lo + 1, len(options) - 1, dtype=_index_type(len(options)))
-        for row in range(len(options) - 1, -1, -1):  # the larger count first: it wins ties
-            n = int(options[row])
-            start = max(lo, n)
-            if start > hi:
-                continue
-            total = best[start - n - below:hi - n - below + 1] + u[n]
-            if row == len(options) - 1:  # the first row read: nothing to beat yet
-                value[start - lo:] = total
-                continue
-            held = value[start - lo:]
-            better = total > held
-            np.copyto(held, total, where=better)
-            pick[start - lo:][better] = row
+        folded.append((best, below))
+        if exact_max:
+            value = _fold_max(best, below, lo, hi, rows, values, first)
+        else:
+            value = _fold_in_order(best, below, lo, hi, rows, values, first)
         best, below = value, lo
-        folds.append((options, pick, lo, hi))
     counts = []
     left = capacity
-    for options, pick, lo, hi in reversed(folds):
-        n = int(options[pick[min(left, hi) - lo]])
+    for first, rows, (_, hi), (after, base) in zip(starts, options, bands,
+                                                    reversed(folded), strict=True):
+        n = _pick(after, base, min(left, hi), rows, values, first)
         counts.append(n)
         left -= n
     return counts
+
+
+def _options(utilities: Sequence[np.ndarray]) -> tuple[np.ndarray, list[int], list[list[int]]]:
+    """All utilities end to end, where each starts there, and each one's counts that a
+    fold reads: those not -inf, and its largest (what the tie rule picks where every
+    count is -inf), ascending. One pass for all jobs, not a few calls per job."""
+    lengths = [len(u) for u in utilities]
+    flat = np.concatenate(utilities) if utilities else np.zeros(0)
+    starts = list(itertools.accumulate(lengths, initial=0))
+    found = np.flatnonzero(flat != -np.inf)
+    cuts = np.searchsorted(found, starts).tolist()
+    found_at = found.tolist()
+    options = []
+    for j, length in enumerate(lengths):
+        base = starts[j]
+        rows = [k - base for k in found_at[cuts[j]:cuts[j + 1]]]
+        if not rows or rows[-1] != length - 1:
+            rows.append(length - 1)
+        options.append(rows)
+    return flat, starts[:-1], options
+
+
+def _fold_max(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int],
+              values: Sequence[float], first: int) -> np.ndarray:
+    """Columns lo..hi of the best total of a job (counts `rows`, ascending, its values
+    at values[first + n]) and the jobs after it (`best`, from column `below`), by the
+    maximum over its counts: no NaN among the totals."""
+    value: np.ndarray | None = None
+    for n in rows:
+        start = max(lo, n)
+        if start > hi:
+            break
+        total = best[start - n - below:hi - n - below + 1] + values[first + n]
+        if value is None:
+            if start == lo:
+                value = total
+                continue
+            value = np.full(hi - lo + 1, -np.inf)
+        held = value[start - lo:]
+        np.maximum(held, total, out=held)
+    return value if value is not None else np.full(hi - lo + 1, -np.inf)
+
+
+def _fold_in_order(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int],
+                   values: Sequence[float], first: int) -> np.ndarray:
+    """As `_fold_max`, reading the counts from the largest down, a later one replacing
+    only a strictly greater total (a NaN total replaces nothing, and stays put once
+    the largest count wrote it)."""
+    value = np.full(hi - lo + 1, -np.inf)
+    for row in range(len(rows) - 1, -1, -1):  # the larger count first: it wins ties
+        n = rows[row]
+        start = max(lo, n)
+        if start > hi:
+            continue
+        total = best[start - n - below:hi - n - below + 1] + values[first + n]
+        if row == len(rows) - 1:  # the first row read: nothing to beat yet
+            value[start - lo:] = total
+            continue
+        held = value[start - lo:]
+        np.copyto(held, total, where=total > held)
+    return value
+
+
+def _pick(after: np.ndarray, below: int, column: int, rows: Sequence[int],
+          values: Sequence[float], first: int) -> int:
+    """The count a job takes at `column`: its fold's choice there, worked out again for
+    that column alone (the same sums, compared in the same order): among equal totals
+    the largest count; the largest where none is above -inf."""
+    last = len(after) - 1
+    held, pick = -math.inf, len(rows) - 1
+    for row in range(len(rows) - 1, -1, -1):
+        n = rows[row]
+        if n > column:
+            continue
+        total = after[min(column - n - below, last)] + values[first + n]
+        if row == len(rows) - 1:
+            held = total
+        elif total > held:
+            held, pick = total, row
+    return rows[pick]
 
 
 def _bands(tops: Sequence[int], capacity: int) -> list[tuple[int, int]]:
@@ -141,10 +214,6 @@ def _bands(tops: Sequence[int], capacity: int) -> list[tuple[int, int]]:
         hi = min(capacity, most)
         bands.append((min(max(capacity - taken, 0), hi), hi))
     return bands
-
-
-def _index_type(options: int) -> type:
-    return np.uint8 if options <= 256 else np.int32
 
 
 def check_gpus_per_node(value: object) -> None:
