@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_allocation_properties import jobs_strategy
 
-from voda.core.allocation.voda import Curve, Voda, category_models
+from voda.core.allocation.voda import Curve, Voda, category_models, with_floors
 from voda.core.model import Job, JobStatus
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
@@ -119,3 +119,27 @@ def test_the_bench_jobs_are_priced_and_decided_alike() -> None:
     for voda in CONFIGS:
         for capacity in (64, 1024):
             check_alike(voda, jobs, capacity, weights)
+
+
+def floors_one_by_one(utilities: list[np.ndarray], floored: list[bool]) -> list[np.ndarray]:
+    """voda.with_floors as it was: each job's largest |u| found on its own."""
+    finite = [np.abs(u[np.isfinite(u)]) for u in utilities]
+    below = 1.0 + sum(float(f.max()) for f in finite if len(f))
+    out = list(utilities)
+    for i, floor in enumerate(floored):
+        if floor:
+            out[i] = utilities[i].copy()
+            out[i][0] = -below
+    return out
+
+
+@SETTINGS
+@given(utilities=st.lists(st.lists(st.sampled_from(
+    [-math.inf, math.inf, math.nan, -0.0, 0.0, 1e-9, 2.5, -7.0, 1e300]), min_size=1,
+    max_size=6), min_size=1, max_size=10), seed=st.integers(0, 2**32 - 1))
+def test_floors_are_set_as_one_job_at_a_time(utilities: list[list[float]], seed: int) -> None:
+    arrays = [np.array(u) for u in utilities]
+    floored = np.random.default_rng(seed).random(len(arrays)) < 0.4
+    for mine, theirs in zip(with_floors(arrays, floored.tolist()),
+                            floors_one_by_one(arrays, floored.tolist()), strict=True):
+        assert same_bits(mine, theirs)

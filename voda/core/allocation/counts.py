@@ -51,6 +51,12 @@ def packing_counts(cap: int, per_node: int) -> np.ndarray:
     return counts
 
 
+@functools.lru_cache(maxsize=4096)
+def largest_packing(most: int, per_node: int) -> int:
+    """The largest count from 1 to `most` (>= 1) that packs: one GPU always does."""
+    return int(packing_counts(most, per_node)[-1])
+
+
 def no_slower(seconds: np.ndarray, lo: int) -> np.ndarray:
     """Per count n = 0..len - 1, whether n >= lo and its time `seconds[n]` is no more than
     at any count from lo up to n: the counts a job may be given without one of fewer

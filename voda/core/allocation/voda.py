@@ -80,8 +80,8 @@ from voda.core.allocation.counts import (
     best_counts,
     check_gpus_per_node,
     check_seconds,
+    largest_packing,
     no_slower,
-    packing_counts,
     per_node,
     that_pack,
 )
@@ -493,12 +493,12 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
         later[longest_first] = prefix_water_levels(caps[longest_first].tolist(), capacity)
         later = np.minimum(caps, later)
         shares = later if share_of == "later" else np.sqrt(even * later).astype(np.int64)
+    shares = shares.tolist()
     for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
         if curve.cap < 1 or not math.isfinite(curve.size):
             continue
-        fits = packing_counts(curve.cap, node)
-        share = max(int(shares[i]), min(job.min_workers, curve.cap), 1)
-        n = int(fits[fits <= share][-1])  # one GPU always fits
+        share = max(shares[i], min(job.min_workers, curve.cap), 1)
+        n = largest_packing(min(share, curve.cap), node)  # one GPU always fits
         speedup = curve.size / curve.seconds[n]
         if math.isfinite(speedup) and speedup > 0:
             factors[i] = (n / speedup) ** exponent if speedup < n else 1.0
@@ -556,9 +556,17 @@ def hardware_efficiency(curve: Curve, model: GoodputModel | None, n: int, node: 
 def with_floors(utilities: Sequence[np.ndarray], floored: Sequence[bool]) -> list[np.ndarray]:
     """The utilities with each floored job's value at no GPUs below what any other choice
     can add up to, so the program gives it at least one GPU wherever the floors fit."""
-    finite = [np.abs(u[np.isfinite(u)]) for u in utilities]
-    below = 1.0 + sum(float(f.max()) for f in finite if len(f))
     out = list(utilities)
+    if not any(floored):
+        return out
+    # Each job's largest |u| over its finite values (max is exact, so one pass over all
+    # jobs gives each the same), summed job by job in order as floats.
+    flat = np.concatenate(utilities)
+    finite = np.isfinite(flat)
+    starts = np.cumsum([0, *map(len, utilities[:-1])])
+    largest = np.maximum.reduceat(np.where(finite, np.abs(flat), -np.inf), starts)
+    has = np.logical_or.reduceat(finite, starts)
+    below = 1.0 + sum(largest[has].tolist())
     for i, floor in enumerate(floored):
         if floor:
             out[i] = utilities[i].copy()
