@@ -79,6 +79,29 @@ def that_pack(fast: np.ndarray, per_node: int) -> np.ndarray:
     return packed if packed.any() else fast.copy()
 
 
+def no_slower_rows(seconds: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """`counts.no_slower` of each row of `seconds` (jobs x counts) from its row's `lo`."""
+    width = seconds.shape[1]
+    lo = np.maximum(lo, 0)
+    from_lo = np.arange(width) >= lo[:, None]
+    # Counts below lo read +inf: min(inf, x) is x, so the running minimum from lo is
+    # the one `no_slower` takes over seconds[lo:].
+    tail = np.where(from_lo, seconds, np.inf)
+    ok = from_lo & (tail <= np.minimum.accumulate(tail, axis=1))
+    inside = np.flatnonzero(lo < width)
+    ok[inside, lo[inside]] = True
+    return ok
+
+
+def that_pack_rows(fast: np.ndarray, per_node: int) -> np.ndarray:
+    """`counts.that_pack` of each row of `fast` (jobs x counts, every row one cap)."""
+    packed = fast & packing(fast.shape[1] - 1, per_node)
+    packed[:, 0] = False
+    none = ~packed.any(axis=1)
+    packed[none] = fast[none]
+    return packed
+
+
 def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
     """Counts n_j maximising the sum of u_j(n_j) with sum n_j <= capacity (dynamic program).
 

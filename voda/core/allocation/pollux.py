@@ -44,8 +44,10 @@ from voda.core.allocation.counts import (
     check_gpus_per_node,
     check_seconds,
     no_slower,
+    no_slower_rows,
     per_node,
     that_pack,
+    that_pack_rows,
 )
 from voda.core.allocation.reasons import (
     Reason,
@@ -55,7 +57,7 @@ from voda.core.allocation.reasons import (
     priority_rule,
     slower_with_more,
 )
-from voda.core.estimate import EpochTimes
+from voda.core.estimate import EpochTimes, epoch_time_runs
 from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
 
@@ -98,7 +100,7 @@ class Pollux:
             return {j.name: 0 for j in ordered}
         fair = math.ceil(capacity / len(ordered))
         scale = 1.0 / per_node(self.gpus_per_node)  # one GPU's share of the cluster -> one node's
-        utilities = [self.utility(job, fair, capacity, scale) for job in ordered]
+        utilities = self.utilities(ordered, fair, capacity, scale)
         counts = best_counts(utilities, capacity)
         return {job.name: n for job, n in zip(ordered, counts, strict=True)}
 
@@ -127,10 +129,73 @@ class Pollux:
         return explain_in_order(jobs, capacity, allocation, terms, lambda: by_priority(sorted(
             jobs, key=lambda j: (j.attained_gpu_seconds, j.submit_time, j.name))))
 
+    def utilities(self, jobs: Sequence[Job], fair: int, capacity: int,
+                  scale: float) -> list[np.ndarray]:
+        """`utility` of every job, the jobs of one cap priced together as a (jobs x
+        counts) array and the speedups of those without a goodput model from their epoch
+        times in one pass (`epoch_time_runs`): the same values, to the last bit."""
+        node = per_node(self.gpus_per_node)
+        caps = [self.cap(job, capacity) for job in jobs]
+        speedup = [np.zeros(cap + 1) for cap in caps]
+        plain = []
+        for i, (job, cap) in enumerate(zip(jobs, caps, strict=True)):
+            if cap < 1:
+                continue
+            if job.goodput is not None and job.goodput.perf is not None:
+                speedup[i][1:] = speedups(job, fair, cap, node, max(capacity // node, 1))
+            else:
+                plain.append(i)
+        if plain:
+            picked = [jobs[i] for i in plain]
+            asked = [caps[i] for i in plain]
+            times = epoch_time_runs(picked, np.ones(len(plain), dtype=np.int64), asked)
+            bases = epoch_time_runs(picked, np.full(len(plain), fair), np.ones(len(plain)))
+            times = np.repeat(bases, asked) / times  # base / times(n), as `speedups`
+            for i, end, cap in zip(plain, np.cumsum(asked).tolist(), asked, strict=True):
+                speedup[i][1:] = times[end - cap:end]
+        out: list[np.ndarray | None] = [None] * len(jobs)
+        by_cap: dict[int, list[int]] = {}
+        for i, cap in enumerate(caps):
+            by_cap.setdefault(cap, []).append(i)
+        for cap, rows in by_cap.items():
+            members = [jobs[i] for i in rows]
+            values = self._group_utilities(members, cap, np.array([speedup[i] for i in rows]),
+                                           scale)
+            for i, row in zip(rows, values, strict=True):
+                out[i] = row
+        return out  # type: ignore[return-value]
+
+    def _group_utilities(self, jobs: Sequence[Job], cap: int, speedup: np.ndarray,
+                         scale: float) -> np.ndarray:
+        """`utility` of jobs that share a cap, from their speedups (jobs x counts)."""
+        rows = np.arange(len(jobs))
+        scaled = speedup * scale
+        factor = np.array([restart_factor(job, self.restart_penalty + job.rescale_delay)
+                           for job in jobs])
+        value = scaled * factor[:, None]
+        kept = np.array([job.current_workers if 0 < job.current_workers <= cap else 0
+                         for job in jobs], dtype=np.int64)
+        value[rows, kept] = scaled[rows, kept]  # no change, no restart
+        u = power_utility(value + SPEEDUP_FLOOR, self.fairness)
+        lo = np.array([job.min_workers for job in jobs], dtype=np.int64)
+        fast = np.arange(cap + 1) >= lo[:, None]
+        by_times = np.array([job.goodput is None for job in jobs])
+        if by_times.any():
+            fast[by_times] = no_slower_rows(-speedup[by_times], lo[by_times])
+        allowed = that_pack_rows(fast, per_node(self.gpus_per_node)) if self.aligned else fast
+        allowed[rows, kept] |= fast[rows, kept]
+        allowed[:, 0] = True
+        u[~allowed] = -np.inf
+        return u
+
+    def cap(self, job: Job, capacity: int) -> int:
+        """The most GPUs the job may take (`replica_cap`), at least its min if it fits."""
+        cap = min(job.max_workers, capacity, replica_cap(job))
+        return max(cap, min(job.min_workers, job.max_workers, capacity))
+
     def utility(self, job: Job, fair: int, capacity: int, scale: float) -> np.ndarray:
         """u(n) for n = 0..cap: the job's term of the objective (-inf where not allowed)."""
-        cap = min(job.max_workers, capacity, replica_cap(job))
-        cap = max(cap, min(job.min_workers, job.max_workers, capacity))
+        cap = self.cap(job, capacity)
         speedup = np.zeros(cap + 1)
         if cap >= 1:
             size = per_node(self.gpus_per_node)

@@ -12,32 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from voda.core.allocation.counts import packing
+from voda.core.allocation.counts import no_slower_rows, that_pack_rows
 
 RATE_SCALE = 1e6  # as voda.RATE_SCALE (that module imports this one)
-
-
-def no_slower_rows(seconds: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """`counts.no_slower` of each row of `seconds` (jobs x counts) from its row's `lo`."""
-    width = seconds.shape[1]
-    lo = np.maximum(lo, 0)
-    from_lo = np.arange(width) >= lo[:, None]
-    # Counts below lo read +inf: min(inf, x) is x, so the running minimum from lo is
-    # the one `no_slower` takes over seconds[lo:].
-    tail = np.where(from_lo, seconds, np.inf)
-    ok = from_lo & (tail <= np.minimum.accumulate(tail, axis=1))
-    inside = np.flatnonzero(lo < width)
-    ok[inside, lo[inside]] = True
-    return ok
-
-
-def that_pack_rows(fast: np.ndarray, per_node: int) -> np.ndarray:
-    """`counts.that_pack` of each row of `fast` (jobs x counts, every row one cap)."""
-    packed = fast & packing(fast.shape[1] - 1, per_node)
-    packed[:, 0] = False
-    none = ~packed.any(axis=1)
-    packed[none] = fast[none]
-    return packed
 
 
 def best_sizes(speedup: np.ndarray, allowed: np.ndarray) -> np.ndarray:

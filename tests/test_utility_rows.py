@@ -1,9 +1,11 @@
-"""Voda prices many jobs at once (Voda.curves, Voda.utilities, voda_rows) exactly as one
-job at a time (Voda.curve, Voda.utility, kept as the reference): the same bits, on random
-jobs, random curves and the bench's mixed jobs, and so the same decisions."""
+"""Voda and Pollux price many jobs at once (Voda.curves, Voda.utilities, voda_rows,
+Pollux.utilities) exactly as one job at a time (Voda.curve, Voda.utility, Pollux.utility,
+kept as the references): the same bits, on random jobs (some with goodput models), random
+curves and the bench's mixed jobs, and so the same decisions."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import sys
@@ -14,16 +16,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_allocation_properties import jobs_strategy
 
+from voda.core.allocation.pollux import Pollux
 from voda.core.allocation.voda import Curve, Voda, category_models, with_floors
+from voda.core.goodput import GoodputModel, PerfParams
 from voda.core.model import Job, JobStatus
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 from allocate import make_jobs
 
+PERF = PerfParams(0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.1)
+POLLUX = [Pollux(), Pollux(gpus_per_node=2, fairness=0.0, aligned=False),
+          Pollux(fairness=0.5, restart_penalty=0.0, gpus_per_node=8)]
 CONFIGS = [Voda(), Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0),
            Voda(aligned=False, throughput_estimates=False, restart_penalty=0.0),
            Voda(gpus_per_node=2, horizon=1.0, elapsed_floor=True)]
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -54,12 +61,30 @@ def check_alike(voda: Voda, jobs: list[Job], capacity: int, weights: np.ndarray)
         assert mine.cap == theirs.cap
         assert same_bits(mine.seconds, theirs.seconds)
         assert mine.size == theirs.size or (math.isnan(mine.size) and math.isnan(theirs.size))
-        assert mine.model is theirs.model
+        assert mine.model == theirs.model
         assert (mine.pace is None) == (theirs.pace is None)
         if mine.pace is not None:
             assert same_bits(mine.pace, theirs.pace)
     for mine, theirs in zip(voda.utilities(jobs, curves, weights), utilities, strict=True):
         assert same_bits(mine, theirs)
+
+
+def with_models(jobs: list[Job], seed: int) -> list[Job]:
+    """Some of the jobs with a goodput model (fitted or not yet, in two categories)."""
+    rng = random.Random(seed)
+    out = []
+    for job in jobs:
+        pick = rng.random()
+        if pick < 0.5:
+            out.append(job)
+            continue
+        model = GoodputModel(perf=PERF if pick < 0.85 else None, grad_sqr=1.0,
+                             grad_var=rng.choice([0.0, 1.0]), init_batch=128, max_batch=4096,
+                             min_local=32, max_local=256,
+                             max_profiled_replicas=rng.choice([0, 1, 2, 8]),
+                             epoch_samples=rng.choice([0.0, 50_000.0]))
+        out.append(dataclasses.replace(job, goodput=model, category=rng.choice(["a", "b"])))
+    return out
 
 
 @SETTINGS
@@ -69,6 +94,7 @@ def check_alike(voda: Voda, jobs: list[Job], capacity: int, weights: np.ndarray)
 def test_curves_and_utilities_of_all_jobs_are_those_of_each(
     jobs: list[Job], capacity: int, which: int, seed: int
 ) -> None:
+    jobs = with_models(jobs, seed)
     rng = np.random.default_rng(seed)
     weights = rng.choice([0.0, 1e-3, 0.5, 1.0, 7.25, 1e6], size=len(jobs))
     check_alike(CONFIGS[which], jobs, capacity, weights)
@@ -143,3 +169,26 @@ def test_floors_are_set_as_one_job_at_a_time(utilities: list[list[float]], seed:
     for mine, theirs in zip(with_floors(arrays, floored.tolist()),
                             floors_one_by_one(arrays, floored.tolist()), strict=True):
         assert same_bits(mine, theirs)
+
+
+def check_pollux_alike(pollux: Pollux, jobs: list[Job], capacity: int) -> None:
+    fair = math.ceil(capacity / max(len(jobs), 1))
+    scale = 1.0 / (pollux.gpus_per_node or 4)
+    for job, mine in zip(jobs, pollux.utilities(jobs, fair, capacity, scale), strict=True):
+        assert same_bits(mine, pollux.utility(job, fair, capacity, scale))
+
+
+@SETTINGS
+@given(jobs=jobs_strategy(max_jobs=14), capacity=st.integers(1, 48),
+       which=st.integers(0, len(POLLUX) - 1), seed=st.integers(0, 2**32 - 1))
+def test_pollux_utilities_of_all_jobs_are_those_of_each(
+    jobs: list[Job], capacity: int, which: int, seed: int
+) -> None:
+    check_pollux_alike(POLLUX[which], with_models(jobs, seed), capacity)
+
+
+def test_the_bench_jobs_are_priced_alike_by_pollux() -> None:
+    jobs = with_models(make_jobs(400, 4), 4)
+    for pollux in POLLUX:
+        for capacity in (64, 1024):
+            check_pollux_alike(pollux, jobs, capacity)
