@@ -293,15 +293,21 @@ class Voda:
         if batch:
             picked = [jobs[i] for i in batch]
             times = epoch_time_runs(picked, np.ones(len(batch), dtype=np.int64), caps)
-            epochs = np.array([job.remaining_epochs for job in picked])
-            times *= np.repeat(epochs, caps)
-            ends = np.cumsum(caps).tolist()
-            for i, job, cap, end in zip(batch, picked, caps, ends, strict=True):
-                seconds = np.empty(cap + 1)
-                seconds[0] = np.inf
-                seconds[1:] = times[end - cap:end]
-                seconds *= share_left(job, seconds, EPOCH_PROGRESS)
-                size = float(seconds[1])
+            times *= np.repeat([job.remaining_epochs for job in picked], caps)
+            # Each job's seconds at 0..cap GPUs end to end: inf at 0, then its times.
+            starts = np.cumsum([0, *caps[:-1]]) + np.arange(len(caps))
+            flat = np.empty(len(times) + len(caps))
+            zero = np.zeros(len(flat), dtype=bool)
+            zero[starts] = True
+            flat[zero] = np.inf
+            flat[~zero] = times
+            sizes = flat[starts + 1].tolist()
+            for i, job, cap, start, size in zip(batch, picked, caps, starts.tolist(), sizes,
+                                                strict=True):
+                seconds = flat[start:start + cap + 1]
+                if job.running_seconds_since_epoch > 0:  # else share_left is 1
+                    seconds *= share_left(job, seconds, EPOCH_PROGRESS)
+                    size = float(seconds[1])
                 if not math.isfinite(size):
                     finite = seconds[np.isfinite(seconds)]
                     size = float(np.min(finite)) if len(finite) else math.inf
