@@ -120,6 +120,10 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
     most they can take together (every count fits there), so the columns above that
     are read off its last. Each column adds and compares the same numbers, in the same
     order, as the fold over every column: the same counts, to the last bit.
+
+    A fold keeps only its table of best totals, not which count won each column: the
+    decision works a job's count out again at the one column it reads, from the table
+    of the jobs after it (the same sums, compared in the same order).
     """
     tops = [min(len(u) - 1, max(capacity, 0)) for u in utilities]
     bands = _bands(tops, capacity)
