@@ -5,7 +5,7 @@ jobs the calls, not the arithmetic, are the cost. Here the jobs that share a cap
 row length) are priced together, as a (jobs x counts) array: every value is the same
 floating-point operation on the same operands as `Voda.utility` does, elementwise (no
 sum or other reduction reorders anything), so each row equals its job's utility to the
-last bit (tests/test_voda_rows.py).
+last bit (tests/test_utility_rows.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from voda.core.allocation.counts import no_slower_rows, that_pack_rows
 
-RATE_SCALE = 1e6  # as voda.RATE_SCALE (that module imports this one)
+RATE_SCALE = 1e6  # completion rates (1/s) are small: scaled so float noise does not decide
 
 
 def best_sizes(speedup: np.ndarray, allowed: np.ndarray) -> np.ndarray:
