@@ -1,8 +1,9 @@
 """Team queues in the service, over real HTTP against `voda serve` (SQLite and PostgreSQL):
 `--queues FILE` and config.toml's [[queues]] put the live scheduler under the quota layer;
-every job joins a queue (its spec's, its user's, else `default`); GET /v1/queues shows
-usage against guarantee, borrowing and reclaims; administrators change queues over the
-API, and the changes outlive a restart (docs/design/013-queues.md)."""
+every job joins a queue (its spec's, its user's, else `default`); GET /v1/queues and
+/metrics show usage against guarantee, borrowing, lending and reclaims; administrators
+change queues over the API, and the changes outlive a restart
+(docs/design/013-queues.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ServeFactory
 from tests.polling import wait_for
@@ -51,6 +53,17 @@ def workers(client: httpx.Client, name: str) -> int:
     return int(client.get(f"/v1/jobs/{name}").json()["workers"])
 
 
+def scraped(client: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """/metrics' samples by (name, sorted labels)."""
+    text = client.get("/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def of(queue: str, **more: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({"queue": queue, "gpu_type": "default", **more}.items()))
+
+
 def test_jobs_join_their_spec_s_queue_else_their_user_s_else_default(
         serve: ServeFactory, store_url: str, tmp_path: Path) -> None:
     server = serve(store_url, "--cluster", "1x8", "--queues", queue_file(tmp_path), *FAST,
@@ -86,6 +99,7 @@ def test_an_owner_s_guarantee_comes_back_by_shrinking_the_borrower(
         assert (b["used"], b["guarantee"], b["borrowed"]) == (8, 0, 8)
         a = usage(bob, "team-a")
         assert (a["used"], a["guarantee"], a["lent"]) == (0, 4, 4)  # its idle guarantee
+        assert scraped(bob)[("voda_queue_gpus_lent", of("team-a"))] == 4
         bob.post("/v1/jobs", json={"name": "owner", "queue": "team-a", "min": 4, "max": 4,
                                    **LONG})
         wait_for(lambda: workers(bob, "owner") == 4)
@@ -95,6 +109,16 @@ def test_an_owner_s_guarantee_comes_back_by_shrinking_the_borrower(
         assert (b["used"], b["borrowed"], b["waiting_jobs"]) == (4, 4, 0)
         a = usage(bob, "team-a")
         assert (a["used"], a["borrowed"], a["lent"]) == (4, 0, 0)
+        metrics = scraped(bob)
+        assert metrics[("voda_queue_gpus_used", of("team-a"))] == 4
+        assert metrics[("voda_queue_gpus_guaranteed", of("team-a"))] == 4
+        assert metrics[("voda_queue_gpus_borrowed", of("team-b"))] == 4
+        assert metrics[("voda_queue_gpus_lent", of("team-a"))] == 0
+        assert metrics[("voda_queue_jobs_waiting", of("default"))] == 0
+        assert metrics[("voda_queue_gpus_reclaimed_total", of("team-b", how="shrinking"))
+                       ] == b["reclaimed_by_shrinking"]
+        assert ("voda_queue_gpus_reclaimed_total", of("team-b", how="preemption")
+                ) not in metrics
 
 
 def test_administrators_change_queues_over_the_api_and_the_changes_outlive_a_restart(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from voda.core.quotas import DEFAULT_QUEUE, QueueSet
@@ -84,8 +84,10 @@ class QueueBook:
     `observe` is the scheduler's queue observer: it runs under the scheduler's lock."""
 
     def __init__(self, base: list[dict[str, Any]],
-                 stored: Iterable[tuple[str, Mapping[str, Any] | None]] = ()) -> None:
+                 stored: Iterable[tuple[str, Mapping[str, Any] | None]] = (),
+                 on_reclaim: Callable[[str, str, int, int], None] | None = None) -> None:
         self.base = base
+        self.on_reclaim = on_reclaim  # (queue, GPU type, by shrinking, by preemption)
         self.overrides: dict[str, dict[str, Any] | None] = {}
         for name, entry in stored:
             try:
@@ -164,6 +166,9 @@ class QueueBook:
                     counts = self.reclaimed.setdefault((name, gpu_type), [0, 0])
                     counts[0] += outcome.reclaimed_by_shrinking
                     counts[1] += outcome.reclaimed_by_preemption
+                    if self.on_reclaim is not None:
+                        self.on_reclaim(name, gpu_type, outcome.reclaimed_by_shrinking,
+                                        outcome.reclaimed_by_preemption)
 
     def reclaimed_of(self, name: str, gpu_type: str) -> tuple[int, int]:
         with self._lock:

@@ -383,6 +383,7 @@ class ServiceReads:
         with self._locked():
             s = self.scheduler
             self.metrics.set_state(s.cluster, list(s.active.values()))
+            self.metrics.set_queues(self._queue_usage())
         self.metrics.set_store(self.writer.health, self.writer.unwritten,
                                self.lock_held_seconds())
         return self.metrics.render()

@@ -294,7 +294,8 @@ class Service(ServiceReads):
                              if isinstance(self.backend, SupportsState) else None)
         self._apply_stored_nodes(node_rows)
         self.queue_book = QueueBook(base_entries(self.settings.queue_file,
-                                                 self.settings.queue_entries), queue_rows)
+                                                 self.settings.queue_entries), queue_rows,
+                                    on_reclaim=self.metrics.reclaimed)
         if backend_state is not None and isinstance(self.backend, SupportsState):
             self.backend.import_state(backend_state)
         sched_settings = self._scheduler_settings(settings_rows)
