@@ -381,7 +381,8 @@ def get_queue(request: Request, name: QueueName, user: CurrentUser) -> dict[str,
 
 
 @router.put("/v1/queues/{name}", response_model=schemas.QueueView, tags=["queues"],
-            responses=WITH_BODY)
+            responses={**WITH_BODY, 201: {"model": schemas.QueueView,
+                                          "description": "Created"}})
 def put_queue(request: Request, response: Response, name: QueueName,
               update: schemas.QueueUpdate, user: CurrentUser) -> dict[str, Any]:
     """Create or replace a team queue (administrators); kept in the store, it outlives a
