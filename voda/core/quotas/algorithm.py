@@ -56,14 +56,14 @@ class QueuedAlgorithm:
             raise AttributeError(item)
         return getattr(self.inner, item)
 
-    def decision(self, jobs: Sequence[Job], capacity: int) -> QuotaDecision:
+    def decision(self, jobs: Sequence[Job], capacity: int, exact: bool = True) -> QuotaDecision:
         gpu_type = jobs[0].gpu_type if jobs else ""
-        return share(self.inner, jobs, capacity, self.queues, gpu_type)
+        return share(self.inner, jobs, capacity, self.queues, gpu_type, exact)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> Mapping[str, int]:
         if not jobs:
             return {}
-        decided = self.decision(jobs, capacity)
+        decided = self.decision(jobs, capacity, exact=self.observe is not None)
         if self.observe is not None:
             self.observe(jobs[0].gpu_type, decided)
         return decided.allocation
