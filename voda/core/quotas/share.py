@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from voda.core.model import Job
 from voda.core.quotas.fill import water_fill
-from voda.core.quotas.model import QueueSet
+from voda.core.quotas.model import DEFAULT_QUEUE, Queue, QueueSet
 from voda.core.quotas.reclaim import Reclaim, reclaim
 from voda.core.quotas.runs import QueueRuns
 
@@ -76,11 +76,11 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     groups: dict[str, list[Job]] = {}
     job_queue: dict[str, str] = {}
     for job in jobs:
-        name = job.queue if job.queue in declared else queues.queue_of(job.queue)
+        name = job.queue if job.queue in declared else DEFAULT_QUEUE
         groups.setdefault(name, []).append(job)
         job_queue[job.name] = name
     names = sorted(set(groups) | {q for q in declared if declared[q].guaranteed(gpu_type)})
-    qs = [queues.get(n) for n in names]
+    qs = [declared.get(n) or Queue(n) for n in names]
     weight = [q.weight for q in qs]
     guarantee = _covered([q.guaranteed(gpu_type) for q in qs], weight, capacity)
     ceiling = [min(q.ceiling(gpu_type) - q.guaranteed(gpu_type) + g, capacity)
@@ -116,7 +116,7 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
                 given[i], shares[i] = gpus, used
         return shares[i]
 
-    _top_up(shares, capacity, guarantee, weight, ceiling, keep, grow)
+    _top_up(shares, capacity, guarantee, weight, want, keep, grow)
     # 4. reclaim what the borrowers hold beyond their new shares, shrinking first
     growing = sum(1 for s, h in zip(shares, held, strict=True) if s > h)
     for i, name in enumerate(names):
@@ -127,7 +127,7 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
             cuts[i] = reclaim(algorithm, members, guarantee[i], shares[i])
             shares[i] = sum(cuts[i].allocation.values())
     if cuts:  # what a cut left idle goes to whoever can use it, the cut queues included
-        _top_up(shares, capacity, guarantee, weight, ceiling, keep, grow)
+        _top_up(shares, capacity, guarantee, weight, want, keep, grow)
     # 5. allocate
     allocation: dict[str, int] = {}
     outcomes: dict[str, QueueOutcome] = {}
