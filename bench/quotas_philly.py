@@ -6,10 +6,11 @@ BUSY_SHARE of the trace's GPU-time are the teams, the others go to `default` (no
 guarantee). Two settings: guarantees in proportion to each team's share of the trace's
 GPU-time ("share"), and equal ones ("equal"); either way they add up to the cluster.
 A window is the jobs arriving within `--hours` of a seeded start (at most `--jobs` of
-them); the Philly reader (voda.sim.workloads) reads it as a workload of its own, its
-first arrival at 0, every job elastic from 1 GPU to its `num_gpus`. The cluster is sized
-to the window: the GPUs its jobs would hold on average over its span, each from its
-arrival, divided by `--load`, in nodes of 4 GPUs.
+them; a start giving fewer than MIN_WINDOW_JOBS is drawn again); the Philly reader
+(voda.sim.workloads) reads it as a workload of its own, its first arrival at 0, every
+job elastic from 1 GPU to its `num_gpus`. The cluster is sized to the window: the GPUs
+its jobs would hold on average over its span, each from its arrival, divided by
+`--load`, in nodes of 4 GPUs.
 
 Per algorithm (`--algorithms`), setting and window, without and with queues: average and
 p99 JCT overall and per queue, reclaim seconds p50/p99, guarantee violations,
@@ -38,6 +39,7 @@ Run: nice -n 5 .venv/bin/python bench/quotas_philly.py [--algorithms A,B] [--hou
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import math
 import statistics
@@ -65,6 +67,7 @@ BUSY_SHARE = 0.005  # a virtual cluster with this share of the trace's GPU-time 
 SETTINGS = ("share", "equal")
 DEFAULT_ALGORITHMS = "ElasticFIFO,Tiresias,Voda"
 MAX_JOBS, MAX_WINDOWS, MAX_HOURS = 5_000, 20, 24 * 14
+MIN_WINDOW_JOBS = 20
 NODE_GPUS = 4
 JCT_TARGET = 1.05  # queues' average JCT at most 5 % over the same algorithm's without
 
@@ -110,16 +113,20 @@ def busy_clusters(rows: Sequence[Mapping[str, str]]) -> dict[str, float]:
 def windows(rows: Sequence[dict[str, str]], hours: float, most: int, count: int, seed: int
             ) -> list[list[dict[str, str]]]:
     """`count` windows: the jobs arriving within `hours` of a seeded start, the first
-    `most` of them."""
+    `most` of them; a start whose window holds fewer than MIN_WINDOW_JOBS is drawn again."""
     rng = np.random.default_rng(seed)
     stamps = [_seconds(r["timestamp"]) for r in rows]
-    last = stamps[-1] - hours * 3600.0
-    out = []
-    for start in sorted(rng.uniform(stamps[0], last, count).tolist()):
-        inside = [r for r, t in zip(rows, stamps, strict=True)
-                  if start <= t < start + hours * 3600.0]
-        out.append(inside[:most])
-    return [w for w in out if w]
+    span = hours * 3600.0
+    found: list[tuple[float, list[dict[str, str]]]] = []
+    for _ in range(20 * count):
+        if len(found) == count:
+            break
+        start = float(rng.uniform(stamps[0], stamps[-1] - span))
+        lo = bisect.bisect_left(stamps, start)
+        hi = bisect.bisect_left(stamps, start + span)
+        if hi - lo >= MIN_WINDOW_JOBS:
+            found.append((start, list(rows[lo:min(hi, lo + most)])))
+    return [w for _, w in sorted(found, key=lambda x: x[0])]
 
 
 def cluster_gpus(rows: Sequence[Mapping[str, str]], load: float) -> int:
@@ -275,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=300, help="at most this many jobs a window")
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--load", type=float, default=1.0,
+    parser.add_argument("--load", type=float, default=2.0,
                         help="the window's GPU-time over its span, per GPU of the cluster")
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--per-queue", action="store_true", help="JCTs per queue too")

@@ -156,18 +156,11 @@ def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
           keep: Sequence[int], run: QueueRuns) -> None:
     """Share by weight what the guarantees leave. A queue that cannot use all it is offered
     (its jobs' sizes do not fit it) takes what it uses and the rest is shared again among
-    the others; it is offered again once the level has risen past what it was offered."""
+    the others; GPUs that are left at the end go to it in the top-up (step 3)."""
     base = run.base
     floor = list(base)
-    tried = [0] * len(shares)  # the offer a queue stopped at
-    taken = [0] * len(shares)  # what it took on that offer
-    stopped = [False] * len(shares)
-    seen: set[tuple[int, ...]] = set()  # the offers of the rounds so far
-    for _ in range(2 * len(shares) + 2):
+    for _ in range(len(shares) + 1):  # each round closes a queue, or is the last
         offered = water_fill(capacity, guarantee, weight, floor, want, keep, open_)
-        level = _level(offered, guarantee, weight, open_)
-        again = tuple(offered) in seen  # a reopened queue stopped where it stopped before
-        seen.add(tuple(offered))
         changed = False
         for i in range(len(shares)):
             if not open_[i] or offered[i] == floor[i]:
@@ -181,32 +174,12 @@ def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
             given[i], shares[i] = offered[i], used
             floor[i] = used
             if used < offered[i]:  # it cannot use them all: the rest is shared again
-                open_[i], stopped[i], tried[i], changed = False, True, offered[i], True
-                taken[i] = used
-        reopened = False
-        for i in range(len(shares)):  # the level rose past a stopped queue's offer: again,
-            if not stopped[i] or level is None or again:  # if its jobs would take more
-                continue  # on it (a queue whose jobs are all at their max never is)
-            offer = int(min(math.floor(guarantee[i] + level * weight[i]), want[i]))
-            if offer > tried[i] and run.used(i, offer) > taken[i]:
-                open_[i], stopped[i], changed, reopened = True, False, True, True
-        if reopened:  # the others' offers are shared again with it, from their guarantees
-            for i in range(len(shares)):
-                if open_[i]:
-                    floor[i], shares[i], given[i] = base[i], base[i], guarantee[i]
+                open_[i], changed = False, True
         if not changed:
             break
     for i in range(len(shares)):  # a queue left on its guarantee: that run is its allocation
         if given[i] == guarantee[i]:
             shares[i] = run.exact_base(i)
-
-
-def _level(offered: Sequence[int], guarantee: Sequence[int], weight: Sequence[float],
-           open_: Sequence[bool]) -> float | None:
-    """The highest borrowed-per-weight among the open queues' offers (None: none open)."""
-    levels = [(o - g) / w for o, g, w, on in zip(offered, guarantee, weight, open_, strict=True)
-              if on]
-    return max(levels) if levels else None
 
 
 def _covered(guarantee: list[int], weight: list[float], capacity: int) -> list[int]:
