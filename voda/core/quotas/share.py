@@ -1,11 +1,12 @@
 """The quota layer's decision for one GPU type: which share of the capacity each queue's
 jobs are allocated on, by the chosen algorithm (docs/design/013-queues.md).
 
-1. guarantee: each queue's algorithm allocates its jobs on its guarantee;
+1. guarantee: each queue's algorithm allocates its jobs on its guarantee (where the
+   decision needs that run: `voda.core.quotas.runs`);
 2. lend and share: the GPUs no queue holds within its guarantee (less what lending limits
    keep) are shared by weight among the queues that may borrow, up to their borrowing
-   limits; a queue that leaves part of its share unused gives it back and the rest is
-   shared again;
+   limits and the sum of their jobs' max; a queue that leaves part of its share unused
+   gives it back and the rest is shared again among the others;
 3. top up: GPUs still idle go to any queue whose jobs can use them;
 4. reclaim: a queue that held borrowed GPUs beyond its new share, while another queue
    grows, gives them back by `reclaim` (shrinking first);
