@@ -3,18 +3,11 @@ idle GPUs while jobs wait (the simulations themselves are the bench's)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from bench_modules import load_bench
 
 from voda.sim.report import SimResult
 
-_spec = importlib.util.spec_from_file_location(
-    "quotas_philly_bench", Path(__file__).parent.parent / "bench" / "quotas_philly.py")
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench  # its dataclasses look their module up there
-_spec.loader.exec_module(bench)
+bench = load_bench("quotas_philly")
 
 
 def test_guarantees_add_up_to_the_cluster_by_share_and_equal() -> None:
