@@ -2,7 +2,9 @@
 algorithm takes on its guarantee, worked out only when a decision needs it
 (docs/design/013-queues.md, "Cost").
 
-A queue's demand is the sum of its jobs' max: no allocation of its jobs can hold more.
+A queue's demand is the sum of its jobs' max (no allocation of its jobs can hold more),
+or less where the algorithm says so: `most_gpus(jobs)`, the most it gives them on any
+capacity (a rigid-size algorithm runs a job at its preferred size or not at all).
 What its algorithm takes on its guarantee G is at most min(G, demand), so a queue whose
 jobs want more than G starts the decision at that bound (it lends nothing of G) and its
 algorithm is run on G only when a run on a larger share takes less than the bound, or
@@ -11,6 +13,7 @@ when the figure is reported.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 from voda.core.allocation.base import checked_allocate
@@ -27,7 +30,9 @@ class QueueRuns:
         self.algorithm = algorithm
         self.members = members
         self.guarantee = guarantee
-        self.demand = [sum(j.max_workers for j in jobs) for jobs in members]
+        most = getattr(algorithm, "most_gpus", None)  # the algorithm's own bound, if any
+        self.demand = [min(sum(j.max_workers for j in jobs), most(jobs) if most else math.inf)
+                       for jobs in members]
         self._runs: dict[tuple[int, int], dict[str, int]] = {}
         self.exact = [not jobs or g == 0 or d <= g
                       for jobs, g, d in zip(members, guarantee, self.demand, strict=True)]
