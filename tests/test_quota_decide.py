@@ -11,7 +11,7 @@ from voda.core.allocation.reasons import ReasonCode
 from voda.core.model import Job
 from voda.core.placement import first_fit
 from voda.core.plan import decide
-from voda.core.quotas import Queue, QueueSet, with_queues
+from voda.core.quotas import Queue, QueueSet, QuotaDecision, with_queues
 
 TEAMS = QueueSet((Queue("team-a", {"default": 8}), Queue("team-b", {"default": 8},
                                                          borrowing_limit={"default": 4})))
@@ -86,3 +86,24 @@ def test_a_queue_whose_jobs_are_all_at_their_max_does_not_starve_another_of_its_
     decision = share(registry.create("ElasticFIFO", {}), jobs, 4, queues, "default")
     assert decision.allocation["j4"] == 1
     assert sum(decision.allocation.values()) == 4
+
+
+def test_an_observer_gets_within_guarantee_exact_unless_it_says_it_does_not_read_it() -> None:
+    # FIFO runs a job at its preferred size: on a guarantee of 4 it takes 3 (a 3 then a 2
+    # that does not fit), below the bound min(guarantee, demand) = 4
+    jobs = [Job(name="a", min_workers=3, max_workers=3, submit_time=0.0, queue="t"),
+            Job(name="b", min_workers=2, max_workers=6, submit_time=1.0, queue="t")]
+    queues = QueueSet((Queue("t", {"default": 4}),))
+    seen: list[int] = []
+
+    def reading(gpu_type: str, decision: QuotaDecision) -> None:
+        seen.append(decision.queues["t"].within_guarantee)
+
+    def not_reading(gpu_type: str, decision: QuotaDecision) -> None:
+        seen.append(decision.queues["t"].within_guarantee)
+
+    not_reading.reads_within_guarantee = False  # type: ignore[attr-defined]
+    for observer in (reading, not_reading):
+        assert with_queues(registry.create("FIFO"), queues, observer)(jobs, 16) == {
+            "a": 3, "b": 2}
+    assert seen == [3, 4]

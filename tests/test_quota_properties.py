@@ -193,3 +193,23 @@ def test_with_no_queues_every_decision_is_todays(
     queued = decide(jobs, cluster, {}, one_open_queue, placer, explain_reasons=False)
     assert queued.allocation == today.allocation
     assert queued.placement == today.placement
+
+
+BOUNDED = [n for n in ALL if callable(getattr(registry.create(n), "most_gpus", None))]
+
+
+def test_the_rigid_size_algorithms_bound_what_they_take() -> None:
+    assert {"FIFO", "SRJF", "Tiresias", "ElasticTiresias"} <= set(BOUNDED)
+
+
+@pytest.mark.parametrize("name", BOUNDED)
+@SETTINGS
+@given(jobs=st.lists(st.integers(0, 10_000), max_size=12).flatmap(
+    lambda ids: st.tuples(*(job_strategy(f"j{i}") for i in range(len(ids))))),
+       capacity=st.integers(0, 64))
+def test_an_algorithm_never_gives_jobs_more_than_its_most_gpus(
+        name: str, jobs: tuple[Job, ...], capacity: int) -> None:
+    """The quota layer takes `most_gpus(jobs)` as a queue's demand: what the algorithm gives
+    the jobs on any capacity must stay within it."""
+    algorithm = registry.create(name)
+    assert sum(algorithm(list(jobs), capacity).values()) <= algorithm.most_gpus(list(jobs))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
+from voda.core.quotas.share import QueueOutcome, QuotaDecision
 from voda.sim.compare import RunRequest, run_one
+from voda.sim.queue_stats import QueueStats
 from voda.sim.queues import QueueFileError, parse_queues
 
 ROWS = [("2017-10-09 07:00:00", 3600, 4, "a"), ("2017-10-09 07:00:10", 1800, 8, "b"),
@@ -98,3 +101,33 @@ def test_the_cli_runs_with_queues_and_refuses_a_bad_file(tmp_path: Path) -> None
     bad = runner.invoke(app, ["simulate", "-w", path, "-c", "4x4", "--queues", negative])
     assert bad.exit_code == 2
     assert "weight" in bad.output
+
+
+def outcome(name: str, held_before: int, used: int, owed: int, reclaimed: int = 0
+            ) -> QueueOutcome:
+    return QueueOutcome(name=name, guarantee=owed, ceiling=math.inf, lendable=math.inf,
+                        weight=1.0, held_before=held_before, within_guarantee=owed, share=used,
+                        used=used, reclaimed_by_shrinking=reclaimed)
+
+
+def decision(*outcomes: QueueOutcome) -> QuotaDecision:
+    return QuotaDecision({}, {o.name: o for o in outcomes}, {}, frozenset())
+
+
+def test_a_reclaim_is_timed_from_the_decision_that_takes_gpus_back_plus_the_restart_penalty(
+        ) -> None:
+    now = [0.0]
+    stats = QueueStats(lambda: now[0], penalty=30.0)
+    # a owed 4 that idle GPUs cover: waiting for the decision, not a reclaim
+    stats("default", decision(outcome("a", 0, 4, 4), outcome("b", 8, 8, 0)))
+    # a owed 4 again; b gives back 2 of them now and 2 at the next decision
+    now[0] = 100.0
+    stats("default", decision(outcome("a", 0, 2, 4), outcome("b", 8, 6, 0, reclaimed=2)))
+    now[0] = 160.0
+    stats("default", decision(outcome("a", 2, 4, 4), outcome("b", 6, 4, 0, reclaimed=2)))
+    # a owed 4 and given them in the decision that reclaims them: the restart penalty alone
+    now[0] = 500.0
+    stats("default", decision(outcome("a", 0, 4, 4), outcome("b", 8, 4, 0, reclaimed=4)))
+    assert stats.queues["a"].reclaim_seconds == [90.0, 30.0]
+    assert stats.queues["a"].violations == 1
+    assert stats.queues["b"].by_shrinking == 8

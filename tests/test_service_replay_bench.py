@@ -4,16 +4,11 @@ tests/test_service_replay.py)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import pytest
+from bench_modules import load_bench
 
-_spec = importlib.util.spec_from_file_location(
-    "service_replay_bench", Path(__file__).parent.parent / "bench" / "service_replay.py")
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load_bench("service_replay")
 
 
 def test_every_workload_runs_at_every_load() -> None:

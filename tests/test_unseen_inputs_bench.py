@@ -3,22 +3,16 @@ simulations themselves are the bench's)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from bench_modules import load_bench
 
 from voda.sim.compare import RunRequest, run_one
 from voda.sim.published import published
 from voda.sim.tail import p99
 
-_spec = importlib.util.spec_from_file_location(
-    "unseen_inputs_bench", Path(__file__).parent.parent / "bench" / "unseen_inputs.py")
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench  # its dataclasses look their module up there
-_spec.loader.exec_module(bench)
+bench = load_bench("unseen_inputs")
 
 
 def test_a_jitter_set_carries_the_published_p99_of_each_unmoved_run(tmp_path: Path) -> None:

@@ -25,28 +25,33 @@ class QueueCounters:
 class QueueStats:
     """An observer of every quota decision (SchedulerSettings.queue_observer).
 
-    A queue is owed GPUs while what its algorithm takes on its guarantee exceeds what its
-    jobs hold going into a decision; the time from the first such decision to the first
-    at which they hold it is one reclaim. A violation is a decision after which it holds
-    less than its algorithm takes on its guarantee."""
+    A queue is owed GPUs when what its algorithm takes on its guarantee exceeds what its
+    jobs hold going into a decision. A reclaim starts at such a decision in which other
+    queues give GPUs back (a queue owed GPUs that idle ones cover is waiting for a
+    decision, not reclaiming) and ends at the first decision after which the queue holds
+    what it is owed, plus `penalty` (the restart penalty: the GPUs given back are in use
+    again only once the jobs given them have restarted). A violation is a decision after
+    which it holds less than its algorithm takes on its guarantee."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], penalty: float = 0.0) -> None:
         self.clock = clock
+        self.penalty = penalty
         self.queues: dict[str, QueueCounters] = {}
 
     def __call__(self, gpu_type: str, decision: QuotaDecision) -> None:
         now = self.clock()
+        reclaiming = any(o.reclaimed for o in decision.queues.values())
         for name, outcome in decision.queues.items():
             c = self.queues.setdefault(name, QueueCounters())
             c.by_shrinking += outcome.reclaimed_by_shrinking
             c.by_preemption += outcome.reclaimed_by_preemption
             if outcome.used < outcome.within_guarantee:
                 c.violations += 1
-            owed = outcome.held_before < outcome.within_guarantee
-            if owed and c.owed_since is None:
+            if (c.owed_since is None and reclaiming
+                    and outcome.held_before < outcome.within_guarantee):
                 c.owed_since = now
-            elif not owed and c.owed_since is not None:
-                c.reclaim_seconds.append(now - c.owed_since)
+            if c.owed_since is not None and outcome.used >= outcome.within_guarantee:
+                c.reclaim_seconds.append(now - c.owed_since + self.penalty)
                 c.owed_since = None
 
 

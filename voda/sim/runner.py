@@ -149,7 +149,7 @@ def simulate(
                          spine_oversubscription=cluster.spine_oversubscription,
                          layout_speed=layout_speed, calibration=s.calibration,
                          penalties=s.penalties)
-    stats = QueueStats(clock.now) if s.queues is not None else None
+    stats = QueueStats(clock.now, s.penalty) if s.queues is not None else None
     scheduler = Scheduler(
         backend,
         SchedulerSettings(algorithm=s.algorithm, algorithm_params=dict(s.algorithm_params),

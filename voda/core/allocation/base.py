@@ -153,6 +153,14 @@ def rigid_size(job: Job, capacity: int) -> int:
     return fastest_count(job, low, top)
 
 
+def most_at_rigid_size(jobs: Sequence[Job]) -> int:
+    """The most GPUs a rigid-size algorithm gives `jobs` on any capacity: a job runs at
+    its `rigid_size`, at most the larger of its min and its preferred size, or not at
+    all. (The optional `most_gpus(jobs)` of an algorithm: the quota layer's demand of a
+    queue, docs/design/013-queues.md; without it the demand is the sum of the jobs' max.)"""
+    return sum(max(j.min_workers, j.preferred) for j in jobs)
+
+
 def without_slowdown(job: Job) -> Job:
     """`job` with its max lowered to where its estimated epoch time first rises
     (`estimate.growth_limit` from min): an algorithm that grows a job one GPU at a time

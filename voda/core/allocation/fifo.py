@@ -17,6 +17,7 @@ from typing import Literal
 from voda.core.allocation.base import (
     allocate_by_priority,
     by_submit,
+    most_at_rigid_size,
     rigid_size,
     water_level,
 )
@@ -114,6 +115,9 @@ class FIFO:
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, fill_at_rigid_size)
+
+    def most_gpus(self, jobs: Sequence[Job]) -> int:
+        return most_at_rigid_size(jobs)
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:

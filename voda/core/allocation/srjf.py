@@ -18,7 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from voda.core.allocation.base import allocate_by_priority, by_submit, rigid_size
+from voda.core.allocation.base import (
+    allocate_by_priority,
+    by_submit,
+    most_at_rigid_size,
+    rigid_size,
+)
 from voda.core.allocation.fifo import (
     Growth,
     check_growth,
@@ -74,6 +79,9 @@ class SRJF:
 
     def __post_init__(self) -> None:
         _check_order(self.order)
+
+    def most_gpus(self, jobs: Sequence[Job]) -> int:
+        return most_at_rigid_size(jobs)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)

@@ -27,7 +27,12 @@ from itertools import pairwise
 from operator import attrgetter
 from typing import Literal
 
-from voda.core.allocation.base import allocate_by_priority, by_submit, rigid_size
+from voda.core.allocation.base import (
+    allocate_by_priority,
+    by_submit,
+    most_at_rigid_size,
+    rigid_size,
+)
 from voda.core.allocation.fifo import fill_at_rigid_size, fill_in_order
 from voda.core.allocation.reasons import (
     Reason,
@@ -190,6 +195,9 @@ class Tiresias:
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return fill_at_rigid_size(self.order(jobs), capacity)
 
+    def most_gpus(self, jobs: Sequence[Job]) -> int:
+        return most_at_rigid_size(jobs)
+
     # ----- explanations -------------------------------------------------------
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
@@ -241,6 +249,9 @@ class ElasticTiresias(Tiresias):
             raise ValueError(
                 f"compaction_threshold: must be a whole number >= 0, got {threshold!r}"
             )
+
+    def most_gpus(self, jobs: Sequence[Job]) -> int:  # it grows jobs to their max
+        return sum(j.max_workers for j in jobs)
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         ordered = self.order(jobs)

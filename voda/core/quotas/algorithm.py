@@ -30,7 +30,9 @@ class QueuedAlgorithm:
 
     `gpus_per_node` mirrors the inner algorithm's knob, so that decide() sizes it to the
     cluster's nodes (`sized_to`) as it would the algorithm alone. `observe(gpu_type,
-    decision)` is told every decision (the simulator counts reclaims with it)."""
+    decision)` is told every decision (the simulator counts reclaims with it); for it each
+    queue's `within_guarantee` is exact, which can cost a run of the algorithm per queue
+    that borrows, unless the observer has `reads_within_guarantee = False`."""
 
     inner: AllocationAlgorithm
     queues: QueueSet
@@ -56,14 +58,17 @@ class QueuedAlgorithm:
             raise AttributeError(item)
         return getattr(self.inner, item)
 
-    def decision(self, jobs: Sequence[Job], capacity: int) -> QuotaDecision:
+    def decision(self, jobs: Sequence[Job], capacity: int, exact: bool = True) -> QuotaDecision:
         gpu_type = jobs[0].gpu_type if jobs else ""
-        return share(self.inner, jobs, capacity, self.queues, gpu_type)
+        return share(self.inner, jobs, capacity, self.queues, gpu_type, exact)
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> Mapping[str, int]:
         if not jobs:
             return {}
-        decided = self.decision(jobs, capacity)
+        # an observer reads `within_guarantee` exact unless it says it does not read it
+        exact = self.observe is not None and getattr(self.observe, "reads_within_guarantee",
+                                                     True)
+        decided = self.decision(jobs, capacity, exact=bool(exact))
         if self.observe is not None:
             self.observe(jobs[0].gpu_type, decided)
         return decided.allocation

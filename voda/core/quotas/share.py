@@ -1,11 +1,12 @@
 """The quota layer's decision for one GPU type: which share of the capacity each queue's
 jobs are allocated on, by the chosen algorithm (docs/design/013-queues.md).
 
-1. guarantee: each queue's algorithm allocates its jobs on its guarantee;
+1. guarantee: each queue's algorithm allocates its jobs on its guarantee (where the
+   decision needs that run: `voda.core.quotas.runs`);
 2. lend and share: the GPUs no queue holds within its guarantee (less what lending limits
    keep) are shared by weight among the queues that may borrow, up to their borrowing
-   limits; a queue that leaves part of its share unused gives it back and the rest is
-   shared again;
+   limits and the sum of their jobs' max; a queue that leaves part of its share unused
+   gives it back and the rest is shared again among the others;
 3. top up: GPUs still idle go to any queue whose jobs can use them;
 4. reclaim: a queue that held borrowed GPUs beyond its new share, while another queue
    grows, gives them back by `reclaim` (shrinking first);
@@ -18,11 +19,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from voda.core.allocation.base import checked_allocate
 from voda.core.model import Job
 from voda.core.quotas.fill import water_fill
-from voda.core.quotas.model import QueueSet
+from voda.core.quotas.model import DEFAULT_QUEUE, Queue, QueueSet
 from voda.core.quotas.reclaim import Reclaim, reclaim
+from voda.core.quotas.runs import QueueRuns
 
 Allocate = Callable[[Sequence[Job], int], Mapping[str, int]]
 
@@ -67,17 +68,20 @@ class QuotaDecision:
 
 
 def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: QueueSet,
-          gpu_type: str) -> QuotaDecision:
-    """Allocate `jobs` (all of `gpu_type`) on `capacity` GPUs under `queues`."""
+          gpu_type: str, exact: bool = True) -> QuotaDecision:
+    """Allocate `jobs` (all of `gpu_type`) on `capacity` GPUs under `queues`.
+
+    `exact=False` leaves `within_guarantee` at its bound min(guarantee, demand) where the
+    decision did not need the run on the guarantee (the allocation is the same)."""
     declared = {q.name: q for q in queues}
     groups: dict[str, list[Job]] = {}
     job_queue: dict[str, str] = {}
     for job in jobs:
-        name = job.queue if job.queue in declared else queues.queue_of(job.queue)
+        name = job.queue if job.queue in declared else DEFAULT_QUEUE
         groups.setdefault(name, []).append(job)
         job_queue[job.name] = name
     names = sorted(set(groups) | {q for q in declared if declared[q].guaranteed(gpu_type)})
-    qs = [queues.get(n) for n in names]
+    qs = [declared.get(n) or Queue(n) for n in names]
     weight = [q.weight for q in qs]
     guarantee = _covered([q.guaranteed(gpu_type) for q in qs], weight, capacity)
     ceiling = [min(q.ceiling(gpu_type) - q.guaranteed(gpu_type) + g, capacity)
@@ -85,22 +89,16 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     lend = [q.may_lend(gpu_type) for q in qs]
     keep = [0 if limit is None else max(0, g - limit) for g, limit in zip(guarantee, lend,
                                                                            strict=True)]
-    runs: dict[tuple[int, int], dict[str, int]] = {}
-
-    def run(i: int, gpus: int) -> dict[str, int]:
-        key = (i, gpus)
-        if key not in runs:
-            members = groups.get(names[i], [])
-            runs[key] = checked_allocate(algorithm, members, gpus) if members else {}
-        return runs[key]
-
-    # 1. guarantee
-    base = [sum(run(i, g).values()) if g else 0 for i, g in enumerate(guarantee)]
-    # 2. lend and share
+    run = QueueRuns(algorithm, [groups.get(n, []) for n in names], guarantee)
+    # 1. guarantee (run now only for a queue whose jobs want no more than it)
+    base = run.base
+    # 2. lend and share: no queue is offered more than its jobs' max together, nor grows
+    # beyond its guarantee when that covers them
     given = list(guarantee)  # the GPUs each queue's algorithm was last run on
     shares = list(base)  # the GPUs it takes on them
-    open_ = [bool(groups.get(n)) and c > b for n, c, b in zip(names, ceiling, base, strict=True)]
-    _fill(shares, given, base, open_, capacity, guarantee, weight, ceiling, keep, run)
+    want = [min(c, d) for c, d in zip(ceiling, run.demand, strict=True)]
+    open_ = [w > max(b, g) for w, b, g in zip(want, base, guarantee, strict=True)]
+    _fill(shares, given, open_, capacity, guarantee, weight, want, keep, run)
     # 3. GPUs still idle go to any queue whose jobs can use them
     held = [sum(j.current_workers for j in groups.get(n, [])) for n in names]
     cuts: dict[int, Reclaim] = {}
@@ -113,13 +111,13 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
             used = sum(cut.allocation.values())
             if used > shares[i]:
                 cuts[i], shares[i] = cut, used
-        else:
-            used = sum(run(i, gpus).values()) if members else 0
+        elif run.may_take_more(i, run(i, given[i]), gpus):
+            used = run.used(i, gpus)
             if used > shares[i]:
                 given[i], shares[i] = gpus, used
         return shares[i]
 
-    _top_up(shares, capacity, guarantee, weight, ceiling, keep, grow)
+    _top_up(shares, capacity, guarantee, weight, want, keep, grow)
     # 4. reclaim what the borrowers hold beyond their new shares, shrinking first
     growing = sum(1 for s, h in zip(shares, held, strict=True) if s > h)
     for i, name in enumerate(names):
@@ -130,7 +128,7 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
             cuts[i] = reclaim(algorithm, members, guarantee[i], shares[i])
             shares[i] = sum(cuts[i].allocation.values())
     if cuts:  # what a cut left idle goes to whoever can use it, the cut queues included
-        _top_up(shares, capacity, guarantee, weight, ceiling, keep, grow)
+        _top_up(shares, capacity, guarantee, weight, want, keep, grow)
     # 5. allocate
     allocation: dict[str, int] = {}
     outcomes: dict[str, QueueOutcome] = {}
@@ -145,7 +143,8 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
         outcomes[name] = QueueOutcome(
             name=name, guarantee=guarantee[i], ceiling=ceiling[i],
             lendable=math.inf if lend[i] is None else min(lend[i], guarantee[i]),
-            weight=weight[i], held_before=held[i], within_guarantee=base[i], share=given[i],
+            weight=weight[i], held_before=held[i],
+            within_guarantee=run.exact_base(i) if exact else base[i], share=given[i],
             used=sum(counts.values()), reclaimed_by_shrinking=shrunk,
             reclaimed_by_preemption=preempted,
             waiting=sum(1 for j in members if counts.get(j.name, 0) == 0),
@@ -153,54 +152,35 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     return QuotaDecision(allocation, outcomes, job_queue, frozenset(reclaimed))
 
 
-def _fill(shares: list[int], given: list[int], base: Sequence[int], open_: list[bool],
-          capacity: int, guarantee: Sequence[int], weight: Sequence[float],
-          ceiling: Sequence[float], keep: Sequence[int],
-          run: Callable[[int, int], dict[str, int]]) -> None:
+def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
+          guarantee: Sequence[int], weight: Sequence[float], want: Sequence[float],
+          keep: Sequence[int], run: QueueRuns) -> None:
     """Share by weight what the guarantees leave. A queue that cannot use all it is offered
     (its jobs' sizes do not fit it) takes what it uses and the rest is shared again among
-    the others; it is offered again once the level has risen past what it was offered."""
+    the others; GPUs that are left at the end go to it in the top-up (step 3)."""
+    base = run.base
     floor = list(base)
-    tried = [0] * len(shares)  # the offer a queue stopped at
-    taken = [0] * len(shares)  # what it took on that offer
-    stopped = [False] * len(shares)
-    for _ in range(2 * len(shares) + 2):
-        offered = water_fill(capacity, guarantee, weight, floor, ceiling, keep, open_)
-        level = _level(offered, guarantee, weight, open_)
+    for _ in range(len(shares) + 1):  # each round closes a queue, or is the last
+        offered = water_fill(capacity, guarantee, weight, floor, want, keep, open_)
         changed = False
         for i in range(len(shares)):
             if not open_[i] or offered[i] == floor[i]:
                 continue
-            used = sum(run(i, offered[i]).values())
-            if used < base[i]:  # more GPUs, yet less taken: it keeps what its guarantee got
+            used = run.used(i, offered[i])
+            if used < base[i] and used < run.exact_base(i):
+                # more GPUs, yet less taken: it keeps what its guarantee got
+                floor[i] = shares[i] = base[i]
                 open_[i], changed = False, True
                 continue
             given[i], shares[i] = offered[i], used
             floor[i] = used
             if used < offered[i]:  # it cannot use them all: the rest is shared again
-                open_[i], stopped[i], tried[i], changed = False, True, offered[i], True
-                taken[i] = used
-        reopened = False
-        for i in range(len(shares)):  # the level rose past a stopped queue's offer: again,
-            if not stopped[i] or level is None:  # if its jobs would take more on it (a
-                continue  # queue whose jobs are all at their max is never reopened)
-            offer = int(min(math.floor(guarantee[i] + level * weight[i]), ceiling[i]))
-            if offer > tried[i] and sum(run(i, offer).values()) > taken[i]:
-                open_[i], stopped[i], changed, reopened = True, False, True, True
-        if reopened:  # the others' offers are shared again with it, from their guarantees
-            for i in range(len(shares)):
-                if open_[i]:
-                    floor[i], shares[i], given[i] = base[i], base[i], guarantee[i]
+                open_[i], changed = False, True
         if not changed:
             break
-
-
-def _level(offered: Sequence[int], guarantee: Sequence[int], weight: Sequence[float],
-           open_: Sequence[bool]) -> float | None:
-    """The highest borrowed-per-weight among the open queues' offers (None: none open)."""
-    levels = [(o - g) / w for o, g, w, on in zip(offered, guarantee, weight, open_, strict=True)
-              if on]
-    return max(levels) if levels else None
+    for i in range(len(shares)):  # a queue left on its guarantee: that run is its allocation
+        if given[i] == guarantee[i]:
+            shares[i] = run.exact_base(i)
 
 
 def _covered(guarantee: list[int], weight: list[float], capacity: int) -> list[int]:

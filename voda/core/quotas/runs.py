@@ -1,0 +1,68 @@
+"""The queues' algorithm runs of one quota decision, memoised, and what each queue's
+algorithm takes on its guarantee, worked out only when a decision needs it
+(docs/design/013-queues.md, "Cost").
+
+A queue's demand is the sum of its jobs' max (no allocation of its jobs can hold more),
+or less where the algorithm says so: `most_gpus(jobs)`, the most it gives them on any
+capacity (a rigid-size algorithm runs a job at its preferred size or not at all).
+What its algorithm takes on its guarantee G is at most min(G, demand), so a queue whose
+jobs want more than G starts the decision at that bound (it lends nothing of G) and its
+algorithm is run on G only when a run on a larger share takes less than the bound, or
+when the figure is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from voda.core.allocation.base import checked_allocate
+from voda.core.model import Job
+
+Allocate = Callable[[Sequence[Job], int], Mapping[str, int]]
+
+
+class QueueRuns:
+    """Queue i's jobs under the algorithm on g GPUs, each (i, g) run once."""
+
+    def __init__(self, algorithm: Allocate, members: Sequence[Sequence[Job]],
+                 guarantee: Sequence[int]) -> None:
+        self.algorithm = algorithm
+        self.members = members
+        self.guarantee = guarantee
+        most = getattr(algorithm, "most_gpus", None)  # the algorithm's own bound, if any
+        self.demand = [min(sum(j.max_workers for j in jobs), most(jobs) if most else math.inf)
+                       for jobs in members]
+        self._runs: dict[tuple[int, int], dict[str, int]] = {}
+        self.exact = [not jobs or g == 0 or d <= g
+                      for jobs, g, d in zip(members, guarantee, self.demand, strict=True)]
+        # what each queue's algorithm takes on its guarantee: exact where it wants no more
+        # than the guarantee (that run is its allocation), else the bound min(G, demand)
+        self.base = [self.used(i, g) if self.exact[i] else min(g, self.demand[i])
+                     for i, g in enumerate(guarantee)]
+
+    def __call__(self, i: int, gpus: int) -> dict[str, int]:
+        key = (i, gpus)
+        if key not in self._runs:
+            jobs = self.members[i]
+            self._runs[key] = checked_allocate(self.algorithm, jobs, gpus) if jobs else {}
+        return self._runs[key]
+
+    def used(self, i: int, gpus: int) -> int:
+        return sum(self(i, gpus).values())
+
+    def exact_base(self, i: int) -> int:
+        """What queue i's algorithm takes on its guarantee, run if it was not yet."""
+        if not self.exact[i]:
+            self.base[i] = self.used(i, self.guarantee[i])
+            self.exact[i] = True
+        return self.base[i]
+
+    def may_take_more(self, i: int, counts: Mapping[str, int], gpus: int) -> bool:
+        """Whether queue i's jobs could hold more than in `counts` on `gpus` GPUs: one is
+        running below its max, or one waits whose min fits in what `counts` leaves."""
+        free = gpus - sum(counts.values())
+        return free > 0 and any(
+            counts.get(j.name, 0) < j.max_workers
+            and (counts.get(j.name, 0) > 0 or j.min_workers <= free)
+            for j in self.members[i])
