@@ -34,7 +34,6 @@ import dataclasses
 import heapq
 import logging
 import math
-import operator
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -65,6 +64,7 @@ from voda.core.quotas.algorithm import Observer
 from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete, SupportsReasons
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
 from voda.engine.hetero import adopt_types, fill_type_models
+from voda.engine.snapshots import snapshot_of
 
 log = logging.getLogger(__name__)
 # The logger of a scheduler that only plays the future (voda.engine.forecast): its
@@ -170,9 +170,12 @@ class JobRecord:
     reported_by_type: dict[str, Any] = field(default_factory=dict)  # its goodput per GPU type
     type_reason: str | None = None  # why the heterogeneity policy chose its GPU type
     extra: dict[str, Any] = field(default_factory=dict)
+    # The frozen copies of its maps the last snapshot handed out (voda.engine.snapshots).
+    frozen_maps: dict[str, tuple[dict[Any, Any], Mapping[Any, Any]]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     def snapshot(self) -> Job:
-        return Job(*_JOB_VALUES(self))
+        return snapshot_of(self)
 
     @classmethod
     def from_job(cls, job: Job) -> JobRecord:
@@ -283,7 +286,6 @@ def _smoothed(old: float | None, new: float) -> float:
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
-_JOB_VALUES = operator.attrgetter(*_JOB_FIELDS)  # positional, in Job's field order
 
 
 class SchedulerObserver:
@@ -622,12 +624,32 @@ class Scheduler:
         if dt <= 0:
             return
         scale = self.time_scale  # the counters are in job seconds
+        step = dt * scale
+        last = self._last_accounted
+        submitted = JobStatus.SUBMITTED
+        # `account` written out for the common case (the same additions in the same order):
+        # this loop runs over every active job at every step of a long trace.
         for record in self.active.values():
-            if record.status is JobStatus.SUBMITTED and record.submit_time > self._last_accounted:
+            if record.status is submitted and record.submit_time > last:
                 if record.submit_time < now:  # arrived in between: counted from its arrival
                     account(record, (now - record.submit_time) * scale)
                 continue
-            account(record, dt * scale)
+            workers = record.current_workers
+            if workers > 0:
+                record.running_seconds += step
+                record.running_seconds_since_start += step
+                record.running_seconds_since_promotion += step
+                gpu_seconds = step * workers
+                record.attained_gpu_seconds += gpu_seconds
+                record.attained_gpu_seconds_since_start += gpu_seconds
+                record.attained_gpu_seconds_since_promotion += gpu_seconds
+                record.running_seconds_since_epoch += step
+                record.attained_gpu_seconds_since_epoch += gpu_seconds
+            else:
+                record.waiting_seconds += step
+                record.waiting_seconds_since_start += step
+                if record.running_seconds_since_promotion > 0:
+                    record.waiting_seconds_since_promotion += step
         self._last_accounted = now
 
     def _take_arrivals(self, now: float) -> None:
