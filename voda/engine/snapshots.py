@@ -55,7 +55,7 @@ def _builder() -> Callable[[Snapshotable], Job]:
         value = f"frozen(r, {name!r})" if name in MAP_FIELDS else f"r.{name}"
         lines.append(f"    set{i}(job, {value})")
     lines.append("    return job")
-    exec("\n".join(lines), env)  # noqa: S102 - source built above from Job's field names
+    exec("\n".join(lines), env)  # the source is built above from Job's field names only
     build: Callable[[Snapshotable], Job] = env["build"]
     return build
 
