@@ -408,6 +408,12 @@ class Scheduler:
         self._default_algorithm = default
         self._algorithms = by_type
 
+    def _any_algorithm_has(self, hook: str) -> bool:
+        """Whether any GPU type's algorithm has the optional hook (a per-job loop over the
+        active jobs at every step is skipped when none has)."""
+        return any(getattr(a, hook, None) is not None
+                   for a in (self._default_algorithm, *self._algorithms.values()))
+
     def algorithm_for(self, gpu_type: str) -> AllocationAlgorithm:
         return self._algorithms.get(gpu_type, self._default_algorithm)
 
@@ -662,6 +668,9 @@ class Scheduler:
     def _check_priority_classes(self, now: float) -> None:
         """Apply due promotions and note jobs whose priority class (e.g. Tiresias queue)
         changed; a change reschedules."""
+        if not self._any_algorithm_has("priority_class"):  # FIFO and the like: no classes
+            self._priority_classes = {}
+            return
         changed = False
         classes: dict[str, Hashable] = {}
         for name, record in self.active.items():
@@ -698,7 +707,8 @@ class Scheduler:
             candidates.append(max(now, self._retry_at))
         if self._arrivals:
             candidates.append(max(now, self._arrivals[0][0]))
-        for record in self.active.values():
+        timed = self._any_algorithm_has("seconds_until_class_change")
+        for record in self.active.values() if timed else ():
             algorithm = self.algorithm_for(record.gpu_type)
             until = getattr(algorithm, "seconds_until_class_change", None)
             if until is not None:
