@@ -70,27 +70,46 @@ def moved_workers(old: JobPlacement, new: JobPlacement) -> int:
     return removed - shrink
 
 
+_RANK = {kind: i for i, kind in enumerate(ACTION_ORDER)}
+
+
+def _action_order(action: Action) -> tuple[int, str]:
+    return _RANK[action.kind], action.job
+
+
 def diff(old: Placement, new: Placement) -> tuple[Action, ...]:
+    """The actions that turn `old` into `new`: frees (halt, scale-in, migrate) before
+    takes (start, scale-out), by job name within a kind."""
     actions = []
-    for job in sorted(set(old) | set(new)):
-        o, n = tuple(old.get(job, ())), tuple(new.get(job, ()))
+    get = old.get
+    for job, n in new.items():
+        o = get(job, ())
+        if o is n:  # a placer that keeps a job's placement hands the same tuple back
+            continue
+        o, n = tuple(o), tuple(n)
         if o == n:
             continue
         kind = classify(o, n)
         if kind is not None:
             actions.append(Action(kind, job, o, n))
-    rank = {kind: i for i, kind in enumerate(ACTION_ORDER)}
-    return tuple(sorted(actions, key=lambda a: (rank[a.kind], a.job)))
+    for job, o in old.items():
+        if job not in new and o:
+            kind = classify(tuple(o), ())
+            if kind is not None:
+                actions.append(Action(kind, job, tuple(o), ()))
+    return tuple(sorted(actions, key=_action_order))
 
 
 def sequence_problems(
-    previous: Placement, placement: Placement, capacity: Mapping[str, int]
+    previous: Placement, placement: Placement, capacity: Mapping[str, int],
+    actions: Sequence[Action] | None = None,
 ) -> list[str]:
     """Nodes that go over capacity while the actions of `diff` are applied in order.
 
     Backends apply a plan's actions one at a time (halts, scale-ins and
     migrations first), so a placement whose end state fits can still be
     unusable, e.g. when a job starts on GPUs that a later scale-out frees.
+    `actions`: `diff(previous, placement)` where the caller has it already.
     A placer marked `applies_at_once` (the Pollux artifact's rules, for the
     simulator, which moves every job of a round at once) is not held to it.
     """
@@ -99,7 +118,7 @@ def sequence_problems(
         for node, count in shards:
             used[node] = used.get(node, 0) + count
     problems = []
-    for action in diff(previous, placement):
+    for action in diff(previous, placement) if actions is None else actions:
         for node, count in action.old:
             used[node] -= count
         for node, count in action.new:
@@ -139,6 +158,7 @@ def decide(
     errors: dict[str, str] = {}
     explained: list[Callable[[], dict[str, Reason]]] = []
     free: dict[str, int] = {}
+    actions: list[Action] = []
     for gpu_type in sorted({*cluster.gpu_types(), *(j.gpu_type for j in jobs)}):
         of_type = [j for j in jobs if j.gpu_type == gpu_type]
         if not of_type:
@@ -149,24 +169,32 @@ def decide(
         type_cluster = cluster.of_type(gpu_type)
         if len(type_cluster.nodes) != len(cluster.nodes):
             held = _on_nodes(held, type_cluster, cluster)  # a job moved here from another type
+        every_held = len(held) == sum(1 for j in of_type if j.name in active_previous)
         caps: dict[str, int] = {}
         try:
-            counts, placed = _decide_type(of_type, type_cluster, held, algo, placer, caps)
+            counts, placed, type_actions = _decide_type(of_type, type_cluster, held, algo,
+                                                        placer, caps)
             explained.append(partial(_explain_type, of_type, type_cluster, algo, counts, caps))
         except Exception as exc:  # a custom algorithm or placer may fail in any way
             errors[gpu_type] = str(exc) or type(exc).__name__
             counts = {j.name: placement_workers(held.get(j.name, ())) for j in of_type}
             placed = {name: p for name, p in held.items() if p}
             explained.append(partial(_refused, of_type, counts, gpu_type))
+            type_actions = None
+        if type_actions is None or not every_held:  # the diff from what each job held
+            type_actions = diff({j.name: active_previous[j.name] for j in of_type
+                                 if j.name in active_previous}, placed)
         free[gpu_type] = type_cluster.capacity() - sum(counts.values())
         allocation.update(counts)
         placement.update(placed)
+        actions.extend(type_actions)
     reasons: Mapping[str, Reason] = (
         Deferred(partial(_all_reasons, explained, by_name, allocation, free))
         if explain_reasons else {})
-    actions = diff(active_previous, placement)
+    # Each type's actions are in order; the jobs of the types are apart: one stable sort.
+    actions.sort(key=_action_order)
     migrated = sum(moved_workers(a.old, a.new) for a in actions)
-    return Plan(allocation=allocation, placement=placement, actions=actions,
+    return Plan(allocation=allocation, placement=placement, actions=tuple(actions),
                 migrated_workers=migrated, errors=errors, reasons=reasons)
 
 
@@ -250,8 +278,9 @@ def _decide_type(
     algorithm: AllocationAlgorithm,
     placer: Placer,
     caps: dict[str, int] | None = None,
-) -> tuple[dict[str, int], Placement]:
-    """Steps 1 and 2 for the jobs and nodes of one GPU type (raises when refused).
+) -> tuple[dict[str, int], Placement, tuple[Action, ...]]:
+    """Steps 1 and 2 for the jobs and nodes of one GPU type (raises when refused), and
+    step 3 as the check of the way there saw it: the actions from `previous`.
 
     `caps` is filled with the confined jobs whose nodes held less than they were given
     (the GPUs their nodes had free)."""
@@ -275,12 +304,13 @@ def _decide_type(
             break
         caps.update(short)  # allocate again: what they cannot use goes to the others
     problems = placement_problems(allocation, by_name, cluster, placement)
+    actions = diff(previous, placement)
     if not problems and not getattr(placer, "applies_at_once", False):
         capacity = {n.name: n.gpus for n in cluster.nodes}
-        problems = sequence_problems(previous, placement, capacity)
+        problems = sequence_problems(previous, placement, capacity, actions)
     if problems:
         raise PlacementFailed("placement refused: " + "; ".join(problems))
-    return allocation, placement
+    return allocation, placement, actions
 
 
 def _capped(jobs: Sequence[Job], caps: Mapping[str, int]) -> list[Job]:

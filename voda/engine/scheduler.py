@@ -34,7 +34,6 @@ import dataclasses
 import heapq
 import logging
 import math
-import operator
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -65,6 +64,7 @@ from voda.core.quotas.algorithm import Observer
 from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete, SupportsReasons
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
 from voda.engine.hetero import adopt_types, fill_type_models
+from voda.engine.snapshots import snapshot_of
 
 log = logging.getLogger(__name__)
 # The logger of a scheduler that only plays the future (voda.engine.forecast): its
@@ -170,9 +170,12 @@ class JobRecord:
     reported_by_type: dict[str, Any] = field(default_factory=dict)  # its goodput per GPU type
     type_reason: str | None = None  # why the heterogeneity policy chose its GPU type
     extra: dict[str, Any] = field(default_factory=dict)
+    # The frozen copies of its maps the last snapshot handed out (voda.engine.snapshots).
+    frozen_maps: dict[str, tuple[dict[Any, Any], Mapping[Any, Any]]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     def snapshot(self) -> Job:
-        return Job(*_JOB_VALUES(self))
+        return snapshot_of(self)
 
     @classmethod
     def from_job(cls, job: Job) -> JobRecord:
@@ -283,7 +286,6 @@ def _smoothed(old: float | None, new: float) -> float:
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
-_JOB_VALUES = operator.attrgetter(*_JOB_FIELDS)  # positional, in Job's field order
 
 
 class SchedulerObserver:
@@ -405,6 +407,12 @@ class Scheduler:
         }
         self._default_algorithm = default
         self._algorithms = by_type
+
+    def _any_algorithm_has(self, hook: str) -> bool:
+        """Whether any GPU type's algorithm has the optional hook (a per-job loop over the
+        active jobs at every step is skipped when none has)."""
+        return any(getattr(a, hook, None) is not None
+                   for a in (self._default_algorithm, *self._algorithms.values()))
 
     def algorithm_for(self, gpu_type: str) -> AllocationAlgorithm:
         return self._algorithms.get(gpu_type, self._default_algorithm)
@@ -629,12 +637,32 @@ class Scheduler:
         if dt <= 0:
             return
         scale = self.time_scale  # the counters are in job seconds
+        step = dt * scale
+        last = self._last_accounted
+        submitted = JobStatus.SUBMITTED
+        # `account` written out for the common case (the same additions in the same order):
+        # this loop runs over every active job at every step of a long trace.
         for record in self.active.values():
-            if record.status is JobStatus.SUBMITTED and record.submit_time > self._last_accounted:
+            if record.status is submitted and record.submit_time > last:
                 if record.submit_time < now:  # arrived in between: counted from its arrival
                     account(record, (now - record.submit_time) * scale)
                 continue
-            account(record, dt * scale)
+            workers = record.current_workers
+            if workers > 0:
+                record.running_seconds += step
+                record.running_seconds_since_start += step
+                record.running_seconds_since_promotion += step
+                gpu_seconds = step * workers
+                record.attained_gpu_seconds += gpu_seconds
+                record.attained_gpu_seconds_since_start += gpu_seconds
+                record.attained_gpu_seconds_since_promotion += gpu_seconds
+                record.running_seconds_since_epoch += step
+                record.attained_gpu_seconds_since_epoch += gpu_seconds
+            else:
+                record.waiting_seconds += step
+                record.waiting_seconds_since_start += step
+                if record.running_seconds_since_promotion > 0:
+                    record.waiting_seconds_since_promotion += step
         self._last_accounted = now
 
     def _take_arrivals(self, now: float) -> None:
@@ -647,6 +675,9 @@ class Scheduler:
     def _check_priority_classes(self, now: float) -> None:
         """Apply due promotions and note jobs whose priority class (e.g. Tiresias queue)
         changed; a change reschedules."""
+        if not self._any_algorithm_has("priority_class"):  # FIFO and the like: no classes
+            self._priority_classes = {}
+            return
         changed = False
         classes: dict[str, Hashable] = {}
         for name, record in self.active.items():
@@ -683,7 +714,8 @@ class Scheduler:
             candidates.append(max(now, self._retry_at))
         if self._arrivals:
             candidates.append(max(now, self._arrivals[0][0]))
-        for record in self.active.values():
+        timed = self._any_algorithm_has("seconds_until_class_change")
+        for record in self.active.values() if timed else ():
             algorithm = self.algorithm_for(record.gpu_type)
             until = getattr(algorithm, "seconds_until_class_change", None)
             if until is not None:

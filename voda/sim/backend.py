@@ -95,6 +95,9 @@ class SimJob:
     restarts: int = -1  # 0 after the first start
     version: int = 0  # bumped on every allocation change (invalidates heap entries)
     rates: dict[int, float] = field(default_factory=dict)  # epoch -> rate (cache)
+    # Seconds per optimiser step on the current layout and split, slowdown included: the
+    # same for every epoch, so `rate` works it out once (kept and dropped with `rates`).
+    step_seconds: float | None = None
     layout: tuple[int, ...] = ()  # the GPUs per node its speed follows (see layout_speed)
     placed_at: float = 0.0  # when the current placement began
     spine: float = 1.0  # oversubscription its all-reduce crosses (1: one leaf)
@@ -116,12 +119,21 @@ class SimJob:
                                                                       self.layout)
             elif self.profile is not None and self.split is not None:
                 g = gain(self.profile, self.split.effective_batch, self.epoch)
-                r = g / (self.slowdown
-                         * step_time(self.profile, self.layout, self.split, self.spine))
+                step = self.step_seconds
+                if step is None:
+                    step = self.step_seconds = self.slowdown * step_time(
+                        self.profile, self.layout, self.split, self.spine)
+                r = g / step
             else:
                 r = float(self.gpus)
             self.rates[self.epoch] = r
         return r
+
+    def forget_rates(self) -> None:
+        """Its placement, layout, split or GPU type changed: its speed must be worked out
+        again."""
+        self.rates.clear()
+        self.step_seconds = None
 
     def samples_per_second(self) -> float | None:
         """Training throughput on the current layout (None for duration-based jobs)."""
@@ -129,7 +141,10 @@ class SimJob:
             return None
         if self.spec.emulated_speed is not None:  # as the emulated backend reports it
             return self.profile.samples_per_epoch * self.rate() / self.spec.emulated_speed
-        seconds = self.slowdown * step_time(self.profile, self.layout, self.split, self.spine)
+        seconds = self.step_seconds
+        if seconds is None:
+            seconds = self.step_seconds = self.slowdown * step_time(
+                self.profile, self.layout, self.split, self.spine)
         return self.split.effective_batch / seconds
 
 
@@ -399,7 +414,7 @@ class SimBackend:
                 agent = AdaptiveAgent(sim.profile, fixed_batch=sim.agent.fixed_batch)
             sim.agent = agent
             sim.reported = None
-        sim.rates.clear()
+        sim.forget_rates()
 
     def _penalty_of(self, spec: JobSpec) -> float:
         return self.penalties.get(spec.profile or "", self.penalty)
@@ -428,7 +443,7 @@ class SimBackend:
         sim.placement = tuple(placement)
         sim.counts = tuple(c for _, c in placement if c)
         self._held += sim.gpus
-        sim.rates.clear()
+        sim.forget_rates()
         sim.version += 1
         if sim.counts:
             self.running[sim.spec.name] = sim
@@ -452,7 +467,7 @@ class SimBackend:
                 leaves = {self._leaf[n] for n, c in sim.placement if c}
                 if len(leaves) > 1:
                     sim.spine = self.spine_oversubscription
-        sim.rates.clear()
+        sim.forget_rates()
 
     def _schedule(self, sim: SimJob) -> None:
         """Lazy mode: note when the job next crosses an epoch boundary (or, adaptive, when

@@ -51,12 +51,19 @@ def placement_problems(
         placed = sum(c for _, c in placement.get(name, ()))
         if placed != gpus:
             problems.append(f"job {name!r}: allocated {gpus} GPUs but placed {placed}")
+    used: dict[str, int] = {}  # used_per_node(placement), counted on the way
     for name, job_placement in placement.items():
         if allocation.get(name, 0) == 0:
             problems.append(f"job {name!r}: placed but not allocated")
         job = jobs.get(name)
+        gpu_type = None if job is None else job.gpu_type
+        allowed = None if job is None else job.nodes
         for node_name, count in job_placement:
+            used[node_name] = used.get(node_name, 0) + count
             node = nodes.get(node_name)
+            if node is not None and count > 0 and (gpu_type is None or (
+                    node.gpu_type == gpu_type and (allowed is None or node_name in allowed))):
+                continue  # the common case: nothing to say
             if node is None:
                 problems.append(f"job {name!r}: unknown node {node_name!r}")
             elif job is not None and node.gpu_type != job.gpu_type:
@@ -68,8 +75,8 @@ def placement_problems(
                 problems.append(f"job {name!r}: node {node_name!r} is not one it may use")
             if count <= 0:
                 problems.append(f"job {name!r}: non-positive count {count} on {node_name!r}")
-    for node_name, used in used_per_node(placement).items():
+    for node_name, count in used.items():
         node = nodes.get(node_name)
-        if node is not None and used > node.gpus:
-            problems.append(f"node {node_name!r}: {used} GPUs used of {node.gpus}")
+        if node is not None and count > node.gpus:
+            problems.append(f"node {node_name!r}: {count} GPUs used of {node.gpus}")
     return problems

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import pairwise
 
-from voda.core.model import Allocation, Cluster, Job, JobPlacement, Placement
+from voda.core.model import SORT_KEY, Allocation, Cluster, Job, JobPlacement, Placement
 from voda.core.placement.base import normalize
 
 
@@ -13,6 +13,8 @@ def shrink(current: Mapping[str, int], to: int) -> dict[str, int]:
     """Drop workers from the nodes where the job has fewest, so it stays consolidated."""
     kept = dict(current)
     excess = sum(kept.values()) - to
+    if excess <= 0:  # most jobs: nothing to drop, no order to work out
+        return {n: c for n, c in kept.items() if c > 0}
     for node in sorted(kept, key=lambda n: (kept[n], n)):
         if excess <= 0:
             break
@@ -41,6 +43,14 @@ def first_fit(
             continue
         job = jobs.get(name)
         gpu_type = None if job is None else job.gpu_type
+        if len(before) == 1:  # most jobs: one node, kept whole when it still has the room
+            node, count = before[0]
+            if count == gpus and free.get(node, 0) >= count and (
+                    gpu_type is None or node_type[node] == gpu_type):
+                free[node] -= count
+                kept[name] = {node: count}
+                whole.add(name)
+                continue
         current = {
             n: c for n, c in before
             if n in free and (gpu_type is None or node_type[n] == gpu_type)
@@ -64,7 +74,7 @@ def first_fit(
         nodes_of.setdefault(node.gpu_type, []).append(node.name)
     first_with_room = dict.fromkeys(nodes_of, 0)
     result: dict[str, tuple] = {}
-    for name in sorted(allocation, key=lambda n: jobs[n].sort_key if n in jobs else (0, 0.0, n)):
+    for name in sorted(allocation, key=lambda n: SORT_KEY(jobs[n]) if n in jobs else (0, 0.0, n)):
         gpus = allocation[name]
         if gpus <= 0:
             continue
@@ -99,7 +109,7 @@ def _reuse_if_unchanged(
 ) -> JobPlacement:
     """`before` itself when it already says `now` in node order (most jobs, most rounds)."""
     if len(before) == 1 and len(now) == 1:
-        ((node, count),) = before
+        node, count = before[0]
         if now.get(node) == count:
             return tuple(before)
     if (

@@ -336,14 +336,17 @@ class Packer:
         for leaf in self._leaves(ask):
             if ix.leaf_free[leaf] < k or self._leaf_room(ask, leaf) < k:
                 continue
-            parts = _split(self._leaf_rooms(ask, leaf), k)
+            parts = _count_split(self._leaf_rooms(ask, leaf), k)
             if parts is None:
                 continue
-            fit = 1.0 - (ix.leaf_free[leaf] - k) / ix.leaf_cap[leaf]
-            key = (-len(parts), self._score(ask, leaf, fit), -leaf)
-            if best is None or key > best:
-                best = key
-            if len(parts) <= fewest:
+            # A leaf needing more nodes than the best so far loses whatever its score: the
+            # score is worked out only for leaves that can win.
+            if best is None or -parts >= best[0]:
+                fit = 1.0 - (ix.leaf_free[leaf] - k) / ix.leaf_cap[leaf]
+                key = (-parts, self._score(ask, leaf, fit), -leaf)
+                if best is None or key > best:
+                    best = key
+            if parts <= fewest:
                 at_fewest += 1
                 if at_fewest >= self.s.candidates:
                     break
@@ -504,6 +507,16 @@ def _split(rooms: Sequence[tuple[int, int]], k: int) -> list[tuple[int, int]] | 
             chosen.append((rooms[best][1], left))
             return chosen
         chosen.append((ident, room))
+        left -= room
+    return None
+
+
+def _count_split(rooms: Sequence[tuple[int, int]], k: int) -> int | None:
+    """len(_split(rooms, k)) (None where _split gives None), without building the split."""
+    left = k
+    for count, (room, _) in enumerate(rooms, 1):
+        if room >= left:
+            return count
         left -= room
     return None
 
