@@ -404,6 +404,22 @@ class SimBackend:
     def _penalty_of(self, spec: JobSpec) -> float:
         return self.penalties.get(spec.profile or "", self.penalty)
 
+    def restart_cost(self, name: str) -> float:
+        """What one restart costs the job, where its model has its own penalty (`penalties`,
+        the `sia` preset); 0 otherwise: the policies charge their own."""
+        spec = self.specs.get(name)
+        if spec is None:
+            return 0.0
+        return self.penalties.get(spec.profile or "", 0.0)
+
+    def restoring_seconds(self, name: str) -> float:
+        """Seconds of the job's restart still under way at `now`, where its model has its
+        own penalty (0 otherwise, and for a job holding no GPUs)."""
+        sim = self.jobs.get(name)
+        if sim is None or not sim.counts or not self.restart_cost(name):
+            return 0.0
+        return max(0.0, sim.countdown - max(0.0, self.now - sim.t))
+
     def _push_completion(self, sim: SimJob) -> None:
         heapq.heappush(self._completion_heap, (self._predict(sim), sim.version, sim.spec.name))
 

@@ -16,7 +16,9 @@ flexible job the decision is today's, exactly.
   the jobs that gain most from a fast type, relative to their length, get it. Moving a
   running job to another type is a restart: its value there counts for
   (1 - penalty / T), T its remaining time there, so a job is moved only for more than a
-  restart costs it. A job priced out everywhere waits on the type where it comes closest
+  restart costs it (its own restart cost where the backend knows it, Job.restart_cost).
+  A job whose restart is under way (Job.restoring_seconds) stays on its type and count
+  until it is done. A job priced out everywhere waits on the type where it comes closest
   to being worth a GPU. The type's own algorithm (Voda's, usually) then gives the counts.
 - `isolated`: today's behaviour: a job keeps the first type it was given (the accepted
   type with the most GPUs not yet spoken for when it first came), and never moves.
@@ -165,7 +167,8 @@ def _options(flexible: Sequence[Job], shapes: Mapping[str, TypeShape], penalty: 
         best = max((float(c[1]) for c in per_type.values() if len(c) > 1), default=0.0)
         work = remaining_work(job, best)
         running = job.current_workers > 0
-        restart = penalty + job.rescale_delay
+        restart = job.restart_cost or penalty + job.rescale_delay
+        held = running and job.restoring_seconds > 0  # mid-restart: it stays as it is
         for ti, t in enumerate(types):
             curve = per_type.get(t)
             if curve is None or len(curve) < 2:
@@ -177,6 +180,8 @@ def _options(flexible: Sequence[Job], shapes: Mapping[str, TypeShape], penalty: 
                 allowed[job.current_workers] = True
             for k, n in enumerate(counts):
                 if n > cap or n < job.min_workers or not allowed[n] or not curve[n] > 0:
+                    continue
+                if held and (t, n) != (job.gpu_type, job.current_workers):
                     continue
                 v = curve[n] / work
                 if running and t != job.gpu_type:  # a move is a restart
