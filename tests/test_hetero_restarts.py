@@ -141,3 +141,39 @@ def test_the_per_type_decision_holds_a_restarting_jobs_count() -> None:
     _plan, _choice, typed = decide_hetero([free], cluster, {"r": (("s0", 1),)}, create("Voda"),
                                           get_placer("topology"))
     assert typed[0].max_workers == 4
+
+
+# ----- what people see -----------------------------------------------------------------------
+def test_top_and_the_job_page_show_the_type_a_job_runs_on_and_why() -> None:
+    from rich.console import Console
+
+    from voda.api import views
+    from voda.api.ui import views as ui_views
+    from voda.api.ui.routes import allocation_chart, epoch_chart, render, speedup_chart
+    from voda.backends.memory import InMemoryBackend
+    from voda.cli.cluster import cluster_screen
+    from voda.config import User
+    from voda.engine.scheduler import Scheduler, SchedulerSettings
+
+    models = {"slow": _model(1.0), "fast": _model(3.0)}
+    nodes = [Node("s0", 4, "slow"), Node("f0", 4, "fast")]
+    s = Scheduler(InMemoryBackend(nodes), SchedulerSettings(algorithm="ElasticFIFO"))
+    s.submit(Job("a", 1, 4, epochs=10, gpu_types=(ANY_GPU_TYPE,), goodput=models["slow"],
+                 goodput_by_type=models, category="a"))
+    s.step(0.0)
+    shown = views.cluster_view(s, User("admin", admin=True), {"slow": "ElasticFIFO",
+                                                              "fast": "ElasticFIFO"}, ())
+    assert [j["gpu_type"] for j in shown["jobs"].values()] == ["fast"]
+    console = Console(width=160, no_color=True)
+    with console.capture() as captured:
+        console.print(cluster_screen(shown))
+    row = next(line for line in captured.get().splitlines() if "│ a " in line)
+    assert row.split("│")[-2].strip() == "fast"
+    doc = {**views.describe(s.jobs["a"], 1.0, s.accounted_until, s.cluster, None),
+           "user": "alice", "kind": "k"}
+    speed = ui_views.speed_series(doc["epoch_time_by_workers"], doc["max_workers"])
+    html = render("_job.html", job=doc, history=[], log=None, now=1.0, log_lines=10,
+                  allocation_chart=allocation_chart(ui_views.allocation_series(doc, [], 1.0)),
+                  measured=False, epoch_chart=epoch_chart(speed),
+                  speedup_chart=speedup_chart(speed))
+    assert "fast <span class=\"muted\">(accepts *)</span>: on fast: its fastest type" in html
