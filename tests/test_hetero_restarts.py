@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from voda.core.allocation.hetero import choose_types, voda_choice
 from voda.core.allocation.hetero_models import type_shapes
 from voda.core.allocation.registry import create
-from voda.core.allocation.voda import Voda, restart_charge
+from voda.core.allocation.voda import RestartCharge, Voda, restart_charge
 from voda.core.goodput import GoodputModel, PerfParams
 from voda.core.hetero_plan import decide_hetero
 from voda.core.model import ANY_GPU_TYPE, Cluster, Job, Node, validate_job
@@ -100,13 +101,22 @@ def test_sia_leaves_a_job_where_it_is_while_its_restart_is_under_way() -> None:
 # ----- Voda ----------------------------------------------------------------------------------
 def test_voda_prices_a_dear_restart_over_a_longer_horizon() -> None:
     job = Job("x")
-    assert restart_charge(job, 30.0, 240.0) == (30.0, 240.0)
+    assert restart_charge(job, 30.0, 240.0) == RestartCharge(30.0, 240.0)
     assert restart_charge(dataclasses.replace(job, rescale_delay=5.0), 30.0, 240.0) == \
-        (35.0, 240.0)
-    cost, horizon = restart_charge(dataclasses.replace(job, restart_cost=250.0), 30.0, 240.0)
-    assert cost == 250.0 and horizon == pytest.approx(240.0 * math.sqrt(250.0 / 30.0))
-    assert cost / horizon > 30.0 / 240.0  # a larger share of a long job's speed
-    assert cost < horizon  # yet never the whole of it: such a job can still be moved
+        RestartCharge(35.0, 240.0)
+    dear = restart_charge(dataclasses.replace(job, restart_cost=250.0), 30.0, 240.0)
+    assert dear.penalty == 250.0 and dear.horizon == pytest.approx(240.0 * math.sqrt(250 / 30))
+    long = np.array([1e5])
+    assert dear.share(long)[0] > 30.0 / 240.0  # a larger share of a long job's speed
+    assert dear.share(long)[0] < 1.0  # yet never the whole of it: it can still be moved
+
+
+def test_a_job_that_restarted_often_is_charged_the_share_of_its_life_it_lost() -> None:
+    job = Job("x", restart_cost=100.0, running_seconds=1000.0, restarts=3)
+    charge = restart_charge(job, 30.0, 240.0)
+    assert charge.lost == pytest.approx(0.3)  # 3 x 100 s of its 1,000 s
+    fresh = restart_charge(dataclasses.replace(job, restarts=0), 30.0, 240.0)
+    assert charge.share(np.array([1e5]))[0] == pytest.approx(fresh.share(np.array([1e5]))[0] + 0.3)
 
 
 def test_voda_moves_a_dear_job_less_readily() -> None:

@@ -316,32 +316,50 @@ class Voda:
             beyond = np.maximum(speedup - speedup[knee], 0.0)
             rate = RATE_SCALE * (within * weight + 1e-9 * beyond)
         kept = job.current_workers if 0 < job.current_workers <= cap else 0
-        penalty, horizon = restart_charge(job, self.restart_penalty, self.horizon)
-        paid_back = np.minimum(seconds, horizon)
-        changed = rate * np.clip(1.0 - penalty / paid_back, 0.0, 1.0)
+        charge = restart_charge(job, self.restart_penalty, self.horizon)
+        lost = charge.share(seconds)
+        changed = rate * np.clip(1.0 - lost, 0.0, 1.0)
         changed[kept] = rate[kept]  # no change, no restart
         if kept:
-            changed[0] = -rate[kept] * min(penalty / paid_back[kept], 1.0)
+            changed[0] = -rate[kept] * min(lost[kept], 1.0)
         allowed[kept] |= fast[kept]
         allowed[0] = True
         return np.where(allowed, changed, -np.inf)
 
 
-def restart_charge(job: Job, restart_penalty: float, horizon: float) -> tuple[float, float]:
-    """(seconds a change of count costs the job, seconds it is paid back over).
+@dataclass(frozen=True)
+class RestartCharge:
+    """What a change of count costs a job: `penalty` seconds, paid back over `horizon`
+    seconds, on top of the share of its life it has already lost to restarts (`lost`)."""
+
+    penalty: float
+    horizon: float
+    lost: float = 0.0
+
+    def share(self, seconds: np.ndarray) -> np.ndarray:
+        """The share of its speed a change costs, at remaining times `seconds` there."""
+        return self.penalty / np.minimum(seconds, self.horizon) + self.lost
+
+
+def restart_charge(job: Job, restart_penalty: float, horizon: float) -> RestartCharge:
+    """What a change of count costs `job`.
 
     `restart_penalty` plus what a change costs on the job's backend (Job.rescale_delay,
-    006), over `horizon`; where the backend knows the job's own restart cost
+    006), over `horizon`. Where the backend knows the job's own restart cost
     (Job.restart_cost), that cost, over a horizon grown by the square root of how much
-    dearer it is than `restart_penalty`: the share of a long job's speed a restart costs
-    then grows as that root (imagenet's 250 s: 36 % against 12.5 % at 30 s), so jobs that
-    are dear to restart are moved rarely, yet still moved for a large enough gain (a
-    horizon left at 240 s froze them: 250 s > 240 s).
+    dearer it is than `restart_penalty` (imagenet's 250 s: 36 % of a long job's speed
+    against 12.5 % at 30 s), and on top the share of its life the job has already spent
+    restarting (restarts x cost / age, as Pollux's and Sia's restart factor): jobs that are
+    dear to restart, or that have restarted often, are moved rarely, yet still moved for a
+    large enough gain (a horizon left at 240 s froze them: 250 s > 240 s).
     """
     if job.restart_cost <= 0:
-        return restart_penalty + job.rescale_delay, horizon
+        return RestartCharge(restart_penalty + job.rescale_delay, horizon)
     dearer = job.restart_cost / restart_penalty if restart_penalty > 0 else 1.0
-    return job.restart_cost + job.rescale_delay, horizon * math.sqrt(max(dearer, 1.0))
+    age = job.running_seconds + job.waiting_seconds
+    lost = min(job.restarts * job.restart_cost / age, 1.0) if age > 0 else 0.0
+    return RestartCharge(job.restart_cost + job.rescale_delay,
+                         horizon * math.sqrt(max(dearer, 1.0)), lost)
 
 
 def epochs_run_under_way(job: Job, seconds: np.ndarray) -> float | None:
