@@ -55,6 +55,10 @@ def test_the_simulator_reports_a_jobs_own_restart_cost_and_the_restart_left() ->
     assert backend.restoring_seconds("j") == pytest.approx(150.0)
     backend.advance(400.0)
     assert backend.restoring_seconds("j") == 0.0
+    told = SimBackend([Node("t4", 4, "aws")], {"j": spec}, penalties={"imagenet": 250.0},
+                      told_penalties={"imagenet": 200.0})  # what the policies are told
+    told.start(Job("j"), (("t4", 1),))
+    assert told.restart_cost("j") == 200.0 and told.restoring_seconds("j") == 250.0
     plain = SimBackend([Node("t4", 4, "aws")], {"j": spec})  # no per-model penalty: unknown
     plain.start(Job("j"), (("t4", 1),))
     assert plain.restart_cost("j") == 0.0 and plain.restoring_seconds("j") == 0.0
