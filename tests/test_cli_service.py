@@ -225,3 +225,23 @@ def test_a_negative_priority_reaches_the_service_and_is_refused_there(
     assert code == 1, out
     assert "No such option" not in out and "priority" in out
     assert voda(api_server, "delete", name)[0] == 0
+
+
+def test_a_job_accepting_several_gpu_types_shows_them_and_the_one_chosen(
+        api_server: ServeProcess, tmp_path: Path) -> None:
+    spec = tmp_path / "either.yaml"
+    spec.write_text("name: either-type\ncommand: python train.py\nmin: 1\nmax: 2\n"
+                    "epochs: 3\ngpu_types: [default, a100]\n")
+    code, out = voda(api_server, "submit", "-f", str(spec), "--json")
+    assert code == 0, out
+    submitted = json.loads(out)
+    assert submitted["gpu_types"] == ["default", "a100"]
+    code, out = voda(api_server, "describe", "either-type")
+    assert code == 0, out
+    shown = " ".join(out.split())
+    now = json.loads(voda(api_server, "describe", "either-type", "--json")[1])
+    assert f"GPU type {now['gpu_type']} (of default|a100)" in shown, shown
+    if now["gpu_type_reason"]:
+        assert f"Type chosen {now['gpu_type_reason']}" in shown, shown
+    code, _ = voda(api_server, "delete", "either-type", "--json")
+    assert code == 0

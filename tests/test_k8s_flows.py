@@ -441,3 +441,39 @@ def test_a_compact_job_passes_the_training_operators_webhook_and_runs(
     container = running()[0]["spec"]["containers"][0]
     assert container["name"] == "pytorch" and container["command"][0] == "torchrun"
     assert server.describe(name)["status"] != "Failed"
+
+
+def test_a_job_accepting_several_gpu_types_runs_only_on_nodes_of_the_one_chosen(
+        cluster: Control, serve: Any) -> None:
+    """`voda.io/gpu-types` on an MPIJob and a PyTorchJob: each job is given one of the types
+    it names, and every worker pod it runs lands on a node labelled with that type."""
+    if cluster.fake is None:
+        pytest.skip("needs nodes of a second GPU type; the fake cluster adds them")
+    for i in range(2):
+        cluster.fake.sim.add_node(f"fast{i}", 4, labels={"voda.io/gpu-type": "a100",
+                                                         "voda.io/leaf": "l-fast"})
+    server = serve()
+    names = []
+    for i, kind in enumerate(("mpijob", "pytorchjob")):
+        doc = cluster.document(kind, f"typed-{i}", work=10_000, low=1, high=4)
+        annotations = doc["metadata"]["annotations"]
+        annotations.pop("voda.io/gpu-type", None)  # one type, or several: not both
+        annotations["voda.io/gpu-types"] = "default,a100"
+        names.append(server.submit(doc))
+    node_type = {f"n{i}": "default" for i in range(4)} | {"fast0": "a100", "fast1": "a100"}
+
+    def placed() -> dict[str, tuple[str, set[str]]]:
+        jobs = {n: server.describe(n) for n in names}
+        on: dict[str, set[str]] = {n: set() for n in names}
+        for pod in worker_pods(cluster):
+            job = pod["metadata"]["labels"].get("voda.io/job")
+            if job in on and (pod.get("status") or {}).get("phase") == "Running":
+                on[job].add(node_type[pod["spec"]["nodeName"]])
+        return {n: (jobs[n]["gpu_type"], on[n]) for n in names}
+
+    eventually(lambda: all(types for _, types in placed().values()), timeout=120)
+    for name, (chosen, types) in placed().items():
+        assert chosen in ("default", "a100")
+        assert server.describe(name)["gpu_types"] == ["default", "a100"]
+        assert types <= {chosen}, (name, chosen, types)
+    assert cluster.fake.sim.errors == []

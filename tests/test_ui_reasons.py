@@ -148,3 +148,23 @@ def test_a_drain_and_a_switch_confirmation_say_jobs_by_name(service: Service) ->
     # SRJF runs the shorter job first: big (100 epochs) makes way for waits (10).
     switch = _switch_preview(service, ALICE, {"gpu_type": "default", "algorithm": "SRJF"})
     assert switch.items == ["preempts big (4 → 0 GPUs)", "starts waits (0 → 4 GPUs)"]
+
+
+def test_the_job_page_names_the_gpu_types_a_job_accepts(tmp_path: Path) -> None:
+    settings = ServerSettings(db=f"sqlite:///{tmp_path / 'v.db'}", backend="emulated")
+    s = Service(settings, EmulatedBackend(parse_cluster("1x4,1x4:a100"), time_scale=0.001))
+    s.start()
+    try:
+        job, _ = s.submit(parse_submission(
+            b"name: either\ncommand: x\nmin: 1\nmax: 2\nepochs: 5\n"
+            b"gpu_types: [default, a100]\n"), ALICE)
+        s.tick()
+        html = routes.job_fragment(s, ALICE, job["uid"])
+        shown = html.split('id="job-gpu-type">', 1)[1].split("</dd>", 1)[0]
+        assert "accepts default, a100" in shown, shown
+        one, _ = s.submit(parse_submission(
+            b"name: one\ncommand: x\nmin: 1\nmax: 1\nepochs: 5\n"), ALICE)
+        html = routes.job_fragment(s, ALICE, one["uid"])
+        assert "accepts" not in html.split('id="job-gpu-type">', 1)[1].split("</dd>", 1)[0]
+    finally:
+        s.close()

@@ -68,7 +68,7 @@ def jobs_table(items: list[dict[str, Any]], wide: bool = False) -> Any:
         table.caption = "forecasts assume no new arrivals"
     for j in items:
         reason = j.get("reason") or {}
-        row = [j["name"], j["user"], j["status"], j["gpu_type"], str(j["workers"]),
+        row = [j["name"], j["user"], j["status"], type_text(j), str(j["workers"]),
                f"{j['min_workers']}-{j['max_workers']}", str(j["priority"]),
                f"{j['completed_epochs']:g}/{j['epochs']}", ago(j["submit_time"]),
                reason.get("code", "-")]
@@ -83,6 +83,14 @@ def jobs_table(items: list[dict[str, Any]], wide: bool = False) -> Any:
             row.append(j["uid"])
         table.add_row(*row)
     return table
+
+
+def type_text(job: dict[str, Any]) -> str:
+    """The GPU type a job runs on, and the types it accepts when it accepts several."""
+    accepted = job.get("gpu_types") or []
+    if not accepted:
+        return str(job["gpu_type"])
+    return f"{job['gpu_type']} (of {'any' if '*' in accepted else '|'.join(accepted)})"
 
 
 def conditions_table(job: dict[str, Any]) -> Any:
@@ -267,7 +275,7 @@ def register(app: typer.Typer) -> None:
         rows = [
             ("Name", job["name"]), ("UID", job["uid"]), ("User", job["user"]),
             ("Kind", job["kind"]),
-            ("Status", job["status"]), ("GPU type", job["gpu_type"]),
+            ("Status", job["status"]), ("GPU type", type_text(job)),
             ("Workers", f"{job['workers']} (min {job['min_workers']}, max {job['max_workers']})"),
             ("Placement", placement), ("Priority", str(job["priority"])),
             ("Epochs", f"{job['completed_epochs']:g}/{job['epochs']}"),
@@ -279,6 +287,8 @@ def register(app: typer.Typer) -> None:
             ("Forecast", forecast_line(job.get("forecast"))),
             ("Speedup", " ".join(f"{k}:{v:.2f}" for k, v in job["speedup"].items())),
         ]
+        if job.get("gpu_type_reason"):
+            rows.append(("Type chosen", job["gpu_type_reason"]))
         if job.get("goodput"):
             rows.append(("Goodput", goodput_line(job["goodput"])))
         if job.get("queue") is not None:
