@@ -18,6 +18,12 @@ nodes:
   - {name: b, count: 2, gpus: 4, leaf: rack-b, spine: spine-1}
   - {name: c, count: 2, gpus: 8, gpu_type: a100, leaf: rack-c, spine: spine-2}
 """
+# A team queue with a guarantee and no jobs: the Queues page shows it beside `default`,
+# which borrows its idle guarantee (every decision is the one without queues).
+QUEUES = """
+queues:
+  - {name: research, guarantee: {a100: 8}, borrowing_limit: {default: 4}, weight: 2}
+"""
 VIEWER, VIEWER_TOKEN = "vera", "tok-vera-2c8e4a6f1d"  # a read-only viewer's token
 
 
@@ -25,6 +31,7 @@ def dashboard_server(folder: Path, port: int | None = None) -> ServeProcess:
     """A server (not started) on `folder`'s SQLite store: started again with the same
     folder and port, it is the same service after a restart."""
     (folder / "cluster.yaml").write_text(CLUSTER)
+    (folder / "queues.yaml").write_text(QUEUES)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
     env["VODA_CONFIG"] = str(folder / "no-config.toml")
     env["VODA_TOKENS"] = f"{TOKENS_ENV},{VIEWER}:{VIEWER_TOKEN}:viewer"
@@ -33,7 +40,8 @@ def dashboard_server(folder: Path, port: int | None = None) -> ServeProcess:
     return ServeProcess(
         url=f"http://127.0.0.1:{port}", port=port,
         args=["--db", f"sqlite:///{folder / 'voda.db'}", "--cluster", str(folder / "cluster.yaml"),
-              "--time-scale", "30", "--rate-limit", "0.2", "--step-interval", "0.2"],
+              "--queues", str(folder / "queues.yaml"), "--time-scale", "30", "--rate-limit", "0.2",
+              "--step-interval", "0.2"],
         env=env, log_path=folder / "serve.log", tokens={**TOKENS, VIEWER: VIEWER_TOKEN})
 
 

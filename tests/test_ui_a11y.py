@@ -56,6 +56,7 @@ def pages_of(user: str) -> list[tuple[str, str]]:
             ("scheduler", "/ui/scheduler"), ("job-unknown", "/ui/jobs/no-such-job"),
             ("history", "/ui/history"),
             ("history-a100-week", "/ui/history?gpu_type=a100&range=week"),
+            ("queues", "/ui/queues"), ("queues-a100", "/ui/queues?gpu_type=a100"),
             ("node", "/ui/nodes/a-0"), ("node-cordoned", "/ui/nodes/b-1"),
             ("node-lost", "/ui/nodes/b-0"), ("node-unknown", "/ui/nodes/no-such-node")]
 

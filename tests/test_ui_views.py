@@ -218,3 +218,31 @@ def test_json_in_a_page_cannot_close_its_script_element() -> None:
                                                (7300, "2h01m"), (200000, "2d07h")])
 def test_durations(seconds: float | None, text: str) -> None:
     assert duration(seconds) == text
+
+
+def test_the_queues_page_shows_usage_against_guarantee_and_borrowing_per_queue() -> None:
+    from voda.api.ui.queues import held_chart, queue_rows
+
+    def usage(gpu_type: str, used: int, guarantee: int, **more: int | None) -> dict:
+        return {"gpu_type": gpu_type, "used": used, "guarantee": guarantee,
+                "borrowed": max(0, used - guarantee), "lent": 0, "waiting_jobs": 0,
+                "borrowing_limit": None, "lending_limit": None, "reclaimed_by_shrinking": 0,
+                "reclaimed_by_preemption": 0, **more}
+
+    queues = [{"name": "team-a", "weight": 2.0, "source": "config",
+               "usage": [usage("a100", 1, 4, lent=3), usage("default", 0, 0)]},
+              {"name": "default", "weight": 1.0, "source": "implicit",
+               "usage": [usage("a100", 7, 0, borrowing_limit=8, reclaimed_by_shrinking=2,
+                               reclaimed_by_preemption=1, waiting_jobs=1)]}]
+    rows = queue_rows(queues, "a100")
+    page = render("queues.html", title="Queues", page="queues", user=None, form_field="f",
+                  form_token="t", gpu_types=["a100", "default"], selected="a100", rows=rows,
+                  chart=held_chart(rows, "a100"))
+    team_a = page.split('data-queue="team-a"')[1].split("</tr>")[0]
+    assert '"num held">1 / 4<' in team_a and '"num lent">3<' in team_a
+    assert 'class="num">2<' in team_a  # its weight, as given
+    default = page.split('data-queue="default"')[1].split("</tr>")[0]
+    assert "(implicit)" in default and '"num borrowed">7<' in default
+    assert '"num reclaimed">2 / 1<' in default and 'class="num">8<' in default
+    assert '"num waiting">1<' in default
+    assert [r["name"] for r in queue_rows(queues, "default")] == ["team-a"]

@@ -36,10 +36,18 @@ config.toml:
     history_days = 8.0         # and kept this long (the dashboard's History page)
     log_format = "text"        # or "json": one object per line (stderr)
     log_level = "info"         # or "debug", "warning", "error"
+    queue_file = ""            # team queues (YAML, as `voda simulate --queues`; --queues)
 
     [users.alice]              # per-user limits (admins are not limited)
     best_priority = 2
     max_queued_jobs = 50
+    queue = "team-a"           # the queue of alice's jobs that name none
+
+    [[queues]]                 # team queues, as in a queue file (docs/design/013-queues.md)
+    name = "team-a"
+    guarantee = {default = 8}
+    borrowing_limit = {default = 4}
+    match = {namespace = "team-a"}  # Kubernetes: jobs of this namespace
 
     [placement]                # the topology placers' PlacementSettings
     resource_weight = 0.4
@@ -150,6 +158,7 @@ class UserLimits:
 
     best_priority: int = 0
     max_queued_jobs: int = 1000
+    queue: str = ""  # the queue of the user's jobs that name none ("": by namespace, default)
 
 
 def default_db_url() -> str:
@@ -226,6 +235,10 @@ class ServerSettings:
     history_days: float = 8.0
     log_format: str = "text"  # LOG_FORMATS
     log_level: str = "info"  # LOG_LEVELS
+    # Team queues (docs/design/013-queues.md): a YAML queue file, and config.toml's
+    # [[queues]] tables (the same entries); administrators change them over the API.
+    queue_file: str = ""
+    queue_entries: tuple[Mapping[str, Any], ...] = ()
 
     def limits_of(self, user: str) -> UserLimits:
         return self.users.get(user) or UserLimits(self.user_best_priority,
@@ -314,6 +327,7 @@ _SERVER_ENV = {
     "history_days": "VODA_HISTORY_DAYS",
     "log_format": "VODA_LOG_FORMAT",
     "log_level": "VODA_LOG_LEVEL",
+    "queue_file": "VODA_QUEUES",
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
@@ -330,6 +344,10 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         return dict(value)
     if name == "users":
         return _user_limits(value)
+    if name == "queue_entries":
+        if not isinstance(value, list):
+            raise ConfigError(f"queues: expected [[queues]] tables, got {value!r}")
+        return tuple(value)
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -350,10 +368,17 @@ def _user_limits(value: Any) -> dict[str, UserLimits]:
         raise ConfigError(f"users: expected tables [users.NAME], got {value!r}")
     limits: dict[str, UserLimits] = {}
     for user, table in value.items():
-        if not isinstance(table, Mapping) or set(table) - {"best_priority", "max_queued_jobs"}:
-            raise ConfigError(f"users.{user}: expected best_priority and max_queued_jobs")
+        if not isinstance(table, Mapping) or set(table) - {"best_priority", "max_queued_jobs",
+                                                           "queue"}:
+            raise ConfigError(f"users.{user}: expected best_priority, max_queued_jobs and "
+                              f"queue")
         values = {k: v for k, v in table.items()}
+        queue = values.get("queue", "")
+        if not isinstance(queue, str) or len(queue) > 63:
+            raise ConfigError(f"users.{user}.queue: expected a queue's name, got {queue!r}")
         for key, number in values.items():
+            if key == "queue":
+                continue
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise ConfigError(f"users.{user}.{key}: expected a whole number >= 0, "
                                   f"got {number!r}")
@@ -377,6 +402,8 @@ def load_server_settings(
         values["kubernetes_settings"] = file["kubernetes"]
     if "pod_scheduler" in file:
         values["pod_scheduler_settings"] = file["pod_scheduler"]
+    if "queues" in file:
+        values["queue_entries"] = file["queues"]
     for name, var in _SERVER_ENV.items():
         if env.get(var):
             values[name] = env[var]

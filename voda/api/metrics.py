@@ -10,6 +10,7 @@ from voda.api.writes import StoreHealth
 from voda.core.model import ActionKind, Cluster, JobStatus, Plan
 from voda.core.placement.metrics import fragmentation_ratio
 from voda.core.plan import moved_workers
+from voda.core.quotas.usage import TypeUsage
 from voda.engine.events import EventKind
 from voda.engine.scheduler import JobReason, JobRecord
 
@@ -119,8 +120,44 @@ class ServiceMetrics:
             "Time to answer an HTTP request, by route (its path template) and status class.",
             ["method", "route", "status"], buckets=DURATION_BUCKETS, registry=r)
 
+        # Team queues (docs/design/013-queues.md), per queue and GPU type.
+        q = ["queue", "gpu_type"]
+        self.queue_gauges = {
+            "used": Gauge("voda_queue_gpus_used", "GPUs a queue's jobs hold.", q, registry=r),
+            "guarantee": Gauge("voda_queue_gpus_guaranteed", "A queue's guaranteed GPUs.", q,
+                               registry=r),
+            "borrowed": Gauge("voda_queue_gpus_borrowed",
+                              "GPUs a queue's jobs hold beyond its guarantee.", q, registry=r),
+            "lent": Gauge("voda_queue_gpus_lent",
+                          "GPUs of a queue's idle guarantee held by other queues' jobs.", q,
+                          registry=r),
+            "waiting": Gauge("voda_queue_jobs_waiting", "A queue's active jobs holding no GPU.",
+                             q, registry=r),
+        }
+        self.queue_reclaimed = Counter(
+            "voda_queue_gpus_reclaimed",
+            "GPUs taken back from a queue's borrowing jobs for another queue's guarantee, by "
+            "shrinking them or by preempting them.", [*q, "how"], registry=r)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def reclaimed(self, queue: str, gpu_type: str, shrinking: int, preemption: int) -> None:
+        if shrinking:
+            self.queue_reclaimed.labels(queue, gpu_type, "shrinking").inc(shrinking)
+        if preemption:
+            self.queue_reclaimed.labels(queue, gpu_type, "preemption").inc(preemption)
+
+    def set_queues(self, usage: Mapping[str, Mapping[str, TypeUsage]]) -> None:
+        """The queues' gauges, as of now (a deleted queue's are gone)."""
+        for gauge in self.queue_gauges.values():
+            gauge.clear()
+        for queue, by_type in usage.items():
+            for gpu_type, u in by_type.items():
+                for key, value in (("used", u.used), ("guarantee", u.guarantee),
+                                   ("borrowed", u.borrowed), ("lent", u.lent),
+                                   ("waiting", u.waiting)):
+                    self.queue_gauges[key].labels(queue, gpu_type).set(value)
 
     # ----- events ----------------------------------------------------------------------
     def job_created(self, gpu_type: str) -> None:

@@ -23,10 +23,13 @@ from voda.api.history import MAX_POINTS
 from voda.api.job_labels import named_or_none
 from voda.api.job_names import JobNames
 from voda.api.metrics import ServiceMetrics
+from voda.api.queues import QueueBook, queue_view, usage_of
 from voda.api.writes import StoreWriter
 from voda.config import ServerSettings, User
 from voda.core.allocation import registry
 from voda.core.model import JobStatus, Node
+from voda.core.quotas import DEFAULT_QUEUE
+from voda.core.quotas.usage import TypeUsage
 from voda.engine.backend import Backend
 from voda.engine.scheduler import JobRecord, Scheduler
 from voda.store import history as samples_store
@@ -63,6 +66,7 @@ class ServiceReads:
     drained: dict[str, Node]
     seen_nodes: dict[str, Node]
     import_paths: frozenset[str]
+    queue_book: QueueBook
     started_at: float
     first_schedule_at: float | None
     recovered_jobs: int
@@ -219,6 +223,38 @@ class ServiceReads:
                                       self.job_names.name_of)
         return self._read(read)
 
+    # ----- team queues (voda.api.queues) ------------------------------------------------
+    def queue_list(self) -> list[dict[str, Any]]:
+        """Every declared queue, and `default` (declared or not), with its usage."""
+        def read() -> list[dict[str, Any]]:
+            usage = self._queue_usage()
+            return [queue_view(self.queue_book, name, usage.get(name, {}))
+                    for name in self._queue_names()]
+        return self._read(read)
+
+    def queue_detail(self, name: str) -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            if name not in self._queue_names():
+                raise NotFound(f"queue {name!r} not found; queues: "
+                               f"{', '.join(self._queue_names())}")
+            return self._queue_view(name)
+        return self._read(read)
+
+    def _queue_names(self) -> list[str]:
+        declared = self.queue_book.declared()
+        return declared + ([] if DEFAULT_QUEUE in declared else [DEFAULT_QUEUE])
+
+    def _queue_view(self, name: str) -> dict[str, Any]:
+        return queue_view(self.queue_book, name, self._queue_usage().get(name, {}))
+
+    def _queue_usage(self) -> dict[str, dict[str, TypeUsage]]:
+        """Each queue's usage now, per GPU type (under the lock)."""
+        cluster = self.scheduler.cluster
+        jobs = [(r.queue, r.gpu_type, r.current_workers)
+                for r in self.scheduler.jobs.values() if not r.status.is_terminal]
+        return usage_of(self.queue_book, jobs,
+                        {t: cluster.capacity(t) for t in cluster.gpu_types()})
+
     def cluster_history(self, gpu_type: str, seconds: float, now: float | None = None,
                         points: int = MAX_POINTS) -> list[dict[str, float]]:
         """The samples of `gpu_type` over the last `seconds` (voda.api.history), averaged
@@ -347,6 +383,7 @@ class ServiceReads:
         with self._locked():
             s = self.scheduler
             self.metrics.set_state(s.cluster, list(s.active.values()))
+            self.metrics.set_queues(self._queue_usage())
         self.metrics.set_store(self.writer.health, self.writer.unwritten,
                                self.lock_held_seconds())
         return self.metrics.render()

@@ -361,3 +361,42 @@ def delete_node(request: Request, name: NodeName, user: CurrentUser) -> dict[str
     """Remove a node (administrators); its jobs stop and wait for other nodes."""
     _admin(user, "remove nodes")
     return service_of(request).remove_node(name)
+
+
+# ----- team queues (docs/design/013-queues.md) -----------------------------------------
+QueueName = Annotated[str, Path(min_length=1, max_length=63)]
+
+
+@router.get("/v1/queues", response_model=schemas.QueueList, tags=["queues"], responses=COMMON)
+def list_queues(request: Request, user: CurrentUser) -> dict[str, Any]:
+    """Every team queue with its usage per GPU type: used against guarantee, borrowed,
+    lent, waiting jobs, and GPUs reclaimed from it since the service started."""
+    return {"queues": service_of(request).queue_list()}
+
+
+@router.get("/v1/queues/{name}", response_model=schemas.QueueView, tags=["queues"],
+            responses=COMMON)
+def get_queue(request: Request, name: QueueName, user: CurrentUser) -> dict[str, Any]:
+    return service_of(request).queue_detail(name)
+
+
+@router.put("/v1/queues/{name}", response_model=schemas.QueueView, tags=["queues"],
+            responses={**WITH_BODY, 201: {"model": schemas.QueueView,
+                                          "description": "Created"}})
+def put_queue(request: Request, response: Response, name: QueueName,
+              update: schemas.QueueUpdate, user: CurrentUser) -> dict[str, Any]:
+    """Create or replace a team queue (administrators); kept in the store, it outlives a
+    restart and stands over the queue file's of that name."""
+    _admin(user, "change queues")
+    body = update.model_dump(exclude_unset=True)
+    view, created = service_of(request).put_queue(name, body)
+    response.status_code = 201 if created else 200
+    return view
+
+
+@router.delete("/v1/queues/{name}", response_model=schemas.QueueView, tags=["queues"],
+               responses=WITH_BODY)
+def delete_queue(request: Request, name: QueueName, user: CurrentUser) -> dict[str, Any]:
+    """Delete a team queue (administrators); its jobs run in `default` from then on."""
+    _admin(user, "delete queues")
+    return service_of(request).delete_queue(name)

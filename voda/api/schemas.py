@@ -112,6 +112,8 @@ class JobSummary(BaseModel):
     gpu_seconds: float
     # The priority queue (0 is the top) under algorithms that keep queues (Tiresias).
     queue: int | None = None
+    # Its team queue (docs/design/013-queues.md; "default" when it names none).
+    team_queue: str = "default"
     estimated_remaining_seconds: float | None
     # Why it holds fewer GPUs than its max; null when it holds its max (or has ended).
     reason: JobReasonView | None = None
@@ -287,6 +289,9 @@ class CompactJob(BaseModel):
                                          pattern=TOKEN_PATTERN)
     profile: str | None = Field(default=None, max_length=TOKEN_MAX, pattern=TOKEN_PATTERN)
     category: str | None = Field(default=None, max_length=TOKEN_MAX, pattern=TOKEN_PATTERN)
+    queue: str | None = Field(default=None, max_length=TOKEN_MAX, pattern=TOKEN_PATTERN,
+                              description="Its team queue (GET /v1/queues); by default its "
+                                          "user's, else its namespace's, else default")
     adaptive: bool | None = Field(default=None, description=(
         "A batch-adaptive job: it picks its batch by goodput for the GPUs it holds and "
         "reports its goodput model (the emulated cluster runs it from its profile)"))
@@ -440,3 +445,45 @@ class Readiness(BaseModel):
 class Liveness(BaseModel):
     status: Literal["alive", "wedged"]
     reasons: list[str]
+
+
+# ----- team queues (docs/design/013-queues.md) ---------------------------------------
+class QueueTypeUsage(BaseModel):
+    gpu_type: str
+    used: int
+    guarantee: int
+    borrowed: int
+    lent: int
+    waiting_jobs: int
+    borrowing_limit: int | None  # null: unlimited
+    lending_limit: int | None  # null: all of its idle guarantee
+    reclaimed_by_shrinking: int  # GPUs taken back from its jobs by shrinking, since start
+    reclaimed_by_preemption: int
+
+
+class QueueView(BaseModel):
+    name: str
+    guarantee: dict[str, int]
+    borrowing_limit: dict[str, int] | None
+    lending_limit: dict[str, int] | None
+    weight: float
+    match: dict[str, str]
+    declared: bool  # false: the implicit default queue
+    source: str  # config (the queue file or config.toml), api, or implicit
+    usage: list[QueueTypeUsage]
+
+
+class QueueList(BaseModel):
+    queues: list[QueueView]
+
+
+class QueueUpdate(BaseModel):
+    """PUT /v1/queues/{name}: the queue as a queue file's entry (without its name)."""
+
+    model_config = _STRICT
+    name: str | None = Field(default=None, max_length=63)  # if given, the path's
+    guarantee: dict[str, int] | None = None
+    borrowing_limit: dict[str, int] | None = None
+    lending_limit: dict[str, int] | None = None
+    weight: float | None = None
+    match: dict[str, str] | None = None

@@ -39,6 +39,7 @@ from voda.api import views
 from voda.api.errors import Busy, Conflict, Forbidden, NotFound, StoreNotWritable
 from voda.api.history import cluster_samples
 from voda.api.job_names import JobNames, name_taken, new_uid
+from voda.api.queues import QueueBook, base_entries, check_entry
 from voda.api.reads import HISTORY_SHOWN as HISTORY_SHOWN  # the routes import it from here
 from voda.api.reads import ServiceReads
 from voda.api.report_tokens import Reporter, ReportKeys, incarnation_of
@@ -270,6 +271,8 @@ class Service(ServiceReads):
         self.fits = threading.BoundedSemaphore(CONCURRENT_FITS)
         self.fit_admissions = threading.BoundedSemaphore(FIT_ADMISSIONS)
         self.scheduler: Scheduler = None  # type: ignore[assignment]  # set by start()
+        # The team queues in force (voda.api.queues); set by start().
+        self.queue_book: QueueBook = None  # type: ignore[assignment]
         self.report_keys: ReportKeys = None  # type: ignore[assignment]  # set by start()
 
     # ----- start-up and recovery --------------------------------------------------------
@@ -286,9 +289,13 @@ class Service(ServiceReads):
             goodput = store.load_goodput_history(session)
             settings_rows = store.load_settings(session)
             node_rows = store.load_nodes(session)
+            queue_rows = [(q.name, q.entry) for q in store.load_queues(session)]
             backend_state = (store.load_backend_state(session, self.backend.name)
                              if isinstance(self.backend, SupportsState) else None)
         self._apply_stored_nodes(node_rows)
+        self.queue_book = QueueBook(base_entries(self.settings.queue_file,
+                                                 self.settings.queue_entries), queue_rows,
+                                    on_reclaim=self.metrics.reclaimed)
         if backend_state is not None and isinstance(self.backend, SupportsState):
             self.backend.import_state(backend_state)
         sched_settings = self._scheduler_settings(settings_rows)
@@ -379,7 +386,9 @@ class Service(ServiceReads):
 
     def _scheduler_settings(self, rows: list[Any]) -> SchedulerSettings:
         settings = SchedulerSettings(algorithm=self.settings.algorithm,
-                                     rate_limit_seconds=self.settings.rate_limit_seconds)
+                                     rate_limit_seconds=self.settings.rate_limit_seconds,
+                                     queues=self.queue_book.queues,
+                                     queue_observer=self.queue_book.observe)
         for row in rows:
             if not registry.is_known(row.algorithm, self.import_paths):
                 log.warning("stored algorithm %r for %s is unknown; using %s", row.algorithm,
@@ -572,6 +581,7 @@ class Service(ServiceReads):
             priority=spec.priority, submit_time=now, epochs=spec.epochs, category=category,
             gpu_type=spec.gpu_type, placement_strategy=spec.placement_strategy,
             preferred_domain=spec.preferred_domain, epoch_time_by_workers=dict(known or {}),
+            queue=self.team_queue_of(spec, user),
         )
         problems = validate_job(job)
         if problems:
@@ -593,13 +603,14 @@ class Service(ServiceReads):
         now = time.time()
         category = f"{self.settings.history_owner(user.name)}/{spec.category}"
         known = self.scheduler.category_history.get((category, spec.gpu_type))
+        queue = self.team_queue_of(spec, user)
         job = Job(
             name=spec.name or f"{spec.generate_name}x", min_workers=spec.min_workers,
             max_workers=spec.max_workers,
             preferred_workers=spec.preferred_workers, priority=spec.priority, submit_time=now,
             epochs=spec.epochs, category=category, gpu_type=spec.gpu_type,
             placement_strategy=spec.placement_strategy, preferred_domain=spec.preferred_domain,
-            epoch_time_by_workers=dict(known or {}), gpu_types=spec.gpu_types,
+            epoch_time_by_workers=dict(known or {}), gpu_types=spec.gpu_types, queue=queue,
         )
         problems = validate_job(job)
         if problems:
@@ -870,6 +881,41 @@ class Service(ServiceReads):
                 self._store_write(lambda s: store.save_rate_limit(s, rate_limit, default))
                 self.scheduler.set_rate_limit(rate_limit)
             return self._scheduler_view(gpu_type)
+        return self._mutate(run)
+
+    # ----- team queues (voda.api.queues) ---------------------------------------------------
+    def team_queue_of(self, spec: JobSpec, user: User) -> str:
+        """A new job's team queue; SpecError naming the field when it names an unknown one."""
+        namespace = (getattr(getattr(self.backend, "settings", None), "namespace", None)
+                     if self.backend_name == "kubernetes" else None)
+        return self.queue_book.queue_for(spec.queue, spec.field_names.get("queue", "queue"),
+                                         self.settings.limits_of(user.name).queue, namespace)
+
+    def put_queue(self, name: str, body: Any) -> tuple[dict[str, Any], bool]:
+        """Create or replace a queue (administrators); stored, then in force. Returns its
+        view and whether it is new. SpecError naming the field when it is refused."""
+        entry = check_entry(name, body)
+
+        def run() -> tuple[dict[str, Any], bool]:
+            created = name not in self.queue_book.declared()
+            self.queue_book.planned_put(name, entry)  # refused before anything is stored
+            self._store_write(lambda s: store.save_queue(s, name, entry, time.time()))
+            self.queue_book.apply(name, entry)
+            self.scheduler.set_queues(self.queue_book.queues)
+            return self._queue_view(name), created
+        return self._mutate(run)
+
+    def delete_queue(self, name: str) -> dict[str, Any]:
+        """Delete a queue (administrators): its jobs are in `default` from the next decision."""
+        def run() -> dict[str, Any]:
+            if name not in self.queue_book.declared():
+                raise NotFound(f"queue {name!r} not found; queues: "
+                               f"{', '.join(self.queue_book.declared()) or 'none declared'}")
+            shown = self._queue_view(name)
+            self._store_write(lambda s: store.save_queue(s, name, None, time.time()))
+            self.queue_book.apply(name, None)
+            self.scheduler.set_queues(self.queue_book.queues)
+            return shown
         return self._mutate(run)
 
     # ----- nodes ------------------------------------------------------------------------------

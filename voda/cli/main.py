@@ -20,6 +20,7 @@ from voda.cli import (
     logs,
     nodes,
     plan,
+    queues,
     render,
     service,
     simulate,
@@ -53,8 +54,8 @@ def _root(
     """Voda: a GPU scheduler for elastic deep-learning training."""
 
 
-for module in (plan, simulate, sweep, service, jobs, cluster, history, nodes, token, logs, demo,
-               render):
+for module in (plan, simulate, sweep, service, jobs, cluster, history, nodes, queues, token,
+               logs, demo, render):
     module.register(app)
 
 

@@ -85,6 +85,10 @@ def register(app: typer.Typer) -> None:
         log_level: Annotated[str | None, typer.Option(
             help="Log from this level up: debug, info (default: submissions, decisions, "
                  "completions, failures, deletions), warning or error.")] = None,
+        queues: Annotated[str | None, typer.Option(
+            "--queues", help="Team queues: a YAML file as `voda simulate --queues` takes "
+                             "(guarantee, borrowing_limit, lending_limit, weight, match); "
+                             "docs/design/013-queues.md.")] = None,
     ) -> None:
         """Run the training service: REST API, scheduler, /metrics and dashboard (/ui).
 
@@ -100,7 +104,7 @@ def register(app: typer.Typer) -> None:
             "rate_limit_seconds": rate_limit, "step_interval": step_interval,
             "placement": placement, "tls_cert": tls_cert, "tls_key": tls_key,
             "kubeconfig": kubeconfig, "namespace": namespace,
-            "log_format": log_format, "log_level": log_level,
+            "log_format": log_format, "log_level": log_level, "queue_file": queues,
         })
         with serve_logging(settings.log_format, settings.log_level) as out:
             _run(settings, generated, token_file, out)

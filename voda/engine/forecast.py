@@ -244,6 +244,7 @@ def forecast(
         algorithm_by_gpu_type={t: (n, dict(p)) for t, (n, p)
                                in given.settings.algorithm_by_gpu_type.items()},
         rate_limit_seconds=resolution,
+        queues=given.settings.queues,  # the team queues, without the live one's observer
     )
     scheduler = Scheduler(backend, settings, placer=given.placer, now=now,
                           category_history=given.category_history, quiet=True,
@@ -374,7 +375,7 @@ def snapshot(scheduler: Scheduler, now: float, penalty: float = DEFAULT_PENALTY,
         settings=SchedulerSettings(
             algorithm=s.algorithm, algorithm_params=dict(s.algorithm_params),
             algorithm_by_gpu_type=dict(s.algorithm_by_gpu_type),
-            rate_limit_seconds=s.rate_limit_seconds),
+            rate_limit_seconds=s.rate_limit_seconds, queues=s.queues),
         placer=placer if placer is not None else scheduler.placer,
         now=now,
         time_scale=scheduler.time_scale,

@@ -440,6 +440,13 @@ class Scheduler:
             self._algorithms[gpu_type] = algorithm
         self._mark(EventKind.ALGORITHM_CHANGED)
 
+    def set_queues(self, queues: QueueSet | None) -> None:
+        """Put other team queues in force (the quota layer wraps every algorithm): the next
+        decision runs under them."""
+        self.settings.queues = queues or None
+        self._build_algorithms(self.settings)
+        self._mark(EventKind.ALGORITHM_CHANGED)
+
     def set_rate_limit(self, seconds: float) -> None:
         if seconds < 0:
             raise ValueError(f"rate_limit_seconds: must not be negative, got {seconds}")

@@ -7,16 +7,17 @@ Three forms are accepted:
   as Kubernetes' generateName), command (a string or a list of arguments) or image,
   gpu_type (or gpu_types: the types it accepts, `any` for every one: voda.spec.gpu_types),
   min, max, preferred, epochs, priority, placement_strategy, preferred_domain,
-  profile, category, adaptive (a batch-adaptive job: it picks its batch by goodput and
-  reports its goodput model, as a Pollux/AdaptDL job does; the emulated cluster runs such
-  jobs) and batch_size (an adaptive job's fixed global batch, when it keeps one);
+  profile, category, queue (its team's queue: docs/design/013-queues.md), adaptive (a
+  batch-adaptive job: it picks its batch by goodput and reports its goodput model, as a
+  Pollux/AdaptDL job does; the emulated cluster runs such jobs) and batch_size (an
+  adaptive job's fixed global batch, when it keeps one);
 - a Kubeflow MPIJob (kubeflow.org/v2beta1);
 - a Kubeflow PyTorchJob (kubeflow.org/v1), elastic through spec.elasticPolicy.
 
 A Kubeflow object's name is metadata.name, or metadata.generateName for a generated one.
 
 Kubeflow objects are validated against their CRD schema; Voda fields come from
-`voda.io/*` annotations.
+`voda.io/*` annotations (the team queue from `voda.io/queue`).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class JobSpec:
     field_names: Mapping[str, str] = field(default_factory=dict)
     # Opt-in generated name: this prefix and GENERATED_LENGTH random characters.
     generate_name: str | None = None
+    # The team queue it names (None: its user's default, else by namespace, else default).
+    queue: str | None = None
 
     @property
     def name_field(self) -> str:
@@ -213,7 +216,7 @@ def _check_sizes(values: dict[str, Any], names: dict[str, str], errors: list[Fie
 # ----- compact --------------------------------------------------------------------
 _COMPACT_INTS = ("min", "max", "preferred", "epochs", "priority", "batch_size")
 _COMPACT_STRS = ("name", "generate_name", "image", "gpu_type", "placement_strategy",
-                 "preferred_domain", "profile", "category")
+                 "preferred_domain", "profile", "category", "queue")
 _COMPACT_FIELDS = frozenset({*_COMPACT_INTS, *_COMPACT_STRS, "command", "kind", "apiVersion",
                              "adaptive", "gpu_types"})
 MAX_COMMAND_ARGS = 1000
@@ -287,7 +290,7 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
     ints.setdefault("min", 1)
     ints.setdefault("max", max(1, ints["min"] or 1))
     _check_sizes(ints, {k: k for k in _COMPACT_INTS}, errors)
-    for key in ("gpu_type", "profile", "category"):
+    for key in ("gpu_type", "profile", "category", "queue"):
         _check_token(strs.get(key), key, errors)
     _check_token(strs.get("preferred_domain"), "preferred_domain", errors, DOMAIN_MAX)
     _check_strategy(strs.get("placement_strategy"), "placement_strategy", errors)
@@ -320,6 +323,7 @@ def _compact(doc: dict[str, Any]) -> JobSpec:
         gpu_types=gpu_types,
         document=doc,
         field_names={k: k for k in (*_COMPACT_INTS, *_COMPACT_STRS, "adaptive", "gpu_types")},
+        queue=strs.get("queue"),
     )
 
 
@@ -328,7 +332,7 @@ _ANNOTATED_INTS = {"min-workers": "min", "max-workers": "max", "preferred-worker
                    "epochs": "epochs", "priority": "priority"}
 _ANNOTATED_STRS = {"gpu-type": "gpu_type", "placement-strategy": "placement_strategy",
                    "preferred-domain": "preferred_domain", "profile": "profile",
-                   "category": "category"}
+                   "category": "category", "queue": "queue"}
 
 
 def _kubeflow(doc: dict[str, Any]) -> JobSpec:
@@ -447,6 +451,7 @@ def _kubeflow(doc: dict[str, Any]) -> JobSpec:
         document=doc,
         field_names={**names, "name": "metadata.name",
                      "generate_name": "metadata.generateName"},
+        queue=strs.get("queue"),
     )
 
 

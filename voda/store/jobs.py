@@ -20,6 +20,7 @@ from voda.store.models import (
     JobHistoryRow,
     JobRow,
     NodeRow,
+    QueueRow,
     SchedulerSettingsRow,
     ServiceStateRow,
 )
@@ -88,6 +89,7 @@ def new_job_values(record: JobRecord, meta: Mapping[str, Any], accounted_at: flo
         idempotency_key=meta.get("idempotency_key"),
         request_hash=meta.get("request_hash"),
         given_name=meta.get("given_name") or record.name,
+        queue=record.queue,
     )
     return values
 
@@ -158,6 +160,7 @@ def row_to_record(row: JobRow) -> JobRecord:
         category=row.category,
         gpu_type=row.gpu_type,
         gpu_types=tuple(row.gpu_types or ()),
+        queue=row.queue or "default",
         status=JobStatus(row.status),
         current_workers=row.current_workers,
         attained_gpu_seconds=row.attained_gpu_seconds,
@@ -277,6 +280,18 @@ def save_rate_limit(session: Session, seconds: float, default_algorithm: str) ->
 
 def load_settings(session: Session) -> list[SchedulerSettingsRow]:
     return list(session.scalars(select(SchedulerSettingsRow)))
+
+
+# ----- team queues set over the API (voda.api.queues) ------------------------------
+def save_queue(session: Session, name: str, entry: Mapping[str, Any] | None,
+               now: float) -> None:
+    """The queue `name` as an administrator set it; None: deleted."""
+    session.merge(QueueRow(name=name, entry=None if entry is None else dict(entry),
+                           updated_at=now))
+
+
+def load_queues(session: Session) -> list[QueueRow]:
+    return list(session.scalars(select(QueueRow).order_by(QueueRow.updated_at, QueueRow.name)))
 
 
 # ----- backend state ---------------------------------------------------------------

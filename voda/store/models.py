@@ -77,6 +77,7 @@ class JobRow(Base):
     request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # The goodput model the job reported last (voda.core.goodput_report.model_to_dict).
     goodput: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    queue: Mapped[str] = mapped_column(String(100), default="default")  # its team queue
 
     __table_args__ = (Index("ux_jobs_user_idempotency_key", "user", "idempotency_key",
                             unique=True),
@@ -214,3 +215,14 @@ class NodeEventRow(Base):
     time: Mapped[float] = mapped_column(Float)
     state: Mapped[str] = mapped_column(String(20))
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class QueueRow(Base):
+    """A team queue an administrator set over the API (voda.api.queues), over the queue
+    file and config.toml; `entry` None: deleted (the file's queue of that name is gone)."""
+
+    __tablename__ = "queues"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    entry: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)

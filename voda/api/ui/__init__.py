@@ -13,13 +13,13 @@ def install(app: FastAPI) -> None:
     """Add the dashboard's pages, event streams and static files to the app."""
     from urllib.parse import quote
 
-    from voda.api.ui import actions, history, nodes
+    from voda.api.ui import actions, history, nodes, queues
     from voda.api.ui.routes import router
     from voda.api.ui.session import LoginRequired, Sessions, clear_cookie
 
     app.state.sessions = Sessions(app.state.settings.session_hours)
     app.include_router(router)
-    for module in (nodes, history, actions):
+    for module in (nodes, history, queues, actions):
         app.include_router(module.router)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="ui-static")
 
