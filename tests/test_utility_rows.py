@@ -121,7 +121,12 @@ def curves_strategy(draw: st.DrawFn) -> tuple[list[Job], list[Curve], list[float
         jobs.append(Job(name=f"j{i}", min_workers=max(lo, 1), max_workers=max(lo, 1, cap),
                         epochs=3, status=JobStatus.RUNNING if current else JobStatus.WAITING,
                         current_workers=current,
-                        rescale_delay=draw(st.sampled_from([0.0, 5.0, 300.0]))))
+                        rescale_delay=draw(st.sampled_from([0.0, 5.0, 300.0])),
+                        # a known restart cost grows the horizon and charges past restarts
+                        restart_cost=draw(st.sampled_from([0.0, 0.0, 45.0, 250.0])),
+                        restarts=draw(st.integers(0, 5)),
+                        running_seconds=draw(st.sampled_from([0.0, 100.0, 5e4])),
+                        waiting_seconds=draw(st.sampled_from([0.0, 30.0]))))
         curves.append(Curve(cap, seconds, size, None, pace))
         weights.append(draw(st.sampled_from([0.0, 0.25, 1.0, 3.0, 1e9])))
     return jobs, curves, weights
@@ -192,3 +197,21 @@ def test_the_bench_jobs_are_priced_alike_by_pollux() -> None:
     for pollux in POLLUX:
         for capacity in (64, 1024):
             check_pollux_alike(pollux, jobs, capacity)
+
+
+def test_a_known_restart_cost_is_priced_alike_one_by_one_and_all_at_once() -> None:
+    """A job's own restart cost (its horizon grown, the share of its life lost to restarts
+    charged) reaches the jobs x counts path as it reaches `Voda.utility`."""
+    seconds = np.array([math.inf, 1000.0, 600.0, 500.0, 450.0])
+    jobs = [Job(name=f"j{i}", min_workers=1, max_workers=4, epochs=3,
+                status=JobStatus.RUNNING, current_workers=2, restart_cost=cost,
+                restarts=restarts, running_seconds=ran, waiting_seconds=30.0)
+            for i, (cost, restarts, ran) in enumerate(
+                [(0.0, 0, 100.0), (250.0, 3, 5e4), (45.0, 1, 900.0), (250.0, 0, 10.0)])]
+    curves = [Curve(4, seconds, 1000.0, None, None) for _ in jobs]
+    for voda in CONFIGS:
+        batch = voda.utilities(jobs, curves, np.ones(len(jobs)))
+        for job, curve, mine in zip(jobs, curves, batch, strict=True):
+            assert same_bits(mine, voda.utility(job, curve, 1.0)), (voda, job.name)
+    plain, charged = Voda().utilities(jobs[:2], curves[:2], np.ones(2))
+    assert not same_bits(plain, charged)  # the cost is not lost on the way

@@ -389,6 +389,7 @@ class ClusterJob(BaseModel):
     user: str
     workers: int
     status: str
+    gpu_type: str = ""  # the GPU type it runs on
 
 
 class ClusterView(BaseModel):

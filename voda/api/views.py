@@ -223,6 +223,7 @@ def cluster_view(s: Scheduler, user: User, algorithms: dict[str, str],
         "gpu_types": types,
         "jobs": {name: {"name": name_of(s.jobs[name]), "user": owner_of(s.jobs[name]),
                         "workers": s.jobs[name].current_workers,
+                        "gpu_type": s.jobs[name].gpu_type,
                         "status": str(s.jobs[name].status)} for name in sorted(mine)},
         "plan": {name: [{"node": n, "workers": c} for n, c in p]
                  for name, p in sorted(mine.items())},

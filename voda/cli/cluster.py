@@ -147,15 +147,16 @@ def cluster_screen(view: dict[str, Any]) -> Any:
         nodes.add_row(Text(n.get("spine", "-")), Text(n["leaf"]), Text(n["name"]),
                       Text(n["gpu_type"]),
                       gpu_cells(n, marks), state if state == "ready" else f"[bold red]{state}[/]")
-    jobs = Table("", "JOB", "USER", "GPUS", title="Jobs holding GPUs", title_justify="left")
+    jobs = Table("", "JOB", "USER", "GPUS", "GPU TYPE", title="Jobs holding GPUs",
+                 title_justify="left")
     said = job_labels(view)
     for uid, (symbol, style) in marks.items():
         info = view.get("jobs", {}).get(uid, {})
         jobs.add_row(Text(symbol, style=style), Text(said[uid]),
                      Text(str(info.get("user", "-"))),
-                     str(info.get("workers", "-")))
+                     str(info.get("workers", "-")), Text(str(info.get("gpu_type") or "-")))
     if others:
-        jobs.add_row(Text(OTHERS, style="grey50"), "(other users' jobs)", "-", str(others))
+        jobs.add_row(Text(OTHERS, style="grey50"), "(other users' jobs)", "-", str(others), "-")
     refusals = [f"[red]refused ({t}):[/red] {e}" for t, e in view.get("errors", {}).items()]
     return Group(types, nodes, legend(marks, others, said), jobs, *refusals)
 

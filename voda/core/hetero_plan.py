@@ -51,9 +51,19 @@ class FixedCounts:
         return out
 
 
+def held_count(job: Job, gpu_type: str) -> int:
+    """The GPUs a job keeps because its restart is under way there (Job.restoring_seconds):
+    the type's algorithm may not change its count until the restart is done; 0: free."""
+    if job.restoring_seconds > 0 and job.current_workers > 0 and gpu_type == job.gpu_type:
+        return job.current_workers
+    return 0
+
+
 def retyped(jobs: Sequence[Job], choice: TypeChoice) -> list[Job]:
     """The jobs as the per-type decision sees them: each flexible one on its chosen type,
-    with its throughput model there (its own gradient statistics kept)."""
+    with its throughput model there (its own gradient statistics kept), and one whose
+    restart is under way on that type held at its count (`held_count`) where the type's
+    algorithm sets the counts (a policy that sets them, Sia, holds it itself)."""
     if not choice.types:
         return list(jobs)
     ratios = type_ratios(flexible_jobs(jobs))
@@ -70,10 +80,13 @@ def retyped(jobs: Sequence[Job], choice: TypeChoice) -> list[Job]:
                 goodput, perf=model.perf, max_profiled_replicas=model.max_profiled_replicas,
                 min_local=model.min_local, max_local=model.max_local)
         moved = t != job.gpu_type
+        held = held_count(job, t) if choice.counts is None else 0
         out.append(dataclasses.replace(
             job, gpu_type=t, goodput=goodput, category_goodput=model,
             epoch_time_by_workers={} if moved else job.epoch_time_by_workers,
-            layout_throughput={} if moved else job.layout_throughput))
+            layout_throughput={} if moved else job.layout_throughput,
+            min_workers=held or job.min_workers, max_workers=held or job.max_workers,
+            preferred_workers=held or job.preferred_workers))
     return out
 
 

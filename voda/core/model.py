@@ -165,6 +165,15 @@ class Job:
     # MPIJob's new size takes effect only once the kubelet has propagated its hostfile
     # ConfigMap to the launcher. 0 where a change costs nothing more (the simulator).
     rescale_delay: float = 0.0
+    # Seconds one restart (checkpoint and restore) costs this job, where its backend knows
+    # (the simulator under the `sia` preset: its model's checkpoint-restore time); 0:
+    # unknown, the policies charge their own `restart_penalty`. Read by the heterogeneity
+    # policies and by Voda's restart charge (voda.core.allocation.voda).
+    restart_cost: float = 0.0
+    # Seconds of a restart still under way (the job holds its GPUs but does not train yet);
+    # 0 when none or where the backend does not say. A heterogeneity policy leaves such a
+    # job where it is, as Sia's artifact does.
+    restoring_seconds: float = 0.0
     # The nodes of its GPU type the job may use, when the backend knows it cannot use
     # them all (a Kubernetes template's taints, selectors and requests); None: any.
     nodes: frozenset[str] | None = None
@@ -229,6 +238,11 @@ def validate_job(job: Job) -> list[str]:
         errors.append(f"restarts: must not be negative, got {job.restarts}")
     if not (job.rescale_delay >= 0 and math.isfinite(job.rescale_delay)):
         errors.append(f"rescale_delay: must be a finite number >= 0, got {job.rescale_delay}")
+    if not (job.restart_cost >= 0 and math.isfinite(job.restart_cost)):
+        errors.append(f"restart_cost: must be a finite number >= 0, got {job.restart_cost}")
+    if not (job.restoring_seconds >= 0 and math.isfinite(job.restoring_seconds)):
+        errors.append(
+            f"restoring_seconds: must be a finite number >= 0, got {job.restoring_seconds}")
     if job.priority < 0:
         errors.append(f"priority: must not be negative (0 is highest), got {job.priority}")
     for workers, seconds in job.epoch_time_by_workers.items():

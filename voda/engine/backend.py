@@ -48,6 +48,11 @@ class Backend(Protocol):
     # seconds (its own seconds), which the engine hands the policies as Job.rescale_delay
     # (Kubernetes: an MPIJob waits for its hostfile ConfigMap to reach the launcher).
     #
+    # A backend that knows what one restart costs each job may give `restart_cost(name)`
+    # (seconds; 0: unknown) and `restoring_seconds(name)` (seconds of a restart still under
+    # way): the engine hands them to the policies as Job.restart_cost and
+    # Job.restoring_seconds (the simulator under the `sia` preset).
+    #
     # A backend whose jobs cannot each use every node of their GPU type (Kubernetes: a
     # template's taints, selectors and requests, or a node that refused a worker) gives
     # `job_nodes(names) -> {job: nodes it may use}`; the engine reads it at each decision

@@ -148,6 +148,8 @@ class JobRecord:
     category_goodput: Any = None  # the category's best-measured one (Scheduler.goodput_history)
     oracle: Any = None  # voda.core.oracle.StepOracle (simulator-only truth)
     rescale_delay: float = 0.0  # the backend's extra cost of a change (backend_rescale_delay)
+    restart_cost: float = 0.0  # a restart's whole cost there, where known (restart_costs)
+    restoring_seconds: float = 0.0  # of a restart still under way (restart_costs)
     nodes: frozenset[str] | None = None  # set by each decision (backend_job_nodes)
     gpu_types: tuple[str, ...] = ()  # the GPU types it accepts (empty: only gpu_type)
     goodput_by_type: dict[str, Any] = field(default_factory=dict)  # set by each decision
@@ -218,6 +220,13 @@ def rescale_delays(backend: object) -> Callable[[str], float] | None:
     workers costs it there beyond the restart the policies charge (None: nothing)."""
     delay = getattr(backend, "rescale_delay", None)
     return delay if callable(delay) else None
+
+
+def restart_costs(backend: object) -> tuple[Callable[[str], float], Callable[[str], float]] | None:
+    """The backend's optional `restart_cost(job)` (seconds one restart costs the job there)
+    and `restoring_seconds(job)` (seconds of a restart still under way); None without."""
+    cost, restoring = (getattr(backend, n, None) for n in ("restart_cost", "restoring_seconds"))
+    return (cost, restoring) if callable(cost) and callable(restoring) else None
 
 
 def backend_job_nodes(backend: object, names: list[str]) -> dict[str, frozenset[str]]:
@@ -780,6 +789,11 @@ class Scheduler:
         if delay_of is not None:
             for r in self.active.values():
                 r.rescale_delay = max(0.0, float(delay_of(r.name)))
+        costs = restart_costs(self.backend)
+        if costs is not None:
+            for r in self.active.values():
+                r.restart_cost = max(0.0, float(costs[0](r.name)))
+                r.restoring_seconds = max(0.0, float(costs[1](r.name)))
         records = [
             r for r in self.active.values()
             if r.status is not JobStatus.SUBMITTED or r.submit_time <= now

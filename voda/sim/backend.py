@@ -180,6 +180,7 @@ class SimBackend:
         layout_speed: str = "actual",
         calibration: Mapping[str, float] | None = None,
         penalties: Mapping[str, float] | None = None,
+        told_penalties: Mapping[str, float] | None = None,
     ) -> None:
         if penalty < 0:
             raise ValueError(f"penalty: must not be negative, got {penalty}")
@@ -204,6 +205,8 @@ class SimBackend:
         # calibration to its physical cluster), and the restart penalty instead of `penalty`.
         self.calibration = dict(calibration or {})
         self.penalties = dict(penalties or {})
+        # What it tells the policies a restart costs (restart_cost), where that differs.
+        self.told_penalties = dict(told_penalties or {})
         self.integer_time = integer_time
         self.report_epochs = report_epochs
         self.now = start
@@ -418,6 +421,24 @@ class SimBackend:
 
     def _penalty_of(self, spec: JobSpec) -> float:
         return self.penalties.get(spec.profile or "", self.penalty)
+
+    def restart_cost(self, name: str) -> float:
+        """What one restart costs the job, as the backend tells the policies: where its
+        model has its own penalty (`told_penalties`, else `penalties`: the `sia` preset); 0
+        otherwise: the policies charge their own."""
+        spec = self.specs.get(name)
+        if spec is None:
+            return 0.0
+        model = spec.profile or ""
+        return self.told_penalties.get(model, self.penalties.get(model, 0.0))
+
+    def restoring_seconds(self, name: str) -> float:
+        """Seconds of the job's restart still under way at `now`, where its model has its
+        own penalty (0 otherwise, and for a job holding no GPUs)."""
+        sim = self.jobs.get(name)
+        if sim is None or not sim.counts or not self.penalties.get(sim.spec.profile or ""):
+            return 0.0
+        return max(0.0, sim.countdown - max(0.0, self.now - sim.t))
 
     def _push_completion(self, sim: SimJob) -> None:
         heapq.heappush(self._completion_heap, (self._predict(sim), sim.version, sim.spec.name))

@@ -82,6 +82,10 @@ class SimSettings:
     # `penalty` (the Sia artifact's calibration: voda.sim.presets, preset "sia").
     calibration: Mapping[str, float] = field(default_factory=dict)
     penalties: Mapping[str, float] = field(default_factory=dict)
+    # Per application: the restart cost the backend tells the policies (Job.restart_cost)
+    # where it differs from `penalties` (the Sia artifact's scheduler was told its own
+    # table); empty: `penalties`.
+    told_penalties: Mapping[str, float] = field(default_factory=dict)
     # Team queues (voda.sim.queues): jobs join them by their workload columns; None: none.
     queues: QueueFile | None = None
 
@@ -148,7 +152,7 @@ def simulate(
                          report_epochs=s.report_epochs,
                          spine_oversubscription=cluster.spine_oversubscription,
                          layout_speed=layout_speed, calibration=s.calibration,
-                         penalties=s.penalties)
+                         penalties=s.penalties, told_penalties=s.told_penalties)
     stats = QueueStats(clock.now, s.penalty) if s.queues is not None else None
     scheduler = Scheduler(
         backend,

@@ -16,7 +16,9 @@ flexible job the decision is today's, exactly.
   the jobs that gain most from a fast type, relative to their length, get it. Moving a
   running job to another type is a restart: its value there counts for
   (1 - penalty / T), T its remaining time there, so a job is moved only for more than a
-  restart costs it. A job priced out everywhere waits on the type where it comes closest
+  restart costs it (its own restart cost where the backend knows it, Job.restart_cost).
+  A job whose restart is under way (Job.restoring_seconds) stays on its type and count
+  until it is done. A job priced out everywhere waits on the type where it comes closest
   to being worth a GPU. The type's own algorithm (Voda's, usually) then gives the counts.
 - `isolated`: today's behaviour: a job keeps the first type it was given (the accepted
   type with the most GPUs not yet spoken for when it first came), and never moves.
@@ -43,12 +45,14 @@ from voda.core.allocation.hetero_models import (
     type_ratios,
     type_shapes,
 )
+from voda.core.allocation.voda import RestartCharge, restart_charge
 from voda.core.model import Cluster, Job
 
 HETERO_POLICIES = ("voda", "isolated", "sia", "pollux")
 DEFAULT_HETERO_POLICY = "voda"
 PRICE_ROUNDS = 4  # Gauss-Seidel rounds over the types' prices
 PRICE_STEPS = 40  # bisection steps per price (a 2^-40 relative precision)
+VODA_HORIZON = 240.0  # Voda's default restart horizon (Voda.horizon)
 UNKNOWN_EPOCH_SECONDS = 3600.0  # remaining time per epoch assumed for a job that says nothing
 
 
@@ -165,7 +169,8 @@ def _options(flexible: Sequence[Job], shapes: Mapping[str, TypeShape], penalty: 
         best = max((float(c[1]) for c in per_type.values() if len(c) > 1), default=0.0)
         work = remaining_work(job, best)
         running = job.current_workers > 0
-        restart = penalty + job.rescale_delay
+        charge = move_charge(job, penalty)
+        held = running and job.restoring_seconds > 0  # mid-restart: it stays as it is
         for ti, t in enumerate(types):
             curve = per_type.get(t)
             if curve is None or len(curve) < 2:
@@ -178,11 +183,23 @@ def _options(flexible: Sequence[Job], shapes: Mapping[str, TypeShape], penalty: 
             for k, n in enumerate(counts):
                 if n > cap or n < job.min_workers or not allowed[n] or not curve[n] > 0:
                     continue
+                if held and (t, n) != (job.gpu_type, job.current_workers):
+                    continue
                 v = curve[n] / work
                 if running and t != job.gpu_type:  # a move is a restart
-                    v *= max(0.0, 1.0 - restart * v)  # 1 - penalty / (remaining time there)
+                    v *= max(0.0, 1.0 - float(charge.share(np.array(1.0 / v))))
                 value[i, ti, k] = v
     return _Options([j.name for j in flexible], types, counts, value, speed)
+
+
+def move_charge(job: Job, penalty: float) -> RestartCharge:
+    """What moving a running job to another type costs it: `penalty` (and the backend's
+    rescale delay) over its remaining time there; where its own restart cost is known,
+    Voda's charge for that cost (voda.core.allocation.voda.restart_charge: a horizon
+    grown with the cost, and the share of its life already lost to restarts)."""
+    if job.restart_cost <= 0:
+        return RestartCharge(penalty + job.rescale_delay, math.inf)
+    return restart_charge(job, penalty, VODA_HORIZON)
 
 
 def _pick(opts: _Options, prices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

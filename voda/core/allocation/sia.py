@@ -10,7 +10,11 @@ goodput 1 on one GPU of every type and no other configuration; a type it has not
 is projected from the types it has, by the ratio other jobs measured (`--project_throughput`),
 and every type shares the largest replica limit (`--share_max_replicas`). A configuration
 other than the job's current one is scaled by its restart factor (what a restart leaves
-of its age, as in Pollux; 1 while the job is younger than one restart). The program
+of its age, as in Pollux; 1 while the job is younger than one restart), its restart being
+the job's own cost where the backend knows it (Job.restart_cost: imagenet 250 s, bert
+120 s under the `sia` preset), else the policies' penalty. A job whose restart is under
+way (Job.restoring_seconds) keeps its configuration, a hard constraint, as in the
+artifact (`preserve_ckpt_allocs`). The program
 
     minimise   sum_jc x_jc A_jc - lambda_n sum_jc x_jc,    A = min(round(G^p, 2), clip)
     subject to sum_c x_jc <= 1 (one configuration per job),
@@ -22,7 +26,7 @@ without GPUs), is solved by HiGHS (SciPy's milp) to a 1e-4 relative gap, as the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -63,6 +67,7 @@ def sia_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
     ratios = type_ratios(flexible)
     unknown = mean_type_speed(ratios, types)
     rows: list[tuple[int, str, int, float]] = []  # (job index, type, count, A)
+    fixed: set[int] = set()  # jobs restarting: their one row is taken
     for i, job in enumerate(flexible):
         options = accepted(job, types)
         known = {t: type_model(job, t, ratios) for t in options}
@@ -80,18 +85,23 @@ def sia_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
         if not goodput:
             continue
         smallest = min(g for _, _, g in goodput)
-        restart = penalty + job.rescale_delay
+        restart = job.restart_cost or penalty + job.rescale_delay
         factor = restart_factor(job, restart) if job.running_seconds + job.waiting_seconds \
             >= restart else 1.0
+        current = (job.gpu_type, job.current_workers)
+        if restoring(job):  # held where it is until its restart is done
+            held = [(t, n, g) for t, n, g in goodput if (t, n) == current]
+            goodput = held or [(*current, smallest)]
+            fixed.add(i)
         for t, n, g in goodput:
             normalised = g / smallest
-            if job.current_workers and not (t == job.gpu_type and n == job.current_workers):
+            if job.current_workers and (t, n) != current:
                 normalised *= factor
             a = min(round(max(normalised, 1e-4) ** SIA_P, 2), SIA_CLIP)
             rows.append((i, t, n, a))
     if not rows:
         return TypeChoice({}, {}, {})
-    x = _solve(rows, len(flexible), types, free)
+    x = _solve(rows, len(flexible), types, free, fixed)
     chosen = {flexible[i].name: (t, n) for (i, t, n, _), on in zip(rows, x, strict=True) if on}
     choice_types: dict[str, str] = {}
     counts: dict[str, int] = {}
@@ -111,8 +121,14 @@ def sia_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
     return TypeChoice(choice_types, counts, why)
 
 
+def restoring(job: Job) -> bool:
+    """A job in the middle of a restart (checkpoint-restore under way) that holds GPUs of one
+    of its types: Sia's artifact keeps its allocation until the restart is done."""
+    return job.restoring_seconds > 0 and job.current_workers > 0
+
+
 def _solve(rows: Sequence[tuple[int, str, int, float]], jobs: int, types: Sequence[str],
-           free: Mapping[str, int]) -> np.ndarray:
+           free: Mapping[str, int], fixed: Collection[int] = ()) -> np.ndarray:
     cost = np.array([a - SIA_LAMBDA_N for _, _, _, a in rows])
     columns = np.arange(len(rows))
     one_each = coo_matrix((np.ones(len(rows)), ([i for i, _, _, _ in rows], columns)),
@@ -123,9 +139,12 @@ def _solve(rows: Sequence[tuple[int, str, int, float]], jobs: int, types: Sequen
                       shape=(len(types), len(rows)))
     constraints = [LinearConstraint(one_each, -np.inf, 1.0),
                    LinearConstraint(gpus, -np.inf, [float(free[t]) for t in types])]
+    lower = np.array([1.0 if i in fixed else 0.0 for i, _, _, _ in rows])
     result = milp(cost, constraints=constraints, integrality=np.ones(len(rows)),
-                  bounds=Bounds(0, 1),
+                  bounds=Bounds(lower, 1),
                   options={"mip_rel_gap": SIA_GAP, "time_limit": SIA_TIME_LIMIT})
     if result.x is None:
+        if fixed:  # the restarting jobs' GPUs are no longer there: decide without holding them
+            return _solve(rows, jobs, types, free)
         return np.zeros(len(rows), dtype=bool)
     return np.round(result.x).astype(bool)

@@ -357,11 +357,13 @@ class Voda:
             pace = np.array([c.seconds if c.pace is None else c.pace for c in group])
             kept = np.array([j.current_workers if 0 < j.current_workers <= cap else 0
                              for j in members], dtype=np.int64)
-            penalty = np.array([self.restart_penalty + j.rescale_delay for j in members])
+            charges = [restart_charge(j, self.restart_penalty, self.horizon) for j in members]
             values = group_utilities(
                 seconds, pace, np.array([c.size for c in group]),
-                np.array([j.min_workers for j in members], dtype=np.int64), kept, penalty,
-                np.asarray(weights, dtype=float)[rows], self.horizon, node, self.aligned)
+                np.array([j.min_workers for j in members], dtype=np.int64), kept,
+                np.array([c.penalty for c in charges]), np.asarray(weights, dtype=float)[rows],
+                np.array([c.horizon for c in charges]), np.array([c.lost for c in charges]),
+                node, self.aligned)
             for i, row in zip(rows, values, strict=True):
                 out[i] = row
         return out  # type: ignore[return-value]
@@ -372,9 +374,8 @@ class Voda:
         Speed is the speedup over one GPU, T(1) / T(n), capped at its best: GPUs past
         the count where it is highest add (almost) nothing, so they go to other jobs
         first. A change of count keeps 1 - penalty / min(T(n), horizon) of it, the
-        penalty being `restart_penalty` plus what a change costs the job on its backend
-        (Job.rescale_delay); a running job halted loses the same share of its current
-        speed (it pays the restart when it resumes).
+        penalty and horizon those of `restart_charge`; a running job halted loses the same
+        share of its current speed (it pays the restart when it resumes).
         """
         cap, seconds, size = curve.cap, curve.seconds, curve.size
         rate = np.zeros(cap + 1)
@@ -389,15 +390,50 @@ class Voda:
             beyond = np.maximum(speedup - speedup[knee], 0.0)
             rate = RATE_SCALE * (within * weight + 1e-9 * beyond)
         kept = job.current_workers if 0 < job.current_workers <= cap else 0
-        paid_back = np.minimum(seconds, self.horizon)
-        penalty = self.restart_penalty + job.rescale_delay  # what the backend adds (006)
-        changed = rate * np.clip(1.0 - penalty / paid_back, 0.0, 1.0)
+        charge = restart_charge(job, self.restart_penalty, self.horizon)
+        lost = charge.share(seconds)
+        changed = rate * np.clip(1.0 - lost, 0.0, 1.0)
         changed[kept] = rate[kept]  # no change, no restart
         if kept:
-            changed[0] = -rate[kept] * min(penalty / paid_back[kept], 1.0)
+            changed[0] = -rate[kept] * min(lost[kept], 1.0)
         allowed[kept] |= fast[kept]
         allowed[0] = True
         return np.where(allowed, changed, -np.inf)
+
+
+@dataclass(frozen=True)
+class RestartCharge:
+    """What a change of count costs a job: `penalty` seconds, paid back over `horizon`
+    seconds, on top of the share of its life it has already lost to restarts (`lost`)."""
+
+    penalty: float
+    horizon: float
+    lost: float = 0.0
+
+    def share(self, seconds: np.ndarray) -> np.ndarray:
+        """The share of its speed a change costs, at remaining times `seconds` there."""
+        return self.penalty / np.minimum(seconds, self.horizon) + self.lost
+
+
+def restart_charge(job: Job, restart_penalty: float, horizon: float) -> RestartCharge:
+    """What a change of count costs `job`.
+
+    `restart_penalty` plus what a change costs on the job's backend (Job.rescale_delay,
+    006), over `horizon`. Where the backend knows the job's own restart cost
+    (Job.restart_cost), that cost, over a horizon grown by the square root of how much
+    dearer it is than `restart_penalty` (imagenet's 250 s: 36 % of a long job's speed
+    against 12.5 % at 30 s), and on top the share of its life the job has already spent
+    restarting (restarts x cost / age, as Pollux's and Sia's restart factor): jobs that are
+    dear to restart, or that have restarted often, are moved rarely, yet still moved for a
+    large enough gain (a horizon left at 240 s froze them: 250 s > 240 s).
+    """
+    if job.restart_cost <= 0:
+        return RestartCharge(restart_penalty + job.rescale_delay, horizon)
+    dearer = job.restart_cost / restart_penalty if restart_penalty > 0 else 1.0
+    age = job.running_seconds + job.waiting_seconds
+    lost = min(job.restarts * job.restart_cost / age, 1.0) if age > 0 else 0.0
+    return RestartCharge(job.restart_cost + job.rescale_delay,
+                         horizon * math.sqrt(max(dearer, 1.0)), lost)
 
 
 def epochs_run_under_way(job: Job, seconds: np.ndarray) -> float | None:

@@ -33,12 +33,14 @@ def best_sizes(speedup: np.ndarray, allowed: np.ndarray) -> np.ndarray:
 
 def group_utilities(seconds: np.ndarray, pace: np.ndarray, size: np.ndarray,
                     lo: np.ndarray, kept: np.ndarray, penalty: np.ndarray,
-                    weight: np.ndarray, horizon: float, per_node: int,
-                    aligned: bool) -> np.ndarray:
+                    weight: np.ndarray, horizon: np.ndarray, lost: np.ndarray,
+                    per_node: int, aligned: bool) -> np.ndarray:
     """Utilities (jobs x counts 0..cap) of jobs that share a cap, as `Voda.utility` gives
     each: `seconds` and `pace` their curves' (pace: seconds where a curve has none),
     `size` their sizes, `lo` their min workers, `kept` their counts kept without a
-    change (0: none), `penalty` what a change costs each, `weight` their weights."""
+    change (0: none), `weight` their weights, and per job its restart charge
+    (voda.restart_charge): `penalty` what a change costs, paid back over `horizon`, on
+    top of the share `lost` of its life already spent restarting."""
     jobs, width = seconds.shape
     cap = width - 1
     rows = np.arange(jobs)
@@ -54,13 +56,13 @@ def group_utilities(seconds: np.ndarray, pace: np.ndarray, size: np.ndarray,
         within = np.minimum(speedup, top)
         beyond = np.maximum(speedup - top, 0.0)
         rate[valid] = RATE_SCALE * (within * weight[valid, None] + 1e-9 * beyond)
-    paid_back = np.minimum(seconds, horizon)
-    changed = rate * np.clip(1.0 - penalty[:, None] / paid_back, 0.0, 1.0)
+    share = penalty[:, None] / np.minimum(seconds, horizon[:, None]) + lost[:, None]
+    changed = rate * np.clip(1.0 - share, 0.0, 1.0)
     changed[rows, kept] = rate[rows, kept]  # no change, no restart
     held = np.flatnonzero(kept)
     if len(held):
         k = kept[held]
-        changed[held, 0] = -rate[held, k] * np.minimum(penalty[held] / paid_back[held, k], 1.0)
+        changed[held, 0] = -rate[held, k] * np.minimum(share[held, k], 1.0)
     allowed[rows, kept] |= fast[rows, kept]
     allowed[:, 0] = True
     return np.where(allowed, changed, -np.inf)
