@@ -2,14 +2,16 @@
 (docs/design/008-dashboard.md), and how a time range is read back.
 
 Every `history_sample_seconds` the scheduling loop takes one sample per GPU type
-(`cluster_samples`); the store keeps them `history_days` (voda.store.history)."""
+(`cluster_samples`), and while team queues are configured one per queue and GPU type
+(`queue_samples`); the store keeps them `history_days` (voda.store.history)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from voda.core.model import Cluster, JobStatus
+from voda.core.quotas.usage import TypeUsage
 from voda.engine.scheduler import JobRecord
 
 # The ranges the History page offers: name -> (seconds, label).
@@ -46,3 +48,14 @@ def cluster_samples(cluster: Cluster, records: Iterable[JobRecord], now: float,
             "wait_max_seconds": max(waits, default=0.0),
         })
     return out
+
+
+def queue_samples(usage: Mapping[str, Mapping[str, TypeUsage]], now: float
+                  ) -> list[dict[str, Any]]:
+    """One sample per queue and GPU type of its usage (voda.api.queues.usage_of): GPUs
+    held, guarantee, borrowed, lent, jobs waiting and the borrowing limit (None:
+    unlimited)."""
+    return [{"time": now, "gpu_type": gpu_type, "queue": queue, "used": u.used,
+             "guarantee": u.guarantee, "borrowed": u.borrowed, "lent": u.lent,
+             "waiting": u.waiting, "borrowing_limit": u.borrowing_limit}
+            for queue, types in usage.items() for gpu_type, u in types.items()]

@@ -234,11 +234,14 @@ class ServiceReads:
 
     def queue_detail(self, name: str) -> dict[str, Any]:
         def read() -> dict[str, Any]:
-            if name not in self._queue_names():
-                raise NotFound(f"queue {name!r} not found; queues: "
-                               f"{', '.join(self._queue_names())}")
+            self._known_queue(name)
             return self._queue_view(name)
         return self._read(read)
+
+    def _known_queue(self, name: str) -> None:
+        if name not in self._queue_names():
+            raise NotFound(f"queue {name!r} not found; queues: "
+                           f"{', '.join(self._queue_names())}")
 
     def _queue_names(self) -> list[str]:
         declared = self.queue_book.declared()
@@ -261,9 +264,25 @@ class ServiceReads:
         into at most `points` (at most history.MAX_POINTS) points, oldest first."""
         with self._locked():
             self._known_gpu_type(gpu_type)
+        return self._history_read(samples_store.samples, seconds, now, points, gpu_type)
+
+    def queue_history(self, name: str, gpu_type: str, seconds: float, now: float | None = None,
+                      points: int = MAX_POINTS) -> list[dict[str, float | None]]:
+        """The queue's samples of `gpu_type` over the last `seconds`, averaged as
+        `cluster_history` averages the cluster's (NotFound: an unknown queue)."""
+        with self._locked():
+            self._known_queue(name)
+            self._known_gpu_type(gpu_type)
+        return self._history_read(samples_store.queue_samples, seconds, now, points, name,
+                                  gpu_type)
+
+    def _history_read(self, read: Callable[..., list[dict[str, Any]]], seconds: float,
+                      now: float | None, points: int, *keys: str) -> list[dict[str, Any]]:
+        """`read(session, *keys, start, end, buckets)` over the last `seconds`, in at most
+        `points` (at most history.MAX_POINTS) points."""
         end = time.time() if now is None else now
-        return self._store_read(lambda s: samples_store.samples(
-            s, gpu_type, end - seconds, end, max(1, min(points, MAX_POINTS))))
+        return self._store_read(lambda s: read(s, *keys, end - seconds, end,
+                                               max(1, min(points, MAX_POINTS))))
 
     def node_events(self, name: str, last: int = NODE_EVENTS_SHOWN) -> list[dict[str, Any]]:
         """The node's last changes (drained, active, removed), oldest first."""

@@ -280,36 +280,43 @@ def get_cluster(request: Request, user: CurrentUser) -> dict[str, Any]:
     return service_of(request).cluster_view(user)
 
 
-@router.get("/v1/cluster/history", response_model=schemas.ClusterHistory, tags=["cluster"],
-            responses=COMMON)
-def get_cluster_history(
-    request: Request, user: CurrentUser,
-    time_range: Annotated[Literal["hour", "day", "week"], Query(
-        alias="range", description="The last hour, day or week.")] = "hour",
-    gpu_type: Annotated[str | None, Query(
-        min_length=1, max_length=100,
-        description="One GPU type of the cluster (default: the first).")] = None,
-    points: Annotated[int, Query(
-        ge=1, le=MAX_POINTS,
-        description="At most this many points: the range's samples averaged in equal "
-                    "spans of time.")] = MAX_POINTS,
-) -> dict[str, Any]:
-    """What the dashboard's History page draws: GPUs in service, allocated and in use,
-    jobs running and waiting, and how long the waiting ones waited, over the range, for
-    one GPU type; at most `points` points, oldest first (a 422 names a bad `range`,
-    `points` or an unknown `gpu_type`)."""
-    service = service_of(request)
+# The query of a history (the cluster's, a queue's): its range, GPU type and points.
+HistoryRange = Annotated[Literal["hour", "day", "week"], Query(
+    alias="range", description="The last hour, day or week.")]
+HistoryGpuType = Annotated[str | None, Query(
+    min_length=1, max_length=100, description="One GPU type of the cluster (default: the first).")]
+HistoryPoints = Annotated[int, Query(
+    ge=1, le=MAX_POINTS, description="At most this many points: the range's samples averaged in "
+                                     "equal spans of time.")]
+
+
+def history_window(service: Service, gpu_type: str | None, time_range: str) -> dict[str, Any]:
+    """A history's GPU type (the given one, checked: a 422 naming `gpu_type`, else the
+    cluster's first), range and sampling interval, as its answer shows them."""
     types = service.scheduler.cluster.gpu_types()
     if gpu_type is not None and gpu_type not in types:
         raise fail("gpu_type", f"unknown GPU type {gpu_type!r}; the cluster has: "
                    f"{', '.join(types)}")
     if not types:
         raise HTTPException(404, "gpu_type: the cluster has no GPUs now")
-    selected = gpu_type or types[0]
-    seconds = RANGES[time_range][0]
-    return {"gpu_type": selected, "range": time_range, "seconds": seconds,
-            "sample_seconds": service.settings.history_sample_seconds,
-            "points": service.cluster_history(selected, seconds, points=points)}
+    return {"gpu_type": gpu_type or types[0], "range": time_range,
+            "seconds": RANGES[time_range][0],
+            "sample_seconds": service.settings.history_sample_seconds}
+
+
+@router.get("/v1/cluster/history", response_model=schemas.ClusterHistory, tags=["cluster"],
+            responses=COMMON)
+def get_cluster_history(request: Request, user: CurrentUser, time_range: HistoryRange = "hour",
+                        gpu_type: HistoryGpuType = None,
+                        points: HistoryPoints = MAX_POINTS) -> dict[str, Any]:
+    """What the dashboard's History page draws: GPUs in service, allocated and in use,
+    jobs running and waiting, and how long the waiting ones waited, over the range, for
+    one GPU type; at most `points` points, oldest first (a 422 names a bad `range`,
+    `points` or an unknown `gpu_type`)."""
+    service = service_of(request)
+    window = history_window(service, gpu_type, time_range)
+    return {**window, "points": service.cluster_history(window["gpu_type"], window["seconds"],
+                                                        points=points)}
 
 
 @router.get("/v1/schedulers/{gpu_type}", response_model=schemas.SchedulerView,
@@ -378,6 +385,22 @@ def list_queues(request: Request, user: CurrentUser) -> dict[str, Any]:
             responses=COMMON)
 def get_queue(request: Request, name: QueueName, user: CurrentUser) -> dict[str, Any]:
     return service_of(request).queue_detail(name)
+
+
+@router.get("/v1/queues/{name}/history", response_model=schemas.QueueHistory, tags=["queues"],
+            responses=COMMON)
+def get_queue_history(request: Request, name: QueueName, user: CurrentUser,
+                      time_range: HistoryRange = "hour", gpu_type: HistoryGpuType = None,
+                      points: HistoryPoints = MAX_POINTS) -> dict[str, Any]:
+    """What the dashboard's Queues page draws for one queue: GPUs held against its
+    guarantee and borrowing limit, borrowed, lent and jobs waiting, over the range, for
+    one GPU type, sampled with the cluster's history while queues are configured; at
+    most `points` points, oldest first (404: an unknown queue; a 422 names a bad
+    `range`, `points` or an unknown `gpu_type`)."""
+    service = service_of(request)
+    window = history_window(service, gpu_type, time_range)
+    return {**window, "queue": name, "points": service.queue_history(
+        name, window["gpu_type"], window["seconds"], points=points)}
 
 
 @router.put("/v1/queues/{name}", response_model=schemas.QueueView, tags=["queues"],

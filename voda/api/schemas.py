@@ -418,12 +418,31 @@ class HistoryPoint(BaseModel):
     wait_max_seconds: float  # and at most (the longest wait of the span)
 
 
-class ClusterHistory(BaseModel):
+class HistoryWindow(BaseModel):
     gpu_type: str
     range: Literal["hour", "day", "week"]
     seconds: float  # the range, in seconds, ending now
-    sample_seconds: float  # the service samples the cluster this often
+    sample_seconds: float  # the service samples the cluster (and the queues) this often
+
+
+class ClusterHistory(HistoryWindow):
     points: list[HistoryPoint]  # oldest first
+
+
+class QueueHistoryPoint(BaseModel):
+    """One point of a queue's history: the mean of its samples in its span of time."""
+    time: float  # the mean time of the samples it averages (Unix seconds)
+    used: float  # GPUs its jobs hold
+    guarantee: float
+    borrowed: float  # held beyond its guarantee
+    lent: float  # of its idle guarantee, held by other queues' jobs
+    waiting: float  # its active jobs holding no GPU
+    borrowing_limit: float | None  # null: unlimited throughout the span
+
+
+class QueueHistory(HistoryWindow):
+    queue: str
+    points: list[QueueHistoryPoint]  # oldest first
 
 
 class Health(BaseModel):

@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from voda.api import views
 from voda.api.errors import Busy, Conflict, Forbidden, NotFound, StoreNotWritable
-from voda.api.history import cluster_samples
+from voda.api.history import cluster_samples, queue_samples
 from voda.api.job_names import JobNames, name_taken, new_uid
 from voda.api.queues import QueueBook, base_entries, check_entry
 from voda.api.reads import HISTORY_SHOWN as HISTORY_SHOWN  # the routes import it from here
@@ -506,13 +506,16 @@ class Service(ServiceReads):
 
     def _sample(self, now: float) -> None:
         """The cluster's history (voda.api.history): a sample per GPU type when one is
-        due, written with the step's changes; older samples are then forgotten."""
+        due (and per queue and GPU type while queues are configured), written with the
+        step's changes; older samples are then forgotten."""
         last = self._last_sample
         if last is not None and now - last < self.settings.history_sample_seconds:
             return
         self._last_sample = now
         s = self.scheduler
         self.pending.samples = cluster_samples(s.cluster, s.active.values(), now, s.time_scale)
+        if self.queue_book.queues is not None:
+            self.pending.queue_samples = queue_samples(self._queue_usage(), now)
         self.pending.keep_after = now - self.settings.history_days * 86400.0
 
     def flush(self) -> None:
@@ -1128,6 +1131,7 @@ class Service(ServiceReads):
             nodes=p.nodes,
             node_events=p.node_events,
             samples=p.samples,
+            queue_samples=p.queue_samples,
             keep_after=p.keep_after,
             goodput=list(p.goodput.items()),
             category_goodput=list(p.category_goodput.items()),

@@ -79,8 +79,10 @@ class Pending:
     category_goodput: dict[HistoryKey, dict[str, Any]] = field(default_factory=dict)
     node_events: list[dict[str, Any]] = field(default_factory=list)
     # The cluster's samples (voda.api.history), and the time before which the store
-    # forgets samples and node changes; None: no sample was taken.
+    # forgets samples and node changes; None: no sample was taken. The queues' samples
+    # are taken with them (while queues are configured).
     samples: list[dict[str, Any]] = field(default_factory=list)
+    queue_samples: list[dict[str, Any]] = field(default_factory=list)
     keep_after: float | None = None
     # Jobs that finished: their names are free once this is queued (not written itself).
     ended: list[str] = field(default_factory=list)
@@ -109,6 +111,7 @@ class Batch:
     category_goodput: list[tuple[HistoryKey, dict[str, Any]]] = field(default_factory=list)
     node_events: list[dict[str, Any]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
+    queue_samples: list[dict[str, Any]] = field(default_factory=list)
     keep_after: float | None = None
 
     @property
@@ -137,7 +140,7 @@ class Batch:
 
     def _write_samples(self, session: Session) -> None:
         if self.keep_after is not None:
-            history.add_samples(session, self.samples, self.keep_after)
+            history.add_samples(session, self.samples, self.keep_after, self.queue_samples)
 
     def _write_goodput(self, session: Session) -> None:
         """Jobs' goodput models and their categories' together: one unit, so a report is

@@ -203,6 +203,26 @@ class ClusterSampleRow(Base):
     wait_max_seconds: Mapped[float] = mapped_column(Float)
 
 
+class QueueSampleRow(Base):
+    """One team queue's usage of one GPU type at one time (voda.api.history takes them
+    with the cluster's samples, while queues are configured)."""
+
+    __tablename__ = "queue_samples"
+    __table_args__ = (Index("ix_queue_samples_queue_type_time", "queue", "gpu_type", "time"),
+                      Index("ix_queue_samples_time", "time"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float)
+    gpu_type: Mapped[str] = mapped_column(String(100))
+    queue: Mapped[str] = mapped_column(String(100))
+    used: Mapped[int] = mapped_column(Integer)  # GPUs its jobs hold
+    guarantee: Mapped[int] = mapped_column(Integer)
+    borrowed: Mapped[int] = mapped_column(Integer)  # held beyond its guarantee
+    lent: Mapped[int] = mapped_column(Integer)  # of its idle guarantee, held by others
+    waiting: Mapped[int] = mapped_column(Integer)  # its active jobs holding no GPU
+    borrowing_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: unlimited
+
+
 class NodeEventRow(Base):
     """A change of a node: drained, active (added or back in service), removed."""
 

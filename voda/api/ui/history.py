@@ -4,6 +4,7 @@ GPU type, from the samples the service keeps (voda.api.history)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -16,16 +17,27 @@ from voda.api.ui.session import FORM_TOKEN_FIELD, form_token
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
+def time_range_of(time_range: str) -> tuple[float, str]:
+    """A page's `range` (seconds, label); a 422 naming it when unknown."""
+    if time_range not in RANGES:
+        raise HTTPException(422, f"range: must be one of {', '.join(RANGES)}, got "
+                            f"{time_range!r}")
+    return RANGES[time_range]
+
+
+def line(points: list[dict[str, Any]], name: str, key: str, color: str, scale: float = 1.0,
+         step: bool = False) -> dict[str, Any]:
+    """One series of a charts.js line chart: the points' `key` (None: a gap)."""
+    return {"label": name, "values": [None if p[key] is None else round(p[key] / scale, 2)
+                                      for p in points],
+            "color": color, "step": step}
+
+
 def history_charts(points: list[dict[str, float]], gpu_type: str,
                    label: str) -> list[dict[str, Any]]:
     """Three charts of charts.js on one time axis (waits in minutes)."""
     xs = [p["time"] for p in points]
-
-    def series(name: str, key: str, color: str, scale: float = 1.0,
-               step: bool = False) -> dict[str, Any]:
-        return {"label": name, "values": [round(p[key] / scale, 2) for p in points],
-                "color": color, "step": step}
-
+    series = partial(line, points)
     return [
         {"kind": "lines", "title": f"{gpu_type} GPUs, {label}", "x": {"time": True},
          "y": {"label": "GPUs", "min": 0}, "xs": xs,
@@ -48,12 +60,9 @@ def history_page(request: Request, user: PageUser, gpu_type: str | None = None,
                  time_range: Annotated[str, Query(alias="range", max_length=20)] = "hour",
                  ) -> HTMLResponse:
     service = service_of(request)
-    if time_range not in RANGES:
-        raise HTTPException(422, f"range: must be one of {', '.join(RANGES)}, got "
-                            f"{time_range!r}")
+    seconds, label = time_range_of(time_range)
     types = service.scheduler.cluster.gpu_types()
     selected = _gpu_type(service, gpu_type) or types[0]
-    seconds, label = RANGES[time_range]
     points = service.cluster_history(selected, seconds)
     return html(render("history.html", title="History", page="history", user=user,
                        form_field=FORM_TOKEN_FIELD, form_token=form_token(request),

@@ -1,14 +1,18 @@
 """The dashboard's Queues page: per team queue, for one GPU type, the GPUs its jobs hold
 against its guarantee and borrowing limit, what it borrows and lends, its waiting jobs
-and the GPUs reclaimed from it (docs/design/013-queues.md)."""
+and the GPUs reclaimed from it, and over the last hour, day or week what it held against
+its guarantee and its guarantee plus borrowing limit, from the samples the service keeps
+(voda.api.history; docs/design/013-queues.md)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from voda.api.history import RANGES
+from voda.api.ui.history import line, time_range_of
 from voda.api.ui.routes import PageUser, _gpu_type, html, render, service_of
 from voda.api.ui.session import FORM_TOKEN_FIELD, form_token
 
@@ -33,13 +37,36 @@ def held_chart(rows: list[dict[str, Any]], gpu_type: str) -> dict[str, Any]:
             "series": [{"label": "GPUs held", "values": [r["used"] for r in rows]}]}
 
 
+def queue_history_chart(queue: str, points: list[dict[str, Any]], gpu_type: str,
+                        label: str) -> dict[str, Any]:
+    """A queue's GPUs held against its guarantee and its guarantee plus borrowing limit
+    (left out while borrowing is unlimited) on a time axis, as charts.js draws it."""
+    ceiling = [{"ceiling": None if p["borrowing_limit"] is None
+                else p["guarantee"] + p["borrowing_limit"]} for p in points]
+    series = [line(points, "held", "used", "#4269d0"),
+              line(points, "guarantee", "guarantee", "#3ca951", step=True)]
+    if any(c["ceiling"] is not None for c in ceiling):
+        series.append(line(ceiling, "guarantee + borrowing limit", "ceiling", "#efb118",
+                           step=True))
+    return {"kind": "lines", "title": f"{queue}: {gpu_type} GPUs, {label}",
+            "x": {"time": True}, "y": {"label": "GPUs", "min": 0},
+            "xs": [p["time"] for p in points], "series": series}
+
+
 @router.get("/queues", response_class=HTMLResponse)
-def queues_page(request: Request, user: PageUser, gpu_type: str | None = None) -> HTMLResponse:
+def queues_page(request: Request, user: PageUser, gpu_type: str | None = None,
+                time_range: Annotated[str, Query(alias="range", max_length=20)] = "hour",
+                ) -> HTMLResponse:
     service = service_of(request)
+    seconds, label = time_range_of(time_range)
     types = service.scheduler.cluster.gpu_types()
     selected = _gpu_type(service, gpu_type) or types[0]
     rows = queue_rows(service.queue_list(), selected)
+    histories = {r["name"]: service.queue_history(r["name"], selected, seconds) for r in rows}
     return html(render("queues.html", title="Queues", page="queues", user=user,
                        form_field=FORM_TOKEN_FIELD, form_token=form_token(request),
                        gpu_types=types, selected=selected, rows=rows,
-                       chart=held_chart(rows, selected)))
+                       chart=held_chart(rows, selected), ranges=RANGES,
+                       time_range=time_range, every=service.settings.history_sample_seconds,
+                       history_charts=[queue_history_chart(name, points, selected, label)
+                                       for name, points in histories.items() if points]))
