@@ -8,6 +8,7 @@ import pytest
 
 from voda.api.activity import ErrorEntry, histogram
 from voda.api.errors import NotFound
+from voda.api.history import RANGES
 from voda.api.ui import views
 from voda.api.ui.routes import _events, epoch_chart, latency_chart, render
 from voda.web import TEMPLATES_DIR, environment
@@ -237,7 +238,9 @@ def test_the_queues_page_shows_usage_against_guarantee_and_borrowing_per_queue()
     rows = queue_rows(queues, "a100")
     page = render("queues.html", title="Queues", page="queues", user=None, form_field="f",
                   form_token="t", gpu_types=["a100", "default"], selected="a100", rows=rows,
-                  chart=held_chart(rows, "a100"))
+                  chart=held_chart(rows, "a100"), ranges=RANGES, time_range="hour",
+                  every=60.0, history_charts=[])
+    assert 'id="queue-history-empty"' in page
     team_a = page.split('data-queue="team-a"')[1].split("</tr>")[0]
     assert '"num held">1 / 4<' in team_a and '"num lent">3<' in team_a
     assert 'class="num">2<' in team_a  # its weight, as given
@@ -246,3 +249,34 @@ def test_the_queues_page_shows_usage_against_guarantee_and_borrowing_per_queue()
     assert '"num reclaimed">2 / 1<' in default and 'class="num">8<' in default
     assert '"num waiting">1<' in default
     assert [r["name"] for r in queue_rows(queues, "default")] == ["team-a"]
+
+
+def test_the_queues_page_draws_each_queue_s_usage_against_guarantee_and_borrowing_over_time(
+        ) -> None:
+    from voda.api.ui.queues import queue_history_chart
+
+    def point(t: float, used: float, limit: float | None) -> dict:
+        return {"time": t, "used": used, "guarantee": 4.0, "borrowed": max(0.0, used - 4),
+                "lent": 0.0, "waiting": 0.0, "borrowing_limit": limit}
+
+    limited = queue_history_chart("team-a", [point(60.0, 2.0, 2.0), point(120.0, 5.0, 2.0),
+                                             point(180.0, 6.0, None)], "a100", "last hour")
+    assert limited["title"] == "team-a: a100 GPUs, last hour"
+    assert limited["xs"] == [60.0, 120.0, 180.0]
+    assert [s["label"] for s in limited["series"]] == [
+        "held", "guarantee", "guarantee + borrowing limit"]
+    assert limited["series"][0]["values"] == [2.0, 5.0, 6.0]
+    assert limited["series"][2]["values"] == [6.0, 6.0, None]  # unlimited: a gap
+    unlimited = queue_history_chart("team-b", [point(60.0, 0.0, None)], "a100", "last day")
+    assert [s["label"] for s in unlimited["series"]] == ["held", "guarantee"]
+    page = render("queues.html", title="Queues", page="queues", user=None, form_field="f",
+                  form_token="t", gpu_types=["a100"], selected="a100", rows=[],
+                  chart={"kind": "bars", "series": [], "xs": []}, ranges=RANGES,
+                  time_range="day", every=60.0, history_charts=[limited, unlimited])
+    drawn = page.split('id="queue-history-charts"')[1]
+    assert 'id="queue-history-chart-1"' in drawn and 'id="queue-history-chart-2"' in drawn
+    assert 'aria-label="team-a: a100 GPUs, last hour"' in drawn
+    assert "held from 2 to 6" in drawn  # the screen-reader summary
+    assert "guarantee + borrowing limit" in drawn.split('id="queue-history-chart-1-data"')[1]
+    day = page.split('data-range="day"')[0].rsplit("<a ", 1)[1]
+    assert 'aria-current="page"' in day and "gpu_type=a100&amp;range=day" in day
