@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from sqlalchemy.orm import Session, sessionmaker
 
+from voda.store.db import make_engine, migrate, session_factory
 from voda_testing.devices import hide_gpus
 from voda_testing.serve import ServeProcess, free_port
 
@@ -131,6 +133,15 @@ def make_store_url(kind: str, request: pytest.FixtureRequest, folder: Path) -> s
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty store: a SQLite file, then a database on the real PostgreSQL server."""
     return make_store_url(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def sessions(store_url: str) -> Iterator[sessionmaker[Session]]:
+    """Sessions on a fresh store (`store_url`) migrated to the head revision."""
+    engine = make_engine(store_url)
+    migrate(engine)
+    yield session_factory(engine)
+    engine.dispose()
 
 
 # ----- `voda serve` as a real subprocess (voda_testing.serve) ------------------------------

@@ -15,7 +15,7 @@ from tests.polling import wait_for
 from voda.api.history import queue_samples
 from voda.core.quotas.usage import TypeUsage
 from voda.store import history
-from voda.store.db import make_engine, migrate, session_factory
+from voda.store.db import make_engine, session_factory
 from voda.store.models import ClusterSampleRow, QueueSampleRow
 
 FAST = ("--time-scale", "1", "--rate-limit", "0.1", "--step-interval", "0.1")
@@ -36,14 +36,6 @@ def row(t: float, queue: str = "team-a", gpu_type: str = "default", used: int = 
     return {"time": t, "gpu_type": gpu_type, "queue": queue, "used": used, "guarantee": 4,
             "borrowed": max(0, used - 4), "lent": 0, "waiting": used % 2,
             "borrowing_limit": limit}
-
-
-@pytest.fixture
-def sessions(store_url: str):
-    engine = make_engine(store_url)
-    migrate(engine)
-    yield session_factory(engine)
-    engine.dispose()
 
 
 def test_a_queue_s_range_is_averaged_into_points_and_forgotten_after_the_retention(

@@ -10,21 +10,12 @@ from voda.api.history import cluster_samples
 from voda.core.model import Cluster, JobStatus, Node
 from voda.engine.scheduler import JobRecord
 from voda.store import history
-from voda.store.db import make_engine, migrate, session_factory
 
 
 def sample(t: float, gpu_type: str = "default", waiting: int = 0, wait: float = 0.0) -> dict:
     return {"time": t, "gpu_type": gpu_type, "gpus": 8, "allocated": int(t) % 9,
             "in_use": int(t) % 5, "running": 1, "waiting": waiting,
             "wait_mean_seconds": wait, "wait_max_seconds": wait}
-
-
-@pytest.fixture
-def sessions(store_url: str):
-    engine = make_engine(store_url)
-    migrate(engine)
-    yield session_factory(engine)
-    engine.dispose()
 
 
 def test_a_range_is_averaged_into_at_most_the_points_asked(sessions) -> None:

@@ -1,19 +1,14 @@
-"""Team queues' history: per queue and GPU type, a sample taken with the cluster's
-(GPUs held, guarantee, borrowed, lent, jobs waiting, borrowing limit), kept for
-`history_days` like them (docs/design/013-queues.md).
-
-Revision ID: 0011
-Revises: 0010
-Create Date: 2026-11-28
-"""
+"""0011, after 0010: team queues' history. Per queue and GPU type, a sample taken with the
+cluster's (GPUs held, guarantee, borrowed, lent, jobs waiting; the borrowing limit, null
+while unlimited), kept for `history_days` like them (docs/design/013-queues.md)."""
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0011", "0010"
+branch_labels = depends_on = None
+
+COUNTS = ("used", "guarantee", "borrowed", "lent", "waiting")
 
 
 def upgrade() -> None:
@@ -21,13 +16,8 @@ def upgrade() -> None:
         "queue_samples",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
         sa.Column("time", sa.Float(), nullable=False),
-        sa.Column("gpu_type", sa.String(100), nullable=False),
-        sa.Column("queue", sa.String(100), nullable=False),
-        sa.Column("used", sa.Integer(), nullable=False),
-        sa.Column("guarantee", sa.Integer(), nullable=False),
-        sa.Column("borrowed", sa.Integer(), nullable=False),
-        sa.Column("lent", sa.Integer(), nullable=False),
-        sa.Column("waiting", sa.Integer(), nullable=False),
+        *(sa.Column(name, sa.String(100), nullable=False) for name in ("gpu_type", "queue")),
+        *(sa.Column(name, sa.Integer(), nullable=False) for name in COUNTS),
         sa.Column("borrowing_limit", sa.Integer(), nullable=True),
     )
     op.create_index("ix_queue_samples_queue_type_time", "queue_samples",
