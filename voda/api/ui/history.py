@@ -4,6 +4,7 @@ GPU type, from the samples the service keeps (voda.api.history)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any
 
@@ -11,18 +12,38 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
 from voda.api.history import RANGES
+from voda.api.service import Service
 from voda.api.ui.routes import PageUser, _gpu_type, html, render, service_of
 from voda.api.ui.session import FORM_TOKEN_FIELD, form_token
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
-def time_range_of(time_range: str) -> tuple[float, str]:
-    """A page's `range` (seconds, label); a 422 naming it when unknown."""
+PageRange = Annotated[str, Query(alias="range", max_length=20)]
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a page over time shows: its service, the cluster's GPU types, the selected
+    one, and the range (seconds, label)."""
+
+    service: Service
+    gpu_types: list[str]
+    selected: str
+    seconds: float
+    label: str
+
+
+def window_of(request: Request, gpu_type: str | None, time_range: str) -> Window:
+    """A page's GPU type (the cluster's first by default) and `range` (a 422 naming it
+    when unknown)."""
     if time_range not in RANGES:
         raise HTTPException(422, f"range: must be one of {', '.join(RANGES)}, got "
                             f"{time_range!r}")
-    return RANGES[time_range]
+    service = service_of(request)
+    types = service.scheduler.cluster.gpu_types()
+    return Window(service, types, _gpu_type(service, gpu_type) or types[0],
+                  *RANGES[time_range])
 
 
 def line(points: list[dict[str, Any]], name: str, key: str, color: str, scale: float = 1.0,
@@ -57,13 +78,10 @@ def history_charts(points: list[dict[str, float]], gpu_type: str,
 
 @router.get("/history", response_class=HTMLResponse)
 def history_page(request: Request, user: PageUser, gpu_type: str | None = None,
-                 time_range: Annotated[str, Query(alias="range", max_length=20)] = "hour",
-                 ) -> HTMLResponse:
-    service = service_of(request)
-    seconds, label = time_range_of(time_range)
-    types = service.scheduler.cluster.gpu_types()
-    selected = _gpu_type(service, gpu_type) or types[0]
-    points = service.cluster_history(selected, seconds)
+                 time_range: PageRange = "hour") -> HTMLResponse:
+    w = window_of(request, gpu_type, time_range)
+    service, types, selected, label = w.service, w.gpu_types, w.selected, w.label
+    points = service.cluster_history(selected, w.seconds)
     return html(render("history.html", title="History", page="history", user=user,
                        form_field=FORM_TOKEN_FIELD, form_token=form_token(request),
                        gpu_types=types, selected=selected, ranges=RANGES,

@@ -6,14 +6,14 @@ its guarantee and its guarantee plus borrowing limit, from the samples the servi
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from voda.api.history import RANGES
-from voda.api.ui.history import line, time_range_of
-from voda.api.ui.routes import PageUser, _gpu_type, html, render, service_of
+from voda.api.ui.history import PageRange, line, window_of
+from voda.api.ui.routes import PageUser, html, render
 from voda.api.ui.session import FORM_TOKEN_FIELD, form_token
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -55,14 +55,12 @@ def queue_history_chart(queue: str, points: list[dict[str, Any]], gpu_type: str,
 
 @router.get("/queues", response_class=HTMLResponse)
 def queues_page(request: Request, user: PageUser, gpu_type: str | None = None,
-                time_range: Annotated[str, Query(alias="range", max_length=20)] = "hour",
-                ) -> HTMLResponse:
-    service = service_of(request)
-    seconds, label = time_range_of(time_range)
-    types = service.scheduler.cluster.gpu_types()
-    selected = _gpu_type(service, gpu_type) or types[0]
+                time_range: PageRange = "hour") -> HTMLResponse:
+    w = window_of(request, gpu_type, time_range)
+    service, types, selected, label = w.service, w.gpu_types, w.selected, w.label
     rows = queue_rows(service.queue_list(), selected)
-    histories = {r["name"]: service.queue_history(r["name"], selected, seconds) for r in rows}
+    histories = {r["name"]: service.queue_history(r["name"], selected, w.seconds)
+                 for r in rows}
     return html(render("queues.html", title="Queues", page="queues", user=user,
                        form_field=FORM_TOKEN_FIELD, form_token=form_token(request),
                        gpu_types=types, selected=selected, rows=rows,
