@@ -72,6 +72,25 @@ def test_history_shows_the_chosen_time_range_and_gpu_type(server: ServeProcess, 
     assert answer.status_code == 422 and "range" in answer.text
 
 
+def test_the_queues_page_draws_each_queue_over_the_chosen_range(server: ServeProcess,
+                                                                 page) -> None:
+    login(page, server, "alice", "/ui/queues?gpu_type=default")
+    page.locator("#queue-history-chart-1 canvas").first.wait_for(timeout=15000)
+    assert page.get_attribute("#range-tabs [data-range=hour]", "aria-current") == "page"
+    assert page.get_attribute("#queue-history-chart-1 .plot", "aria-label") == (
+        "research: default GPUs, last hour")
+    page.click("#queue-history-chart-1-data summary")  # research: borrowing limited to 4
+    assert page.locator("#queue-history-chart-1-data thead th").all_inner_texts() == [
+        "time", "held", "guarantee", "guarantee + borrowing limit"]
+    assert page.locator("#queue-history-chart-1-data tbody tr >> nth=-1 >> td >> nth=3"
+                        ).inner_text() == "4"
+    page.click("#range-tabs [data-range=day]")
+    page.wait_for_url(re.compile(r"gpu_type=default.*range=day"))
+    assert "last day" in page.get_attribute("#queue-history-chart-2 .plot", "aria-label")
+    answer = httpx.get(f"{server.url}/ui/queues?range=year", cookies=cookies(page))
+    assert answer.status_code == 422 and "range" in answer.text
+
+
 def test_a_node_page_opens_from_the_cluster_map(server: ServeProcess, page) -> None:
     name = submit(server, "alice", "onnode", max=8)
     wait_for(lambda: running(server, "alice", name))
