@@ -139,10 +139,11 @@ def test_top_tells_jobs_apart_without_colour(server: ServeProcess, tmp_path: Pat
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()
         assert "\x1b[" not in done.stdout  # no colour, no style at all
-        # The jobs table: a symbol per job, each its own.
-        symbols = {line.split("│")[2].strip(): line.split("│")[1].strip()
-                   for line in lines if line.count("│") == 5}
+        # The jobs table: a symbol per job, each its own, and the GPU type it runs on.
+        rows = [line.split("│") for line in lines if line.count("│") == 6]
+        symbols = {row[2].strip(): row[1].strip() for row in rows}
         assert set(workers) <= set(symbols)
+        assert {row[5].strip() for row in rows if row[2].strip() in workers} == {"default"}
         first, second = (symbols[name] for name in workers)
         assert len(first) == len(second) == 1 and first != second
         # The map: each job's symbol in as many cells as it has workers.
