@@ -46,8 +46,11 @@ def live_metric_families(serve: ServeFactory, tmp_path: Path) -> dict[str, set[s
     """The metric families a live `voda serve` exports after a few jobs ran: family ->
     its sample names (without the `_created` timestamps). Job d cannot reach its max
     beside a and b, so the reasons of jobs below their max are exported too."""
+    queues = tmp_path / "queues.yaml"  # a team queue, so its series are exported too
+    queues.write_text("queues:\n  - name: team-a\n    guarantee: {default: 4}\n")
     server = serve(f"sqlite:///{tmp_path / 'm.db'}", "--cluster", "2x4,1x8:a100",
-                   "--time-scale", "120", "--rate-limit", "0.1", "--step-interval", "0.2")
+                   "--time-scale", "120", "--rate-limit", "0.1", "--step-interval", "0.2",
+                   "--queues", str(queues))
     with server.client() as client:
         for name, gpu_type, most in (("a", "default", 4), ("b", "default", 4),
                                      ("c", "a100", 4), ("d", "default", 8)):

@@ -158,6 +158,8 @@ class ServiceMetrics:
                                    ("borrowed", u.borrowed), ("lent", u.lent),
                                    ("waiting", u.waiting)):
                     self.queue_gauges[key].labels(queue, gpu_type).set(value)
+                for how in ("shrinking", "preemption"):  # a series from 0, before any reclaim
+                    self.queue_reclaimed.labels(queue, gpu_type, how)
 
     # ----- events ----------------------------------------------------------------------
     def job_created(self, gpu_type: str) -> None:
