@@ -56,6 +56,7 @@ import numpy as np
 
 from voda.core.allocation.registry import BUILTIN_NAMES
 from voda.core.quotas import DEFAULT_QUEUE, Queue, QueueSet
+from voda.core.quotas.usage import apportion
 from voda.sim.cluster_file import parse_cluster
 from voda.sim.presets import apply_preset
 from voda.sim.queues import QueueFile
@@ -147,13 +148,7 @@ def _seconds(stamp: str) -> float:
 
 def guarantees(shares: Mapping[str, float], gpus: int, equal: bool) -> dict[str, int]:
     """GPUs per team adding up to `gpus`: by share, or equal (largest remainders)."""
-    weights = {c: 1.0 if equal else s for c, s in shares.items()}
-    total = sum(weights.values())
-    exact = {c: gpus * w / total for c, w in weights.items()}
-    out = {c: math.floor(x) for c, x in exact.items()}
-    for c in sorted(exact, key=lambda c: (-(exact[c] - out[c]), c))[:gpus - sum(out.values())]:
-        out[c] += 1
-    return out
+    return apportion(gpus, {c: 1.0 if equal else s for c, s in shares.items()})
 
 
 def queue_file(guaranteed: Mapping[str, int]) -> QueueFile:

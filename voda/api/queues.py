@@ -32,7 +32,7 @@ from voda.sim.queues import (
     parse_queues,
     read_queue_document,
 )
-from voda.spec.errors import FieldError, SpecError, fail
+from voda.spec.errors import fail
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,7 @@ def check_entry(name: str, body: Any) -> dict[str, Any]:
     try:
         parse_queues({"queues": [entry]}, "body")
     except QueueFileError as exc:
-        reason = str(exc).split(": ", 2)[-1]
-        raise SpecError([FieldError(exc.field or "body", reason)]) from None
+        raise fail(exc.field or "body", exc.reason) from None
     return entry
 
 
@@ -133,7 +132,7 @@ class QueueBook:
         try:
             return self._with(name, entry)
         except QueueFileError as exc:
-            raise fail(exc.field or "body", str(exc).split(": ", 2)[-1]) from None
+            raise fail(exc.field or "body", exc.reason) from None
 
     def apply(self, name: str, entry: dict[str, Any] | None) -> None:
         self.current = self._with(name, entry)
@@ -197,7 +196,8 @@ def usage_of(book: QueueBook, jobs: Iterable[tuple[str, str, int]],
 
 def queue_view(book: QueueBook, name: str, usage: Mapping[str, TypeUsage]) -> dict[str, Any]:
     """One queue as GET /v1/queues/{name} shows it."""
-    entry = book.current.entry(name) if name in book.declared() else {
+    declared = name in book.declared()
+    entry = book.current.entry(name) if declared else {
         "name": name, "guarantee": {}, "borrowing_limit": None, "lending_limit": None,
         "weight": 1.0, "match": {}}
     types = []
@@ -208,6 +208,6 @@ def queue_view(book: QueueBook, name: str, usage: Mapping[str, TypeUsage]) -> di
                       "borrowing_limit": u.borrowing_limit, "lending_limit": u.lending_limit,
                       "reclaimed_by_shrinking": shrinking,
                       "reclaimed_by_preemption": preemption})
-    return {**entry, "declared": name in book.declared(),
-            "source": book.source_of(name) if name in book.declared() else "implicit",
+    return {**entry, "declared": declared,
+            "source": book.source_of(name) if declared else "implicit",
             "usage": types}

@@ -648,30 +648,12 @@ class Scheduler:
         scale = self.time_scale  # the counters are in job seconds
         step = dt * scale
         last = self._last_accounted
-        submitted = JobStatus.SUBMITTED
-        # `account` written out for the common case (the same additions in the same order):
-        # this loop runs over every active job at every step of a long trace.
         for record in self.active.values():
-            if record.status is submitted and record.submit_time > last:
+            if record.status is JobStatus.SUBMITTED and record.submit_time > last:
                 if record.submit_time < now:  # arrived in between: counted from its arrival
                     account(record, (now - record.submit_time) * scale)
                 continue
-            workers = record.current_workers
-            if workers > 0:
-                record.running_seconds += step
-                record.running_seconds_since_start += step
-                record.running_seconds_since_promotion += step
-                gpu_seconds = step * workers
-                record.attained_gpu_seconds += gpu_seconds
-                record.attained_gpu_seconds_since_start += gpu_seconds
-                record.attained_gpu_seconds_since_promotion += gpu_seconds
-                record.running_seconds_since_epoch += step
-                record.attained_gpu_seconds_since_epoch += gpu_seconds
-            else:
-                record.waiting_seconds += step
-                record.waiting_seconds_since_start += step
-                if record.running_seconds_since_promotion > 0:
-                    record.waiting_seconds_since_promotion += step
+            account(record, step)
         self._last_accounted = now
 
     def _take_arrivals(self, now: float) -> None:

@@ -39,6 +39,11 @@ class QueueFileError(ValueError):
         super().__init__(message)
         self.field, self.index = field, index
 
+    @property
+    def reason(self) -> str:
+        """The message without where it was read ("FILE: queues[i].FIELD: ")."""
+        return str(self).split(": ", 2)[-1]
+
 
 @dataclass(frozen=True)
 class QueueFile:

@@ -281,8 +281,7 @@ class Voda:
         caps: list[int] = []
         for i, job in enumerate(jobs):
             model = own_model(job, borrowed.get(job.category))
-            cap = min(job.max_workers, capacity, measured_cap(job, model))
-            cap = max(cap, min(job.min_workers, job.max_workers, capacity))
+            cap = curve_cap(job, model, capacity)
             if (model is None and cap >= 1 and job.remaining_epochs > 0
                     and not self.elapsed_floor
                     and not (self.throughput_estimates and job.layout_throughput)):
@@ -316,8 +315,7 @@ class Voda:
 
     def curve(self, job: Job, borrowed: GoodputModel | None, capacity: int) -> Curve:
         model = own_model(job, borrowed)
-        cap = min(job.max_workers, capacity, measured_cap(job, model))
-        cap = max(cap, min(job.min_workers, job.max_workers, capacity))
+        cap = curve_cap(job, model, capacity)
         seconds = np.full(cap + 1, np.inf)
         if cap >= 1:
             node = per_node(self.gpus_per_node)
@@ -399,6 +397,13 @@ class Voda:
         allowed[kept] |= fast[kept]
         allowed[0] = True
         return np.where(allowed, changed, -np.inf)
+
+
+def curve_cap(job: Job, model: GoodputModel | None, capacity: int) -> int:
+    """The most GPUs a job's curve reaches: its max, the capacity and what its model has
+    measured (`measured_cap`), yet at least its min where that fits."""
+    cap = min(job.max_workers, capacity, measured_cap(job, model))
+    return max(cap, min(job.min_workers, job.max_workers, capacity))
 
 
 @dataclass(frozen=True)

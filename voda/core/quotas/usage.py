@@ -68,10 +68,16 @@ def _lent(queues: QueueSet, names: list[str], held: Mapping[Key, int], capacity:
     total = sum(lendable.values())
     if owed <= 0 or total <= 0:
         return {}
-    owed = min(owed, total)
-    exact = {n: owed * v / total for n, v in lendable.items()}
-    lent = {n: math.floor(x) for n, x in exact.items()}
-    by_remainder = sorted(exact, key=lambda n: (lent[n] - exact[n], n))
-    for name in by_remainder[:owed - sum(lent.values())]:
-        lent[name] += 1
+    lent = apportion(min(owed, total), lendable)
     return {n: v for n, v in lent.items() if v}
+
+
+def apportion(total: int, weights: Mapping[str, float]) -> dict[str, int]:
+    """`total` whole units split in proportion to `weights` (their sum above 0): each its
+    share rounded down, then one more to the largest remainders (ties by name)."""
+    whole = sum(weights.values())
+    exact = {n: total * w / whole for n, w in weights.items()}
+    out = {n: math.floor(x) for n, x in exact.items()}
+    for name in sorted(exact, key=lambda n: (out[n] - exact[n], n))[:total - sum(out.values())]:
+        out[name] += 1
+    return out
