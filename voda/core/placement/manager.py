@@ -44,7 +44,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from voda.core.model import Allocation, Cluster, Job, JobPlacement, Node, Placement
+from voda.core.model import (
+    DEFAULT_GPU_TYPE,
+    Allocation,
+    Cluster,
+    Job,
+    JobPlacement,
+    Node,
+    Placement,
+)
 from voda.core.placement.first_fit import first_fit
 from voda.core.placement.packer import NodeCounts
 from voda.core.placement.settings import (
@@ -130,14 +138,12 @@ class TopologyPlacer:
         capacity = {n.name: n.gpus for n in nodes}
         before = {
             name: shards for name, shards in previous.items()
-            if jobs.get(name, Job(name)).gpu_type == gpu_type
+            if (jobs[name].gpu_type if name in jobs else DEFAULT_GPU_TYPE) == gpu_type
         }
 
         def as_placement(placed: Mapping[str, Mapping[str, int]]) -> dict[str, JobPlacement]:
-            return {
-                name: tuple(sorted(counts.items(), key=lambda kv: order[kv[0]]))
-                for name, counts in placed.items()
-            }
+            return {name: _job_placement(counts, order, previous.get(name))
+                    for name, counts in placed.items()}
 
         def reachable(placed: Mapping[str, Mapping[str, int]]) -> bool:
             return not sequence_problems(before, as_placement(placed), capacity)
@@ -146,11 +152,25 @@ class TopologyPlacer:
         while True:
             placed, packer = run_steps(typed, allocation, nodes, topology, previous,
                                         self.settings, mode, reachable)
-            if mode == IN_PLACE or reachable(placed):
-                return as_placement(placed)
+            result = as_placement(placed)
+            if mode == IN_PLACE or not sequence_problems(before, result, capacity):
+                return result
             # Less freedom: without step 3b if it acted (and nothing else was forced).
             defragmented = packer.defragmented and not packer.released
             mode = NO_DEFRAGMENT if mode == FULL and defragmented else IN_PLACE
+
+
+def _job_placement(
+    counts: Mapping[str, int], order: Mapping[str, int], before: JobPlacement | None
+) -> JobPlacement:
+    """A job's workers in cluster node order; the previous placement itself (the same
+    tuple) when it is unchanged, which tells a plan's diff so without comparing."""
+    if len(counts) == 1:
+        placed = tuple(counts.items())
+    else:
+        placed = tuple(sorted(counts.items(), key=lambda kv: order[kv[0]]))
+    return before if before is not None and type(before) is tuple and before == placed \
+        else placed
 
 
 def counts_only(

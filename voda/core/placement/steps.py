@@ -41,34 +41,17 @@ def run_steps(
     """
     packer = Packer(FreeIndex.of(nodes, topology), settings, {j.name: j for j in jobs})
     ix = packer.ix
-    current: dict[str, NodeCounts] = {}
-    # 1. keep
-    for job in jobs:
-        mine: dict[str, int] = {}
-        for node, count in previous.get(job.name, ()):
-            if node in ix.index and count > 0:
-                mine[node] = mine.get(node, 0) + count
-        counts: NodeCounts = {}
-        for node, count in sorted(shrink(mine, allocation[job.name]).items()):
-            i = ix.index[node]
-            take = min(count, ix.free[i])
-            if take:
-                counts[i] = take
-        packer.take(job, counts)
-        current[job.name] = counts
+    # 1. keep; `steady`: jobs whose count stays (moving them is a migration, applied
+    # before any start)
+    current, short, steady = _keep(jobs, allocation, previous, ix)
     # 2. add
-    short = [j for j in jobs if sum(current[j.name].values()) < allocation[j.name]]
     short.sort(key=lambda j: (-(allocation[j.name] - sum(current[j.name].values())), j.sort_key))
     started = {j.name for j in short if not current[j.name]}
-    # Jobs whose count stays: moving them is a migration, applied before any start.
-    steady = {
-        j.name for j in jobs
-        if sum(c for n, c in previous.get(j.name, ()) if n in ix.index) == allocation[j.name]
-    }
     for job in short:
         current[job.name] = _add(packer, job, allocation[job.name], current[job.name],
                                  afresh=mode != IN_PLACE)
     changed = {j.name for j in short}
+    movable = started | (steady - changed)
     if changed and settings.defragment and mode == FULL:
         _relayout(packer, jobs, current, steady - changed)
     # 3. defragment: many changes -> rebuild and match; else make room on one node
@@ -76,8 +59,8 @@ def run_steps(
         penalty = sum(packer.penalty(j, current[j.name]) for j in short)
         rebuilt = None
         if penalty > 0 and len(changed) >= settings.rebuild_changed_share * len(jobs):
-            rebuilt = rebuild(packer, jobs, allocation, current, previous,
-                               started | (steady - changed), started, topology)
+            rebuilt = rebuild(packer, jobs, allocation, current, previous, movable, started,
+                              topology)
             if rebuilt is not None and not reachable(_named(rebuilt, ix)):
                 rebuilt = None
         if rebuilt is not None:
@@ -87,9 +70,64 @@ def run_steps(
             for job in sorted(short, key=lambda j: (-allocation[j.name], j.sort_key)):
                 k = allocation[job.name]
                 if k <= ix.max_cap and packer.penalty(job, current[job.name]) > 0:
-                    movable = started | (steady - changed)
                     _make_room(packer, job, current, residents, movable, started, settings)
     return _named(current, ix), packer
+
+
+def _keep(
+    jobs: Sequence[Job], allocation: Allocation, previous: Placement, ix: FreeIndex
+) -> tuple[dict[str, NodeCounts], list[Job], set[str]]:
+    """Step 1: every job keeps its workers on the nodes that still exist, in job order,
+    each node giving what it has left (a job that shrinks drops its smallest shards).
+
+    Returns the kept node counts per job, the jobs short of workers (in job order) and
+    the jobs whose count stays (`steady`). The free GPUs are counted on a copy and set
+    on the index once, which leaves it as taking the jobs' workers one by one would.
+    """
+    index, free, sensitive = ix.index, list(ix.free), ix.sensitive
+    current: dict[str, NodeCounts] = {}
+    short: list[Job] = []
+    steady: set[str] = set()
+    for job in jobs:
+        name = job.name
+        k = allocation[name]
+        shards = previous.get(name, ())
+        counts: NodeCounts = {}
+        if len(shards) == 1:  # most jobs: one node, nothing to merge or sort
+            node, count = shards[0]
+            i = index.get(node)
+            held = 0 if i is None else count
+            if i is not None and count > 0:
+                take = min(count, k, free[i])
+                if take:
+                    counts[i] = take
+        else:
+            mine: dict[str, int] = {}
+            held = 0
+            for node, count in shards:
+                if node in index:
+                    held += count
+                    if count > 0:
+                        mine[node] = mine.get(node, 0) + count
+            for node, count in sorted(shrink(mine, k).items()):
+                i = index[node]
+                take = min(count, free[i])
+                if take:
+                    counts[i] = take
+        placed = 0
+        for i, c in counts.items():
+            free[i] -= c
+            placed += c
+            if job.latency_sensitive:
+                sensitive[i] += c
+        current[name] = counts
+        if placed < k:
+            short.append(job)
+        if held == k:
+            steady.add(name)
+    if free != ix.free:
+        ix.set_free(free)
+    return current, short, steady
 
 
 def _named(current: Mapping[str, NodeCounts], ix: FreeIndex) -> dict[str, dict[str, int]]:
