@@ -7,13 +7,17 @@ consolidated, balanced and distributed layouts, relaxed step by step down to
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from voda.core.model import Job
 from voda.core.placement.layout import half_node, spread_pays, worth_moving
+from voda.core.placement.leaf_rooms import MANY_LEAVES, MAX_CELLS, LeafRooms
 from voda.core.placement.settings import (
     BALANCED,
     CONSOLIDATED,
@@ -61,9 +65,12 @@ class Packer:
         caps = sorted(ix.cap, reverse=True)
         self._node_prefix = _prefix(caps)
         self._leaf_prefix = _prefix(sorted(ix.leaf_cap, reverse=True))
-        # Free nodes of a leaf, largest first, for requests without per-node limits.
-        self._rooms: dict[int, tuple[int, list[tuple[int, int]]]] = {}
+        # (version, rooms, prefix sums) by (leaf, per-node cap): see _capped_rooms.
+        self._rooms: dict[tuple[int, int], tuple[int, list[tuple[int, int]], list[int]]] = {}
         self._reserved: list[tuple[Job, NodeCounts]] = []
+        self._tables: dict[int, LeafRooms] = {}  # by per-node cap: see _leaf_table
+        self._all_leaves: np.ndarray | None = None
+        self._leaf_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.released = False  # whether reservations had to be given back
         self._spread_pays: dict[tuple[str, int], bool] = {}
         self._half: tuple[list[int], list[int]] | None = None
@@ -236,27 +243,82 @@ class Packer:
             + s.history_weight * history
         )
 
+    def _scores(self, ask: Ask, leaves: np.ndarray, k: int | None) -> np.ndarray:
+        """`_score` of many leaves at once, with the fit of k GPUs in each leaf (None: a
+        fit of 0), by the same operations in the same order, so the same floats."""
+        ix, s = self.ix, self.s
+        if self._leaf_arrays is None:
+            self._leaf_arrays = (np.array(ix.leaf_spine, dtype=np.int64),
+                                 np.array(ix.leaf_cap, dtype=np.int64),
+                                 np.array(self._history, dtype=np.float64))
+        spines, caps, history = self._leaf_arrays
+        caps = caps[leaves]
+        free = np.array([ix.leaf_free[leaf] for leaf in leaves.tolist()], dtype=np.int64)
+        fit = 0.0 if k is None else 1.0 - (free - k) / caps
+        alignment = np.where(
+            np.isin(leaves, list(ask.near_leaves)), 1.0,
+            np.where(np.isin(spines[leaves], list(ask.near_spines)), 0.5, 0.0))
+        utilization = 1.0 - free / caps
+        if ask.spread:
+            fit, utilization = 1.0 - fit, 1.0 - utilization
+        return (
+            s.resource_weight * fit
+            + s.topology_weight * alignment
+            + s.utilization_weight * utilization
+            + s.history_weight * history[leaves]
+        )
+
+    def _by_score(self, ask: Ask, leaves: Sequence[int]) -> list[int]:
+        """The leaves with free GPUs, best score (at a fit of 0) first, then the freest,
+        then the lowest id."""
+        ix = self.ix
+        free_leaves = np.array([leaf for leaf in leaves if ix.leaf_free[leaf] > 0],
+                               dtype=np.int64)
+        free = np.array([ix.leaf_free[leaf] for leaf in free_leaves.tolist()], dtype=np.int64)
+        scores = self._scores(ask, free_leaves, None)
+        return free_leaves[np.lexsort((free_leaves, -free, -scores))].tolist()
+
     def _leaf_rooms(self, ask: Ask, leaf: int) -> list[tuple[int, int]]:
         """(room, node) of the leaf's nodes with room, largest first, within the limits."""
-        ix = self.ix
-        if not ask.sensitive and ask.node_cap >= ix.max_cap:
-            cached = self._rooms.get(leaf)
-            if cached is None or cached[0] != ix.leaf_version[leaf]:
-                rooms = sorted(
-                    ((ix.free[i], i) for i in ix.leaf_nodes[leaf] if ix.free[i] > 0),
-                    key=lambda x: (-x[0], x[1]),
-                )
-                cached = (ix.leaf_version[leaf], rooms)
-                self._rooms[leaf] = cached
-            rooms = cached[1]
+        if not ask.sensitive:
+            rooms = self._capped_rooms(leaf, min(ask.node_cap, self.ix.max_cap))[0]
         else:
             rooms = sorted(
-                ((r, i) for i in ix.leaf_nodes[leaf] if (r := self.room(ask, i)) > 0),
-                key=lambda x: (-x[0], x[1]),
+                ((r, i) for i in self.ix.leaf_nodes[leaf] if (r := self.room(ask, i)) > 0),
+                key=_largest_first,
             )
         if ask.max_nodes_per_leaf is not None:
             rooms = rooms[: ask.max_nodes_per_leaf]
         return rooms
+
+    def _capped_rooms(self, leaf: int, cap: int) -> tuple[list[tuple[int, int]], list[int]]:
+        """(room, node) of the leaf's nodes with room, largest first, a node's room being
+        its free GPUs up to `cap`, and their prefix sums; kept until the leaf changes."""
+        ix = self.ix
+        key = (leaf, cap)
+        version = ix.leaf_version[leaf]
+        cached = self._rooms.get(key)
+        if cached is None or cached[0] != version:
+            free = ix.free
+            rooms = sorted(
+                ((r, i) for i in ix.leaf_nodes[leaf] if (r := min(free[i], cap)) > 0),
+                key=_largest_first,
+            )
+            cached = (version, rooms, _prefix([r for r, _ in rooms]))
+            self._rooms[key] = cached
+        return cached[1], cached[2]
+
+    def _leaf_parts(self, ask: Ask, leaf: int) -> int | None:
+        """How many of the leaf's largest rooms hold the request (None: not all of them):
+        len(_split(self._leaf_rooms(ask, leaf), ask.k))."""
+        if ask.sensitive:
+            return _count_split(self._leaf_rooms(ask, leaf), ask.k)
+        prefix = self._capped_rooms(leaf, min(ask.node_cap, self.ix.max_cap))[1]
+        parts = bisect.bisect_left(prefix, ask.k) + 1
+        if parts > len(prefix) or (ask.max_nodes_per_leaf is not None
+                                   and parts > ask.max_nodes_per_leaf):
+            return None
+        return parts
 
     def _leaf_room(self, ask: Ask, leaf: int) -> int:
         plain = not ask.sensitive and ask.node_cap >= self.ix.max_cap
@@ -275,6 +337,27 @@ class Packer:
         near = sorted(ask.near_leaves)
         near_set = set(near)
         return near + [leaf for leaf in range(len(self.ix.leaf_names)) if leaf not in near_set]
+
+    def _leaf_order(self, ask: Ask) -> np.ndarray:
+        """`_leaves(ask)` as an array."""
+        if ask.allowed is None and not ask.near_leaves:
+            if self._all_leaves is None:
+                self._all_leaves = np.arange(len(self.ix.leaf_names))
+            return self._all_leaves
+        return np.array(self._leaves(ask), dtype=np.int64)
+
+    def _leaf_table(self, cap: int) -> LeafRooms | None:
+        """The running totals of every leaf's rooms under a per-node cap, up to date;
+        None when the table would be too large (a scan is cheaper)."""
+        ix = self.ix
+        table = self._tables.get(cap)
+        if table is None:
+            sizes = [len(nodes) for nodes in ix.leaf_nodes]
+            if len(sizes) * max(sizes, default=0) > MAX_CELLS:
+                return None
+            table = self._tables[cap] = LeafRooms(sizes)
+        table.refresh(ix.leaf_version, lambda leaf: self._capped_rooms(leaf, cap)[1])
+        return table
 
     # ----- consolidated and balanced ------------------------------------------------
     def _consolidate(self, ask: Ask) -> NodeCounts | None:
@@ -327,30 +410,71 @@ class Packer:
                     return
 
     def _best_leaf(self, ask: Ask) -> int | None:
+        """The leaf holding the request on the fewest nodes, the best-scoring among
+        them; leaves are scanned in the order of `_leaves` until `candidates` of them
+        need no more nodes than an empty cluster would.
+
+        Without latency-sensitive rules, every leaf's node count comes at once from
+        a table of running totals (LeafRooms); `_best_leaf_scan` goes leaf by leaf.
+        """
         ix, k = self.ix, ask.k
         fewest = _needed(self._node_prefix, k) if ask.node_cap >= ix.max_cap else math.ceil(
             k / max(1, min(ask.node_cap, ix.max_cap))
         )
-        best: tuple[int, float, int] | None = None
+        cap = min(ask.node_cap, ix.max_cap)
+        table = None if ask.sensitive or len(ix.leaf_nodes) < MANY_LEAVES else self._leaf_table(cap)
+        if table is None:
+            return self._best_leaf_scan(ask, fewest)
+        if ask.max_gpus_per_leaf is not None and ask.max_gpus_per_leaf < k:
+            return None
+        order = self._leaf_order(ask)
+        if not len(order):
+            return None
+        parts, fits = table.parts(k, ask.max_nodes_per_leaf)
+        parts, fits = parts[order], fits[order]
+        counted = np.cumsum(fits & (parts <= fewest))
+        end = len(order)
+        if counted[-1] >= self.s.candidates:
+            end = int(np.searchsorted(counted, self.s.candidates)) + 1
+        scanned = fits[:end]
+        if not scanned.any():
+            return None
+        leaves, parts = order[:end][scanned], parts[:end][scanned]
+        winners = leaves[parts == parts.min()]
+        scores = self._scores(ask, winners, k)
+        return int(winners[scores == scores.max()].min())
+
+    def _best_leaf_scan(self, ask: Ask, fewest: int) -> int | None:
+        """_best_leaf, one leaf at a time (latency-sensitive requests: a node's room
+        depends on the job's own workers)."""
+        ix, k = self.ix, ask.k
+        leaf_free = ix.leaf_free
+        # Without limits a leaf's room is its free GPUs.
+        plain = (not ask.sensitive and ask.node_cap >= ix.max_cap
+                 and ask.max_nodes_per_leaf is None and ask.max_gpus_per_leaf is None)
+        # The leaves needing the fewest nodes among those scanned; the score decides
+        # between them (it is worked out only for them).
+        least: int | None = None
+        winners: list[int] = []
         at_fewest = 0
         for leaf in self._leaves(ask):
-            if ix.leaf_free[leaf] < k or self._leaf_room(ask, leaf) < k:
+            if leaf_free[leaf] < k or (not plain and self._leaf_room(ask, leaf) < k):
                 continue
-            parts = _count_split(self._leaf_rooms(ask, leaf), k)
+            parts = self._leaf_parts(ask, leaf)
             if parts is None:
                 continue
-            # A leaf needing more nodes than the best so far loses whatever its score: the
-            # score is worked out only for leaves that can win.
-            if best is None or -parts >= best[0]:
-                fit = 1.0 - (ix.leaf_free[leaf] - k) / ix.leaf_cap[leaf]
-                key = (-parts, self._score(ask, leaf, fit), -leaf)
-                if best is None or key > best:
-                    best = key
+            if least is None or parts < least:
+                least, winners = parts, [leaf]
+            elif parts == least:
+                winners.append(leaf)
             if parts <= fewest:
                 at_fewest += 1
                 if at_fewest >= self.s.candidates:
                     break
-        return None if best is None else -best[2]
+        if least is None:
+            return None
+        return max(winners, key=lambda leaf: (
+            self._score(ask, leaf, 1.0 - (leaf_free[leaf] - k) / ix.leaf_cap[leaf]), -leaf))
 
     def _fill_leaf(self, ask: Ask, leaf: int, amount: int) -> NodeCounts:
         parts = _split(self._leaf_rooms(ask, leaf), amount)
@@ -411,10 +535,13 @@ class Packer:
             if not fitting:
                 return None
             leaves = [max(fitting, key=lambda leaf: (ix.leaf_free[leaf], -leaf))]
-        ordered = sorted(
-            (leaf for leaf in leaves if ix.leaf_free[leaf] > 0),
-            key=lambda leaf: (-self._score(ask, leaf, 0.0), -ix.leaf_free[leaf], leaf),
-        )
+        if len(leaves) < MANY_LEAVES:
+            ordered = sorted(
+                (leaf for leaf in leaves if ix.leaf_free[leaf] > 0),
+                key=lambda leaf: (-self._score(ask, leaf, 0.0), -ix.leaf_free[leaf], leaf),
+            )
+        else:  # the same order, the scores worked out at once
+            ordered = self._by_score(ask, leaves)
         columns: list[list[int]] = []
         total = 0
         for leaf in ordered:
@@ -467,6 +594,10 @@ class Packer:
         if k:
             raise ValueError(f"placement: {k} GPUs could not be placed, the nodes are full")
         return counts
+
+
+def _largest_first(room: tuple[int, int]) -> tuple[int, int]:
+    return -room[0], room[1]
 
 
 def _prefix(values: Sequence[int]) -> list[int]:

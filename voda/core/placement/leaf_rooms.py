@@ -1,0 +1,52 @@
+"""Every leaf's largest free rooms as running totals in one NumPy table, to find at once
+how many nodes of each leaf a request needs.
+
+For a per-node cap (a node's room is its free GPUs up to the cap), row `leaf` holds
+the running totals of the leaf's rooms, largest first, then a value above any request.
+`parts(k)` is, for every leaf, how many of its largest rooms hold k GPUs: what
+Packer._leaf_parts gives for one leaf. Rows are refreshed only for the leaves whose
+free GPUs changed since the last query (FreeIndex.leaf_version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+# Above any request: a request is at most the GPUs of one GPU type.
+_ABOVE = np.iinfo(np.int64).max
+# Below this many leaves a scan leaf by leaf costs less than NumPy's calls.
+MANY_LEAVES = 32
+# The table's cells at most (leaves x nodes of the largest leaf); above, callers scan.
+MAX_CELLS = 1 << 20
+
+
+class LeafRooms:
+    """Running totals of each leaf's rooms under one per-node cap."""
+
+    def __init__(self, leaf_sizes: Sequence[int]) -> None:
+        width = max(leaf_sizes, default=0)
+        self.totals = np.full((len(leaf_sizes), max(width, 1)), _ABOVE, dtype=np.int64)
+        self.count = np.zeros(len(leaf_sizes), dtype=np.int64)  # rooms per leaf
+        self._versions = [-1] * len(leaf_sizes)
+
+    def refresh(self, versions: Sequence[int], prefix_of: Callable[[int], list[int]]) -> None:
+        """Rebuild the rows of the leaves whose version changed; `prefix_of(leaf)`: the
+        running totals of its rooms, largest first."""
+        mine = self._versions
+        for leaf, version in enumerate(versions):
+            if version != mine[leaf]:
+                prefix = prefix_of(leaf)
+                row = self.totals[leaf]
+                row[: len(prefix)] = prefix
+                row[len(prefix):] = _ABOVE
+                self.count[leaf] = len(prefix)
+                mine[leaf] = version
+
+    def parts(self, k: int, max_nodes: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """Per leaf: how many of its largest rooms hold k GPUs, and whether they do
+        (within `max_nodes` rooms when given)."""
+        parts = np.count_nonzero(self.totals < k, axis=1) + 1
+        limit = self.count if max_nodes is None else np.minimum(self.count, max_nodes)
+        return parts, parts <= limit
