@@ -29,20 +29,19 @@ class LeafRooms:
         width = max(leaf_sizes, default=0)
         self.totals = np.full((len(leaf_sizes), max(width, 1)), _ABOVE, dtype=np.int64)
         self.count = np.zeros(len(leaf_sizes), dtype=np.int64)  # rooms per leaf
-        self._versions = [-1] * len(leaf_sizes)
+        self._versions = np.full(len(leaf_sizes), -1, dtype=np.int64)
 
     def refresh(self, versions: Sequence[int], prefix_of: Callable[[int], list[int]]) -> None:
         """Rebuild the rows of the leaves whose version changed; `prefix_of(leaf)`: the
         running totals of its rooms, largest first."""
-        mine = self._versions
-        for leaf, version in enumerate(versions):
-            if version != mine[leaf]:
-                prefix = prefix_of(leaf)
-                row = self.totals[leaf]
-                row[: len(prefix)] = prefix
-                row[len(prefix):] = _ABOVE
-                self.count[leaf] = len(prefix)
-                mine[leaf] = version
+        now = np.fromiter(versions, dtype=np.int64, count=len(self.count))
+        for leaf in np.flatnonzero(now != self._versions).tolist():
+            prefix = prefix_of(leaf)
+            row = self.totals[leaf]
+            row[: len(prefix)] = prefix
+            row[len(prefix):] = _ABOVE
+            self.count[leaf] = len(prefix)
+        self._versions = now
 
     def parts(self, k: int, max_nodes: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Per leaf: how many of its largest rooms hold k GPUs, and whether they do

@@ -253,11 +253,17 @@ class Packer:
                                  np.array(self._history, dtype=np.float64))
         spines, caps, history = self._leaf_arrays
         caps = caps[leaves]
-        free = np.array([ix.leaf_free[leaf] for leaf in leaves.tolist()], dtype=np.int64)
+        free = np.array(ix.leaf_free, dtype=np.int64)[leaves]
         fit = 0.0 if k is None else 1.0 - (free - k) / caps
-        alignment = np.where(
-            np.isin(leaves, list(ask.near_leaves)), 1.0,
-            np.where(np.isin(spines[leaves], list(ask.near_spines)), 0.5, 0.0))
+        alignment = np.zeros(len(leaves))
+        if ask.near_spines:
+            near = np.zeros(len(ix.spine_names), dtype=bool)
+            near[list(ask.near_spines)] = True
+            alignment[near[spines[leaves]]] = 0.5
+        if ask.near_leaves:  # over a near spine's 0.5
+            near = np.zeros(len(ix.leaf_names), dtype=bool)
+            near[list(ask.near_leaves)] = True
+            alignment[near[leaves]] = 1.0
         utilization = 1.0 - free / caps
         if ask.spread:
             fit, utilization = 1.0 - fit, 1.0 - utilization

@@ -181,7 +181,9 @@ def _relayout(
         if moved >= packer.s.defragment_max_moved_jobs:
             return
         counts = current[job.name]
-        if job.name not in steady or not packer.slow_layout(job, counts):
+        # (no layout learned: not slow)
+        if (job.name not in steady or not job.layout_throughput
+                or not packer.slow_layout(job, counts)):
             continue
         packer.release(job, counts)
         fresh = packer.place(packer.ask(job, sum(counts.values()), {}))
