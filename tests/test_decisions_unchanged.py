@@ -3,7 +3,9 @@ they did with the count dynamic programs over every column (tests/counts_referen
 the FIFO, SRJF and Tiresias families as with their filling and queue orders at ce6fffe
 (tests/elastic_reference.py, srjf_reference.py, tiresias_reference.py), on random jobs,
 and the simulator's per-job results on the Pollux workloads are those recorded from the
-code before the change (tests/sim_digests.py; tests/data/decisions-9ddda88.json)."""
+code before the change (tests/sim_digests.py; tests/data/decisions-9ddda88.json); the
+topology placer puts every worker where it did at 9f78a45 on random clusters and plans
+(tests/placement_digests.py), with and without its table of leaf rooms."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from counts_reference import (
 from elastic_reference import elastic_in_order_reference
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from placement_digests import all_digests, recorded
 from sim_digests import cases, digest, key
 from srjf_reference import shortest_first_reference
 from test_allocation_properties import jobs_strategy
@@ -36,7 +39,11 @@ from voda.core.allocation.pollux import Pollux
 from voda.core.allocation.srjf import SRJF, ElasticSRJF
 from voda.core.allocation.tiresias import ElasticTiresias, Tiresias
 from voda.core.allocation.voda import Voda
-from voda.core.model import Job
+from voda.core.model import Cluster, Job, Node
+from voda.core.placement import packer as packer_module
+from voda.core.placement.packer import Packer
+from voda.core.placement.settings import PlacementSettings
+from voda.core.placement.topology import FreeIndex, Topology
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 from allocate import make_jobs
@@ -142,3 +149,45 @@ def test_the_program_picks_as_before_at_the_bench_size() -> None:
         utilities = voda_.utilities(ordered, curves, np.linspace(0.1, 2.0, len(ordered)))
         assert (best_counts(utilities, capacity)
                 == best_counts_with_pick_arrays(utilities, capacity))
+
+
+@pytest.mark.parametrize("many_leaves", [packer_module.MANY_LEAVES, 1],
+                         ids=["as configured", "leaf table always"])
+def test_topology_placements_are_those_of_9f78a45(many_leaves: int) -> None:
+    """Every worker of every round on the node the placer gave it before it was made
+    incremental; also with the NumPy table of leaf rooms on every cluster."""
+    expected = recorded()
+    with mock.patch.object(packer_module, "MANY_LEAVES", many_leaves):
+        found = all_digests(int(seed) for seed in expected)
+    assert len(expected) >= 200
+    assert {seed for seed in expected if found[seed] != expected[seed]} == set()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_leaf_table_picks_the_leaf_the_scan_picks(seed: int) -> None:
+    """Identical leaves and nodes, so node counts and scores tie; near leaves, per-node
+    caps (balanced), leaf limits: the table and the scan leaf by leaf agree."""
+    rng = np.random.default_rng(seed)
+    per_leaf, leaves = int(rng.choice([1, 2, 4])), int(rng.choice([8, 40]))
+    cluster = Cluster(tuple(Node(f"n{i}", 8, leaf=f"l{i // per_leaf}",
+                                 spine=f"s{i // (per_leaf * 4)}")
+                            for i in range(per_leaf * leaves)))
+    settings_ = PlacementSettings(
+        candidates=int(rng.choice([1, 4, 16])),
+        max_nodes_per_leaf=None if seed % 3 else 2,
+        max_gpus_per_leaf=None if seed % 4 else 12)
+    packer = Packer(FreeIndex.of(cluster.nodes, Topology.of(cluster)), settings_)
+    for i in range(len(cluster.nodes)):  # ties: the same few free counts everywhere
+        packer.ix.take(i, int(rng.choice([0, 4, 4, 6, 8])))
+    strategies = ("consolidated", "balanced")
+    for ask_index in range(30):
+        job = Job(f"j{ask_index}", placement_strategy=strategies[ask_index % 2])
+        own = {int(i): 1 for i in rng.choice(len(cluster.nodes), int(rng.integers(0, 3)))}
+        ask = packer.ask(job, int(rng.integers(1, 20)), own)
+        fewest = packer_module._needed(packer._node_prefix, ask.k) \
+            if ask.node_cap >= packer.ix.max_cap else math.ceil(ask.k / ask.node_cap)
+        with mock.patch.object(packer_module, "MANY_LEAVES", 1):
+            table = packer._best_leaf(ask)
+        assert table == packer._best_leaf_scan(ask, fewest)
+        if table is not None and rng.random() < 0.5:  # the leaves change between asks
+            packer.take(job, packer._fill_leaf(ask, table, ask.k))
