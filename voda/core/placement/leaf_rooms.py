@@ -17,7 +17,7 @@ import numpy as np
 # Above any request: a request is at most the GPUs of one GPU type.
 _ABOVE = np.iinfo(np.int64).max
 # Below this many leaves a scan leaf by leaf costs less than NumPy's calls.
-MANY_LEAVES = 32
+MANY_LEAVES = 64
 # The table's cells at most (leaves x nodes of the largest leaf); above, callers scan.
 MAX_CELLS = 1 << 20
 
