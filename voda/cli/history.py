@@ -9,22 +9,20 @@ from typing import Annotated, Any
 import typer
 
 from voda.cli.client import Client
-from voda.cli.common import EXIT_USAGE, Token, Url, die, duration, out, print_json, print_yaml
+from voda.cli.common import EXIT_USAGE, Token, Url, die, duration, print_json, print_yaml
 from voda.cli.completion import complete_gpu_types
+from voda.cli.table import Table, say
 
 RANGES = ("hour", "day", "week")
 ROWS_MAX = 240  # the service averages a range into at most this many points
 
 
-def history_table(view: dict[str, Any]) -> Any:
+def history_table(view: dict[str, Any]) -> Table:
     """One row a point: its time (local), GPUs in service, allocated and in use, jobs
     running and waiting, the mean and longest wait."""
-    from rich.table import Table
-
     stamp = "%a %H:%M" if view["range"] == "week" else "%H:%M"
     table = Table("TIME", "GPUS", "ALLOCATED", "IN USE", "RUNNING", "WAITING", "MEAN WAIT",
-                  "LONGEST WAIT", title=f"{view['gpu_type']} GPUs, last {view['range']}",
-                  title_justify="left")
+                  "LONGEST WAIT", title=f"{view['gpu_type']} GPUs, last {view['range']}")
     for p in view["points"]:
         table.add_row(time.strftime(stamp, time.localtime(p["time"])), f"{p['gpus']:g}",
                       f"{p['allocated']:.1f}", f"{p['in_use']:.1f}", f"{p['running']:.1f}",
@@ -65,7 +63,7 @@ def register(app: typer.Typer) -> None:
         elif output == "yaml":
             print_yaml(view)
         elif not view["points"]:
-            out.print(f"no samples of {view['gpu_type']} in the last {view['range']} yet "
-                      f"(the service samples every {view['sample_seconds']:g} s)")
+            say(f"no samples of {view['gpu_type']} in the last {view['range']} yet "
+                f"(the service samples every {view['sample_seconds']:g} s)")
         else:
-            out.print(history_table(view))
+            history_table(view).print()

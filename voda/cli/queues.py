@@ -9,7 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from voda.cli.client import Client, segment
-from voda.cli.common import AsJson, Token, Url, out, print_json
+from voda.cli.common import AsJson, Token, Url, print_json
+from voda.cli.table import Table
 
 QueueName = Annotated[str, typer.Argument(help="Queue name.")]
 
@@ -25,9 +26,7 @@ def shown_rows(queue: dict[str, Any]) -> list[dict[str, Any]]:
     return rows or queue["usage"]
 
 
-def queue_table(queues: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
-
+def queue_table(queues: list[dict[str, Any]]) -> Table:
     table = Table("QUEUE", "GPU TYPE", "USED/GUARANTEE", "BORROWED", "LENT", "WAITING",
                   "RECLAIMED", "WEIGHT")
     for q in queues:
@@ -39,11 +38,9 @@ def queue_table(queues: list[dict[str, Any]]) -> Any:
     return table
 
 
-def describe_screen(q: dict[str, Any]) -> list[Any]:
-    from rich.table import Table
-
+def describe_screen(q: dict[str, Any]) -> list[Table]:
     match = ", ".join(f"{k}={v}" for k, v in q["match"].items()) or "-"
-    head = Table.grid(padding=(0, 2))
+    head = Table("", "", show_header=False)
     for label, value in (("Name", q["name"]), ("Source", q["source"]),
                          ("Weight", f"{q['weight']:g}"), ("Match", match)):
         head.add_row(label, value)
@@ -68,7 +65,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(view)
             return
-        out.print(queue_table(view["queues"]))
+        queue_table(view["queues"]).print()
 
     @queue_app.command("describe")
     def queue_describe(name: QueueName, url: Url = None, token: Token = None,
@@ -79,6 +76,6 @@ def register(app: typer.Typer) -> None:
             print_json(view)
             return
         for part in describe_screen(view):
-            out.print(part)
+            part.print()
 
     app.add_typer(queue_app, name="queue")
