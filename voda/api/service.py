@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from voda.api import views
 from voda.api.errors import Busy, Conflict, Forbidden, NotFound, StoreNotWritable
 from voda.api.history import cluster_samples, queue_samples
+from voda.api.job_labels import named
 from voda.api.job_names import JobNames, name_taken, new_uid
 from voda.api.queues import QueueBook, base_entries, check_entry
 from voda.api.reads import HISTORY_SHOWN as HISTORY_SHOWN  # the routes import it from here
@@ -250,6 +251,8 @@ class Service(ServiceReads):
         self.inbox: list[JobRecord] = []
         self.names: set[str] = set()  # every job's uid (voda.api.job_names)
         self.job_names = JobNames()  # names as given: the live jobs' unique
+        if hasattr(backend, "said"):  # the Kubernetes backend's reasons on job objects
+            backend.said = lambda text: named(text, self.job_names.name_of)
         # (user, Idempotency-Key) -> (job uid, SHA-256 of the body); None while in flight.
         self.idempotency: dict[tuple[str, str], tuple[str, str] | None] = {}
         self.queued_by_user: dict[str, int] = {}
