@@ -205,6 +205,8 @@ def migration_plan(old: Placement, new: Placement) -> MigrationPlan:
     moves: list[Move] = []
     restarts: list[str] = []
     for job in sorted(set(old) & set(new)):
+        if old[job] is new[job]:  # kept as it was (a placer hands the same tuple back)
+            continue
         before, after = dict(_merged(old[job])), dict(_merged(new[job]))
         if not before or not after:
             continue
