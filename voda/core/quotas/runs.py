@@ -14,12 +14,14 @@ when the figure is reported.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import attrgetter
 
-from voda.core.allocation.base import checked_allocate
+from voda.core.allocation.base import checked_allocate, checked_allocate_many
 from voda.core.model import Job
 
 Allocate = Callable[[Sequence[Job], int], Mapping[str, int]]
+_MAX = attrgetter("max_workers")
 
 
 class QueueRuns:
@@ -31,15 +33,29 @@ class QueueRuns:
         self.members = members
         self.guarantee = guarantee
         most = getattr(algorithm, "most_gpus", None)  # the algorithm's own bound, if any
-        self.demand = [min(sum(j.max_workers for j in jobs), most(jobs) if most else math.inf)
+        self.demand = [min(sum(map(_MAX, jobs)), most(jobs) if most else math.inf)
                        for jobs in members]
         self._runs: dict[tuple[int, int], dict[str, int]] = {}
         self.exact = [not jobs or g == 0 or d <= g
                       for jobs, g, d in zip(members, guarantee, self.demand, strict=True)]
         # what each queue's algorithm takes on its guarantee: exact where it wants no more
         # than the guarantee (that run is its allocation), else the bound min(G, demand)
+        self.prefetch([(i, g) for i, g in enumerate(guarantee) if self.exact[i]])
         self.base = [self.used(i, g) if self.exact[i] else min(g, self.demand[i])
                      for i, g in enumerate(guarantee)]
+
+    def prefetch(self, wanted: Iterable[tuple[int, int]]) -> None:
+        """Run the (queue, GPUs) pairs not yet run together, where the algorithm has
+        `allocate_many` (the same allocations as one call each, for less)."""
+        if not hasattr(self.algorithm, "allocate_many"):
+            return
+        todo = [key for key in dict.fromkeys(wanted)
+                if key not in self._runs and self.members[key[0]]]
+        if len(todo) < 2:
+            return
+        runs = checked_allocate_many(self.algorithm,  # type: ignore[arg-type]
+                                     [(self.members[i], gpus) for i, gpus in todo])
+        self._runs.update(zip(todo, runs, strict=True))
 
     def __call__(self, i: int, gpus: int) -> dict[str, int]:
         key = (i, gpus)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from voda.core.model import Job
 from voda.core.quotas.fill import water_fill
@@ -26,6 +27,7 @@ from voda.core.quotas.reclaim import Reclaim, reclaim
 from voda.core.quotas.runs import QueueRuns
 
 Allocate = Callable[[Sequence[Job], int], Mapping[str, int]]
+_CURRENT = attrgetter("current_workers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,7 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     open_ = [w > max(b, g) for w, b, g in zip(want, base, guarantee, strict=True)]
     _fill(shares, given, open_, capacity, guarantee, weight, want, keep, run)
     # 3. GPUs still idle go to any queue whose jobs can use them
-    held = [sum(j.current_workers for j in groups.get(n, [])) for n in names]
+    held = [sum(map(_CURRENT, groups.get(n, ()))) for n in names]
     cuts: dict[int, Reclaim] = {}
 
     def grow(i: int, gpus: int) -> int:
@@ -130,6 +132,8 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     if cuts:  # what a cut left idle goes to whoever can use it, the cut queues included
         _top_up(shares, capacity, guarantee, weight, want, keep, grow)
     # 5. allocate
+    if exact:
+        run.prefetch([(i, g) for i, g in enumerate(guarantee) if not run.exact[i]])
     allocation: dict[str, int] = {}
     outcomes: dict[str, QueueOutcome] = {}
     reclaimed: set[str] = set()
@@ -147,7 +151,7 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
             within_guarantee=run.exact_base(i) if exact else base[i], share=given[i],
             used=sum(counts.values()), reclaimed_by_shrinking=shrunk,
             reclaimed_by_preemption=preempted,
-            waiting=sum(1 for j in members if counts.get(j.name, 0) == 0),
+            waiting=list(counts.values()).count(0),  # counts name every job of the queue
             reclaiming=cut is not None)
     return QuotaDecision(allocation, outcomes, job_queue, frozenset(reclaimed))
 
@@ -162,6 +166,8 @@ def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
     floor = list(base)
     for _ in range(len(shares) + 1):  # each round closes a queue, or is the last
         offered = water_fill(capacity, guarantee, weight, floor, want, keep, open_)
+        run.prefetch([(i, offered[i]) for i in range(len(shares))
+                      if open_[i] and offered[i] != floor[i]])
         changed = False
         for i in range(len(shares)):
             if not open_[i] or offered[i] == floor[i]:
