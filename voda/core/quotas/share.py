@@ -76,12 +76,8 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     `exact=False` leaves `within_guarantee` at its bound min(guarantee, demand) where the
     decision did not need the run on the guarantee (the allocation is the same)."""
     declared = {q.name: q for q in queues}
-    groups: dict[str, list[Job]] = {}
-    job_queue: dict[str, str] = {}
-    for job in jobs:
-        name = job.queue if job.queue in declared else DEFAULT_QUEUE
-        groups.setdefault(name, []).append(job)
-        job_queue[job.name] = name
+    groups = _groups(jobs, declared)
+    job_queue = {j.name: name for name, members in groups.items() for j in members}
     names = sorted(set(groups) | {q for q in declared if declared[q].guaranteed(gpu_type)})
     qs = [declared.get(n) or Queue(n) for n in names]
     weight = [q.weight for q in qs]
@@ -138,7 +134,6 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     outcomes: dict[str, QueueOutcome] = {}
     reclaimed: set[str] = set()
     for i, name in enumerate(names):
-        members = groups.get(name, [])
         cut = cuts.get(i)
         counts = cut.allocation if cut else run(i, given[i])
         shrunk, preempted = (cut.by_shrinking, cut.by_preemption) if cut else (0, 0)
@@ -154,6 +149,26 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
             waiting=list(counts.values()).count(0),  # counts name every job of the queue
             reclaiming=cut is not None)
     return QuotaDecision(allocation, outcomes, job_queue, frozenset(reclaimed))
+
+
+def _groups(jobs: Sequence[Job], declared: Mapping[str, Queue]) -> dict[str, list[Job]]:
+    """The jobs by the queue they run in, each queue's in the order given: a job naming
+    no declared queue runs in `default`."""
+    named: dict[str, list[Job]] = {}
+    for job in jobs:  # by the name each gives (one lookup a job), then by queue
+        members = named.get(job.queue)
+        if members is None:
+            named[job.queue] = [job]
+        else:
+            members.append(job)
+    groups = {name: members for name, members in named.items() if name in declared}
+    strays = [name for name in named if name not in declared]
+    if strays == [DEFAULT_QUEUE] or (len(strays) == 1 and DEFAULT_QUEUE not in groups):
+        groups[DEFAULT_QUEUE] = named[strays[0]]
+    elif strays:  # several names run in default: in the order given
+        groups[DEFAULT_QUEUE] = [j for j in jobs
+                                 if j.queue == DEFAULT_QUEUE or j.queue not in declared]
+    return groups
 
 
 def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
