@@ -214,6 +214,22 @@ def allocate_many_by_priority(problems: Sequence[tuple[Sequence[Job], int]],
     return out
 
 
+def live_problems(problems: Sequence[tuple[Sequence[Job], int]],
+                  order: Callable[[Sequence[Job]], list[Job]]
+                  ) -> tuple[list[dict[str, int]], list[tuple[int, list[Job], int]]]:
+    """The problems with jobs and GPUs to share, as (index, jobs in `order`, capacity),
+    and one allocation per problem, every job at 0 for the others (empty for these)."""
+    out: list[dict[str, int]] = [{} for _ in problems]
+    live = []
+    for k, (jobs, capacity) in enumerate(problems):
+        ordered = order(jobs)
+        if not ordered or capacity <= 0:
+            out[k] = {j.name: 0 for j in ordered}
+        else:
+            live.append((k, ordered, capacity))
+    return out, live
+
+
 def rigid_size(job: Job, capacity: int) -> int:
     """The size a rigid-size algorithm (FIFO, SRJF, Tiresias) runs `job` at, out of the
     `capacity` its priority class has.

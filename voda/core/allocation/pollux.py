@@ -37,7 +37,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from voda.core.allocation.base import allocate_by_priority, allocate_many_by_priority
+from voda.core.allocation.base import (
+    allocate_by_priority,
+    allocate_many_by_priority,
+    live_problems,
+)
 from voda.core.allocation.counts import (
     FROM_CLUSTER,
     best_counts,
@@ -105,14 +109,7 @@ class Pollux:
 
     def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
                           ) -> list[dict[str, int]]:
-        out: list[dict[str, int]] = [{} for _ in problems]
-        live = []  # (problem, its jobs in order, its capacity)
-        for k, (jobs, capacity) in enumerate(problems):
-            ordered = sorted(jobs, key=lambda j: (j.attained_gpu_seconds, j.submit_time, j.name))
-            if not ordered or capacity <= 0:
-                out[k] = {j.name: 0 for j in ordered}
-            else:
-                live.append((k, ordered, capacity))
+        out, live = live_problems(problems, by_attained)
         if not live:
             return out
         scale = 1.0 / per_node(self.gpus_per_node)  # one GPU's share of the cluster -> one node's
@@ -246,6 +243,11 @@ class Pollux:
         allowed[0] = True
         u[~allowed] = -np.inf
         return u
+
+
+def by_attained(jobs: Sequence[Job]) -> list[Job]:
+    """Least attained service first (ties: submit time, name): the order Pollux reads."""
+    return sorted(jobs, key=lambda j: (j.attained_gpu_seconds, j.submit_time, j.name))
 
 
 def replica_cap(job: Job) -> int:

@@ -78,6 +78,7 @@ from voda.core.allocation.base import (
     allocate_by_priority,
     allocate_many_by_priority,
     by_submit,
+    live_problems,
     water_level,
 )
 from voda.core.allocation.counts import (
@@ -227,14 +228,7 @@ class Voda:
 
     def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
                           ) -> list[dict[str, int]]:
-        out: list[dict[str, int]] = [{} for _ in problems]
-        live = []  # (problem, its jobs in order, its capacity)
-        for k, (jobs, capacity) in enumerate(problems):
-            ordered = by_submit(jobs)
-            if not ordered or capacity <= 0:
-                out[k] = {j.name: 0 for j in ordered}
-            else:
-                live.append((k, ordered, capacity))
+        out, live = live_problems(problems, by_submit)
         if not live:
             return out
         node = per_node(self.gpus_per_node)
