@@ -610,3 +610,33 @@ def test_progress_reschedules_only_algorithms_that_decide_on_it(
     sched.step(0.0)
     backend.report_epoch("a", 5.0, epoch=1, seconds=5.0, workers=2)
     assert (sched.step(5.0) is not None) is reschedules
+
+
+def test_what_a_restart_costs_is_measured_from_its_restore_epoch() -> None:
+    """The restore epoch after a (re)start, less the steady epoch time at that size, is
+    what the (re)start cost; a backend that cannot tell the policies a job's restart
+    cost (the memory backend here, Kubernetes, local) has them use that."""
+    sched, backend = scheduler(nodes=1, gpus=4, rate_limit=0.0)
+    sched.submit(make_job("a").workers(1, 4).submitted_at(0).obj())
+    sched.step(0.0)
+    a = sched.jobs["a"]
+    assert a.current_workers == 4
+    backend.report_epoch("a", 30.0, 1, 30.0, 4)  # the first start's restore: speed unknown
+    backend.report_epoch("a", 40.0, 2, 10.0, 4)  # steady on 4 GPUs: 10 s an epoch
+    sched.step(40.0)
+    assert a.measured_restart_cost == 0.0
+    sched.submit(make_job("b").workers(1, 4).submitted_at(41).obj())
+    sched.step(41.0)  # a shrinks for b: its speed there is not known, nor the cost
+    shrunk = a.current_workers
+    assert shrunk < 4
+    backend.report_epoch("a", 70.0, 3, 29.0, shrunk)
+    backend.complete("b", 71.0)
+    sched.step(71.0)  # a grows back to 4
+    assert a.current_workers == 4
+    backend.report_epoch("a", 89.0, 4, 18.0, 4)  # 18 s after the restart, 10 s steady
+    sched.step(89.0)
+    assert a.measured_restart_cost == pytest.approx(8.0)
+    assert a.epoch_time_by_workers[4] == pytest.approx(10.0)  # the restore is no speed
+    sched.step(90.0, force=True)
+    assert a.restart_cost == pytest.approx(8.0)
+    assert a.snapshot().restart_cost == pytest.approx(8.0)

@@ -169,6 +169,11 @@ class JobRecord:
     # finishes its epoch) moves restore_epoch past it.
     restore_workers: int | None = None
     restore_epoch_before: int | None = None  # the restore epoch of the size before the change
+    # When its last (re)start was done (engine time), and what a (re)start costs it as
+    # measured here (job seconds; 0: not yet): its restore epoch's time from the
+    # (re)start less its steady epoch time at that size (`_measure_restart`).
+    restarted_at: float | None = None
+    measured_restart_cost: float = 0.0
     reported_by_type: dict[str, Any] = field(default_factory=dict)  # its goodput per GPU type
     type_reason: str | None = None  # why the heterogeneity policy chose its GPU type
     extra: dict[str, Any] = field(default_factory=dict)
@@ -615,6 +620,8 @@ class Scheduler:
         if record.restore_workers is not None and record.restore_epoch is not None:
             if workers == record.restore_workers:
                 record.restore_workers = None  # the new size reports: the restore is behind
+                if epoch == record.restore_epoch:
+                    self._measure_restart(record, workers, event.time)
             elif epoch >= record.restore_epoch:
                 # The old size still ran this epoch (stopping gracefully, it finishes the
                 # one under way): a speed of the old size unless it held that size's own
@@ -630,6 +637,18 @@ class Scheduler:
             self._record_layout(record, event)
         for observer in self.observers:
             observer.on_epoch(record, epoch, seconds, workers)
+
+    def _measure_restart(self, record: JobRecord, workers: int, at: float) -> None:
+        """The job's restore epoch at `workers` ended at `at`: the time since its (re)start
+        beyond its steady epoch time there is what the (re)start cost it (processes
+        started, rendezvous, checkpoint read). Unknown until that size's speed is."""
+        steady = record.epoch_time_by_workers.get(workers)
+        if record.restarted_at is None or steady is None:
+            return
+        cost = (at - record.restarted_at) * self.time_scale - steady
+        record.restarted_at = None
+        if cost >= 0 and math.isfinite(cost):
+            record.measured_restart_cost = _smoothed(record.measured_restart_cost or None, cost)
 
     @staticmethod
     def _record_layout(record: JobRecord, event: Event) -> None:
@@ -776,6 +795,9 @@ class Scheduler:
             for r in self.active.values():
                 r.restart_cost = max(0.0, float(costs[0](r.name)))
                 r.restoring_seconds = max(0.0, float(costs[1](r.name)))
+        else:  # a backend that cannot tell: what its (re)starts were measured to cost
+            for r in self.active.values():
+                r.restart_cost = r.measured_restart_cost
         records = [
             r for r in self.active.values()
             if r.status is not JobStatus.SUBMITTED or r.submit_time <= now
@@ -902,7 +924,7 @@ class Scheduler:
             self._place(record, ())
             self._set_status(record, JobStatus.WAITING, now)
             return
-        self._restarting(record, action.workers_after)
+        self._restarting(record, action.workers_after, now)
         if action.kind is ActionKind.START:
             if record.first_start_time is not None:
                 record.restarts += 1
@@ -933,7 +955,7 @@ class Scheduler:
             started = not record.placement and actual
             self._place(record, actual)
             if started:
-                self._restarting(record, record.current_workers)
+                self._restarting(record, record.current_workers, now)
                 if record.first_start_time is None:
                     record.first_start_time = now
                 self._set_status(record, JobStatus.RUNNING, now)
@@ -1036,11 +1058,13 @@ class Scheduler:
                 f"{record.max_workers} GPUs until the retry{when}."), now)
 
     # ----- helpers ---------------------------------------------------------------
-    def _restarting(self, record: JobRecord, workers: int) -> None:
+    def _restarting(self, record: JobRecord, workers: int, now: float) -> None:
         """The job (re)starts on `workers` from its checkpoint: its next epoch there holds
         the restore (see _record_epoch). Unless the backend resumes it where it stopped
         within an epoch, the epoch under way starts over."""
-        if not self._resumes_within_epoch(record.name):
+        resumes = self._resumes_within_epoch(record.name)
+        record.restarted_at = None if resumes else now  # a part-epoch tells no cost
+        if not resumes:
             epoch_starts(record)
         record.restore_epoch_before = record.restore_epoch
         record.restore_epoch = int(record.completed_epochs) + 1

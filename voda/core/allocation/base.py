@@ -74,12 +74,66 @@ def checked_allocate(
         raw = algorithm(jobs, capacity)
     except Exception as exc:  # a custom algorithm may fail in any way
         raise AllocationRejected(name, [f"raised {type(exc).__name__}: {exc}"]) from exc
+    return checked_result(name, jobs, capacity, raw)
+
+
+def checked_allocate_many(algorithm: AllocationAlgorithm,
+                          problems: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+    """`checked_allocate` of each (jobs, capacity) problem, by the algorithm's
+    `allocate_many(problems)` where it has one (the same allocations as a call per
+    problem, for less: Voda, Pollux), else a call per problem."""
+    many = getattr(algorithm, "allocate_many", None)
+    if many is None:
+        return [checked_allocate(algorithm, jobs, capacity) for jobs, capacity in problems]
+    name = getattr(algorithm, "name", type(algorithm).__name__)
+    try:
+        raws = list(many(problems))
+    except Exception as exc:  # a custom algorithm may fail in any way
+        raise AllocationRejected(name, [f"raised {type(exc).__name__}: {exc}"]) from exc
+    if len(raws) != len(problems):
+        raise AllocationRejected(name, [f"allocate_many returned {len(raws)} allocations "
+                                        f"for {len(problems)} problems"])
+    return [checked_result(name, jobs, capacity, raw)
+            for (jobs, capacity), raw in zip(problems, raws, strict=True)]
+
+
+def checked_result(name: str, jobs: Sequence[Job], capacity: int, raw: object
+                   ) -> dict[str, int]:
+    """`raw`, what algorithm `name` gave `jobs` on `capacity`, with every job present,
+    or AllocationRejected saying how it breaks the contract."""
     if not isinstance(raw, Mapping):
         raise AllocationRejected(name, [f"returned {type(raw).__name__}, not a mapping"])
+    checked = _valid(jobs, capacity, raw)
+    if checked is not None:
+        return checked
     problems = allocation_problems(jobs, capacity, raw)
     if problems:
         raise AllocationRejected(name, problems)
-    return {j.name: int(raw.get(j.name, 0)) for j in jobs}
+    return {j.name: int(raw.get(j.name, 0)) for j in jobs}  # e.g. an int subclass
+
+
+def _valid(jobs: Sequence[Job], capacity: int, raw: Mapping[str, int]) -> dict[str, int] | None:
+    """`raw` with every job present (0 if none) when it plainly keeps the contract, else
+    None (`allocation_problems` then says why, or finds nothing wrong with what this pass
+    does not take: an int subclass, jobs of one name): one pass, no message built."""
+    out: dict[str, int] = {}
+    total = named = 0
+    get = raw.get
+    for job in jobs:
+        gpus = get(job.name)
+        if gpus is None:
+            out[job.name] = 0
+            continue
+        named += 1
+        if type(gpus) is not int:  # bool, and int subclasses: the slow path decides
+            return None
+        if gpus != 0 and not (job.min_workers <= gpus <= job.max_workers):
+            return None
+        out[job.name] = gpus
+        total += max(gpus, 0)
+    if named != len(raw) or total > capacity:
+        return None  # a name not among the jobs (or given twice), or too many GPUs
+    return out
 
 
 _PRIORITY, _SUBMIT_TIME, _NAME = (
@@ -135,6 +189,47 @@ def allocate_by_priority(
     return allocation
 
 
+ManyAllocator = Callable[[Sequence[tuple[Sequence[Job], int]]], list[dict[str, int]]]
+
+
+def allocate_many_by_priority(problems: Sequence[tuple[Sequence[Job], int]],
+                              allocate_classes: ManyAllocator) -> list[dict[str, int]]:
+    """`allocate_by_priority` of each (jobs, capacity) problem, the classes of one rank
+    in every problem handed to `allocate_classes` together (a list of (class, capacity
+    left) in, one allocation per problem out): the same allocations, for an algorithm
+    whose per-call cost is worth sharing (Voda's, Pollux's; the quota layer runs one
+    problem per queue)."""
+    classes = [[list(members) for _, members in groupby(by_submit(jobs), key=_PRIORITY)]
+               for jobs, _ in problems]
+    free = [capacity for _, capacity in problems]
+    out: list[dict[str, int]] = [{} for _ in problems]
+    for rank in range(max(map(len, classes), default=0)):
+        now = [k for k, groups in enumerate(classes) if rank < len(groups)]
+        parts = allocate_classes([(classes[k][rank], free[k]) for k in now])
+        for k, part in zip(now, parts, strict=True):
+            names = list(map(_NAME, classes[k][rank]))
+            gpus = list(map(part.get, names, repeat(0)))
+            out[k].update(zip(names, gpus, strict=True))
+            free[k] -= sum(gpus)
+    return out
+
+
+def live_problems(problems: Sequence[tuple[Sequence[Job], int]],
+                  order: Callable[[Sequence[Job]], list[Job]]
+                  ) -> tuple[list[dict[str, int]], list[tuple[int, list[Job], int]]]:
+    """The problems with jobs and GPUs to share, as (index, jobs in `order`, capacity),
+    and one allocation per problem, every job at 0 for the others (empty for these)."""
+    out: list[dict[str, int]] = [{} for _ in problems]
+    live = []
+    for k, (jobs, capacity) in enumerate(problems):
+        ordered = order(jobs)
+        if not ordered or capacity <= 0:
+            out[k] = {j.name: 0 for j in ordered}
+        else:
+            live.append((k, ordered, capacity))
+    return out, live
+
+
 def rigid_size(job: Job, capacity: int) -> int:
     """The size a rigid-size algorithm (FIFO, SRJF, Tiresias) runs `job` at, out of the
     `capacity` its priority class has.
@@ -158,7 +253,12 @@ def most_at_rigid_size(jobs: Sequence[Job]) -> int:
     its `rigid_size`, at most the larger of its min and its preferred size, or not at
     all. (The optional `most_gpus(jobs)` of an algorithm: the quota layer's demand of a
     queue, docs/design/013-queues.md; without it the demand is the sum of the jobs' max.)"""
-    return sum(max(j.min_workers, j.preferred) for j in jobs)
+    most = 0
+    for job in jobs:  # max(min, preferred), read without the property: a loop per queue
+        preferred = job.preferred_workers
+        low = job.min_workers
+        most += low if preferred is None or preferred < low else preferred
+    return most
 
 
 def without_slowdown(job: Job) -> Job:

@@ -37,7 +37,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from voda.core.allocation.base import allocate_by_priority
+from voda.core.allocation.base import (
+    allocate_by_priority,
+    allocate_many_by_priority,
+    live_problems,
+)
 from voda.core.allocation.counts import (
     FROM_CLUSTER,
     best_counts,
@@ -92,17 +96,34 @@ class Pollux:
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
+    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+        """`self(jobs, capacity)` of each problem, the jobs of all of them priced together
+        (utilities are per job): the same allocations, for a fraction of the calls (the
+        quota layer runs Pollux once per queue, docs/design/013-queues.md)."""
+        return allocate_many_by_priority(problems, self._allocate_classes)
+
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         """One priority class on what the classes above left (the whole cluster when all
         jobs share one priority, as in Pollux)."""
-        ordered = sorted(jobs, key=lambda j: (j.attained_gpu_seconds, j.submit_time, j.name))
-        if not ordered or capacity <= 0:
-            return {j.name: 0 for j in ordered}
-        fair = math.ceil(capacity / len(ordered))
+        return self._allocate_classes([(jobs, capacity)])[0]
+
+    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
+                          ) -> list[dict[str, int]]:
+        out, live = live_problems(problems, by_attained)
+        if not live:
+            return out
         scale = 1.0 / per_node(self.gpus_per_node)  # one GPU's share of the cluster -> one node's
-        utilities = self.utilities(ordered, fair, capacity, scale)
-        counts = best_counts(utilities, capacity)
-        return {job.name: n for job, n in zip(ordered, counts, strict=True)}
+        every = [job for _, ordered, _ in live for job in ordered]
+        fairs = [math.ceil(capacity / len(ordered)) for _, ordered, capacity in live
+                 for _ in ordered]
+        capacities = [capacity for _, ordered, capacity in live for _ in ordered]
+        utilities = self._utilities(every, fairs, capacities, scale)
+        at = 0
+        for k, ordered, capacity in live:
+            counts = best_counts(utilities[at:at + len(ordered)], capacity)
+            at += len(ordered)
+            out[k] = {job.name: n for job, n in zip(ordered, counts, strict=True)}
+        return out
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
@@ -134,22 +155,29 @@ class Pollux:
         """`utility` of every job, the jobs of one cap priced together as a (jobs x
         counts) array and the speedups of those without a goodput model from their epoch
         times in one pass (`epoch_time_runs`): the same values, to the last bit."""
+        return self._utilities(jobs, [fair] * len(jobs), [capacity] * len(jobs), scale)
+
+    def _utilities(self, jobs: Sequence[Job], fairs: Sequence[int], capacities: Sequence[int],
+                   scale: float) -> list[np.ndarray]:
+        """`utilities`, each job with its own fair share and capacity."""
         node = per_node(self.gpus_per_node)
-        caps = [self.cap(job, capacity) for job in jobs]
+        caps = [self.cap(job, capacity) for job, capacity in zip(jobs, capacities, strict=True)]
         speedup = [np.zeros(cap + 1) for cap in caps]
         plain = []
         for i, (job, cap) in enumerate(zip(jobs, caps, strict=True)):
             if cap < 1:
                 continue
             if job.goodput is not None and job.goodput.perf is not None:
-                speedup[i][1:] = speedups(job, fair, cap, node, max(capacity // node, 1))
+                speedup[i][1:] = speedups(job, fairs[i], cap, node,
+                                          max(capacities[i] // node, 1))
             else:
                 plain.append(i)
         if plain:
             picked = [jobs[i] for i in plain]
             asked = [caps[i] for i in plain]
             times = epoch_time_runs(picked, np.ones(len(plain), dtype=np.int64), asked)
-            bases = epoch_time_runs(picked, np.full(len(plain), fair), np.ones(len(plain)))
+            bases = epoch_time_runs(picked, np.array([fairs[i] for i in plain], dtype=np.int64),
+                                    np.ones(len(plain)))
             times = np.repeat(bases, asked) / times  # base / times(n), as `speedups`
             for i, end, cap in zip(plain, np.cumsum(asked).tolist(), asked, strict=True):
                 speedup[i][1:] = times[end - cap:end]
@@ -215,6 +243,11 @@ class Pollux:
         allowed[0] = True
         u[~allowed] = -np.inf
         return u
+
+
+def by_attained(jobs: Sequence[Job]) -> list[Job]:
+    """Least attained service first (ties: submit time, name): the order Pollux reads."""
+    return sorted(jobs, key=lambda j: (j.attained_gpu_seconds, j.submit_time, j.name))
 
 
 def replica_cap(job: Job) -> int:

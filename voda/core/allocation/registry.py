@@ -36,6 +36,16 @@ _BUILTIN: dict[str, str] = {
     "Voda": "voda.core.allocation.voda:Voda",
 }
 BUILTIN_NAMES: tuple[str, ...] = tuple(_BUILTIN)
+_BUILTIN_CLASSES = frozenset(_BUILTIN.values())
+
+
+def is_builtin(algorithm: object) -> bool:
+    """Whether `algorithm` is an instance of a built-in algorithm class (not a subclass):
+    its results keep the contract on any input (tests/test_allocation_properties.py), so
+    a caller that runs it many times per decision, as the quota layer does once per
+    queue, may skip checking each result (decide() still checks the decision's)."""
+    cls = type(algorithm)
+    return f"{cls.__module__}:{cls.__qualname__}" in _BUILTIN_CLASSES
 
 _registered: dict[str, Factory] = {}
 

@@ -74,7 +74,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from voda.core.allocation.base import allocate_by_priority, by_submit, water_level
+from voda.core.allocation.base import (
+    allocate_by_priority,
+    allocate_many_by_priority,
+    by_submit,
+    live_problems,
+    water_level,
+)
 from voda.core.allocation.counts import (
     FROM_CLUSTER,
     best_counts,
@@ -119,6 +125,8 @@ EPOCH_PROGRESS = 0.9
 # The most of a job's size aging takes off in the rank order, so that among short jobs
 # the order stays near least work first ("Aging the rank order").
 AGING_LIMIT = 0.9
+# The padding one call of Voda's utilities may take on for jobs of several caps.
+PAD_CELLS = 2048
 
 
 @dataclass(frozen=True)
@@ -209,25 +217,54 @@ class Voda:
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
+    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+        """`self(jobs, capacity)` of each problem, the jobs of all of them priced together
+        (curves and utilities are per job): the same allocations, for a fraction of the
+        calls (the quota layer runs Voda once per queue, docs/design/013-queues.md)."""
+        return allocate_many_by_priority(problems, self._allocate_classes)
+
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        ordered = by_submit(jobs)
-        if not ordered or capacity <= 0:
-            return {j.name: 0 for j in ordered}
-        borrowed = category_models(ordered, self.category_history) if self.share_models else {}
-        curves = self.curves(ordered, borrowed, capacity)
-        ranked_by = aged_sizes(ordered, curves, self.aging, AGING_LIMIT)
-        weights = rank_weights(ranked_by, self.rank_exponent) * np.array(
-            [c.size ** -SIZE_EXPONENT if c.size > 0 else 1.0 for c in curves])
-        weights *= short_start_bonus(ordered, curves, self.horizon, self.short_start)
-        weights *= inelastic_first(ordered, curves, capacity, self.inelastic_first,
-                                   per_node(self.gpus_per_node), self.inelastic_share)
-        utilities = self.utilities(ordered, curves, weights)
-        if self.tail_floor > 0:
-            floored = tail_floors(curves, int(self.tail_floor * capacity),
-                                  per_node(self.gpus_per_node))
-            utilities = with_floors(utilities, floored)
-        counts = best_counts(utilities, capacity)
-        return {job.name: n for job, n in zip(ordered, counts, strict=True)}
+        return self._allocate_classes([(jobs, capacity)])[0]
+
+    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
+                          ) -> list[dict[str, int]]:
+        out, live = live_problems(problems, by_submit)
+        if not live:
+            return out
+        node = per_node(self.gpus_per_node)
+        every: list[Job] = []
+        borrowed: list[GoodputModel | None] = []
+        capacities: list[int] = []
+        for _, ordered, capacity in live:
+            models = category_models(ordered, self.category_history) if self.share_models else {}
+            every.extend(ordered)
+            borrowed.extend(models.get(j.category) for j in ordered)
+            capacities.extend([capacity] * len(ordered))
+        all_curves = self._curves(every, borrowed, capacities)
+        weights = []
+        at = 0
+        for _, ordered, capacity in live:
+            curves = all_curves[at:at + len(ordered)]
+            at += len(ordered)
+            ranked_by = aged_sizes(ordered, curves, self.aging, AGING_LIMIT)
+            weight = rank_weights(ranked_by, self.rank_exponent) * np.array(
+                [c.size ** -SIZE_EXPONENT if c.size > 0 else 1.0 for c in curves])
+            weight *= short_start_bonus(ordered, curves, self.horizon, self.short_start)
+            weight *= inelastic_first(ordered, curves, capacity, self.inelastic_first,
+                                      node, self.inelastic_share)
+            weights.append(weight)
+        all_utilities = self.utilities(every, all_curves, np.concatenate(weights))
+        at = 0
+        for k, ordered, capacity in live:
+            curves = all_curves[at:at + len(ordered)]
+            utilities = all_utilities[at:at + len(ordered)]
+            at += len(ordered)
+            if self.tail_floor > 0:
+                floored = tail_floors(curves, int(self.tail_floor * capacity), node)
+                utilities = with_floors(utilities, floored)
+            counts = best_counts(utilities, capacity)
+            out[k] = {job.name: n for job, n in zip(ordered, counts, strict=True)}
+        return out
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
@@ -276,19 +313,25 @@ class Voda:
         """`curve` of every job (its category's model borrowed from `borrowed`), the jobs
         sized on epoch times alone computed together (`epoch_time_runs`): the same
         values, to the last bit, for a fraction of the calls."""
+        return self._curves(jobs, [borrowed.get(j.category) for j in jobs],
+                            [capacity] * len(jobs))
+
+    def _curves(self, jobs: Sequence[Job], borrowed: Sequence[GoodputModel | None],
+                capacities: Sequence[int]) -> list[Curve]:
+        """`curves`, each job with its own borrowed model and capacity."""
         out: list[Curve | None] = [None] * len(jobs)
         batch: list[int] = []
         caps: list[int] = []
         for i, job in enumerate(jobs):
-            model = own_model(job, borrowed.get(job.category))
-            cap = curve_cap(job, model, capacity)
+            model = own_model(job, borrowed[i])
+            cap = curve_cap(job, model, capacities[i])
             if (model is None and cap >= 1 and job.remaining_epochs > 0
                     and not self.elapsed_floor
                     and not (self.throughput_estimates and job.layout_throughput)):
                 batch.append(i)  # remaining_seconds: epochs x EpochTimes(job)(n)
                 caps.append(cap)
             else:
-                out[i] = self.curve(job, borrowed.get(job.category), capacity)
+                out[i] = self.curve(job, borrowed[i], capacities[i])
         if batch:
             picked = [jobs[i] for i in batch]
             times = epoch_time_runs(picked, np.ones(len(batch), dtype=np.int64), caps)
@@ -341,29 +384,40 @@ class Voda:
 
     def utilities(self, jobs: Sequence[Job], curves: Sequence[Curve],
                   weights: np.ndarray) -> list[np.ndarray]:
-        """`utility` of every job at its weight, the jobs of one cap priced together
-        (voda_rows.group_utilities): the same values, to the last bit."""
+        """`utility` of every job at its weight, the jobs of a few caps priced together
+        (voda_rows.group_utilities, `cap_batches`): the same values, to the last bit."""
         out: list[np.ndarray | None] = [None] * len(jobs)
         by_cap: dict[int, list[int]] = {}
         for i, curve in enumerate(curves):
             by_cap.setdefault(curve.cap, []).append(i)
         node = per_node(self.gpus_per_node)
-        for cap, rows in by_cap.items():
+        weights = np.asarray(weights, dtype=float)
+        for batch in cap_batches({cap: len(rows) for cap, rows in by_cap.items()}):
+            rows = [i for cap in batch for i in by_cap[cap]]
             group = [curves[i] for i in rows]
             members = [jobs[i] for i in rows]
-            seconds = np.array([c.seconds for c in group])
-            pace = np.array([c.seconds if c.pace is None else c.pace for c in group])
-            kept = np.array([j.current_workers if 0 < j.current_workers <= cap else 0
-                             for j in members], dtype=np.int64)
+            width = batch[-1] + 1
+            seconds = np.full((len(rows), width), np.inf)
+            pace = np.full((len(rows), width), np.inf)
+            at = 0
+            for cap in batch:
+                part = group[at:at + len(by_cap[cap])]
+                seconds[at:at + len(part), :cap + 1] = [c.seconds for c in part]
+                pace[at:at + len(part), :cap + 1] = [
+                    c.seconds if c.pace is None else c.pace for c in part]
+                at += len(part)
+            caps = np.array([c.cap for c in group], dtype=np.int64)
+            kept = np.array([j.current_workers if 0 < j.current_workers <= c.cap else 0
+                             for j, c in zip(members, group, strict=True)], dtype=np.int64)
             charges = [restart_charge(j, self.restart_penalty, self.horizon) for j in members]
             values = group_utilities(
                 seconds, pace, np.array([c.size for c in group]),
                 np.array([j.min_workers for j in members], dtype=np.int64), kept,
-                np.array([c.penalty for c in charges]), np.asarray(weights, dtype=float)[rows],
+                np.array([c.penalty for c in charges]), weights[rows],
                 np.array([c.horizon for c in charges]), np.array([c.lost for c in charges]),
-                node, self.aligned)
-            for i, row in zip(rows, values, strict=True):
-                out[i] = row
+                node, self.aligned, caps if len(batch) > 1 else None)
+            for i, row, cap in zip(rows, values, caps.tolist(), strict=True):
+                out[i] = row[:cap + 1]
         return out  # type: ignore[return-value]
 
     def utility(self, job: Job, curve: Curve, weight: float) -> np.ndarray:
@@ -397,6 +451,24 @@ class Voda:
         allowed[kept] |= fast[kept]
         allowed[0] = True
         return np.where(allowed, changed, -np.inf)
+
+
+def cap_batches(rows: Mapping[int, int]) -> list[list[int]]:
+    """The caps (`rows`: how many jobs have each) in ascending runs priced in one call,
+    each padded to its largest cap: a run grows while its padded cells stay within twice
+    its own and PAD_CELLS more (a call costs more than a few thousand cells)."""
+    batches: list[list[int]] = []
+    cells = count = 0
+    for cap in sorted(rows):
+        n = rows[cap]
+        if batches and (count + n) * (cap + 1) <= 2 * (cells + n * (cap + 1)) + PAD_CELLS:
+            batches[-1].append(cap)
+        else:
+            batches.append([cap])
+            cells = count = 0
+        cells += n * (cap + 1)
+        count += n
+    return batches
 
 
 def curve_cap(job: Job, model: GoodputModel | None, capacity: int) -> int:

@@ -34,20 +34,29 @@ def best_sizes(speedup: np.ndarray, allowed: np.ndarray) -> np.ndarray:
 def group_utilities(seconds: np.ndarray, pace: np.ndarray, size: np.ndarray,
                     lo: np.ndarray, kept: np.ndarray, penalty: np.ndarray,
                     weight: np.ndarray, horizon: np.ndarray, lost: np.ndarray,
-                    per_node: int, aligned: bool) -> np.ndarray:
+                    per_node: int, aligned: bool,
+                    caps: np.ndarray | None = None) -> np.ndarray:
     """Utilities (jobs x counts 0..cap) of jobs that share a cap, as `Voda.utility` gives
     each: `seconds` and `pace` their curves' (pace: seconds where a curve has none),
     `size` their sizes, `lo` their min workers, `kept` their counts kept without a
     change (0: none), `weight` their weights, and per job its restart charge
     (voda.restart_charge): `penalty` what a change costs, paid back over `horizon`, on
-    top of the share `lost` of its life already spent restarting."""
+    top of the share `lost` of its life already spent restarting.
+
+    `caps`: jobs of several caps together, each row's cap; its columns past it (any
+    values) are left out of every choice, so its first cap + 1 values are what a call on
+    the jobs of its cap alone gives (the rest are -inf): one call for a few small caps."""
     jobs, width = seconds.shape
     cap = width - 1
     rows = np.arange(jobs)
     rate = np.zeros((jobs, width))
     fast = no_slower_rows(pace, lo)
+    if caps is not None:
+        fast &= np.arange(width) <= caps[:, None]
     allowed = that_pack_rows(fast, per_node) if aligned else fast
     valid = np.flatnonzero(np.isfinite(size)) if cap >= 1 else np.zeros(0, dtype=np.int64)
+    if caps is not None:
+        valid = valid[caps[valid] >= 1]
     if len(valid):
         speedup = np.zeros((len(valid), width))
         speedup[:, 1:] = size[valid, None] / seconds[valid, 1:]

@@ -52,21 +52,28 @@ def water_fill(capacity: int, guarantee: Sequence[int], weight: Sequence[float],
     out[on] = shares
     left = capacity - int(np.maximum(out, np.asarray(keep)).sum())
     index = np.flatnonzero(on)
+    if left <= 0:
+        return out.tolist()
+    # the rounding's leftover, one GPU each per pass: on Python numbers (NumPy scalars
+    # cost more per comparison than the pass saves), the same comparisons
+    held, top, kept = out.tolist(), c.tolist(), k.tolist()
+    members = index.tolist()
+    gi, wi = g[index], w[index]
     while left > 0:
-        room = out[index] < c[index]
-        if not room.any():
+        if not any(held[i] < top[i] for i in members):
             break
-        rank = np.lexsort((index, (out[index] + 1 - g[index]) / w[index]))
+        keys = (np.asarray([held[i] for i in members]) + 1 - gi) / wi
+        rank = np.lexsort((index, keys)).tolist()
         given = False
         for j in rank:
-            i = index[j]
+            i = members[j]
             if left <= 0:
                 break
-            if out[i] >= c[i]:
+            if held[i] >= top[i]:
                 continue
-            left -= 1 if out[i] >= k[i] else 0
-            out[i] += 1
+            left -= 1 if held[i] >= kept[i] else 0
+            held[i] += 1
             given = True
         if not given:
             break
-    return [int(x) for x in out]
+    return held

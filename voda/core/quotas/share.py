@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from voda.core.model import Job
 from voda.core.quotas.fill import water_fill
@@ -26,6 +27,7 @@ from voda.core.quotas.reclaim import Reclaim, reclaim
 from voda.core.quotas.runs import QueueRuns
 
 Allocate = Callable[[Sequence[Job], int], Mapping[str, int]]
+_CURRENT = attrgetter("current_workers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +76,8 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     `exact=False` leaves `within_guarantee` at its bound min(guarantee, demand) where the
     decision did not need the run on the guarantee (the allocation is the same)."""
     declared = {q.name: q for q in queues}
-    groups: dict[str, list[Job]] = {}
-    job_queue: dict[str, str] = {}
-    for job in jobs:
-        name = job.queue if job.queue in declared else DEFAULT_QUEUE
-        groups.setdefault(name, []).append(job)
-        job_queue[job.name] = name
+    groups = _groups(jobs, declared)
+    job_queue = {j.name: name for name, members in groups.items() for j in members}
     names = sorted(set(groups) | {q for q in declared if declared[q].guaranteed(gpu_type)})
     qs = [declared.get(n) or Queue(n) for n in names]
     weight = [q.weight for q in qs]
@@ -100,7 +98,7 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     open_ = [w > max(b, g) for w, b, g in zip(want, base, guarantee, strict=True)]
     _fill(shares, given, open_, capacity, guarantee, weight, want, keep, run)
     # 3. GPUs still idle go to any queue whose jobs can use them
-    held = [sum(j.current_workers for j in groups.get(n, [])) for n in names]
+    held = [sum(map(_CURRENT, groups.get(n, ()))) for n in names]
     cuts: dict[int, Reclaim] = {}
 
     def grow(i: int, gpus: int) -> int:
@@ -130,11 +128,12 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     if cuts:  # what a cut left idle goes to whoever can use it, the cut queues included
         _top_up(shares, capacity, guarantee, weight, want, keep, grow)
     # 5. allocate
+    if exact:
+        run.prefetch([(i, g) for i, g in enumerate(guarantee) if not run.exact[i]])
     allocation: dict[str, int] = {}
     outcomes: dict[str, QueueOutcome] = {}
     reclaimed: set[str] = set()
     for i, name in enumerate(names):
-        members = groups.get(name, [])
         cut = cuts.get(i)
         counts = cut.allocation if cut else run(i, given[i])
         shrunk, preempted = (cut.by_shrinking, cut.by_preemption) if cut else (0, 0)
@@ -147,9 +146,29 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
             within_guarantee=run.exact_base(i) if exact else base[i], share=given[i],
             used=sum(counts.values()), reclaimed_by_shrinking=shrunk,
             reclaimed_by_preemption=preempted,
-            waiting=sum(1 for j in members if counts.get(j.name, 0) == 0),
+            waiting=list(counts.values()).count(0),  # counts name every job of the queue
             reclaiming=cut is not None)
     return QuotaDecision(allocation, outcomes, job_queue, frozenset(reclaimed))
+
+
+def _groups(jobs: Sequence[Job], declared: Mapping[str, Queue]) -> dict[str, list[Job]]:
+    """The jobs by the queue they run in, each queue's in the order given: a job naming
+    no declared queue runs in `default`."""
+    named: dict[str, list[Job]] = {}
+    for job in jobs:  # by the name each gives (one lookup a job), then by queue
+        members = named.get(job.queue)
+        if members is None:
+            named[job.queue] = [job]
+        else:
+            members.append(job)
+    groups = {name: members for name, members in named.items() if name in declared}
+    strays = [name for name in named if name not in declared]
+    if strays == [DEFAULT_QUEUE] or (len(strays) == 1 and DEFAULT_QUEUE not in groups):
+        groups[DEFAULT_QUEUE] = named[strays[0]]
+    elif strays:  # several names run in default: in the order given
+        groups[DEFAULT_QUEUE] = [j for j in jobs
+                                 if j.queue == DEFAULT_QUEUE or j.queue not in declared]
+    return groups
 
 
 def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
@@ -162,6 +181,8 @@ def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
     floor = list(base)
     for _ in range(len(shares) + 1):  # each round closes a queue, or is the last
         offered = water_fill(capacity, guarantee, weight, floor, want, keep, open_)
+        run.prefetch([(i, offered[i]) for i in range(len(shares))
+                      if open_[i] and offered[i] != floor[i]])
         changed = False
         for i in range(len(shares)):
             if not open_[i] or offered[i] == floor[i]:

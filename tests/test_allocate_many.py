@@ -1,0 +1,108 @@
+"""Many allocation problems at once (`allocate_many`, what the quota layer runs once per
+round over its queues, docs/design/013-queues.md "Cost") give each problem what a call
+on it alone gives, and the layer still refuses a custom algorithm's broken result."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_allocation_properties import jobs_strategy
+
+from voda.core.allocation.base import (
+    AllocationRejected,
+    checked_allocate,
+    checked_allocate_many,
+)
+from voda.core.allocation.fifo import FIFO
+from voda.core.allocation.pollux import Pollux
+from voda.core.allocation.registry import create, is_builtin
+from voda.core.allocation.voda import Voda
+from voda.core.model import Job
+from voda.core.quotas import Queue, QueueSet, with_queues
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+from allocate import make_jobs
+
+MANY = [Voda(), Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0), Pollux(),
+        Pollux(gpus_per_node=2, fairness=0.0, aligned=False)]
+
+
+def split(jobs: list[Job], parts: int, seed: int) -> list[list[Job]]:
+    rng = random.Random(seed)
+    out: list[list[Job]] = [[] for _ in range(parts)]
+    for job in jobs:
+        out[rng.randrange(parts)].append(job)
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=16), parts=st.integers(1, 5), seed=st.integers(0, 99),
+       capacities=st.lists(st.integers(0, 40), min_size=5, max_size=5))
+def test_many_problems_at_once_give_what_each_gives_alone(
+        jobs: list[Job], parts: int, seed: int, capacities: list[int]) -> None:
+    problems = list(zip(split(jobs, parts, seed), capacities, strict=False))
+    for algorithm in MANY:
+        alone = [algorithm(members, capacity) for members, capacity in problems]
+        together = algorithm.allocate_many(problems)
+        # the same counts, in the same order
+        assert [list(a.items()) for a in together] == [list(a.items()) for a in alone]
+
+
+@pytest.mark.parametrize("name", ["Voda", "Pollux"])
+def test_the_bench_jobs_split_over_queues_get_the_same_counts(name: str) -> None:
+    algorithm = create(name)
+    jobs = make_jobs(300, 3)
+    problems = [(members, capacity) for members, capacity in
+                zip(split(jobs, 12, 3), [0, 1, 7, 16, 40, 64, 100, 3, 12, 31, 200, 5],
+                    strict=True)]
+    assert algorithm.allocate_many(problems) == [algorithm(m, c) for m, c in problems]
+    assert checked_allocate_many(algorithm, problems) == [
+        checked_allocate(algorithm, m, c) for m, c in problems]
+
+
+@dataclasses.dataclass(frozen=True)
+class Greedy:
+    """A broken custom algorithm: every job at its max, whatever the capacity."""
+
+    name: str = "Greedy"
+
+    def __call__(self, jobs, capacity):  # type: ignore[no-untyped-def]
+        return {j.name: j.max_workers for j in jobs}
+
+
+class SubFIFO(FIFO):
+    """A custom algorithm built on a built-in one: checked as any custom one."""
+
+
+def test_only_the_built_in_classes_are_taken_as_keeping_the_contract() -> None:
+    assert is_builtin(create("Voda")) and is_builtin(FIFO(name="renamed"))
+    assert not is_builtin(SubFIFO()) and not is_builtin(Greedy())
+
+
+def test_a_custom_algorithms_broken_result_is_refused_inside_the_quota_layer() -> None:
+    jobs = [dataclasses.replace(j, queue="team-a") for j in make_jobs(20, 1)]
+    queues = QueueSet((Queue("team-a", {"default": 4}, {"default": 0}),))
+    with pytest.raises(AllocationRejected, match="capacity"):
+        with_queues(Greedy(), queues)(jobs, 64)
+
+
+def test_a_result_is_refused_for_what_the_one_pass_check_finds() -> None:
+    jobs = make_jobs(5, 2)
+    names = [j.name for j in jobs]
+
+    def gives(result):  # type: ignore[no-untyped-def]
+        return lambda _jobs, _capacity: result
+
+    for result, says in (({names[0]: True}, "not an integer"),
+                         ({"stranger": 0}, "not among the jobs given"),
+                         ({names[0]: 10_000}, "neither 0 nor within"),
+                         ({n: jobs[i].min_workers for i, n in enumerate(names)}, "capacity")):
+        with pytest.raises(AllocationRejected, match=says):
+            checked_allocate(gives(result), jobs, 1)
+    assert checked_allocate(gives({names[1]: 0}), jobs, 1) == dict.fromkeys(names, 0)
