@@ -123,3 +123,15 @@ def test_domain_utilization_and_job_span() -> None:
     assert dict(utilization.spines) == {"s": 0.5}
     span = job_span(placement["x"], Topology.of(cluster))
     assert (span.nodes, span.leaves, span.spines) == (2, 1, 1)
+
+
+def test_a_leaf_s_layout_fits_a_leaf_of_fewer_nodes_with_every_worker_placed() -> None:
+    """A leaf of two nodes, one of them with workers, onto a leaf of one node: the node
+    with workers gets the one node, not the empty one (it was left out: a KeyError)."""
+    cluster = Cluster((Node("a0", 4, leaf="la", spine="s"), Node("a1", 4, leaf="la", spine="s"),
+                       Node("b0", 4, leaf="lb", spine="s")))
+    ideal = {"a1": {"x": 4}, "b0": {"y": 4}}
+    current = {"a0": {"y": 4}}  # y is on leaf la now: the leaves swap
+    mapping = match_layouts(ideal, current, cluster.nodes, Topology.of(cluster))
+    assert mapping["a1"] == "b0" and mapping["b0"] == "a0"
+    assert apply_mapping(ideal, mapping) == {"b0": {"x": 4}, "a0": {"y": 4}}

@@ -62,7 +62,7 @@ def kept_workers(a: Mapping[str, int], b: Mapping[str, int]) -> int:
 
 
 def _assign(weights: np.ndarray) -> list[tuple[int, int]]:
-    """Rows to columns maximizing the total weight (rows <= columns)."""
+    """Rows to columns maximizing the total weight (min(rows, columns) pairs)."""
     if weights.size == 0:
         return []
     rows, cols = linear_sum_assignment(weights, maximize=True)
@@ -166,7 +166,14 @@ def _match_nodes(
     totals = np.array([sum(ideal.get(node, {}).values()) for node in source])
     caps = np.array([capacity[node] for node in target])
     weights[totals[:, None] > caps[None, :]] = _INFEASIBLE
-    return {source[a]: target[b] for a, b in _assign(weights)}
+    mapping = {source[a]: target[b] for a, b in _assign(weights)}
+    # A leaf of more nodes onto one of fewer (its layouts fit, `_fits`): the assignment
+    # may leave a node with workers out for an empty one; then only the nodes with
+    # workers are placed, each of them (kept as it was wherever it placed them all).
+    filled = np.flatnonzero(totals > 0)
+    if all(source[a] in mapping for a in filled):
+        return mapping
+    return {source[filled[a]]: target[b] for a, b in _assign(weights[filled])}
 
 
 def apply_mapping(ideal: Layout, mapping: Mapping[str, str]) -> dict[str, dict[str, int]]:
