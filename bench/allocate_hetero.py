@@ -118,7 +118,7 @@ def main() -> None:
     print(f"{args.jobs} jobs accepting any of 3 types on {c.capacity()} GPUs "
           f"(median CPU seconds, {args.repeats} repeats)")
     print(f"  type and count choice (voda)  {choice:8.3f} s")
-    print(f"  allocation (choice + Voda)    {allocation:8.3f} s   target <= {TARGET_SECONDS} s:"
+    print(f"  allocation (choice + counts)  {allocation:8.3f} s   target <= {TARGET_SECONDS} s:"
           f" {'met' if allocation <= TARGET_SECONDS else 'NOT met'}")
     print(f"  decide_hetero (+ placement)   {whole:8.3f} s")
     print(f"  Sia's program (for reference) {sia:8.3f} s")
