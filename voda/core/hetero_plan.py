@@ -2,11 +2,11 @@
 
 The heterogeneity policy (voda.core.allocation.hetero) gives each flexible job a type
 (and, for Sia and Pollux, a count; for Voda, a count when Voda is the per-type algorithm,
-else the user's algorithm counts on the types it chose); the job is then seen as a job of that type, with its
-throughput model there (its own on that type, else its category's, else projected), and
-the one decide() runs per type as always. A job given another type than the one it holds
-GPUs of moves: decide() places it afresh on the new type's nodes, and the backend restarts
-it there. With no flexible job this is decide() itself, unchanged.
+else the user's algorithm counts on the types it chose); the job is then seen as a job
+of that type, with its throughput model there (its own on that type, else its category's,
+else projected), and the one decide() runs per type as always. A job given another type
+than the one it holds GPUs of moves: decide() places it afresh on the new type's nodes,
+and the backend restarts it there. With no flexible job this is decide() itself, unchanged.
 """
 
 from __future__ import annotations
