@@ -55,7 +55,12 @@ def test_history_shows_the_chosen_time_range_and_gpu_type(server: ServeProcess, 
     assert rows.count() >= 1
     assert page.locator("#history-chart-1-data thead th").all_inner_texts() == [
         "time", "in service", "allocated", "in use"]
-    wait_for(lambda: page.reload() or float(page.locator(
+    # The charts redraw by themselves as samples come (no reload), the table kept open.
+    about = page.inner_text("#history-about")
+    wait_for(lambda: page.inner_text("#history-about") != about, timeout=45)
+    page.locator("#history-chart-1 canvas").first.wait_for(timeout=15000)
+    assert page.get_attribute("#history-chart-1-data", "open") is not None
+    wait_for(lambda: float(page.locator(
         "#history-chart-1-data tbody tr >> nth=-1 >> td >> nth=2").inner_text()) >= 1,
         timeout=30)
     page.click("#range-tabs [data-range=week]")

@@ -239,7 +239,7 @@ def test_the_queues_page_shows_usage_against_guarantee_and_borrowing_per_queue()
     page = render("queues.html", title="Queues", page="queues", user=None, form_field="f",
                   form_token="t", gpu_types=["a100", "default"], selected="a100", rows=rows,
                   chart=held_chart(rows, "a100"), ranges=RANGES, time_range="hour",
-                  every=60.0, history_charts=[])
+                  every=60.0, refresh=60.0, history_charts=[])
     assert 'id="queue-history-empty"' in page
     team_a = page.split('data-queue="team-a"')[1].split("</tr>")[0]
     assert '"num held">1 / 4<' in team_a and '"num lent">3<' in team_a
@@ -272,7 +272,8 @@ def test_the_queues_page_draws_each_queue_s_usage_against_guarantee_and_borrowin
     page = render("queues.html", title="Queues", page="queues", user=None, form_field="f",
                   form_token="t", gpu_types=["a100"], selected="a100", rows=[],
                   chart={"kind": "bars", "series": [], "xs": []}, ranges=RANGES,
-                  time_range="day", every=60.0, history_charts=[limited, unlimited])
+                  time_range="day", every=60.0, refresh=60.0,
+                  history_charts=[limited, unlimited])
     drawn = page.split('id="queue-history-charts"')[1]
     assert 'id="queue-history-chart-1"' in drawn and 'id="queue-history-chart-2"' in drawn
     assert 'aria-label="team-a: a100 GPUs, last hour"' in drawn

@@ -197,8 +197,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """A live view of the cluster: every node's GPUs marked by job (a symbol on its
         colour; the legend names them), until Ctrl-C."""
-        from rich.live import Live
-
         client = Client(url, token)
         console = out.console()
 
@@ -216,6 +214,8 @@ def register(app: typer.Typer) -> None:
         stop_on_interrupt()
         try:
             if console.is_terminal:
+                from rich.live import Live
+
                 with Live(render(), console=console, auto_refresh=False, screen=True) as live:
                     while True:
                         time.sleep(interval)

@@ -76,6 +76,15 @@ def history_charts(points: list[dict[str, float]], gpu_type: str,
     ]
 
 
+# The History and Queues pages redraw their charts on a timer: as often as the service
+# samples, but not more than every 2 s (a sample interval may be as short as 0.1 s).
+REFRESH_FLOOR_SECONDS = 2.0
+
+
+def refresh_seconds(service: Any) -> float:
+    return max(service.settings.history_sample_seconds, REFRESH_FLOOR_SECONDS)
+
+
 @router.get("/history", response_class=HTMLResponse)
 def history_page(request: Request, user: PageUser, gpu_type: str | None = None,
                  time_range: PageRange = "hour") -> HTMLResponse:
@@ -87,5 +96,5 @@ def history_page(request: Request, user: PageUser, gpu_type: str | None = None,
                        gpu_types=types, selected=selected, ranges=RANGES,
                        time_range=time_range, points=len(points),
                        every=service.settings.history_sample_seconds,
-                       days=f"{service.settings.history_days:g}",
+                       refresh=refresh_seconds(service), days=f"{service.settings.history_days:g}",
                        charts=history_charts(points, selected, label) if points else []))

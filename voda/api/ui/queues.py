@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from voda.api.history import RANGES
-from voda.api.ui.history import PageRange, line, window_of
+from voda.api.ui.history import PageRange, line, refresh_seconds, window_of
 from voda.api.ui.routes import PageUser, html, render
 from voda.api.ui.session import FORM_TOKEN_FIELD, form_token
 
@@ -66,5 +66,6 @@ def queues_page(request: Request, user: PageUser, gpu_type: str | None = None,
                        gpu_types=types, selected=selected, rows=rows,
                        chart=held_chart(rows, selected), ranges=RANGES,
                        time_range=time_range, every=service.settings.history_sample_seconds,
+                       refresh=refresh_seconds(service),
                        history_charts=[queue_history_chart(name, points, selected, label)
                                        for name, points in histories.items() if points]))

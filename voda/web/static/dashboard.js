@@ -96,33 +96,42 @@
   window.addEventListener("beforeunload", function () { leaving = true; });
 
   // ----- live updates keep what the reader was doing -----------------------------------------
+  // A page part refreshed on a timer (data-refresh: the History and Queues charts) keeps
+  // them too.
   var kept = null;
-  document.addEventListener("htmx:sseBeforeMessage", function (e) {
-    var live = e.target;
+  function keep(part) {
     var active = document.activeElement;
     kept = {
-      focus: active && active.id && live.contains(active) ? active.id : null,
-      open: Array.prototype.map.call(live.querySelectorAll("details[open][id]"),
+      focus: active && active.id && part.contains(active) ? active.id : null,
+      open: Array.prototype.map.call(part.querySelectorAll("details[open][id]"),
                                      function (d) { return d.id; }),
     };
-  });
+  }
+  function restore() {
+    if (!kept) return;
+    kept.open.forEach(function (id) {
+      var d = document.getElementById(id);
+      if (d) d.open = true;
+    });
+    if (kept.focus) {
+      var el = document.getElementById(kept.focus);
+      if (el) el.focus({preventScroll: true});
+    }
+    kept = null;
+  }
+  document.addEventListener("htmx:sseBeforeMessage", function (e) { keep(e.target); });
   document.addEventListener("htmx:sseMessage", function () {
     dot(true);
     var stamp = document.getElementById("updated");
     if (stamp) stamp.textContent = new Date().toLocaleTimeString();
-    if (kept) {
-      kept.open.forEach(function (id) {
-        var d = document.getElementById(id);
-        if (d) d.open = true;
-      });
-      if (kept.focus) {
-        var el = document.getElementById(kept.focus);
-        if (el) el.focus({preventScroll: true});
-      }
-      kept = null;
-    }
+    restore();
     highlight(current);
   });
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var target = e.detail && e.detail.target;
+    if (target && target.hasAttribute && target.hasAttribute("data-refresh")) keep(target);
+  });
+  document.addEventListener("htmx:afterSettle", function () { restore(); });
 
   // ----- an action's confirmation (voda.api.ui.actions) ---------------------------------------
   // Cancel clears the dialog and gives the focus back to the page's actions; a dialog
