@@ -97,8 +97,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=0,
                         help="run only each workload's first N jobs (a slice; 0: all)")
     args = parser.parse_args()
-    if args.jobs < 0:
-        parser.error("--jobs: must be 0 or more")
+    if not 0 <= args.jobs <= 100_000:
+        parser.error("--jobs: must be 0 to 100000")
     sets = [s for s in args.sets.split(",") if s]
     numbers = [int(n) for n in args.workloads.split(",") if n]
     policies = [p for p in args.policies.split(",") if p]
