@@ -20,13 +20,14 @@ GPU-hours per job no worse; our Sia's average JCT within 5 % of the artifact's o
 saturn workload.
 
 Run: nice -n 5 .venv/bin/python bench/hetero.py [--sets saturn,philly,newtrace]
-     [--workloads 1,2] [--policies voda,sia,pollux,isolated] [--workers N]
+     [--workloads 1,2] [--policies voda,sia,pollux,isolated] [--workers N] [--jobs N]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,14 @@ def show(label: str, r: Row) -> str:
             f"  GPU-h/job {r.gpu_hours:5.2f}  restarts/job {r.restarts:5.2f}{left}")
 
 
+def first_jobs(path: Path, count: int, into: Path) -> Path:
+    """A copy of the workload `path` with only its first `count` jobs (by submit time)."""
+    header, *lines = path.read_text().splitlines()
+    out = into / f"{path.parent.name}-{path.name}"
+    out.write_text("\n".join([header, *lines[:count]]) + "\n")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default="saturn,philly,newtrace")
@@ -85,16 +94,23 @@ def main() -> None:
                         help="workload numbers per set, e.g. 1,2,3 (default: 1)")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=0,
+                        help="run only each workload's first N jobs (a slice; 0: all)")
     args = parser.parse_args()
+    if not 0 <= args.jobs <= 100_000:
+        parser.error("--jobs: must be 0 to 100000")
     sets = [s for s in args.sets.split(",") if s]
     numbers = [int(n) for n in args.workloads.split(",") if n]
     policies = [p for p in args.policies.split(",") if p]
     requests, keys = [], []
+    slices = Path(tempfile.mkdtemp(prefix="hetero-slices-"))
     for wset in sets:
         for n in numbers:
             path = DATA / "workloads" / wset / f"workload-{n}.csv"
             if not path.is_file():
                 continue
+            if args.jobs:
+                path = first_jobs(path, args.jobs, slices)
             for policy in policies:
                 algorithm, hetero = POLICIES[policy]
                 requests.append(RunRequest(str(path), CLUSTER, algorithm, preset="sia",
@@ -116,7 +132,7 @@ def main() -> None:
             for policy in policies:
                 print(show(LABELS[policy], rows[(wset, n, policy)]))
             artifact = artifact_jcts(wset, n)
-            if artifact and "sia" in policies:
+            if artifact and "sia" in policies and not args.jobs:
                 ours = rows[(wset, n, "sia")].avg
                 theirs = statistics.fmean(artifact) / 3600
                 print(f"  Sia artifact's simulator: avg {theirs:5.2f} h  p99 "

@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
-from voda.core.allocation.hetero import TypeChoice, choose_types, voda_choice
+from voda.core.allocation.hetero import TypeChoice, choose_types
 from voda.core.allocation.hetero_models import type_model, type_ratio, type_ratios, type_shapes
+from voda.core.allocation.hetero_voda import voda_choice
 from voda.core.allocation.registry import create
 from voda.core.goodput import GoodputModel, PerfParams
 from voda.core.hetero_plan import decide_hetero

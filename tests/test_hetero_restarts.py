@@ -9,8 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from voda.core.allocation.hetero import choose_types, voda_choice
+from voda.core.allocation.hetero import choose_types
 from voda.core.allocation.hetero_models import type_shapes
+from voda.core.allocation.hetero_voda import voda_choice
 from voda.core.allocation.registry import create
 from voda.core.allocation.voda import RestartCharge, Voda, restart_charge
 from voda.core.goodput import GoodputModel, PerfParams
@@ -145,16 +146,22 @@ def test_voda_leaves_a_job_where_it_is_while_its_restart_is_under_way() -> None:
 
 
 def test_the_per_type_decision_holds_a_restarting_jobs_count() -> None:
+    """Another algorithm than Voda counts on the type Voda's policy chose, and holds a
+    restarting job; with Voda, the policy's program holds it itself."""
     cluster = Cluster((Node("s0", 4, "slow"), Node("f0", 4, "fast")))
     job = dataclasses.replace(_running(1.0), max_workers=4, restoring_seconds=40.0)
-    _plan, _choice, typed = decide_hetero([job], cluster, {"r": (("s0", 1),)}, create("Voda"),
+    fifo = create("ElasticFIFO")
+    _plan, _choice, typed = decide_hetero([job], cluster, {"r": (("s0", 1),)}, fifo,
                                           get_placer("topology"))
     assert typed[0].gpu_type == "slow"
     assert (typed[0].min_workers, typed[0].max_workers) == (1, 1)
     free = dataclasses.replace(job, restoring_seconds=0.0)
-    _plan, _choice, typed = decide_hetero([free], cluster, {"r": (("s0", 1),)}, create("Voda"),
+    _plan, _choice, typed = decide_hetero([free], cluster, {"r": (("s0", 1),)}, fifo,
                                           get_placer("topology"))
     assert typed[0].max_workers == 4
+    plan, choice, _typed = decide_hetero([job], cluster, {"r": (("s0", 1),)}, create("Voda"),
+                                         get_placer("topology"))
+    assert choice.counts == {"r": 1} and dict(plan.placement["r"]) == {"s0": 1}
 
 
 # ----- what people see -----------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """decide() on a cluster of several GPU types, for jobs that accept more than one.
 
 The heterogeneity policy (voda.core.allocation.hetero) gives each flexible job a type
-(and, for Sia and Pollux, a count); the job is then seen as a job of that type, with its
-throughput model there (its own on that type, else its category's, else projected), and
-the one decide() runs per type as always. A job given another type than the one it holds
-GPUs of moves: decide() places it afresh on the new type's nodes, and the backend restarts
-it there. With no flexible job this is decide() itself, unchanged.
+(and, for Sia and Pollux, a count; for Voda, a count when Voda is the per-type algorithm,
+else the user's algorithm counts on the types it chose); the job is then seen as a job
+of that type, with its throughput model there (its own on that type, else its category's,
+else projected), and the one decide() runs per type as always. A job given another type
+than the one it holds GPUs of moves: decide() places it afresh on the new type's nodes,
+and the backend restarts it there. With no flexible job this is decide() itself, unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from voda.core.allocation.hetero import (
     flexible_jobs,
 )
 from voda.core.allocation.hetero_models import type_model, type_ratios
+from voda.core.allocation.voda import Voda
 from voda.core.model import Cluster, Job, Placement, Plan
 from voda.core.placement.base import Placer
 from voda.core.plan import decide
@@ -106,6 +108,9 @@ def decide_hetero(
         plan = decide(jobs, cluster, previous, algorithm, placer, explain_reasons)
         return plan, TypeChoice(), list(jobs)
     choice = choose_types(policy, jobs, cluster, penalty)
+    per_type = algorithm.values() if isinstance(algorithm, Mapping) else [algorithm]
+    if policy == "voda" and not all(isinstance(a, Voda) for a in per_type):
+        choice = dataclasses.replace(choice, counts=None)  # the user's algorithm counts
     typed = retyped(jobs, choice)
     types = {j.gpu_type for j in typed} | set(cluster.gpu_types())
     algorithms: dict[str, AllocationAlgorithm] = {

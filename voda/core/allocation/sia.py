@@ -26,11 +26,10 @@ without GPUs), is solved by HiGHS (SciPy's milp) to a 1e-4 relative gap, as the 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import functools
+from collections.abc import Mapping, Sequence
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
 
 from voda.core.allocation.hetero import TypeChoice
 from voda.core.allocation.hetero_models import (
@@ -43,6 +42,7 @@ from voda.core.allocation.hetero_models import (
     type_model,
     type_ratios,
 )
+from voda.core.allocation.hetero_program import solve_rows
 from voda.core.allocation.pollux import restart_factor
 from voda.core.model import Job
 
@@ -53,12 +53,14 @@ SIA_GAP = 1e-4  # the artifact's sia_solver_thresh
 SIA_TIME_LIMIT = 30.0  # seconds for one solve
 
 
-def sia_configs(shape: TypeShape) -> list[int]:
+@functools.lru_cache(maxsize=256)
+def sia_configs(shape: TypeShape) -> tuple[int, ...]:
     """The artifact's GPU counts on a type: 1, 2, 4 (and 8 on 8-GPU nodes) within a node,
     then whole nodes, up to 64 GPUs and the type's nodes."""
     within = [n for n in (1, 2, 4, 8) if n <= shape.per_node]
-    whole = [shape.per_node * k for k in range(2, shape.nodes + 1)]
-    return [n for n in within + whole if n <= min(MAX_HETERO_GPUS, shape.capacity)]
+    top = min(MAX_HETERO_GPUS, shape.capacity)
+    whole = [shape.per_node * k for k in range(2, min(shape.nodes, top // shape.per_node) + 1)]
+    return tuple(n for n in within + whole if n <= top)
 
 
 def sia_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
@@ -101,7 +103,9 @@ def sia_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
             rows.append((i, t, n, a))
     if not rows:
         return TypeChoice({}, {}, {})
-    x = _solve(rows, len(flexible), types, free, fixed)
+    cost = np.array([a - SIA_LAMBDA_N for _, _, _, a in rows])
+    x = solve_rows([(i, t, n) for i, t, n, _ in rows], cost, len(flexible), types, free, fixed,
+                   SIA_GAP, SIA_TIME_LIMIT)
     chosen = {flexible[i].name: (t, n) for (i, t, n, _), on in zip(rows, x, strict=True) if on}
     choice_types: dict[str, str] = {}
     counts: dict[str, int] = {}
@@ -125,26 +129,3 @@ def restoring(job: Job) -> bool:
     """A job in the middle of a restart (checkpoint-restore under way) that holds GPUs of one
     of its types: Sia's artifact keeps its allocation until the restart is done."""
     return job.restoring_seconds > 0 and job.current_workers > 0
-
-
-def _solve(rows: Sequence[tuple[int, str, int, float]], jobs: int, types: Sequence[str],
-           free: Mapping[str, int], fixed: Collection[int] = ()) -> np.ndarray:
-    cost = np.array([a - SIA_LAMBDA_N for _, _, _, a in rows])
-    columns = np.arange(len(rows))
-    one_each = coo_matrix((np.ones(len(rows)), ([i for i, _, _, _ in rows], columns)),
-                          shape=(jobs, len(rows)))
-    type_row = {t: k for k, t in enumerate(types)}
-    gpus = coo_matrix(([float(n) for _, _, n, _ in rows],
-                       ([type_row[t] for _, t, _, _ in rows], columns)),
-                      shape=(len(types), len(rows)))
-    constraints = [LinearConstraint(one_each, -np.inf, 1.0),
-                   LinearConstraint(gpus, -np.inf, [float(free[t]) for t in types])]
-    lower = np.array([1.0 if i in fixed else 0.0 for i, _, _, _ in rows])
-    result = milp(cost, constraints=constraints, integrality=np.ones(len(rows)),
-                  bounds=Bounds(lower, 1),
-                  options={"mip_rel_gap": SIA_GAP, "time_limit": SIA_TIME_LIMIT})
-    if result.x is None:
-        if fixed:  # the restarting jobs' GPUs are no longer there: decide without holding them
-            return _solve(rows, jobs, types, free)
-        return np.zeros(len(rows), dtype=bool)
-    return np.round(result.x).astype(bool)
