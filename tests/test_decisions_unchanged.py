@@ -19,6 +19,7 @@ from counts_reference import (
     best_counts_every_column,
     best_counts_with_pick_arrays,
     ffdl_counts_every_column,
+    ffdl_tables_per_job,
 )
 from elastic_reference import elastic_in_order_reference
 from hypothesis import HealthCheck, assume, given, settings
@@ -68,6 +69,34 @@ def test_ffdl_decides_as_with_the_program_over_every_column(jobs: list[Job],
     with mock.patch.object(ffdl, "best_counts", ffdl_counts_every_column):
         reference = FfDLOptimizer()(jobs, capacity)
     assert fast == reference
+
+
+def same_tables(jobs: list[Job], capacity: int) -> None:
+    rest, spans, tables = ffdl.objective_tables(jobs, capacity)
+    old_rest, old_spans, old_tables = ffdl_tables_per_job(jobs, capacity)
+    assert (rest, spans) == (old_rest, old_spans)
+    assert len(tables) == len(old_tables)
+    for table, old in zip(tables, old_tables, strict=True):
+        assert table.dtype == old.dtype and table.tolist() == old.tolist()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=14), extra=st.integers(0, 40))
+def test_ffdl_tables_are_those_of_a_model_per_job(jobs: list[Job], extra: int) -> None:
+    """Slow-downs, ties, unmeasured jobs; the capacity from the mins up (weighted by the
+    squares, and on 2**31 GPUs by speedup alone)."""
+    mins = sum(j.min_workers for j in jobs)
+    same_tables(jobs, mins + extra)
+    same_tables(jobs, 2**31)
+
+
+def test_ffdl_tables_are_those_of_a_model_per_job_at_the_bench_size() -> None:
+    jobs = make_jobs(1_000, 3)
+    same_tables(jobs, 4_096)
+    same_tables(jobs, sum(j.min_workers for j in jobs))
+    fast = FfDLOptimizer()(jobs, 4_096)
+    with mock.patch.object(ffdl, "best_counts", ffdl_counts_every_column):
+        assert fast == FfDLOptimizer()(jobs, 4_096)
 
 
 def test_the_record_covers_every_case() -> None:
