@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from unittest import mock
 
@@ -22,6 +23,7 @@ from counts_reference import (
     ffdl_tables_per_job,
 )
 from elastic_reference import elastic_in_order_reference
+from handout_reference import optimus_class_reference
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sim_digests import cases, digest, key
@@ -33,11 +35,13 @@ from voda.core.allocation import ffdl, fifo, pollux, srjf, voda
 from voda.core.allocation.counts import best_counts
 from voda.core.allocation.ffdl import FfDLOptimizer
 from voda.core.allocation.fifo import FIFO, ElasticFIFO
+from voda.core.allocation.optimus import Optimus
 from voda.core.allocation.pollux import Pollux
 from voda.core.allocation.srjf import SRJF, ElasticSRJF
 from voda.core.allocation.tiresias import ElasticTiresias, Tiresias
 from voda.core.allocation.voda import Voda
 from voda.core.model import Job
+from voda.core.oracle import StepOracle
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 from allocate import make_jobs
@@ -171,3 +175,58 @@ def test_the_program_picks_as_before_at_the_bench_size() -> None:
         utilities = voda_.utilities(ordered, curves, np.linspace(0.1, 2.0, len(ordered)))
         assert (best_counts(utilities, capacity)
                 == best_counts_with_pick_arrays(utilities, capacity))
+
+
+OPTIMUS = [Optimus(), Optimus(oracle=False)]
+
+
+def with_oracles(jobs: list[Job], seeds: list[int]) -> list[Job]:
+    """Some of `jobs` with a step oracle: step times that fall, stall and rise (ties
+    among jobs too), and as many iterations per epoch."""
+    out = []
+    for job, seed in zip(jobs, seeds, strict=False):
+        if seed % 3 == 0:
+            out.append(job)
+            continue
+        steps = tuple(float(v) for v in ([4, 3, 3, 2.5, 2.6, 2, 2, 1.9][seed % 4:]))
+        iterations = tuple(float(10 * (k + 1)) for k in range(job.epochs + 1))
+        out.append(replace(job, oracle=StepOracle(steps, iterations)))
+    return out + jobs[len(seeds):]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=20), capacity=st.integers(0, 120),
+       which=st.integers(0, len(OPTIMUS) - 1),
+       seeds=st.lists(st.integers(0, 11), max_size=20))
+def test_optimus_hands_out_as_its_heap_did(jobs: list[Job], capacity: int, which: int,
+                                           seeds: list[int]) -> None:
+    """Ties (equal speed tables, equal oracles), slow-downs, rooms past the first
+    tabled width (capacities up to 120 on jobs of max up to 16)."""
+    algorithm = OPTIMUS[which]
+    jobs = with_oracles(jobs, seeds)
+    fast = algorithm(jobs, capacity)
+    with mock.patch.object(Optimus, "_allocate_class", optimus_class_reference):
+        assert fast == algorithm(jobs, capacity)
+
+
+@pytest.mark.parametrize("capacity", [64, 512, 4_096])
+def test_optimus_hands_out_as_its_heap_did_at_the_bench_size(capacity: int) -> None:
+    jobs = make_jobs(1_000, 2)
+    fast = Optimus()(jobs, capacity)
+    with mock.patch.object(Optimus, "_allocate_class", optimus_class_reference):
+        assert fast == Optimus()(jobs, capacity)
+
+
+def test_optimus_redoes_a_hand_out_that_outgrows_its_tables() -> None:
+    """21 jobs of max 400 share 600 free GPUs: too many steps to table them all, so each
+    job's are tabled 62 wide first (twice 600 / 21, and 4); 20 gain nothing from a GPU
+    more, and the one that does takes all 399 it may."""
+    flat = [Job(name=f"f{i:02d}", min_workers=1, max_workers=400, epochs=10,
+                epoch_time_by_workers={1: 100.0, 2: 100.0}) for i in range(20)]
+    fast = Job(name="fast", min_workers=1, max_workers=400, submit_time=1.0, epochs=10,
+               epoch_time_by_workers={1: 100.0, 2: 50.0})
+    jobs = [*flat, fast]
+    allocation = Optimus()(jobs, 621)
+    with mock.patch.object(Optimus, "_allocate_class", optimus_class_reference):
+        assert allocation == Optimus()(jobs, 621)
+    assert allocation["fast"] == 400 and sum(allocation.values()) == 420
