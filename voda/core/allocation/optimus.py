@@ -66,8 +66,9 @@ class Optimus:
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         """Every job its min in submit order while GPUs last, then the GPUs left one at
-        a time to the largest cut in remaining time (`grow_by_time_cut`)."""
-        ordered = by_submit(jobs)
+        a time to the largest cut in remaining time (`grow_by_time_cut`). `jobs`: one
+        priority class in submit order (`allocate_by_priority` hands them so)."""
+        ordered = jobs
         gpus = [0] * len(ordered)
         free = capacity
         started: list[int] = []
