@@ -23,7 +23,7 @@ from counts_reference import (
     ffdl_tables_per_job,
 )
 from elastic_reference import elastic_in_order_reference
-from handout_reference import optimus_class_reference
+from handout_reference import grow_by_gain_reference, optimus_class_reference
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sim_digests import cases, digest, key
@@ -31,7 +31,7 @@ from srjf_reference import shortest_first_reference
 from test_allocation_properties import jobs_strategy
 from tiresias_reference import order_reference
 
-from voda.core.allocation import ffdl, fifo, pollux, srjf, voda
+from voda.core.allocation import ffdl, fifo, pollux, srjf, tiresias, voda
 from voda.core.allocation.counts import best_counts
 from voda.core.allocation.ffdl import FfDLOptimizer
 from voda.core.allocation.fifo import FIFO, ElasticFIFO
@@ -230,3 +230,59 @@ def test_optimus_redoes_a_hand_out_that_outgrows_its_tables() -> None:
     with mock.patch.object(Optimus, "_allocate_class", optimus_class_reference):
         assert allocation == Optimus()(jobs, 621)
     assert allocation["fast"] == 400 and sum(allocation.values()) == 420
+
+
+TIRESIAS = [ElasticTiresias(), ElasticTiresias(compaction_threshold=0),
+            ElasticTiresias(queue_thresholds=(5.0, 50.0), queue_order="queue_entry")]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=20), capacity=st.integers(0, 120),
+       which=st.integers(0, len(TIRESIAS) - 1))
+def test_elastic_tiresias_hands_out_as_its_heap_did(jobs: list[Job], capacity: int,
+                                                    which: int) -> None:
+    """Ties (speed tables from a few values), slow-downs (negative gains), starts that no
+    longer fit, rooms past the first tabled width."""
+    algorithm = TIRESIAS[which]
+    fast = algorithm(jobs, capacity)
+    with mock.patch.object(tiresias, "grow_by_gain", grow_by_gain_reference):
+        assert fast == algorithm(jobs, capacity)
+
+
+@pytest.mark.parametrize("capacity", [64, 512, 4_096])
+def test_elastic_tiresias_hands_out_as_its_heap_did_at_the_bench_size(capacity: int) -> None:
+    jobs = make_jobs(1_000, 4)
+    fast = ElasticTiresias()(jobs, capacity)
+    with mock.patch.object(tiresias, "grow_by_gain", grow_by_gain_reference):
+        assert fast == ElasticTiresias()(jobs, capacity)
+
+
+def test_elastic_tiresias_redoes_a_hand_out_that_outgrows_its_tables() -> None:
+    """As for Optimus: 20 jobs that gain nothing from a GPU more and one that does, each
+    with room for 399 more; tabled 62 wide first."""
+    flat = [Job(name=f"f{i:02d}", min_workers=1, max_workers=400, epochs=10,
+                current_workers=1, epoch_time_by_workers={1: 100.0, 2: 100.0})
+            for i in range(20)]
+    fast = Job(name="fast", min_workers=1, max_workers=400, submit_time=1.0, epochs=10,
+               current_workers=1, epoch_time_by_workers={1: 100.0, 2: 50.0})
+    allocation = {job.name: 1 for job in [*flat, fast]}
+    expected = dict(allocation)
+    tiresias.grow_by_gain([*flat, fast], allocation, 621)
+    grow_by_gain_reference([*flat, fast], expected, 621)
+    assert allocation == expected and allocation["fast"] > 62
+
+
+STABLE_VALUES = [0.0, -0.0, 1.0, -1.0, 10.0, 0.1, 1e-11, 9.999999999995e-12, 1e12, 1e13,
+                 1e-300, 5e-324, math.inf, -math.inf, math.nan, 0.30000000000000004,
+                 1.0000000000005, 1.00000000000049999, 123456.7890123456, 999999999999.5,
+                 2.5e-7, 0.99999999999995]
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.sampled_from(STABLE_VALUES) | st.floats(), max_size=30))
+def test_stable_all_is_stable_for_every_value(values: list[float]) -> None:
+    got = tiresias.stable_all(np.array(values, dtype=float)).tolist()
+    expected = [tiresias._stable(v) for v in values]
+    assert all((math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a)
+                                                        == math.copysign(1, b))
+               for a, b in zip(got, expected, strict=True)), (got, expected)
