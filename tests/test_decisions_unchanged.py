@@ -286,3 +286,14 @@ def test_stable_all_is_stable_for_every_value(values: list[float]) -> None:
     assert all((math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a)
                                                         == math.copysign(1, b))
                for a, b in zip(got, expected, strict=True)), (got, expected)
+
+
+@pytest.mark.parametrize("algorithm", SIMPLE, ids=lambda a: repr(a))
+def test_fifo_srjf_and_tiresias_decide_as_at_ce6fffe_at_the_bench_size(algorithm) -> None:
+    jobs = make_jobs(1_000, 6)
+    fast = algorithm(jobs, 1_024)
+    with (mock.patch.object(fifo, "elastic_in_order", elastic_in_order_reference),
+          mock.patch.object(srjf, "elastic_in_order", elastic_in_order_reference),
+          mock.patch.object(srjf, "shortest_first", shortest_first_reference),
+          mock.patch.object(Tiresias, "order", order_reference)):
+        assert fast == algorithm(jobs, 1_024)

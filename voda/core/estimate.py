@@ -345,3 +345,37 @@ def epoch_time_runs(
                     gain = np.minimum(x_near * (ratio - 1.0), slope[j] * (w - k))
                     out[part] = 1.0 / (x_near + np.maximum(gain, 0.0))
     return out
+
+
+def growth_limits(jobs: Sequence[Job], lo: Sequence[int], hi: Sequence[int]) -> list[int]:
+    """`growth_limit(jobs[i], lo[i], hi[i])` of every job, from one pass over all their
+    measured counts at once.
+
+    Of each job's measured counts, ascending, the walk looks at a count while the one
+    before it is below `hi`, and stops at the first that is slower than the one before
+    it and above `lo`: the limit is then the count before it (at least `lo`); `hi` when
+    none is."""
+    n = len(jobs)
+    low = np.asarray(lo, dtype=np.int64)
+    high = np.asarray(hi, dtype=np.int64)
+    limit = np.maximum(low, high)
+    observed = list(map(_OBSERVED, jobs))
+    sizes = list(map(len, observed))
+    point_k = np.fromiter(chain.from_iterable(observed), dtype=float, count=sum(sizes))
+    point_t = np.fromiter(chain.from_iterable(map(_VALUES, observed)), dtype=float,
+                          count=len(point_k))
+    point_job = np.repeat(np.arange(n), sizes)
+    keep = (point_k >= 1) & (point_t > 0)
+    point_job, point_k, point_t = point_job[keep], point_k[keep], point_t[keep]
+    order = np.lexsort((point_k, point_job))
+    point_job, point_k, point_t = point_job[order], point_k[order], point_t[order]
+    after = np.flatnonzero(point_job[1:] == point_job[:-1]) + 1  # points with one before
+    job = point_job[after]
+    before_k, before_t = point_k[after - 1], point_t[after - 1]
+    rises = after[(before_k < high[job]) & (point_k[after] > low[job])
+                  & (point_t[after] > before_t)]
+    first_job, first = np.unique(point_job[rises], return_index=True)
+    stop = np.maximum(point_k[rises[first] - 1], low[first_job]).astype(np.int64)
+    ranged = high > low
+    limit[first_job] = np.where(ranged[first_job], stop, limit[first_job])
+    return limit.tolist()
