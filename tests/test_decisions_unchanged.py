@@ -32,6 +32,7 @@ from test_allocation_properties import jobs_strategy
 from tiresias_reference import order_reference
 
 from voda.core.allocation import ffdl, fifo, pollux, srjf, tiresias, voda
+from voda.core.allocation.base import rigid_size, rigid_sizes
 from voda.core.allocation.counts import best_counts
 from voda.core.allocation.ffdl import FfDLOptimizer
 from voda.core.allocation.fifo import FIFO, ElasticFIFO
@@ -297,3 +298,17 @@ def test_fifo_srjf_and_tiresias_decide_as_at_ce6fffe_at_the_bench_size(algorithm
           mock.patch.object(srjf, "shortest_first", shortest_first_reference),
           mock.patch.object(Tiresias, "order", order_reference)):
         assert fast == algorithm(jobs, 1_024)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=20), capacity=st.integers(0, 40))
+def test_rigid_sizes_are_each_jobs_rigid_size(jobs: list[Job], capacity: int) -> None:
+    """What FIFO, SRJF and the Tiresias family fill at (and ElasticTiresias compacts
+    from): measured slow-downs, preferred sizes past the capacity."""
+    assert rigid_sizes(jobs, capacity) == [rigid_size(job, capacity) for job in jobs]
+
+
+def test_rigid_sizes_are_each_jobs_rigid_size_at_the_bench_size() -> None:
+    jobs = make_jobs(1_000, 7)
+    for capacity in (2, 64, 4_096):
+        assert rigid_sizes(jobs, capacity) == [rigid_size(job, capacity) for job in jobs]

@@ -355,20 +355,10 @@ def growth_limits(jobs: Sequence[Job], lo: Sequence[int], hi: Sequence[int]) -> 
     before it is below `hi`, and stops at the first that is slower than the one before
     it and above `lo`: the limit is then the count before it (at least `lo`); `hi` when
     none is."""
-    n = len(jobs)
     low = np.asarray(lo, dtype=np.int64)
     high = np.asarray(hi, dtype=np.int64)
     limit = np.maximum(low, high)
-    observed = list(map(_OBSERVED, jobs))
-    sizes = list(map(len, observed))
-    point_k = np.fromiter(chain.from_iterable(observed), dtype=float, count=sum(sizes))
-    point_t = np.fromiter(chain.from_iterable(map(_VALUES, observed)), dtype=float,
-                          count=len(point_k))
-    point_job = np.repeat(np.arange(n), sizes)
-    keep = (point_k >= 1) & (point_t > 0)
-    point_job, point_k, point_t = point_job[keep], point_k[keep], point_t[keep]
-    order = np.lexsort((point_k, point_job))
-    point_job, point_k, point_t = point_job[order], point_k[order], point_t[order]
+    point_job, point_k, point_t = measured_points(jobs)
     after = np.flatnonzero(point_job[1:] == point_job[:-1]) + 1  # points with one before
     job = point_job[after]
     before_k, before_t = point_k[after - 1], point_t[after - 1]
@@ -379,3 +369,28 @@ def growth_limits(jobs: Sequence[Job], lo: Sequence[int], hi: Sequence[int]) -> 
     ranged = high > low
     limit[first_job] = np.where(ranged[first_job], stop, limit[first_job])
     return limit.tolist()
+
+
+def measured_points(jobs: Sequence[Job]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every job's measured counts that a model keeps (count >= 1, time > 0), as three
+    arrays: the job's index, the count and its epoch time, by job then count."""
+    observed = list(map(_OBSERVED, jobs))
+    sizes = list(map(len, observed))
+    point_k = np.fromiter(chain.from_iterable(observed), dtype=float, count=sum(sizes))
+    point_t = np.fromiter(chain.from_iterable(map(_VALUES, observed)), dtype=float,
+                          count=len(point_k))
+    point_job = np.repeat(np.arange(len(jobs)), sizes)
+    keep = (point_k >= 1) & (point_t > 0)
+    point_job, point_k, point_t = point_job[keep], point_k[keep], point_t[keep]
+    order = np.lexsort((point_k, point_job))
+    return point_job[order], point_k[order], point_t[order]
+
+
+def sometimes_slower(jobs: Sequence[Job]) -> np.ndarray:
+    """Per job, whether a measured count is slower than a smaller measured one: not
+    `never_slower`, for all jobs at once."""
+    point_job, _, point_t = measured_points(jobs)
+    after = np.flatnonzero(point_job[1:] == point_job[:-1]) + 1
+    slower = np.zeros(len(jobs), dtype=bool)
+    slower[point_job[after[point_t[after] > point_t[after - 1]]]] = True
+    return slower

@@ -15,7 +15,9 @@ from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
-from voda.core.estimate import fastest_count, growth_limit
+import numpy as np
+
+from voda.core.estimate import fastest_count, growth_limit, sometimes_slower
 from voda.core.model import Job
 
 
@@ -84,6 +86,7 @@ def checked_allocate(
 
 _PRIORITY, _SUBMIT_TIME, _NAME = (
     attrgetter("priority"), attrgetter("submit_time"), attrgetter("name"))
+_MIN, _PREFERRED = attrgetter("min_workers"), attrgetter("preferred")
 
 
 def water_level(rooms: list[int], free: int) -> int:
@@ -151,6 +154,19 @@ def rigid_size(job: Job, capacity: int) -> int:
     if top <= low:
         return low
     return fastest_count(job, low, top)
+
+
+def rigid_sizes(jobs: Sequence[Job], capacity: int) -> list[int]:
+    """`rigid_size` of every job out of `capacity`: its preferred size within the
+    capacity (at least its min) for every job that no measured count shows slower than
+    a smaller one (`sometimes_slower`, for all jobs at once); the others one by one."""
+    lows = list(map(_MIN, jobs))
+    tops = [min(p, capacity) for p in map(_PREFERRED, jobs)]
+    sizes = [max(low, top) for low, top in zip(lows, tops, strict=True)]
+    for i in np.flatnonzero(sometimes_slower(jobs)).tolist():
+        if tops[i] > lows[i]:
+            sizes[i] = fastest_count(jobs[i], lows[i], tops[i])
+    return sizes
 
 
 def most_at_rigid_size(jobs: Sequence[Job]) -> int:

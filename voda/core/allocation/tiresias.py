@@ -33,9 +33,9 @@ from voda.core.allocation.base import (
     allocate_by_priority,
     by_submit,
     most_at_rigid_size,
-    rigid_size,
+    rigid_sizes,
 )
-from voda.core.allocation.fifo import fill_at_rigid_size, fill_in_order
+from voda.core.allocation.fifo import fill_at_rigid_size, fill_sizes
 from voda.core.allocation.handout import first_width, heap_order, segments
 from voda.core.allocation.reasons import (
     Reason,
@@ -47,7 +47,7 @@ from voda.core.allocation.reasons import (
 from voda.core.estimate import EpochTimes, epoch_time_runs
 from voda.core.model import Job
 
-_PRIORITY = attrgetter("priority")
+_PRIORITY, _NAME = attrgetter("priority"), attrgetter("name")
 _MIN, _MAX = attrgetter("min_workers"), attrgetter("max_workers")
 
 QueueOrder = Literal["first_start", "queue_entry"]
@@ -259,13 +259,13 @@ class ElasticTiresias(Tiresias):
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         ordered = self.order(jobs)
-        allocation = fill_at_rigid_size(ordered, capacity)
-        pending = sum(1 for gpus in allocation.values() if gpus == 0)
-        if pending > self.compaction_threshold:
-            top = {j.name for j in ordered if self.priority_class(j) == 0}
-            allocation = fill_in_order(
-                ordered, capacity,
-                lambda j: rigid_size(j, capacity) if j.name in top else j.min_workers)
+        sizes = rigid_sizes(ordered, capacity)
+        gpus = fill_sizes(sizes, capacity)
+        if gpus.count(0) > self.compaction_threshold:  # jobs left pending: compaction
+            queues = self.priority_classes(ordered)
+            gpus = fill_sizes([size if queue == 0 else job.min_workers for job, size, queue
+                               in zip(ordered, sizes, queues, strict=True)], capacity)
+        allocation = dict(zip(map(_NAME, ordered), gpus, strict=True))
         grow_by_gain(ordered, allocation, capacity)
         return allocation
 
