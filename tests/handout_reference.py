@@ -1,16 +1,18 @@
 """Optimus's and ElasticTiresias's hand-outs as they were before one sort replaced their
 heaps (voda.core.allocation.handout): one GPU at a time from a heap keyed by the gain,
-each gain from the job's speed model (or its oracle) when the job is pushed. The
-references the sorted hand-outs must equal, to the last GPU."""
+each gain from the job's speed model (or its oracle) when the job is pushed; and
+ElasticTiresias's compaction as it was (a rigid size per job again). The references
+the sorted hand-outs must equal, to the last GPU."""
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
 
-from voda.core.allocation.base import by_submit
+from voda.core.allocation.base import by_submit, rigid_size
+from voda.core.allocation.fifo import fill_at_rigid_size, fill_in_order
 from voda.core.allocation.optimus import Optimus, Prediction, prediction
-from voda.core.allocation.tiresias import _stable
+from voda.core.allocation.tiresias import ElasticTiresias, _stable
 from voda.core.estimate import EpochTimes
 from voda.core.model import Job
 
@@ -48,6 +50,21 @@ def _push(heap: list[tuple[float, int, float]], i: int, job: Job, gpus: int,
     gain = (unit_time_now - unit_time_next) * units
     if gain > 0:
         heapq.heappush(heap, (-gain, i, unit_time_next))
+
+
+def elastic_tiresias_class_reference(self: ElasticTiresias, jobs: Sequence[Job],
+                                     capacity: int) -> dict[str, int]:
+    """ElasticTiresias._allocate_class as it was: its compaction and its heap."""
+    ordered = self.order(jobs)
+    allocation = fill_at_rigid_size(ordered, capacity)
+    pending = sum(1 for gpus in allocation.values() if gpus == 0)
+    if pending > self.compaction_threshold:
+        top = {j.name for j in ordered if self.priority_class(j) == 0}
+        allocation = fill_in_order(
+            ordered, capacity,
+            lambda j: rigid_size(j, capacity) if j.name in top else j.min_workers)
+    grow_by_gain_reference(ordered, allocation, capacity)
+    return allocation
 
 
 def grow_by_gain_reference(ordered: Sequence[Job], allocation: dict[str, int],

@@ -23,7 +23,11 @@ from counts_reference import (
     ffdl_tables_per_job,
 )
 from elastic_reference import elastic_in_order_reference
-from handout_reference import grow_by_gain_reference, optimus_class_reference
+from handout_reference import (
+    elastic_tiresias_class_reference,
+    grow_by_gain_reference,
+    optimus_class_reference,
+)
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sim_digests import cases, digest, key
@@ -32,7 +36,6 @@ from test_allocation_properties import jobs_strategy
 from tiresias_reference import order_reference
 
 from voda.core.allocation import ffdl, fifo, pollux, srjf, tiresias, voda
-from voda.core.allocation.base import rigid_size, rigid_sizes
 from voda.core.allocation.counts import best_counts
 from voda.core.allocation.ffdl import FfDLOptimizer
 from voda.core.allocation.fifo import FIFO, ElasticFIFO
@@ -246,7 +249,7 @@ def test_elastic_tiresias_hands_out_as_its_heap_did(jobs: list[Job], capacity: i
     longer fit, rooms past the first tabled width."""
     algorithm = TIRESIAS[which]
     fast = algorithm(jobs, capacity)
-    with mock.patch.object(tiresias, "grow_by_gain", grow_by_gain_reference):
+    with mock.patch.object(ElasticTiresias, "_allocate_class", elastic_tiresias_class_reference):
         assert fast == algorithm(jobs, capacity)
 
 
@@ -254,7 +257,7 @@ def test_elastic_tiresias_hands_out_as_its_heap_did(jobs: list[Job], capacity: i
 def test_elastic_tiresias_hands_out_as_its_heap_did_at_the_bench_size(capacity: int) -> None:
     jobs = make_jobs(1_000, 4)
     fast = ElasticTiresias()(jobs, capacity)
-    with mock.patch.object(tiresias, "grow_by_gain", grow_by_gain_reference):
+    with mock.patch.object(ElasticTiresias, "_allocate_class", elastic_tiresias_class_reference):
         assert fast == ElasticTiresias()(jobs, capacity)
 
 
@@ -298,17 +301,3 @@ def test_fifo_srjf_and_tiresias_decide_as_at_ce6fffe_at_the_bench_size(algorithm
           mock.patch.object(srjf, "shortest_first", shortest_first_reference),
           mock.patch.object(Tiresias, "order", order_reference)):
         assert fast == algorithm(jobs, 1_024)
-
-
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(jobs=jobs_strategy(max_jobs=20), capacity=st.integers(0, 40))
-def test_rigid_sizes_are_each_jobs_rigid_size(jobs: list[Job], capacity: int) -> None:
-    """What FIFO, SRJF and the Tiresias family fill at (and ElasticTiresias compacts
-    from): measured slow-downs, preferred sizes past the capacity."""
-    assert rigid_sizes(jobs, capacity) == [rigid_size(job, capacity) for job in jobs]
-
-
-def test_rigid_sizes_are_each_jobs_rigid_size_at_the_bench_size() -> None:
-    jobs = make_jobs(1_000, 7)
-    for capacity in (2, 64, 4_096):
-        assert rigid_sizes(jobs, capacity) == [rigid_size(job, capacity) for job in jobs]

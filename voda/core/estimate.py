@@ -384,13 +384,3 @@ def measured_points(jobs: Sequence[Job]) -> tuple[np.ndarray, np.ndarray, np.nda
     point_job, point_k, point_t = point_job[keep], point_k[keep], point_t[keep]
     order = np.lexsort((point_k, point_job))
     return point_job[order], point_k[order], point_t[order]
-
-
-def sometimes_slower(jobs: Sequence[Job]) -> np.ndarray:
-    """Per job, whether a measured count is slower than a smaller measured one: not
-    `never_slower`, for all jobs at once."""
-    point_job, _, point_t = measured_points(jobs)
-    after = np.flatnonzero(point_job[1:] == point_job[:-1]) + 1
-    slower = np.zeros(len(jobs), dtype=bool)
-    slower[point_job[after[point_t[after] > point_t[after - 1]]]] = True
-    return slower

@@ -15,9 +15,7 @@ from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-
-from voda.core.estimate import fastest_count, growth_limit, sometimes_slower
+from voda.core.estimate import fastest_count, growth_limit
 from voda.core.model import Job
 
 
@@ -86,7 +84,6 @@ def checked_allocate(
 
 _PRIORITY, _SUBMIT_TIME, _NAME = (
     attrgetter("priority"), attrgetter("submit_time"), attrgetter("name"))
-_MIN, _PREFERRED = attrgetter("min_workers"), attrgetter("preferred")
 
 
 def water_level(rooms: list[int], free: int) -> int:
@@ -157,16 +154,9 @@ def rigid_size(job: Job, capacity: int) -> int:
 
 
 def rigid_sizes(jobs: Sequence[Job], capacity: int) -> list[int]:
-    """`rigid_size` of every job out of `capacity`: its preferred size within the
-    capacity (at least its min) for every job that no measured count shows slower than
-    a smaller one (`sometimes_slower`, for all jobs at once); the others one by one."""
-    lows = list(map(_MIN, jobs))
-    tops = [min(p, capacity) for p in map(_PREFERRED, jobs)]
-    sizes = [max(low, top) for low, top in zip(lows, tops, strict=True)]
-    for i in np.flatnonzero(sometimes_slower(jobs)).tolist():
-        if tops[i] > lows[i]:
-            sizes[i] = fastest_count(jobs[i], lows[i], tops[i])
-    return sizes
+    """`rigid_size` of every job out of `capacity`. (One at a time: for most jobs it is
+    a comparison or two, which a batch over every job's measurements costs more than.)"""
+    return [rigid_size(job, capacity) for job in jobs]
 
 
 def most_at_rigid_size(jobs: Sequence[Job]) -> int:
