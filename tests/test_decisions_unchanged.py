@@ -214,23 +214,20 @@ def test_optimus_hands_out_as_its_heap_did(jobs: list[Job], capacity: int, which
         assert fast == algorithm(jobs, capacity)
 
 
-@pytest.mark.parametrize("capacity", [64, 512, 4_096])
-def test_optimus_hands_out_as_its_heap_did_at_the_bench_size(capacity: int) -> None:
-    jobs = make_jobs(1_000, 2)
-    fast = Optimus()(jobs, capacity)
-    with mock.patch.object(Optimus, "_allocate_class", optimus_class_reference):
-        assert fast == Optimus()(jobs, capacity)
+def outgrowing(running: bool) -> list[Job]:
+    """20 jobs that gain nothing from a GPU more and one that does, all of max 400."""
+    def job(name: str, seconds: float, submitted: float) -> Job:
+        return Job(name=name, min_workers=1, max_workers=400, submit_time=submitted,
+                   epochs=10, current_workers=int(running),
+                   epoch_time_by_workers={1: 100.0, 2: seconds})
+    return [*(job(f"f{i:02d}", 100.0, 0.0) for i in range(20)), job("fast", 50.0, 1.0)]
 
 
 def test_optimus_redoes_a_hand_out_that_outgrows_its_tables() -> None:
     """21 jobs of max 400 share 600 free GPUs: too many steps to table them all, so each
     job's are tabled 62 wide first (twice 600 / 21, and 4); 20 gain nothing from a GPU
     more, and the one that does takes all 399 it may."""
-    flat = [Job(name=f"f{i:02d}", min_workers=1, max_workers=400, epochs=10,
-                epoch_time_by_workers={1: 100.0, 2: 100.0}) for i in range(20)]
-    fast = Job(name="fast", min_workers=1, max_workers=400, submit_time=1.0, epochs=10,
-               epoch_time_by_workers={1: 100.0, 2: 50.0})
-    jobs = [*flat, fast]
+    jobs = outgrowing(running=False)
     allocation = Optimus()(jobs, 621)
     with mock.patch.object(Optimus, "_allocate_class", optimus_class_reference):
         assert allocation == Optimus()(jobs, 621)
@@ -255,25 +252,23 @@ def test_elastic_tiresias_hands_out_as_its_heap_did(jobs: list[Job], capacity: i
 
 
 @pytest.mark.parametrize("capacity", [64, 512, 4_096])
-def test_elastic_tiresias_hands_out_as_its_heap_did_at_the_bench_size(capacity: int) -> None:
-    jobs = make_jobs(1_000, 4)
-    fast = ElasticTiresias()(jobs, capacity)
-    with mock.patch.object(ElasticTiresias, "_allocate_class", elastic_tiresias_class_reference):
-        assert fast == ElasticTiresias()(jobs, capacity)
+@pytest.mark.parametrize(("algorithm", "reference"), [
+    (Optimus, optimus_class_reference), (ElasticTiresias, elastic_tiresias_class_reference)])
+def test_hand_outs_are_their_heaps_at_the_bench_size(algorithm: type, reference, capacity: int
+                                                     ) -> None:
+    jobs = make_jobs(1_000, 2)
+    fast = algorithm()(jobs, capacity)
+    with mock.patch.object(algorithm, "_allocate_class", reference):
+        assert fast == algorithm()(jobs, capacity)
 
 
 def test_elastic_tiresias_redoes_a_hand_out_that_outgrows_its_tables() -> None:
-    """As for Optimus: 20 jobs that gain nothing from a GPU more and one that does, each
-    with room for 399 more; tabled 62 wide first."""
-    flat = [Job(name=f"f{i:02d}", min_workers=1, max_workers=400, epochs=10,
-                current_workers=1, epoch_time_by_workers={1: 100.0, 2: 100.0})
-            for i in range(20)]
-    fast = Job(name="fast", min_workers=1, max_workers=400, submit_time=1.0, epochs=10,
-               current_workers=1, epoch_time_by_workers={1: 100.0, 2: 50.0})
-    allocation = {job.name: 1 for job in [*flat, fast]}
+    """As for Optimus, the jobs running at 1: tabled 62 wide first."""
+    jobs = outgrowing(running=True)
+    allocation = {job.name: 1 for job in jobs}
     expected = dict(allocation)
-    tiresias.grow_by_gain([*flat, fast], allocation, 621)
-    grow_by_gain_reference([*flat, fast], expected, 621)
+    tiresias.grow_by_gain(jobs, allocation, 621)
+    grow_by_gain_reference(jobs, expected, 621)
     assert allocation == expected and allocation["fast"] > 62
 
 
