@@ -9,12 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from voda.cli.main import app
+from voda.client_settings import load_client_settings
 from voda.config import (
     ConfigError,
     User,
     UserLimits,
     hash_token,
-    load_client_settings,
     load_server_settings,
     parse_tokens,
 )

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import io
-
 from builders import make_cluster, make_job
-from rich.console import Console
 
 from voda.api import views
 from voda.api.metrics import ServiceMetrics
 from voda.api.schemas import JobDetail
 from voda.backends.memory import InMemoryBackend
 from voda.cli.jobs import conditions_table, jobs_table
+from voda.cli.table import Table
 from voda.engine.scheduler import Scheduler, SchedulerSettings
 
 
@@ -24,10 +22,8 @@ def queued() -> Scheduler:
     return s
 
 
-def text(renderable: object) -> str:
-    buffer = io.StringIO()
-    Console(file=buffer, width=400).print(renderable)
-    return buffer.getvalue()
+def text(table: Table) -> str:
+    return table.render()
 
 
 def test_the_job_object_carries_the_reason_code_message_and_since() -> None:

@@ -1,4 +1,5 @@
-"""`voda queue list | describe` against a running `voda serve` with team queues."""
+"""`voda queue list | describe | history` against a running `voda serve` with team
+queues."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def test_the_cli_lists_and_describes_queues_with_their_usage(serve: ServeFactory
     (tmp_path / "queues.yaml").write_text(QUEUES)
     server = serve(f"sqlite:///{tmp_path / 'v.db'}", "--cluster", "1x8", "--queues",
                    str(tmp_path / "queues.yaml"), "--time-scale", "1", "--rate-limit", "0.1",
-                   "--step-interval", "0.1", tokens=True)
+                   "--step-interval", "0.1", tokens=True,
+                   config="[server]\nhistory_sample_seconds = 0.2\n")
     env = {"VODA_CONFIG": str(tmp_path / "none.toml"), "VODA_URL": server.url,
            "VODA_TOKEN": server.tokens["alice"], "COLUMNS": "200"}
 
@@ -62,4 +64,29 @@ def test_the_cli_lists_and_describes_queues_with_their_usage(serve: ServeFactory
     row = next(row for row in cells(out) if row[:1] == ["default"])
     assert row[:8] == ["default", "4", "unlimited", "2", "0", "0", "2", "0"]
     code, out = voda("queue", "describe", "team-z")
+    assert code == EXIT_NOT_FOUND and "team-z" in out
+    # Its history: samples every 0.2 s here, averaged in spans of 15 s (an hour in 240
+    # points), so team-b's 6 borrowed GPUs show as the mean since it started to borrow
+    def borrowed() -> list[float]:
+        code, out = voda("queue", "history", "team-b", "--range", "hour", "-o", "json")
+        assert code == 0, out
+        return [p["borrowed"] for p in json.loads(out)["points"]]
+
+    try:
+        wait_for(lambda: borrowed()[-1] > 5, timeout=30)
+    except AssertionError:
+        raise AssertionError(borrowed()) from None
+    code, out = voda("queue", "history", "team-b", "--range", "hour", "--rows", "240")
+    assert code == 0, out
+    assert out.splitlines()[0] == "queue team-b, default GPUs, last hour"
+    header = cells(out)[1]
+    assert header[:2] == ["TIME", "USED"] and "BORROWED" in header
+    last = cells(out)[-1]
+    assert last[2:4] == ["0", "7"] and last[1] == last[4] and last[5:7] == ["0.0", "0.0"]
+    assert float(last[4]) > 5  # GPUs held = borrowed: team-b has no guarantee
+    for bad, field in ((("--range", "year"), "range"), (("--rows", "0"), "rows"),
+                       (("-o", "xml"), "output")):
+        code, out = voda("queue", "history", "team-b", *bad)
+        assert code == 2 and out.startswith(f"{field}: "), out
+    code, out = voda("queue", "history", "team-z")
     assert code == EXIT_NOT_FOUND and "team-z" in out

@@ -24,8 +24,9 @@ RUN_AND_LIST = (
     "import sys, atexit\n"
     "atexit.register(lambda: sys.stderr.write('\\nMODULES ' + ' '.join(sorted("
     "{m.split('.')[0] for m in sys.modules})) + '\\n'))\n"
-    "from voda.cli.main import app\n"
-    "app(prog_name='voda')\n"
+    "sys.argv[0] = 'voda'\n"
+    "from voda.cli.main import main\n"
+    "main()\n"
 )
 
 
@@ -75,7 +76,10 @@ def test_client_commands_import_nothing_heavy(server: ServeProcess, tmp_path: Pa
             assert done.returncode == 1 and "keeps no job logs" in done.stderr, done.stderr
         else:
             assert done.returncode == 0, (args, done.stderr)
-        seen[" ".join(args[:3])] = imported(done) & FORBIDDEN
+        # rich only for top's coloured map: importing it and laying out a table cost
+        # about 150 ms; the rest print plain columns
+        heavy = FORBIDDEN | ({"rich"} if args[0] != "top" else set())
+        seen[" ".join(args[:3])] = imported(done) & heavy
     assert seen == {key: set() for key in seen}
     # The commands that run locally still import what they need (the test can fail).
     done = voda(env, "plan", "--gpus", "4", str(ROOT / "examples" / "jobs" / "compact.yaml"))
@@ -164,8 +168,8 @@ def test_cluster_and_top_mark_drained_and_removed_nodes(server: ServeProcess,
     for args in (("cluster",), ("top", "--once")):
         done = voda(env, *args)
         assert done.returncode == 0, done.stderr
-        rows = {line.split("│")[1 if args[0] == "cluster" else 3].strip(): line
-                for line in done.stdout.splitlines() if "node-" in line}
+        rows = {(line.split("   ")[0] if args[0] == "cluster" else line.split("│")[3]).strip():
+                line for line in done.stdout.splitlines() if "node-" in line}
         assert "cordoned" in rows["node-1 (drained)" if args[0] == "cluster" else "node-1"]
         assert "lost" in rows["node-0"], done.stdout
     uncordoned = voda(env, "node", "uncordon", "node-1")
@@ -237,3 +241,32 @@ def test_the_statuses_that_complete_are_the_engines() -> None:
     from voda.core.model import JobStatus
 
     assert complete_statuses(None, "") == [s.value for s in JobStatus]  # type: ignore[arg-type]
+
+
+def test_each_command_comes_from_the_module_the_map_names() -> None:
+    import typer
+
+    from voda.cli.main import COMMANDS, MODULES, build
+
+    for module in MODULES:
+        names = set(typer.main.get_command(build((module,))).commands)  # type: ignore[attr-defined]
+        assert names == {c for c, m in COMMANDS.items() if m == module}, module
+    assert set(typer.main.get_command(build()).commands) == set(COMMANDS)  # type: ignore[attr-defined]
+
+
+def test_a_command_line_loads_only_its_own_command_module(tmp_path: Path) -> None:
+    listing = ("import sys, atexit\n"
+               "atexit.register(lambda: sys.stderr.write('\\nMODULES ' + ' '.join(sorted("
+               "m for m in sys.modules if m.startswith('voda.cli.'))) + '\\n'))\n"
+               "sys.argv[0] = 'voda'\n"
+               "from voda.cli.main import main\n"
+               "main()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VODA_")}
+    env.update(VODA_CONFIG=str(tmp_path / "voda.toml"))
+    done = subprocess.run([sys.executable, "-c", listing, "token"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    from voda.cli.main import MODULES
+
+    commands = {f"voda.cli.{m}" for m in MODULES}
+    assert imported(done) & commands == {"voda.cli.token"}, done.stderr

@@ -139,3 +139,21 @@ def test_a_conflict_writes_the_condition_against_the_newer_version(
     eventually(lambda: (condition(cluster, "mpijobs", "c") or {}).get("reason") ==
                "MeasuredCap", timeout=15)
     assert [e["reason"] for e in events(cluster, "c")] == ["MeasuredCap"]  # posted once
+
+
+def test_the_service_has_other_jobs_named_as_people_gave_them(cluster: FakeCluster,
+                                                              tmp_path: Path) -> None:
+    from voda.api.service import Service
+    from voda.config import ServerSettings
+
+    backend, _ = start(cluster, "mpijob", "s")
+    service = Service(ServerSettings(db=f"sqlite:///{tmp_path / 'v.db'}",
+                                     backend="kubernetes"), backend)
+    uid = "resnet-20261128120000-0a1b2c"  # how the engine says a job (job_names.new_uid)
+    service.job_names.add("resnet", uid, live=True)
+    backend.note_reason("s", "Shrunk", f"Shrunk from 2 to 1 GPU: 1 went to {uid}.", 1.0)
+    eventually(lambda: (condition(cluster, "mpijobs", "s") or {}).get("reason") == "Shrunk")
+    assert condition(cluster, "mpijobs", "s")["message"] == (  # type: ignore[index]
+        "Shrunk from 2 to 1 GPU: 1 went to resnet.")
+    assert [e["message"] for e in events(cluster, "s")] == [
+        "Shrunk from 2 to 1 GPU: 1 went to resnet."]

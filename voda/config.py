@@ -1,4 +1,4 @@
-"""Settings of the service and of its client, read at the edge only.
+"""Settings of the service, read at the edge only (the client's: voda.client_settings).
 
 Precedence, lowest first: defaults, `~/.config/voda/config.toml` (or the file
 named by VODA_CONFIG), environment variables (VODA_*), command-line flags.
@@ -82,12 +82,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-DEFAULT_PORT = 8470
-DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
-
-
-class ConfigError(ValueError):
-    pass
+from voda.client_settings import DEFAULT_PORT, ConfigError, config_path, read_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,40 +248,6 @@ def split_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-@dataclass(frozen=True, slots=True)
-class ClientSettings:
-    url: str = DEFAULT_URL
-    token: str | None = None
-    verify: str | bool = True  # a CA bundle for a service with its own certificate
-
-
-def config_path(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    if env.get("VODA_CONFIG"):
-        return Path(env["VODA_CONFIG"])
-    import platformdirs  # imported on use: every client command reads this module
-
-    return Path(platformdirs.user_config_dir("voda")) / "config.toml"
-
-
-def token_path(setting: str = "", env: Mapping[str, str] | None = None) -> Path:
-    """Where `voda serve` keeps the token it generated and the CLI looks for it."""
-    env = os.environ if env is None else env
-    chosen = setting or env.get("VODA_TOKEN_FILE", "")
-    return Path(chosen).expanduser() if chosen else config_path(env).parent / "token"
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    import tomllib  # only when there is a file: every client command reads this module
-
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-
-
 _SERVER_ENV = {
     "host": "VODA_HOST",
     "port": "VODA_PORT",
@@ -392,7 +353,7 @@ def load_server_settings(
     path: Path | None = None,
 ) -> ServerSettings:
     env = os.environ if env is None else env
-    file = _read_file(path or config_path(env))
+    file = read_file(path or config_path(env))
     values: dict[str, Any] = dict(file.get("server", {}))
     if "placement" in file:
         values["placement_settings"] = file["placement"]
@@ -466,31 +427,3 @@ def proxy_networks(text: str) -> list[str]:
         networks.append(str(network.network_address) if network.num_addresses == 1
                         else str(network))
     return networks
-
-
-def load_client_settings(
-    url: str | None = None,
-    token: str | None = None,
-    env: Mapping[str, str] | None = None,
-    path: Path | None = None,
-) -> ClientSettings:
-    env = os.environ if env is None else env
-    file = _read_file(path or config_path(env))
-    values = file.get("client", {})
-    token = token or env.get("VODA_TOKEN") or values.get("token")
-    if not token:
-        token = read_token_file(token_path(file.get("server", {}).get("token_file", ""), env))
-    ca = env.get("VODA_CA_BUNDLE") or values.get("ca_bundle")
-    return ClientSettings(
-        url=(url or env.get("VODA_URL") or values.get("url") or DEFAULT_URL).rstrip("/"),
-        token=token or None,
-        verify=str(ca) if ca else True,
-    )
-
-
-def read_token_file(path: Path) -> str | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return text or None

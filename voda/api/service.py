@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from voda.api import views
 from voda.api.errors import Busy, Conflict, Forbidden, NotFound, StoreNotWritable
 from voda.api.history import cluster_samples, queue_samples
+from voda.api.job_labels import named
 from voda.api.job_names import JobNames, name_taken, new_uid
 from voda.api.queues import QueueBook, base_entries, check_entry
 from voda.api.reads import HISTORY_SHOWN as HISTORY_SHOWN  # the routes import it from here
@@ -239,6 +240,7 @@ class Service(ServiceReads):
         # Every node the cluster had (and the removed ones stored), by name: those gone
         # are shown lost.
         self.seen_nodes: dict[str, Node] = {}
+        self._present_nodes: set[str] = set()  # in the cluster (drained too) at the last step
         self.lock = threading.RLock()
         self._lock_since: float | None = None
         self._lock_depth = 0
@@ -249,6 +251,8 @@ class Service(ServiceReads):
         self.inbox: list[JobRecord] = []
         self.names: set[str] = set()  # every job's uid (voda.api.job_names)
         self.job_names = JobNames()  # names as given: the live jobs' unique
+        if hasattr(backend, "said"):  # the Kubernetes backend's reasons on job objects
+            backend.said = lambda text: named(text, self.job_names.name_of)
         # (user, Idempotency-Key) -> (job uid, SHA-256 of the body); None while in flight.
         self.idempotency: dict[tuple[str, str], tuple[str, str] | None] = {}
         self.queued_by_user: dict[str, int] = {}
@@ -320,7 +324,7 @@ class Service(ServiceReads):
                 self.count_queued(views.owner_of(record), 1)
         for node in self.drained.values():
             self._take_out(node, now)
-        self._note_nodes()
+        self._present_nodes = self._note_nodes()
         self._note_schedulability(now)
         self.names = set(self.scheduler.jobs)
         for record in records:  # oldest first (load_jobs)
@@ -501,8 +505,20 @@ class Service(ServiceReads):
     def _step(self, now: float) -> Plan | None:
         plan = self.scheduler.step(now)
         note_suspensions(self, now)
+        self._note_backend_node_changes(now)
         self._sample(now)
         return plan
+
+    def _note_backend_node_changes(self, now: float) -> None:
+        """A node the backend stopped offering (a Kubernetes node deleted or gone
+        NotReady, a host lost) or offers again gets an entry in its change list, as the
+        changes administrators make do; theirs are noted where they are made."""
+        present = self._note_nodes()
+        for name in sorted(self._present_nodes - present):
+            self._node_event(name, now, "lost", "the backend no longer offers this node")
+        for name in sorted(present - self._present_nodes):
+            self._node_event(name, now, "active", "the backend offers this node")
+        self._present_nodes = present
 
     def _sample(self, now: float) -> None:
         """The cluster's history (voda.api.history): a sample per GPU type when one is
@@ -977,9 +993,16 @@ class Service(ServiceReads):
     def _node_changed(self, node: Node, state: str, now: float) -> None:
         """The node's row, and its change in the node's history (`node_events`)."""
         self.pending.nodes.append(_node_values(node, state, now))
-        self.pending.node_events.append({"node": node.name, "time": now, "state": state,
-                                         "message": None})
+        self._node_event(node.name, now, state, None)
+        if state == "removed":
+            self._present_nodes.discard(node.name)
+        else:
+            self._present_nodes.add(node.name)
         self._note_schedulability(now)
+
+    def _node_event(self, name: str, now: float, state: str, message: str | None) -> None:
+        self.pending.node_events.append({"node": name, "time": now, "state": state,
+                                         "message": message})
 
     def _node_backend(self) -> SupportsNodeChanges:
         if not isinstance(self.backend, SupportsNodeChanges):

@@ -25,14 +25,8 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
-from voda.config import (
-    MIN_TOKEN_LENGTH,
-    ServerSettings,
-    User,
-    hash_token,
-    read_token_file,
-    token_path,
-)
+from voda.client_settings import read_token_file, token_path
+from voda.config import MIN_TOKEN_LENGTH, ServerSettings, User, hash_token
 
 log = logging.getLogger(__name__)
 

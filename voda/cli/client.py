@@ -21,7 +21,7 @@ from voda.cli.common import (
     EXIT_USAGE,
     die,
 )
-from voda.config import ConfigError, load_client_settings
+from voda.client_settings import ConfigError, load_client_settings
 
 TIMEOUT_SECONDS = 30.0
 MAX_SEGMENT = 200

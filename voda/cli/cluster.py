@@ -11,6 +11,8 @@ import typer
 from voda.cli.client import TOKEN, Client, segment
 from voda.cli.common import EXIT_USAGE, AsJson, Token, Url, die, out, print_json, stop_on_interrupt
 from voda.cli.completion import complete_algorithms, complete_gpu_types
+from voda.cli.table import Table as PlainTable
+from voda.cli.table import say
 
 # Each job drawn on the map gets a symbol, in the order the map shows the jobs: its cells
 # are that symbol, so jobs are told apart without colour (piped output, NO_COLOR, colour-blind
@@ -123,7 +125,7 @@ def print_scheduler(view: dict[str, Any], as_json: bool, valid: bool) -> None:
             f"{view['rate_limit_seconds']:g} s)")
     if valid:
         text += f"\nvalid: {', '.join(view['valid_algorithms'])}"
-    out.print(text, highlight=False)
+    say(text)
 
 
 def cluster_screen(view: dict[str, Any]) -> Any:
@@ -169,14 +171,12 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(view)
             return
-        from rich.table import Table
-
-        types = Table("GPU TYPE", "TOTAL", "USED", "FREE", "ALGORITHM")
+        types = PlainTable("GPU TYPE", "TOTAL", "USED", "FREE", "ALGORITHM")
         for t in view["gpu_types"]:
             types.add_row(t["gpu_type"], str(t["total"]), str(t["used"]), str(t["free"]),
                           t["algorithm"])
-        out.print(types)
-        nodes = Table("NODE", "GPU TYPE", "GPUS", "USED", "STATE", "JOBS")
+        types.print()
+        nodes = PlainTable("NODE", "GPU TYPE", "GPUS", "USED", "STATE", "JOBS")
         said = job_labels(view)
         for n in all_nodes(view):
             jobs_ = [f"{said[j]}:{c}" for j, c in n["jobs"].items()]
@@ -184,9 +184,9 @@ def register(app: typer.Typer) -> None:
                 jobs_.append(f"(others):{n['others']}")
             nodes.add_row(node_name(n), n["gpu_type"], str(n["gpus"]), str(n["used"]),
                           n.get("state", "ready"), ", ".join(jobs_) or "-")
-        out.print(nodes)
+        nodes.print()
         for gpu_type, error in view.get("errors", {}).items():
-            out.print(f"[red]refused ({gpu_type}):[/red] {error}", highlight=False)
+            say(f"refused ({gpu_type}): {error}")
 
     @app.command()
     def top(
@@ -197,8 +197,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """A live view of the cluster: every node's GPUs marked by job (a symbol on its
         colour; the legend names them), until Ctrl-C."""
-        from rich.live import Live
-
         client = Client(url, token)
         console = out.console()
 
@@ -216,6 +214,8 @@ def register(app: typer.Typer) -> None:
         stop_on_interrupt()
         try:
             if console.is_terminal:
+                from rich.live import Live
+
                 with Live(render(), console=console, auto_refresh=False, screen=True) as live:
                     while True:
                         time.sleep(interval)

@@ -1,7 +1,8 @@
 """What every client command shares: options, exit codes, output, errors.
 
 Kept light on purpose: importing it (and typer) is all a client command pays before it
-runs, so rich is imported only when something is printed with it.
+runs. Client commands print plain text (voda.cli.table); rich is imported only by the
+views that need it (`voda top`, live tables, progress bars).
 
 Exit codes: 0 done, 1 refused by the service (bad request, forbidden), 2 bad usage,
 3 service unreachable, 4 not found, 5 service error.

@@ -27,6 +27,7 @@ from voda.cli.common import (
     stop_on_interrupt,
 )
 from voda.cli.completion import complete_gpu_types, complete_job_names, complete_statuses
+from voda.cli.table import Table, say
 
 JobName = Annotated[str, typer.Argument(
     help="Job name (the live job of that name, else the newest) or uid.",
@@ -54,11 +55,9 @@ def forecast_line(forecast: dict[str, Any] | None) -> str:
     return f"{start}, {finish} ({forecast['basis']})"
 
 
-def jobs_table(items: list[dict[str, Any]], wide: bool = False) -> Any:
+def jobs_table(items: list[dict[str, Any]], wide: bool = False) -> Table:
     """The jobs, with a REASON column (why a job holds fewer GPUs than its max); `wide`
     adds the reason's sentence, the forecast start and finish, and the uid."""
-    from rich.table import Table
-
     columns = ["NAME", "USER", "STATUS", "GPU TYPE", "WORKERS", "MIN-MAX", "PRIORITY",
                "EPOCHS", "AGE", "REASON"]
     if wide:
@@ -93,13 +92,10 @@ def type_text(job: dict[str, Any]) -> str:
     return f"{job['gpu_type']} (of {'any' if '*' in accepted else '|'.join(accepted)})"
 
 
-def conditions_table(job: dict[str, Any]) -> Any:
+def conditions_table(job: dict[str, Any]) -> Table:
     """Conditions, the way kubectl describe shows them: AtMax is False while the job holds
     fewer GPUs than its max, with the reason's code and sentence."""
-    from rich.table import Table
-
-    table = Table("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE", title="Conditions",
-                  title_justify="left", box=None)
+    table = Table("TYPE", "STATUS", "REASON", "SINCE", "MESSAGE", title="Conditions:")
     reason = job.get("reason")
     if reason:
         table.add_row("AtMax", "False", reason["code"], ago(reason["since"]), reason["message"])
@@ -112,12 +108,9 @@ def conditions_table(job: dict[str, Any]) -> Any:
 TERMINAL = ("Completed", "Failed", "Canceled")
 
 
-def events_table(events: list[dict[str, Any]]) -> Any:
+def events_table(events: list[dict[str, Any]]) -> Table:
     """The newest events, the way kubectl describe shows them."""
-    from rich.table import Table
-
-    table = Table("AGE", "FIELD", "FROM", "TO", "MESSAGE", title="Events",
-                  title_justify="left", box=None)
+    table = Table("AGE", "FIELD", "FROM", "TO", "MESSAGE", title="Events:")
     for event in events:
         table.add_row(ago(event["time"]), event["field"], event["old"] or "-", event["new"],
                       event["message"] or "")
@@ -157,29 +150,28 @@ def all_pages(client: Client, params: dict[str, Any]) -> dict[str, Any]:
 
 def watch(client: Client, params: dict[str, Any], interval: float) -> None:
     """A live table until Ctrl-C (a terminal redraws it; a pipe gets one table a round)."""
-    from rich.live import Live
-
-    console = out.console()
-
-    def render() -> Any:
+    def render() -> str:
         page = client.call("GET", "/v1/jobs", params={**params,
                                                       "limit": min(params["limit"],
                                                                    MAX_WATCH_ROWS)})
         table = jobs_table(page["items"])
         table.caption = (f"{page['total']} jobs · {time.strftime('%H:%M:%S')} · every "
                          f"{interval:g} s · Ctrl-C to stop")
-        return table
+        return table.render()
 
     stop_on_interrupt()
     try:
-        if console.is_terminal:
-            with Live(render(), console=console, auto_refresh=False) as live:
+        if sys.stdout.isatty():
+            from rich.live import Live
+            from rich.text import Text
+
+            with Live(Text(render()), console=out.console(), auto_refresh=False) as live:
                 while True:
                     time.sleep(interval)
-                    live.update(render(), refresh=True)
+                    live.update(Text(render()), refresh=True)
         else:
             while True:
-                console.print(render())
+                sys.stdout.write(render())
                 sys.stdout.flush()
                 time.sleep(interval)
     except KeyboardInterrupt:
@@ -209,7 +201,7 @@ def register(app: typer.Typer) -> None:
                               context=where if len(documents) > 1 else None)
             submitted.append(job)
             if not as_json:
-                out.print(f"submitted {job['name']} ({job['status']})", highlight=False)
+                say(f"submitted {job['name']} ({job['status']})")
         if as_json:
             print_json(submitted[0] if len(submitted) == 1 else submitted)
 
@@ -256,10 +248,9 @@ def register(app: typer.Typer) -> None:
         if output == "yaml":
             print_yaml(page)
             return
-        out.print(jobs_table(page["items"], wide=output == "wide"))
+        jobs_table(page["items"], wide=output == "wide").print()
         if page["next_offset"] is not None:
-            out.print(f"{page['total']} jobs; next page: --offset {page['next_offset']} "
-                      f"(or --all)")
+            say(f"{page['total']} jobs; next page: --offset {page['next_offset']} (or --all)")
 
     @app.command()
     def describe(name: JobName, url: Url = None, token: Token = None,
@@ -269,8 +260,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(job)
             return
-        from rich.table import Table
-
         placement = ", ".join(f"{p['node']}:{p['workers']}" for p in job["placement"]) or "-"
         rows = [
             ("Name", job["name"]), ("UID", job["uid"]), ("User", job["user"]),
@@ -299,14 +288,14 @@ def register(app: typer.Typer) -> None:
             rows.append(("Suspended", job["suspended"]))
         if job.get("failure_reason"):
             rows.append(("Failure", job["failure_reason"]))
-        table = Table(show_header=False, box=None)
+        table = Table("", "", show_header=False)
         for key, value in rows:
-            table.add_row(f"[bold]{key}[/bold]", value)
-        out.print(table)
-        out.print(conditions_table(job))
+            table.add_row(key, value)
+        table.print()
+        conditions_table(job).print()
         events = job.get("events", [])[-EVENTS_SHOWN:]
         if events:
-            out.print(events_table(events))
+            events_table(events).print()
 
     @app.command()
     def delete(
@@ -321,7 +310,7 @@ def register(app: typer.Typer) -> None:
             print_json(done)
         else:
             for job in done:
-                out.print(f"deleted {job['name']} ({job['status']})", highlight=False)
+                say(f"deleted {job['name']} ({job['status']})")
 
     # "-1" is a value here, not an option: it gets the service's message, not click's.
     @app.command(context_settings={"ignore_unknown_options": True})
@@ -336,4 +325,4 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(job)
         else:
-            out.print(f"{job['name']}: priority {job['priority']}", highlight=False)
+            say(f"{job['name']}: priority {job['priority']}")

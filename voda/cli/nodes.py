@@ -8,8 +8,9 @@ from typing import Annotated, Any
 import typer
 
 from voda.cli.client import Client, segment
-from voda.cli.common import AsJson, Token, Url, out, print_json
+from voda.cli.common import AsJson, Token, Url, print_json
 from voda.cli.completion import complete_gpu_types, complete_node_names
+from voda.cli.table import say
 
 NodeName = Annotated[str, typer.Argument(help="Node name.",
                                          autocompletion=complete_node_names)]
@@ -19,8 +20,8 @@ def print_node(node: dict[str, Any], as_json: bool, what: str) -> None:
     if as_json:
         print_json(node)
     else:
-        out.print(f"node {node['name']} {what}: {node['gpus']} {node['gpu_type']} GPUs, "
-                  f"leaf {node['leaf']}", highlight=False)
+        say(f"node {node['name']} {what}: {node['gpus']} {node['gpu_type']} GPUs, "
+            f"leaf {node['leaf']}")
 
 
 def register(app: typer.Typer) -> None:

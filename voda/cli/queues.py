@@ -4,12 +4,15 @@ REST API."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
 
 from voda.cli.client import Client, segment
-from voda.cli.common import AsJson, Token, Url, out, print_json
+from voda.cli.common import AsJson, Token, Url, print_json
+from voda.cli.history import HistoryGpuType, Output, Range, Rows, query, show
+from voda.cli.table import Table
 
 QueueName = Annotated[str, typer.Argument(help="Queue name.")]
 
@@ -25,9 +28,7 @@ def shown_rows(queue: dict[str, Any]) -> list[dict[str, Any]]:
     return rows or queue["usage"]
 
 
-def queue_table(queues: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
-
+def queue_table(queues: list[dict[str, Any]]) -> Table:
     table = Table("QUEUE", "GPU TYPE", "USED/GUARANTEE", "BORROWED", "LENT", "WAITING",
                   "RECLAIMED", "WEIGHT")
     for q in queues:
@@ -39,11 +40,9 @@ def queue_table(queues: list[dict[str, Any]]) -> Any:
     return table
 
 
-def describe_screen(q: dict[str, Any]) -> list[Any]:
-    from rich.table import Table
-
+def describe_screen(q: dict[str, Any]) -> list[Table]:
     match = ", ".join(f"{k}={v}" for k, v in q["match"].items()) or "-"
-    head = Table.grid(padding=(0, 2))
+    head = Table("", "", show_header=False)
     for label, value in (("Name", q["name"]), ("Source", q["source"]),
                          ("Weight", f"{q['weight']:g}"), ("Match", match)):
         head.add_row(label, value)
@@ -57,6 +56,21 @@ def describe_screen(q: dict[str, Any]) -> list[Any]:
     return [head, usage]
 
 
+def history_table(view: dict[str, Any]) -> Table:
+    """One row a point: its time (local), GPUs held against the guarantee and the
+    borrowing limit, borrowed, lent, and jobs waiting."""
+    stamp = "%a %H:%M" if view["range"] == "week" else "%H:%M"
+    table = Table("TIME", "USED", "GUARANTEE", "BORROWING LIMIT", "BORROWED", "LENT",
+                  "WAITING", title=f"queue {view['queue']}, {view['gpu_type']} GPUs, last "
+                  f"{view['range']}")
+    for p in view["points"]:
+        limit_ = "unlimited" if p["borrowing_limit"] is None else f"{p['borrowing_limit']:g}"
+        table.add_row(time.strftime(stamp, time.localtime(p["time"])), f"{p['used']:.1f}",
+                      f"{p['guarantee']:g}", limit_, f"{p['borrowed']:.1f}",
+                      f"{p['lent']:.1f}", f"{p['waiting']:.1f}")
+    return table
+
+
 def register(app: typer.Typer) -> None:
     queue_app = typer.Typer(help="Team queues: guarantees, borrowing and lending, and what "
                                  "each holds now.", no_args_is_help=True)
@@ -68,7 +82,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(view)
             return
-        out.print(queue_table(view["queues"]))
+        queue_table(view["queues"]).print()
 
     @queue_app.command("describe")
     def queue_describe(name: QueueName, url: Url = None, token: Token = None,
@@ -79,6 +93,18 @@ def register(app: typer.Typer) -> None:
             print_json(view)
             return
         for part in describe_screen(view):
-            out.print(part)
+            part.print()
+
+    @queue_app.command("history")
+    def queue_history(name: QueueName, range_: Range = "day", gpu_type: HistoryGpuType = None,
+                      rows: Rows = 24, output: Output = None, url: Url = None,
+                      token: Token = None) -> None:
+        """One queue over the last hour, day or week: GPUs held against its guarantee and
+        borrowing limit, borrowed, lent, jobs waiting (what the dashboard's Queues page
+        draws)."""
+        params = query(range_, gpu_type, rows, output)
+        view = Client(url, token).call(
+            "GET", f"/v1/queues/{segment(name, 'queue name')}/history", params=params)
+        show(view, output, history_table)
 
     app.add_typer(queue_app, name="queue")

@@ -194,6 +194,10 @@ class KubernetesBackend:
         # written, per job, and the object uid and code of the condition last written.
         self.reasons: dict[str, PendingReason] = {}
         self.reason_shown: dict[str, tuple[str, str | None]] = {}
+        # How a reason's sentence names other jobs: the engine says uids; the service sets
+        # this to say the names people gave them (voda.api.job_labels), as it does in
+        # its own answers.
+        self.said: Callable[[str], str] = str
         self._nodes: dict[str, Node] = {}
         self._dirty: set[str] = set()
         self._waiting: set[str] = set()  # jobs with a gated worker waiting for room
@@ -378,7 +382,7 @@ class KubernetesBackend:
             if job not in self.desired and job not in self.objects:
                 self.reasons.pop(job, None)
                 return
-            self.reasons[job] = PendingReason(code, message)
+            self.reasons[job] = PendingReason(code, self.said(message))
         self._mark(job)
 
     def _drop(self, job: str) -> None:

@@ -15,7 +15,9 @@ path, writes two things on the object of the job's run:
   merge patch carries the object's resourceVersion: it replaces the conditions list
   only as it was read, never over an operator's newer write (a 409 is tried again).
 
-A preempted job's object is being deleted: it gets the Event, not the condition. A job
+Other jobs a sentence mentions are said by the names people gave them (the service sets
+the backend's `said`; the engine's sentences key jobs by uid). A preempted job's object
+is being deleted: it gets the Event, not the condition. A job
 with no object (queued, never started) gets neither. Nothing written is retried beyond
 a conflict; a failure is logged and counted (`stats['reason_failures']`) and never
 reaches the job's reconciliation or the engine.
