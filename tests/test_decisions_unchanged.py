@@ -36,7 +36,6 @@ from test_allocation_properties import jobs_strategy
 from tiresias_reference import order_reference
 
 from voda.core.allocation import ffdl, fifo, pollux, srjf, tiresias, voda
-from voda.core.allocation.base import without_slowdown, without_slowdowns
 from voda.core.allocation.counts import best_counts
 from voda.core.allocation.ffdl import FfDLOptimizer
 from voda.core.allocation.fifo import FIFO, ElasticFIFO
@@ -297,11 +296,3 @@ def test_fifo_srjf_and_tiresias_decide_as_at_ce6fffe_at_the_bench_size(algorithm
           mock.patch.object(srjf, "shortest_first", shortest_first_reference),
           mock.patch.object(Tiresias, "order", order_reference)):
         assert fast == algorithm(jobs, 1_024)
-
-
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(jobs=jobs_strategy(max_jobs=20))
-def test_without_slowdowns_is_without_slowdown_of_each_job(jobs: list[Job]) -> None:
-    """What AFS-L grows its jobs within: measured slow-downs, preferred sizes above the
-    first one."""
-    assert without_slowdowns(jobs) == [without_slowdown(job) for job in jobs]

@@ -35,7 +35,7 @@ from operator import attrgetter
 import numpy as np
 
 from voda.core.allocation.afs_states import StateTables, state_at
-from voda.core.allocation.base import allocate_by_priority, by_submit, without_slowdowns
+from voda.core.allocation.base import allocate_by_priority, by_submit, without_slowdown
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -99,10 +99,10 @@ def relative_gain(job: Job, x: int) -> float:
 def afs_l(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
     """AFS-L on one priority class; `ordered` is in submit order. A job left out gets 0.
 
-    A job takes GPUs only up to where one more would slow it down (`without_slowdowns`):
+    A job takes GPUs only up to where one more would slow it down (`without_slowdown`):
     the paper assumes speedups that never fall, and the rule would hand a job alone every
     GPU left whatever its gain."""
-    jobs = without_slowdowns([job for job in ordered if job.min_workers <= capacity])
+    jobs = [without_slowdown(job) for job in ordered if job.min_workers <= capacity]
     if not jobs or sum(map(_MAX, jobs)) <= capacity:  # room for all at max
         return {job.name: job.max_workers for job in jobs}
     return dict(zip(map(_NAME, jobs), _Tournament(jobs, capacity).run(), strict=True))

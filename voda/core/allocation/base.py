@@ -15,7 +15,7 @@ from itertools import groupby, repeat
 from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
-from voda.core.estimate import fastest_count, growth_limit, growth_limits
+from voda.core.estimate import fastest_count, growth_limit
 from voda.core.model import Job
 
 
@@ -172,20 +172,8 @@ def without_slowdown(job: Job) -> Job:
     (`estimate.growth_limit` from min): an algorithm that grows a job one GPU at a time
     then never grows it into a slow-down. The job itself when nothing lowers it."""
     top = growth_limit(job, job.min_workers, job.max_workers)
-    return job if top >= job.max_workers else _lowered(job, top)
-
-
-def without_slowdowns(jobs: Sequence[Job]) -> list[Job]:
-    """`without_slowdown` of every job, their growth limits found in one pass
-    (`estimate.growth_limits`)."""
-    highs = [job.max_workers for job in jobs]
-    limits = growth_limits(jobs, [job.min_workers for job in jobs], highs)
-    return [job if top >= high else _lowered(job, top)
-            for job, top, high in zip(jobs, limits, highs, strict=True)]
-
-
-def _lowered(job: Job, top: int) -> Job:
-    """`job` with its max (and preferred size) lowered to `top`."""
+    if top >= job.max_workers:
+        return job
     preferred = job.preferred_workers
     return replace(job, max_workers=top,
                    preferred_workers=None if preferred is None else min(preferred, top))
