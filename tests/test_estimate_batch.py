@@ -1,5 +1,4 @@
-"""The batched estimates (AFS-L's tables, the elastic algorithms' growth limits) equal the
-one-at-a-time ones."""
+"""The batched estimates AFS-L tables before its tournament equal the one-at-a-time ones."""
 
 import math
 
@@ -8,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from voda.core.allocation.afs_states import rounded_as_python
-from voda.core.estimate import epoch_time_at, epoch_time_runs, growth_limit, growth_limits
+from voda.core.estimate import epoch_time_at, epoch_time_runs
 from voda.core.model import Job
 
 seconds = st.sampled_from([10.0, 20.0, 35.0, 60.0, 90.0]) | st.floats(0.01, 1e5)
@@ -58,19 +57,3 @@ def test_rounded_as_python_is_round_for_every_value(values: list[float], digits:
                zip(got, expected, strict=True)), (got, expected)
     # The same sign of zero as round gives, too.
     assert [math.copysign(1.0, a) for a in got] == [math.copysign(1.0, b) for b in expected]
-
-
-@settings(max_examples=300, deadline=None)
-@given(asked=asked_runs(st.dictionaries(st.integers(1, 40),
-                                        st.sampled_from([10.0, 20.0, 20.0, 35.0, 60.0]),
-                                        max_size=6)),
-       ranges=st.lists(st.tuples(st.integers(1, 45), st.integers(0, 45)), min_size=8,
-                       max_size=8))
-def test_growth_limits_are_the_growth_limit_of_each_job(asked: tuple, ranges: list) -> None:
-    """Slow-downs, equal times (no rise), ranges that start or end between, at or past
-    the measured counts, and empty ranges."""
-    jobs = asked[0]
-    lo = [a for a, _ in ranges[:len(jobs)]]
-    hi = [b for _, b in ranges[:len(jobs)]]
-    assert growth_limits(jobs, lo, hi) == [
-        growth_limit(job, a, b) for job, a, b in zip(jobs, lo, hi, strict=True)]

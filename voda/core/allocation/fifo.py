@@ -22,10 +22,10 @@ from voda.core.allocation.base import (
     water_level,
 )
 from voda.core.allocation.reasons import Reason, Terms, explain_in_order, submit_rule
-from voda.core.estimate import growth_limits
+from voda.core.estimate import growth_limit
 from voda.core.model import Job
 
-_NAME, _MIN, _MAX = attrgetter("name"), attrgetter("min_workers"), attrgetter("max_workers")
+_NAME, _MIN = attrgetter("name"), attrgetter("min_workers")
 
 Growth = Literal["round_robin", "in_order"]
 GROWTHS: tuple[str, ...] = ("round_robin", "in_order")
@@ -163,15 +163,12 @@ def elastic_in_order(
     growing: list[int] = []
     rooms: list[int] = []
     if free > 0:
-        below = [i for i, (have, top) in enumerate(zip(gpus, map(_MAX, ordered), strict=True))
-                 if 0 < have < top]
-        jobs = [ordered[i] for i in below]
-        limits = growth_limits(jobs, list(map(_MIN, jobs)), list(map(_MAX, jobs)))
-        for i, limit in zip(below, limits, strict=True):
-            room = limit - gpus[i]
-            if room > 0:
-                growing.append(i)
-                rooms.append(room)
+        for i, (job, have) in enumerate(zip(ordered, gpus, strict=True)):
+            if 0 < have < job.max_workers:
+                room = growth_limit(job, job.min_workers, job.max_workers) - have
+                if room > 0:
+                    growing.append(i)
+                    rooms.append(room)
     GROWERS[growth](gpus, growing, rooms, free)
     return dict(zip(map(_NAME, ordered), gpus, strict=True))
 
