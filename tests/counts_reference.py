@@ -3,7 +3,9 @@ decision reads (voda.core.allocation.counts.best_counts, Pollux's and Voda's, an
 voda.core.allocation.ffdl.best_counts): a column per GPU count from 0 to the capacity,
 for every job; and Pollux's and Voda's with the columns it keeps but an array of picks
 per fold and a row-by-row running maximum, as it was before it kept only the tables
-(6417be5). The references the faster programs must equal, to the last count."""
+(6417be5); and FfDLOptimizer's objective tables as they were before one batch of epoch
+times built them (a speed model fitted per job). The references the faster programs
+must equal, to the last count."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from voda.core.allocation.counts import _bands
-from voda.core.allocation.ffdl import objective_tables
+from voda.core.allocation.counts import _bands, no_slower
+from voda.core.allocation.ffdl import SPEEDUP_SCALE
+from voda.core.estimate import speed_model
 from voda.core.model import Job
 
 
@@ -41,13 +44,36 @@ def best_counts_every_column(utilities: Sequence[np.ndarray], capacity: int) -> 
     return counts
 
 
+def _ffdl_values(job: Job, top: int) -> tuple[np.ndarray, np.ndarray]:
+    model = speed_model(job)
+    counts = np.arange(job.min_workers, top + 1, dtype=np.int64)
+    one = model.epoch_time(1)
+    raw = np.asarray([one / model.epoch_time(k) for k in range(job.min_workers, top + 1)])
+    speedups = np.where(no_slower(-raw, 0), np.rint(raw * SPEEDUP_SCALE), -SPEEDUP_SCALE)
+    return speedups.astype(np.int64), counts * counts
+
+
+def ffdl_tables_per_job(jobs: Sequence[Job], capacity: int
+                        ) -> tuple[int, list[int], list[np.ndarray]]:
+    """voda.core.allocation.ffdl.objective_tables as it was: a speed model per job."""
+    rest = capacity - sum(j.min_workers for j in jobs)
+    if rest < 0:
+        raise ValueError("the jobs' min workers exceed the capacity")
+    spans = [min(j.max_workers, j.min_workers + rest) - j.min_workers for j in jobs]
+    values = [_ffdl_values(j, j.min_workers + span) for j, span in zip(jobs, spans, strict=True)]
+    weight = capacity * capacity + 1
+    if sum(int(speedups.max()) for speedups, _ in values) * weight >= 2**62:
+        return rest, spans, [speedups for speedups, _ in values]
+    return rest, spans, [speedups * weight - squares for speedups, squares in values]
+
+
 def ffdl_counts_every_column(jobs: Sequence[Job], capacity: int) -> list[int]:
     """FfDLOptimizer's program as it was: every column from 0 to `rest` in every fold,
-    and the columns past a fold's reach filled with its last."""
+    and the columns past a fold's reach filled with its last; its tables as they were."""
     if not jobs:
         return []
     n = len(jobs)
-    rest, spans, tables = objective_tables(jobs, capacity)
+    rest, spans, tables = ffdl_tables_per_job(jobs, capacity)
     width = rest + 1
     value = np.empty((n + 1, width), dtype=np.int64)
     value[n] = 0

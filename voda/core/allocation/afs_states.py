@@ -35,8 +35,13 @@ GAIN_DIGITS = 12
 # states computed one at a time (`state_at`).
 GROWTH_TABLED = 2
 
-def rounded_as_python(values: np.ndarray, digits: int) -> np.ndarray:
-    """`round(v, digits)` for every v, as floats.
+# 10**d exactly, for the digits whose scale is exact in a float.
+_POWERS = np.array([float(10**d) for d in range(23)])
+
+
+def rounded_as_python(values: np.ndarray, digits: int | np.ndarray) -> np.ndarray:
+    """`round(v, digits)` for every v, as floats (`digits`: one for all, or one per value,
+    each from 0 to 22).
 
     Python rounds the exact binary value of v to `digits` decimals and converts that
     decimal back to the nearest float. P = v * 10**digits computed in floating point is
@@ -45,7 +50,7 @@ def rounded_as_python(values: np.ndarray, digits: int) -> np.ndarray:
     and its nearest float is the correctly rounded quotient of the exact q by 10**digits.
     The few values not so placed (near a tie, huge, not finite) are rounded by Python.
     """
-    scale = 10.0**digits
+    scale = 10.0**digits if isinstance(digits, int) else _POWERS[digits]
     with np.errstate(invalid="ignore", over="ignore"):
         scaled = values * scale
         nearest = np.rint(scaled)
@@ -53,7 +58,7 @@ def rounded_as_python(values: np.ndarray, digits: int) -> np.ndarray:
         size = np.abs(scaled)
         sure = (np.abs(scaled - nearest) < 0.5 - size * 2.0**-51) & (size < 2.0**50)
     for k in np.flatnonzero(~sure).tolist():
-        out[k] = round(float(values[k]), digits)
+        out[k] = round(float(values[k]), digits if isinstance(digits, int) else int(digits[k]))
     return out
 
 

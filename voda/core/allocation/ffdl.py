@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from voda.core.allocation.base import allocate_by_priority, by_submit
-from voda.core.allocation.counts import no_slower
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -32,7 +31,7 @@ from voda.core.allocation.reasons import (
     priority_rule,
     slower_with_more,
 )
-from voda.core.estimate import speed_model
+from voda.core.estimate import epoch_time_runs, speed_model
 from voda.core.model import Job
 
 SPEEDUP_SCALE = 1_000_000  # speedups in micro-units: exact integer sums
@@ -101,35 +100,58 @@ class FfDLOptimizer:
         return explain_in_order(jobs, capacity, allocation, terms, lambda: by_submit(jobs))
 
 
-def _values(job: Job, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """Integer speedups and squared counts of the job at min + e workers, e = 0..top - min.
-
-    A count slower than a smaller one (`counts.no_slower`) is worth -1: the program
-    never gives it, as the smaller count is worth more on fewer GPUs."""
-    model = speed_model(job)
-    counts = np.arange(job.min_workers, top + 1, dtype=np.int64)
-    one = model.epoch_time(1)  # model.speedup(k), with the time on one worker read once
-    raw = np.asarray([one / model.epoch_time(k) for k in range(job.min_workers, top + 1)])
-    speedups = np.where(no_slower(-raw, 0), np.rint(raw * SPEEDUP_SCALE), -SPEEDUP_SCALE)
-    return speedups.astype(np.int64), counts * counts
+def _running_max_from_start(values: np.ndarray, starts: np.ndarray,
+                            lengths: np.ndarray) -> np.ndarray:
+    """Per segment of `values` (segment i: `lengths[i]` values from `starts[i]`), whether
+    each value is at least every one before it in its segment (`counts.no_slower` of its
+    negation from 0: NaN is never), for all segments at once: the segments of one length
+    are rows of one array."""
+    ok = np.zeros(len(values), dtype=bool)
+    for length in np.unique(lengths).tolist():
+        rows = starts[lengths == length][:, None] + np.arange(length)
+        negated = -values[rows]
+        ok[rows] = negated <= np.minimum.accumulate(negated, axis=1)
+    ok[starts] = True
+    return ok
 
 
 def objective_tables(jobs: Sequence[Job], capacity: int
                      ) -> tuple[int, list[int], list[np.ndarray]]:
     """What the program folds: the GPUs beyond the jobs' mins (`rest`), each job's span
     of extra GPUs (its max less its min, at most `rest`), and each job's integer
-    objective at min + e GPUs, e = 0..span."""
+    objective at min + e GPUs, e = 0..span.
+
+    A job's speedup at k is t(1) / t(k), scaled to micro-units; a count slower than a
+    smaller one (`counts.no_slower`) is worth -1 (in speedup): the program never gives
+    it, as the smaller count is worth more on fewer GPUs. The epoch times of every job
+    come in one batch (`epoch_time_runs`, bit for bit the speed model's), not a model
+    fitted per job."""
     rest = capacity - sum(j.min_workers for j in jobs)
     if rest < 0:
         raise ValueError("the jobs' min workers exceed the capacity")
-    spans = [min(j.max_workers, j.min_workers + rest) - j.min_workers for j in jobs]
-    values = [_values(j, j.min_workers + span) for j, span in zip(jobs, spans, strict=True)]
+    if not jobs:
+        return rest, [], []
+    lows = np.fromiter((j.min_workers for j in jobs), dtype=np.int64, count=len(jobs))
+    highs = np.fromiter((j.max_workers for j in jobs), dtype=np.int64, count=len(jobs))
+    span_of = np.minimum(highs, lows + rest) - lows
+    lengths = span_of + 1
+    starts = np.cumsum(lengths) - lengths
+    times = epoch_time_runs(jobs, lows, lengths)
+    one = epoch_time_runs(jobs, np.ones(len(jobs), dtype=np.int64),
+                          np.ones(len(jobs), dtype=np.int64))
+    raw = np.repeat(one, lengths) / times
+    ok = _running_max_from_start(raw, starts, lengths)
+    speedups = np.where(ok, np.rint(raw * SPEEDUP_SCALE), -SPEEDUP_SCALE).astype(np.int64)
+    counts = np.repeat(lows - starts, lengths) + np.arange(len(raw), dtype=np.int64)
+    spans = span_of.tolist()
+    cuts = starts[1:].tolist()
     # One micro-unit of speedup outweighs any difference in the sum of squared counts,
     # as long as the weighted objective fits in 64 bits (else speedup alone decides).
     weight = capacity * capacity + 1
-    if sum(int(speedups.max()) for speedups, _ in values) * weight >= 2**62:
-        return rest, spans, [speedups for speedups, _ in values]
-    return rest, spans, [speedups * weight - squares for speedups, squares in values]
+    most = sum(np.maximum.reduceat(speedups, starts).tolist())
+    if most * weight >= 2**62:
+        return rest, spans, np.split(speedups, cuts)
+    return rest, spans, np.split(speedups * weight - counts * counts, cuts)
 
 
 def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:

@@ -11,16 +11,24 @@ from `Job.oracle`, the simulator's truth (voda.core.oracle.StepOracle): that is
 the "+Oracle". A job without one, and every job with `oracle=False`, is judged
 by what the service observes instead: epoch times by worker count
 (voda.core.estimate) and remaining epochs. See docs/design/009-elastic-baselines.md.
+
+The GPUs go out as a heap would hand them, one at a time, but in one sort
+(voda.core.allocation.handout): every job's gains from min up, from one batch of
+epoch times, ordered by each gain's running minimum (a job's next GPU is offered only
+once it took the one before), ties to the earlier job.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import ClassVar
 
+import numpy as np
+
 from voda.core.allocation.base import allocate_by_priority, by_submit
+from voda.core.allocation.handout import first_width, heap_order, segments
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -28,13 +36,15 @@ from voda.core.allocation.reasons import (
     priority_rule,
     seconds,
 )
-from voda.core.estimate import EpochTimes
+from voda.core.estimate import EpochTimes, epoch_time_runs
 from voda.core.model import Job
 
 Prediction = tuple[Callable[[int], float], float]
+_NAME, _MIN, _MAX = attrgetter("name"), attrgetter("min_workers"), attrgetter("max_workers")
+_EPOCHS, _COMPLETED = attrgetter("epochs"), attrgetter("completed_epochs")
 
 
-def _prediction(job: Job, use_oracle: bool) -> Prediction:
+def prediction(job: Job, use_oracle: bool) -> Prediction:
     """(time per unit of work on n GPUs, units left): steps with the oracle, else epochs."""
     oracle = job.oracle if use_oracle else None
     if oracle is not None:
@@ -55,48 +65,28 @@ class Optimus:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        ordered = by_submit(jobs)
-        allocation = {j.name: 0 for j in ordered}
+        """Every job its min in submit order while GPUs last, then the GPUs left one at
+        a time to the largest cut in remaining time (`grow_by_time_cut`). `jobs`: one
+        priority class in submit order (`allocate_by_priority` hands them so)."""
+        ordered = jobs
+        gpus = [0] * len(ordered)
         free = capacity
-        predict: list[Prediction] = []
-        # (-gain, position, time per unit at one GPU more): positions are unique in the
-        # heap (a job is pushed again only once popped), so ties never read the time,
-        # which the job's next push starts from instead of computing it again.
-        heap: list[tuple[float, int, float]] = []
-        for i, job in enumerate(ordered):
-            predict.append(_prediction(job, self.oracle))
-            if job.min_workers > free:
-                continue
-            allocation[job.name] = job.min_workers
-            free -= job.min_workers
-            self._push(heap, i, job, job.min_workers, predict[i],
-                       predict[i][0](job.min_workers))
-        while free > 0 and heap:
-            _, i, unit_time = heapq.heappop(heap)
-            job = ordered[i]
-            allocation[job.name] += 1
-            free -= 1
-            self._push(heap, i, job, allocation[job.name], predict[i], unit_time)
-        return allocation
-
-    @staticmethod
-    def _push(heap: list[tuple[float, int, float]], i: int, job: Job, gpus: int,
-              prediction: Prediction, unit_time_now: float) -> None:
-        """Queue the job's gain from one more GPU, when it can take one and would gain."""
-        if gpus + 1 > job.max_workers:
-            return
-        unit_time, units = prediction
-        unit_time_next = unit_time(gpus + 1)
-        gain = (unit_time_now - unit_time_next) * units
-        if gain > 0:
-            heapq.heappush(heap, (-gain, i, unit_time_next))
+        started: list[int] = []
+        for i, low in enumerate(map(_MIN, ordered)):
+            if low <= free:
+                gpus[i] = low
+                free -= low
+                started.append(i)
+        if free > 0 and started:
+            grow_by_time_cut([ordered[i] for i in started], started, gpus, free, self.oracle)
+        return dict(zip(map(_NAME, ordered), gpus, strict=True))
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
         name, oracle = self.name, self.oracle
 
         def cut(job: Job, gpus: int) -> float:
-            unit_time, units = _prediction(job, oracle)
+            unit_time, units = prediction(job, oracle)
             return (unit_time(max(gpus, 1)) - unit_time(gpus + 1)) * units
 
         def rule(loser: Job, taker: Job) -> str:
@@ -121,3 +111,65 @@ class Optimus:
                       share="gives the GPUs beyond every job's min one at a time to the job "
                       "whose remaining time drops most", best_count=best)
         return explain_in_order(jobs, capacity, allocation, terms, lambda: by_submit(jobs))
+
+
+
+def unit_times(jobs: Sequence[Job], first: np.ndarray, count: np.ndarray,
+               use_oracle: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per job, the time per unit of work at first[i], first[i] + 1, ... (count[i] counts,
+    job after job) and the units left: `prediction`'s, for all jobs at once (the jobs
+    without an oracle in one batch of epoch times, bit for bit `EpochTimes`)."""
+    lengths = np.asarray(count, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    oracles = [job.oracle for job in jobs] if use_oracle else [None] * len(jobs)
+    plain = [i for i, oracle in enumerate(oracles) if oracle is None]
+    times = np.empty(int(lengths.sum()))
+    left = (np.fromiter(map(_EPOCHS, jobs), dtype=float, count=len(jobs))
+            - np.fromiter(map(_COMPLETED, jobs), dtype=float, count=len(jobs)))
+    units = np.where(left > 0.0, left, 0.0)  # Job.remaining_epochs
+    if len(plain) == len(jobs):
+        times[:] = epoch_time_runs(jobs, first, lengths)
+    elif plain:
+        at = np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in plain])
+        times[at] = epoch_time_runs([jobs[i] for i in plain], first[plain], lengths[plain])
+    for i in range(len(jobs)) if len(plain) < len(jobs) else ():
+        job, oracle = jobs[i], oracles[i]
+        if oracle is None:
+            continue
+        lo, n = int(first[i]), int(lengths[i])
+        times[starts[i]:starts[i] + n] = [oracle.step_time(k) for k in range(lo, lo + n)]
+        units[i] = oracle.remaining_steps(int(job.completed_epochs))
+    return times, units
+
+
+def grow_by_time_cut(jobs: Sequence[Job], positions: Sequence[int], gpus: list[int],
+                     free: int, use_oracle: bool) -> None:
+    """Hand `free` GPUs to `jobs` (at `positions` of `gpus`, running at their min, in
+    submit order) one at a time, each to the job whose remaining time one more cuts
+    most, (t(n) - t(n + 1)) x units left, ties to the earlier job; a job stops at its
+    max or at a cut that is not positive; all stop when no GPU is left.
+
+    Each job's steps are tabled up to a width; a hand-out that takes a job's last tabled
+    step while it has more is redone with wider tables (voda.core.allocation.handout)."""
+    lows = np.fromiter(map(_MIN, jobs), dtype=np.int64, count=len(jobs))
+    rooms = np.minimum(np.fromiter(map(_MAX, jobs), dtype=np.int64, count=len(jobs)) - lows,
+                       free)
+    width = first_width(rooms, free)
+    while True:
+        steps = np.minimum(rooms, width)
+        times, units = unit_times(jobs, lows, steps + 1, use_oracle)
+        now = np.ones(len(times), dtype=bool)
+        now[np.cumsum(steps + 1) - 1] = False  # each job's last time is only an `after`
+        at = np.flatnonzero(now)
+        gains = (times[at] - times[at + 1]) * np.repeat(units, steps)
+        starts, owner = segments(steps)
+        order, worst = heap_order(gains, starts, steps)
+        taken = order[:min(free, int(np.count_nonzero(worst > 0)))]
+        cut = (steps < rooms) & (steps > 0)
+        last = np.zeros(len(gains), dtype=bool)
+        last[(starts + steps - 1)[cut]] = True
+        if not last[taken].any():
+            break
+        width *= 4
+    for i, extra in enumerate(np.bincount(owner[taken], minlength=len(jobs)).tolist()):
+        gpus[positions[i]] += extra

@@ -19,7 +19,6 @@ See docs/design/001-allocation.md.
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,13 +26,17 @@ from itertools import pairwise
 from operator import attrgetter
 from typing import Literal
 
+import numpy as np
+
+from voda.core.allocation.afs_states import rounded_as_python
 from voda.core.allocation.base import (
     allocate_by_priority,
     by_submit,
     most_at_rigid_size,
-    rigid_size,
+    rigid_sizes,
 )
-from voda.core.allocation.fifo import fill_at_rigid_size, fill_in_order
+from voda.core.allocation.fifo import fill_at_rigid_size, fill_sizes
+from voda.core.allocation.handout import first_width, heap_order, segments
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -41,10 +44,11 @@ from voda.core.allocation.reasons import (
     priority_rule,
     slower_with_more,
 )
-from voda.core.estimate import EpochTimes
+from voda.core.estimate import EpochTimes, epoch_time_runs
 from voda.core.model import Job
 
-_PRIORITY = attrgetter("priority")
+_PRIORITY, _NAME = attrgetter("priority"), attrgetter("name")
+_MIN, _MAX = attrgetter("min_workers"), attrgetter("max_workers")
 
 QueueOrder = Literal["first_start", "queue_entry"]
 QUEUE_ORDERS: tuple[str, ...] = ("first_start", "queue_entry")
@@ -255,13 +259,13 @@ class ElasticTiresias(Tiresias):
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         ordered = self.order(jobs)
-        allocation = fill_at_rigid_size(ordered, capacity)
-        pending = sum(1 for gpus in allocation.values() if gpus == 0)
-        if pending > self.compaction_threshold:
-            top = {j.name for j in ordered if self.priority_class(j) == 0}
-            allocation = fill_in_order(
-                ordered, capacity,
-                lambda j: rigid_size(j, capacity) if j.name in top else j.min_workers)
+        sizes = rigid_sizes(ordered, capacity)
+        gpus = fill_sizes(sizes, capacity)
+        if gpus.count(0) > self.compaction_threshold:  # jobs left pending: compaction
+            queues = self.priority_classes(ordered)
+            gpus = fill_sizes([size if queue == 0 else job.min_workers for job, size, queue
+                               in zip(ordered, sizes, queues, strict=True)], capacity)
+        allocation = dict(zip(map(_NAME, ordered), gpus, strict=True))
         grow_by_gain(ordered, allocation, capacity)
         return allocation
 
@@ -276,47 +280,119 @@ class ElasticTiresias(Tiresias):
         return slower_with_more(job, gpus, EpochTimes(job), self.name)
 
 
+def stable_all(values: np.ndarray) -> np.ndarray:
+    """`_stable` of every value: each rounded to 12 significant digits as Python's `round`
+    does (`rounded_as_python`, digits per value), its magnitude read by `math.log10`
+    where NumPy's could read it another way (within a hair of a power of ten)."""
+    out = values.copy()
+    rounded = np.isfinite(values) & (values != 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        magnitude = np.log10(np.abs(values))
+        exponent = np.floor(magnitude)
+        hair = rounded & (np.abs(magnitude - np.rint(magnitude)) < 1e-6)
+    at = np.flatnonzero(hair)
+    exponent[at] = [math.floor(math.log10(abs(v))) for v in values[at].tolist()]
+    digits = np.where(rounded, 11 - exponent, 0).astype(np.int64)
+    scaled = rounded & (digits >= 0) & (digits <= 22)
+    at = np.flatnonzero(scaled)
+    out[at] = rounded_as_python(values[at], digits[at])
+    for k in np.flatnonzero(rounded & ~scaled).tolist():
+        out[k] = _stable(float(values[k]))
+    return out
+
+
 def grow_by_gain(ordered: Sequence[Job], allocation: dict[str, int], capacity: int) -> None:
     """Hand the free GPUs out one at a time to the job of largest gain (a job at 0 its min).
 
     A running job below max gains S(n+1) - S(n) from one more GPU; a job at 0 whose
     min fits gains S(min) / min per GPU from starting (speedups from its speed model,
     S(k) = t(1) / t(k)). Ties go to the earlier job in `ordered`. Stops when the best
-    gain is strictly negative or no job can take what is left.
+    gain is strictly negative or no job can take what is left; a start that no longer
+    fits is passed over, and that job gets nothing.
+
+    Done as a heap handing out one step at a time would, in one sort of every job's
+    steps by their running worst gain (voda.core.allocation.handout), the gains from one
+    batch of epoch times; each job's steps tabled up to a width, and the hand-out redone
+    with wider tables when it takes a job's last tabled step while the job has more.
     """
     free = capacity - sum(allocation.values())
     if free <= 0:
         return
-    times: dict[int, EpochTimes] = {}
-    heap: list[tuple[float, int]] = []
-    for position, job in enumerate(ordered):
+    jobs, haves = [], []
+    for job in ordered:
         have = allocation.get(job.name, 0)
-        if have >= job.max_workers or (have == 0 and job.min_workers > free):
+        if have < job.max_workers and (have > 0 or job.min_workers <= free):
+            jobs.append(job)
+            haves.append(have)
+    if not jobs:
+        return
+    have = np.array(haves, dtype=np.int64)
+    lows = np.fromiter(map(_MIN, jobs), dtype=np.int64, count=len(jobs))
+    waiting = have == 0
+    first = np.where(waiting, lows, have)  # where growth starts: at min for a job at 0
+    rooms = np.minimum(np.fromiter(map(_MAX, jobs), dtype=np.int64, count=len(jobs)) - first,
+                       free)
+    one = epoch_time_runs(jobs, np.ones(len(jobs), dtype=np.int64),
+                          np.ones(len(jobs), dtype=np.int64))
+    width = first_width(rooms + waiting, free)
+    while True:
+        grown = _hand_out(jobs, first, rooms, waiting, one, np.minimum(rooms, width), free)
+        if grown is not None:
+            break
+        width *= 4
+    for job, held, extra in zip(jobs, haves, grown, strict=True):
+        if extra:
+            allocation[job.name] = held + extra
+
+
+def _hand_out(jobs: Sequence[Job], first: np.ndarray, rooms: np.ndarray, waiting: np.ndarray,
+              one: np.ndarray, steps: np.ndarray, free: int) -> list[int] | None:
+    """`grow_by_gain` with each job's growth tabled `steps` GPUs from `first`: the GPUs
+    each job gets (a job at 0 that starts: its min and its growth), or None
+    when a job took its last tabled step and has more (then wider tables are needed)."""
+    times = epoch_time_runs(jobs, first, steps + 1)
+    ends = np.cumsum(steps + 1)
+    speed = np.repeat(one, steps + 1) / times  # S(k) = t(1) / t(k)
+    later = np.ones(len(times), dtype=bool)
+    later[ends - (steps + 1)] = False  # each job's first count is only a `before`
+    at = np.flatnonzero(later)
+    growth = speed[at] - speed[at - 1]
+    # A job at 0 starts first: its step goes before its growth steps.
+    lengths = steps + waiting
+    starts, owner = segments(lengths)
+    gains = np.empty(len(owner))
+    is_start = np.zeros(len(owner), dtype=bool)
+    is_start[starts[waiting]] = True
+    gains[is_start] = speed[(ends - (steps + 1))[waiting]] / first[waiting]
+    gains[~is_start] = growth
+    order, worst = heap_order(stable_all(gains), starts, lengths)
+    order = order[:int(np.count_nonzero(worst >= 0.0))]  # a gain below 0 stops it
+    takes = np.where(is_start, first[owner], 1)
+    last = np.zeros(len(owner), dtype=bool)
+    cut = (steps < rooms) & (lengths > 0)
+    last[(starts + lengths - 1)[cut]] = True
+    taken = takes[order]
+    total = np.cumsum(taken)
+    fits = int(np.searchsorted(total, free, side="right"))  # all of these fit, in turn
+    if last[order[:fits]].any():
+        return None
+    grown = np.bincount(owner[order[:fits]], weights=taken[:fits],
+                        minlength=len(jobs)).astype(np.int64).tolist()
+    free -= int(total[fits - 1]) if fits else 0
+    passed = [False] * len(jobs)
+    owners, takes_at, lasts = owner.tolist(), takes.tolist(), last.tolist()
+    for k in order[fits:].tolist() if free else ():
+        i = owners[k]
+        if passed[i]:
             continue
-        times[position] = EpochTimes(job)
-        heap.append((-_gain(times[position], have, job.min_workers), position))
-    heapq.heapify(heap)
-    while free > 0 and heap:
-        negative_gain, position = heap[0]
-        if negative_gain > 0:
-            return  # the best gain is negative: more GPUs would slow jobs down
-        job = ordered[position]
-        have = allocation[job.name]
-        take = job.min_workers if have == 0 else 1
-        if take > free:
-            heapq.heappop(heap)  # a start that no longer fits; free only shrinks
+        take = takes_at[k]
+        if take > free:  # a start that no longer fits: passed over for good
+            passed[i] = True
             continue
-        have = allocation[job.name] = have + take
+        if lasts[k]:
+            return None
+        grown[i] += take
         free -= take
-        if have < job.max_workers:
-            heapq.heapreplace(heap, (-_gain(times[position], have, job.min_workers), position))
-        else:
-            heapq.heappop(heap)
-
-
-def _gain(epoch_time: EpochTimes, have: int, min_workers: int) -> float:
-    """Marginal gain of the next step: one GPU more, or starting at min (per GPU)."""
-    one = epoch_time(1)
-    if have == 0:
-        return _stable(one / epoch_time(min_workers) / min_workers)
-    return _stable(one / epoch_time(have + 1) - one / epoch_time(have))
+        if not free:
+            break
+    return grown
