@@ -18,14 +18,19 @@ RANGES = ("hour", "day", "week")
 ROWS_MAX = 240  # the service averages a range into at most this many points
 
 
+def point_time(view: dict[str, Any], point: dict[str, Any]) -> str:
+    """A point's time, local: with the weekday over a week's range."""
+    stamp = "%a %H:%M" if view["range"] == "week" else "%H:%M"
+    return time.strftime(stamp, time.localtime(point["time"]))
+
+
 def history_table(view: dict[str, Any]) -> Table:
     """One row a point: its time (local), GPUs in service, allocated and in use, jobs
     running and waiting, the mean and longest wait."""
-    stamp = "%a %H:%M" if view["range"] == "week" else "%H:%M"
     table = Table("TIME", "GPUS", "ALLOCATED", "IN USE", "RUNNING", "WAITING", "MEAN WAIT",
                   "LONGEST WAIT", title=f"{view['gpu_type']} GPUs, last {view['range']}")
     for p in view["points"]:
-        table.add_row(time.strftime(stamp, time.localtime(p["time"])), f"{p['gpus']:g}",
+        table.add_row(point_time(view, p), f"{p['gpus']:g}",
                       f"{p['allocated']:.1f}", f"{p['in_use']:.1f}", f"{p['running']:.1f}",
                       f"{p['waiting']:.1f}", duration(p["wait_mean_seconds"]),
                       duration(p["wait_max_seconds"]))

@@ -4,14 +4,13 @@ REST API."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 import typer
 
 from voda.cli.client import Client, segment
 from voda.cli.common import AsJson, Token, Url, print_json
-from voda.cli.history import HistoryGpuType, Output, Range, Rows, query, show
+from voda.cli.history import HistoryGpuType, Output, Range, Rows, point_time, query, show
 from voda.cli.table import Table
 
 QueueName = Annotated[str, typer.Argument(help="Queue name.")]
@@ -59,13 +58,12 @@ def describe_screen(q: dict[str, Any]) -> list[Table]:
 def history_table(view: dict[str, Any]) -> Table:
     """One row a point: its time (local), GPUs held against the guarantee and the
     borrowing limit, borrowed, lent, and jobs waiting."""
-    stamp = "%a %H:%M" if view["range"] == "week" else "%H:%M"
     table = Table("TIME", "USED", "GUARANTEE", "BORROWING LIMIT", "BORROWED", "LENT",
                   "WAITING", title=f"queue {view['queue']}, {view['gpu_type']} GPUs, last "
                   f"{view['range']}")
     for p in view["points"]:
         limit_ = "unlimited" if p["borrowing_limit"] is None else f"{p['borrowing_limit']:g}"
-        table.add_row(time.strftime(stamp, time.localtime(p["time"])), f"{p['used']:.1f}",
+        table.add_row(point_time(view, p), f"{p['used']:.1f}",
                       f"{p['guarantee']:g}", limit_, f"{p['borrowed']:.1f}",
                       f"{p['lent']:.1f}", f"{p['waiting']:.1f}")
     return table

@@ -649,6 +649,8 @@ class Scheduler:
         record.restarted_at = None
         if cost >= 0 and math.isfinite(cost):
             record.measured_restart_cost = _smoothed(record.measured_restart_cost or None, cost)
+            if restart_costs(self.backend) is None:  # else the backend's figure is used
+                record.restart_cost = record.measured_restart_cost
 
     @staticmethod
     def _record_layout(record: JobRecord, event: Event) -> None:
@@ -795,9 +797,6 @@ class Scheduler:
             for r in self.active.values():
                 r.restart_cost = max(0.0, float(costs[0](r.name)))
                 r.restoring_seconds = max(0.0, float(costs[1](r.name)))
-        else:  # a backend that cannot tell: what its (re)starts were measured to cost
-            for r in self.active.values():
-                r.restart_cost = r.measured_restart_cost
         records = [
             r for r in self.active.values()
             if r.status is not JobStatus.SUBMITTED or r.submit_time <= now

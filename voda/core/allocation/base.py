@@ -248,12 +248,6 @@ def rigid_size(job: Job, capacity: int) -> int:
     return fastest_count(job, low, top)
 
 
-def rigid_sizes(jobs: Sequence[Job], capacity: int) -> list[int]:
-    """`rigid_size` of every job out of `capacity`. (One at a time: for most jobs it is
-    a comparison or two, which a batch over every job's measurements costs more than.)"""
-    return [rigid_size(job, capacity) for job in jobs]
-
-
 def most_at_rigid_size(jobs: Sequence[Job]) -> int:
     """The most GPUs a rigid-size algorithm gives `jobs` on any capacity: a job runs at
     its `rigid_size`, at most the larger of its min and its preferred size, or not at

@@ -18,7 +18,7 @@ from voda.core.allocation.base import (
     allocate_by_priority,
     by_submit,
     most_at_rigid_size,
-    rigid_sizes,
+    rigid_size,
     water_level,
 )
 from voda.core.allocation.reasons import Reason, Terms, explain_in_order, submit_rule
@@ -126,9 +126,10 @@ class FIFO:
 
 
 def fill_at_rigid_size(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
-    """`fill_in_order` at each job's `rigid_size` out of `capacity` (`rigid_sizes`)."""
+    """`fill_in_order` at each job's `rigid_size` out of `capacity`."""
     names = list(map(_NAME, ordered))
-    return dict(zip(names, fill_sizes(rigid_sizes(ordered, capacity), capacity), strict=True))
+    sizes = [rigid_size(job, capacity) for job in ordered]
+    return dict(zip(names, fill_sizes(sizes, capacity), strict=True))
 
 
 @dataclass(frozen=True)

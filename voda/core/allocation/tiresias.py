@@ -33,7 +33,7 @@ from voda.core.allocation.base import (
     allocate_by_priority,
     by_submit,
     most_at_rigid_size,
-    rigid_sizes,
+    rigid_size,
 )
 from voda.core.allocation.fifo import fill_at_rigid_size, fill_sizes
 from voda.core.allocation.handout import first_width, heap_order, segments
@@ -259,7 +259,7 @@ class ElasticTiresias(Tiresias):
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         ordered = self.order(jobs)
-        sizes = rigid_sizes(ordered, capacity)
+        sizes = [rigid_size(job, capacity) for job in ordered]
         gpus = fill_sizes(sizes, capacity)
         if gpus.count(0) > self.compaction_threshold:  # jobs left pending: compaction
             queues = self.priority_classes(ordered)
