@@ -19,9 +19,13 @@ from voda.core.allocation.base import (
     checked_allocate,
     checked_allocate_many,
 )
+from voda.core.allocation.ffdl import FfDLOptimizer
 from voda.core.allocation.fifo import FIFO
+from voda.core.allocation.optimus import Optimus
 from voda.core.allocation.pollux import Pollux
 from voda.core.allocation.registry import create, is_builtin
+from voda.core.allocation.srjf import SRJF, ElasticSRJF
+from voda.core.allocation.tiresias import ElasticTiresias
 from voda.core.allocation.voda import Voda
 from voda.core.model import Job
 from voda.core.quotas import Queue, QueueSet, with_queues
@@ -30,7 +34,11 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 from allocate import make_jobs
 
 MANY = [Voda(), Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0), Pollux(),
-        Pollux(gpus_per_node=2, fairness=0.0, aligned=False)]
+        Pollux(gpus_per_node=2, fairness=0.0, aligned=False), SRJF(), SRJF(order="wall_time"),
+        ElasticSRJF(), ElasticSRJF(order="wall_time", growth="in_order"), ElasticTiresias(),
+        ElasticTiresias(queue_order="queue_entry", compaction_threshold=0,
+                        queue_thresholds=(5.0, 50.0)), Optimus(), Optimus(oracle=False),
+        FfDLOptimizer(), FfDLOptimizer(max_jobs=3)]
 
 
 def split(jobs: list[Job], parts: int, seed: int) -> list[list[Job]]:
@@ -54,7 +62,8 @@ def test_many_problems_at_once_give_what_each_gives_alone(
         assert [list(a.items()) for a in together] == [list(a.items()) for a in alone]
 
 
-@pytest.mark.parametrize("name", ["Voda", "Pollux"])
+@pytest.mark.parametrize("name", ["Voda", "Pollux", "SRJF", "ElasticSRJF", "ElasticTiresias",
+                                  "Optimus", "FfDLOptimizer"])
 def test_the_bench_jobs_split_over_queues_get_the_same_counts(name: str) -> None:
     algorithm = create(name)
     jobs = make_jobs(300, 3)

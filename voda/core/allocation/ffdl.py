@@ -20,10 +20,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
-from voda.core.allocation.base import allocate_by_priority, by_submit
+from voda.core.allocation.base import (
+    allocate_by_priority,
+    allocate_many_by_priority,
+    by_submit,
+)
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -35,6 +40,7 @@ from voda.core.estimate import epoch_time_runs, speed_model
 from voda.core.model import Job
 
 SPEEDUP_SCALE = 1_000_000  # speedups in micro-units: exact integer sums
+_NAME = attrgetter("name")
 
 
 @dataclass(frozen=True)
@@ -67,12 +73,28 @@ class FfDLOptimizer:
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
+    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+        """`self(jobs, capacity)` of each problem, the speedups of all jobs in one batch
+        (the quota layer runs one problem per queue, docs/design/013-queues.md)."""
+        return allocate_many_by_priority(problems, self._allocate_classes)
+
     def _allocate_class(self, ordered: Sequence[Job], capacity: int) -> dict[str, int]:
         allocation = {job.name: 0 for job in ordered}
         admitted = self.admitted(ordered, capacity)
         for job, n in zip(admitted, best_counts(admitted, capacity), strict=True):
             allocation[job.name] = n
         return allocation
+
+    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
+                          ) -> list[dict[str, int]]:
+        admitted = [self.admitted(ordered, capacity) for ordered, capacity in problems]
+        running = [k for k, jobs in enumerate(admitted) if jobs]
+        tables = objective_tables_many([(admitted[k], problems[k][1]) for k in running])
+        out = [{job.name: 0 for job in ordered} for ordered, _ in problems]
+        for k, table in zip(running, tables, strict=True):
+            out[k].update(zip(map(_NAME, admitted[k]), counts_of(admitted[k], table),
+                              strict=True))
+        return out
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
@@ -115,8 +137,10 @@ def _running_max_from_start(values: np.ndarray, starts: np.ndarray,
     return ok
 
 
-def objective_tables(jobs: Sequence[Job], capacity: int
-                     ) -> tuple[int, list[int], list[np.ndarray]]:
+Tables = tuple[int, list[int], list[np.ndarray]]
+
+
+def objective_tables(jobs: Sequence[Job], capacity: int) -> Tables:
     """What the program folds: the GPUs beyond the jobs' mins (`rest`), each job's span
     of extra GPUs (its max less its min, at most `rest`), and each job's integer
     objective at min + e GPUs, e = 0..span.
@@ -126,23 +150,52 @@ def objective_tables(jobs: Sequence[Job], capacity: int
     it, as the smaller count is worth more on fewer GPUs. The epoch times of every job
     come in one batch (`epoch_time_runs`, bit for bit the speed model's), not a model
     fitted per job."""
-    rest = capacity - sum(j.min_workers for j in jobs)
-    if rest < 0:
+    return objective_tables_many([(jobs, capacity)])[0]
+
+
+def objective_tables_many(problems: Sequence[tuple[Sequence[Job], int]]) -> list[Tables]:
+    """`objective_tables(jobs, capacity)` of each problem, the epoch times and speedups of
+    every problem's jobs in one batch (a job's are the same operations on the same
+    operands in any batch)."""
+    rests = [capacity - sum(j.min_workers for j in jobs) for jobs, capacity in problems]
+    if any(rest < 0 for rest in rests):
         raise ValueError("the jobs' min workers exceed the capacity")
-    if not jobs:
-        return rest, [], []
-    lows = np.fromiter((j.min_workers for j in jobs), dtype=np.int64, count=len(jobs))
-    highs = np.fromiter((j.max_workers for j in jobs), dtype=np.int64, count=len(jobs))
-    span_of = np.minimum(highs, lows + rest) - lows
+    every = [job for jobs, _ in problems for job in jobs]
+    if not every:
+        return [(rest, [], []) for rest in rests]
+    count = len(every)
+    lows = np.fromiter((j.min_workers for j in every), dtype=np.int64, count=count)
+    highs = np.fromiter((j.max_workers for j in every), dtype=np.int64, count=count)
+    sizes = [len(jobs) for jobs, _ in problems]
+    span_of = np.minimum(highs, lows + np.repeat(rests, sizes)) - lows
     lengths = span_of + 1
     starts = np.cumsum(lengths) - lengths
-    times = epoch_time_runs(jobs, lows, lengths)
-    one = epoch_time_runs(jobs, np.ones(len(jobs), dtype=np.int64),
-                          np.ones(len(jobs), dtype=np.int64))
+    times = epoch_time_runs(every, lows, lengths)
+    one = epoch_time_runs(every, np.ones(count, dtype=np.int64), np.ones(count, dtype=np.int64))
     raw = np.repeat(one, lengths) / times
     ok = _running_max_from_start(raw, starts, lengths)
     speedups = np.where(ok, np.rint(raw * SPEEDUP_SCALE), -SPEEDUP_SCALE).astype(np.int64)
-    counts = np.repeat(lows - starts, lengths) + np.arange(len(raw), dtype=np.int64)
+    out: list[Tables] = []
+    at = 0
+    for (_, capacity), rest, size in zip(problems, rests, sizes, strict=True):
+        if not size:
+            out.append((rest, [], []))
+            continue
+        mine = slice(int(starts[at]), int(starts[at + size - 1] + lengths[at + size - 1]))
+        own_starts = starts[at:at + size] - starts[at]
+        own_lengths = lengths[at:at + size]
+        counts = (np.repeat(lows[at:at + size] - own_starts, own_lengths)
+                  + np.arange(mine.stop - mine.start, dtype=np.int64))
+        out.append(_weighted(speedups[mine], counts, own_starts, span_of[at:at + size],
+                             rest, capacity))
+        at += size
+    return out
+
+
+def _weighted(speedups: np.ndarray, counts: np.ndarray, starts: np.ndarray, span_of: np.ndarray,
+              rest: int, capacity: int) -> Tables:
+    """One problem's tables from its jobs' speedups (job after job, from `starts`) and the
+    GPU count each is at."""
     spans = span_of.tolist()
     cuts = starts[1:].tolist()
     # One micro-unit of speedup outweighs any difference in the sum of squared counts,
@@ -164,10 +217,15 @@ def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
     columns a decision reads (as counts.best_counts does; the same counts as a fold
     over every column, tests/counts_reference.py).
     """
+    return counts_of(jobs, objective_tables(jobs, capacity))
+
+
+def counts_of(jobs: Sequence[Job], tables: Tables) -> list[int]:
+    """`best_counts` of `jobs` from their `objective_tables`."""
     n = len(jobs)
     if n == 0:
         return []
-    rest, spans, tables = objective_tables(jobs, capacity)
+    rest, spans, tables = tables
     width = rest + 1
     value = np.empty((n + 1, width), dtype=np.int64)
     value[n, :1] = 0

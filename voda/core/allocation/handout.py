@@ -46,7 +46,13 @@ def heap_order(gains: np.ndarray, starts: np.ndarray, lengths: np.ndarray
     earlier job and step (a stable sort: the flat index is in job, then step, order).
     No NaN: a NaN gain compares as no number does."""
     worst = running_min(gains, starts, lengths)
-    return np.argsort(-worst, kind="stable"), worst
+    return running_order(worst), worst
+
+
+def running_order(worst: np.ndarray) -> np.ndarray:
+    """The steps by running gain `worst`, largest first, ties to the earlier step (the
+    order of `heap_order`, for running gains worked out in a batch of several hand-outs)."""
+    return np.argsort(-worst, kind="stable")
 
 
 def first_width(rooms: np.ndarray, free: int) -> int:

@@ -27,8 +27,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from voda.core.allocation.base import allocate_by_priority, by_submit
-from voda.core.allocation.handout import first_width, heap_order, segments
+from voda.core.allocation.base import (
+    allocate_by_priority,
+    allocate_many_by_priority,
+    by_submit,
+)
+from voda.core.allocation.handout import first_width, running_min, running_order, segments
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -64,22 +68,36 @@ class Optimus:
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
+    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+        """`self(jobs, capacity)` of each problem, the growth's unit times of all jobs in
+        one batch (the quota layer runs one problem per queue, docs/design/013-queues.md)."""
+        return allocate_many_by_priority(problems, self._allocate_classes)
+
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        return self._allocate_classes([(jobs, capacity)])[0]
+
+    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
+                          ) -> list[dict[str, int]]:
         """Every job its min in submit order while GPUs last, then the GPUs left one at
-        a time to the largest cut in remaining time (`grow_by_time_cut`). `jobs`: one
-        priority class in submit order (`allocate_by_priority` hands them so)."""
-        ordered = jobs
-        gpus = [0] * len(ordered)
-        free = capacity
-        started: list[int] = []
-        for i, low in enumerate(map(_MIN, ordered)):
-            if low <= free:
-                gpus[i] = low
-                free -= low
-                started.append(i)
-        if free > 0 and started:
-            grow_by_time_cut([ordered[i] for i in started], started, gpus, free, self.oracle)
-        return dict(zip(map(_NAME, ordered), gpus, strict=True))
+        a time to the largest cut in remaining time (`grow_by_time_cut`). Each problem's
+        jobs: one priority class in submit order (`allocate_by_priority` hands them so)."""
+        growing = []
+        out = []
+        for ordered, capacity in problems:
+            gpus = [0] * len(ordered)
+            free = capacity
+            started: list[int] = []
+            for i, low in enumerate(map(_MIN, ordered)):
+                if low <= free:
+                    gpus[i] = low
+                    free -= low
+                    started.append(i)
+            if free > 0 and started:
+                growing.append(([ordered[i] for i in started], started, gpus, free))
+            out.append((ordered, gpus))
+        if growing:
+            grow_by_time_cut_many(growing, self.oracle)
+        return [dict(zip(map(_NAME, ordered), gpus, strict=True)) for ordered, gpus in out]
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
@@ -151,25 +169,61 @@ def grow_by_time_cut(jobs: Sequence[Job], positions: Sequence[int], gpus: list[i
 
     Each job's steps are tabled up to a width; a hand-out that takes a job's last tabled
     step while it has more is redone with wider tables (voda.core.allocation.handout)."""
-    lows = np.fromiter(map(_MIN, jobs), dtype=np.int64, count=len(jobs))
-    rooms = np.minimum(np.fromiter(map(_MAX, jobs), dtype=np.int64, count=len(jobs)) - lows,
-                       free)
-    width = first_width(rooms, free)
-    while True:
-        steps = np.minimum(rooms, width)
-        times, units = unit_times(jobs, lows, steps + 1, use_oracle)
-        now = np.ones(len(times), dtype=bool)
-        now[np.cumsum(steps + 1) - 1] = False  # each job's last time is only an `after`
-        at = np.flatnonzero(now)
-        gains = (times[at] - times[at + 1]) * np.repeat(units, steps)
-        starts, owner = segments(steps)
-        order, worst = heap_order(gains, starts, steps)
-        taken = order[:min(free, int(np.count_nonzero(worst > 0)))]
-        cut = (steps < rooms) & (steps > 0)
-        last = np.zeros(len(gains), dtype=bool)
-        last[(starts + steps - 1)[cut]] = True
-        if not last[taken].any():
-            break
-        width *= 4
-    for i, extra in enumerate(np.bincount(owner[taken], minlength=len(jobs)).tolist()):
-        gpus[positions[i]] += extra
+    grow_by_time_cut_many([(jobs, positions, gpus, free)], use_oracle)
+
+
+def grow_by_time_cut_many(classes: Sequence[tuple[Sequence[Job], Sequence[int], list[int], int]],
+                          use_oracle: bool) -> None:
+    """`grow_by_time_cut(jobs, positions, gpus, free, use_oracle)` of each class, the steps
+    of every class's jobs at their first tables worked out in one batch (a job's unit
+    times, cuts and running cuts are the same operations on the same operands in any
+    batch); each class then takes its own steps."""
+    lows = [np.fromiter(map(_MIN, jobs), dtype=np.int64, count=len(jobs))
+            for jobs, _, _, _ in classes]
+    rooms = [np.minimum(np.fromiter(map(_MAX, jobs), dtype=np.int64, count=len(jobs)) - low,
+                        free) for (jobs, _, _, free), low in zip(classes, lows, strict=True)]
+    widths = [first_width(room, free) for room, (_, _, _, free) in zip(rooms, classes,
+                                                                       strict=True)]
+    steps = [np.minimum(room, width) for room, width in zip(rooms, widths, strict=True)]
+    every = [job for jobs, _, _, _ in classes for job in jobs]
+    tabled = _tabled_cuts(every, np.concatenate(lows), np.concatenate(rooms),
+                          np.concatenate(steps), use_oracle)
+    at = told = 0
+    for k, (jobs, positions, gpus, free) in enumerate(classes):
+        count, length = len(jobs), int(steps[k].sum())
+        owner, last, worst = (part[told:told + length] for part in tabled)
+        taken = _taken(last, worst, free)
+        owner = owner - at
+        at, told = at + count, told + length
+        width = widths[k]
+        while taken is None:
+            width *= 4
+            owner, last, worst = _tabled_cuts(jobs, lows[k], rooms[k],
+                                              np.minimum(rooms[k], width), use_oracle)
+            taken = _taken(last, worst, free)
+        for i, extra in enumerate(np.bincount(owner[taken], minlength=count).tolist()):
+            gpus[positions[i]] += extra
+
+
+def _tabled_cuts(jobs: Sequence[Job], lows: np.ndarray, rooms: np.ndarray, steps: np.ndarray,
+                 use_oracle: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each job's steps from its min, `steps` of them, job after job, as (owner, whether it
+    is the job's last tabled step while it has more, running cut)."""
+    times, units = unit_times(jobs, lows, steps + 1, use_oracle)
+    now = np.ones(len(times), dtype=bool)
+    now[np.cumsum(steps + 1) - 1] = False  # each job's last time is only an `after`
+    at = np.flatnonzero(now)
+    gains = (times[at] - times[at + 1]) * np.repeat(units, steps)
+    starts, owner = segments(steps)
+    worst = running_min(gains, starts, steps)
+    cut = (steps < rooms) & (steps > 0)
+    last = np.zeros(len(gains), dtype=bool)
+    last[(starts + steps - 1)[cut]] = True
+    return owner, last, worst
+
+
+def _taken(last: np.ndarray, worst: np.ndarray, free: int) -> np.ndarray | None:
+    """The steps taken, in the order a heap hands them out, while GPUs and positive cuts
+    last; None when one is a job's last tabled step while it has more."""
+    taken = running_order(worst)[:min(free, int(np.count_nonzero(worst > 0)))]
+    return None if last[taken].any() else taken

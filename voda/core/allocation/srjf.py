@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import attrgetter
 from typing import Literal
 
@@ -24,6 +25,7 @@ import numpy as np
 from voda.core.allocation.afs_states import rounded_as_python
 from voda.core.allocation.base import (
     allocate_by_priority,
+    allocate_many_by_priority,
     by_submit,
     most_at_rigid_size,
     rigid_size,
@@ -47,6 +49,7 @@ from voda.core.estimate import epoch_time_at, epoch_time_runs
 from voda.core.model import Job
 
 _EPOCHS, _COMPLETED = attrgetter("epochs"), attrgetter("completed_epochs")
+_MIN_WORKERS = attrgetter("min_workers")
 
 Order = Literal["gpu_time", "wall_time"]
 ORDERS: tuple[str, ...] = ("gpu_time", "wall_time")
@@ -60,18 +63,34 @@ def shortest_first(jobs: Sequence[Job], size_of: Callable[[Job], int]) -> list[J
     the same order as sorting by (estimate, sort_key), one float key each. The epoch
     times come in one batch (`epoch_time_runs`, bit for bit `epoch_time_at`) and are
     rounded to microseconds for all jobs at once (`rounded_as_python`, as `round`)."""
-    ordered = by_submit(jobs)
-    n = len(ordered)
+    return shortest_first_many([(jobs, size_of)])[0]
+
+
+def shortest_first_many(groups: Sequence[tuple[Sequence[Job], Callable[[Job], int]]]
+                        ) -> list[list[Job]]:
+    """`shortest_first(jobs, size_of)` of each group, the estimates of all in one batch:
+    a job's key is the same operations on the same operands in any batch."""
+    ordered = [by_submit(jobs) for jobs, _ in groups]
+    every = list(chain.from_iterable(ordered))
+    n = len(every)
     if not n:
-        return []
-    sizes = np.fromiter(map(size_of, ordered), dtype=np.int64, count=n)
-    left = (np.fromiter(map(_EPOCHS, ordered), dtype=float, count=n)
-            - np.fromiter(map(_COMPLETED, ordered), dtype=float, count=n))
+        return ordered
+    sizes = np.fromiter(chain.from_iterable(map(size_of, members) for members, (_, size_of)
+                                            in zip(ordered, groups, strict=True)),
+                        dtype=np.int64, count=n)
+    left = (np.fromiter(map(_EPOCHS, every), dtype=float, count=n)
+            - np.fromiter(map(_COMPLETED, every), dtype=float, count=n))
     remaining = np.where(left > 0.0, left, 0.0)  # Job.remaining_epochs
     with np.errstate(invalid="ignore", over="ignore"):
-        estimate = remaining * epoch_time_runs(ordered, sizes, np.ones(n, dtype=np.int64))
+        estimate = remaining * epoch_time_runs(every, sizes, np.ones(n, dtype=np.int64))
     keys = np.where(remaining > 0.0, rounded_as_python(estimate, 6), 0.0).tolist()
-    return [ordered[i] for i in sorted(range(n), key=keys.__getitem__)]
+    out = []
+    at = 0
+    for members in ordered:
+        mine = keys[at:at + len(members)]
+        at += len(members)
+        out.append([members[i] for i in sorted(range(len(members)), key=mine.__getitem__)])
+    return out
 
 
 def _check_order(order: str) -> None:
@@ -99,9 +118,23 @@ class SRJF:
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
+    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+        """`self(jobs, capacity)` of each problem, the estimates of all jobs in one batch
+        (the quota layer runs one problem per queue, docs/design/013-queues.md)."""
+        return allocate_many_by_priority(problems, self._allocate_classes)
+
+    def _size(self, capacity: int) -> Callable[[Job], int]:
+        return _one if self.order == "gpu_time" else (lambda j: rigid_size(j, capacity))
+
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        size = _one if self.order == "gpu_time" else (lambda j: rigid_size(j, capacity))
-        return fill_at_rigid_size(shortest_first(jobs, size), capacity)
+        return fill_at_rigid_size(shortest_first(jobs, self._size(capacity)), capacity)
+
+    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
+                          ) -> list[dict[str, int]]:
+        orders = shortest_first_many([(jobs, self._size(capacity)) for jobs, capacity
+                                      in problems])
+        return [fill_at_rigid_size(ordered, capacity)
+                for ordered, (_, capacity) in zip(orders, problems, strict=True)]
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
@@ -128,9 +161,21 @@ class ElasticSRJF:
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
+    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+        """`self(jobs, capacity)` of each problem, the estimates of all jobs in one batch."""
+        return allocate_many_by_priority(problems, self._allocate_classes)
+
+    def _size(self) -> Callable[[Job], int]:
+        return _one if self.order == "gpu_time" else _MIN_WORKERS
+
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        size = _one if self.order == "gpu_time" else (lambda j: j.min_workers)
-        return elastic_in_order(shortest_first(jobs, size), capacity, self.growth)
+        return elastic_in_order(shortest_first(jobs, self._size()), capacity, self.growth)
+
+    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
+                          ) -> list[dict[str, int]]:
+        orders = shortest_first_many([(jobs, self._size()) for jobs, _ in problems])
+        return [elastic_in_order(ordered, capacity, self.growth)
+                for ordered, (_, capacity) in zip(orders, problems, strict=True)]
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:

@@ -24,19 +24,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from operator import attrgetter
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
 from voda.core.allocation.afs_states import rounded_as_python
 from voda.core.allocation.base import (
     allocate_by_priority,
+    allocate_many_by_priority,
     by_submit,
     most_at_rigid_size,
     rigid_size,
 )
 from voda.core.allocation.fifo import fill_at_rigid_size, fill_sizes
-from voda.core.allocation.handout import first_width, heap_order, segments
+from voda.core.allocation.handout import (
+    first_width,
+    running_min,
+    running_order,
+    segments,
+)
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -257,7 +263,25 @@ class ElasticTiresias(Tiresias):
     def most_gpus(self, jobs: Sequence[Job]) -> int:  # it grows jobs to their max
         return sum(j.max_workers for j in jobs)
 
+    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+        """`self(jobs, capacity)` of each problem, the growth's epoch times of all jobs in
+        one batch (the quota layer runs one problem per queue, docs/design/013-queues.md)."""
+        return allocate_many_by_priority(problems, self._allocate_classes)
+
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
+        ordered, allocation = self._started(jobs, capacity)
+        grow_by_gain(ordered, allocation, capacity)
+        return allocation
+
+    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
+                          ) -> list[dict[str, int]]:
+        started = [(*self._started(jobs, capacity), capacity) for jobs, capacity in problems]
+        grow_by_gain_many(started)
+        return [allocation for _, allocation, _ in started]
+
+    def _started(self, jobs: Sequence[Job], capacity: int) -> tuple[list[Job], dict[str, int]]:
+        """The class in queue order and its jobs at their requested sizes (or, compacted,
+        at min outside the top queue), before growth."""
         ordered = self.order(jobs)
         sizes = [rigid_size(job, capacity) for job in ordered]
         gpus = fill_sizes(sizes, capacity)
@@ -265,9 +289,7 @@ class ElasticTiresias(Tiresias):
             queues = self.priority_classes(ordered)
             gpus = fill_sizes([size if queue == 0 else job.min_workers for job, size, queue
                                in zip(ordered, sizes, queues, strict=True)], capacity)
-        allocation = dict(zip(map(_NAME, ordered), gpus, strict=True))
-        grow_by_gain(ordered, allocation, capacity)
-        return allocation
+        return ordered, dict(zip(map(_NAME, ordered), gpus, strict=True))
 
     def _terms(self) -> Terms:
         return Terms(self.name, f"queues ({self.queue_order.replace('_', ' ')} order within "
@@ -315,9 +337,26 @@ def grow_by_gain(ordered: Sequence[Job], allocation: dict[str, int], capacity: i
     batch of epoch times; each job's steps tabled up to a width, and the hand-out redone
     with wider tables when it takes a job's last tabled step while the job has more.
     """
+    grow_by_gain_many([(ordered, allocation, capacity)])
+
+
+class _Growers(NamedTuple):
+    """The jobs of one class that may grow, where they start and how far they may go."""
+
+    jobs: list[Job]
+    haves: list[int]
+    first: np.ndarray  # where growth starts: at min for a job at 0
+    rooms: np.ndarray
+    waiting: np.ndarray
+    free: int
+    width: int
+
+
+def _growers(ordered: Sequence[Job], allocation: Mapping[str, int],
+             capacity: int) -> _Growers | None:
     free = capacity - sum(allocation.values())
     if free <= 0:
-        return
+        return None
     jobs, haves = [], []
     for job in ordered:
         have = allocation.get(job.name, 0)
@@ -325,32 +364,63 @@ def grow_by_gain(ordered: Sequence[Job], allocation: dict[str, int], capacity: i
             jobs.append(job)
             haves.append(have)
     if not jobs:
-        return
+        return None
     have = np.array(haves, dtype=np.int64)
     lows = np.fromiter(map(_MIN, jobs), dtype=np.int64, count=len(jobs))
     waiting = have == 0
-    first = np.where(waiting, lows, have)  # where growth starts: at min for a job at 0
+    first = np.where(waiting, lows, have)
     rooms = np.minimum(np.fromiter(map(_MAX, jobs), dtype=np.int64, count=len(jobs)) - first,
                        free)
-    one = epoch_time_runs(jobs, np.ones(len(jobs), dtype=np.int64),
-                          np.ones(len(jobs), dtype=np.int64))
-    width = first_width(rooms + waiting, free)
-    while True:
-        grown = _hand_out(jobs, first, rooms, waiting, one, np.minimum(rooms, width), free)
-        if grown is not None:
-            break
-        width *= 4
-    for job, held, extra in zip(jobs, haves, grown, strict=True):
-        if extra:
-            allocation[job.name] = held + extra
+    return _Growers(jobs, haves, first, rooms, waiting, free,
+                    first_width(rooms + waiting, free))
 
 
-def _hand_out(jobs: Sequence[Job], first: np.ndarray, rooms: np.ndarray, waiting: np.ndarray,
-              one: np.ndarray, steps: np.ndarray, free: int) -> list[int] | None:
-    """`grow_by_gain` with each job's growth tabled `steps` GPUs from `first`: the GPUs
-    each job gets (a job at 0 that starts: its min and its growth), or None
-    when a job took its last tabled step and has more (then wider tables are needed)."""
-    times = epoch_time_runs(jobs, first, steps + 1)
+def grow_by_gain_many(classes: Sequence[tuple[Sequence[Job], dict[str, int], int]]) -> None:
+    """`grow_by_gain(ordered, allocation, capacity)` of each class, the steps of every
+    class's jobs at their first tables worked out in one batch (a job's epoch times,
+    gains and running gains are the same operations on the same operands in any batch);
+    each class then walks its own steps."""
+    found = [(_growers(ordered, allocation, capacity), allocation)
+             for ordered, allocation, capacity in classes]
+    live = [(grow, allocation) for grow, allocation in found if grow is not None]
+    if not live:
+        return
+    every = [job for grow, _ in live for job in grow.jobs]
+    ones = np.ones(len(every), dtype=np.int64)
+    one_all = epoch_time_runs(every, ones, ones)
+    first, rooms, waiting = (np.concatenate([getattr(grow, part) for grow, _ in live])
+                             for part in ("first", "rooms", "waiting"))
+    steps_all = [np.minimum(grow.rooms, grow.width) for grow, _ in live]
+    steps = np.concatenate(steps_all)
+    tabled = _tabled_steps(first, rooms, waiting, one_all,
+                           steps, epoch_time_runs(every, first, steps + 1))
+    at = told = 0
+    for (grow, allocation), mine in zip(live, steps_all, strict=True):
+        count = len(grow.jobs)
+        length = int(mine.sum() + grow.waiting.sum())
+        one = one_all[at:at + count]
+        owner, takes, last, worst = (part[told:told + length] for part in tabled)
+        grown = _hand_out(owner - at, takes, last, worst, grow.free, count)
+        at, told = at + count, told + length
+        width = grow.width
+        while grown is None:
+            width *= 4
+            mine = np.minimum(grow.rooms, width)
+            redone = _tabled_steps(grow.first, grow.rooms, grow.waiting, one, mine,
+                                   epoch_time_runs(grow.jobs, grow.first, mine + 1))
+            grown = _hand_out(*redone, grow.free, count)
+        for job, held, extra in zip(grow.jobs, grow.haves, grown, strict=True):
+            if extra:
+                allocation[job.name] = held + extra
+
+
+def _tabled_steps(first: np.ndarray, rooms: np.ndarray, waiting: np.ndarray, one: np.ndarray,
+                  steps: np.ndarray, times: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each job's steps, tabled `steps` GPUs from `first` (`times`: its epoch times there,
+    job after job; `one`: at one GPU), job after job, as (owner, GPUs taken, whether it
+    is the job's last tabled step while it has more, running gain): a job at 0 starts
+    first (its min), then grows one GPU at a time."""
     ends = np.cumsum(steps + 1)
     speed = np.repeat(one, steps + 1) / times  # S(k) = t(1) / t(k)
     later = np.ones(len(times), dtype=bool)
@@ -365,21 +435,30 @@ def _hand_out(jobs: Sequence[Job], first: np.ndarray, rooms: np.ndarray, waiting
     is_start[starts[waiting]] = True
     gains[is_start] = speed[(ends - (steps + 1))[waiting]] / first[waiting]
     gains[~is_start] = growth
-    order, worst = heap_order(stable_all(gains), starts, lengths)
-    order = order[:int(np.count_nonzero(worst >= 0.0))]  # a gain below 0 stops it
+    worst = running_min(stable_all(gains), starts, lengths)
     takes = np.where(is_start, first[owner], 1)
     last = np.zeros(len(owner), dtype=bool)
     cut = (steps < rooms) & (lengths > 0)
     last[(starts + lengths - 1)[cut]] = True
+    return owner, takes, last, worst
+
+
+def _hand_out(owner: np.ndarray, takes: np.ndarray, last: np.ndarray, worst: np.ndarray,
+              free: int, count: int) -> list[int] | None:
+    """`grow_by_gain` of `count` jobs over their tabled steps (`_tabled_steps`): the GPUs
+    each job gets (a job at 0 that starts: its min and its growth), or None when a job
+    took its last tabled step and has more (then wider tables are needed). The steps go
+    in the order a heap hands them out (voda.core.allocation.handout)."""
+    order = running_order(worst)[:int(np.count_nonzero(worst >= 0.0))]  # below 0: stop
     taken = takes[order]
     total = np.cumsum(taken)
     fits = int(np.searchsorted(total, free, side="right"))  # all of these fit, in turn
     if last[order[:fits]].any():
         return None
     grown = np.bincount(owner[order[:fits]], weights=taken[:fits],
-                        minlength=len(jobs)).astype(np.int64).tolist()
+                        minlength=count).astype(np.int64).tolist()
     free -= int(total[fits - 1]) if fits else 0
-    passed = [False] * len(jobs)
+    passed = [False] * count
     owners, takes_at, lasts = owner.tolist(), takes.tolist(), last.tolist()
     for k in order[fits:].tolist() if free else ():
         i = owners[k]
