@@ -27,7 +27,7 @@ from voda.core.quotas.reclaim import Reclaim, reclaim
 from voda.core.quotas.runs import QueueRuns
 
 Allocate = Callable[[Sequence[Job], int], Mapping[str, int]]
-_CURRENT = attrgetter("current_workers")
+_CURRENT, _NAME = attrgetter("current_workers"), attrgetter("name")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,9 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
     decision did not need the run on the guarantee (the allocation is the same)."""
     declared = {q.name: q for q in queues}
     groups = _groups(jobs, declared)
-    job_queue = {j.name: name for name, members in groups.items() for j in members}
+    job_queue: dict[str, str] = {}
+    for name, members in groups.items():
+        job_queue.update(dict.fromkeys(map(_NAME, members), name))
     names = sorted(set(groups) | {q for q in declared if declared[q].guaranteed(gpu_type)})
     qs = [declared.get(n) or Queue(n) for n in names]
     weight = [q.weight for q in qs]
