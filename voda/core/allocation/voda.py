@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -254,15 +255,14 @@ class Voda:
                                       node, self.inelastic_share)
             weights.append(weight)
         all_utilities = self.utilities(every, all_curves, np.concatenate(weights))
-        at = 0
-        for k, ordered, capacity in live:
-            curves = all_curves[at:at + len(ordered)]
-            utilities = all_utilities[at:at + len(ordered)]
-            at += len(ordered)
-            if self.tail_floor > 0:
-                floored = tail_floors(curves, int(self.tail_floor * capacity), node)
-                utilities = with_floors(utilities, floored)
-            counts = best_counts(utilities, capacity)
+        spans = list(itertools.pairwise(itertools.accumulate(
+            (len(ordered) for _, ordered, _ in live), initial=0)))
+        if self.tail_floor > 0:
+            floored = [tail_floors(all_curves[a:b], int(self.tail_floor * capacity), node)
+                       for (a, b), (_, _, capacity) in zip(spans, live, strict=True)]
+            all_utilities = with_floors_many(all_utilities, spans, floored)
+        for (a, b), (k, ordered, capacity) in zip(spans, live, strict=True):
+            counts = best_counts(all_utilities[a:b], capacity)
             out[k] = {job.name: n for job, n in zip(ordered, counts, strict=True)}
         return out
 
@@ -675,8 +675,15 @@ def hardware_efficiency(curve: Curve, model: GoodputModel | None, n: int, node: 
 def with_floors(utilities: Sequence[np.ndarray], floored: Sequence[bool]) -> list[np.ndarray]:
     """The utilities with each floored job's value at no GPUs below what any other choice
     can add up to, so the program gives it at least one GPU wherever the floors fit."""
+    return with_floors_many(utilities, [(0, len(utilities))], [floored])
+
+
+def with_floors_many(utilities: Sequence[np.ndarray], spans: Sequence[tuple[int, int]],
+                     floored: Sequence[Sequence[bool]]) -> list[np.ndarray]:
+    """`with_floors` of each problem, problem p's jobs `utilities[a:b]` for (a, b) =
+    spans[p] and its floors `floored[p]`, each job's largest |u| found in one pass."""
     out = list(utilities)
-    if not any(floored):
+    if not any(map(any, floored)):
         return out
     # Each job's largest |u| over its finite values (max is exact, so one pass over all
     # jobs gives each the same), summed job by job in order as floats.
@@ -685,11 +692,14 @@ def with_floors(utilities: Sequence[np.ndarray], floored: Sequence[bool]) -> lis
     starts = np.cumsum([0, *map(len, utilities[:-1])])
     largest = np.maximum.reduceat(np.where(finite, np.abs(flat), -np.inf), starts)
     has = np.logical_or.reduceat(finite, starts)
-    below = 1.0 + sum(largest[has].tolist())
-    for i, floor in enumerate(floored):
-        if floor:
-            out[i] = utilities[i].copy()
-            out[i][0] = -below
+    for (a, b), floors in zip(spans, floored, strict=True):
+        if not any(floors):
+            continue
+        below = 1.0 + sum(largest[a:b][has[a:b]].tolist())
+        for i, floor in enumerate(floors, start=a):
+            if floor:
+                out[i] = utilities[i].copy()
+                out[i][0] = -below
     return out
 
 
