@@ -28,6 +28,7 @@ from voda.core.allocation.srjf import SRJF, ElasticSRJF
 from voda.core.allocation.tiresias import ElasticTiresias
 from voda.core.allocation.voda import Voda
 from voda.core.model import Job
+from voda.core.oracle import StepOracle
 from voda.core.quotas import Queue, QueueSet, with_queues
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
@@ -73,6 +74,21 @@ def test_the_bench_jobs_split_over_queues_get_the_same_counts(name: str) -> None
     assert algorithm.allocate_many(problems) == [algorithm(m, c) for m, c in problems]
     assert checked_allocate_many(algorithm, problems) == [
         checked_allocate(algorithm, m, c) for m, c in problems]
+
+
+def test_optimus_with_step_oracles_on_some_jobs_gets_the_same_counts() -> None:
+    """Jobs with and without an oracle in the same problems: the oracle's step times and
+    the epoch times of the others, in one batch, give what each problem gets alone."""
+    jobs = [dataclasses.replace(job, oracle=StepOracle(
+        tuple(float(v) for v in [4, 3, 3, 2.5, 2.6, 2, 2, 1.9][i % 4:]),
+        tuple(float(10 * (k + 1)) for k in range(job.epochs + 1))))
+        if i % 3 else job for i, job in enumerate(make_jobs(200, 4))]
+    problems = list(zip(split(jobs, 8, 4), [2, 9, 30, 64, 0, 120, 17, 45], strict=True))
+    for algorithm in (Optimus(), Optimus(oracle=False)):
+        alone = [algorithm(members, capacity) for members, capacity in problems]
+        assert [list(a.items()) for a in algorithm.allocate_many(problems)] == [
+            list(a.items()) for a in alone]
+        assert any(sum(a.values()) for a in alone)
 
 
 @dataclasses.dataclass(frozen=True)
