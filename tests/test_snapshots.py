@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
 from voda.core.model import Job, JobStatus
 from voda.engine.scheduler import JobRecord
+from voda.engine.snapshots import snapshot_with
 
 JOB_FIELDS = [f.name for f in fields(Job)]
 
@@ -62,3 +63,14 @@ def test_a_snapshot_is_frozen_and_apart_from_the_record() -> None:
     assert record.snapshot().attained_gpu_seconds == pytest.approx(4.3)
     with pytest.raises(AttributeError):
         snap.priority = 0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("record", [JobRecord("plain"), busy_record()],
+                         ids=["defaults", "every-kind-of-field"])
+def test_a_snapshot_with_a_change_equals_dataclasses_replace(record: JobRecord) -> None:
+    changed = snapshot_with(record, current_workers=7, status=JobStatus.WAITING)
+    assert type(changed) is Job
+    assert changed == replace(constructed(record), current_workers=7, status=JobStatus.WAITING)
+    assert record.snapshot() == constructed(record)  # the record itself is unchanged
+    with pytest.raises(ValueError):
+        snapshot_with(record, layout_throughput={})

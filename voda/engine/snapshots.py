@@ -48,11 +48,14 @@ def frozen(record: Snapshotable, name: str) -> Mapping[Any, Any]:
 def _builder() -> Callable[[Snapshotable], Job]:
     """`build(record) -> Job`: one line per field, no per-field loop or check."""
     names = [f.name for f in fields(Job)]
-    env: dict[str, Any] = {"new": object.__new__, "Job": Job, "frozen": frozen}
+    env: dict[str, Any] = {"new": object.__new__, "Job": Job, "frozen": frozen,
+                           "EMPTY": _EMPTY}
     lines = ["def build(r):", "    job = new(Job)"]
     for i, name in enumerate(names):
         env[f"set{i}"] = getattr(Job, name).__set__  # the slot's descriptor
-        value = f"frozen(r, {name!r})" if name in MAP_FIELDS else f"r.{name}"
+        # An empty map (most jobs' most maps) is handed the shared empty view directly.
+        value = (f"frozen(r, {name!r}) if r.{name} else EMPTY" if name in MAP_FIELDS
+                 else f"r.{name}")
         lines.append(f"    set{i}(job, {value})")
     lines.append("    return job")
     exec("\n".join(lines), env)  # the source is built above from Job's field names only
@@ -61,3 +64,14 @@ def _builder() -> Callable[[Snapshotable], Job]:
 
 
 snapshot_of = _builder()
+
+
+def snapshot_with(record: Snapshotable, **changes: Any) -> Job:
+    """`dataclasses.replace(snapshot_of(record), **changes)` without Job's constructor (the
+    fields set are Job's own; the maps are the snapshot's frozen copies)."""
+    job = snapshot_of(record)
+    for name, value in changes.items():
+        if name in MAP_FIELDS:
+            raise ValueError(f"snapshot_with: {name} is a map; change it on the record")
+        getattr(Job, name).__set__(job, value)
+    return job
