@@ -259,7 +259,9 @@ def account(record: JobRecord, dt: float) -> None:
         record.attained_gpu_seconds += gpu_seconds
         record.attained_gpu_seconds_since_start += gpu_seconds
         record.attained_gpu_seconds_since_promotion += gpu_seconds
-        account_epoch(record, dt)
+        # account_epoch(record, dt), written out: this runs per running job per step.
+        record.running_seconds_since_epoch += dt
+        record.attained_gpu_seconds_since_epoch += gpu_seconds
     else:
         record.waiting_seconds += dt
         record.waiting_seconds_since_start += dt
@@ -817,15 +819,17 @@ class Scheduler:
             for r in self.active.values():
                 r.restart_cost = max(0.0, float(cost_of(r.name)))
                 r.restoring_seconds = max(0.0, float(restoring_of(r.name)))
-        records = [
-            r for r in self.active.values()
-            if r.status is not JobStatus.SUBMITTED or r.submit_time <= now
-        ]
+        records = []
+        previous: Placement = {}
+        for r in self.active.values():
+            if r.placement:
+                previous[r.name] = r.placement
+            if r.status is not JobStatus.SUBMITTED or r.submit_time <= now:
+                records.append(r)
         confined = backend_job_nodes(self.backend, [r.name for r in records])
         for r in records:
             r.nodes = confined.get(r.name)
-        jobs = [r.snapshot() for r in records]
-        previous: Placement = {r.name: r.placement for r in self.active.values() if r.placement}
+        jobs = list(map(snapshot_of, records))
         started = time.perf_counter()
         try:
             plan = self._decide(records, jobs, previous)
