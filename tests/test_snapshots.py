@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
 from voda.core.model import Job, JobStatus
 from voda.engine.scheduler import JobRecord
+from voda.engine.snapshots import _builder, snapshot_with
 
 JOB_FIELDS = [f.name for f in fields(Job)]
 
@@ -62,3 +63,32 @@ def test_a_snapshot_is_frozen_and_apart_from_the_record() -> None:
     assert record.snapshot().attained_gpu_seconds == pytest.approx(4.3)
     with pytest.raises(AttributeError):
         snap.priority = 0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("record", [JobRecord("plain"), busy_record()],
+                         ids=["defaults", "every-kind-of-field"])
+def test_a_snapshot_with_a_change_equals_dataclasses_replace(record: JobRecord) -> None:
+    changed = snapshot_with(record, current_workers=7, status=JobStatus.WAITING)
+    assert type(changed) is Job
+    assert changed == replace(constructed(record), current_workers=7, status=JobStatus.WAITING)
+    assert record.snapshot() == constructed(record)  # the record itself is unchanged
+    with pytest.raises(ValueError):
+        snapshot_with(record, layout_throughput={})
+
+
+@pytest.mark.parametrize("record", [JobRecord("plain"), busy_record()],
+                         ids=["defaults", "every-kind-of-field"])
+def test_the_drafted_and_the_descriptor_builders_agree(record: JobRecord) -> None:
+    drafted, by_descriptor = _builder()(record), _builder(None)(record)
+    assert type(drafted) is type(by_descriptor) is Job
+    assert drafted == by_descriptor == constructed(record)
+    with pytest.raises(AttributeError):
+        drafted.name = "other"  # type: ignore[misc]  # a Job: frozen
+
+
+def test_a_draft_of_another_layout_falls_back_to_the_descriptors() -> None:
+    class Other:
+        __slots__ = ("name",)
+
+    record = busy_record()
+    assert _builder(Other)(record) == constructed(record)

@@ -166,8 +166,8 @@ def decide(
             continue
         held = {j.name: active_previous[j.name] for j in of_type if j.name in active_previous}
         algo = algorithm[gpu_type] if isinstance(algorithm, Mapping) else algorithm
-        type_cluster = cluster.of_type(gpu_type)
-        if len(type_cluster.nodes) != len(cluster.nodes):
+        type_cluster = _of_type(cluster, gpu_type)
+        if type_cluster is not cluster:
             held = _on_nodes(held, type_cluster, cluster)  # a job moved here from another type
         every_held = len(held) == sum(1 for j in of_type if j.name in active_previous)
         caps: dict[str, int] = {}
@@ -196,6 +196,14 @@ def decide(
     migrated = sum(moved_workers(a.old, a.new) for a in actions)
     return Plan(allocation=allocation, placement=placement, actions=tuple(actions),
                 migrated_workers=migrated, errors=errors, reasons=reasons)
+
+
+def _of_type(cluster: Cluster, gpu_type: str) -> Cluster:
+    """The cluster's nodes of `gpu_type`: the cluster itself when every node is (a placer
+    may then keep what it works out of the nodes from one decision to the next)."""
+    if all(n.gpu_type == gpu_type for n in cluster.nodes):
+        return cluster
+    return cluster.of_type(gpu_type)
 
 
 def _on_nodes(held: Placement, cluster: Cluster, whole: Cluster) -> Placement:

@@ -30,7 +30,6 @@ decides the same on an emulated cluster at any speed. A policy's wake-up
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import logging
 import math
@@ -64,7 +63,7 @@ from voda.core.quotas.algorithm import Observer
 from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete, SupportsReasons
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
 from voda.engine.hetero import adopt_types, fill_type_models
-from voda.engine.snapshots import snapshot_of
+from voda.engine.snapshots import snapshot_of, snapshot_with
 
 log = logging.getLogger(__name__)
 # The logger of a scheduler that only plays the future (voda.engine.forecast): its
@@ -260,7 +259,9 @@ def account(record: JobRecord, dt: float) -> None:
         record.attained_gpu_seconds += gpu_seconds
         record.attained_gpu_seconds_since_start += gpu_seconds
         record.attained_gpu_seconds_since_promotion += gpu_seconds
-        account_epoch(record, dt)
+        # account_epoch(record, dt), written out: this runs per running job per step.
+        record.running_seconds_since_epoch += dt
+        record.attained_gpu_seconds_since_epoch += gpu_seconds
     else:
         record.waiting_seconds += dt
         record.waiting_seconds_since_start += dt
@@ -300,6 +301,18 @@ def _smoothed(old: float | None, new: float) -> float:
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
+
+
+class _ByKey(dict[str, tuple[Any, ...]]):
+    """A dict whose missing value is worked out from its key, once."""
+
+    def __init__(self, make: Callable[[str], tuple[Any, ...]]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: str) -> tuple[Any, ...]:
+        value = self[key] = self.make(key)
+        return value
 
 
 class SchedulerObserver:
@@ -427,6 +440,15 @@ class Scheduler:
         active jobs at every step is skipped when none has)."""
         return any(getattr(a, hook, None) is not None
                    for a in (self._default_algorithm, *self._algorithms.values()))
+
+    def _hooks_by_type(self, *hooks: str) -> dict[str, tuple[Any, ...]]:
+        """Each GPU type's algorithm's optional `hooks` (None where it has none), looked up
+        once per type on first use rather than once per active job."""
+        def of_type(gpu_type: str) -> tuple[Any, ...]:
+            algorithm = self.algorithm_for(gpu_type)
+            return tuple(getattr(algorithm, hook, None) for hook in hooks)
+
+        return _ByKey(of_type)
 
     def algorithm_for(self, gpu_type: str) -> AllocationAlgorithm:
         return self._algorithms.get(gpu_type, self._default_algorithm)
@@ -692,16 +714,15 @@ class Scheduler:
             return
         changed = False
         classes: dict[str, Hashable] = {}
+        hooks = self._hooks_by_type("priority_class", "promotion_due")
         for name, record in self.active.items():
-            algorithm = self.algorithm_for(record.gpu_type)
-            priority_class = getattr(algorithm, "priority_class", None)
+            priority_class, promotion_due = hooks[record.gpu_type]
             if priority_class is None:
                 continue
             if record.status is JobStatus.SUBMITTED and record.submit_time > now:
                 continue
             # The read-only hooks get the live record (it has every Job field): a frozen
             # copy per job per step was most of the cost of long simulations.
-            promotion_due = getattr(algorithm, "promotion_due", None)
             if promotion_due is not None and promotion_due(record):
                 promote(record)
                 for observer in self.observers:
@@ -727,9 +748,9 @@ class Scheduler:
         if self._arrivals:
             candidates.append(max(now, self._arrivals[0][0]))
         timed = self._any_algorithm_has("seconds_until_class_change")
+        hooks = self._hooks_by_type("seconds_until_class_change") if timed else {}
         for record in self.active.values() if timed else ():
-            algorithm = self.algorithm_for(record.gpu_type)
-            until = getattr(algorithm, "seconds_until_class_change", None)
+            until = hooks[record.gpu_type][0]
             if until is not None:
                 seconds = until(record)  # read-only hook: the live record, as above
                 if seconds is not None and seconds >= 0:  # job seconds: on the engine's clock
@@ -794,18 +815,21 @@ class Scheduler:
                 r.rescale_delay = max(0.0, float(delay_of(r.name)))
         costs = restart_costs(self.backend)
         if costs is not None:
+            cost_of, restoring_of = costs
             for r in self.active.values():
-                r.restart_cost = max(0.0, float(costs[0](r.name)))
-                r.restoring_seconds = max(0.0, float(costs[1](r.name)))
-        records = [
-            r for r in self.active.values()
-            if r.status is not JobStatus.SUBMITTED or r.submit_time <= now
-        ]
+                r.restart_cost = max(0.0, float(cost_of(r.name)))
+                r.restoring_seconds = max(0.0, float(restoring_of(r.name)))
+        records = []
+        previous: Placement = {}
+        for r in self.active.values():
+            if r.placement:
+                previous[r.name] = r.placement
+            if r.status is not JobStatus.SUBMITTED or r.submit_time <= now:
+                records.append(r)
         confined = backend_job_nodes(self.backend, [r.name for r in records])
         for r in records:
             r.nodes = confined.get(r.name)
-        jobs = [r.snapshot() for r in records]
-        previous: Placement = {r.name: r.placement for r in self.active.values() if r.placement}
+        jobs = list(map(snapshot_of, records))
         started = time.perf_counter()
         try:
             plan = self._decide(records, jobs, previous)
@@ -910,7 +934,7 @@ class Scheduler:
         if action.kind is ActionKind.HALT:
             self.backend.halt(record.snapshot())
             return
-        after = dataclasses.replace(record.snapshot(), current_workers=action.workers_after)
+        after = snapshot_with(record, current_workers=action.workers_after)
         if action.kind is ActionKind.START:
             self.backend.start(after, action.new)
         else:

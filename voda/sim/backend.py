@@ -426,6 +426,8 @@ class SimBackend:
         """What one restart costs the job, as the backend tells the policies: where its
         model has its own penalty (`told_penalties`, else `penalties`: the `sia` preset); 0
         otherwise: the policies charge their own."""
+        if not self.penalties and not self.told_penalties:  # most runs: no model has one
+            return 0.0
         spec = self.specs.get(name)
         if spec is None:
             return 0.0
@@ -435,6 +437,8 @@ class SimBackend:
     def restoring_seconds(self, name: str) -> float:
         """Seconds of the job's restart still under way at `now`, where its model has its
         own penalty (0 otherwise, and for a job holding no GPUs)."""
+        if not self.penalties:
+            return 0.0
         sim = self.jobs.get(name)
         if sim is None or not sim.counts or not self.penalties.get(sim.spec.profile or ""):
             return 0.0

@@ -47,18 +47,17 @@ def placement_problems(
     """Every way a placement breaks the rules (empty when valid)."""
     problems: list[str] = []
     nodes = {n.name: n for n in cluster.nodes}
-    for name, gpus in allocation.items():
-        placed = sum(c for _, c in placement.get(name, ()))
-        if placed != gpus:
-            problems.append(f"job {name!r}: allocated {gpus} GPUs but placed {placed}")
     used: dict[str, int] = {}  # used_per_node(placement), counted on the way
+    placed_of: dict[str, int] = {}  # each job's workers, counted on the way
     for name, job_placement in placement.items():
         if allocation.get(name, 0) == 0:
             problems.append(f"job {name!r}: placed but not allocated")
         job = jobs.get(name)
         gpu_type = None if job is None else job.gpu_type
         allowed = None if job is None else job.nodes
+        placed = 0
         for node_name, count in job_placement:
+            placed += count
             used[node_name] = used.get(node_name, 0) + count
             node = nodes.get(node_name)
             if node is not None and count > 0 and (gpu_type is None or (
@@ -75,6 +74,11 @@ def placement_problems(
                 problems.append(f"job {name!r}: node {node_name!r} is not one it may use")
             if count <= 0:
                 problems.append(f"job {name!r}: non-positive count {count} on {node_name!r}")
+        placed_of[name] = placed
+    # Said first: a job whose placement does not hold its allocation.
+    problems[:0] = [f"job {name!r}: allocated {gpus} GPUs but placed {placed}"
+                    for name, gpus in allocation.items()
+                    if (placed := placed_of.get(name, 0)) != gpus]
     for node_name, count in used.items():
         node = nodes.get(node_name)
         if node is not None and count > node.gpus:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from itertools import pairwise
 
 from voda.core.model import SORT_KEY, Allocation, Cluster, Job, JobPlacement, Placement
@@ -30,27 +31,25 @@ def first_fit(
     cluster: Cluster,
     previous: Placement,
 ) -> Placement:
-    order = {n.name: i for i, n in enumerate(cluster.nodes)}
-    free = {n.name: n.gpus for n in cluster.nodes}
-    node_type = {n.name: n.gpu_type for n in cluster.nodes}
+    maps = _cluster_maps(cluster)
+    order, node_type, nodes_of = maps.order, maps.node_type, maps.nodes_of
+    free = dict(maps.capacity)
     kept: dict[str, dict[str, int]] = {}
     whole: set[str] = set()  # jobs that keep every worker where it is, and need no more
+    # Jobs that keep their placement in force as it is: handed back as it is.
+    same: dict[str, JobPlacement] = {}
+    placed = [name for name, gpus in allocation.items() if gpus > 0]
     # 1. Keep every surviving worker in place (shrinking jobs lose their smallest shards).
-    for name in sorted(allocation):
+    for name in sorted(placed):
         gpus = allocation[name]
         before = previous.get(name)
-        if gpus <= 0 or not before:
+        if not before:
             continue
         job = jobs.get(name)
         gpu_type = None if job is None else job.gpu_type
-        if len(before) == 1:  # most jobs: one node, kept whole when it still has the room
-            node, count = before[0]
-            if count == gpus and free.get(node, 0) >= count and (
-                    gpu_type is None or node_type[node] == gpu_type):
-                free[node] -= count
-                kept[name] = {node: count}
-                whole.add(name)
-                continue
+        if _keeps_whole(before, gpus, gpu_type, free, maps):  # most jobs, most decisions
+            same[name] = tuple(before)
+            continue
         current = {
             n: c for n, c in before
             if n in free and (gpu_type is None or node_type[n] == gpu_type)
@@ -69,15 +68,14 @@ def first_fit(
     # 2. Fill what is still missing on the first nodes of the job's GPU type with room.
     # Free GPUs only go down here, so the nodes before the first one of a type with room
     # stay full: each type's scan starts there (None: a job of no known type, any node).
-    nodes_of: dict[str | None, list[str]] = {None: [n.name for n in cluster.nodes]}
-    for node in cluster.nodes:
-        nodes_of.setdefault(node.gpu_type, []).append(node.name)
     first_with_room = dict.fromkeys(nodes_of, 0)
     result: dict[str, tuple] = {}
-    for name in sorted(allocation, key=lambda n: SORT_KEY(jobs[n]) if n in jobs else (0, 0.0, n)):
-        gpus = allocation[name]
-        if gpus <= 0:
+    for name in sorted(placed, key=lambda n: SORT_KEY(jobs[n]) if n in jobs else (0, 0.0, n)):
+        kept_as_is = same.get(name)
+        if kept_as_is is not None:
+            result[name] = kept_as_is
             continue
+        gpus = allocation[name]
         if name in whole:  # most jobs, most decisions: nothing to add, nothing moved
             result[name] = _reuse_if_unchanged(previous[name], kept[name], order)
             continue
@@ -102,6 +100,56 @@ def first_fit(
             raise ValueError(f"job {name!r}: {missing} GPUs could not be placed")
         result[name] = _reuse_if_unchanged(previous.get(name, ()), mine, order)
     return result
+
+
+@dataclass(frozen=True)
+class _ClusterMaps:
+    """What first fit reads of a cluster's nodes, worked out once per cluster."""
+
+    order: dict[str, int]  # a node's position
+    capacity: dict[str, int]
+    node_type: dict[str, str]
+    nodes_of: dict[str | None, list[str]]  # the nodes of each GPU type (None: every node)
+
+
+_last_maps: list[tuple[Cluster, _ClusterMaps]] = []
+
+
+def _cluster_maps(cluster: Cluster) -> _ClusterMaps:
+    """The maps of `cluster`, kept for the cluster last asked about (the engine hands the
+    same Cluster to every decision until a node joins or leaves)."""
+    if _last_maps and _last_maps[0][0] is cluster:
+        return _last_maps[0][1]
+    nodes_of: dict[str | None, list[str]] = {None: [n.name for n in cluster.nodes]}
+    for node in cluster.nodes:
+        nodes_of.setdefault(node.gpu_type, []).append(node.name)
+    maps = _ClusterMaps(order={n.name: i for i, n in enumerate(cluster.nodes)},
+                        capacity={n.name: n.gpus for n in cluster.nodes},
+                        node_type={n.name: n.gpu_type for n in cluster.nodes},
+                        nodes_of=nodes_of)
+    _last_maps[:] = [(cluster, maps)]
+    return maps
+
+
+def _keeps_whole(before: JobPlacement, gpus: int, gpu_type: str | None,
+                 free: dict[str, int], maps: _ClusterMaps) -> bool:
+    """Whether a job keeps its placement `before` as it is: `gpus` GPUs on the same nodes,
+    in node order, each of its type with the room still free (then taken off `free`). The
+    general path would keep every worker and hand `before` back too."""
+    order, node_type = maps.order, maps.node_type
+    total, last = 0, -1
+    for node, count in before:
+        position = order.get(node)
+        if position is None or position <= last or count <= 0 or free[node] < count or (
+                gpu_type is not None and node_type[node] != gpu_type):
+            return False
+        last = position
+        total += count
+    if total != gpus:
+        return False
+    for node, count in before:
+        free[node] -= count
+    return True
 
 
 def _reuse_if_unchanged(
