@@ -9,7 +9,7 @@ import pytest
 
 from voda.core.allocation.hetero import TypeChoice, choose_types
 from voda.core.allocation.hetero_models import type_model, type_ratio, type_ratios, type_shapes
-from voda.core.allocation.hetero_voda import rank_weights, voda_choice
+from voda.core.allocation.hetero_voda import rank_weights_large_m, voda_choice
 from voda.core.allocation.registry import create
 from voda.core.goodput import GoodputModel, PerfParams
 from voda.core.hetero_plan import decide_hetero
@@ -116,9 +116,9 @@ def test_voda_does_not_move_a_running_job_for_less_than_a_restart() -> None:
 
 
 def test_heSRPT_weights_favour_shorter_jobs_and_leave_none_at_zero() -> None:
-    weights = rank_weights(np.array([10.0, 1000.0, 100.0, 1.0]))
+    weights = rank_weights_large_m(np.array([10.0, 1000.0, 100.0, 1.0]))
     assert weights.tolist() == pytest.approx([0.75 ** 0.5, 0.25 ** 0.5, 0.5 ** 0.5, 1.0])
-    assert rank_weights(np.array([5.0]), power=1.0).tolist() == [1.0]
+    assert rank_weights_large_m(np.array([5.0]), power=1.0).tolist() == [1.0]
 
 
 def test_voda_stops_a_running_job_only_for_more_than_its_restart_costs() -> None:

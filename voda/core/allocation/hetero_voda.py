@@ -51,9 +51,12 @@ VODA_GAP = 1e-4  # relative optimality gap of the program, as Sia's
 SPEEDUP_POWER = 0.5  # heSRPT's p: the weights (rank / M)^p
 
 
-def rank_weights(remaining: np.ndarray, power: float = SPEEDUP_POWER) -> np.ndarray:
-    """heSRPT's weight of each job, by its `remaining` time: (rank / M)^power, rank 1 the
-    longest and M the shortest (ties in the order given)."""
+def rank_weights_large_m(remaining: np.ndarray, power: float = SPEEDUP_POWER) -> np.ndarray:
+    """heSRPT's weight of each job, by its `remaining` time, in its large-M form:
+    (rank / M)^power, rank 1 the longest and M the shortest (ties in the order given).
+    Voda's per-type algorithm uses the exact weights (voda.core.allocation.voda.
+    rank_weights, the share to the power 1 - p); here they did worse on the saturn
+    workloads the weights were chosen on (docs/design/014-heterogeneous.md)."""
     m = len(remaining)
     rank = np.empty(m)
     rank[np.argsort(-remaining, kind="stable")] = np.arange(1, m + 1)
@@ -88,7 +91,7 @@ def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
         if options:
             prepared.append((i, job, options, remaining_work(job, max(o[2] for o in options))))
     fastest = np.maximum(speed.max(axis=1), 1e-12)  # its goodput on one GPU, best type
-    weights = rank_weights(np.array([work / fastest[i] for i, _, _, work in prepared]))
+    weights = rank_weights_large_m(np.array([work / fastest[i] for i, _, _, work in prepared]))
     for (i, job, options, work), weight in zip(prepared, weights.tolist(), strict=True):
         current = (job.gpu_type, job.current_workers)
         if restoring(job):  # held where it is until its restart is done
