@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from voda.core.allocation.hetero import TypeChoice, choose_types
 from voda.core.allocation.hetero_models import type_model, type_ratio, type_ratios, type_shapes
-from voda.core.allocation.hetero_voda import voda_choice
+from voda.core.allocation.hetero_voda import rank_weights_large_m, voda_choice
 from voda.core.allocation.registry import create
 from voda.core.goodput import GoodputModel, PerfParams
 from voda.core.hetero_plan import decide_hetero
@@ -112,6 +113,24 @@ def test_voda_does_not_move_a_running_job_for_less_than_a_restart() -> None:
     shapes = type_shapes(Cluster((Node("s0", 1, "slow"), Node("f0", 1, "fast"))))
     assert voda_choice([running], shapes, {"slow": 1, "fast": 1}, 1e9).types == {"r": "slow"}
     assert voda_choice([running], shapes, {"slow": 1, "fast": 1}, 0.0).types == {"r": "fast"}
+
+
+def test_heSRPT_weights_favour_shorter_jobs_and_leave_none_at_zero() -> None:
+    weights = rank_weights_large_m(np.array([10.0, 1000.0, 100.0, 1.0]))
+    assert weights.tolist() == pytest.approx([0.75 ** 0.5, 0.25 ** 0.5, 0.5 ** 0.5, 1.0])
+    assert rank_weights_large_m(np.array([5.0]), power=1.0).tolist() == [1.0]
+
+
+def test_voda_stops_a_running_job_only_for_more_than_its_restart_costs() -> None:
+    """A long job holds the one free GPU; a short one comes. Stopping the long job costs it
+    a restart when it resumes: dear (1,000 s) it keeps the GPU, cheap (10 s) it yields."""
+    shapes = type_shapes(CLUSTER)
+    short = _flexible("short", 1.0, epochs=5)
+    for cost, holder in ((1000.0, "long"), (10.0, "short")):
+        long = dataclasses.replace(_flexible("long", 1.0, epochs=100), gpu_type="slow",
+                                   current_workers=1, running_seconds=1e4, restart_cost=cost)
+        choice = voda_choice([long, short], shapes, {"slow": 1, "fast": 0}, 30.0)
+        assert {n for n, c in choice.counts.items() if c} == {holder}
 
 
 def test_isolated_keeps_a_job_on_its_first_type() -> None:

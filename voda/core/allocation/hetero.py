@@ -8,9 +8,10 @@ flexible job the decision is today's, exactly.
 
 - `voda` (default): each job's type and count chosen together in one program
   (voda.core.allocation.hetero_voda): over Sia's configurations, the (type, count) per job
-  that maximises the rate at which jobs complete, sum of goodput / remaining work, a change
-  of type or count keeping 1 - Voda's restart charge of its value; a job whose restart is
-  under way keeps its configuration. Where the per-type algorithm is not Voda, that
+  that maximises the sum of each job's speed-up times heSRPT's weight for its rank by
+  remaining time (shorter jobs weigh more, none nothing), a change of type or count, or
+  a stop, costing Voda's restart charge; a job whose restart is under way keeps its
+  configuration. Where the per-type algorithm is not Voda, that
   algorithm sets the counts on the types chosen.
 - `isolated`: today's behaviour: a job keeps the first type it was given (the accepted
   type with the most GPUs not yet spoken for when it first came), and never moves.

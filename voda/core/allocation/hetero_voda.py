@@ -2,22 +2,30 @@
 
 Each round, for every job and every configuration (type t, n GPUs) it may take (Sia's
 sets: 1, 2, 4 (and 8) GPUs within a node, then whole nodes; and the count it holds now),
-the configuration's value is the share of the job's remaining work done per second there,
+the configuration's value is the job's speed-up there times its weight,
 
-    v(t, n) = goodput_t(n) / remaining work,
+    v(t, n) = w_j x goodput_t(n) / goodput on one GPU of its fastest type,
 
-so the total value is the rate at which jobs complete (a shortest-remaining-first
-objective, which lowers the average JCT when job lengths are heavy-tailed, and is 0 for
-a job left waiting). A configuration other than the job's current one is a restart and
-keeps 1 - Voda's charge of its value (voda.core.allocation.hetero.move_charge: the
-job's restart cost over its remaining time there, or the horizon its cost grows, plus
-the share of its life already lost to restarts), so a job changes type or count only
-for more than the restart costs it. A job whose restart is under way keeps its
-configuration. The program, one configuration per job, no type given more GPUs than it
-has, maximising the total value, is Sia's (voda.core.allocation.hetero_program) with
-Voda's objective in place of Sia's fairness power: measured on Sia's saturn workloads,
-Voda's per-type algorithm choosing the counts after a type choice restarted jobs 2.6x
-as often as Sia and left the long jobs slower (docs/design/heterogeneous-gpus.md).
+with w_j = (r_j / M)^p, r_j the job's rank among the M flexible jobs by remaining time on
+one GPU of its fastest type (1: the longest, M: the shortest) and p = 0.5. These are the
+weights of heSRPT (Berg, Vesilo and Harchol-Balter, 2020): for speed-ups n^p, the share
+of the cluster that minimises the mean completion time gives the i-th longest of M jobs
+(i/M)^(1/(1-p)) - ((i-1)/M)^(1/(1-p)), which is what maximising sum w_i s(share_i)
+gives with w_i ~ (i/M)^p. Shorter jobs weigh more, yet no job is worth nothing: the
+longest weighs 1/sqrt(M) of the shortest, not (as with a value of goodput / remaining
+work) its remaining work's share, which starved long jobs (imagenet) behind streams of
+short ones, and spent GPUs on short jobs at little speed-up.
+
+A configuration other than the job's current one is a restart and keeps 1 - Voda's
+charge of its value (voda.core.allocation.hetero.move_charge: the job's restart cost
+over its remaining time there, or the horizon its cost grows, plus the share of its life
+already lost to restarts); taking every GPU from a running job costs it the same charge
+of its current value (it pays the restart when it resumes), so a job changes type or
+count, or is stopped, only for more than the restart costs it. A job whose restart is
+under way keeps its configuration. The program, one configuration per job, no type
+given more GPUs than it has, maximising the total value, is Sia's
+(voda.core.allocation.hetero_program) with these values in place of Sia's fairness
+power (docs/design/014-heterogeneous.md).
 """
 
 from __future__ import annotations
@@ -36,9 +44,36 @@ from voda.core.allocation.hetero_models import (
 )
 from voda.core.allocation.hetero_program import solve_rows
 from voda.core.allocation.sia import restoring, sia_configs
+from voda.core.allocation.voda import RestartCharge
 from voda.core.model import Job
 
 VODA_GAP = 1e-4  # relative optimality gap of the program, as Sia's
+SPEEDUP_POWER = 0.5  # heSRPT's p: the weights (rank / M)^p
+
+
+def rank_weights_large_m(remaining: np.ndarray, power: float = SPEEDUP_POWER) -> np.ndarray:
+    """heSRPT's weight of each job, by its `remaining` time, in its large-M form:
+    (rank / M)^power, rank 1 the longest and M the shortest (ties in the order given).
+    Voda's per-type algorithm uses the exact weights (voda.core.allocation.voda.
+    rank_weights, the share to the power 1 - p); here they did worse on the saturn
+    workloads the weights were chosen on (docs/design/014-heterogeneous.md)."""
+    m = len(remaining)
+    rank = np.empty(m)
+    rank[np.argsort(-remaining, kind="stable")] = np.arange(1, m + 1)
+    return (rank / max(m, 1)) ** power
+
+
+def _charged(values: np.ndarray, goodput: np.ndarray, work: float, changed: np.ndarray,
+             charge: RestartCharge) -> np.ndarray:
+    """A running job's `values`: each change keeps 1 - the restart charge at its remaining
+    time there; every configuration, its current one included, gains the charge of the
+    current value, which is what stopping the job (value 0) costs it when it resumes."""
+    keep = 1.0 - charge.share(work / goodput)
+    out = np.where(changed, values * np.maximum(keep, 0.0), values)
+    if not changed.all():
+        at = int(np.argmin(changed))
+        out = out + values[at] * min(1.0 - float(keep[at]), 1.0)
+    return out
 
 
 def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
@@ -50,11 +85,14 @@ def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
     values: list[float] = []
     fixed: set[int] = set()
     speed = np.zeros((len(flexible), len(types)))  # goodput on one GPU of each type
+    prepared: list[tuple[int, Job, list[tuple[str, int, float]], float]] = []
     for i, job in enumerate(flexible):
         options = _configurations(job, shapes, ratios, unknown, speed[i], types)
-        if not options:
-            continue
-        work = remaining_work(job, max(g for _, _, g in options))
+        if options:
+            prepared.append((i, job, options, remaining_work(job, max(o[2] for o in options))))
+    fastest = np.maximum(speed.max(axis=1), 1e-12)  # its goodput on one GPU, best type
+    weights = rank_weights_large_m(np.array([work / fastest[i] for i, _, _, work in prepared]))
+    for (i, job, options, work), weight in zip(prepared, weights.tolist(), strict=True):
         current = (job.gpu_type, job.current_workers)
         if restoring(job):  # held where it is until its restart is done
             held = [o for o in options if o[:2] == current]
@@ -62,11 +100,10 @@ def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
                 options = held
                 fixed.add(i)
         g = np.array([o[2] for o in options])
-        v = g / work
-        changed = np.array([o[:2] != current for o in options]) & (job.current_workers > 0)
-        if changed.any():  # a change is a restart: it keeps 1 - Voda's charge
-            keep = 1.0 - move_charge(job, penalty).share(work / g[changed])
-            v[changed] *= np.maximum(keep, 0.0)
+        v = g * (weight / fastest[i])
+        if job.current_workers > 0:  # a change, or a stop, is a restart
+            v = _charged(v, g, work, np.array([o[:2] != current for o in options]),
+                         move_charge(job, penalty))
         for (t, n, _), value in zip(options, v.tolist(), strict=True):
             if value > 0:
                 rows.append((i, t, n))
