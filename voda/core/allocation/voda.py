@@ -101,7 +101,7 @@ from voda.core.allocation.reasons import (
     seconds,
     slower_with_more,
 )
-from voda.core.allocation.voda_memo import Priced, VodaMemo
+from voda.core.allocation.run_memo import Priced, VodaMemo
 from voda.core.allocation.voda_rows import RATE_SCALE, group_utilities
 from voda.core.estimate import (
     DEFAULT_EPOCH_SECONDS,

@@ -3,13 +3,14 @@ decision, kept for the runs of the same queue at other offers (docs/design/013-q
 "A queue's runs at several offers").
 
 The quota layer runs a queue's jobs at each offer its water fill makes, and most of what
-a run works out does not move with the offer: the jobs' curves move only with the
-capacity where it is below a job's max and, with goodput models, with the nodes it spans;
-the weights but for how the jobs scale at their share with the curves alone; the
-utilities with the curves and weights; and the count program's table of the jobs after
-one with their utilities alone (`counts.FoldTables`). `VodaMemo` keeps each per problem
-under what it depends on and reads it back by identity, so a run reads the same values,
-to the last bit, as it would work out; `Priced` works everything out.
+a run works out does not move with the offer: the curves move only with the capacity
+where it is below a job's max and, with goodput models, with the nodes it spans; the
+weights but for how the jobs scale at their share with the curves alone; the utilities
+with the curves and weights; and the count program's table of the jobs after one with
+their utilities alone (`counts.FoldTables`). A memo keeps each per problem under what it
+depends on and reads it back by identity, so a run reads the same values, to the last
+bit, as it would work out; `Priced` works everything out. `ProblemMemo` is the part
+any algorithm that prices jobs per problem could keep (its utilities and fold tables).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Priced:
         flat = compute([j for jobs, _, _ in problems for j in jobs],
                        [m for _, models, _ in problems for m in models],
                        [c for jobs, _, c in problems for _ in jobs])
-        return _split(flat, [len(jobs) for jobs, _, _ in problems])
+        return split(flat, [len(jobs) for jobs, _, _ in problems])
 
     def weights(self, jobs: Sequence[Job], curves: Sequence[Any],
                 compute: Weights) -> np.ndarray:
@@ -54,30 +55,57 @@ class Priced:
         """Per problem, its jobs' utilities at their curves and weights."""
         flat = compute([j for part in jobs for j in part], [c for part in curves for c in part],
                        np.concatenate(weights))
-        return _split(flat, list(map(len, jobs)))
+        return split(flat, list(map(len, jobs)))
 
     def floored(self, rows: Sequence[Sequence[np.ndarray]], floored: Sequence[Sequence[bool]],
                 compute: Floors) -> list[list[np.ndarray]]:
         """Per problem, its utilities with the floored jobs' value at no GPUs lowered."""
         lengths = list(map(len, rows))
         spans = list(itertools.pairwise(itertools.accumulate(lengths, initial=0)))
-        return _split(compute([r for part in rows for r in part], spans, floored), lengths)
+        return split(compute([r for part in rows for r in part], spans, floored), lengths)
 
     def keys(self, rows: Sequence[np.ndarray]) -> list[Hashable]:
         return []
 
 
-class VodaMemo(Priced):
-    """`Priced`, each problem's curves, weights, utilities and floors kept under what they
-    depend on, and the count program's fold tables. What it keeps holds the objects its
-    keys name by id, so no id is reused meanwhile."""
+class ProblemMemo:
+    """Results kept per problem under a key, and the count program's fold tables. What it
+    keeps holds the objects its keys name by id, so no id is reused meanwhile."""
 
     def __init__(self) -> None:
+        self.tables = FoldTables()
+        self.rows: dict[Hashable, tuple[Any, list[np.ndarray]]] = {}  # utilities
+
+    def keys(self, rows: Sequence[np.ndarray]) -> list[Hashable]:
+        """The keys that name the rows in `tables`: equal rows kept here are one object."""
+        return list(map(id, rows))
+
+    @staticmethod
+    def kept(store: dict[Hashable, tuple[Any, list[Any]]], keys: Sequence[Hashable],
+             problems: Sequence[Any], compute: Callable[[list[Any]], list[list[Any]]]
+             ) -> list[list[Any]]:
+        """Per problem, what `store` keeps under its key, the rest computed together by
+        `compute(problems)` and kept (with the problem, which holds what the key names)."""
+        todo: dict[Hashable, int] = {}
+        for p, key in enumerate(keys):
+            if key not in store:
+                todo.setdefault(key, p)
+        if todo:
+            made = compute([problems[p] for p in todo.values()])
+            for (key, p), result in zip(todo.items(), made, strict=True):
+                store[key] = (problems[p], result)
+        return [store[key][1] for key in keys]
+
+
+class VodaMemo(ProblemMemo, Priced):
+    """`Priced` with Voda's curves, weights, utilities and floors kept per problem under
+    what they depend on, and the count program's fold tables."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self._curves: dict[Hashable, tuple[Any, list[Any]]] = {}
         self._weights: dict[int, tuple[Sequence[Any], np.ndarray]] = {}
-        self._rows: dict[Hashable, tuple[Any, list[np.ndarray]]] = {}
         self._floored: dict[Hashable, tuple[Any, list[np.ndarray]]] = {}
-        self.tables = FoldTables()
 
     def curves(self, problems: Sequence[tuple[Sequence[Job], Sequence[Any], int]], node: int,
                compute: Curves) -> list[list[Any]]:
@@ -89,8 +117,8 @@ class VodaMemo(Priced):
             keys.append((tuple(map(id, jobs)), tuple(map(id, models)),
                          capacity if capacity < max(map(_MAX, jobs)) else -1,
                          max(capacity // node, 1) if modelled else 0))
-        return self._kept(self._curves, keys, problems,
-                          lambda todo: super(VodaMemo, self).curves(todo, node, compute))
+        return self.kept(self._curves, keys, problems,
+                          lambda todo: super(ProblemMemo, self).curves(todo, node, compute))
 
     def weights(self, jobs: Sequence[Job], curves: Sequence[Any],
                 compute: Weights) -> np.ndarray:
@@ -105,7 +133,7 @@ class VodaMemo(Priced):
         """A problem's utilities depend on its curves (which name its jobs) and weights."""
         keys = [(id(part), w.tobytes()) for part, w in zip(curves, weights, strict=True)]
         problems = list(zip(jobs, curves, weights, strict=True))
-        return self._kept(self._rows, keys, problems, lambda todo: super(VodaMemo, self)
+        return self.kept(self.rows, keys, problems, lambda todo: super(ProblemMemo, self)
                           .utilities(*zip(*todo, strict=True), compute))
 
     def floored(self, rows: Sequence[Sequence[np.ndarray]], floored: Sequence[Sequence[bool]],
@@ -115,31 +143,11 @@ class VodaMemo(Priced):
         keys = [(id(part), tuple(floors)) for part, floors in zip(rows, floored, strict=True)]
         problems = list(zip(rows, floored, strict=True))
         return [list(part) if not any(floors) else done for part, floors, done in zip(
-            rows, floored, self._kept(self._floored, keys, problems, lambda todo: super(
+            rows, floored, self.kept(self._floored, keys, problems, lambda todo: super(
                 VodaMemo, self).floored(*zip(*todo, strict=True), compute)), strict=True)]
 
-    def keys(self, rows: Sequence[np.ndarray]) -> list[Hashable]:
-        """The keys that name the rows in `tables`: equal rows kept here are one object."""
-        return list(map(id, rows))
 
-    @staticmethod
-    def _kept(store: dict[Hashable, tuple[Any, list[Any]]], keys: Sequence[Hashable],
-              problems: Sequence[Any], compute: Callable[[list[Any]], list[list[Any]]]
-              ) -> list[list[Any]]:
-        """Per problem, what `store` keeps under its key, the rest computed together by
-        `compute(problems)` and kept (with the problem, which holds what the key names)."""
-        todo: dict[Hashable, int] = {}
-        for p, key in enumerate(keys):
-            if key not in store:
-                todo.setdefault(key, p)
-        if todo:
-            made = compute([problems[p] for p in todo.values()])
-            for (key, p), result in zip(todo.items(), made, strict=True):
-                store[key] = (problems[p], result)
-        return [store[key][1] for key in keys]
-
-
-def _split(flat: Sequence[Any], lengths: Sequence[int]) -> list[list[Any]]:
+def split(flat: Sequence[Any], lengths: Sequence[int]) -> list[list[Any]]:
     """`flat` cut into consecutive lists of `lengths`."""
     ends = list(itertools.accumulate(lengths))
     return [list(flat[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
