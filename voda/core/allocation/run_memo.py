@@ -64,9 +64,6 @@ class Priced:
         spans = list(itertools.pairwise(itertools.accumulate(lengths, initial=0)))
         return split(compute([r for part in rows for r in part], spans, floored), lengths)
 
-    def keys(self, rows: Sequence[np.ndarray]) -> list[Hashable]:
-        return []
-
 
 class ProblemMemo:
     """Results kept per problem under a key, and the count program's fold tables. What it

@@ -263,7 +263,8 @@ class Voda:
                        for part, (_, _, capacity) in zip(curves, live, strict=True)]
             utilities = priced.floored(utilities, floored, with_floors_many)
         for rows, (k, ordered, capacity) in zip(utilities, live, strict=True):
-            counts = best_counts(rows, capacity, priced.tables, priced.keys(rows))
+            counts = (best_counts(rows, capacity) if priced.tables is None
+                      else best_counts(rows, capacity, priced.tables, priced.keys(rows)))
             out[k] = {job.name: n for job, n in zip(ordered, counts, strict=True)}
         return out
 
