@@ -63,6 +63,40 @@ def test_many_problems_at_once_give_what_each_gives_alone(
         assert [list(a.items()) for a in together] == [list(a.items()) for a in alone]
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=16), parts=st.integers(1, 4), seed=st.integers(0, 99),
+       offers=st.lists(st.lists(st.integers(0, 40), min_size=4, max_size=4), min_size=2,
+                       max_size=4))
+def test_voda_runs_kept_for_other_offers_give_what_each_gives_alone(
+        jobs: list[Job], parts: int, seed: int, offers: list[list[int]]) -> None:
+    # One store over a decision's calls: the same queues at other offers, as the quota
+    # layer's rounds make them, each call the counts of a fresh one.
+    queues = split(jobs, parts, seed)
+    for algorithm in (Voda(), Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0)):
+        memo = algorithm.memo()
+        for capacities in offers:
+            problems = list(zip(queues, capacities, strict=False))
+            kept = algorithm.allocate_many(problems, memo=memo)
+            assert [list(a.items()) for a in kept] == [
+                list(algorithm(m, c).items()) for m, c in problems]
+
+
+def test_the_bench_queues_at_rising_offers_read_kept_runs() -> None:
+    # The bench's jobs split over queues, each run at rising offers past every job's max
+    # with one store: the same counts as fresh runs, and most queues' later runs find
+    # their utilities kept (a fold table for fewer than half the job-runs).
+    algorithm = Voda()
+    queues = split(make_jobs(300, 3), 6, 3)
+    memo = algorithm.memo()
+    offers = (34, 39, 40, 41)
+    for offer in offers:
+        problems = [(members, offer) for members in queues]
+        assert algorithm.allocate_many(problems, memo=memo) == [
+            algorithm(m, c) for m, c in problems]
+    assert len(memo.rows) < len(offers) * len(queues)
+    assert len(memo.tables._tables) < len(offers) * 300 / 2
+
+
 @pytest.mark.parametrize("name", ["Voda", "Pollux", "SRJF", "ElasticSRJF", "ElasticTiresias",
                                   "Optimus", "FfDLOptimizer"])
 def test_the_bench_jobs_split_over_queues_get_the_same_counts(name: str) -> None:

@@ -7,7 +7,7 @@ from counts_reference import best_counts_every_column
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from voda.core.allocation.counts import best_counts, packs
+from voda.core.allocation.counts import FoldTables, best_counts, packs
 
 
 def every_count_folded(utilities: list[np.ndarray], capacity: int) -> list[int]:
@@ -95,3 +95,19 @@ def test_best_counts_equals_the_program_over_every_column_at_scale() -> None:
             u[0] = 0.0
             utilities.append(u)
         assert best_counts(utilities, capacity) == best_counts_every_column(utilities, capacity)
+
+
+@settings(max_examples=200, deadline=None)
+@given(utilities=st.lists(any_utility(), min_size=1, max_size=10),
+       capacities=st.lists(st.integers(0, 80), min_size=2, max_size=6),
+       changed=st.lists(st.integers(0, 9), max_size=3))
+def test_fold_tables_kept_over_calls_at_other_capacities_change_no_count(
+    utilities: list[np.ndarray], capacities: list[int], changed: list[int]
+) -> None:
+    # One store over calls at rising and falling capacities, some calls with a job's
+    # values changed (a new key): each call's counts are those of a call on its own.
+    tables = FoldTables()
+    for step, capacity in enumerate(capacities):
+        rows = [u + 1.0 if step % 2 and j in changed else u for j, u in enumerate(utilities)]
+        keys = [(j, step % 2 and j in changed) for j in range(len(rows))]
+        assert best_counts(rows, capacity, tables, keys) == best_counts(rows, capacity)

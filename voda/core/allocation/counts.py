@@ -12,7 +12,7 @@ import functools
 import itertools
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -102,7 +102,55 @@ def that_pack_rows(fast: np.ndarray, per_node: int) -> np.ndarray:
     return packed
 
 
-def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
+class FoldTables:
+    """The fold tables of `best_counts` calls on the same jobs at other capacities, to
+    reuse: the table of jobs j.. at column c (their best total within c GPUs) is the same
+    whatever the capacity, so a call whose band a stored table covers reads it instead of
+    folding again (the quota layer runs a queue at several offers in one decision).
+
+    A job's utilities are named by a key the caller gives (equal keys: equal values, to
+    the last bit); the jobs j.. by the chain of their keys."""
+
+    def __init__(self) -> None:
+        self._suffixes: dict[tuple[Hashable, int], int] = {}
+        self._layouts: dict[int, Layout] = {}
+        self._tables: dict[tuple[bool, int], tuple[int, np.ndarray]] = {}
+
+    def chain(self, keys: Sequence[Hashable]) -> list[int]:
+        """Per job, the id of the jobs from it to the last (named by their keys)."""
+        ids = []
+        after = -1
+        for key in reversed(keys):
+            after = self._suffixes.setdefault((key, after), len(self._suffixes))
+            ids.append(after)
+        return ids[::-1]
+
+    def layout(self, jobs: int, utilities: Sequence[np.ndarray]) -> Layout:
+        """`_layout(utilities)`, kept for the jobs named `jobs` (a `chain` id)."""
+        held = self._layouts.get(jobs)
+        if held is None:
+            held = self._layouts[jobs] = _layout(utilities)
+        return held
+
+    def covering(self, key: tuple[bool, int], lo: int, hi: int
+                 ) -> tuple[int, np.ndarray] | None:
+        """A stored table of the jobs `key` (the fold that built it, a `chain` id) over
+        columns lo..hi at least, and the column it starts at."""
+        held = self._tables.get(key)
+        if held is not None and held[0] <= lo and held[0] + len(held[1]) > hi:
+            return held
+        return None
+
+    def keep(self, key: tuple[bool, int], lo: int, table: np.ndarray) -> None:
+        """Store a table (columns lo..) where it reaches higher than the one held."""
+        held = self._tables.get(key)
+        if held is None or held[0] + len(held[1]) < lo + len(table):
+            self._tables[key] = (lo, table)
+
+
+def best_counts(utilities: Sequence[np.ndarray], capacity: int,
+                tables: FoldTables | None = None,
+                keys: Sequence[Hashable] = ()) -> list[int]:
     """Counts n_j maximising the sum of u_j(n_j) with sum n_j <= capacity (dynamic program).
 
     `utilities[j][n]` is job j's value at n GPUs (-inf: not allowed; n = 0 must be
@@ -124,19 +172,35 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
     A fold keeps only its table of best totals, not which count won each column: the
     decision works a job's count out again at the one column it reads, from the table
     of the jobs after it (the same sums, compared in the same order).
+
+    `tables` with `keys` (one per job, naming its utilities): fold tables stored by
+    earlier calls on the same jobs after j are read where they cover job j's band, and
+    this call's are stored, each up to the most the jobs j.. can take on any capacity
+    (so a call at a larger capacity finds it whole). A column's total is the same
+    numbers compared in the same order in any band, so the counts are the same.
     """
+    if tables is not None and len(keys) != len(utilities):
+        raise ValueError(f"keys: one per job, got {len(keys)} for {len(utilities)} jobs")
     tops = [min(len(u) - 1, max(capacity, 0)) for u in utilities]
     bands = _bands(tops, capacity)
-    flat, starts, options = _options(utilities)
-    # Without NaN, the running maximum a fold keeps is the plain maximum of its rows, in
-    # any order (max is exact); with one, the fold compares row by row as it reads them.
-    exact_max = not np.isnan(flat).any()
-    values = flat.tolist()
+    if tables is not None:  # up to the most the jobs j.. take on any capacity: kept whole
+        most = itertools.accumulate(len(u) - 1 for u in reversed(utilities))
+        bands = [(lo, top) for (lo, _), top in zip(bands, list(most)[::-1], strict=True)]
+    chain = tables.chain(keys) if tables is not None else []
+    starts, options, values, exact_max = (
+        tables.layout(chain[0], utilities) if chain else _layout(utilities))
     best = np.zeros(1)  # the best of no jobs: 0 at every column from 0 up
     below = 0  # `best` holds the columns from `below` up; past its end, its last value
     folded = []  # per job, last first: the table of the jobs after it, from column `below`
-    for first, rows, (lo, hi) in zip(reversed(starts), reversed(options), reversed(bands),
-                                     strict=True):
+    for j in range(len(starts) - 1, -1, -1):
+        first, rows, (lo, hi) = starts[j], options[j], bands[j]
+        if tables is not None:
+            key = (exact_max, chain[j])
+            held = tables.covering(key, lo, hi)
+            if held is not None:  # (a decision reads past a table's end its last value)
+                folded.append((best, below))
+                below, best = held
+                continue
         reach = hi - below + 1  # sources c - n for n = 0 reach up to hi
         if reach > len(best):
             best = np.concatenate([best, np.full(reach - len(best), best[-1])])
@@ -145,6 +209,8 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
             value = _fold_max(best, below, lo, hi, rows, values, first)
         else:
             value = _fold_in_order(best, below, lo, hi, rows, values, first)
+        if tables is not None:
+            tables.keep(key, lo, value)
         best, below = value, lo
     counts = []
     left = capacity
@@ -154,6 +220,18 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int) -> list[int]:
         counts.append(n)
         left -= n
     return counts
+
+
+Layout = tuple[list[int], list[list[int]], list[float], bool]
+
+
+def _layout(utilities: Sequence[np.ndarray]) -> Layout:
+    """What the folds read of the utilities: where each job's start end to end, the counts
+    each fold reads (`_options`), all values as Python floats, and whether none is NaN."""
+    flat, starts, options = _options(utilities)
+    # Without NaN, the running maximum a fold keeps is the plain maximum of its rows, in
+    # any order (max is exact); with one, the fold compares row by row as it reads them.
+    return starts, options, flat.tolist(), not np.isnan(flat).any()
 
 
 def _options(utilities: Sequence[np.ndarray]) -> tuple[np.ndarray, list[int], list[list[int]]]:

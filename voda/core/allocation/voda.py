@@ -66,8 +66,8 @@ trials and the ablation).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -101,6 +101,7 @@ from voda.core.allocation.reasons import (
     seconds,
     slower_with_more,
 )
+from voda.core.allocation.run_memo import Priced, VodaMemo
 from voda.core.allocation.voda_rows import RATE_SCALE, group_utilities
 from voda.core.estimate import (
     DEFAULT_EPOCH_SECONDS,
@@ -218,53 +219,63 @@ class Voda:
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
-    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]],
+                      memo: VodaMemo | None = None) -> list[dict[str, int]]:
         """`self(jobs, capacity)` of each problem, the jobs of all of them priced together
         (curves and utilities are per job): the same allocations, for a fraction of the
-        calls (the quota layer runs Voda once per queue, docs/design/013-queues.md)."""
-        return allocate_many_by_priority(problems, self._allocate_classes)
+        calls (the quota layer runs Voda once per queue, docs/design/013-queues.md).
+
+        `memo` (from `self.memo()`): what earlier calls with it worked out for the same
+        jobs, read back where it does not depend on what changed (`VodaMemo`)."""
+        return allocate_many_by_priority(
+            problems, functools.partial(self._allocate_classes, memo=memo))
+
+    def memo(self) -> VodaMemo:
+        """A store for `allocate_many` calls on the same jobs at other capacities."""
+        return VodaMemo()
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return self._allocate_classes([(jobs, capacity)])[0]
 
-    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
-                          ) -> list[dict[str, int]]:
+    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]],
+                          memo: VodaMemo | None = None) -> list[dict[str, int]]:
         out, live = live_problems(problems, by_submit)
         if not live:
             return out
         node = per_node(self.gpus_per_node)
-        every: list[Job] = []
-        borrowed: list[GoodputModel | None] = []
-        capacities: list[int] = []
-        for _, ordered, capacity in live:
+        priced = memo if memo is not None else Priced()
+        priced_problems = []
+        for _, ordered, _ in live:
             models = category_models(ordered, self.category_history) if self.share_models else {}
-            every.extend(ordered)
-            borrowed.extend(models.get(j.category) for j in ordered)
-            capacities.extend([capacity] * len(ordered))
-        all_curves = self._curves(every, borrowed, capacities)
+            priced_problems.append((ordered, [models.get(j.category) for j in ordered]))
+        curves = priced.curves([(ordered, borrowed, capacity) for (ordered, borrowed), (
+            _, _, capacity) in zip(priced_problems, live, strict=True)], node, self._curves)
         weights = []
-        at = 0
-        for _, ordered, capacity in live:
-            curves = all_curves[at:at + len(ordered)]
-            at += len(ordered)
-            ranked_by = aged_sizes(ordered, curves, self.aging, AGING_LIMIT)
-            weight = rank_weights(ranked_by, self.rank_exponent) * np.array(
-                [c.size ** -SIZE_EXPONENT if c.size > 0 else 1.0 for c in curves])
-            weight *= short_start_bonus(ordered, curves, self.horizon, self.short_start)
-            weight *= inelastic_first(ordered, curves, capacity, self.inelastic_first,
+        for part, (_, ordered, capacity) in zip(curves, live, strict=True):
+            weight = priced.weights(ordered, part, self._job_weights)
+            weight *= inelastic_first(ordered, part, capacity, self.inelastic_first,
                                       node, self.inelastic_share)
             weights.append(weight)
-        all_utilities = self.utilities(every, all_curves, np.concatenate(weights))
-        spans = list(itertools.pairwise(itertools.accumulate(
-            (len(ordered) for _, ordered, _ in live), initial=0)))
+        jobs = [ordered for _, ordered, _ in live]
+        utilities = priced.utilities(jobs, curves, weights, self.utilities)
         if self.tail_floor > 0:
-            floored = [tail_floors(all_curves[a:b], int(self.tail_floor * capacity), node)
-                       for (a, b), (_, _, capacity) in zip(spans, live, strict=True)]
-            all_utilities = with_floors_many(all_utilities, spans, floored)
-        for (a, b), (k, ordered, capacity) in zip(spans, live, strict=True):
-            counts = best_counts(all_utilities[a:b], capacity)
+            floored = [tail_floors(part, int(self.tail_floor * capacity), node)
+                       for part, (_, _, capacity) in zip(curves, live, strict=True)]
+            utilities = priced.floored(utilities, floored, with_floors_many)
+        for rows, (k, ordered, capacity) in zip(utilities, live, strict=True):
+            counts = (best_counts(rows, capacity) if priced.tables is None
+                      else best_counts(rows, capacity, priced.tables, priced.keys(rows)))
             out[k] = {job.name: n for job, n in zip(ordered, counts, strict=True)}
         return out
+
+    def _job_weights(self, jobs: Sequence[Job], curves: Sequence[Curve]) -> np.ndarray:
+        """The jobs' weights but for how they scale at their share (`inelastic_first`):
+        by rank of aged size, by size and for a short start, from their curves alone."""
+        ranked_by = aged_sizes(jobs, curves, self.aging, AGING_LIMIT)
+        weight = rank_weights(ranked_by, self.rank_exponent) * np.array(
+            [c.size ** -SIZE_EXPONENT if c.size > 0 else 1.0 for c in curves])
+        weight *= short_start_bonus(jobs, curves, self.horizon, self.short_start)
+        return weight
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:

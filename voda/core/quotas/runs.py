@@ -44,6 +44,9 @@ class QueueRuns:
         self.demand = [min(sum(map(_MAX, jobs)), most(jobs) if most else math.inf)
                        for jobs in members]
         self._runs: dict[tuple[int, int], Mapping[str, int]] = {}
+        # a built-in algorithm's store for runs of the same jobs at other offers, if any
+        memo = getattr(algorithm, "memo", None) if self.trusted else None
+        self._memo = memo() if memo is not None else None
         self.exact = [not jobs or g == 0 or d <= g
                       for jobs, g, d in zip(members, guarantee, self.demand, strict=True)]
         # what each queue's algorithm takes on its guarantee: exact where it wants no more
@@ -63,7 +66,7 @@ class QueueRuns:
             return
         problems = [(self.members[i], gpus) for i, gpus in todo]
         if self.trusted:
-            raws = self.algorithm.allocate_many(problems)  # type: ignore[attr-defined]
+            raws = self._allocate_many(problems)
             runs = [self._whole(jobs, raw, gpus)
                     for (jobs, gpus), raw in zip(problems, raws, strict=True)]
         else:
@@ -76,11 +79,19 @@ class QueueRuns:
             jobs = self.members[i]
             if not jobs:
                 self._runs[key] = {}
+            elif self._memo is not None:
+                self._runs[key] = self._whole(jobs, self._allocate_many([(jobs, gpus)])[0], gpus)
             elif self.trusted:
                 self._runs[key] = self._whole(jobs, self.algorithm(jobs, gpus), gpus)
             else:
                 self._runs[key] = checked_allocate(self.algorithm, jobs, gpus)
         return self._runs[key]
+
+    def _allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]
+                       ) -> Sequence[Mapping[str, int]]:
+        """A built-in algorithm's `allocate_many`, with its store where it has one."""
+        many = self.algorithm.allocate_many  # type: ignore[attr-defined]
+        return many(problems) if self._memo is None else many(problems, memo=self._memo)
 
     def _whole(self, jobs: Sequence[Job], counts: Mapping[str, int],
                gpus: int) -> Mapping[str, int]:
