@@ -97,6 +97,40 @@ def test_the_queue_rules_hold_for_every_algorithm(
     check_reclaim_order(inner, queues, jobs, decision)
 
 
+
+def _job(name: str, queue: str, low: int, high: int, running: int = 0,
+         times: Mapping[int, float] | None = None) -> Job:
+    return Job(name, low, high, queue=queue, current_workers=running,
+               epoch_time_by_workers=dict(times or {}))
+
+
+def _queues(*specs: tuple[int, float]) -> QueueSet:
+    return QueueSet(tuple(Queue(f"q{i}", {TYPE: g}, None, None, w)
+                          for i, (g, w) in enumerate(specs)))
+
+
+@pytest.mark.parametrize(("queues", "jobs", "capacity"), [
+    # More GPUs admit q0's 6-GPU job in place of its 1-GPU one (FfDLOptimizer admits in
+    # submit order): offered 6 in the top-up, q0 takes them all (it was left at 1).
+    (_queues((0, 1.0), (0, 1.0), (0, 2.0)),
+     [_job("j0", "q1", 1, 4), _job("j1", "q2", 2, 3, times={1: 10.0, 2: 10.0}),
+      _job("j2", "q0", 6, 6), _job("j3", "q0", 1, 1),
+      *[_job(f"j{i}", "q0", 6, 6) for i in range(4, 8)], _job("j8", "q2", 1, 5)], 17),
+    # q2 gives borrowed GPUs back by preempting its rigid 5-GPU job, which frees more than
+    # the cut: its 1-GPU job on the guarantee grows into them instead of leaving them idle.
+    (_queues((12, 1.0), (0, 1.0), (1, 1.0)),
+     [_job("j0", "q0", 1, 4), _job("j1", "q2", 1, 4), _job("j2", "q2", 1, 2, running=2),
+      _job("j3", "q0", 1, 1), _job("j4", "q0", 1, 1), _job("j5", "q0", 1, 2),
+      _job("j6", "q0", 1, 6), _job("j7", "q2", 5, 5, running=5),
+      _job("j8", "q1", 1, 7, running=6), _job("j9", "q0", 1, 1), _job("j10", "q0", 1, 1),
+      _job("j11", "q0", 1, 2)], 29),
+])
+def test_the_rules_hold_where_ffdl_left_gpus_idle(queues: QueueSet, jobs: list[Job],
+                                                  capacity: int) -> None:
+    inner = test_the_queue_rules_hold_for_every_algorithm.hypothesis.inner_test
+    inner("FfDLOptimizer", (queues, jobs, capacity))
+
+
 def keep(queue: Queue) -> int:
     lend = queue.may_lend(TYPE)
     g = queue.guaranteed(TYPE)

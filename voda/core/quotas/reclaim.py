@@ -39,12 +39,31 @@ def reclaim(algorithm: Allocate, jobs: Sequence[Job], guarantee: int, share: int
     idle = [j for j in ordered if counts[j.name] == 0 and j.current_workers <= 0]
     if left > 0 and idle:  # what a preemption freed beyond the cut: its waiting jobs'
         counts.update(checked_allocate(algorithm, idle, left))
+        left = share - sum(counts.values())
+    if left > 0:  # still idle: the jobs that gave nothing back may grow into it
+        counts.update(grown(algorithm, ordered, counts, left))
     held = {j.name: min(j.current_workers, j.max_workers) for j in jobs}
     cut = frozenset(j.name for j in jobs if counts[j.name] < held[j.name])
     shrunk = sum(held[n] - counts[n] for n in cut if counts[n] > 0)
     preempted = sum(held[n] for n in cut if counts[n] == 0)
     inside = frozenset(n for n, gpus in own.items() if gpus > 0)
     return Reclaim(counts, shrunk, preempted, inside, cut)
+
+
+def grown(algorithm: Allocate, jobs: Sequence[Job], counts: Mapping[str, int],
+          left: int) -> dict[str, int]:
+    """The running jobs that gave nothing back, on what they hold plus `left`, as the
+    algorithm shares that among them; unchanged unless it takes none of them below what
+    it holds (growing into idle GPUs never cuts a job)."""
+    keep = [j for j in jobs if counts[j.name] > 0
+            and counts[j.name] >= min(j.current_workers, j.max_workers)]
+    if not keep:
+        return {}
+    now = {j.name: counts[j.name] for j in keep}
+    more = checked_allocate(algorithm, keep, sum(now.values()) + left)
+    if any(more.get(name, 0) < gpus for name, gpus in now.items()):
+        return {}
+    return {name: more[name] for name in now}
 
 
 def cut_to(jobs: Sequence[Job], own: Mapping[str, int], budget: int) -> dict[str, int]:

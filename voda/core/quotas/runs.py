@@ -116,9 +116,11 @@ class QueueRuns:
 
     def may_take_more(self, i: int, counts: Mapping[str, int], gpus: int) -> bool:
         """Whether queue i's jobs could hold more than in `counts` on `gpus` GPUs: one is
-        running below its max, or one waits whose min fits in what `counts` leaves."""
+        running below its max, or one waits whose min fits in the `gpus` (not only in
+        what `counts` leaves: with more GPUs an algorithm may start it in place of jobs
+        it ran, as FfDLOptimizer's admission in submit order does)."""
         free = gpus - sum(counts.values())
         return free > 0 and any(
             counts.get(j.name, 0) < j.max_workers
-            and (counts.get(j.name, 0) > 0 or j.min_workers <= free)
+            and (counts.get(j.name, 0) > 0 or j.min_workers <= gpus)
             for j in self.members[i])
