@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -14,13 +15,15 @@ MARKER = re.compile(r"^(<{7} |>{7} |={7}$)", re.MULTILINE)
 
 
 def project_files() -> list[Path]:
+    """The project's text files, not descending into the virtual environment and caches."""
     files = []
-    for path in ROOT.rglob("*"):
-        parts = set(path.relative_to(ROOT).parts)
-        if parts & SKIPPED or any(p.endswith(".egg-info") for p in parts):
-            continue
-        if path.is_file() and path.suffix in SUFFIXES and path.stat().st_size < 2_000_000:
-            files.append(path)
+    for folder, subfolders, names in os.walk(ROOT):
+        subfolders[:] = [d for d in subfolders
+                         if d not in SKIPPED and not d.endswith(".egg-info")]
+        for name in names:
+            path = Path(folder, name)
+            if path.suffix in SUFFIXES and path.stat().st_size < 2_000_000:
+                files.append(path)
     return files
 
 
