@@ -258,3 +258,28 @@ def test_training_operator_restarts_a_failed_worker_and_completes(sim: ClusterSi
         None, uid))
     until(sim, lambda: "Succeeded" in conditions(get(sim, "pytorchjobs", "t")))
     assert phase(sim, "t-worker-0") == "Succeeded"
+
+
+def test_torchrun_restarts_the_survivors_of_a_worker_the_operator_never_saw_running(
+        sim: ClusterSimulator) -> None:
+    """The scale-down lands before the operator's first look at the running group: the
+    peers still lose one, and their containers restart once, not again on a later write."""
+    sim.add_node("a", gpus=4)
+    sim.store.create("pytorchjobs", "default", pytorchjob("t", workers=3, work=100))
+    names = ("t-worker-0", "t-worker-1", "t-worker-2")
+    until(sim, lambda: all(phase(sim, n) == "Running" for n in names))
+    sim.store.patch("pytorchjobs", "default", "t", {"spec": {"pytorchReplicaSpecs": {
+        "Worker": {"replicas": 2}}}}, MERGE)
+
+    def restarts(name: str) -> int | None:
+        return (get(sim, "pods", name)["status"].get("containerStatuses") or [{}])[0].get(
+            "restartCount")
+
+    until(sim, lambda: not get(sim, "pods", "t-worker-2") and restarts("t-worker-0") == 1
+          and restarts("t-worker-1") == 1)
+    sim.set_phase(get(sim, "pods", "t-worker-0"), "Running")  # any later status write
+    for _ in range(20):
+        sim.step()
+    assert (restarts("t-worker-0"), restarts("t-worker-1")) == (1, 1)
+    last = get(sim, "pods", "t-worker-0")["status"]["containerStatuses"][0]["lastState"]
+    assert "a peer left the worker group" in last["terminated"]["message"]

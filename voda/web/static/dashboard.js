@@ -131,7 +131,9 @@
     var target = e.detail && e.detail.target;
     if (target && target.hasAttribute && target.hasAttribute("data-refresh")) keep(target);
   });
-  document.addEventListener("htmx:afterSettle", function () { restore(); });
+  // Restored in the swap's own task, so the new part never shows its details closed (the
+  // settle comes a tick later).
+  document.addEventListener("htmx:afterSwap", function () { restore(); });
 
   // ----- an action's confirmation (voda.api.ui.actions) ---------------------------------------
   // Cancel clears the dialog and gives the focus back to the page's actions; a dialog

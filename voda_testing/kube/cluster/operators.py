@@ -435,11 +435,9 @@ class PyTorchOperator(Operator):
     operator_name = "pytorchjob-controller"
 
     def __init__(self) -> None:
-        self.members: dict[str, set[str]] = {}  # job uid -> workers torchrun runs on
         self.restarts: dict[str, int] = {}  # job uid -> worker-group restarts used
 
     def forget(self, uid: str) -> None:
-        self.members.pop(uid, None)
         self.restarts.pop(uid, None)
 
     def worker_labels(self, job: Obj, index: int) -> dict[str, str]:
@@ -473,6 +471,9 @@ class PyTorchOperator(Operator):
         return pod
 
     def reconcile(self, sim: ClusterSimulator, job: Obj) -> None:
+        # Taken first, so that workers a suspension or the job's end stopped are no peers
+        # lost to the group a resumed job starts afresh.
+        left = sim.departed.pop((job["metadata"]["namespace"], job["metadata"]["name"]), set())
         if job["metadata"].get("deletionTimestamp") or finished(job):
             return
         held = self.unless_suspended(sim, job)
@@ -503,7 +504,7 @@ class PyTorchOperator(Operator):
         self.sync_services(sim, job)
         self.sync_hpa(sim, job)
         running = [p for p in workers if sim.is_running(p)]
-        self.torchrun(sim, job, running)
+        self.torchrun(sim, job, running, left)
         if running and not condition(job, "Running"):
             status["conditions"] = set_condition(status["conditions"], "Running",
                                                  "PyTorchJobRunning",
@@ -547,15 +548,14 @@ class PyTorchOperator(Operator):
                              "maxReplicas": elastic.get("maxReplicas"),
                              "metrics": elastic["metrics"]}})
 
-    def torchrun(self, sim: ClusterSimulator, job: Obj, running: list[Obj]) -> None:
-        """A worker that left the group fails it for torchrun on the others: they restart
-        the group while restarts are left, else exit and their containers restart."""
+    def torchrun(self, sim: ClusterSimulator, job: Obj, running: list[Obj],
+                 left: set[str]) -> None:
+        """A worker that left the group (`left`: stopped running since the last look) fails
+        it for torchrun on the others: they restart the group while restarts are left, else
+        exit and their containers restart."""
         uid = job["metadata"]["uid"]
-        now = {p["metadata"]["name"] for p in running}
-        before = self.members.get(uid, set())
-        self.members[uid] = now
-        survivors = before & now
-        if not (before - now) or not survivors:
+        survivors = {p["metadata"]["name"] for p in running} - left
+        if not left or not survivors:
             return
         self.restarts[uid] = self.restarts.get(uid, 0) + 1
         limit = int((job["spec"].get("elasticPolicy") or {}).get("maxRestarts") or 0)

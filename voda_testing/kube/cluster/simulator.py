@@ -128,6 +128,9 @@ class ClusterSimulator(Ticker):
         self._no_execute_since: dict[str, float] = {}  # pod uid -> under a NoExecute taint
         self.job_pods: dict[tuple[str, str], set[str]] = {}
         self.running_workers: dict[tuple[str, str], set[str]] = {}
+        # Workers that stopped running since their operator last looked, in the order the
+        # change stream told it: what a peer of theirs noticed, however late a reconcile.
+        self.departed: dict[tuple[str, str], set[str]] = {}
         self.dirty: set[JobKey] = set()
         self.active: dict[JobKey, str] = {}  # running jobs -> uid
         self.progress: dict[str, float] = {}
@@ -186,6 +189,7 @@ class ClusterSimulator(Ticker):
                 key = (plural, meta["namespace"], meta["name"])
                 if change.type == "DELETED":
                     self.active.pop(key, None)
+                    self.departed.pop((meta["namespace"], meta["name"]), None)
                     self.operators[plural].forget(meta["uid"])
                     self.progress.pop(meta["uid"], None)
                     self.work.pop(meta["uid"], None)
@@ -222,6 +226,7 @@ class ClusterSimulator(Ticker):
         for job_key in ((ns, job),) if job else ():
             members = self.job_pods.setdefault(job_key, set())
             running = self.running_workers.setdefault(job_key, set())
+            was_running = name in running
             if pod is None:
                 members.discard(name)
                 running.discard(name)
@@ -231,6 +236,8 @@ class ClusterSimulator(Ticker):
                     running.add(name)
                 else:
                     running.discard(name)
+            if was_running and name not in running:
+                self.departed.setdefault(job_key, set()).add(name)
         if pod is None:
             return
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
@@ -333,18 +340,19 @@ class ClusterSimulator(Ticker):
             "source": {"component": "cluster-simulator"}})
 
     def restart_container(self, pod: Obj, message: str) -> None:
-        """The pod's first container exited 1 and the kubelet restarted it."""
-        status = pod.get("status") or {}
-        old = (status.get("containerStatuses") or [{}])[0]
-        name = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name", "")
-        entry = {"name": name, "ready": True, "restartCount": int(old.get("restartCount", 0)) + 1,
-                 "state": {"running": {"startedAt": timestamp(self.store.clock())}},
-                 "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
-                                              "message": message}}}
-        with contextlib.suppress(ApiError):
-            self.store.patch("pods", pod["metadata"]["namespace"], pod["metadata"]["name"],
-                             {"status": {"containerStatuses": [entry]}}, MERGE,
-                             subresource="status")
+        """The pod's first container exited 1 and the kubelet restarted it at once (torchrun
+        exits; the kubelet's first restart is not delayed)."""
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        containers = self.containers.get(key)
+        if not containers:
+            return  # not started by the kubelet: nothing runs to exit
+        container = next(iter(containers.values()))
+        container.last = {"exitCode": 1, "reason": "Error", "message": message,
+                          "startedAt": container.started,
+                          "finishedAt": timestamp(self.store.clock())}
+        container.exit_code = 1
+        self._run_container(key, pod, container)
+        self._write_containers(pod)
 
     def create(self, obj: Obj) -> Obj | None:
         meta = obj["metadata"]
