@@ -20,7 +20,7 @@ from voda.core.allocation.ffdl_bounded import bounded_extras
 from voda.core.allocation.ffdl_program import program_extras
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
-from allocate import make_jobs  # noqa: E402
+from allocate import make_jobs
 
 
 @st.composite
