@@ -12,7 +12,9 @@ Speedups are scaled to integers (micro-units) so that equal objectives are
 exactly equal; among allocations of equal total speedup the most even one wins
 (smallest sum of squared counts: unknown, linear speeds spread GPUs instead of
 giving everything to the oldest job), then the one giving earlier jobs more.
-See docs/design/001-allocation.md.
+The program runs only on the choices a Lagrangian bound leaves each job
+(`ffdl_bounded`): the same optima and the same pick as over every job
+(`ffdl_program`, `reference_counts`). See docs/design/001-allocation.md.
 """
 
 from __future__ import annotations
