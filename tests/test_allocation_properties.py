@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import random
 from collections.abc import Callable
+from unittest import mock
 
 import pytest
 from afs_reference import reference_afs_l
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from voda.backends.memory import InMemoryBackend
-from voda.core.allocation import registry
+from voda.core.allocation import afs_states, registry
 from voda.core.allocation.base import allocation_problems, by_submit
 from voda.core.allocation.ffdl import SPEEDUP_SCALE, FfDLOptimizer
 from voda.core.allocation.tiresias import Tiresias
@@ -295,6 +296,17 @@ def test_afs_l_is_the_replayed_tournament_with_more_jobs_than_bands(
     """One class of many jobs: they share bands, so the walk's masks give candidates the
     rule turns down, and a job the masks leave out would change the result."""
     check_afs_l_against_the_replay([dataclasses.replace(j, priority=0) for j in jobs], capacity)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=30), capacity=st.integers(0, 200))
+def test_afs_l_is_the_replayed_tournament_with_states_computed_one_at_a_time(
+    jobs: list[Job], capacity: int
+) -> None:
+    """With no room to table the states, each job's are computed as it grows (state_at):
+    the same decisions as from the tables."""
+    with mock.patch.object(afs_states, "GROWTH_TABLED", 0):
+        check_afs_l_against_the_replay(jobs, capacity)
 
 
 def up_to_the_first_slow_down(job: Job) -> Job:

@@ -30,9 +30,10 @@ _EPOCHS, _COMPLETED = attrgetter("epochs"), attrgetter("completed_epochs")
 LENGTH_DIGITS = 6
 GAIN_DIGITS = 12
 
-# Sizes tabled per job: its min and, shared out, about twice the capacity more (a call
-# hands out at most the capacity). A job that grows past its tabled sizes has its next
-# states computed one at a time (`state_at`).
+# Sizes tabled per job: every size from its min below its end, where all jobs' together
+# are at most about twice the capacity more than one a job (a call hands out at most the
+# capacity); else its min and, shared out, about twice the capacity more. A job that grows
+# past its tabled sizes has its next states computed one at a time (`state_at`).
 GROWTH_TABLED = 2
 
 # 10**d exactly, for the digits whose scale is exact in a float.
@@ -83,8 +84,9 @@ class StateTables:
         lo = np.array(self.lo, dtype=np.int64)
         end = np.minimum(np.fromiter(map(_MAX, jobs), dtype=np.int64, count=n), capacity)
         self.end: list[int] = end.tolist()
-        span = 1 + -(-GROWTH_TABLED * capacity // max(1, n))
-        tabled = np.minimum(end - lo, span)
+        tabled = end - lo
+        if int(tabled.sum()) > GROWTH_TABLED * capacity + n:
+            tabled = np.minimum(tabled, 1 + -(-GROWTH_TABLED * capacity // max(1, n)))
         offset = np.cumsum(tabled) - tabled
         self.tabled: list[int] = tabled.tolist()
         self.offset: list[int] = offset.tolist()

@@ -12,12 +12,13 @@ Speedups are scaled to integers (micro-units) so that equal objectives are
 exactly equal; among allocations of equal total speedup the most even one wins
 (smallest sum of squared counts: unknown, linear speeds spread GPUs instead of
 giving everything to the oldest job), then the one giving earlier jobs more.
-See docs/design/001-allocation.md.
+The program runs only on the choices a Lagrangian bound leaves each job
+(`ffdl_bounded`): the same optima and the same pick as over every job
+(`ffdl_program`, `reference_counts`). See docs/design/001-allocation.md.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -29,6 +30,8 @@ from voda.core.allocation.base import (
     allocate_many_by_priority,
     by_submit,
 )
+from voda.core.allocation.ffdl_bounded import bounded_extras
+from voda.core.allocation.ffdl_program import program_extras
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -89,7 +92,7 @@ class FfDLOptimizer:
                           ) -> list[dict[str, int]]:
         admitted = [self.admitted(ordered, capacity) for ordered, capacity in problems]
         running = [k for k, jobs in enumerate(admitted) if jobs]
-        tables = objective_tables_many([(admitted[k], problems[k][1]) for k in running])
+        tables = flat_tables_many([(admitted[k], problems[k][1]) for k in running])
         out = [{job.name: 0 for job in ordered} for ordered, _ in problems]
         for k, table in zip(running, tables, strict=True):
             out[k].update(zip(map(_NAME, admitted[k]), counts_of(admitted[k], table),
@@ -138,6 +141,8 @@ def _running_max_from_start(values: np.ndarray, starts: np.ndarray,
 
 
 Tables = tuple[int, list[int], list[np.ndarray]]
+# The same as one array: rest, spans, every job's objectives job after job, where each starts.
+FlatTables = tuple[int, np.ndarray, np.ndarray, np.ndarray]
 
 
 def objective_tables(jobs: Sequence[Job], capacity: int) -> Tables:
@@ -154,15 +159,22 @@ def objective_tables(jobs: Sequence[Job], capacity: int) -> Tables:
 
 
 def objective_tables_many(problems: Sequence[tuple[Sequence[Job], int]]) -> list[Tables]:
-    """`objective_tables(jobs, capacity)` of each problem, the epoch times and speedups of
-    every problem's jobs in one batch (a job's are the same operations on the same
-    operands in any batch)."""
+    """`objective_tables(jobs, capacity)` of each problem, in one batch."""
+    return [(rest, spans.tolist(), np.split(values, starts[1:].tolist()) if len(spans) else [])
+            for rest, spans, values, starts in flat_tables_many(problems)]
+
+
+def flat_tables_many(problems: Sequence[tuple[Sequence[Job], int]]) -> list[FlatTables]:
+    """`objective_tables(jobs, capacity)` of each problem as `FlatTables`, the epoch times
+    and speedups of every problem's jobs in one batch (a job's are the same operations
+    on the same operands in any batch)."""
     rests = [capacity - sum(j.min_workers for j in jobs) for jobs, capacity in problems]
     if any(rest < 0 for rest in rests):
         raise ValueError("the jobs' min workers exceed the capacity")
     every = [job for jobs, _ in problems for job in jobs]
+    none = np.zeros(0, dtype=np.int64)
     if not every:
-        return [(rest, [], []) for rest in rests]
+        return [(rest, none, none, none) for rest in rests]
     count = len(every)
     lows = np.fromiter((j.min_workers for j in every), dtype=np.int64, count=count)
     highs = np.fromiter((j.max_workers for j in every), dtype=np.int64, count=count)
@@ -175,87 +187,56 @@ def objective_tables_many(problems: Sequence[tuple[Sequence[Job], int]]) -> list
     raw = np.repeat(one, lengths) / times
     ok = _running_max_from_start(raw, starts, lengths)
     speedups = np.where(ok, np.rint(raw * SPEEDUP_SCALE), -SPEEDUP_SCALE).astype(np.int64)
-    out: list[Tables] = []
+    out: list[FlatTables] = []
     at = 0
     for (_, capacity), rest, size in zip(problems, rests, sizes, strict=True):
         if not size:
-            out.append((rest, [], []))
+            out.append((rest, none, none, none))
             continue
         mine = slice(int(starts[at]), int(starts[at + size - 1] + lengths[at + size - 1]))
         own_starts = starts[at:at + size] - starts[at]
         own_lengths = lengths[at:at + size]
         counts = (np.repeat(lows[at:at + size] - own_starts, own_lengths)
                   + np.arange(mine.stop - mine.start, dtype=np.int64))
-        out.append(_weighted(speedups[mine], counts, own_starts, span_of[at:at + size],
-                             rest, capacity))
+        values = _weighted(speedups[mine], counts, own_starts, capacity)
+        out.append((rest, span_of[at:at + size], values, own_starts))
         at += size
     return out
 
 
-def _weighted(speedups: np.ndarray, counts: np.ndarray, starts: np.ndarray, span_of: np.ndarray,
-              rest: int, capacity: int) -> Tables:
-    """One problem's tables from its jobs' speedups (job after job, from `starts`) and the
-    GPU count each is at."""
-    spans = span_of.tolist()
-    cuts = starts[1:].tolist()
+def _weighted(speedups: np.ndarray, counts: np.ndarray, starts: np.ndarray,
+              capacity: int) -> np.ndarray:
+    """One problem's objectives from its jobs' speedups (job after job, from `starts`) and
+    the GPU count each is at."""
     # One micro-unit of speedup outweighs any difference in the sum of squared counts,
     # as long as the weighted objective fits in 64 bits (else speedup alone decides).
     weight = capacity * capacity + 1
     most = sum(np.maximum.reduceat(speedups, starts).tolist())
     if most * weight >= 2**62:
-        return rest, spans, np.split(speedups, cuts)
-    return rest, spans, np.split(speedups * weight - counts * counts, cuts)
+        return speedups
+    return speedups * weight - counts * counts
 
 
 def best_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
-    """The program itself: GPU counts per job (in the order given), each in [min, max].
-
-    The jobs' mins must fit in `capacity`. The program shares the `rest` GPUs beyond
-    the mins: jobs are folded in reverse, so value[i][c] is the best objective of
-    jobs i.. with c extra GPUs; the counts are then read forwards, each job taking
-    the largest count that keeps the objective optimal. A fold computes only the
-    columns a decision reads (as counts.best_counts does; the same counts as a fold
-    over every column, tests/counts_reference.py).
-    """
-    return counts_of(jobs, objective_tables(jobs, capacity))
+    """The program itself: GPU counts per job (in the order given), each in [min, max],
+    the sum of their objectives (`objective_tables`) largest, and among those the most
+    for the first job, then the second... (`ffdl_program.program_extras`, run on only
+    the choices an optimum can take: `ffdl_bounded`). The jobs' mins must fit in
+    `capacity`."""
+    return counts_of(jobs, flat_tables_many([(jobs, capacity)])[0])
 
 
-def counts_of(jobs: Sequence[Job], tables: Tables) -> list[int]:
-    """`best_counts` of `jobs` from their `objective_tables`."""
-    n = len(jobs)
-    if n == 0:
-        return []
-    rest, spans, tables = tables
-    width = rest + 1
-    value = np.empty((n + 1, width), dtype=np.int64)
-    value[n, :1] = 0
-    # Columns past `reach` (the most the jobs folded so far can take) read its value;
-    # below `lo` (the least the jobs before can leave) no decision reads them.
-    before = list(itertools.accumulate(spans, initial=0))
-    reaches = [0] * (n + 1)
-    reach = 0
-    for i in range(n - 1, -1, -1):
-        following, best, table = value[i + 1], value[i], tables[i]
-        size = min(rest, reach + spans[i]) + 1
-        following[reach + 1:size] = following[reach]  # the columns this fold reads past it
-        reach = reaches[i] = size - 1
-        lo = min(max(rest - before[i], 0), reach)
-        best[lo:size] = following[lo:size] + table[0]
-        for e in range(1, spans[i] + 1):
-            start = max(lo, e)
-            if start < size:
-                np.maximum(best[start:size], following[start - e:size - e] + table[e],
-                           out=best[start:size])
-    counts: list[int] = []
-    c = rest
-    for i, job in enumerate(jobs):
-        following, table, after = value[i + 1], tables[i], reaches[i + 1]
-        target = value[i][min(c, reaches[i])]
-        chosen = 0
-        for e in range(min(spans[i], c), -1, -1):
-            if table[e] + following[min(c - e, after)] == target:
-                chosen = e
-                break
-        counts.append(job.min_workers + chosen)
-        c -= chosen
-    return counts
+def counts_of(jobs: Sequence[Job], tables: FlatTables) -> list[int]:
+    """`best_counts` of `jobs` from their `FlatTables`."""
+    rest, spans, values, starts = tables
+    extras = bounded_extras(rest, spans, values, starts, program_extras)
+    if extras is None:
+        extras = program_extras(rest, spans.tolist(), np.split(values, starts[1:].tolist()))
+    return [job.min_workers + e for job, e in zip(jobs, extras, strict=True)]
+
+
+def reference_counts(jobs: Sequence[Job], capacity: int) -> list[int]:
+    """`best_counts` by the program over every admitted job (what it must equal)."""
+    rest, spans, tables = objective_tables(jobs, capacity)
+    extras = program_extras(rest, spans, tables)
+    return [job.min_workers + e for job, e in zip(jobs, extras, strict=True)]
