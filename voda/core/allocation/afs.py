@@ -183,7 +183,7 @@ class _Tournament:
 
     Every state a job can be in (its size) has an entry in the state lists: length,
     g (gain relative to S(now)), h (relative to S(next)), the bands of its length and
-    its g, and what it asks of others when it is the incumbent (`asks`). `state[i]` is
+    its g, and the g bands from which challengers may take over from it. `state[i]` is
     job i's current entry.
 
     `shorter[j]` is the mask of jobs whose current length band is below j, and
@@ -222,16 +222,15 @@ class _Tournament:
         self.h: list[float] = h.tolist()
         self.length_band: list[int] = length_band.tolist()
         self.gain_band: list[int] = gain_band.tolist()
-        # What a running incumbent in each state asks of a challenger: its length, g and
-        # h, and where the masks of those that could take over from it start (shorter:
-        # length band below its own; g >= own h: that g band on; h > own g: the g band
-        # of `least_g_with_h_above` on).
+        # What a running incumbent in each state asks of a challenger besides its length,
+        # g and h: where the masks of those that could take over from it start (shorter:
+        # length band below its own; g >= own h: the g band of its h on; h > own g: the
+        # g band of `least_g_with_h_above` on). Lists of numbers rather than a tuple per
+        # state: tens of thousands of tuples kept set off garbage collections every call.
         least = least_g_with_h_above_all(g)
-        self.asks: list[tuple[float, float, float, int, int, int]] = list(zip(
-            self.length, self.g, self.h, (length_band + 1).tolist(),
-            gain_edges.bands(h).tolist(),
-            np.where(least == np.inf, gain_edges.never(), gain_edges.bands(least)).tolist(),
-            strict=True))
+        self.h_band: list[int] = gain_edges.bands(h).tolist()
+        self.least_band: list[int] = np.where(
+            least == np.inf, gain_edges.never(), gain_edges.bands(least)).tolist()
         self.strong_band = gain_edges.band(1.0)  # g >= 1 exactly when the band is this or more
         self.end = tables.end
         self.times: dict[int, EpochTimes] = {}  # for sizes beyond the tables
@@ -257,8 +256,8 @@ class _Tournament:
         gain_edges = self.gain_edges
         self.gain_band.append(gain_edges.band(g))
         least = least_g_with_h_above(g)
-        self.asks.append((length, g, h, length_band + 1, gain_edges.band(h),
-                          gain_edges.never() if least == math.inf else gain_edges.band(least)))
+        self.h_band.append(gain_edges.band(h))
+        self.least_band.append(gain_edges.never() if least == math.inf else gain_edges.band(least))
         return len(self.length) - 1
 
     # ----- the rounds --------------------------------------------------------------------
@@ -271,7 +270,8 @@ class _Tournament:
         reads everything through locals: attribute reads would cost as much as the work.
         """
         chain, x, state, start, lows = self.chain, self.x, self.state, self.start, self.lows
-        length, gain, lower, asks = self.length, self.g, self.h, self.asks
+        length, gain, lower = self.length, self.g, self.h
+        h_band, least_band = self.h_band, self.least_band
         length_band, gain_band = self.length_band, self.gain_band
         start_band = self.start_band
         shorter, gain_from = self.shorter, self.gain_from
@@ -314,9 +314,10 @@ class _Tournament:
                     else:
                         break  # no job takes over: the incumbent wins
                 else:  # at 0 when g < 1; shorter with g_c >= h; as long with h_c > g
-                    own, g, h, shorter_at, gain_at, h_at = asks[state[incumbent]]
-                    maybe = (((shorter[shorter_at] & gain_from[gain_at]) | gain_from[h_at])
-                             & running) >> base
+                    j = state[incumbent]
+                    own, g, h = length[j], gain[j], lower[j]
+                    maybe = (((shorter[length_band[j] + 1] & gain_from[h_band[j]])
+                              | gain_from[least_band[j]]) & running) >> base
                     if waiting and g < 1.0 and (first := waiting >> base):
                         # The first job at 0 takes over unless a running job before it
                         # does: it is the last candidate, and `x[c] == 0` passes it (what
