@@ -321,7 +321,7 @@ def test_afs_l_keeps_no_container_per_state() -> None:
     before = _collections()
     states = len(afs._Tournament(jobs, 4_000).length)
     assert states > 10 * gc.get_threshold()[0]
-    assert _collections() - before <= 1
+    assert _collections() - before <= 2  # (another thread may set one off)
 
 
 def _collections() -> int:
