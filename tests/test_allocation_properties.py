@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import gc
 import itertools
 import random
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from voda.backends.memory import InMemoryBackend
-from voda.core.allocation import afs, afs_states, registry
+from voda.core.allocation import afs_states, registry
 from voda.core.allocation.base import allocation_problems, by_submit
 from voda.core.allocation.ffdl import SPEEDUP_SCALE, FfDLOptimizer
 from voda.core.allocation.tiresias import Tiresias
@@ -308,24 +307,6 @@ def test_afs_l_is_the_replayed_tournament_with_states_computed_one_at_a_time(
     the same decisions as from the tables."""
     with mock.patch.object(afs_states, "GROWTH_TABLED", 0):
         check_afs_l_against_the_replay(jobs, capacity)
-
-
-def test_afs_l_keeps_no_container_per_state() -> None:
-    """The tournament's tables are lists of numbers: a tuple kept per job state is an
-    object the garbage collector counts, and thousands of them set off collections (a
-    pass over every object alive, at the largest cells) on every call."""
-    jobs = [Job(name=f"j{i}", min_workers=1, max_workers=64, epochs=10 + i % 7,
-                epoch_time_by_workers={1: 100.0 + i, 64: 4.0 + i % 5}) for i in range(200)]
-    afs._Tournament(jobs, 4_000)  # what the first call imports is kept, once
-    gc.collect()
-    before = _collections()
-    states = len(afs._Tournament(jobs, 4_000).length)
-    assert states > 10 * gc.get_threshold()[0]
-    assert _collections() - before <= 2  # (another thread may set one off)
-
-
-def _collections() -> int:
-    return sum(generation["collections"] for generation in gc.get_stats())
 
 
 def up_to_the_first_slow_down(job: Job) -> Job:
