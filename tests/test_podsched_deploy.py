@@ -12,6 +12,7 @@ from tests.podsched_harness import config_text, not_ready_tolerations, running_c
 from voda.backends.kubernetes.api import SECRETS, ApiError, Kind, KubeApi
 from voda_testing.kube import FakeApiServer
 from voda_testing.kube.authz import Attributes as AuthzAttributes
+from voda_testing.kube.cluster import SimSettings
 from voda_testing.kube.deployed import DEPLOY, install_rbac, rendered
 from voda_testing.kube.harness import eventually
 from voda_testing.kube.rbac import seen, unused_in
@@ -25,7 +26,10 @@ def flow_requests(tmp_path: Path) -> list[AuthzAttributes]:
     and a StatefulSet's pod, explains, reads its ConfigMap, evicts from a NotReady node,
     provisions a WaitForFirstConsumer claim, says a pod cannot be placed and preempts
     (under RBAC: a request its roles refuse fails the flow)."""
-    with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=0.2)) as c:
+    # The stand-in's taint manager is slowed so that the pod scheduler is the one that
+    # evicts from the NotReady node (both at 0 s, either could).
+    with running_cluster(tmp_path, config=config_text(notReadyGraceSeconds=0.2),
+                         sim=SimSettings(toleration_seconds_scale=100.0)) as c:
         c.grid(spines=1, leaves=2, per_leaf=2)
         c.store.create("priorityclasses", "", {"metadata": {"name": "high"}, "value": 1000})
         c.store.create("storageclasses", "", {"metadata": {"name": "local"},
@@ -34,7 +38,7 @@ def flow_requests(tmp_path: Path) -> list[AuthzAttributes]:
         c.store.create("persistentvolumeclaims", c.namespace, {
             "metadata": {"name": "scratch"}, "spec": {"storageClassName": "local"}})
         c.job("gang", pods=2, gpus=8, annotations={"voda.io/gpu-count": "16"})
-        c.deployment("svc", replicas=1, gpus=4, tolerations=not_ready_tolerations(0), volumes=[
+        c.deployment("svc", replicas=1, gpus=4, tolerations=not_ready_tolerations(1), volumes=[
             {"name": "s", "persistentVolumeClaim": {"claimName": "scratch"}}])
         sts = c.store.create("statefulsets.apps", c.namespace, {
             "metadata": {"name": "db"}, "spec": {"selector": {"matchLabels": {"a": "b"}},

@@ -103,9 +103,12 @@ def test_a_deleted_pod_is_replaced_in_the_same_leaf(tmp_path: Path) -> None:
 
 
 def test_a_node_going_not_ready_moves_its_pods(tmp_path: Path) -> None:
-    with running_cluster(tmp_path) as c:
+    # The stand-in's taint manager is slowed (as below): with both at 0 s, whichever of it
+    # and the pod scheduler looked first deleted the pod, and only the pod scheduler's
+    # deletion writes the NodeNotReady Event checked here.
+    with running_cluster(tmp_path, sim=SimSettings(toleration_seconds_scale=100.0)) as c:
         c.grid(spines=1, leaves=2, per_leaf=4)
-        c.deployment("svc", replicas=2, gpus=4, tolerations=not_ready_tolerations(0))
+        c.deployment("svc", replicas=2, gpus=4, tolerations=not_ready_tolerations(1))
         before = eventually(lambda: len(c.bound_nodes("svc-")) == 2 and c.bound_nodes("svc-"))
         dead = before[0]
         c.sim.set_ready(dead, False)
