@@ -80,6 +80,23 @@ def test_the_engine_hands_the_backends_restart_cost_to_the_policies() -> None:
     assert record.snapshot().restoring_seconds == pytest.approx(190.0)
 
 
+def test_a_backend_that_charges_no_restarts_is_not_asked_per_job() -> None:
+    """charges_restarts() False: every job's restart figures are 0, as asking would say."""
+    from voda.engine.scheduler import Scheduler, SchedulerSettings
+
+    plain = SimBackend([Node("t4", 4, "aws")], {"j": _spec()})
+    charged = SimBackend([Node("t4", 4, "aws")], {"j": _spec()}, penalties={"imagenet": 1.0})
+    assert not plain.charges_restarts() and charged.charges_restarts()
+    asked: list[str] = []
+    plain.restart_cost = lambda name: asked.append(name) or 0.0  # type: ignore[method-assign]
+    s = Scheduler(plain, SchedulerSettings(algorithm="ElasticFIFO"))
+    s.submit(Job("j", 1, 1, gpu_type="aws", restart_cost=30.0, restoring_seconds=5.0))
+    s.reschedule(0.0)
+    assert asked == []
+    record = s.jobs["j"]
+    assert record.restart_cost == 0.0 and record.restoring_seconds == 0.0
+
+
 def test_restart_figures_are_validated_by_name() -> None:
     assert any("restart_cost" in e for e in validate_job(Job("x", restart_cost=-1.0)))
     assert any("restoring_seconds" in e

@@ -35,7 +35,7 @@ from voda.core.model import (
     Plan,
     placement_workers,
 )
-from voda.core.placement.base import Placer, placement_problems
+from voda.core.placement.base import Placer, node_maps, placement_problems
 
 
 class PlacementFailed(ValueError):
@@ -113,16 +113,23 @@ def sequence_problems(
     A placer marked `applies_at_once` (the Pollux artifact's rules, for the
     simulator, which moves every job of a round at once) is not held to it.
     """
-    used: dict[str, int] = {}
+    if actions is None:
+        actions = diff(previous, placement)
+    # Only a node an action takes GPUs on can go over: the use of those alone is counted.
+    used = {node: 0 for action in actions for node, _ in action.new}
+    if not used:
+        return []
     for shards in previous.values():
         for node, count in shards:
-            used[node] = used.get(node, 0) + count
+            if node in used:
+                used[node] += count
     problems = []
-    for action in diff(previous, placement) if actions is None else actions:
+    for action in actions:
         for node, count in action.old:
-            used[node] -= count
+            if node in used:
+                used[node] -= count
         for node, count in action.new:
-            used[node] = used.get(node, 0) + count
+            used[node] += count
             if node in capacity and used[node] > capacity[node]:
                 problems.append(
                     f"node {node!r}: {used[node]} GPUs used of {capacity[node]} "
@@ -152,28 +159,33 @@ def decide(
     what each type's decision saw.
     """
     by_name = {j.name: j for j in jobs}
-    active_previous = {name: p for name, p in previous.items() if name in by_name}
     allocation: dict[str, int] = {}
     placement: dict[str, JobPlacement] = {}
     errors: dict[str, str] = {}
     explained: list[Callable[[], dict[str, Reason]]] = []
     free: dict[str, int] = {}
     actions: list[Action] = []
-    for gpu_type in sorted({*cluster.gpu_types(), *(j.gpu_type for j in jobs)}):
-        of_type = [j for j in jobs if j.gpu_type == gpu_type]
+    job_types = {j.gpu_type for j in jobs}
+    for gpu_type in sorted({*cluster.gpu_types(), *job_types}):
+        # One type for every job (most clusters): the jobs are that type's, as they are.
+        of_type = (jobs if len(job_types) == 1 and gpu_type in job_types
+                   else [j for j in jobs if j.gpu_type == gpu_type])
         if not of_type:
             free[gpu_type] = cluster.capacity(gpu_type)
             continue
-        held = {j.name: active_previous[j.name] for j in of_type if j.name in active_previous}
+        # What the type's jobs hold, in the jobs' order.
+        held_before = {j.name: previous[j.name] for j in of_type if j.name in previous}
+        held = held_before
         algo = algorithm[gpu_type] if isinstance(algorithm, Mapping) else algorithm
         type_cluster = _of_type(cluster, gpu_type)
         if type_cluster is not cluster:
             held = _on_nodes(held, type_cluster, cluster)  # a job moved here from another type
-        every_held = len(held) == sum(1 for j in of_type if j.name in active_previous)
+        every_held = held is held_before and len(by_name) == len(jobs)
         caps: dict[str, int] = {}
         try:
-            counts, placed, type_actions = _decide_type(of_type, type_cluster, held, algo,
-                                                        placer, caps)
+            counts, placed, type_actions = _decide_type(
+                of_type, type_cluster, held, algo, placer, caps,
+                by_name if of_type is jobs else None)
             explained.append(partial(_explain_type, of_type, type_cluster, algo, counts, caps))
         except Exception as exc:  # a custom algorithm or placer may fail in any way
             errors[gpu_type] = str(exc) or type(exc).__name__
@@ -182,9 +194,8 @@ def decide(
             explained.append(partial(_refused, of_type, counts, gpu_type))
             type_actions = None
         if type_actions is None or not every_held:  # the diff from what each job held
-            type_actions = diff({j.name: active_previous[j.name] for j in of_type
-                                 if j.name in active_previous}, placed)
-        free[gpu_type] = type_cluster.capacity() - sum(counts.values())
+            type_actions = diff(held_before, placed)
+        free[gpu_type] = node_maps(type_cluster).total - sum(counts.values())
         allocation.update(counts)
         placement.update(placed)
         actions.extend(type_actions)
@@ -286,20 +297,22 @@ def _decide_type(
     algorithm: AllocationAlgorithm,
     placer: Placer,
     caps: dict[str, int] | None = None,
+    by_name: Mapping[str, Job] | None = None,
 ) -> tuple[dict[str, int], Placement, tuple[Action, ...]]:
     """Steps 1 and 2 for the jobs and nodes of one GPU type (raises when refused), and
     step 3 as the check of the way there saw it: the actions from `previous`.
 
     `caps` is filled with the confined jobs whose nodes held less than they were given
-    (the GPUs their nodes had free)."""
-    by_name = {j.name: j for j in jobs}
+    (the GPUs their nodes had free). `by_name`: the jobs by name, where the caller has it."""
+    if by_name is None:
+        by_name = {j.name: j for j in jobs}
     confined = sum(1 for j in jobs if j.nodes is not None)
     if caps is None:
         caps = {}
     for _ in range(confined + 1):
         # 1. allocate (packing for this type's nodes, unless the algorithm was told a size)
         allocation = checked_allocate(sized_to(algorithm, cluster), _capped(jobs, caps),
-                                      cluster.capacity())
+                                      node_maps(cluster).total)
         allocation.update({name: 0 for name, cap in caps.items() if cap == 0})
         # 2. place, then check the result and the way to it
         if not confined:
@@ -314,8 +327,7 @@ def _decide_type(
     problems = placement_problems(allocation, by_name, cluster, placement)
     actions = diff(previous, placement)
     if not problems and not getattr(placer, "applies_at_once", False):
-        capacity = {n.name: n.gpus for n in cluster.nodes}
-        problems = sequence_problems(previous, placement, capacity, actions)
+        problems = sequence_problems(previous, placement, node_maps(cluster).capacity, actions)
     if problems:
         raise PlacementFailed("placement refused: " + "; ".join(problems))
     return allocation, placement, actions
@@ -324,6 +336,8 @@ def _decide_type(
 def _capped(jobs: Sequence[Job], caps: Mapping[str, int]) -> list[Job]:
     """The jobs as the allocation sees them: at most `caps` workers; a cap below a job's
     minimum leaves it out."""
+    if not caps:
+        return list(jobs)
     out = []
     for job in jobs:
         cap = caps.get(job.name)

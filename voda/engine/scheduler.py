@@ -233,6 +233,14 @@ def restart_costs(backend: object) -> tuple[Callable[[str], float], Callable[[st
     return (cost, restoring) if callable(cost) and callable(restoring) else None
 
 
+def charges_restarts(backend: object) -> bool:
+    """Whether any job's `restart_cost` or `restoring_seconds` may be non-zero there: the
+    backend's optional `charges_restarts()`, True without one. False lets the engine skip
+    asking per job at every decision."""
+    charges = getattr(backend, "charges_restarts", None)
+    return bool(charges()) if callable(charges) else True
+
+
 def backend_job_nodes(backend: object, names: list[str]) -> dict[str, frozenset[str]]:
     """The nodes each job may use, where the backend confines it (its optional
     `job_nodes(names)`; a job it leaves out may use every node of its GPU type)."""
@@ -250,23 +258,29 @@ def history_key(job: Job | JobRecord) -> HistoryKey:
 
 def account(record: JobRecord, dt: float) -> None:
     """Add `dt` seconds to a job's counters, running or waiting as it is now."""
-    workers = record.current_workers
-    if workers > 0:
-        record.running_seconds += dt
-        record.running_seconds_since_start += dt
-        record.running_seconds_since_promotion += dt
-        gpu_seconds = dt * workers
-        record.attained_gpu_seconds += gpu_seconds
-        record.attained_gpu_seconds_since_start += gpu_seconds
-        record.attained_gpu_seconds_since_promotion += gpu_seconds
-        # account_epoch(record, dt), written out: this runs per running job per step.
-        record.running_seconds_since_epoch += dt
-        record.attained_gpu_seconds_since_epoch += gpu_seconds
-    else:
-        record.waiting_seconds += dt
-        record.waiting_seconds_since_start += dt
-        if record.running_seconds_since_promotion > 0:
-            record.waiting_seconds_since_promotion += dt
+    account_all((record,), dt)
+
+
+def account_all(records: Iterable[JobRecord], dt: float) -> None:
+    """`account(record, dt)` of each record, in one loop (no call per job per step)."""
+    for record in records:
+        workers = record.current_workers
+        if workers > 0:
+            record.running_seconds += dt
+            record.running_seconds_since_start += dt
+            record.running_seconds_since_promotion += dt
+            gpu_seconds = dt * workers
+            record.attained_gpu_seconds += gpu_seconds
+            record.attained_gpu_seconds_since_start += gpu_seconds
+            record.attained_gpu_seconds_since_promotion += gpu_seconds
+            # account_epoch(record, dt), written out: this runs per running job per step.
+            record.running_seconds_since_epoch += dt
+            record.attained_gpu_seconds_since_epoch += gpu_seconds
+        else:
+            record.waiting_seconds += dt
+            record.waiting_seconds_since_start += dt
+            if record.running_seconds_since_promotion > 0:
+                record.waiting_seconds_since_promotion += dt
 
 
 def epoch_starts(record: JobRecord) -> None:
@@ -691,12 +705,16 @@ class Scheduler:
         scale = self.time_scale  # the counters are in job seconds
         step = dt * scale
         last = self._last_accounted
-        for record in self.active.values():
-            if record.status is JobStatus.SUBMITTED and record.submit_time > last:
-                if record.submit_time < now:  # arrived in between: counted from its arrival
+        submitted = JobStatus.SUBMITTED
+        # Jobs that arrived in between are counted from their arrival; one submitted for
+        # later, not at all; every other job for the whole step, in one loop.
+        counted = [r for r in self.active.values()
+                   if r.status is not submitted or r.submit_time <= last]
+        account_all(counted, step)
+        if len(counted) < len(self.active):
+            for record in self.active.values():
+                if record.status is submitted and last < record.submit_time < now:
                     account(record, (now - record.submit_time) * scale)
-                continue
-            account(record, step)
         self._last_accounted = now
 
     def _take_arrivals(self, now: float) -> None:
@@ -715,11 +733,12 @@ class Scheduler:
         changed = False
         classes: dict[str, Hashable] = {}
         hooks = self._hooks_by_type("priority_class", "promotion_due")
+        submitted = JobStatus.SUBMITTED
         for name, record in self.active.items():
             priority_class, promotion_due = hooks[record.gpu_type]
             if priority_class is None:
                 continue
-            if record.status is JobStatus.SUBMITTED and record.submit_time > now:
+            if record.status is submitted and record.submit_time > now:
                 continue
             # The read-only hooks get the live record (it has every Job field): a frozen
             # copy per job per step was most of the cost of long simulations.
@@ -816,19 +835,29 @@ class Scheduler:
         costs = restart_costs(self.backend)
         if costs is not None:
             cost_of, restoring_of = costs
-            for r in self.active.values():
-                r.restart_cost = max(0.0, float(cost_of(r.name)))
-                r.restoring_seconds = max(0.0, float(restoring_of(r.name)))
+            if charges_restarts(self.backend):
+                for r in self.active.values():
+                    r.restart_cost = max(0.0, float(cost_of(r.name)))
+                    r.restoring_seconds = max(0.0, float(restoring_of(r.name)))
+            else:  # what asking would give every job
+                for r in self.active.values():
+                    if r.restart_cost or r.restoring_seconds:
+                        r.restart_cost = r.restoring_seconds = 0.0
         records = []
         previous: Placement = {}
+        submitted = JobStatus.SUBMITTED
+        confines = callable(getattr(self.backend, "job_nodes", None))
         for r in self.active.values():
             if r.placement:
                 previous[r.name] = r.placement
-            if r.status is not JobStatus.SUBMITTED or r.submit_time <= now:
+            if r.status is not submitted or r.submit_time <= now:
                 records.append(r)
-        confined = backend_job_nodes(self.backend, [r.name for r in records])
-        for r in records:
-            r.nodes = confined.get(r.name)
+                if not confines:
+                    r.nodes = None  # the backend confines no job: each may use every node
+        if confines:
+            confined = backend_job_nodes(self.backend, [r.name for r in records])
+            for r in records:
+                r.nodes = confined.get(r.name)
         jobs = list(map(snapshot_of, records))
         started = time.perf_counter()
         try:
@@ -922,8 +951,9 @@ class Scheduler:
                 self._resync(now)
                 return f"backend failed to {action.kind} {action.job}: {exc}"
             self._record(record, action, now)
+        submitted, allocated = JobStatus.SUBMITTED, plan.allocation.get
         for name, record in self.active.items():
-            if record.status is JobStatus.SUBMITTED and plan.allocation.get(name, 0) == 0 and (
+            if record.status is submitted and allocated(name, 0) == 0 and (
                 record.submit_time <= now
             ):
                 self._set_status(record, JobStatus.WAITING, now)

@@ -65,9 +65,15 @@ def _builder(draft: type | None = _Draft) -> Callable[[Snapshotable], Job]:
     drafted = draft is not None and _class_change_allowed(draft)
     lines = ["def build(r):", f"    job = new({'Draft' if drafted else 'Job'})"]
     for i, name in enumerate(names):
-        # An empty map (most jobs' most maps) is handed the shared empty view directly.
-        value = (f"frozen(r, {name!r}) if r.{name} else EMPTY" if name in MAP_FIELDS
-                 else f"r.{name}")
+        value = f"r.{name}"
+        if name in MAP_FIELDS:
+            # An empty map (most jobs' most maps) is handed the shared empty view directly,
+            # an unchanged one its kept view (frozen(), inline: no call per map per job).
+            lines += [f"    s = r.{name}",
+                      f"    c = r.frozen_maps.get({name!r}) if s else None",
+                      f"    m = EMPTY if not s else c[1] if c is not None and c[0] == s "
+                      f"else frozen(r, {name!r})"]
+            value = "m"
         if drafted:
             lines.append(f"    job.{name} = {value}")
         else:

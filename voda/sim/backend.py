@@ -422,6 +422,10 @@ class SimBackend:
     def _penalty_of(self, spec: JobSpec) -> float:
         return self.penalties.get(spec.profile or "", self.penalty)
 
+    def charges_restarts(self) -> bool:
+        """Whether `restart_cost` or `restoring_seconds` may be non-zero for any job."""
+        return bool(self.penalties or self.told_penalties)
+
     def restart_cost(self, name: str) -> float:
         """What one restart costs the job, as the backend tells the policies: where its
         model has its own penalty (`told_penalties`, else `penalties`: the `sia` preset); 0

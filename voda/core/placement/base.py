@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
-from voda.core.model import Allocation, Cluster, Job, JobPlacement, Placement
+from voda.core.model import Allocation, Cluster, Job, JobPlacement, Node, Placement
 
 
 class Placer(Protocol):
@@ -41,28 +42,58 @@ def normalize(workers_by_node: Mapping[str, int], node_order: Mapping[str, int])
     )
 
 
+@dataclass(frozen=True)
+class NodeMaps:
+    """What the checks read of a cluster's nodes, by node name (read-only)."""
+
+    nodes: dict[str, Node]
+    gpu_type: dict[str, str]
+    capacity: dict[str, int]
+    total: int  # the cluster's GPUs
+
+
+_last_maps: list[tuple[Cluster, NodeMaps]] = []
+
+
+def node_maps(cluster: Cluster) -> NodeMaps:
+    """The cluster's NodeMaps, kept for the cluster last asked about (the engine hands the
+    same Cluster to every decision until a node joins or leaves)."""
+    if _last_maps and _last_maps[0][0] is cluster:
+        return _last_maps[0][1]
+    maps = NodeMaps(nodes={n.name: n for n in cluster.nodes},
+                    gpu_type={n.name: n.gpu_type for n in cluster.nodes},
+                    capacity={n.name: n.gpus for n in cluster.nodes},
+                    total=cluster.capacity())
+    _last_maps[:] = [(cluster, maps)]
+    return maps
+
+
 def placement_problems(
     allocation: Allocation, jobs: Mapping[str, Job], cluster: Cluster, placement: Placement
 ) -> list[str]:
     """Every way a placement breaks the rules (empty when valid)."""
     problems: list[str] = []
-    nodes = {n.name: n for n in cluster.nodes}
+    maps = node_maps(cluster)
+    nodes, type_of = maps.nodes, maps.gpu_type
     used: dict[str, int] = {}  # used_per_node(placement), counted on the way
     placed_of: dict[str, int] = {}  # each job's workers, counted on the way
+    allocated, job_of, used_on = allocation.get, jobs.get, used.get
     for name, job_placement in placement.items():
-        if allocation.get(name, 0) == 0:
+        if allocated(name, 0) == 0:
             problems.append(f"job {name!r}: placed but not allocated")
-        job = jobs.get(name)
+        job = job_of(name)
         gpu_type = None if job is None else job.gpu_type
         allowed = None if job is None else job.nodes
         placed = 0
         for node_name, count in job_placement:
             placed += count
-            used[node_name] = used.get(node_name, 0) + count
-            node = nodes.get(node_name)
-            if node is not None and count > 0 and (gpu_type is None or (
-                    node.gpu_type == gpu_type and (allowed is None or node_name in allowed))):
+            used[node_name] = used_on(node_name, 0) + count
+            # A node of the job's type is a node of the cluster.
+            if count > 0 and (type_of.get(node_name) == gpu_type and (
+                    allowed is None or node_name in allowed) if gpu_type is not None
+                    else node_name in nodes):
                 continue  # the common case: nothing to say
+            node = nodes.get(node_name)
             if node is None:
                 problems.append(f"job {name!r}: unknown node {node_name!r}")
             elif job is not None and node.gpu_type != job.gpu_type:

@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import attrgetter
 
+from voda.core.allocation.base import by_submit
 from voda.core.model import SORT_KEY, Allocation, Cluster, Job, JobPlacement, Placement
 from voda.core.placement.base import normalize
+
+_NAME = attrgetter("name")
 
 
 def shrink(current: Mapping[str, int], to: int) -> dict[str, int]:
@@ -47,7 +51,14 @@ def first_fit(
             continue
         job = jobs.get(name)
         gpu_type = None if job is None else job.gpu_type
-        if _keeps_whole(before, gpus, gpu_type, free, maps):  # most jobs, most decisions
+        if len(before) == 1:  # _keeps_whole of one shard, inline: most jobs, most decisions
+            node, count = before[0]
+            if count == gpus and 0 < count <= free.get(node, 0) and (
+                    gpu_type is None or node_type[node] == gpu_type):
+                free[node] -= count
+                same[name] = tuple(before)
+                continue
+        elif _keeps_whole(before, gpus, gpu_type, free, maps):
             same[name] = tuple(before)
             continue
         current = {
@@ -70,7 +81,7 @@ def first_fit(
     # stay full: each type's scan starts there (None: a job of no known type, any node).
     first_with_room = dict.fromkeys(nodes_of, 0)
     result: dict[str, tuple] = {}
-    for name in sorted(placed, key=lambda n: SORT_KEY(jobs[n]) if n in jobs else (0, 0.0, n)):
+    for name in _in_job_order(placed, jobs):
         kept_as_is = same.get(name)
         if kept_as_is is not None:
             result[name] = kept_as_is
@@ -100,6 +111,16 @@ def first_fit(
             raise ValueError(f"job {name!r}: {missing} GPUs could not be placed")
         result[name] = _reuse_if_unchanged(previous.get(name, ()), mine, order)
     return result
+
+
+def _in_job_order(names: list[str], jobs: Mapping[str, Job]) -> list[str]:
+    """`names` by their jobs' sort key (a name without a job: by (0, 0.0, name))."""
+    known = [jobs[n] for n in names if n in jobs]
+    if len(known) == len(names) and list(map(_NAME, known)) == names:
+        # Each job under its own name: by_submit's three stable sorts by one key each,
+        # the same order as sorting by the key tuple (names are unique), for less.
+        return list(map(_NAME, by_submit(known)))
+    return sorted(names, key=lambda n: SORT_KEY(jobs[n]) if n in jobs else (0, 0.0, n))
 
 
 @dataclass(frozen=True)
