@@ -17,12 +17,16 @@ from typing import TypeVar
 
 import numpy as np
 
+from voda.core.allocation.count_bounds import column_bound
 from voda.core.model import Cluster
 
 FROM_CLUSTER = 0  # `gpus_per_node`: the size of the nodes decide() allocates on
 DEFAULT_GPUS_PER_NODE = 4  # what FROM_CLUSTER means when an algorithm is called without one
 
 Algorithm = TypeVar("Algorithm")
+# A fold table is trimmed by the bound (`best_counts`) once it has grown past TRIM_GROWTH
+# times its width at the last trim and TRIM_MIN more columns: a trim costs a few passes.
+TRIM_GROWTH, TRIM_MIN = 1.25, 64
 
 
 def packs(cap: int, per_node: int) -> np.ndarray:
@@ -150,7 +154,7 @@ class FoldTables:
 
 def best_counts(utilities: Sequence[np.ndarray], capacity: int,
                 tables: FoldTables | None = None,
-                keys: Sequence[Hashable] = ()) -> list[int]:
+                keys: Sequence[Hashable] = (), bounded: bool = True) -> list[int]:
     """Counts n_j maximising the sum of u_j(n_j) with sum n_j <= capacity (dynamic program).
 
     `utilities[j][n]` is job j's value at n GPUs (-inf: not allowed; n = 0 must be
@@ -178,6 +182,12 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     this call's are stored, each up to the most the jobs j.. can take on any capacity
     (so a call at a larger capacity finds it whole). A column's total is the same
     numbers compared in the same order in any band, so the counts are the same.
+
+    `bounded` (without `tables`, whose folds are kept for other capacities): each fold
+    table keeps only the columns the decision may read by a Lagrangian bound
+    (voda.core.allocation.count_bounds), and the next fold only the columns those reach;
+    a column left out reads -inf below the table and its last value above it, never more
+    than its total, and the columns the decision reads keep theirs: the same counts.
     """
     if tables is not None and len(keys) != len(utilities):
         raise ValueError(f"keys: one per job, got {len(keys)} for {len(utilities)} jobs")
@@ -189,11 +199,17 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     chain = tables.chain(keys) if tables is not None else []
     starts, options, values, exact_max = (
         tables.layout(chain[0], utilities) if chain else _layout(utilities))
+    bound = (column_bound(utilities, capacity, values)
+             if bounded and tables is None and exact_max else None)
     best = np.zeros(1)  # the best of no jobs: 0 at every column from 0 up
     below = 0  # `best` holds the columns from `below` up; past its end, its last value
     folded = []  # per job, last first: the table of the jobs after it, from column `below`
+    trimmed = TRIM_MIN  # a table is trimmed by the bound once it is wider (a test costs)
     for j in range(len(starts) - 1, -1, -1):
         first, rows, (lo, hi) = starts[j], options[j], bands[j]
+        if bound is not None:  # below `below` no column is read; past the top, the top's
+            lo, hi = max(lo, below), min(hi, below + len(best) - 1 + rows[-1])
+            bands[j] = (lo, hi)
         if tables is not None:
             key = (exact_max, chain[j])
             held = tables.covering(key, lo, hi)
@@ -211,6 +227,10 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
             value = _fold_in_order(best, below, lo, hi, rows, values, first)
         if tables is not None:
             tables.keep(key, lo, value)
+        if bound is not None and j and len(value) > trimmed:
+            a, b = bound.kept(j, lo, value)
+            value, lo = value[a:b + 1], lo + a
+            trimmed = TRIM_GROWTH * len(value) + TRIM_MIN
         best, below = value, lo
     counts = []
     left = capacity
@@ -261,7 +281,7 @@ def _fold_max(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int
     maximum over its counts: no NaN among the totals."""
     value: np.ndarray | None = None
     for n in rows:
-        start = max(lo, n)
+        start = max(lo, n + below)  # (a column whose source is below `below` reads -inf)
         if start > hi:
             break
         total = best[start - n - below:hi - n - below + 1] + values[first + n]
@@ -306,7 +326,8 @@ def _pick(after: np.ndarray, below: int, column: int, rows: Sequence[int],
         n = rows[row]
         if n > column:
             continue
-        total = after[min(column - n - below, last)] + values[first + n]
+        source = column - n - below  # below the table (left out by a bound): -inf
+        total = (after[min(source, last)] if source >= 0 else -math.inf) + values[first + n]
         if row == len(rows) - 1:
             held = total
         elif total > held:
