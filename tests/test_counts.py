@@ -125,7 +125,7 @@ def test_columns_left_out_by_the_bound_change_no_count(
     # that keeps every column of its band.
     shifted = [np.where(np.isfinite(u), u + offset, u) for u in utilities]
     capacity = int(share * sum(len(u) - 1 for u in utilities))
-    assert (best_counts(shifted, capacity)
+    assert (best_counts(shifted, capacity, bounded=True)
             == best_counts(shifted, capacity, bounded=False)
             == best_counts_every_column(shifted, capacity))
 
@@ -144,5 +144,6 @@ def test_the_bound_trims_wide_tables_and_changes_no_count() -> None:
         assert sum(tops) > capacity  # the capacity binds: the bound has columns to drop
         assert column_bound(utilities, capacity,
                             np.concatenate(utilities).tolist()) is not None
-        assert best_counts(utilities, capacity) == best_counts(utilities, capacity,
-                                                               bounded=False)
+        assert (best_counts(utilities, capacity, bounded=True)
+                == best_counts(utilities, capacity, bounded=False)
+                == best_counts(utilities, capacity))

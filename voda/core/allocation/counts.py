@@ -27,6 +27,12 @@ Algorithm = TypeVar("Algorithm")
 # A fold table is trimmed by the bound (`best_counts`) once it has grown past TRIM_GROWTH
 # times its width at the last trim and TRIM_MIN more columns: a trim costs a few passes.
 TRIM_GROWTH, TRIM_MIN = 1.25, 64
+# The bound pays for itself (a few passes over every job's values, a trim now and then)
+# where the folds are wide: jobs x the columns a fold keeps (the GPUs the jobs could take
+# past the capacity, at most the capacity) at least this (bench/allocate.py's jobs: 1,000
+# on 4,096 GPUs, 0.7 million, fold 1.0-1.07 x as long with it; 2,000 on 8,192, 3.4
+# million, 0.70 x; 4,000 on 8,192, 33 million, 0.35 x).
+BOUND_MIN_WORK = 1_500_000
 
 
 def packs(cap: int, per_node: int) -> np.ndarray:
@@ -154,7 +160,7 @@ class FoldTables:
 
 def best_counts(utilities: Sequence[np.ndarray], capacity: int,
                 tables: FoldTables | None = None,
-                keys: Sequence[Hashable] = (), bounded: bool = True) -> list[int]:
+                keys: Sequence[Hashable] = (), bounded: bool | None = None) -> list[int]:
     """Counts n_j maximising the sum of u_j(n_j) with sum n_j <= capacity (dynamic program).
 
     `utilities[j][n]` is job j's value at n GPUs (-inf: not allowed; n = 0 must be
@@ -183,11 +189,12 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     (so a call at a larger capacity finds it whole). A column's total is the same
     numbers compared in the same order in any band, so the counts are the same.
 
-    `bounded` (without `tables`, whose folds are kept for other capacities): each fold
-    table keeps only the columns the decision may read by a Lagrangian bound
-    (voda.core.allocation.count_bounds), and the next fold only the columns those reach;
-    a column left out reads -inf below the table and its last value above it, never more
-    than its total, and the columns the decision reads keep theirs: the same counts.
+    `bounded` (without `tables`, whose folds are kept for other capacities; None: where
+    the folds are wide, BOUND_MIN_WORK): each fold table keeps only the columns the
+    decision may read by a Lagrangian bound (voda.core.allocation.count_bounds), and the
+    next fold only the columns those reach; a column left out reads -inf below the table
+    and its last value above it, never more than its total, and the columns the decision
+    reads keep theirs: the same counts.
     """
     if tables is not None and len(keys) != len(utilities):
         raise ValueError(f"keys: one per job, got {len(keys)} for {len(utilities)} jobs")
@@ -199,6 +206,8 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     chain = tables.chain(keys) if tables is not None else []
     starts, options, values, exact_max = (
         tables.layout(chain[0], utilities) if chain else _layout(utilities))
+    if bounded is None:
+        bounded = len(tops) * min(sum(tops) - capacity, capacity) >= BOUND_MIN_WORK
     bound = (column_bound(utilities, capacity, values)
              if bounded and tables is None and exact_max else None)
     best = np.zeros(1)  # the best of no jobs: 0 at every column from 0 up
@@ -219,7 +228,7 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
                 continue
         reach = hi - below + 1  # sources c - n for n = 0 reach up to hi
         if reach > len(best):
-            best = np.concatenate([best, np.full(reach - len(best), best[-1])])
+            best = np.concatenate((best, best[-1:].repeat(reach - len(best))))
         folded.append((best, below))
         if exact_max:
             value = _fold_max(best, below, lo, hi, rows, values, first)
@@ -327,7 +336,8 @@ def _pick(after: np.ndarray, below: int, column: int, rows: Sequence[int],
         if n > column:
             continue
         source = column - n - below  # below the table (left out by a bound): -inf
-        total = (after[min(source, last)] if source >= 0 else -math.inf) + values[first + n]
+        # .item: a Python float, the same sum as numpy's for a fraction of the time
+        total = (after.item(min(source, last)) if source >= 0 else -math.inf) + values[first + n]
         if row == len(rows) - 1:
             held = total
         elif total > held:

@@ -617,8 +617,7 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
     caps = np.array([max(c.cap, 0) for c in curves], dtype=np.int64)
     even = shares = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
     if share_of != "even":
-        longest_first = sorted(range(len(jobs)), key=lambda i: (curves[i].size, i),
-                               reverse=True)
+        longest_first = ascending([c.size for c in curves])[::-1]
         later = np.empty(len(jobs), dtype=np.int64)
         later[longest_first] = prefix_water_levels(caps[longest_first].tolist(), capacity)
         later = np.minimum(caps, later)
@@ -753,13 +752,13 @@ def aged_sizes(jobs: Sequence[Job], curves: Sequence[Curve], aging: float,
     sizes = [c.size for c in curves]
     if aging <= 0 or limit <= 0:
         return sizes
-    out = []
-    for job, size in zip(jobs, sizes, strict=True):
-        if math.isfinite(size):
-            age = job.waiting_seconds + job.running_seconds
-            size -= min(aging * age, limit * size)
-        out.append(size)
-    return out
+    size = np.array(sizes, dtype=float)
+    age = np.array([job.waiting_seconds + job.running_seconds for job in jobs], dtype=float)
+    with np.errstate(invalid="ignore"):
+        # min(a, b) as Python takes it: a unless b < a (a NaN a stays).
+        taken = aging * age
+        taken = np.where(limit * size < taken, limit * size, taken)
+        return np.where(np.isfinite(size), size - taken, size).tolist()
 
 
 def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
@@ -778,11 +777,20 @@ def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
     if m == 0 or p <= 0:
         return weights
     c = 1.0 / (1.0 - p)
-    order = sorted(range(m), key=lambda i: (sizes[i], i))
+    order = ascending(sizes)
     rank = np.arange(1, m + 1)
     shares = ((m - rank + 1) / m) ** c - ((m - rank) / m) ** c
     weights[order] = shares ** (1.0 / c)
     return weights
+
+
+def ascending(keys: Sequence[float]) -> np.ndarray:
+    """Positions by key, ties by position: `sorted(range(m), key=lambda i: (keys[i], i))`,
+    in one stable sort (as Python's sort where a key is NaN, which orders nothing)."""
+    values = np.asarray(keys, dtype=float)
+    if np.isnan(values).any():
+        return np.array(sorted(range(len(values)), key=lambda i: (keys[i], i)), dtype=np.int64)
+    return np.argsort(values, kind="stable")
 
 
 @dataclass(frozen=True)
