@@ -214,11 +214,15 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     below = 0  # `best` holds the columns from `below` up; past its end, its last value
     folded = []  # per job, last first: the table of the jobs after it, from column `below`
     trimmed = TRIM_MIN  # a table is trimmed by the bound once it is wider (a test costs)
+    end = 0  # the last column `best` holds (past it, padding that holds its value)
     for j in range(len(starts) - 1, -1, -1):
         first, rows, (lo, hi) = starts[j], options[j], bands[j]
+        extra = 0
         if bound is not None:  # below `below` no column is read; past the top, the top's
-            lo, hi = max(lo, below), min(hi, below + len(best) - 1 + rows[-1])
+            lo, hi = max(lo, below), min(hi, end + rows[-1])
             bands[j] = (lo, hi)
+            if j:  # padded for the next fold's reads past the end
+                extra = max(0, min(options[j - 1][-1], bands[j - 1][1] - hi))
         if tables is not None:
             key = (exact_max, chain[j])
             held = tables.covering(key, lo, hi)
@@ -231,14 +235,15 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
             best = np.concatenate((best, best[-1:].repeat(reach - len(best))))
         folded.append((best, below))
         if exact_max:
-            value = _fold_max(best, below, lo, hi, rows, values, first)
+            value = _fold_max(best, below, lo, hi, rows, values, first, extra)
         else:
             value = _fold_in_order(best, below, lo, hi, rows, values, first)
         if tables is not None:
             tables.keep(key, lo, value)
-        if bound is not None and j and len(value) > trimmed:
-            a, b = bound.kept(j, lo, value)
-            value, lo = value[a:b + 1], lo + a
+        end = hi
+        if bound is not None and j and hi - lo + 1 > trimmed:
+            a, b = bound.kept(j, lo, value[:hi - lo + 1])
+            value, lo, end = value[a:b + 1], lo + a, lo + b
             trimmed = TRIM_GROWTH * len(value) + TRIM_MIN
         best, below = value, lo
     counts = []
@@ -272,11 +277,11 @@ def _options(utilities: Sequence[np.ndarray]) -> tuple[np.ndarray, list[int], li
     starts = list(itertools.accumulate(lengths, initial=0))
     found = np.flatnonzero(flat != -np.inf)
     cuts = np.searchsorted(found, starts).tolist()
-    found_at = found.tolist()
+    owner = np.searchsorted(starts, found, side="right") - 1  # the job of each found count
+    found_at = (found - np.asarray(starts)[owner]).tolist() if len(found) else []
     options = []
     for j, length in enumerate(lengths):
-        base = starts[j]
-        rows = [k - base for k in found_at[cuts[j]:cuts[j + 1]]]
+        rows = found_at[cuts[j]:cuts[j + 1]]
         if not rows or rows[-1] != length - 1:
             rows.append(length - 1)
         options.append(rows)
@@ -284,24 +289,31 @@ def _options(utilities: Sequence[np.ndarray]) -> tuple[np.ndarray, list[int], li
 
 
 def _fold_max(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int],
-              values: Sequence[float], first: int) -> np.ndarray:
+              values: Sequence[float], first: int, extra: int = 0) -> np.ndarray:
     """Columns lo..hi of the best total of a job (counts `rows`, ascending, its values
     at values[first + n]) and the jobs after it (`best`, from column `below`), by the
-    maximum over its counts: no NaN among the totals."""
+    maximum over its counts: no NaN among the totals. `extra` columns more hold the
+    last one's value (as a read past the end finds it), for the next fold to read."""
+    width = hi - lo + 1
     value: np.ndarray | None = None
     for n in rows:
         start = max(lo, n + below)  # (a column whose source is below `below` reads -inf)
         if start > hi:
             break
-        total = best[start - n - below:hi - n - below + 1] + values[first + n]
+        source = best[start - n - below:hi - n - below + 1]
         if value is None:
+            value = np.empty(width + extra)
             if start == lo:
-                value = total
+                np.add(source, values[first + n], out=value[:width])
                 continue
-            value = np.full(hi - lo + 1, -np.inf)
-        held = value[start - lo:]
-        np.maximum(held, total, out=held)
-    return value if value is not None else np.full(hi - lo + 1, -np.inf)
+            value[:width] = -np.inf
+        held = value[start - lo:width]
+        np.maximum(held, source + values[first + n], out=held)
+    if value is None:
+        return np.full(width + extra, -np.inf)
+    if extra:
+        value[width:] = value[width - 1]
+    return value
 
 
 def _fold_in_order(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int],

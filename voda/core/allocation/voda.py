@@ -420,12 +420,12 @@ class Voda:
             caps = np.array([c.cap for c in group], dtype=np.int64)
             kept = np.array([j.current_workers if 0 < j.current_workers <= c.cap else 0
                              for j, c in zip(members, group, strict=True)], dtype=np.int64)
-            charges = [restart_charge(j, self.restart_penalty, self.horizon) for j in members]
+            penalty, horizon, lost = restart_charges(members, self.restart_penalty,
+                                                     self.horizon)
             values = group_utilities(
                 seconds, pace, np.array([c.size for c in group]),
                 np.array([j.min_workers for j in members], dtype=np.int64), kept,
-                np.array([c.penalty for c in charges]), weights[rows],
-                np.array([c.horizon for c in charges]), np.array([c.lost for c in charges]),
+                penalty, weights[rows], horizon, lost,
                 node, self.aligned, caps if len(batch) > 1 else None)
             for i, row, cap in zip(rows, values, caps.tolist(), strict=True):
                 out[i] = row[:cap + 1]
@@ -522,6 +522,20 @@ def restart_charge(job: Job, restart_penalty: float, horizon: float) -> RestartC
     lost = min(job.restarts * job.restart_cost / age, 1.0) if age > 0 else 0.0
     return RestartCharge(job.restart_cost + job.rescale_delay,
                          horizon * math.sqrt(max(dearer, 1.0)), lost)
+
+
+def restart_charges(jobs: Sequence[Job], restart_penalty: float, horizon: float
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`restart_charge` of each job as arrays of its penalty, horizon and lost share: the
+    jobs without a restart cost of their own (most) in one pass, the same values."""
+    cost = np.array([job.restart_cost for job in jobs], dtype=float)
+    penalty = restart_penalty + np.array([job.rescale_delay for job in jobs], dtype=float)
+    horizons = np.full(len(jobs), horizon, dtype=float)
+    lost = np.zeros(len(jobs))
+    for i in np.flatnonzero(~(cost <= 0)).tolist():  # (a NaN cost is not <= 0 either)
+        charge = restart_charge(jobs[i], restart_penalty, horizon)
+        penalty[i], horizons[i], lost[i] = charge.penalty, charge.horizon, charge.lost
+    return penalty, horizons, lost
 
 
 def epochs_run_under_way(job: Job, seconds: np.ndarray) -> float | None:
