@@ -67,6 +67,15 @@ def largest_packing(most: int, per_node: int) -> int:
     return int(packing_counts(most, per_node)[-1])
 
 
+@functools.lru_cache(maxsize=256)
+def largest_packings(most: int, per_node: int) -> np.ndarray:
+    """`largest_packing(m, per_node)` of every m = 0..most (0 at m = 0); read-only, shared."""
+    fits = packing(most, per_node)
+    largest = np.maximum.accumulate(np.where(fits, np.arange(most + 1), 0))
+    largest.setflags(write=False)
+    return largest
+
+
 def no_slower(seconds: np.ndarray, lo: int) -> np.ndarray:
     """Per count n = 0..len - 1, whether n >= lo and its time `seconds[n]` is no more than
     at any count from lo up to n: the counts a job may be given without one of fewer
@@ -361,13 +370,14 @@ def _bands(tops: Sequence[int], capacity: int) -> list[tuple[int, int]]:
     """Per job, the columns [lo, hi] its fold keeps: hi, the capacity or the most it and
     the jobs after it can take, if less; lo, what is left after the jobs before it take
     their most (at least 0), and at most hi (every column past hi reads hi)."""
-    after = list(itertools.accumulate(reversed(tops)))[::-1]  # the most jobs j.. take
-    before = itertools.accumulate(tops, initial=0)  # the most jobs ..j-1 take
-    bands = []
-    for taken, most in zip(before, after, strict=False):
-        hi = min(capacity, most)
-        bands.append((min(max(capacity - taken, 0), hi), hi))
-    return bands
+    if not len(tops):
+        return []
+    most = np.asarray(tops, dtype=np.int64)
+    after = np.cumsum(most[::-1])[::-1]  # the most jobs j.. take
+    before = np.cumsum(most) - most  # the most jobs ..j-1 take
+    hi = np.minimum(capacity, after)
+    lo = np.minimum(np.maximum(capacity - before, 0), hi)
+    return list(zip(lo.tolist(), hi.tolist(), strict=True))
 
 
 def check_gpus_per_node(value: object) -> None:
