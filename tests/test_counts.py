@@ -147,3 +147,22 @@ def test_the_bound_trims_wide_tables_and_changes_no_count() -> None:
         assert (best_counts(utilities, capacity, bounded=True)
                 == best_counts(utilities, capacity, bounded=False)
                 == best_counts(utilities, capacity))
+
+
+def test_counts_left_out_by_the_bound_change_no_count() -> None:
+    # Jobs left with one count the decision may take (their table moved and added to in
+    # place), with the capacity past what the jobs after one can take: random values,
+    # exact ties and -inf counts, against the fold that keeps every count and column.
+    rng = np.random.default_rng(11)
+    for _ in range(150):
+        utilities = []
+        for _ in range(int(rng.integers(20, 80))):
+            u = np.where(rng.random(int(rng.integers(1, 26))) < 0.5,
+                         rng.choice([0.0, 0.5, 1.0, 1.5, 3.0, -2.0]),
+                         rng.uniform(-1e7, 1e7))
+            u[rng.random(len(u)) < 0.3] = -np.inf
+            u[0] = 0.0 if u[0] == -np.inf else u[0]
+            utilities.append(u)
+        capacity = int(rng.uniform(0, 1.2) * sum(len(u) - 1 for u in utilities))
+        assert (best_counts(utilities, capacity, bounded=True)
+                == best_counts(utilities, capacity, bounded=False))

@@ -11,13 +11,17 @@ g_i + p n_i with g_i = max_n (u_i(n) - p n), so along the decision, in real numb
 
 and T_0(capacity) is at least the total of any counts that fit, summed in the same order
 (`floor`: those the price picks, p raised until they fit). A column c of T_j where
-T_j(c) + p (capacity - c) + sum_{i<j} g_i + slack < floor is then not c_j. Every
-quantity above is a sum of at most a million terms of magnitude at most `scale`, so the
-float rounding is below 1e-9 of `scale`: SLACK of it covers it with room to spare.
+T_j(c) + p (capacity - c) + sum_{i<j} g_i + slack < floor is then not c_j. Likewise a
+count n of job j with u_j(n) - p n + p capacity + sum_{i != j} g_i + slack < floor is in
+no counts that reach the floor: not the decision's, and never tied with it, so the
+program may leave it out (`ColumnBound.rows`). Every quantity above is a sum of at most a
+million terms of magnitude at most `scale`, so the float rounding is below 1e-9 of
+`scale`: SLACK of it covers it with room to spare.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 SLACK = 1e-8  # of the magnitudes summed: far above float rounding (<= 1e-9 of them)
-PRICE_STEPS = 16  # bisection steps for the price (each halves its bracket's ratio)
+PRICE_STEPS = 24  # bisection steps for the price (each halves its bracket's ratio)
 BRACKET = 4.0  # the price is first looked for within this factor of its estimate
 
 
@@ -33,12 +37,14 @@ BRACKET = 4.0  # the price is first looked for within this factor of its estimat
 class ColumnBound:
     """What `kept` tests a fold table against: per job j the sum of g_i of the jobs
     before it (`before[j]`), the floor, the slack, and per column what the price of a GPU
-    makes of the GPUs the jobs before it took."""
+    makes of the GPUs the jobs before it took; and per job the counts that may be its
+    decision (`rows`: the others fall below the floor whatever the other jobs take)."""
 
     before: np.ndarray
     floor: float
     slack: float
     priced: np.ndarray  # per column c, price x (capacity - c)
+    rows: list[list[int]]  # per job, its finite counts the decision may take (ascending)
 
     def kept(self, job: int, lo: int, table: np.ndarray) -> tuple[int, int]:
         """The first and last offsets in `table` (job `job`'s fold table, from column `lo`)
@@ -113,7 +119,14 @@ def column_bound(utilities: Sequence[np.ndarray], capacity: int,
              + abs(floor) + 1.0)
     before = np.concatenate([[0.0], np.cumsum(best)])
     priced = low * np.arange(capacity, -1, -1, dtype=float)
-    return ColumnBound(before, floor, SLACK * scale, priced)
+    # A count n of job j is in no counts reaching the floor where even with every other
+    # job at its best, u_j(n) - p n + p capacity + sum_{i != j} g_i + slack < floor.
+    need = floor - low * capacity - float(before[-1]) - SLACK * scale
+    useful = (value - low * count >= need + best[owner]) & (count <= capacity)
+    found = count[useful].astype(np.int64).tolist()
+    cuts = np.searchsorted(owner[useful], np.arange(len(lengths) + 1)).tolist()
+    rows = [found[a:b] for a, b in itertools.pairwise(cuts)]
+    return ColumnBound(before, floor, SLACK * scale, priced, rows)
 
 
 def price_bracket(value: np.ndarray, count: np.ndarray, owner: np.ndarray,

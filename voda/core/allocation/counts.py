@@ -219,6 +219,9 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
         bounded = len(tops) * min(sum(tops) - capacity, capacity) >= BOUND_MIN_WORK
     bound = (column_bound(utilities, capacity, values)
              if bounded and tables is None and exact_max else None)
+    if bound is not None:  # the counts no decision takes left out (none: all kept)
+        options = [kept or rows for kept, rows in zip(bound.rows, options, strict=True)]
+        pads = _pads(options)
     best = np.zeros(1)  # the best of no jobs: 0 at every column from 0 up
     below = 0  # `best` holds the columns from `below` up; past its end, its last value
     folded = []  # per job, last first: the table of the jobs after it, from column `below`
@@ -228,10 +231,20 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
         first, rows, (lo, hi) = starts[j], options[j], bands[j]
         extra = 0
         if bound is not None:  # below `below` no column is read; past the top, the top's
-            lo, hi = max(lo, below), min(hi, end + rows[-1])
+            if len(rows) == 1:  # one count: the table after it, moved and added to
+                n = rows[0]
+                folded.append((best, below))
+                np.add(best, values[first + n], out=best)  # (no pick reads it: one count)
+                below, end = below + n, end + n
+                bands[j] = (below, end)
+                continue
+            # (a decision past the columns its counts reach from the table reads its last:
+            # at least one column is worked out, every count reading the table's last)
+            lo = max(lo, below)
+            hi = max(min(hi, end + rows[-1]), lo)
             bands[j] = (lo, hi)
-            if j:  # padded for the next fold's reads past the end
-                extra = max(0, min(options[j - 1][-1], bands[j - 1][1] - hi))
+            if j:  # padded for the next folds' reads past the end
+                extra = min(pads[j], capacity)
         if tables is not None:
             key = (exact_max, chain[j])
             held = tables.covering(key, lo, hi)
@@ -275,6 +288,17 @@ def _layout(utilities: Sequence[np.ndarray]) -> Layout:
     # Without NaN, the running maximum a fold keeps is the plain maximum of its rows, in
     # any order (max is exact); with one, the fold compares row by row as it reads them.
     return starts, options, flat.tolist(), not np.isnan(flat).any()
+
+
+def _pads(options: Sequence[Sequence[int]]) -> list[int]:
+    """Per job j, the columns past its table's end that the folds after it read there (its
+    table is added to in place by the jobs of one count that follow, each moving it by
+    that count, up to the next fold, which reads as far as its largest count)."""
+    pads = [0] * len(options)
+    for j in range(1, len(options)):
+        rows = options[j - 1]
+        pads[j] = rows[0] + pads[j - 1] if len(rows) == 1 else rows[-1]
+    return pads
 
 
 def _options(utilities: Sequence[np.ndarray]) -> tuple[np.ndarray, list[int], list[list[int]]]:
