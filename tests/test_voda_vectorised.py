@@ -1,7 +1,7 @@
-"""Voda's weights, charges and the count program's bands worked out for all jobs at once
-(voda.core.allocation.voda, counts) are those worked out one job at a time, as they were
-(tests/voda_reference.py): the same bits, on random jobs (some with goodput models and
-restart costs), curves from them, and the bench's jobs."""
+"""Voda's weights, charges, tail floors and the count program's bands worked out for all
+jobs at once (voda.core.allocation.voda, counts) are those worked out one job at a time, as
+they were (tests/voda_reference.py): the same bits, on random jobs (some with goodput
+models and restart costs), curves from them, and the bench's jobs."""
 
 from __future__ import annotations
 
@@ -53,6 +53,9 @@ def check_alike(jobs: list[Job], curves: list[Curve], capacity: int, node: int,
         assert same_bits(voda.inelastic_first(jobs, curves, capacity, exponent, node, share),
                          reference.inelastic_first(jobs, curves, capacity, exponent, node,
                                                    share))
+    for budget in (0, 1, 3, len(jobs)):
+        assert (voda.tail_floors(curves, budget, node)
+                == reference.tail_floors(curves, budget, node))
     for mine, theirs in zip(voda.restart_charges(jobs, 30.0, 240.0),
                             reference.restart_charges(jobs, 30.0, 240.0), strict=True):
         assert same_bits(mine, np.asarray(theirs, dtype=float))

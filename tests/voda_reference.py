@@ -11,7 +11,14 @@ import numpy as np
 
 from voda.core.allocation.base import water_level
 from voda.core.allocation.counts import largest_packing
-from voda.core.allocation.voda import Curve, prefix_water_levels, restart_charge
+from voda.core.allocation.voda import (
+    FLOOR_EFFICIENCY,
+    FLOOR_NODES,
+    Curve,
+    hardware_efficiency,
+    prefix_water_levels,
+    restart_charge,
+)
 from voda.core.model import Job
 
 
@@ -85,3 +92,18 @@ def bands(tops: Sequence[int], capacity: int) -> list[tuple[int, int]]:
         hi = min(capacity, most)
         out.append((min(max(capacity - taken, 0), hi), hi))
     return out
+
+
+def tail_floors(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
+    floored = [False] * len(curves)
+    sizes = np.sort([c.size for c in curves])
+    half = sizes[-(-len(sizes) // 2) - 1] if len(sizes) else math.inf
+    for i, curve in enumerate(curves):
+        if budget < 1:
+            break
+        if curve.cap < 1 or not math.isfinite(curve.size) or not curve.size > half:
+            continue
+        if hardware_efficiency(curve, curve.model, FLOOR_NODES * node, node) < FLOOR_EFFICIENCY:
+            floored[i] = True
+            budget -= 1
+    return floored

@@ -207,7 +207,8 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     """
     if tables is not None and len(keys) != len(utilities):
         raise ValueError(f"keys: one per job, got {len(keys)} for {len(utilities)} jobs")
-    tops = [min(len(u) - 1, max(capacity, 0)) for u in utilities]
+    tops = np.minimum(np.fromiter(map(len, utilities), dtype=np.int64, count=len(utilities))
+                      - 1, max(capacity, 0)).tolist()
     bands = _bands(tops, capacity)
     if tables is not None:  # up to the most the jobs j.. take on any capacity: kept whole
         most = itertools.accumulate(len(u) - 1 for u in reversed(utilities))

@@ -247,7 +247,8 @@ class Voda:
         priced_problems = []
         for _, ordered, _ in live:
             models = category_models(ordered, self.category_history) if self.share_models else {}
-            priced_problems.append((ordered, [models.get(j.category) for j in ordered]))
+            priced_problems.append((ordered, [models.get(j.category) for j in ordered]
+                                    if models else [None] * len(ordered)))
         curves = priced.curves([(ordered, borrowed, capacity) for (ordered, borrowed), (
             _, _, capacity) in zip(priced_problems, live, strict=True)], node, self._curves)
         weights = []
@@ -431,6 +432,10 @@ class Voda:
                 np.array([j.min_workers for j in members], dtype=np.int64), kept,
                 penalty, weights[rows], horizon, lost,
                 node, self.aligned, caps if len(batch) > 1 else None)
+            if len(batch) == 1:  # one cap: every row is its length
+                for i, row in zip(rows, list(values), strict=True):
+                    out[i] = row
+                continue
             for i, row, cap in zip(rows, values, caps.tolist(), strict=True):
                 out[i] = row[:cap + 1]
         return out  # type: ignore[return-value]
@@ -675,16 +680,31 @@ def tail_floors(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
     halts a job (docs/experiments/voda-policy-trials.md, "Floors of one GPU").
     """
     floored = [False] * len(curves)
-    sizes = np.sort([c.size for c in curves])
-    half = sizes[-(-len(sizes) // 2) - 1] if len(sizes) else math.inf  # longer than it: long
-    for i, curve in enumerate(curves):
-        if budget < 1:
-            break
-        if curve.cap < 1 or not math.isfinite(curve.size) or not curve.size > half:
-            continue
-        if hardware_efficiency(curve, curve.model, FLOOR_NODES * node, node) < FLOOR_EFFICIENCY:
+    if budget < 1 or not curves:
+        return floored
+    size = np.array([c.size for c in curves], dtype=float)
+    cap = np.array([c.cap for c in curves], dtype=np.int64)
+    half = np.sort(size)[-(-len(size) // 2) - 1]  # longer than it: long
+    with np.errstate(invalid="ignore"):
+        long = np.flatnonzero((cap >= 1) & np.isfinite(size) & (size > half))
+    n = FLOOR_NODES * node
+    modelled = [curves[i].model is not None and curves[i].model.perf is not None
+                for i in long.tolist()]
+    # Without a model, `hardware_efficiency` from the epoch times, for all jobs at once.
+    most = np.minimum(n, cap[long])
+    at = np.array([curves[i].seconds.item(m) for i, m in zip(long.tolist(), most.tolist(),
+                                                              strict=True)], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        measured = (most >= 2) & np.isfinite(at) & (at > 0)
+        efficiency = np.where(measured, size[long] / at / most, 1.0)
+    for k, i in enumerate(long.tolist()):
+        poor = (hardware_efficiency(curves[i], curves[i].model, n, node) if modelled[k]
+                else efficiency[k]) < FLOOR_EFFICIENCY
+        if poor:
             floored[i] = True
             budget -= 1
+            if budget < 1:
+                break
     return floored
 
 
