@@ -9,15 +9,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from voda.core.allocation.base import water_level
 from voda.core.allocation.counts import largest_packing
 from voda.core.allocation.voda import (
     FLOOR_EFFICIENCY,
     FLOOR_NODES,
     Curve,
     hardware_efficiency,
-    prefix_water_levels,
     restart_charge,
+    water_shares,
 )
 from voda.core.model import Job
 
@@ -54,16 +53,7 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
     factors = np.ones(len(jobs))
     if exponent <= 0 or not len(jobs):
         return factors
-    caps = np.array([max(c.cap, 0) for c in curves], dtype=np.int64)
-    even = shares = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
-    if share_of != "even":
-        longest_first = sorted(range(len(jobs)), key=lambda i: (curves[i].size, i),
-                               reverse=True)
-        later = np.empty(len(jobs), dtype=np.int64)
-        later[longest_first] = prefix_water_levels(caps[longest_first].tolist(), capacity)
-        later = np.minimum(caps, later)
-        shares = later if share_of == "later" else np.sqrt(even * later).astype(np.int64)
-    shares = shares.tolist()
+    shares = water_shares(curves, capacity, share_of).tolist()  # (unchanged but the sort)
     for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
         if curve.cap < 1 or not math.isfinite(curve.size):
             continue

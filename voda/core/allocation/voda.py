@@ -637,14 +637,7 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
     factors = np.ones(len(jobs))
     if exponent <= 0 or not len(jobs):
         return factors
-    caps = np.array([max(c.cap, 0) for c in curves], dtype=np.int64)
-    even = shares = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
-    if share_of != "even":
-        longest_first = ascending([c.size for c in curves])[::-1]
-        later = np.empty(len(jobs), dtype=np.int64)
-        later[longest_first] = prefix_water_levels(caps[longest_first].tolist(), capacity)
-        later = np.minimum(caps, later)
-        shares = later if share_of == "later" else np.sqrt(even * later).astype(np.int64)
+    shares = water_shares(curves, capacity, share_of)
     cap = np.array([c.cap for c in curves], dtype=np.int64)
     size = np.array([c.size for c in curves], dtype=float)
     live = np.flatnonzero((cap >= 1) & np.isfinite(size))
@@ -652,7 +645,7 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
         return factors
     cap = cap[live]
     least = np.array([jobs[i].min_workers for i in live.tolist()], dtype=np.int64)
-    share = np.maximum(np.maximum(np.asarray(shares)[live], np.minimum(least, cap)), 1)
+    share = np.maximum(np.maximum(shares[live], np.minimum(least, cap)), 1)
     n = largest_packings(int(cap.max()), node)[np.minimum(share, cap)]
     at = [curves[i].seconds.item(k) for i, k in zip(live.tolist(), n.tolist(), strict=True)]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -661,6 +654,20 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
         # Each power as Python takes it (libm's pow, one value at a time).
         factors[live[poor]] = [r ** exponent for r in (n[poor] / speedup[poor]).tolist()]
     return factors
+
+
+def water_shares(curves: Sequence[Curve], capacity: int, share_of: str) -> np.ndarray:
+    """Per job (not empty), its share of the GPUs for `inelastic_first`, water-filled over
+    what the jobs may take (their curves' caps): "even", "later" or "between"."""
+    caps = np.array([max(c.cap, 0) for c in curves], dtype=np.int64)
+    even = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
+    if share_of == "even":
+        return even
+    longest_first = ascending([c.size for c in curves])[::-1]
+    later = np.empty(len(curves), dtype=np.int64)
+    later[longest_first] = prefix_water_levels(caps[longest_first].tolist(), capacity)
+    later = np.minimum(caps, later)
+    return later if share_of == "later" else np.sqrt(even * later).astype(np.int64)
 
 
 FLOOR_NODES = 4  # a job's hardware scaling is judged on this many nodes' GPUs
