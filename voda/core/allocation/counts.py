@@ -33,6 +33,7 @@ TRIM_GROWTH, TRIM_MIN = 1.25, 64
 # on 4,096 GPUs, 0.7 million, fold 1.0-1.07 x as long with it; 2,000 on 8,192, 3.4
 # million, 0.70 x; 4,000 on 8,192, 33 million, 0.35 x).
 BOUND_MIN_WORK = 1_500_000
+LOCAL_MIN_JOBS = 64  # `_options`: from this many jobs, one NumPy pass beats a loop per job
 
 
 def packs(cap: int, per_node: int) -> np.ndarray:
@@ -311,11 +312,16 @@ def _options(utilities: Sequence[np.ndarray]) -> tuple[np.ndarray, list[int], li
     starts = list(itertools.accumulate(lengths, initial=0))
     found = np.flatnonzero(flat != -np.inf)
     cuts = np.searchsorted(found, starts).tolist()
-    owner = np.searchsorted(starts, found, side="right") - 1  # the job of each found count
-    found_at = (found - np.asarray(starts)[owner]).tolist() if len(found) else []
+    local = len(lengths) >= LOCAL_MIN_JOBS  # counts from each job's start in one pass
+    if local:
+        owner = np.searchsorted(starts, found, side="right") - 1  # each found count's job
+        found_at = (found - np.asarray(starts)[owner]).tolist()
+    else:
+        found_at = found.tolist()
     options = []
     for j, length in enumerate(lengths):
-        rows = found_at[cuts[j]:cuts[j + 1]]
+        rows = (found_at[cuts[j]:cuts[j + 1]] if local
+                else [k - starts[j] for k in found_at[cuts[j]:cuts[j + 1]]])
         if not rows or rows[-1] != length - 1:
             rows.append(length - 1)
         options.append(rows)

@@ -87,6 +87,7 @@ from voda.core.allocation.counts import (
     best_counts,
     check_gpus_per_node,
     check_seconds,
+    largest_packing,
     largest_packings,
     no_slower,
     per_node,
@@ -129,6 +130,10 @@ EPOCH_PROGRESS = 0.9
 AGING_LIMIT = 0.9
 # The padding one call of Voda's utilities may take on for jobs of several caps.
 PAD_CELLS = 2048
+# Below this many jobs a weight is worked out one job at a time (`*_each`): the same
+# values, and quicker than NumPy's calls for a queue's few jobs (the quota layer runs
+# hundreds of small problems a decision).
+VECTOR_MIN_JOBS = 64
 
 
 @dataclass(frozen=True)
@@ -638,6 +643,8 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
     if exponent <= 0 or not len(jobs):
         return factors
     shares = water_shares(curves, capacity, share_of)
+    if len(jobs) < VECTOR_MIN_JOBS:
+        return inelastic_factors_each(jobs, curves, shares.tolist(), exponent, node)
     cap = np.array([c.cap for c in curves], dtype=np.int64)
     size = np.array([c.size for c in curves], dtype=float)
     live = np.flatnonzero((cap >= 1) & np.isfinite(size))
@@ -653,6 +660,22 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
         poor = np.isfinite(speedup) & (speedup > 0) & (speedup < n)
         # Each power as Python takes it (libm's pow, one value at a time).
         factors[live[poor]] = [r ** exponent for r in (n[poor] / speedup[poor]).tolist()]
+    return factors
+
+
+def inelastic_factors_each(jobs: Sequence[Job], curves: Sequence[Curve], shares: list[int],
+                           exponent: float, node: int) -> np.ndarray:
+    """`inelastic_first` at the jobs' `water_shares`, one job at a time (the reference;
+    for a few jobs, the quicker)."""
+    factors = np.ones(len(jobs))
+    for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
+        if curve.cap < 1 or not math.isfinite(curve.size):
+            continue
+        share = max(shares[i], min(job.min_workers, curve.cap), 1)
+        n = largest_packing(min(share, curve.cap), node)  # one GPU always fits
+        speedup = curve.size / curve.seconds[n]
+        if math.isfinite(speedup) and speedup > 0:
+            factors[i] = (n / speedup) ** exponent if speedup < n else 1.0
     return factors
 
 
@@ -689,6 +712,8 @@ def tail_floors(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
     floored = [False] * len(curves)
     if budget < 1 or not curves:
         return floored
+    if len(curves) < VECTOR_MIN_JOBS:
+        return tail_floors_each(curves, budget, node)
     size = np.array([c.size for c in curves], dtype=float)
     cap = np.array([c.cap for c in curves], dtype=np.int64)
     half = np.sort(size)[-(-len(size) // 2) - 1]  # longer than it: long
@@ -712,6 +737,22 @@ def tail_floors(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
             budget -= 1
             if budget < 1:
                 break
+    return floored
+
+
+def tail_floors_each(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
+    """`tail_floors` one job at a time (the reference; for a few jobs, the quicker)."""
+    floored = [False] * len(curves)
+    sizes = np.sort([c.size for c in curves])
+    half = sizes[-(-len(sizes) // 2) - 1] if len(sizes) else math.inf  # longer than it: long
+    for i, curve in enumerate(curves):
+        if budget < 1:
+            break
+        if curve.cap < 1 or not math.isfinite(curve.size) or not curve.size > half:
+            continue
+        if hardware_efficiency(curve, curve.model, FLOOR_NODES * node, node) < FLOOR_EFFICIENCY:
+            floored[i] = True
+            budget -= 1
     return floored
 
 
@@ -803,6 +844,8 @@ def aged_sizes(jobs: Sequence[Job], curves: Sequence[Curve], aging: float,
     sizes = [c.size for c in curves]
     if aging <= 0 or limit <= 0:
         return sizes
+    if len(sizes) < VECTOR_MIN_JOBS:
+        return aged_sizes_each(jobs, sizes, aging, limit)
     size = np.array(sizes, dtype=float)
     age = np.array([job.waiting_seconds + job.running_seconds for job in jobs], dtype=float)
     with np.errstate(invalid="ignore"):
@@ -810,6 +853,18 @@ def aged_sizes(jobs: Sequence[Job], curves: Sequence[Curve], aging: float,
         taken = aging * age
         taken = np.where(limit * size < taken, limit * size, taken)
         return np.where(np.isfinite(size), size - taken, size).tolist()
+
+
+def aged_sizes_each(jobs: Sequence[Job], sizes: Sequence[float], aging: float,
+                    limit: float) -> list[float]:
+    """`aged_sizes` one job at a time (the reference; for a few jobs, the quicker)."""
+    out = []
+    for job, size in zip(jobs, sizes, strict=True):
+        if math.isfinite(size):
+            age = job.waiting_seconds + job.running_seconds
+            size -= min(aging * age, limit * size)
+        out.append(size)
+    return out
 
 
 def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
