@@ -28,11 +28,10 @@ Algorithm = TypeVar("Algorithm")
 # times its width at the last trim and TRIM_MIN more columns: a trim costs a few passes.
 TRIM_GROWTH, TRIM_MIN = 1.25, 64
 # The bound pays for itself (a few passes over every job's values, a trim now and then)
-# where the folds are wide: jobs x the columns a fold keeps (the GPUs the jobs could take
-# past the capacity, at most the capacity) at least this (bench/allocate.py's jobs: 1,000
-# on 4,096 GPUs, 0.7 million, fold 1.0-1.07 x as long with it; 2,000 on 8,192, 3.4
-# million, 0.70 x; 4,000 on 8,192, 33 million, 0.35 x).
-BOUND_MIN_WORK = 1_500_000
+# from about this many jobs: with it the program takes 0.83-0.87 x as long at 100 jobs on
+# 512 GPUs, 0.62-0.75 x at 300 on 1,024, 0.53-0.97 x at 1,000 on 4,096 (Voda's and
+# Pollux's utilities of bench/allocate.py's jobs); 1.04-2.35 x at 20 to 64 jobs.
+BOUND_MIN_JOBS = 100
 LOCAL_MIN_JOBS = 64  # `_options`: from this many jobs, one NumPy pass beats a loop per job
 
 
@@ -199,8 +198,8 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     (so a call at a larger capacity finds it whole). A column's total is the same
     numbers compared in the same order in any band, so the counts are the same.
 
-    `bounded` (without `tables`, whose folds are kept for other capacities; None: where
-    the folds are wide, BOUND_MIN_WORK): each fold table keeps only the columns the
+    `bounded` (without `tables`, whose folds are kept for other capacities; None: from
+    BOUND_MIN_JOBS jobs): each fold table keeps only the columns the
     decision may read by a Lagrangian bound (voda.core.allocation.count_bounds), and the
     next fold only the columns those reach; a column left out reads -inf below the table
     and its last value above it, never more than its total, and the columns the decision
@@ -218,7 +217,7 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     starts, options, values, exact_max = (
         tables.layout(chain[0], utilities) if chain else _layout(utilities))
     if bounded is None:
-        bounded = len(tops) * min(sum(tops) - capacity, capacity) >= BOUND_MIN_WORK
+        bounded = len(tops) >= BOUND_MIN_JOBS
     bound = (column_bound(utilities, capacity, values)
              if bounded and tables is None and exact_max else None)
     if bound is not None:  # the counts no decision takes left out (none: all kept)
