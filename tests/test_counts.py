@@ -7,6 +7,7 @@ from counts_reference import best_counts_every_column
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from voda.core.allocation.count_bounds import column_bound
 from voda.core.allocation.counts import FoldTables, best_counts, packs
 
 
@@ -111,3 +112,57 @@ def test_fold_tables_kept_over_calls_at_other_capacities_change_no_count(
         rows = [u + 1.0 if step % 2 and j in changed else u for j, u in enumerate(utilities)]
         keys = [(j, step % 2 and j in changed) for j in range(len(rows))]
         assert best_counts(rows, capacity, tables, keys) == best_counts(rows, capacity)
+
+
+@settings(max_examples=150, deadline=None)
+@given(utilities=st.lists(any_utility(), min_size=20, max_size=80),
+       share=st.floats(0.0, 1.2), offset=st.floats(-1e6, 1e6, allow_nan=False))
+def test_columns_left_out_by_the_bound_change_no_count(
+    utilities: list[np.ndarray], share: float, offset: float
+) -> None:
+    # Tables wide enough to be trimmed (voda.core.allocation.count_bounds), with exact
+    # ties, float noise and every job's values shifted alike: the counts of the fold
+    # that keeps every column of its band.
+    shifted = [np.where(np.isfinite(u), u + offset, u) for u in utilities]
+    capacity = int(share * sum(len(u) - 1 for u in utilities))
+    assert (best_counts(shifted, capacity, bounded=True)
+            == best_counts(shifted, capacity, bounded=False)
+            == best_counts_every_column(shifted, capacity))
+
+
+def test_the_bound_trims_wide_tables_and_changes_no_count() -> None:
+    rng = np.random.default_rng(7)
+    for jobs, capacity in ((2_000, 4_000), (600, 900)):
+        utilities = []
+        for _ in range(jobs):
+            top = int(rng.integers(1, 17))
+            u = np.sort(np.round(rng.uniform(0, 40, top + 1), 1))  # rounded: exact ties
+            u[rng.random(top + 1) < 0.4] = -np.inf
+            u[0] = 0.0
+            utilities.append(u)
+        tops = [len(u) - 1 for u in utilities]
+        assert sum(tops) > capacity  # the capacity binds: the bound has columns to drop
+        assert column_bound(utilities, capacity,
+                            np.concatenate(utilities).tolist()) is not None
+        assert (best_counts(utilities, capacity, bounded=True)
+                == best_counts(utilities, capacity, bounded=False)
+                == best_counts(utilities, capacity))
+
+
+def test_counts_left_out_by_the_bound_change_no_count() -> None:
+    # Jobs left with one count the decision may take (their table moved and added to in
+    # place), with the capacity past what the jobs after one can take: random values,
+    # exact ties and -inf counts, against the fold that keeps every count and column.
+    rng = np.random.default_rng(11)
+    for _ in range(150):
+        utilities = []
+        for _ in range(int(rng.integers(20, 80))):
+            u = np.where(rng.random(int(rng.integers(1, 26))) < 0.5,
+                         rng.choice([0.0, 0.5, 1.0, 1.5, 3.0, -2.0]),
+                         rng.uniform(-1e7, 1e7))
+            u[rng.random(len(u)) < 0.3] = -np.inf
+            u[0] = 0.0 if u[0] == -np.inf else u[0]
+            utilities.append(u)
+        capacity = int(rng.uniform(0, 1.2) * sum(len(u) - 1 for u in utilities))
+        assert (best_counts(utilities, capacity, bounded=True)
+                == best_counts(utilities, capacity, bounded=False))

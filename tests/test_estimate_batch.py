@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from voda.core.allocation.afs_states import rounded_as_python
-from voda.core.estimate import epoch_time_at, epoch_time_runs
+from voda.core.estimate import amdahl_fits, epoch_time_at, epoch_time_runs, fit_speed
 from voda.core.model import Job
 
 seconds = st.sampled_from([10.0, 20.0, 35.0, 60.0, 90.0]) | st.floats(0.01, 1e5)
@@ -57,3 +57,20 @@ def test_rounded_as_python_is_round_for_every_value(values: list[float], digits:
                zip(got, expected, strict=True)), (got, expected)
     # The same sign of zero as round gives, too.
     assert [math.copysign(1.0, a) for a in got] == [math.copysign(1.0, b) for b in expected]
+
+
+@settings(max_examples=300, deadline=None)
+@given(observed=st.lists(st.dictionaries(st.integers(1, 64), seconds | st.sampled_from(
+    [1e-300, 5e-324, 1e300]), min_size=1, max_size=12), min_size=1, max_size=10))
+def test_amdahl_fits_of_many_jobs_are_fit_speed_of_each(observed: list[dict]) -> None:
+    # The fits epoch_time_runs makes for all jobs at once (voda.core.estimate.amdahl_fits)
+    # are fit_speed's, the reference, to the last bit: each sum in the same order.
+    points = [(j, k, t) for j, times in enumerate(observed) for k, t in sorted(times.items())]
+    job, k, t = (np.array(column, dtype=float) for column in zip(*points, strict=True))
+    serial, parallel, slope = amdahl_fits(job.astype(np.int64), k, t,
+                                          np.arange(len(observed)))
+    for j, times in enumerate(observed):
+        model = fit_speed(times)
+        for mine, theirs in ((serial[j], model.serial), (parallel[j], model.parallel),
+                             (slope[j], model.last_slope)):
+            assert mine == theirs or (math.isnan(mine) and math.isnan(theirs))

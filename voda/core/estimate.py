@@ -122,6 +122,49 @@ def _amdahl_fit(counts: tuple[int, ...], times: tuple[float, ...]) -> tuple[floa
     return a, b
 
 
+def amdahl_fits(point_job: np.ndarray, point_k: np.ndarray, point_t: np.ndarray,
+                jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`fit_speed`'s serial, parallel and last slope for each of `jobs` (ascending job
+    numbers, each with a point), from the points of all jobs (`point_job` ascending, then
+    `point_k`; counts >= 1 and times > 0, as fit_speed keeps them): the jobs with as many
+    points fitted together, each sum taken in the same order, so the same values, to the
+    last bit."""
+    first = np.searchsorted(point_job, jobs)
+    size = np.searchsorted(point_job, jobs, side="right") - first
+    serial, parallel, slope = (np.empty(len(jobs)) for _ in range(3))
+    for m in np.unique(size).tolist():
+        at = np.flatnonzero(size == m)
+        cells = first[at, None] + np.arange(m)
+        k, t = point_k[cells], point_t[cells]
+        if m == 1:
+            serial[at], parallel[at], slope[at] = 0.0, t[:, 0] * k[:, 0], math.inf
+            continue
+        x = 1.0 / k
+        mx, my = in_order(x) / m, in_order(t) / m
+        # (x - mx) ** 2 as Python takes it (libm's pow), one value at a time
+        apart = x - mx[:, None]
+        square = np.array([v ** 2 for v in apart.ravel().tolist()]).reshape(apart.shape)
+        sxx, sxy = in_order(square), in_order(apart * (t - my[:, None]))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            b = np.where(sxx > 0, sxy / sxx, 0.0)
+            a = my - b * mx
+            flat, superlinear = b <= 0, ~(b <= 0) & (a < 0)
+            through_zero = in_order(x * t) / in_order(x * x)
+            serial[at] = np.where(flat, my, np.where(superlinear, 0.0, a))
+            parallel[at] = np.where(flat, 0.0, np.where(superlinear, through_zero, b))
+            last = (1.0 / t[:, -1] - 1.0 / t[:, -2]) / (k[:, -1] - k[:, -2])
+            slope[at] = np.where(last > 0.0, last, 0.0)  # max(0.0, last) as Python takes it
+    return serial, parallel, slope
+
+
+def in_order(columns: np.ndarray) -> np.ndarray:
+    """Each row's sum, added left to right (as Python's sum), not pairwise."""
+    total = columns[:, 0].copy()
+    for c in range(1, columns.shape[1]):
+        total += columns[:, c]
+    return total
+
+
 def speed_model(job: Job, default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS) -> SpeedModel:
     return fit_speed(job.epoch_time_by_workers, default_epoch_seconds)
 
@@ -330,9 +373,9 @@ def epoch_time_runs(
         outside = ~unknown & ~observed & ~between
         if outside.any():
             serial, parallel, slope = (np.zeros(n) for _ in range(3))
-            for j in np.unique(job[outside]).tolist():
-                model = fit_speed(jobs[j].epoch_time_by_workers, default_epoch_seconds)
-                serial[j], parallel[j], slope[j] = model.serial, model.parallel, model.last_slope
+            fitted = np.unique(job[outside])
+            serial[fitted], parallel[fitted], slope[fitted] = amdahl_fits(
+                point_job, point_k, point_t, fitted)
             low = outside & ~has_below  # fewer workers than ever measured
             high = outside & has_below
             for part, k_near, t_near in ((low, k1, t1), (high, k0, t0)):

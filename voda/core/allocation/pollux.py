@@ -161,15 +161,20 @@ class Pollux:
                    scale: float) -> list[np.ndarray]:
         """`utilities`, each job with its own fair share and capacity."""
         node = per_node(self.gpus_per_node)
-        caps = [self.cap(job, capacity) for job, capacity in zip(jobs, capacities, strict=True)]
-        speedup = [np.zeros(cap + 1) for cap in caps]
+        caps = [self.cap(job, capacity) if job.goodput is not None
+                else max(min(job.max_workers, capacity),  # `cap`, with no model to cap it
+                         min(job.min_workers, job.max_workers, capacity))
+                for job, capacity in zip(jobs, capacities, strict=True)]
+        # Every job's speedups at 0..cap end to end (0 at no GPUs), read per cap below.
+        starts = np.cumsum([0, *caps[:-1]]) + np.arange(len(caps))
+        speedup = np.zeros(sum(caps) + len(caps))
         plain = []
         for i, (job, cap) in enumerate(zip(jobs, caps, strict=True)):
             if cap < 1:
                 continue
             if job.goodput is not None and job.goodput.perf is not None:
-                speedup[i][1:] = speedups(job, fairs[i], cap, node,
-                                          max(capacities[i] // node, 1))
+                speedup[starts[i] + 1:starts[i] + cap + 1] = speedups(
+                    job, fairs[i], cap, node, max(capacities[i] // node, 1))
             else:
                 plain.append(i)
         if plain:
@@ -179,16 +184,16 @@ class Pollux:
             bases = epoch_time_runs(picked, np.array([fairs[i] for i in plain], dtype=np.int64),
                                     np.ones(len(plain)))
             times = np.repeat(bases, asked) / times  # base / times(n), as `speedups`
-            for i, end, cap in zip(plain, np.cumsum(asked).tolist(), asked, strict=True):
-                speedup[i][1:] = times[end - cap:end]
+            first = np.repeat(starts[plain] + 1 - np.cumsum([0, *asked[:-1]]), asked)
+            speedup[first + np.arange(len(times))] = times
         out: list[np.ndarray | None] = [None] * len(jobs)
         by_cap: dict[int, list[int]] = {}
         for i, cap in enumerate(caps):
             by_cap.setdefault(cap, []).append(i)
         for cap, rows in by_cap.items():
             members = [jobs[i] for i in rows]
-            values = self._group_utilities(members, cap, np.array([speedup[i] for i in rows]),
-                                           scale)
+            values = self._group_utilities(
+                members, cap, speedup[starts[rows][:, None] + np.arange(cap + 1)], scale)
             for i, row in zip(rows, values, strict=True):
                 out[i] = row
         return out  # type: ignore[return-value]
@@ -198,8 +203,7 @@ class Pollux:
         """`utility` of jobs that share a cap, from their speedups (jobs x counts)."""
         rows = np.arange(len(jobs))
         scaled = speedup * scale
-        factor = np.array([restart_factor(job, self.restart_penalty + job.rescale_delay)
-                           for job in jobs])
+        factor = restart_factors(jobs, self.restart_penalty)
         value = scaled * factor[:, None]
         kept = np.array([job.current_workers if 0 < job.current_workers <= cap else 0
                          for job in jobs], dtype=np.int64)
@@ -289,6 +293,18 @@ def restart_factor(job: Job, penalty: float) -> float:
     if age + penalty <= 0:
         return 1.0
     return max(age - penalty * job.restarts, 0.0) / (age + penalty)
+
+
+def restart_factors(jobs: Sequence[Job], restart_penalty: float) -> np.ndarray:
+    """`restart_factor` of each job at `restart_penalty` plus its rescale delay, for all
+    at once: the same operations on the same values."""
+    penalty = restart_penalty + np.array([job.rescale_delay for job in jobs], dtype=float)
+    age = np.array([job.running_seconds + job.waiting_seconds for job in jobs], dtype=float)
+    restarts = np.array([job.restarts for job in jobs], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kept = age - penalty * restarts
+        kept = np.where(kept < 0.0, 0.0, kept)  # max(kept, 0.0) as Python takes it
+        return np.where(age + penalty <= 0, 1.0, kept / (age + penalty))
 
 
 def power_utility(x: np.ndarray, p: float) -> np.ndarray:

@@ -71,7 +71,7 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -88,6 +88,7 @@ from voda.core.allocation.counts import (
     check_gpus_per_node,
     check_seconds,
     largest_packing,
+    largest_packings,
     no_slower,
     per_node,
     that_pack,
@@ -129,6 +130,10 @@ EPOCH_PROGRESS = 0.9
 AGING_LIMIT = 0.9
 # The padding one call of Voda's utilities may take on for jobs of several caps.
 PAD_CELLS = 2048
+# Below this many jobs a weight is worked out one job at a time (`*_each`): the same
+# values, and quicker than NumPy's calls for a queue's few jobs (the quota layer runs
+# hundreds of small problems a decision).
+VECTOR_MIN_JOBS = 64
 
 
 @dataclass(frozen=True)
@@ -247,7 +252,8 @@ class Voda:
         priced_problems = []
         for _, ordered, _ in live:
             models = category_models(ordered, self.category_history) if self.share_models else {}
-            priced_problems.append((ordered, [models.get(j.category) for j in ordered]))
+            priced_problems.append((ordered, [models.get(j.category) for j in ordered]
+                                    if models else [None] * len(ordered)))
         curves = priced.curves([(ordered, borrowed, capacity) for (ordered, borrowed), (
             _, _, capacity) in zip(priced_problems, live, strict=True)], node, self._curves)
         weights = []
@@ -334,8 +340,12 @@ class Voda:
         batch: list[int] = []
         caps: list[int] = []
         for i, job in enumerate(jobs):
-            model = own_model(job, borrowed[i])
-            cap = curve_cap(job, model, capacities[i])
+            model, capacity = own_model(job, borrowed[i]), capacities[i]
+            if model is None:  # curve_cap, with nothing measured to cap it
+                most = job.max_workers
+                cap = max(min(most, capacity), min(job.min_workers, most, capacity))
+            else:
+                cap = curve_cap(job, model, capacity)
             if (model is None and cap >= 1 and job.remaining_epochs > 0
                     and not self.elapsed_floor
                     and not (self.throughput_estimates and job.layout_throughput)):
@@ -420,13 +430,17 @@ class Voda:
             caps = np.array([c.cap for c in group], dtype=np.int64)
             kept = np.array([j.current_workers if 0 < j.current_workers <= c.cap else 0
                              for j, c in zip(members, group, strict=True)], dtype=np.int64)
-            charges = [restart_charge(j, self.restart_penalty, self.horizon) for j in members]
+            penalty, horizon, lost = restart_charges(members, self.restart_penalty,
+                                                     self.horizon)
             values = group_utilities(
                 seconds, pace, np.array([c.size for c in group]),
                 np.array([j.min_workers for j in members], dtype=np.int64), kept,
-                np.array([c.penalty for c in charges]), weights[rows],
-                np.array([c.horizon for c in charges]), np.array([c.lost for c in charges]),
+                penalty, weights[rows], horizon, lost,
                 node, self.aligned, caps if len(batch) > 1 else None)
+            if len(batch) == 1:  # one cap: every row is its length
+                for i, row in zip(rows, list(values), strict=True):
+                    out[i] = row
+                continue
             for i, row, cap in zip(rows, values, caps.tolist(), strict=True):
                 out[i] = row[:cap + 1]
         return out  # type: ignore[return-value]
@@ -524,6 +538,20 @@ def restart_charge(job: Job, restart_penalty: float, horizon: float) -> RestartC
                          horizon * math.sqrt(max(dearer, 1.0)), lost)
 
 
+def restart_charges(jobs: Sequence[Job], restart_penalty: float, horizon: float
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`restart_charge` of each job as arrays of its penalty, horizon and lost share: the
+    jobs without a restart cost of their own (most) in one pass, the same values."""
+    cost = np.array([job.restart_cost for job in jobs], dtype=float)
+    penalty = restart_penalty + np.array([job.rescale_delay for job in jobs], dtype=float)
+    horizons = np.full(len(jobs), horizon, dtype=float)
+    lost = np.zeros(len(jobs))
+    for i in np.flatnonzero(~(cost <= 0)).tolist():  # (a NaN cost is not <= 0 either)
+        charge = restart_charge(jobs[i], restart_penalty, horizon)
+        penalty[i], horizons[i], lost[i] = charge.penalty, charge.horizon, charge.lost
+    return penalty, horizons, lost
+
+
 def epochs_run_under_way(job: Job, seconds: np.ndarray) -> float | None:
     """How many of its estimated epochs the time the job has run in its epoch under way
     would take, at the GPUs it held there on average (GPU-seconds over seconds); None when
@@ -614,16 +642,32 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
     factors = np.ones(len(jobs))
     if exponent <= 0 or not len(jobs):
         return factors
-    caps = np.array([max(c.cap, 0) for c in curves], dtype=np.int64)
-    even = shares = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
-    if share_of != "even":
-        longest_first = sorted(range(len(jobs)), key=lambda i: (curves[i].size, i),
-                               reverse=True)
-        later = np.empty(len(jobs), dtype=np.int64)
-        later[longest_first] = prefix_water_levels(caps[longest_first].tolist(), capacity)
-        later = np.minimum(caps, later)
-        shares = later if share_of == "later" else np.sqrt(even * later).astype(np.int64)
-    shares = shares.tolist()
+    shares = water_shares(curves, capacity, share_of)
+    if len(jobs) < VECTOR_MIN_JOBS:
+        return inelastic_factors_each(jobs, curves, shares.tolist(), exponent, node)
+    cap = np.array([c.cap for c in curves], dtype=np.int64)
+    size = np.array([c.size for c in curves], dtype=float)
+    live = np.flatnonzero((cap >= 1) & np.isfinite(size))
+    if not len(live):
+        return factors
+    cap = cap[live]
+    least = np.array([jobs[i].min_workers for i in live.tolist()], dtype=np.int64)
+    share = np.maximum(np.maximum(shares[live], np.minimum(least, cap)), 1)
+    n = largest_packings(int(cap.max()), node)[np.minimum(share, cap)]
+    at = [curves[i].seconds.item(k) for i, k in zip(live.tolist(), n.tolist(), strict=True)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        speedup = size[live] / np.array(at, dtype=float)
+        poor = np.isfinite(speedup) & (speedup > 0) & (speedup < n)
+        # Each power as Python takes it (libm's pow, one value at a time).
+        factors[live[poor]] = [r ** exponent for r in (n[poor] / speedup[poor]).tolist()]
+    return factors
+
+
+def inelastic_factors_each(jobs: Sequence[Job], curves: Sequence[Curve], shares: list[int],
+                           exponent: float, node: int) -> np.ndarray:
+    """`inelastic_first` at the jobs' `water_shares`, one job at a time (the reference;
+    for a few jobs, the quicker)."""
+    factors = np.ones(len(jobs))
     for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
         if curve.cap < 1 or not math.isfinite(curve.size):
             continue
@@ -633,6 +677,20 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
         if math.isfinite(speedup) and speedup > 0:
             factors[i] = (n / speedup) ** exponent if speedup < n else 1.0
     return factors
+
+
+def water_shares(curves: Sequence[Curve], capacity: int, share_of: str) -> np.ndarray:
+    """Per job (not empty), its share of the GPUs for `inelastic_first`, water-filled over
+    what the jobs may take (their curves' caps): "even", "later" or "between"."""
+    caps = np.array([max(c.cap, 0) for c in curves], dtype=np.int64)
+    even = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
+    if share_of == "even":
+        return even
+    longest_first = ascending([c.size for c in curves])[::-1]
+    later = np.empty(len(curves), dtype=np.int64)
+    later[longest_first] = prefix_water_levels(caps[longest_first].tolist(), capacity)
+    later = np.minimum(caps, later)
+    return later if share_of == "later" else np.sqrt(even * later).astype(np.int64)
 
 
 FLOOR_NODES = 4  # a job's hardware scaling is judged on this many nodes' GPUs
@@ -651,6 +709,39 @@ def tail_floors(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
     moves with the jobs present) flips from decision to decision and each flip starts or
     halts a job (docs/experiments/voda-policy-trials.md, "Floors of one GPU").
     """
+    floored = [False] * len(curves)
+    if budget < 1 or not curves:
+        return floored
+    if len(curves) < VECTOR_MIN_JOBS:
+        return tail_floors_each(curves, budget, node)
+    size = np.array([c.size for c in curves], dtype=float)
+    cap = np.array([c.cap for c in curves], dtype=np.int64)
+    half = np.sort(size)[-(-len(size) // 2) - 1]  # longer than it: long
+    with np.errstate(invalid="ignore"):
+        long = np.flatnonzero((cap >= 1) & np.isfinite(size) & (size > half))
+    n = FLOOR_NODES * node
+    modelled = [curves[i].model is not None and curves[i].model.perf is not None
+                for i in long.tolist()]
+    # Without a model, `hardware_efficiency` from the epoch times, for all jobs at once.
+    most = np.minimum(n, cap[long])
+    at = np.array([curves[i].seconds.item(m) for i, m in zip(long.tolist(), most.tolist(),
+                                                              strict=True)], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        measured = (most >= 2) & np.isfinite(at) & (at > 0)
+        efficiency = np.where(measured, size[long] / at / most, 1.0)
+    for k, i in enumerate(long.tolist()):
+        poor = (hardware_efficiency(curves[i], curves[i].model, n, node) if modelled[k]
+                else efficiency[k]) < FLOOR_EFFICIENCY
+        if poor:
+            floored[i] = True
+            budget -= 1
+            if budget < 1:
+                break
+    return floored
+
+
+def tail_floors_each(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
+    """`tail_floors` one job at a time (the reference; for a few jobs, the quicker)."""
     floored = [False] * len(curves)
     sizes = np.sort([c.size for c in curves])
     half = sizes[-(-len(sizes) // 2) - 1] if len(sizes) else math.inf  # longer than it: long
@@ -753,6 +844,20 @@ def aged_sizes(jobs: Sequence[Job], curves: Sequence[Curve], aging: float,
     sizes = [c.size for c in curves]
     if aging <= 0 or limit <= 0:
         return sizes
+    if len(sizes) < VECTOR_MIN_JOBS:
+        return aged_sizes_each(jobs, sizes, aging, limit)
+    size = np.array(sizes, dtype=float)
+    age = np.array([job.waiting_seconds + job.running_seconds for job in jobs], dtype=float)
+    with np.errstate(invalid="ignore"):
+        # min(a, b) as Python takes it: a unless b < a (a NaN a stays).
+        taken = aging * age
+        taken = np.where(limit * size < taken, limit * size, taken)
+        return np.where(np.isfinite(size), size - taken, size).tolist()
+
+
+def aged_sizes_each(jobs: Sequence[Job], sizes: Sequence[float], aging: float,
+                    limit: float) -> list[float]:
+    """`aged_sizes` one job at a time (the reference; for a few jobs, the quicker)."""
     out = []
     for job, size in zip(jobs, sizes, strict=True):
         if math.isfinite(size):
@@ -778,19 +883,28 @@ def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
     if m == 0 or p <= 0:
         return weights
     c = 1.0 / (1.0 - p)
-    order = sorted(range(m), key=lambda i: (sizes[i], i))
+    order = ascending(sizes)
     rank = np.arange(1, m + 1)
     shares = ((m - rank + 1) / m) ** c - ((m - rank) / m) ** c
     weights[order] = shares ** (1.0 / c)
     return weights
 
 
-@dataclass(frozen=True)
-class Curve:
+def ascending(keys: Sequence[float]) -> np.ndarray:
+    """Positions by key, ties by position: `sorted(range(m), key=lambda i: (keys[i], i))`,
+    in one stable sort (as Python's sort where a key is NaN, which orders nothing)."""
+    values = np.asarray(keys, dtype=float)
+    if np.isnan(values).any():
+        return np.array(sorted(range(len(values)), key=lambda i: (keys[i], i)), dtype=np.int64)
+    return np.argsort(values, kind="stable")
+
+
+class Curve(NamedTuple):
     """A job's estimated remaining seconds on n = 0..cap GPUs, and on one (its size), and
     the goodput model they were estimated with (None: from epoch times); for a job with
     no epoch left (all its counts cost alike), the seconds of one epoch by count (`pace`),
-    which say which counts are slower than smaller ones."""
+    which say which counts are slower than smaller ones. (A named tuple: a decision makes
+    one per job, and a tuple is made in a fraction of a frozen dataclass's time.)"""
 
     cap: int
     seconds: np.ndarray

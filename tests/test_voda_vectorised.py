@@ -1,0 +1,102 @@
+"""Voda's weights, charges, tail floors and the count program's bands worked out for all
+jobs at once (voda.core.allocation.voda, counts) are those worked out one job at a time, as
+they were (tests/voda_reference.py): the same bits, on random jobs (some with goodput
+models and restart costs), curves from them, and the bench's jobs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import sys
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import voda_reference as reference
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_allocation_properties import jobs_strategy
+from test_utility_rows import CONFIGS, same_bits, with_models
+
+from voda.core.allocation import counts, voda
+from voda.core.allocation.voda import INELASTIC_SHARES, Curve
+from voda.core.model import Job
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+from allocate import make_jobs
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def with_restart_costs(jobs: list[Job], seed: int) -> list[Job]:
+    """Some jobs with a restart cost of their own (0, a few seconds, NaN) and restarts."""
+    rng = random.Random(seed)
+    return [dataclasses.replace(j, restart_cost=rng.choice([0.0, 0.0, 12.0, 250.0, math.nan]),
+                                restarts=rng.randint(0, 3), rescale_delay=rng.choice([0.0, 4.5]))
+            for j in jobs]
+
+
+def curves_of(jobs: list[Job], capacity: int, which: int) -> list[Curve]:
+    algorithm = CONFIGS[which]
+    models = voda.category_models(jobs)
+    return algorithm.curves(jobs, models, capacity)
+
+
+def check_alike(jobs: list[Job], curves: list[Curve], capacity: int, node: int,
+                exponent: float, rank_exponent: float) -> None:
+    with mock.patch.object(voda, "VECTOR_MIN_JOBS", 0):  # all jobs at once, however few
+        aged = voda.aged_sizes(jobs, curves, 2.0, 0.9)
+        factors = [voda.inelastic_first(jobs, curves, capacity, exponent, node, share)
+                   for share in INELASTIC_SHARES]
+        floors = [voda.tail_floors(curves, budget, node) for budget in (1, 3, len(jobs))]
+    old_aged = voda.aged_sizes_each(jobs, [c.size for c in curves], 2.0, 0.9)
+    assert same_bits(np.array(aged, dtype=float), np.array(old_aged, dtype=float))
+    assert same_bits(voda.rank_weights(aged, rank_exponent),
+                     reference.rank_weights(old_aged, rank_exponent))
+    if exponent > 0 and jobs:
+        for share, mine in zip(INELASTIC_SHARES, factors, strict=True):
+            shares = voda.water_shares(curves, capacity, share).tolist()
+            assert same_bits(mine, voda.inelastic_factors_each(jobs, curves, shares,
+                                                               exponent, node))
+    for budget, mine in zip((1, 3, len(jobs)), floors, strict=True):
+        assert mine == voda.tail_floors_each(curves, budget, node)
+    for mine, theirs in zip(voda.restart_charges(jobs, 30.0, 240.0),
+                            reference.restart_charges(jobs, 30.0, 240.0), strict=True):
+        assert same_bits(mine, np.asarray(theirs, dtype=float))
+
+
+@SETTINGS
+@given(jobs=jobs_strategy(max_jobs=14), capacity=st.integers(1, 48),
+       which=st.integers(0, len(CONFIGS) - 1), seed=st.integers(0, 2**32 - 1),
+       exponent=st.sampled_from([0.0, 0.75, 1, 2.5]),
+       rank_exponent=st.sampled_from([0.0, 0.5, 0.9]))
+def test_weights_and_charges_of_all_jobs_are_those_of_each(
+    jobs: list[Job], capacity: int, which: int, seed: int, exponent: float,
+    rank_exponent: float
+) -> None:
+    jobs = with_restart_costs(with_models(jobs, seed), seed)
+    node = counts.per_node(CONFIGS[which].gpus_per_node)
+    check_alike(jobs, curves_of(jobs, capacity, which), capacity, node, exponent,
+                rank_exponent)
+
+
+@SETTINGS
+@given(sizes=st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, 2.0, math.inf, math.nan]),
+                                st.floats(-1e6, 1e6)), max_size=30),
+       p=st.sampled_from([0.0, 0.5, 0.9]))
+def test_the_rank_order_is_python_sorts_even_with_ties_and_nan(sizes: list[float],
+                                                               p: float) -> None:
+    assert same_bits(voda.rank_weights(sizes, p), reference.rank_weights(sizes, p))
+
+
+@SETTINGS
+@given(tops=st.lists(st.integers(0, 40), max_size=30), capacity=st.integers(-5, 400))
+def test_the_bands_are_those_worked_out_job_by_job(tops: list[int], capacity: int) -> None:
+    assert counts._bands(tops, capacity) == reference.bands(tops, capacity)
+
+
+def test_the_bench_jobs_weigh_alike() -> None:
+    for seed, count, capacity in ((1, 1_000, 4_096), (2, 400, 64), (3, 300, 1_500)):
+        jobs = with_restart_costs(make_jobs(count, seed), seed)
+        check_alike(jobs, curves_of(jobs, capacity, 0), capacity, 4, 0.75, 0.5)
