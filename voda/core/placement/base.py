@@ -44,11 +44,13 @@ def normalize(workers_by_node: Mapping[str, int], node_order: Mapping[str, int])
 
 @dataclass(frozen=True)
 class NodeMaps:
-    """What the checks read of a cluster's nodes, by node name (read-only)."""
+    """What the placers and the checks read of a cluster's nodes, by node name (read-only)."""
 
     nodes: dict[str, Node]
     gpu_type: dict[str, str]
     capacity: dict[str, int]
+    order: dict[str, int]  # a node's position
+    nodes_of: dict[str | None, list[str]]  # the nodes of each GPU type (None: every node)
     total: int  # the cluster's GPUs
 
 
@@ -60,10 +62,14 @@ def node_maps(cluster: Cluster) -> NodeMaps:
     same Cluster to every decision until a node joins or leaves)."""
     if _last_maps and _last_maps[0][0] is cluster:
         return _last_maps[0][1]
+    nodes_of: dict[str | None, list[str]] = {None: [n.name for n in cluster.nodes]}
+    for node in cluster.nodes:
+        nodes_of.setdefault(node.gpu_type, []).append(node.name)
     maps = NodeMaps(nodes={n.name: n for n in cluster.nodes},
                     gpu_type={n.name: n.gpu_type for n in cluster.nodes},
                     capacity={n.name: n.gpus for n in cluster.nodes},
-                    total=cluster.capacity())
+                    order={n.name: i for i, n in enumerate(cluster.nodes)},
+                    nodes_of=nodes_of, total=cluster.capacity())
     _last_maps[:] = [(cluster, maps)]
     return maps
 

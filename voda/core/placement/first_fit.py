@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from itertools import pairwise
 from operator import attrgetter
 
 from voda.core.allocation.base import by_submit
 from voda.core.model import SORT_KEY, Allocation, Cluster, Job, JobPlacement, Placement
-from voda.core.placement.base import normalize
+from voda.core.placement.base import NodeMaps, node_maps, normalize
 
 _NAME = attrgetter("name")
 
@@ -35,8 +34,8 @@ def first_fit(
     cluster: Cluster,
     previous: Placement,
 ) -> Placement:
-    maps = _cluster_maps(cluster)
-    order, node_type, nodes_of = maps.order, maps.node_type, maps.nodes_of
+    maps = node_maps(cluster)
+    order, node_type, nodes_of = maps.order, maps.gpu_type, maps.nodes_of
     free = dict(maps.capacity)
     kept: dict[str, dict[str, int]] = {}
     whole: set[str] = set()  # jobs that keep every worker where it is, and need no more
@@ -123,41 +122,12 @@ def _in_job_order(names: list[str], jobs: Mapping[str, Job]) -> list[str]:
     return sorted(names, key=lambda n: SORT_KEY(jobs[n]) if n in jobs else (0, 0.0, n))
 
 
-@dataclass(frozen=True)
-class _ClusterMaps:
-    """What first fit reads of a cluster's nodes, worked out once per cluster."""
-
-    order: dict[str, int]  # a node's position
-    capacity: dict[str, int]
-    node_type: dict[str, str]
-    nodes_of: dict[str | None, list[str]]  # the nodes of each GPU type (None: every node)
-
-
-_last_maps: list[tuple[Cluster, _ClusterMaps]] = []
-
-
-def _cluster_maps(cluster: Cluster) -> _ClusterMaps:
-    """The maps of `cluster`, kept for the cluster last asked about (the engine hands the
-    same Cluster to every decision until a node joins or leaves)."""
-    if _last_maps and _last_maps[0][0] is cluster:
-        return _last_maps[0][1]
-    nodes_of: dict[str | None, list[str]] = {None: [n.name for n in cluster.nodes]}
-    for node in cluster.nodes:
-        nodes_of.setdefault(node.gpu_type, []).append(node.name)
-    maps = _ClusterMaps(order={n.name: i for i, n in enumerate(cluster.nodes)},
-                        capacity={n.name: n.gpus for n in cluster.nodes},
-                        node_type={n.name: n.gpu_type for n in cluster.nodes},
-                        nodes_of=nodes_of)
-    _last_maps[:] = [(cluster, maps)]
-    return maps
-
-
 def _keeps_whole(before: JobPlacement, gpus: int, gpu_type: str | None,
-                 free: dict[str, int], maps: _ClusterMaps) -> bool:
+                 free: dict[str, int], maps: NodeMaps) -> bool:
     """Whether a job keeps its placement `before` as it is: `gpus` GPUs on the same nodes,
     in node order, each of its type with the room still free (then taken off `free`). The
     general path would keep every worker and hand `before` back too."""
-    order, node_type = maps.order, maps.node_type
+    order, node_type = maps.order, maps.gpu_type
     total, last = 0, -1
     for node, count in before:
         position = order.get(node)
