@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 from counts_reference import best_counts_every_column
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from voda.core.allocation import counts
 from voda.core.allocation.count_bounds import column_bound
 from voda.core.allocation.counts import FoldTables, best_counts, packs
 
@@ -83,6 +86,25 @@ def test_best_counts_equals_the_program_over_every_column(
     # The fold over every column, as it was (tests/counts_reference.py): bands of columns
     # change no count, however the capacity sits against what the jobs can take.
     assert best_counts(utilities, capacity) == best_counts_every_column(utilities, capacity)
+
+
+@settings(max_examples=200, deadline=None)
+@given(utilities=st.lists(any_utility(), max_size=12), capacity=st.integers(0, 80),
+       narrow=st.sampled_from([0, 1, 3, 1_000]))
+def test_folds_on_python_floats_and_on_arrays_give_the_same_counts(
+    utilities: list[np.ndarray], capacity: int, narrow: int
+) -> None:
+    # Folds narrower than NARROW_COLUMNS run on Python floats: every fold one way (0: all
+    # on arrays; 1,000: all on floats) or split, with and without stored tables, the
+    # counts of the program over every column.
+    expected = best_counts_every_column(utilities, capacity)
+    with mock.patch.object(counts, "NARROW_COLUMNS", narrow):
+        assert best_counts(utilities, capacity) == expected
+        tables = FoldTables()
+        keys = list(range(len(utilities)))
+        for at in (capacity, capacity // 2, capacity + 7):
+            assert (best_counts(utilities, at, tables, keys)
+                    == best_counts_every_column(utilities, at))
 
 
 def test_best_counts_equals_the_program_over_every_column_at_scale() -> None:

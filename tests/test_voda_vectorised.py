@@ -6,6 +6,7 @@ models and restart costs), curves from them, and the bench's jobs."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import random
 import sys
@@ -50,6 +51,10 @@ def check_alike(jobs: list[Job], curves: list[Curve], capacity: int, node: int,
         factors = [voda.inelastic_first(jobs, curves, capacity, exponent, node, share)
                    for share in INELASTIC_SHARES]
         floors = [voda.tail_floors(curves, budget, node) for budget in (1, 3, len(jobs))]
+        shares_of = ({share: voda.water_shares(curves, capacity, share).tolist()
+                      for share in INELASTIC_SHARES} if jobs else {})
+    for share, shares in shares_of.items():  # the one-job-at-a-time shares, on Python ints
+        assert shares == voda.water_shares_each(curves, capacity, share)
     old_aged = voda.aged_sizes_each(jobs, [c.size for c in curves], 2.0, 0.9)
     assert same_bits(np.array(aged, dtype=float), np.array(old_aged, dtype=float))
     assert same_bits(voda.rank_weights(aged, rank_exponent),
@@ -100,3 +105,43 @@ def test_the_bench_jobs_weigh_alike() -> None:
     for seed, count, capacity in ((1, 1_000, 4_096), (2, 400, 64), (3, 300, 1_500)):
         jobs = with_restart_costs(make_jobs(count, seed), seed)
         check_alike(jobs, curves_of(jobs, capacity, 0), capacity, 4, 0.75, 0.5)
+
+
+@SETTINGS
+@given(jobs=jobs_strategy(max_jobs=14), cuts=st.lists(st.integers(0, 14), max_size=4),
+       capacities=st.lists(st.integers(1, 48), min_size=5, max_size=5),
+       which=st.integers(0, len(CONFIGS) - 1), seed=st.integers(0, 2**32 - 1),
+       exponent=st.sampled_from([0.0, 0.75, 2.5]), share=st.sampled_from(INELASTIC_SHARES),
+       vector_from=st.sampled_from([0, 6]))
+def test_factors_of_many_problems_are_those_of_each_problem(
+    jobs: list[Job], cuts: list[int], capacities: list[int], which: int, seed: int,
+    exponent: float, share: str, vector_from: int
+) -> None:
+    # The quota layer's problems priced together: each problem's factors are those of
+    # its own call, one job at a time.
+    jobs = with_models(jobs, seed)
+    node = counts.per_node(CONFIGS[which].gpus_per_node)
+    bounds = [0, *sorted(min(c, len(jobs)) for c in cuts), len(jobs)]
+    problems = [(jobs[a:b], curves_of(jobs[a:b], capacity, which), capacity)
+                for (a, b), capacity in zip(itertools.pairwise(bounds), capacities, strict=False)]
+    with mock.patch.object(voda, "VECTOR_MIN_JOBS", vector_from):
+        many = voda.inelastic_first_many(problems, exponent, node, share)
+    for (part, curves, capacity), mine in zip(problems, many, strict=True):
+        assert same_bits(mine, voda.inelastic_first(part, curves, capacity, exponent, node,
+                                                    share))
+
+
+def test_factors_of_the_bench_jobs_in_many_problems_are_those_of_each_problem() -> None:
+    jobs = make_jobs(400, 5)
+    rng = random.Random(5)
+    bounds = sorted({0, len(jobs), *(rng.randrange(len(jobs)) for _ in range(30))})
+    problems = []
+    for a, b in itertools.pairwise(bounds):
+        capacity = rng.choice([8, 24, 61, 200])
+        problems.append((jobs[a:b], curves_of(jobs[a:b], capacity, 0), capacity))
+    for share in INELASTIC_SHARES:
+        many = voda.inelastic_first_many(problems, 0.75, 4, share)
+        each = [voda.inelastic_first(part, curves, capacity, 0.75, 4, share)
+                for part, curves, capacity in problems]
+        assert all(same_bits(mine, theirs) for mine, theirs in zip(many, each, strict=True))
+        assert sum(int((f != 1.0).sum()) for f in many) > len(jobs) // 10  # factors that count

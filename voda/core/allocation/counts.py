@@ -32,7 +32,10 @@ TRIM_GROWTH, TRIM_MIN = 1.25, 64
 # 512 GPUs, 0.62-0.75 x at 300 on 1,024, 0.53-0.97 x at 1,000 on 4,096 (Voda's and
 # Pollux's utilities of bench/allocate.py's jobs); 1.04-2.35 x at 20 to 64 jobs.
 BOUND_MIN_JOBS = 100
-LOCAL_MIN_JOBS = 64  # `_options`: from this many jobs, one NumPy pass beats a loop per job
+# A fold of fewer columns than this is worked out on Python floats (`_fold_max_narrow`):
+# a NumPy call per count costs more than the few sums.
+NARROW_COLUMNS = 12
+LOCAL_MIN_JOBS = 64  # `_options`, `_bands`: from this many jobs, NumPy passes beat a loop
 
 
 def packs(cap: int, per_node: int) -> np.ndarray:
@@ -207,8 +210,10 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     """
     if tables is not None and len(keys) != len(utilities):
         raise ValueError(f"keys: one per job, got {len(keys)} for {len(utilities)} jobs")
-    tops = np.minimum(np.fromiter(map(len, utilities), dtype=np.int64, count=len(utilities))
-                      - 1, max(capacity, 0)).tolist()
+    room = max(capacity, 0)
+    tops = ([min(len(u) - 1, room) for u in utilities] if len(utilities) < LOCAL_MIN_JOBS
+            else np.minimum(np.fromiter(map(len, utilities), dtype=np.int64,
+                                        count=len(utilities)) - 1, room).tolist())
     bands = _bands(tops, capacity)
     if tables is not None:  # up to the most the jobs j.. take on any capacity: kept whole
         most = itertools.accumulate(len(u) - 1 for u in reversed(utilities))
@@ -226,6 +231,10 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     best = np.zeros(1)  # the best of no jobs: 0 at every column from 0 up
     below = 0  # `best` holds the columns from `below` up; past its end, its last value
     folded = []  # per job, last first: the table of the jobs after it, from column `below`
+    # Per job folded on Python floats, the count it takes at each column of its fold,
+    # from the column in `picked_from`.
+    picked: dict[int, list[int]] = {}
+    picked_from: dict[int, int] = {}
     trimmed = TRIM_MIN  # a table is trimmed by the bound once it is wider (a test costs)
     end = 0  # the last column `best` holds (past it, padding that holds its value)
     for j in range(len(starts) - 1, -1, -1):
@@ -253,6 +262,16 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
                 folded.append((best, below))
                 below, best = held
                 continue
+        if exact_max and hi - lo < NARROW_COLUMNS:  # a few columns: on Python floats
+            folded.append((best, below))
+            value, picked[j] = _fold_max_narrow(best, below, lo, hi, rows, values, first,
+                                                extra)
+            picked_from[j] = lo
+            if tables is not None:
+                tables.keep(key, lo, value)
+            end = hi
+            best, below = value, lo
+            continue
         reach = hi - below + 1  # sources c - n for n = 0 reach up to hi
         if reach > len(best):
             best = np.concatenate((best, best[-1:].repeat(reach - len(best))))
@@ -271,9 +290,12 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
         best, below = value, lo
     counts = []
     left = capacity
-    for first, rows, (_, hi), (after, base) in zip(starts, options, bands,
-                                                    reversed(folded), strict=True):
-        n = _pick(after, base, min(left, hi), rows, values, first)
+    for j, (first, rows, (_, hi), (after, base)) in enumerate(
+            zip(starts, options, bands, reversed(folded), strict=True)):
+        column = min(left, hi)
+        picks = picked.get(j)
+        at = column - picked_from[j] if picks is not None else -1
+        n = picks[at] if 0 <= at < len(picks) else _pick(after, base, column, rows, values, first)
         counts.append(n)
         left -= n
     return counts
@@ -355,6 +377,35 @@ def _fold_max(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int
     return value
 
 
+def _fold_max_narrow(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int],
+                     values: Sequence[float], first: int, extra: int = 0
+                     ) -> tuple[np.ndarray, list[int]]:
+    """`_fold_max` of a few columns, on Python floats: the same sums and the same maximum
+    (no NaN), without a NumPy call per count. A source past the end of `best` reads its
+    last value, as the padding `_fold_max` reads does.
+
+    Also, per column, the count `_pick` takes there from `best`: the largest count of the
+    highest total, the largest count where no total is above -inf."""
+    last = len(best) - 1
+    item = best.item
+    own = [(n, values[first + n]) for n in rows]
+    totals, picks = [], []
+    for column in range(lo - below, hi - below + 1):  # the columns, from `below`
+        top, pick = -math.inf, rows[-1]
+        for n, value in own:  # ascending: the sources go down, a tie goes to the larger
+            source = column - n
+            if source < 0:
+                break
+            total = item(source if source < last else last) + value
+            if total >= top and total != -math.inf:
+                top, pick = total, n
+        totals.append(top)
+        picks.append(pick)
+    if extra:
+        totals += [totals[-1]] * extra
+    return np.array(totals), picks
+
+
 def _fold_in_order(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int],
                    values: Sequence[float], first: int) -> np.ndarray:
     """As `_fold_max`, reading the counts from the largest down, a later one replacing
@@ -402,6 +453,15 @@ def _bands(tops: Sequence[int], capacity: int) -> list[tuple[int, int]]:
     their most (at least 0), and at most hi (every column past hi reads hi)."""
     if not len(tops):
         return []
+    if len(tops) < LOCAL_MIN_JOBS:  # a few jobs: on Python integers, the same sums
+        after = list(itertools.accumulate(reversed(tops)))[::-1]  # the most jobs j.. take
+        bands = []
+        before = 0  # the most jobs ..j-1 take
+        for top, most_after in zip(tops, after, strict=True):
+            hi = min(capacity, most_after)
+            bands.append((min(max(capacity - before, 0), hi), hi))
+            before += top
+        return bands
     most = np.asarray(tops, dtype=np.int64)
     after = np.cumsum(most[::-1])[::-1]  # the most jobs j.. take
     before = np.cumsum(most) - most  # the most jobs ..j-1 take

@@ -180,40 +180,47 @@ class Pollux:
         if plain:
             picked = [jobs[i] for i in plain]
             asked = [caps[i] for i in plain]
-            times = epoch_time_runs(picked, np.ones(len(plain), dtype=np.int64), asked)
-            bases = epoch_time_runs(picked, np.array([fairs[i] for i in plain], dtype=np.int64),
-                                    np.ones(len(plain)))
+            # Times at 1..cap and at the fair share, in one pass (each value is the
+            # job's own at that count, whatever else is asked).
+            runs = epoch_time_runs(picked + picked,
+                                   [1] * len(plain) + [fairs[i] for i in plain],
+                                   asked + [1] * len(plain))
+            times, bases = runs[:-len(plain)], runs[-len(plain):]
             times = np.repeat(bases, asked) / times  # base / times(n), as `speedups`
             first = np.repeat(starts[plain] + 1 - np.cumsum([0, *asked[:-1]]), asked)
             speedup[first + np.arange(len(times))] = times
         out: list[np.ndarray | None] = [None] * len(jobs)
-        by_cap: dict[int, list[int]] = {}
-        for i, cap in enumerate(caps):
-            by_cap.setdefault(cap, []).append(i)
-        for cap, rows in by_cap.items():
-            members = [jobs[i] for i in rows]
-            values = self._group_utilities(
-                members, cap, speedup[starts[rows][:, None] + np.arange(cap + 1)], scale)
-            for i, row in zip(rows, values, strict=True):
-                out[i] = row
+        for rows in cap_groups(caps):
+            width = max(caps[i] for i in rows) + 1
+            row_caps = np.array([caps[i] for i in rows], dtype=np.int64)
+            inside = np.arange(width) <= row_caps[:, None]  # a row's counts 0..its cap
+            cells = np.where(inside, starts[rows][:, None] + np.arange(width), 0)
+            values = self._group_utilities([jobs[i] for i in rows], inside,
+                                           np.where(inside, speedup[cells], 0.0), scale)
+            for i, row, cap in zip(rows, values, row_caps.tolist(), strict=True):
+                out[i] = row[:cap + 1]
         return out  # type: ignore[return-value]
 
-    def _group_utilities(self, jobs: Sequence[Job], cap: int, speedup: np.ndarray,
+    def _group_utilities(self, jobs: Sequence[Job], inside: np.ndarray, speedup: np.ndarray,
                          scale: float) -> np.ndarray:
-        """`utility` of jobs that share a cap, from their speedups (jobs x counts)."""
+        """`utility` of each job from its speedups (jobs x counts), its row's counts past
+        its cap padding (`inside` false there): every operation is per count or runs
+        along a row from count 0, so a row's counts up to its cap are `utility`'s."""
         rows = np.arange(len(jobs))
+        caps = inside.sum(axis=1) - 1
         scaled = speedup * scale
         factor = restart_factors(jobs, self.restart_penalty)
         value = scaled * factor[:, None]
         kept = np.array([job.current_workers if 0 < job.current_workers <= cap else 0
-                         for job in jobs], dtype=np.int64)
+                         for job, cap in zip(jobs, caps.tolist(), strict=True)], dtype=np.int64)
         value[rows, kept] = scaled[rows, kept]  # no change, no restart
         u = power_utility(value + SPEEDUP_FLOOR, self.fairness)
         lo = np.array([job.min_workers for job in jobs], dtype=np.int64)
-        fast = np.arange(cap + 1) >= lo[:, None]
+        fast = np.arange(inside.shape[1]) >= lo[:, None]
         by_times = np.array([job.goodput is None for job in jobs])
         if by_times.any():
             fast[by_times] = no_slower_rows(-speedup[by_times], lo[by_times])
+        fast &= inside  # (past its cap a row's min may be set: it is no count of the job)
         allowed = that_pack_rows(fast, per_node(self.gpus_per_node)) if self.aligned else fast
         allowed[rows, kept] |= fast[rows, kept]
         allowed[:, 0] = True
@@ -247,6 +254,19 @@ class Pollux:
         allowed[0] = True
         u[~allowed] = -np.inf
         return u
+
+
+# Jobs whose caps are below this are priced in one array, padded to the largest cap.
+PADDED_CAP = 64
+
+
+def cap_groups(caps: Sequence[int]) -> list[list[int]]:
+    """The jobs (positions) priced together: every cap below PADDED_CAP in one group,
+    larger ones by their bit length (at most twice the cells they need)."""
+    groups: dict[int, list[int]] = {}
+    for i, cap in enumerate(caps):
+        groups.setdefault(0 if cap < PADDED_CAP else cap.bit_length(), []).append(i)
+    return list(groups.values())
 
 
 def by_attained(jobs: Sequence[Job]) -> list[Job]:

@@ -68,6 +68,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -256,11 +257,13 @@ class Voda:
                                     if models else [None] * len(ordered)))
         curves = priced.curves([(ordered, borrowed, capacity) for (ordered, borrowed), (
             _, _, capacity) in zip(priced_problems, live, strict=True)], node, self._curves)
+        factors = inelastic_first_many(
+            [(ordered, part, capacity) for part, (_, ordered, capacity) in zip(
+                curves, live, strict=True)], self.inelastic_first, node, self.inelastic_share)
         weights = []
-        for part, (_, ordered, capacity) in zip(curves, live, strict=True):
+        for part, (_, ordered, _), factor in zip(curves, live, factors, strict=True):
             weight = priced.weights(ordered, part, self._job_weights)
-            weight *= inelastic_first(ordered, part, capacity, self.inelastic_first,
-                                      node, self.inelastic_share)
+            weight *= factor
             weights.append(weight)
         jobs = [ordered for _, ordered, _ in live]
         utilities = priced.utilities(jobs, curves, weights, self.utilities)
@@ -642,9 +645,37 @@ def inelastic_first(jobs: Sequence[Job], curves: Sequence[Curve], capacity: int,
     factors = np.ones(len(jobs))
     if exponent <= 0 or not len(jobs):
         return factors
-    shares = water_shares(curves, capacity, share_of)
     if len(jobs) < VECTOR_MIN_JOBS:
-        return inelastic_factors_each(jobs, curves, shares.tolist(), exponent, node)
+        return inelastic_factors_each(jobs, curves, water_shares_each(curves, capacity, share_of),
+                                      exponent, node)
+    return inelastic_factors(jobs, curves, water_shares(curves, capacity, share_of),
+                             exponent, node)
+
+
+def inelastic_first_many(problems: Sequence[tuple[Sequence[Job], Sequence[Curve], int]],
+                         exponent: float, node: int, share_of: str = "between"
+                         ) -> list[np.ndarray]:
+    """`inelastic_first` of each (jobs, curves, capacity) problem: the shares problem by
+    problem, the factors of all problems' jobs at once where they are many."""
+    if exponent <= 0 or sum(len(jobs) for jobs, _, _ in problems) < VECTOR_MIN_JOBS:
+        return [inelastic_first(jobs, curves, capacity, exponent, node, share_of)
+                for jobs, curves, capacity in problems]
+    shares = [[] if not curves else water_shares_each(curves, capacity, share_of)
+              if len(curves) < VECTOR_MIN_JOBS else water_shares(curves, capacity, share_of)
+              .tolist() for _, curves, capacity in problems]
+    every = inelastic_factors([j for jobs, _, _ in problems for j in jobs],
+                              [c for _, curves, _ in problems for c in curves],
+                              np.array([s for part in shares for s in part], dtype=np.int64),
+                              exponent, node)
+    cuts = list(itertools.accumulate(len(jobs) for jobs, _, _ in problems))
+    return np.split(every, cuts[:-1])
+
+
+def inelastic_factors(jobs: Sequence[Job], curves: Sequence[Curve], shares: np.ndarray,
+                      exponent: float, node: int) -> np.ndarray:
+    """`inelastic_factors_each` of all jobs at once (the same operations on the same
+    values)."""
+    factors = np.ones(len(jobs))
     cap = np.array([c.cap for c in curves], dtype=np.int64)
     size = np.array([c.size for c in curves], dtype=float)
     live = np.flatnonzero((cap >= 1) & np.isfinite(size))
@@ -667,21 +698,26 @@ def inelastic_factors_each(jobs: Sequence[Job], curves: Sequence[Curve], shares:
                            exponent: float, node: int) -> np.ndarray:
     """`inelastic_first` at the jobs' `water_shares`, one job at a time (the reference;
     for a few jobs, the quicker)."""
-    factors = np.ones(len(jobs))
+    factors = [1.0] * len(jobs)
     for i, (job, curve) in enumerate(zip(jobs, curves, strict=True)):
         if curve.cap < 1 or not math.isfinite(curve.size):
             continue
         share = max(shares[i], min(job.min_workers, curve.cap), 1)
         n = largest_packing(min(share, curve.cap), node)  # one GPU always fits
-        speedup = curve.size / curve.seconds[n]
+        seconds = curve.seconds.item(n)
+        if seconds == 0:  # no finite speedup to weigh
+            continue
+        speedup = curve.size / seconds
         if math.isfinite(speedup) and speedup > 0:
             factors[i] = (n / speedup) ** exponent if speedup < n else 1.0
-    return factors
+    return np.array(factors)
 
 
 def water_shares(curves: Sequence[Curve], capacity: int, share_of: str) -> np.ndarray:
     """Per job (not empty), its share of the GPUs for `inelastic_first`, water-filled over
     what the jobs may take (their curves' caps): "even", "later" or "between"."""
+    if len(curves) < VECTOR_MIN_JOBS:
+        return np.array(water_shares_each(curves, capacity, share_of), dtype=np.int64)
     caps = np.array([max(c.cap, 0) for c in curves], dtype=np.int64)
     even = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
     if share_of == "even":
@@ -691,6 +727,26 @@ def water_shares(curves: Sequence[Curve], capacity: int, share_of: str) -> np.nd
     later[longest_first] = prefix_water_levels(caps[longest_first].tolist(), capacity)
     later = np.minimum(caps, later)
     return later if share_of == "later" else np.sqrt(even * later).astype(np.int64)
+
+
+def water_shares_each(curves: Sequence[Curve], capacity: int, share_of: str) -> list[int]:
+    """`water_shares` on Python integers (the reference; for a few jobs, the quicker):
+    the geometric mean as NumPy takes it, the square root of the product as a float,
+    truncated."""
+    caps = [max(c.cap, 0) for c in curves]
+    level = water_level(sorted(caps), capacity)
+    even = [min(cap, level) for cap in caps]
+    if share_of == "even":
+        return even
+    sizes = [c.size for c in curves]
+    longest_first = sorted(range(len(sizes)), key=lambda i: (sizes[i], i))[::-1]
+    later = [0] * len(caps)
+    levels = prefix_water_levels([caps[i] for i in longest_first], capacity)
+    for i, level in zip(longest_first, levels, strict=True):
+        later[i] = min(caps[i], level)
+    if share_of == "later":
+        return later
+    return [int(math.sqrt(e * lat)) for e, lat in zip(even, later, strict=True)]
 
 
 FLOOR_NODES = 4  # a job's hardware scaling is judged on this many nodes' GPUs
@@ -882,17 +938,27 @@ def rank_weights(sizes: Sequence[float], p: float) -> np.ndarray:
     weights = np.ones(m)
     if m == 0 or p <= 0:
         return weights
+    weights[ascending(sizes)] = rank_shares(m, p)
+    return weights
+
+
+@functools.lru_cache(maxsize=256)
+def rank_shares(m: int, p: float) -> np.ndarray:
+    """`rank_weights`' weight of the k-th shortest of m jobs, k = 1..m (read-only, kept:
+    the quota layer asks for the same few m in every decision)."""
     c = 1.0 / (1.0 - p)
-    order = ascending(sizes)
     rank = np.arange(1, m + 1)
     shares = ((m - rank + 1) / m) ** c - ((m - rank) / m) ** c
-    weights[order] = shares ** (1.0 / c)
+    weights = shares ** (1.0 / c)
+    weights.setflags(write=False)
     return weights
 
 
 def ascending(keys: Sequence[float]) -> np.ndarray:
     """Positions by key, ties by position: `sorted(range(m), key=lambda i: (keys[i], i))`,
     in one stable sort (as Python's sort where a key is NaN, which orders nothing)."""
+    if len(keys) < VECTOR_MIN_JOBS:  # a few: Python's sort, for less than NumPy's calls
+        return np.array(sorted(range(len(keys)), key=lambda i: (keys[i], i)), dtype=np.int64)
     values = np.asarray(keys, dtype=float)
     if np.isnan(values).any():
         return np.array(sorted(range(len(values)), key=lambda i: (keys[i], i)), dtype=np.int64)
