@@ -188,3 +188,19 @@ def test_counts_left_out_by_the_bound_change_no_count() -> None:
         capacity = int(rng.uniform(0, 1.2) * sum(len(u) - 1 for u in utilities))
         assert (best_counts(utilities, capacity, bounded=True)
                 == best_counts(utilities, capacity, bounded=False))
+
+
+@settings(max_examples=200, deadline=None)
+@given(utilities=st.lists(st.lists(st.one_of(st.floats(allow_infinity=True, allow_nan=True),
+                                             st.just(-np.inf)), min_size=1, max_size=12),
+                          max_size=40))
+def test_the_layout_of_a_few_jobs_on_floats_is_the_layout_on_arrays(
+    utilities: list[list[float]]
+) -> None:
+    # NaN, -inf and every other float: the same starts, counts, values and NaN test.
+    rows = [np.array(u) for u in utilities]
+    with mock.patch.object(counts, "PYTHON_LAYOUT_JOBS", 0):
+        on_arrays = counts._layout(rows)
+    starts, options, values, exact = counts._layout_each(rows)
+    assert (starts, options, exact) == (on_arrays[0], on_arrays[1], on_arrays[3])
+    assert np.array(values).tobytes() == np.array(on_arrays[2]).tobytes()

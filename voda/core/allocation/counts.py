@@ -35,6 +35,7 @@ BOUND_MIN_JOBS = 100
 # A fold of fewer columns than this is worked out on Python floats (`_fold_max_narrow`):
 # a NumPy call per count costs more than the few sums.
 NARROW_COLUMNS = 12
+PYTHON_LAYOUT_JOBS = 32  # `_layout`: below this many jobs, on Python floats
 LOCAL_MIN_JOBS = 64  # `_options`, `_bands`: from this many jobs, NumPy passes beat a loop
 
 
@@ -136,7 +137,7 @@ class FoldTables:
     def __init__(self) -> None:
         self._suffixes: dict[tuple[Hashable, int], int] = {}
         self._layouts: dict[int, Layout] = {}
-        self._tables: dict[tuple[bool, int], tuple[int, np.ndarray]] = {}
+        self._tables: dict[tuple[bool, int], tuple[int, Table]] = {}
 
     def chain(self, keys: Sequence[Hashable]) -> list[int]:
         """Per job, the id of the jobs from it to the last (named by their keys)."""
@@ -155,7 +156,7 @@ class FoldTables:
         return held
 
     def covering(self, key: tuple[bool, int], lo: int, hi: int
-                 ) -> tuple[int, np.ndarray] | None:
+                 ) -> tuple[int, Table] | None:
         """A stored table of the jobs `key` (the fold that built it, a `chain` id) over
         columns lo..hi at least, and the column it starts at."""
         held = self._tables.get(key)
@@ -163,7 +164,7 @@ class FoldTables:
             return held
         return None
 
-    def keep(self, key: tuple[bool, int], lo: int, table: np.ndarray) -> None:
+    def keep(self, key: tuple[bool, int], lo: int, table: Table) -> None:
         """Store a table (columns lo..) where it reaches higher than the one held."""
         held = self._tables.get(key)
         if held is None or held[0] + len(held[1]) < lo + len(table):
@@ -243,6 +244,7 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
         if bound is not None:  # below `below` no column is read; past the top, the top's
             if len(rows) == 1:  # one count: the table after it, moved and added to
                 n = rows[0]
+                best = np.asarray(best, dtype=float)
                 folded.append((best, below))
                 np.add(best, values[first + n], out=best)  # (no pick reads it: one count)
                 below, end = below + n, end + n
@@ -273,6 +275,8 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
             best, below = value, lo
             continue
         reach = hi - below + 1  # sources c - n for n = 0 reach up to hi
+        if type(best) is list:  # a fold on floats made it
+            best = np.array(best)
         if reach > len(best):
             best = np.concatenate((best, best[-1:].repeat(reach - len(best))))
         folded.append((best, below))
@@ -302,15 +306,34 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
 
 
 Layout = tuple[list[int], list[list[int]], list[float], bool]
+# A fold table: an array, or a list of Python floats where a fold on floats made it.
+Table = np.ndarray | list[float]
 
 
 def _layout(utilities: Sequence[np.ndarray]) -> Layout:
     """What the folds read of the utilities: where each job's start end to end, the counts
     each fold reads (`_options`), all values as Python floats, and whether none is NaN."""
+    if len(utilities) < PYTHON_LAYOUT_JOBS:
+        return _layout_each(utilities)
     flat, starts, options = _options(utilities)
     # Without NaN, the running maximum a fold keeps is the plain maximum of its rows, in
     # any order (max is exact); with one, the fold compares row by row as it reads them.
     return starts, options, flat.tolist(), not np.isnan(flat).any()
+
+
+def _layout_each(utilities: Sequence[np.ndarray]) -> Layout:
+    """`_layout` one job at a time, on Python floats (for a few jobs, the quicker)."""
+    values: list[float] = []
+    starts, options = [], []
+    for u in utilities:
+        own = u.tolist()
+        starts.append(len(values))
+        rows = [n for n, value in enumerate(own) if value != -math.inf]  # NaN kept
+        if not rows or rows[-1] != len(own) - 1:
+            rows.append(len(own) - 1)
+        options.append(rows)
+        values += own
+    return starts, options, values, not any(map(math.isnan, values))
 
 
 def _pads(options: Sequence[Sequence[int]]) -> list[int]:
@@ -377,17 +400,18 @@ def _fold_max(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int
     return value
 
 
-def _fold_max_narrow(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int],
+def _fold_max_narrow(best: Table, below: int, lo: int, hi: int, rows: Sequence[int],
                      values: Sequence[float], first: int, extra: int = 0
-                     ) -> tuple[np.ndarray, list[int]]:
+                     ) -> tuple[list[float], list[int]]:
     """`_fold_max` of a few columns, on Python floats: the same sums and the same maximum
-    (no NaN), without a NumPy call per count. A source past the end of `best` reads its
-    last value, as the padding `_fold_max` reads does.
+    (no NaN), without a NumPy call per count, kept as a list (a table a later fold on
+    arrays reads is made an array first). A source past the end of `best` reads its last
+    value, as the padding `_fold_max` reads does.
 
     Also, per column, the count `_pick` takes there from `best`: the largest count of the
     highest total, the largest count where no total is above -inf."""
     last = len(best) - 1
-    item = best.item
+    item = best.__getitem__ if type(best) is list else best.item
     own = [(n, values[first + n]) for n in rows]
     totals, picks = [], []
     for column in range(lo - below, hi - below + 1):  # the columns, from `below`
@@ -403,7 +427,7 @@ def _fold_max_narrow(best: np.ndarray, below: int, lo: int, hi: int, rows: Seque
         picks.append(pick)
     if extra:
         totals += [totals[-1]] * extra
-    return np.array(totals), picks
+    return totals, picks
 
 
 def _fold_in_order(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int],
@@ -426,12 +450,13 @@ def _fold_in_order(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequenc
     return value
 
 
-def _pick(after: np.ndarray, below: int, column: int, rows: Sequence[int],
+def _pick(after: Table, below: int, column: int, rows: Sequence[int],
           values: Sequence[float], first: int) -> int:
     """The count a job takes at `column`: its fold's choice there, worked out again for
     that column alone (the same sums, compared in the same order): among equal totals
     the largest count; the largest where none is above -inf."""
     last = len(after) - 1
+    item = after.__getitem__ if type(after) is list else after.item
     held, pick = -math.inf, len(rows) - 1
     for row in range(len(rows) - 1, -1, -1):
         n = rows[row]
@@ -439,7 +464,7 @@ def _pick(after: np.ndarray, below: int, column: int, rows: Sequence[int],
             continue
         source = column - n - below  # below the table (left out by a bound): -inf
         # .item: a Python float, the same sum as numpy's for a fraction of the time
-        total = (after.item(min(source, last)) if source >= 0 else -math.inf) + values[first + n]
+        total = (item(min(source, last)) if source >= 0 else -math.inf) + values[first + n]
         if row == len(rows) - 1:
             held = total
         elif total > held:
