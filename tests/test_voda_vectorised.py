@@ -145,3 +145,26 @@ def test_factors_of_the_bench_jobs_in_many_problems_are_those_of_each_problem() 
                 for part, curves, capacity in problems]
         assert all(same_bits(mine, theirs) for mine, theirs in zip(many, each, strict=True))
         assert sum(int((f != 1.0).sum()) for f in many) > len(jobs) // 10  # factors that count
+
+
+@SETTINGS
+@given(rows=st.lists(st.tuples(
+    st.sampled_from([0.0, 1.0, 30.0, 1e-3, 7.5, 1e4]),  # seconds run in the epoch
+    st.floats(0.0, 12.0),  # GPUs held on average there (half-way values round to even)
+    st.integers(1, 9), st.floats(0.0, 9.0),  # epochs, completed
+    st.lists(st.sampled_from([0.0, 1.0, 2.5, 40.0, 1e5, math.inf, math.nan]),
+             min_size=1, max_size=6)), max_size=12))
+def test_the_shares_left_of_all_jobs_are_those_of_each(rows: list[tuple]) -> None:
+    jobs, caps, segments = [], [], []
+    for i, (ran, gpus, epochs, done, seconds) in enumerate(rows):
+        jobs.append(Job(name=f"j{i}", epochs=epochs, completed_epochs=min(done, epochs),
+                        running_seconds_since_epoch=ran,
+                        attained_gpu_seconds_since_epoch=ran * round(gpus * 2) / 2))
+        caps.append(len(seconds))
+        segments.append([math.inf, *seconds])
+    flat = np.array([v for part in segments for v in part], dtype=float)
+    starts = np.cumsum([0, *(len(p) for p in segments[:-1])]).astype(np.int64)
+    mine = voda.shares_left(jobs, [j.remaining_epochs for j in jobs], flat, starts, caps)
+    theirs = [voda.share_left(j, np.array(p), voda.EPOCH_PROGRESS)
+              for j, p in zip(jobs, segments, strict=True)]
+    assert same_bits(mine, np.array(theirs, dtype=float))

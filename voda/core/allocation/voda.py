@@ -359,7 +359,8 @@ class Voda:
         if batch:
             picked = [jobs[i] for i in batch]
             times = epoch_time_runs(picked, np.ones(len(batch), dtype=np.int64), caps)
-            times *= np.repeat([job.remaining_epochs for job in picked], caps)
+            left = [job.remaining_epochs for job in picked]
+            times *= np.repeat(left, caps)
             # Each job's seconds at 0..cap GPUs end to end: inf at 0, then its times.
             starts = np.cumsum([0, *caps[:-1]]) + np.arange(len(caps))
             flat = np.empty(len(times) + len(caps))
@@ -367,13 +368,10 @@ class Voda:
             zero[starts] = True
             flat[zero] = np.inf
             flat[~zero] = times
+            flat *= np.repeat(shares_left(picked, left, flat, starts, caps), np.add(caps, 1))
             sizes = flat[starts + 1].tolist()
-            for i, job, cap, start, size in zip(batch, picked, caps, starts.tolist(), sizes,
-                                                strict=True):
+            for i, cap, start, size in zip(batch, caps, starts.tolist(), sizes, strict=True):
                 seconds = flat[start:start + cap + 1]
-                if job.running_seconds_since_epoch > 0:  # else share_left is 1
-                    seconds *= share_left(job, seconds, EPOCH_PROGRESS)
-                    size = float(seconds[1])
                 if not math.isfinite(size):
                     finite = seconds[np.isfinite(seconds)]
                     size = float(np.min(finite)) if len(finite) else math.inf
@@ -579,6 +577,35 @@ def share_left(job: Job, seconds: np.ndarray, most: float) -> float:
         return 1.0
     left = job.remaining_epochs
     return (left - min(run, most)) / left
+
+
+def shares_left(jobs: Sequence[Job], left: Sequence[float], flat: np.ndarray,
+                starts: np.ndarray, caps: Sequence[int]) -> np.ndarray:
+    """`share_left(job, seconds, EPOCH_PROGRESS)` of each job (its seconds at 0..cap GPUs
+    at flat[start:start + cap + 1], `left` its remaining epochs) for all at once: the same
+    operations on the same values; 1 for a job that has not run in its epoch under way.
+    A job whose figures `share_left` could not round (NaN, inf) is worked out alone."""
+    factors = np.ones(len(jobs))
+    ran = np.array([job.running_seconds_since_epoch for job in jobs], dtype=float)
+    held = np.array([job.attained_gpu_seconds_since_epoch for job in jobs], dtype=float)
+    remaining = np.asarray(left, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        gpus = held / ran
+        counted = (ran > 0) & (remaining >= 1)
+        odd = counted & ~np.isfinite(gpus)
+        counted &= ~odd
+        # round() as Python takes it (half to even), at least 1 and at most the cap
+        n = np.minimum(np.maximum(np.rint(np.where(counted, gpus, 1.0)), 1.0),
+                       np.asarray(caps, dtype=float)).astype(np.int64)
+        at = flat[starts + n]
+        counted &= np.isfinite(at) & (at > 0)
+        run = ran * remaining / at
+        taken = np.where(run > EPOCH_PROGRESS, EPOCH_PROGRESS, run)  # min(run, most)
+        factors[counted] = ((remaining - taken) / remaining)[counted]
+    for i in np.flatnonzero(odd).tolist():
+        start = int(starts[i])
+        factors[i] = share_left(jobs[i], flat[start:start + caps[i] + 1], EPOCH_PROGRESS)
+    return factors
 
 
 def guess_at_least_elapsed(job: Job, seconds: np.ndarray) -> float:
