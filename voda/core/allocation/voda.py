@@ -634,7 +634,7 @@ def short_start_bonus(jobs: Sequence[Job], curves: Sequence[Curve], horizon: flo
     factors = np.ones(len(jobs))
     if most <= 1:
         return factors
-    running = [c.seconds[j.current_workers] for j, c in zip(jobs, curves, strict=True)
+    running = [c.seconds.item(j.current_workers) for j, c in zip(jobs, curves, strict=True)
                if 0 < j.current_workers <= c.cap]
     free_in = min(running, default=0.0)
     if not (math.isfinite(free_in) and free_in > 0):
@@ -826,7 +826,8 @@ def tail_floors(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
 def tail_floors_each(curves: Sequence[Curve], budget: int, node: int) -> list[bool]:
     """`tail_floors` one job at a time (the reference; for a few jobs, the quicker)."""
     floored = [False] * len(curves)
-    sizes = np.sort([c.size for c in curves])
+    sizes = sorted(c.size for c in curves) if not any(  # NumPy's order where one is NaN
+        math.isnan(c.size) for c in curves) else np.sort([c.size for c in curves]).tolist()
     half = sizes[-(-len(sizes) // 2) - 1] if len(sizes) else math.inf  # longer than it: long
     for i, curve in enumerate(curves):
         if budget < 1:
@@ -852,9 +853,10 @@ def hardware_efficiency(curve: Curve, model: GoodputModel | None, n: int, node: 
                                     np.full(2, local), np.zeros(2))
         return float(one / many) if many > 0 else 1.0
     m = min(n, curve.cap)
-    if m < 2 or not (math.isfinite(curve.seconds[m]) and curve.seconds[m] > 0):
+    at = curve.seconds.item(m) if m >= 2 else 0.0  # (a Python float: the same quotient)
+    if not (math.isfinite(at) and at > 0):
         return 1.0
-    return curve.size / curve.seconds[m] / m
+    return curve.size / at / m
 
 
 def with_floors(utilities: Sequence[np.ndarray], floored: Sequence[bool]) -> list[np.ndarray]:
