@@ -256,17 +256,27 @@ class Pollux:
         return u
 
 
-# Jobs whose caps are below this are priced in one array, padded to the largest cap.
-PADDED_CAP = 64
+# Jobs whose caps are below PADDED_CAP are priced in one array padded to the largest cap
+# where that adds at most PAD_CELLS cells for each array it saves: an array costs about
+# fifteen NumPy calls, a padded cell about fifteen operations on it.
+PADDED_CAP, PAD_CELLS = 64, 1_500
 
 
 def cap_groups(caps: Sequence[int]) -> list[list[int]]:
-    """The jobs (positions) priced together: every cap below PADDED_CAP in one group,
-    larger ones by their bit length (at most twice the cells they need)."""
+    """The jobs (positions) priced together: by cap, or every cap below PADDED_CAP in one
+    group where its padding is cheaper than the arrays it saves."""
     groups: dict[int, list[int]] = {}
     for i, cap in enumerate(caps):
-        groups.setdefault(0 if cap < PADDED_CAP else cap.bit_length(), []).append(i)
-    return list(groups.values())
+        groups.setdefault(cap, []).append(i)
+    small = [cap for cap in groups if cap < PADDED_CAP]
+    if len(small) < 2:
+        return list(groups.values())
+    rows = sum(len(groups[cap]) for cap in small)
+    cells = sum(len(groups[cap]) * (cap + 1) for cap in small)
+    if rows * (max(small) + 1) - cells > PAD_CELLS * (len(small) - 1):
+        return list(groups.values())
+    merged = [i for cap in small for i in groups.pop(cap)]
+    return [sorted(merged), *groups.values()]
 
 
 def by_attained(jobs: Sequence[Job]) -> list[Job]:
