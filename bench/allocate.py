@@ -4,6 +4,7 @@
     .venv/bin/python bench/allocate.py --scaling [--repeats N] [--seed S]
     .venv/bin/python bench/allocate.py --explanations [--repeats N] [--seed S]
     .venv/bin/python bench/allocate.py --queues [--repeats N] [--seed S]
+    (the table and --queues also take --algorithms A,B: those built-in algorithms only)
 
 Prints, per algorithm, the median CPU seconds of one call at 100, 1,000 and 10,000
 active jobs on 64, 512, 4,096 and 32,768 GPUs, the ratio of the 10,000-job to the
@@ -195,7 +196,7 @@ def cpu_median(call, jobs: Sequence[Job], capacity: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
-def queue_cost(repeats: int, seed: int) -> int:
+def queue_cost(repeats: int, seed: int, names: Sequence[str] = registry.BUILTIN_NAMES) -> int:
     """CPU-time medians of one allocation without and with 50 queues, interleaved."""
     jobs, queues = team_queues(make_jobs(EXPLAIN_JOBS, seed), seed)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -204,7 +205,7 @@ def queue_cost(repeats: int, seed: int) -> int:
           f"average {load:.1f})")
     print(f"{'algorithm':<16}{'without':>10}{'queues':>10}{'added ms':>10}")
     over = 0
-    for name in registry.BUILTIN_NAMES:
+    for name in names:
         algorithm = registry.create(name)
         queued = with_queues(algorithm, queues)
         a_s: list[float] = []
@@ -231,9 +232,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="fit how the time of one allocation grows with jobs and GPUs")
     parser.add_argument("--queues", action="store_true",
                         help=f"the cost of {QUEUE_COUNT} team queues (voda.core.quotas)")
+    parser.add_argument("--algorithms", default=",".join(registry.BUILTIN_NAMES),
+                        help="comma-separated built-in algorithms (default: all)")
     args = parser.parse_args(argv)
+    names = [n.strip() for n in args.algorithms.split(",") if n.strip()]
+    unknown = [n for n in names if n not in registry.BUILTIN_NAMES]
+    if unknown or not names:
+        parser.error(f"--algorithms: unknown {unknown}; built in: "
+                     f"{', '.join(registry.BUILTIN_NAMES)}")
     if args.queues:
-        return queue_cost(args.repeats, args.seed)
+        return queue_cost(args.repeats, args.seed, names)
     if args.explanations:
         return explanations(args.repeats, args.seed)
     if args.scaling:
@@ -248,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"load average {load:.1f})")
     print(header)
     results: dict[str, dict[tuple[int, int], float]] = {}
-    for name in registry.BUILTIN_NAMES:
+    for name in names:
         algorithm = registry.create(name)
         row = {}
         for n in JOB_COUNTS:
