@@ -587,14 +587,15 @@ class Scheduler:
         """Apply one event to the state (accounting must be up to date)."""
         kind = event.kind
         record = self.jobs.get(event.job) if event.job else None
-        if kind is EventKind.JOB_COMPLETED and record and not record.status.is_terminal:
+        if kind is EventKind.EPOCH_REPORTED:  # by far the most frequent: tested first
+            if record:
+                self._record_epoch(record, event)
+        elif kind is EventKind.JOB_COMPLETED and record and not record.status.is_terminal:
             record.completed_epochs = float(record.epochs)
             self._finish(record, JobStatus.COMPLETED, event.time)
         elif kind is EventKind.JOB_FAILED and record and not record.status.is_terminal:
             record.failure_reason = str(event.data.get("reason", "failed"))
             self._finish(record, JobStatus.FAILED, event.time)
-        elif kind is EventKind.EPOCH_REPORTED and record:
-            self._record_epoch(record, event)
         elif kind is EventKind.GOODPUT_REPORTED and record:
             record.goodput = event.data["goodput"]
             record.reported_by_type[record.gpu_type] = record.goodput
@@ -639,9 +640,10 @@ class Scheduler:
                     self._set_status(record, JobStatus.WAITING, self._last_accounted)
 
     def _record_epoch(self, record: JobRecord, event: Event) -> None:
-        workers = int(event.data["workers"])
-        seconds = float(event.data["epoch_seconds"])
-        epoch = int(event.data.get("epoch", record.completed_epochs + 1))
+        data = event.data
+        workers = int(data["workers"])
+        seconds = float(data["epoch_seconds"])
+        epoch = int(data.get("epoch", record.completed_epochs + 1))
         if workers < 1 or not seconds > 0:
             return
         if epoch > record.completed_epochs:
@@ -666,8 +668,9 @@ class Scheduler:
                 before = record.restore_epoch_before
                 measured = before is None or epoch > before
         if measured:
-            new = _smoothed(record.epoch_time_by_workers.get(workers), seconds)
-            record.epoch_time_by_workers[workers] = new
+            times = record.epoch_time_by_workers
+            new = _smoothed(times.get(workers), seconds)
+            times[workers] = new
             if record.category:
                 self.category_history.setdefault(history_key(record), {})[workers] = new
             self._record_layout(record, event)
@@ -692,9 +695,11 @@ class Scheduler:
     def _record_layout(record: JobRecord, event: Event) -> None:
         """Note the throughput of the layout the job runs on, when the report gives one."""
         rate = event.data.get("samples_per_second")
+        if rate is None or not float(rate) > 0:
+            return  # no throughput
         key = layout_key(record.placement)
-        if rate is None or not float(rate) > 0 or key[0] != int(event.data["workers"]):
-            return  # no throughput, or the job was resized since: another layout
+        if key[0] != int(event.data["workers"]):
+            return  # the job was resized since: another layout
         record.layout_throughput[key] = _smoothed(record.layout_throughput.get(key), float(rate))
 
     # ----- time ------------------------------------------------------------

@@ -45,7 +45,7 @@ from voda.engine.events import Event, EventKind
 from voda.sim.adaptive import AdaptiveAgent
 from voda.sim.hetero_profiles import measured_types, typed_profile
 from voda.sim.profiles import Profile, load_profile
-from voda.sim.progress import gain, grad_stats
+from voda.sim.progress import gains, grad_stats
 from voda.sim.speed import default_batch
 from voda.sim.speed import epoch_seconds as profile_epoch_seconds
 from voda.sim.throughput import (
@@ -86,6 +86,7 @@ class SimJob:
     boundaries: tuple[float, ...]  # progress at the start of each epoch and at completion
     placement: JobPlacement = ()
     counts: tuple[int, ...] = ()  # GPUs per node, in placement order
+    gpus: int = 0  # sum(counts), kept with it
     split: BatchSplit | None = None
     t: float = 0.0  # the time the state below is at
     countdown: float = 0.0
@@ -94,9 +95,11 @@ class SimJob:
     finished: float | None = None
     restarts: int = -1  # 0 after the first start
     version: int = 0  # bumped on every allocation change (invalidates heap entries)
-    rates: dict[int, float] = field(default_factory=dict)  # epoch -> rate (cache)
+    # Its rate at every epoch (index: epoch) on the current layout and split, worked out
+    # all at once when first needed (`rates_by_epoch`); None after a change.
+    rates: tuple[float, ...] | None = None
     # Seconds per optimiser step on the current layout and split, slowdown included: the
-    # same for every epoch, so `rate` works it out once (kept and dropped with `rates`).
+    # same for every epoch, so it is worked out once (kept and dropped with `rates`).
     step_seconds: float | None = None
     layout: tuple[int, ...] = ()  # the GPUs per node its speed follows (see layout_speed)
     placed_at: float = 0.0  # when the current placement began
@@ -107,32 +110,36 @@ class SimJob:
     slowdown: float = 1.0  # its application's step-time calibration (SimBackend.calibration)
     agents: dict[str, AdaptiveAgent] = field(default_factory=dict)  # by GPU type
 
-    @property
-    def gpus(self) -> int:
-        return sum(self.counts)
-
     def rate(self) -> float:
-        r = self.rates.get(self.epoch)
-        if r is None:
-            if self.spec.emulated_speed is not None and self.profile is not None:
-                r = self.spec.emulated_speed / emulated_epoch_seconds(self.profile.name,
-                                                                      self.layout)
-            elif self.profile is not None and self.split is not None:
-                g = gain(self.profile, self.split.effective_batch, self.epoch)
-                step = self.step_seconds
-                if step is None:
-                    step = self.step_seconds = self.slowdown * step_time(
-                        self.profile, self.layout, self.split, self.spine)
-                r = g / step
-            else:
-                r = float(self.gpus)
-            self.rates[self.epoch] = r
-        return r
+        """Progress units per second at its current epoch."""
+        rates = self.rates
+        if rates is None:
+            rates = self.rates_by_epoch()
+        return rates[self.epoch]
+
+    def rates_by_epoch(self) -> tuple[float, ...]:
+        """Its rate at each epoch (up to its last boundary) if nothing changes."""
+        epochs = len(self.boundaries)
+        if self.spec.emulated_speed is not None and self.profile is not None:
+            rates = (self.spec.emulated_speed / emulated_epoch_seconds(self.profile.name,
+                                                                       self.layout),) * epochs
+        elif self.profile is not None and self.split is not None:
+            step = self.step_seconds
+            if step is None:
+                step = self.step_seconds = self.slowdown * step_time(
+                    self.profile, self.layout, self.split, self.spine)
+            rates = tuple([g / step for g in gains(
+                self.profile.name, self.profile.init_batch_size, self.split.effective_batch,
+                epochs)])
+        else:
+            rates = (float(self.gpus),) * epochs
+        self.rates = rates
+        return rates
 
     def forget_rates(self) -> None:
         """Its placement, layout, split or GPU type changed: its speed must be worked out
         again."""
-        self.rates.clear()
+        self.rates = None
         self.step_seconds = None
 
     def samples_per_second(self) -> float | None:
@@ -321,11 +328,13 @@ class SimBackend:
                 self._step(sim, to)
         else:
             heap = self._boundary_heap
+            jobs = self.jobs
             while heap and heap[0][0] <= to:
                 when, version, name = heapq.heappop(heap)
-                if self._stale(version, name):
+                sim = jobs.get(name)
+                if (sim is None or version != sim.version or sim.finished is not None
+                        or not sim.counts):  # stale (see _stale)
                     continue
-                sim = self.jobs[name]
                 self._step(sim, max(when, sim.t))
                 self._schedule(sim)
         self.now = to
@@ -471,6 +480,7 @@ class SimBackend:
         self._held -= sim.gpus
         sim.placement = tuple(placement)
         sim.counts = tuple(c for _, c in placement if c)
+        sim.gpus = sum(sim.counts)
         self._held += sim.gpus
         sim.forget_rates()
         sim.version += 1
@@ -553,70 +563,77 @@ class SimBackend:
         t += delay
         seconds -= delay
         sim.t = to
-        last = len(sim.boundaries) - 1
+        boundaries = sim.boundaries
+        last = len(boundaries) - 1
+        integer_time = self.integer_time
         while seconds > 0 and sim.finished is None:
             if sim.agent is not None:
                 self._observe(sim, t)
             r = sim.rate()
-            target = sim.boundaries[sim.epoch + 1]
-            if self.integer_time:
-                if sim.progress + r * seconds < target:
-                    sim.progress += r * seconds
+            progress = sim.progress
+            target = boundaries[sim.epoch + 1]
+            if integer_time:
+                if progress + r * seconds < target:
+                    sim.progress = progress + r * seconds
                     if sim.agent is not None:
                         self._adapt(sim)
                     return
-                delta: float = round(float((target - sim.progress) / r))
+                delta: float = round(float((target - progress) / r))
             else:
-                need = (target - sim.progress) / r
+                need = (target - progress) / r
                 if need > seconds * (1 + 1e-12) + 1e-9:
-                    sim.progress += r * seconds
+                    sim.progress = progress + r * seconds
                     if sim.agent is not None:
                         self._adapt(sim)
                     return
                 delta = min(max(need, 0.0), seconds)
-            sim.epoch += 1
+            epoch = sim.epoch = sim.epoch + 1
             sim.progress = target
             t += delta
             seconds -= delta
             if self.report_epochs:
-                width = target - sim.boundaries[sim.epoch - 1]
-                took = width / r * (sim.spec.emulated_speed or 1.0)  # emulated: its units
-                data = {"epoch": sim.epoch, "epoch_seconds": max(took, 1e-9),
-                        "workers": sim.gpus}
-                throughput = sim.samples_per_second()
-                if throughput is not None:
-                    data["samples_per_second"] = throughput
-                self._pending.append(Event(EventKind.EPOCH_REPORTED, t, job=sim.spec.name,
-                                           data=data))
-                self._progressed = True
-            if sim.epoch >= last:
-                self._account_layout(sim, t)
-                sim.finished = t
-                sim.t = t
-                self.busy_gpu_seconds -= max(self._advancing_to - t, 0.0) * sim.gpus
-                self._held -= sim.gpus
-                self.running.pop(sim.spec.name, None)
-                self.timeline.append((t, sim.spec.name, 0))
-                self._pending.append(Event(EventKind.JOB_COMPLETED, t, job=sim.spec.name))
-                self._changed = True
+                self._report_epoch(sim, t, (target - boundaries[epoch - 1]) / r)
+            if epoch >= last:
+                self._complete(sim, t)
             elif sim.agent is not None:
                 self._adapt(sim)
+
+    def _report_epoch(self, sim: SimJob, t: float, took: float) -> None:
+        """The job ended an epoch at `t` after `took` seconds at its current rate."""
+        if sim.spec.emulated_speed is not None:  # emulated: in its own units
+            took *= sim.spec.emulated_speed
+        data = {"epoch": sim.epoch, "epoch_seconds": max(took, 1e-9), "workers": sim.gpus}
+        throughput = sim.samples_per_second()
+        if throughput is not None:
+            data["samples_per_second"] = throughput
+        self._pending.append(Event(EventKind.EPOCH_REPORTED, t, job=sim.spec.name, data=data))
+        self._progressed = True
+
+    def _complete(self, sim: SimJob, t: float) -> None:
+        """The job ended its last epoch at `t`."""
+        self._account_layout(sim, t)
+        sim.finished = t
+        sim.t = t
+        self.busy_gpu_seconds -= max(self._advancing_to - t, 0.0) * sim.gpus
+        self._held -= sim.gpus
+        self.running.pop(sim.spec.name, None)
+        self.timeline.append((t, sim.spec.name, 0))
+        self._pending.append(Event(EventKind.JOB_COMPLETED, t, job=sim.spec.name))
+        self._changed = True
 
     def _predict(self, sim: SimJob) -> float:
         """Completion time if the placement stays, without changing the job."""
         t = sim.t + sim.countdown
-        progress, epoch = sim.progress, sim.epoch
-        saved = sim.epoch
-        try:
-            while epoch < len(sim.boundaries) - 1:
-                sim.epoch = epoch
-                r = sim.rate()
-                if r <= 0:
-                    return math.inf
-                need = (sim.boundaries[epoch + 1] - progress) / r
-                t += round(need) if self.integer_time else max(need, 0.0)
-                progress = sim.boundaries[epoch + 1]
-                epoch += 1
-        finally:
-            sim.epoch = saved
+        progress = sim.progress
+        boundaries = sim.boundaries
+        rates = sim.rates if sim.rates is not None else sim.rates_by_epoch()
+        integer_time = self.integer_time
+        for epoch in range(sim.epoch, len(boundaries) - 1):
+            r = rates[epoch]
+            if r <= 0:
+                return math.inf
+            target = boundaries[epoch + 1]
+            need = (target - progress) / r
+            t += round(need) if integer_time else max(need, 0.0)
+            progress = target
         return t

@@ -25,9 +25,21 @@ def grad_stats(profile_name: str, batch_size: int, epoch: int) -> tuple[float, f
 
 
 def gain(profile: Profile, batch_size: int, epoch: int) -> float:
-    sqr, var = grad_stats(profile.name, batch_size, epoch)
-    scale = batch_size / profile.init_batch_size
+    return _gain(profile.name, profile.init_batch_size, batch_size, epoch)
+
+
+def _gain(profile_name: str, init_batch_size: int, batch_size: int, epoch: int) -> float:
+    sqr, var = grad_stats(profile_name, batch_size, epoch)
+    scale = batch_size / init_batch_size
     return (var + sqr) / (var / scale + sqr)
+
+
+@functools.cache
+def gains(profile_name: str, init_batch_size: int, batch_size: int, epochs: int
+          ) -> tuple[float, ...]:
+    """`gain` at epochs 0 .. epochs - 1: a job's statistical efficiency for as long as its
+    batch stays (shared by every job of the profile at that batch)."""
+    return tuple(_gain(profile_name, init_batch_size, batch_size, e) for e in range(epochs))
 
 
 def rate(profile: Profile, placement: tuple[int, ...], split: BatchSplit, epoch: int) -> float:

@@ -24,6 +24,7 @@ Every error names the file, the line and the reason.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -213,7 +214,6 @@ def load_workload(path: str | Path, rigid: bool = False, job_model: str | None =
     `rigid=True` is the same as "rigid". Default: elastic.
     """
     model = check_job_model(job_model or ("rigid" if rigid else "elastic"))
-    rigid = model == "rigid"
     p = Path(path)
     if not p.exists():
         found = builtin_workload(str(path))
@@ -228,8 +228,15 @@ def load_workload(path: str | Path, rigid: bool = False, job_model: str | None =
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkloadError(p, None, f"cannot read: {exc}") from None
+    return _parsed(p, text, model)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(p: Path, text: str, model: str) -> Workload:
+    """The workload `text` of file `p` describes (cached: a comparison reads one file once
+    per algorithm and check; Workload and JobSpec are frozen)."""
     if p.suffix.lower() in (".yaml", ".yml"):
-        jobs = _native_yaml(p, text, rigid)
+        jobs = _native_yaml(p, text, model == "rigid")
     else:
         jobs = _csv(p, text, model)
     if not jobs:

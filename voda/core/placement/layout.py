@@ -28,6 +28,7 @@ known to be faster by a margin (`worth_moving`): a move restarts it.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 
@@ -47,6 +48,7 @@ def spread_nodes(workers: int, node_gpus: int) -> int:
     return math.ceil(workers / half_node(node_gpus))
 
 
+@functools.lru_cache(maxsize=4096)
 def is_wide(workers: int, node_gpus: int) -> bool:
     """Whether the job needs more than one node, and spreading it would change anything
     (never on nodes of one GPU)."""
