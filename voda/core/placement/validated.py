@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import countOf
 
 from voda.core.model import Allocation, Cluster, Job, JobPlacement, Placement
 from voda.core.placement.base import node_maps, placement_problems
@@ -109,8 +110,9 @@ def _valid_from(last: _Valid | None, allocation: Allocation, jobs: Mapping[str, 
                 used[node_name] -= count
     if any(used[node_name] > capacity[node_name] for node_name in raised):
         return False, None
-    if len(placement) != len(allocation) and any(
-            gpus != 0 and name not in placement for name, gpus in allocation.items()):
+    # Every job placed is allocated GPUs: as many allocated as placed, none is left out
+    # (counted in C: the jobs left waiting, at 0, may be thousands).
+    if len(allocation) - countOf(allocation.values(), 0) != len(placement):
         return False, None  # allocated but not placed
     return True, _Valid(cluster, entries, used) if keep else None
 
