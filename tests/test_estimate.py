@@ -11,6 +11,9 @@ from voda.core.estimate import (
     fastest_count,
     fit_speed,
     growth_limit,
+    growth_limit_of,
+    never_slower,
+    never_slower_of,
     remaining_time,
     throughput_speed_model,
 )
@@ -182,3 +185,29 @@ def test_growth_limit_and_fastest_count_agree_with_the_estimate_count_by_count(
     assert lo <= best <= hi
     assert all(t(best) <= t(k) for k in range(lo, hi + 1))
     assert all(t(k) > t(best) for k in range(best + 1, hi + 1))
+
+
+# ----- the memo of never_slower and growth_limit, by the Job's own read-only map -------
+_times = st.dictionaries(st.integers(0, 9), st.sampled_from([0.0, 10.0, 20.0, 30.0, 45.0, -1.0]),
+                         max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(maps=st.lists(_times, min_size=1, max_size=4))
+def test_the_memo_says_what_the_measured_times_say(maps: list[dict[int, float]]) -> None:
+    from voda.engine.scheduler import JobRecord
+
+    jobs = [Job(name=f"j{i}", max_workers=9, epoch_time_by_workers=m)
+            for i, m in enumerate(maps)]
+    record = JobRecord("r", max_workers=9)  # a map that changes under the same object
+    for times in maps:
+        record.epoch_time_by_workers.clear()
+        record.epoch_time_by_workers.update(times)
+        for job in [*jobs, *jobs, record]:  # each Job twice: the second from the memo
+            observed = dict(job.epoch_time_by_workers)
+            assert never_slower(job) == never_slower_of(observed)  # type: ignore[arg-type]
+            for lo, hi in [*((lo, hi) for lo in range(5) for hi in range(10)),
+                           *((lo, hi) for hi in range(10) for lo in range(5))]:
+                expected = max(lo, hi) if not observed or hi <= lo else growth_limit_of(
+                    observed, lo, hi)
+                assert growth_limit(job, lo, hi) == expected  # type: ignore[arg-type]

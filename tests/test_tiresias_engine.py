@@ -10,8 +10,11 @@ from collections.abc import Mapping
 
 import pytest
 from builders import make_cluster, make_job, run_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voda.backends.memory import InMemoryBackend
+from voda.core.allocation.tiresias import Tiresias
 from voda.core.model import JobStatus
 from voda.engine.scheduler import JobRecord, Scheduler, SchedulerObserver, SchedulerSettings
 
@@ -112,3 +115,46 @@ def test_losing_a_node_resets_the_wait_so_the_job_is_not_promoted_at_once() -> N
     assert [name for name, p in sorted(backend.running.items()) if p] == ["B"], "B runs on"
     until = algorithm.seconds_until_class_change(a)  # type: ignore[attr-defined]
     assert until == pytest.approx(2 * 210.0 - 99.0)
+
+
+# ----- the queue hooks the engine asks of every job at every step ---------------------
+def _reference_hooks(algorithm, job):  # type: ignore[no-untyped-def]
+    """promotion_due, priority_class and seconds_until_class_change as first written, one
+    call on another (the hooks now inline them)."""
+    queue = algorithm.service_queue(job)
+    knob = algorithm.starvation_knob
+    ran = job.running_seconds_since_promotion
+    due = (knob is not None and job.current_workers <= 0 and ran > 0 and queue > 0
+           and job.waiting_seconds_since_promotion >= knob * ran)
+    cls = 0 if due else queue
+    if job.current_workers > 0:
+        until = (None if queue >= len(algorithm.queue_thresholds) else
+                 (algorithm.queue_thresholds[queue] - job.attained_gpu_seconds_since_promotion)
+                 / job.current_workers)
+    elif knob is None or queue == 0 or ran <= 0 or due:
+        until = None
+    else:
+        until = knob * ran - job.waiting_seconds_since_promotion
+    return due, cls, until
+
+
+_seconds = st.one_of(st.sampled_from([0.0, 100.0, 400.0, 3600.0, float("nan")]),
+                     st.floats(0.0, 1e5))
+
+
+@settings(max_examples=400, deadline=None)
+@given(workers=st.integers(0, 8), attained=_seconds, ran=_seconds, waited=_seconds,
+       knob=st.sampled_from([None, 1.0, 2.0, 0.5]),
+       thresholds=st.sampled_from([(400.0,), (100.0, 400.0, 3600.0)]))
+def test_the_queue_hooks_say_what_the_reference_says(workers: int, attained: float,
+                                                     ran: float, waited: float,
+                                                     knob: float | None,
+                                                     thresholds: tuple[float, ...]) -> None:
+    algorithm = Tiresias(queue_thresholds=thresholds, starvation_knob=knob)
+    record = JobRecord("j", current_workers=workers,
+                       attained_gpu_seconds_since_promotion=attained,
+                       running_seconds_since_promotion=ran,
+                       waiting_seconds_since_promotion=waited)
+    got = (algorithm.promotion_due(record), algorithm.priority_class(record),
+           algorithm.seconds_until_class_change(record))
+    assert repr(got) == repr(_reference_hooks(algorithm, record))

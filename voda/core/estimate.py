@@ -252,12 +252,37 @@ def _turning_points(job: Job, lo: int, hi: int) -> list[int]:
     return [lo, *inner, hi] if hi > lo else [lo]
 
 
+# What never_slower and growth_limit read off a Job's measured epoch times, by id() of
+# the read-only map: a Job's map is its own copy (Job.__post_init__, the engine's
+# snapshots), handed again while the job measures nothing new, so the answer is worked
+# out once per map rather than per job per decision. Held maps keep their ids; the memo
+# starts over when it holds _MEMO_SIZE of them.
+_MEMO_SIZE = 8192
+_never_slower_memo: dict[int, tuple[Mapping[int, float], bool]] = {}
+_growth_memo: dict[int, tuple[Mapping[int, float], int, int, int]] = {}
+
+
 def never_slower(job: Job) -> bool:
     """Whether no measured count is slower than a smaller measured one (true with none
     measured): then the estimate never rises with the count, anywhere (Amdahl's shape
     below the measured counts, linear throughput between, no slow-down beyond)."""
+    observed = job.epoch_time_by_workers
+    if type(observed) is not MappingProxyType:  # a map that may change: read each time
+        return never_slower_of(observed)
+    kept = _never_slower_memo.get(id(observed))
+    if kept is not None and kept[0] is observed:
+        return kept[1]
+    answer = never_slower_of(observed)
+    if len(_never_slower_memo) >= _MEMO_SIZE:
+        _never_slower_memo.clear()
+    _never_slower_memo[id(observed)] = (observed, answer)
+    return answer
+
+
+def never_slower_of(observed: Mapping[int, float]) -> bool:
+    """`never_slower` of the measured epoch times themselves (no memo)."""
     before = math.inf
-    for k, seconds in sorted(job.epoch_time_by_workers.items()):
+    for k, seconds in sorted(observed.items()):
         if k >= 1 and seconds > 0:
             if seconds > before:
                 return False
@@ -294,6 +319,21 @@ def growth_limit(job: Job, lo: int, hi: int) -> int:
     observed = job.epoch_time_by_workers
     if not observed or hi <= lo:
         return max(lo, hi)
+    if type(observed) is not MappingProxyType:  # a map that may change: read each time
+        return growth_limit_of(observed, lo, hi)
+    kept = _growth_memo.get(id(observed))
+    if kept is not None and kept[0] is observed and kept[1] is lo and kept[2] is hi:
+        return kept[3]  # the same counts (`is`: small ints; others are worked out again)
+    answer = growth_limit_of(observed, lo, hi)
+    if len(_growth_memo) >= _MEMO_SIZE:
+        _growth_memo.clear()
+    _growth_memo[id(observed)] = (observed, lo, hi, answer)
+    return answer
+
+
+def growth_limit_of(observed: Mapping[int, float], lo: int, hi: int) -> int:
+    """`growth_limit` of the measured epoch times themselves, not empty, and lo < hi (no
+    memo)."""
     before: tuple[int, float] | None = None
     for k, seconds in sorted(observed.items()):
         if k < 1 or not seconds > 0:

@@ -35,7 +35,8 @@ from voda.core.model import (
     Plan,
     placement_workers,
 )
-from voda.core.placement.base import Placer, node_maps, placement_problems
+from voda.core.placement.base import Placer, node_maps
+from voda.core.placement.validated import placement_problems_since_last
 
 
 class PlacementFailed(ValueError):
@@ -166,7 +167,8 @@ def decide(
     free: dict[str, int] = {}
     actions: list[Action] = []
     job_types = {j.gpu_type for j in jobs}
-    for gpu_type in sorted({*cluster.gpu_types(), *job_types}):
+    cluster_types = [t for t in node_maps(cluster).nodes_of if t is not None]  # gpu_types()
+    for gpu_type in sorted({*cluster_types, *job_types}):
         # One type for every job (most clusters): the jobs are that type's, as they are.
         of_type = (jobs if len(job_types) == 1 and gpu_type in job_types
                    else [j for j in jobs if j.gpu_type == gpu_type])
@@ -212,8 +214,8 @@ def decide(
 def _of_type(cluster: Cluster, gpu_type: str) -> Cluster:
     """The cluster's nodes of `gpu_type`: the cluster itself when every node is (a placer
     may then keep what it works out of the nodes from one decision to the next)."""
-    if all(n.gpu_type == gpu_type for n in cluster.nodes):
-        return cluster
+    if len(node_maps(cluster).nodes_of.get(gpu_type, ())) == len(cluster.nodes):
+        return cluster  # every node is of the type
     return cluster.of_type(gpu_type)
 
 
@@ -324,7 +326,7 @@ def _decide_type(
         if not short:
             break
         caps.update(short)  # allocate again: what they cannot use goes to the others
-    problems = placement_problems(allocation, by_name, cluster, placement)
+    problems = placement_problems_since_last(allocation, by_name, cluster, placement)
     actions = diff(previous, placement)
     if not problems and not getattr(placer, "applies_at_once", False):
         problems = sequence_problems(previous, placement, node_maps(cluster).capacity, actions)

@@ -242,7 +242,8 @@ def _parsed(p: Path, text: str, model: str) -> Workload:
     if not jobs:
         raise WorkloadError(p, None, "no jobs")
     jobs.sort(key=lambda j: (j.submit, j.order))
-    ordered = tuple(replace(j, order=i) for i, j in enumerate(jobs))
+    # A job already at its place (every row of a file in arrival order) is kept as it is.
+    ordered = tuple(j if j.order == i else replace(j, order=i) for i, j in enumerate(jobs))
     names: dict[str, int] = {}
     for j in ordered:
         if j.name in names:
@@ -277,8 +278,12 @@ def _csv(path: Path, text: str, model: str) -> list[JobSpec]:
         specs = _philly(path, rows, rigid)
     else:
         specs = [_native(path, line, row, i, rigid) for i, (line, row) in enumerate(rows)]
-    return [replace(spec, columns={k: (v or "").strip() for k, v in row.items() if k})
-            for spec, (_, row) in zip(specs, rows, strict=True)]
+    for spec, (_, row) in zip(specs, rows, strict=True):
+        # Each spec was just built and is held nowhere else: its columns are set as its
+        # frozen __init__ sets a field (dataclasses.replace would copy it, for 5x more).
+        object.__setattr__(spec, "columns",
+                           {k: (v or "").strip() for k, v in row.items() if k})
+    return specs
 
 
 def _field(path: Path, line: int, row: Mapping[str, Any], column: str) -> str:

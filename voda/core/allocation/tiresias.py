@@ -132,18 +132,29 @@ class Tiresias:
     def promotion_due(self, job: Job) -> bool:
         """A waiting job of a lower queue that has waited `knob` times as long as it ran,
         both counted since its last promotion (the engine then resets those counters)."""
-        if self.starvation_knob is None or job.current_workers > 0:
+        knob = self.starvation_knob
+        if knob is None or job.current_workers > 0:
             return False
         ran = job.running_seconds_since_promotion
+        # The engine asks of every job at every step: service_queue(job), inline.
         return (
             ran > 0
-            and self.service_queue(job) > 0
-            and job.waiting_seconds_since_promotion >= self.starvation_knob * ran
+            and bisect.bisect_right(self.queue_thresholds,
+                                    job.attained_gpu_seconds_since_promotion) > 0
+            and job.waiting_seconds_since_promotion >= knob * ran
         )
 
     def priority_class(self, job: Job) -> int:
         """The queue index of `job` (0 is the top queue), a due promotion included."""
-        return 0 if self.promotion_due(job) else self.service_queue(job)
+        # 0 if promotion_due(job) else service_queue(job), in one pass (every job, every
+        # step): a due promotion needs a queue below the top, and the job waiting.
+        queue = bisect.bisect_right(self.queue_thresholds, job.attained_gpu_seconds_since_promotion)
+        knob = self.starvation_knob
+        if queue > 0 and knob is not None and job.current_workers <= 0:
+            ran = job.running_seconds_since_promotion
+            if ran > 0 and job.waiting_seconds_since_promotion >= knob * ran:
+                return 0
+        return queue
 
     def seconds_until_class_change(self, job: Job) -> float | None:
         """Seconds until `job` changes queue with nothing else happening, or None.
@@ -152,16 +163,22 @@ class Tiresias:
         waiting job of a lower queue that has run is promoted when it has waited
         long enough.
         """
-        queue = self.service_queue(job)
-        if job.current_workers > 0:
-            if queue >= len(self.queue_thresholds):
+        thresholds = self.queue_thresholds
+        attained = job.attained_gpu_seconds_since_promotion
+        queue = bisect.bisect_right(thresholds, attained)
+        workers = job.current_workers
+        if workers > 0:
+            if queue >= len(thresholds):
                 return None
-            remaining = self.queue_thresholds[queue] - job.attained_gpu_seconds_since_promotion
-            return remaining / job.current_workers
+            return (thresholds[queue] - attained) / workers
         ran = job.running_seconds_since_promotion
-        if self.starvation_knob is None or queue == 0 or ran <= 0 or self.promotion_due(job):
+        knob = self.starvation_knob
+        if knob is None or queue == 0 or ran <= 0:
             return None
-        return self.starvation_knob * ran - job.waiting_seconds_since_promotion
+        waited = job.waiting_seconds_since_promotion
+        if waited >= knob * ran:  # promotion_due(job), the rest of it
+            return None
+        return knob * ran - waited
 
     def order(self, jobs: Sequence[Job]) -> list[Job]:
         """Jobs in the order they are served: priority class, queue, then the in-queue

@@ -55,13 +55,18 @@ class NodeMaps:
 
 
 _last_maps: list[tuple[Cluster, NodeMaps]] = []
+_MAPS_KEPT = 4  # a decision on a cluster of several GPU types asks of each type's too
 
 
 def node_maps(cluster: Cluster) -> NodeMaps:
-    """The cluster's NodeMaps, kept for the cluster last asked about (the engine hands the
-    same Cluster to every decision until a node joins or leaves)."""
+    """The cluster's NodeMaps, kept for the few clusters last asked about (the engine hands
+    the same Cluster to every decision until a node joins or leaves)."""
     if _last_maps and _last_maps[0][0] is cluster:
         return _last_maps[0][1]
+    for i, (kept, maps) in enumerate(_last_maps):
+        if kept is cluster:
+            _last_maps.insert(0, _last_maps.pop(i))
+            return maps
     nodes_of: dict[str | None, list[str]] = {None: [n.name for n in cluster.nodes]}
     for node in cluster.nodes:
         nodes_of.setdefault(node.gpu_type, []).append(node.name)
@@ -70,7 +75,8 @@ def node_maps(cluster: Cluster) -> NodeMaps:
                     capacity={n.name: n.gpus for n in cluster.nodes},
                     order={n.name: i for i, n in enumerate(cluster.nodes)},
                     nodes_of=nodes_of, total=cluster.capacity())
-    _last_maps[:] = [(cluster, maps)]
+    _last_maps.insert(0, (cluster, maps))
+    del _last_maps[_MAPS_KEPT:]
     return maps
 
 

@@ -42,6 +42,7 @@ def first_fit(
     # Jobs that keep their placement in force as it is: handed back as it is.
     same: dict[str, JobPlacement] = {}
     placed = [name for name, gpus in allocation.items() if gpus > 0]
+    shapes: dict[int, _Shape] = {}  # of the placements of several shards met this time
     # 1. Keep every surviving worker in place (shrinking jobs lose their smallest shards).
     for name in sorted(placed):
         gpus = allocation[name]
@@ -57,7 +58,7 @@ def first_fit(
                 free[node] -= count
                 same[name] = tuple(before)
                 continue
-        elif _keeps_whole(before, gpus, gpu_type, free, maps):
+        elif _keeps_whole_as_before(before, gpus, gpu_type, free, maps, shapes):
             same[name] = tuple(before)
             continue
         current = {
@@ -109,6 +110,7 @@ def first_fit(
         if missing > 0:
             raise ValueError(f"job {name!r}: {missing} GPUs could not be placed")
         result[name] = _reuse_if_unchanged(previous.get(name, ()), mine, order)
+    _last_shapes[:] = [shapes]
     return result
 
 
@@ -141,6 +143,51 @@ def _keeps_whole(before: JobPlacement, gpus: int, gpu_type: str | None,
     for node, count in before:
         free[node] -= count
     return True
+
+
+# What `_keeps_whole` reads of a placement that does not change while it is held: (the
+# placement, the NodeMaps read, the one GPU type of its nodes (_MIXED: several; _NOT_KEPT:
+# an unknown node, nodes out of order or a count below 1), its workers).
+_Shape = tuple[JobPlacement, NodeMaps, object, int]
+_MIXED, _NOT_KEPT = object(), object()
+_last_shapes: list[dict[int, _Shape]] = [{}]  # by id() of the placement, from the last call
+
+
+def _keeps_whole_as_before(before: JobPlacement, gpus: int, gpu_type: str | None,
+                           free: dict[str, int], maps: NodeMaps,
+                           shapes: dict[int, _Shape]) -> bool:
+    """`_keeps_whole`, the order, counts and GPU types of `before` read once while it is
+    held (a job keeps its placement tuple from one decision to the next): only the room
+    left is looked at each time. `shapes` gets what was read, for the next call."""
+    key = id(before)
+    shape = _last_shapes[0].get(key)
+    if shape is None or shape[0] is not before or shape[1] is not maps:
+        shape = _shape_of(before, maps)
+    shapes[key] = shape
+    kind, total = shape[2], shape[3]
+    if kind is _NOT_KEPT or total != gpus or (gpu_type is not None and kind != gpu_type):
+        return False
+    for node, count in before:
+        if free[node] < count:
+            return False
+    for node, count in before:
+        free[node] -= count
+    return True
+
+
+def _shape_of(before: JobPlacement, maps: NodeMaps) -> _Shape:
+    order, node_type = maps.order, maps.gpu_type
+    total, last = 0, -1
+    kind: object = None
+    for node, count in before:
+        position = order.get(node)
+        if position is None or position <= last or count <= 0:
+            return before, maps, _NOT_KEPT, 0
+        last = position
+        total += count
+        here = node_type[node]
+        kind = here if kind is None or kind == here else _MIXED
+    return before, maps, kind, total
 
 
 def _reuse_if_unchanged(
