@@ -13,6 +13,7 @@ its own words: the problems (and their order) are always the full check's.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import countOf
@@ -37,6 +38,7 @@ class _Valid:
 
 
 _last_valid: list[_Valid] = []
+_taking = threading.Lock()  # decisions may run in several threads (several schedulers)
 
 
 def placement_problems_since_last(
@@ -44,8 +46,11 @@ def placement_problems_since_last(
 ) -> list[str]:
     """`placement_problems(allocation, jobs, cluster, placement)`, working from the last
     placement it found valid on the same Cluster object."""
-    last = _last_valid[0] if _last_valid and _last_valid[0].cluster is cluster else None
-    _last_valid.clear()
+    with _taking:  # one caller takes it: it is updated in place, then dropped
+        last = _last_valid.pop() if _last_valid else None
+        _last_valid.clear()
+    if last is not None and last.cluster is not cluster:
+        last = None
     try:
         valid, kept = _valid_from(last, allocation, jobs, cluster, placement)
     except Exception:  # a malformed placement: the full check says how (or raises)
@@ -53,7 +58,8 @@ def placement_problems_since_last(
     if not valid:
         return placement_problems(allocation, jobs, cluster, placement)
     if kept is not None:
-        _last_valid.append(kept)
+        with _taking:
+            _last_valid[:] = [kept]
     return []
 
 
