@@ -244,7 +244,8 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
         if bound is not None:  # below `below` no column is read; past the top, the top's
             if len(rows) == 1:  # one count: the table after it, moved and added to
                 n = rows[0]
-                best = np.asarray(best, dtype=float)
+                if type(best) is list:  # a fold on floats made it
+                    best = np.array(best)
                 folded.append((best, below))
                 np.add(best, values[first + n], out=best)  # (no pick reads it: one count)
                 below, end = below + n, end + n
@@ -294,6 +295,13 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
         best, below = value, lo
     counts = []
     left = capacity
+    if not picked:  # every count worked out again at its column
+        for first, rows, (_, hi), (after, base) in zip(starts, options, bands,
+                                                        reversed(folded), strict=True):
+            n = _pick(after, base, min(left, hi), rows, values, first)
+            counts.append(n)
+            left -= n
+        return counts
     for j, (first, rows, (_, hi), (after, base)) in enumerate(
             zip(starts, options, bands, reversed(folded), strict=True)):
         column = min(left, hi)

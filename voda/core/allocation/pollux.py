@@ -191,36 +191,46 @@ class Pollux:
             speedup[first + np.arange(len(times))] = times
         out: list[np.ndarray | None] = [None] * len(jobs)
         for rows in cap_groups(caps):
-            width = max(caps[i] for i in rows) + 1
-            row_caps = np.array([caps[i] for i in rows], dtype=np.int64)
-            inside = np.arange(width) <= row_caps[:, None]  # a row's counts 0..its cap
-            cells = np.where(inside, starts[rows][:, None] + np.arange(width), 0)
-            values = self._group_utilities([jobs[i] for i in rows], inside,
-                                           np.where(inside, speedup[cells], 0.0), scale)
-            for i, row, cap in zip(rows, values, row_caps.tolist(), strict=True):
-                out[i] = row[:cap + 1]
+            row_caps = [caps[i] for i in rows]
+            width = max(row_caps) + 1
+            members = [jobs[i] for i in rows]
+            if width == row_caps[0] + 1 == min(row_caps) + 1:  # one cap: no padding
+                values = self._group_utilities(
+                    members, None, speedup[starts[rows][:, None] + np.arange(width)], scale)
+                out_rows = list(values)
+            else:
+                inside = np.arange(width) <= np.array(row_caps)[:, None]  # counts 0..cap
+                cells = np.where(inside, starts[rows][:, None] + np.arange(width), 0)
+                values = self._group_utilities(members, inside,
+                                               np.where(inside, speedup[cells], 0.0), scale)
+                out_rows = [row[:cap + 1] for row, cap in zip(values, row_caps, strict=True)]
+            for i, row in zip(rows, out_rows, strict=True):
+                out[i] = row
         return out  # type: ignore[return-value]
 
-    def _group_utilities(self, jobs: Sequence[Job], inside: np.ndarray, speedup: np.ndarray,
-                         scale: float) -> np.ndarray:
-        """`utility` of each job from its speedups (jobs x counts), its row's counts past
-        its cap padding (`inside` false there): every operation is per count or runs
-        along a row from count 0, so a row's counts up to its cap are `utility`'s."""
+    def _group_utilities(self, jobs: Sequence[Job], inside: np.ndarray | None,
+                         speedup: np.ndarray, scale: float) -> np.ndarray:
+        """`utility` of each job from its speedups (jobs x counts): every row one cap
+        (`inside` None), or each row's counts past its cap padding (`inside` false there):
+        every operation is per count or runs along a row from count 0, so a row's counts
+        up to its cap are `utility`'s."""
         rows = np.arange(len(jobs))
-        caps = inside.sum(axis=1) - 1
+        caps = ([speedup.shape[1] - 1] * len(jobs) if inside is None
+                else (inside.sum(axis=1) - 1).tolist())
         scaled = speedup * scale
         factor = restart_factors(jobs, self.restart_penalty)
         value = scaled * factor[:, None]
         kept = np.array([job.current_workers if 0 < job.current_workers <= cap else 0
-                         for job, cap in zip(jobs, caps.tolist(), strict=True)], dtype=np.int64)
+                         for job, cap in zip(jobs, caps, strict=True)], dtype=np.int64)
         value[rows, kept] = scaled[rows, kept]  # no change, no restart
         u = power_utility(value + SPEEDUP_FLOOR, self.fairness)
         lo = np.array([job.min_workers for job in jobs], dtype=np.int64)
-        fast = np.arange(inside.shape[1]) >= lo[:, None]
+        fast = np.arange(speedup.shape[1]) >= lo[:, None]
         by_times = np.array([job.goodput is None for job in jobs])
         if by_times.any():
             fast[by_times] = no_slower_rows(-speedup[by_times], lo[by_times])
-        fast &= inside  # (past its cap a row's min may be set: it is no count of the job)
+        if inside is not None:  # (past its cap a row's min may be set: no count of the job)
+            fast &= inside
         allowed = that_pack_rows(fast, per_node(self.gpus_per_node)) if self.aligned else fast
         allowed[rows, kept] |= fast[rows, kept]
         allowed[:, 0] = True
