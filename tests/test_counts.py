@@ -204,3 +204,28 @@ def test_the_layout_of_a_few_jobs_on_floats_is_the_layout_on_arrays(
     starts, options, values, exact = counts._layout_each(rows)
     assert (starts, options, exact) == (on_arrays[0], on_arrays[1], on_arrays[3])
     assert np.array(values).tobytes() == np.array(on_arrays[2]).tobytes()
+
+
+EXTREMES = [-np.inf, -np.inf, np.nan, -0.0, 0.0, 1.0, 2.5, -3.0, 1e300, np.inf]
+
+
+@settings(max_examples=300, deadline=None)
+@given(utilities=st.lists(st.lists(st.sampled_from(EXTREMES), min_size=1, max_size=7),
+                          max_size=8),
+       capacity=st.integers(0, 25))
+def test_folds_on_floats_read_inf_less_inf_as_arrays_do(utilities: list[list[float]],
+                                                        capacity: int) -> None:
+    # inf + -inf is NaN: a column of NaN (as NumPy's maximum keeps it), and the count
+    # worked out again where a total is NaN or a count is worth +inf.
+    rows = [np.array(u) for u in utilities]
+    with mock.patch.object(counts, "NARROW_COLUMNS", 0):
+        on_arrays = best_counts(rows, capacity)
+    with mock.patch.object(counts, "NARROW_COLUMNS", 1_000):
+        assert best_counts(rows, capacity) == on_arrays
+
+
+def test_a_fold_on_floats_of_inf_less_inf_picks_as_on_arrays() -> None:
+    rows = [np.array([0.0, -np.inf]), np.array([0.0, np.inf])]  # column 2: inf, NaN
+    with mock.patch.object(counts, "NARROW_COLUMNS", 0):
+        assert best_counts(rows, 2) == [1, 1]
+    assert best_counts(rows, 2) == [1, 1]

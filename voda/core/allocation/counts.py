@@ -234,7 +234,7 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     folded = []  # per job, last first: the table of the jobs after it, from column `below`
     # Per job folded on Python floats, the count it takes at each column of its fold,
     # from the column in `picked_from`.
-    picked: dict[int, list[int]] = {}
+    picked: dict[int, list[int | None]] = {}
     picked_from: dict[int, int] = {}
     trimmed = TRIM_MIN  # a table is trimmed by the bound once it is wider (a test costs)
     end = 0  # the last column `best` holds (past it, padding that holds its value)
@@ -307,7 +307,9 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
         column = min(left, hi)
         picks = picked.get(j)
         at = column - picked_from[j] if picks is not None else -1
-        n = picks[at] if 0 <= at < len(picks) else _pick(after, base, column, rows, values, first)
+        n = picks[at] if 0 <= at < len(picks) else None
+        if n is None:  # not noted: worked out again at its column
+            n = _pick(after, base, column, rows, values, first)
         counts.append(n)
         left -= n
     return counts
@@ -410,29 +412,35 @@ def _fold_max(best: np.ndarray, below: int, lo: int, hi: int, rows: Sequence[int
 
 def _fold_max_narrow(best: Table, below: int, lo: int, hi: int, rows: Sequence[int],
                      values: Sequence[float], first: int, extra: int = 0
-                     ) -> tuple[list[float], list[int]]:
-    """`_fold_max` of a few columns, on Python floats: the same sums and the same maximum
-    (no NaN), without a NumPy call per count, kept as a list (a table a later fold on
-    arrays reads is made an array first). A source past the end of `best` reads its last
-    value, as the padding `_fold_max` reads does.
+                     ) -> tuple[list[float], list[int | None]]:
+    """`_fold_max` of a few columns, on Python floats: the same sums and the same maximum,
+    a NaN total (inf less inf) making the column NaN as NumPy's maximum does, without a
+    NumPy call per count; kept as a list (a table a later fold on arrays reads is made an
+    array first). A source past the end of `best` reads its last value, as the padding
+    `_fold_max` reads does.
 
     Also, per column, the count `_pick` takes there from `best`: the largest count of the
-    highest total, the largest count where no total is above -inf."""
+    highest total, the largest count where no total is above -inf; None where a total is
+    NaN or a count is worth +inf (`_pick` then works it out, as it reads those)."""
     last = len(best) - 1
     item = best.__getitem__ if type(best) is list else best.item
     own = [(n, values[first + n]) for n in rows]
-    totals, picks = [], []
+    unusual = any(value == math.inf for _, value in own)  # -inf + inf reads NaN in _pick
+    totals: list[float] = []
+    picks: list[int | None] = []
     for column in range(lo - below, hi - below + 1):  # the columns, from `below`
-        top, pick = -math.inf, rows[-1]
+        top, pick, nan = -math.inf, rows[-1], False
         for n, value in own:  # ascending: the sources go down, a tie goes to the larger
             source = column - n
             if source < 0:
                 break
             total = item(source if source < last else last) + value
-            if total >= top and total != -math.inf:
+            if total != total:
+                nan = True
+            elif total >= top and total != -math.inf:
                 top, pick = total, n
-        totals.append(top)
-        picks.append(pick)
+        totals.append(math.nan if nan else top)
+        picks.append(None if nan or unusual else pick)
     if extra:
         totals += [totals[-1]] * extra
     return totals, picks

@@ -591,7 +591,7 @@ def shares_left(jobs: Sequence[Job], left: Sequence[float], flat: np.ndarray,
     remaining = np.asarray(left, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         gpus = held / ran
-        counted = (ran > 0) & (remaining >= 1)
+        counted = (ran > 0) & ~(remaining < 1)  # (as share_left reads a NaN: not below 1)
         odd = counted & ~np.isfinite(gpus)
         counted &= ~odd
         # round() as Python takes it (half to even), at least 1 and at most the cap
