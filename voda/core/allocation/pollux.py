@@ -194,29 +194,29 @@ class Pollux:
             row_caps = [caps[i] for i in rows]
             width = max(row_caps) + 1
             members = [jobs[i] for i in rows]
-            if width == row_caps[0] + 1 == min(row_caps) + 1:  # one cap: no padding
+            if min(row_caps) == max(row_caps):  # one cap: no padding
                 values = self._group_utilities(
-                    members, None, speedup[starts[rows][:, None] + np.arange(width)], scale)
+                    members, row_caps, None, speedup[starts[rows][:, None] + np.arange(width)],
+                    scale)
                 out_rows = list(values)
             else:
                 inside = np.arange(width) <= np.array(row_caps)[:, None]  # counts 0..cap
                 cells = np.where(inside, starts[rows][:, None] + np.arange(width), 0)
-                values = self._group_utilities(members, inside,
+                values = self._group_utilities(members, row_caps, inside,
                                                np.where(inside, speedup[cells], 0.0), scale)
                 out_rows = [row[:cap + 1] for row, cap in zip(values, row_caps, strict=True)]
             for i, row in zip(rows, out_rows, strict=True):
                 out[i] = row
         return out  # type: ignore[return-value]
 
-    def _group_utilities(self, jobs: Sequence[Job], inside: np.ndarray | None,
-                         speedup: np.ndarray, scale: float) -> np.ndarray:
-        """`utility` of each job from its speedups (jobs x counts): every row one cap
-        (`inside` None), or each row's counts past its cap padding (`inside` false there):
-        every operation is per count or runs along a row from count 0, so a row's counts
-        up to its cap are `utility`'s."""
+    def _group_utilities(self, jobs: Sequence[Job], caps: Sequence[int],
+                         inside: np.ndarray | None, speedup: np.ndarray,
+                         scale: float) -> np.ndarray:
+        """`utility` of each job (its cap in `caps`) from its speedups (jobs x counts):
+        every row one cap (`inside` None), or each row's counts past its cap padding
+        (`inside` false there): every operation is per count or runs along a row from
+        count 0, so a row's counts up to its cap are `utility`'s."""
         rows = np.arange(len(jobs))
-        caps = ([speedup.shape[1] - 1] * len(jobs) if inside is None
-                else (inside.sum(axis=1) - 1).tolist())
         scaled = speedup * scale
         factor = restart_factors(jobs, self.restart_penalty)
         value = scaled * factor[:, None]
