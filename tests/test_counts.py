@@ -229,3 +229,32 @@ def test_a_fold_on_floats_of_inf_less_inf_picks_as_on_arrays() -> None:
     with mock.patch.object(counts, "NARROW_COLUMNS", 0):
         assert best_counts(rows, 2) == [1, 1]
     assert best_counts(rows, 2) == [1, 1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(utilities=st.lists(any_utility(), min_size=1, max_size=12), spare=st.integers(0, 5),
+       scale=st.sampled_from([1.0, 1e-300, 1e300, 1e308]))
+def test_jobs_decided_apart_when_every_count_fits_as_by_the_folds(
+    utilities: list[np.ndarray], spare: int, scale: float
+) -> None:
+    # A capacity that holds every job at its largest count: each job decided apart
+    # (`_counts_apart`), with exact ties, float noise, tiny and huge values (sums past
+    # the largest float go to the folds), against the folds; and against the every-column
+    # program where no value is +inf (scaled past the largest float), where the two differ
+    # on their own.
+    with np.errstate(over="ignore"):
+        rows = [u * scale for u in utilities]
+    capacity = sum(len(u) - 1 for u in rows) + spare
+    with mock.patch.object(counts, "_counts_apart", lambda *_: None):
+        folded = best_counts(rows, capacity)
+    assert best_counts(rows, capacity) == folded
+    if all(not (u == np.inf).any() for u in rows):
+        assert folded == best_counts_every_column(rows, capacity)
+
+
+def test_jobs_decided_apart_only_where_every_count_fits() -> None:
+    rows = [np.array([0.0, 1.0, 3.0]), np.array([0.0, 2.0])]
+    assert counts._counts_apart(rows, 3) == [2, 1]
+    assert counts._counts_apart(rows, 2) is None  # the folds decide: 2 and 0
+    assert counts._counts_apart([np.array([0.0, np.inf])], 5) is None
+    assert counts._counts_apart([np.array([0.0, 1e308]), np.array([0.0, 1e308])], 5) is None

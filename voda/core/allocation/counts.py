@@ -211,6 +211,9 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     """
     if tables is not None and len(keys) != len(utilities):
         raise ValueError(f"keys: one per job, got {len(keys)} for {len(utilities)} jobs")
+    apart = _counts_apart(utilities, capacity)
+    if apart is not None:
+        return apart
     room = max(capacity, 0)
     tops = ([min(len(u) - 1, room) for u in utilities] if len(utilities) < LOCAL_MIN_JOBS
             else np.minimum(np.fromiter(map(len, utilities), dtype=np.int64,
@@ -313,6 +316,37 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
         counts.append(n)
         left -= n
     return counts
+
+
+def _counts_apart(utilities: Sequence[np.ndarray], capacity: int) -> list[int] | None:
+    """The counts where the capacity holds every job at its largest count and no value is
+    NaN or +inf (None otherwise): each job is then decided apart from the others.
+
+    Every column a fold reads is past what the jobs after it can take, so it holds their
+    best total T_{j+1}, and the best total of jobs j.. is the maximum over n of
+    T_{j+1} + u_j(n). Rounding to nearest never reverses an order, so that maximum is
+    T_{j+1} + max_n u_j(n): the same sum the fold keeps. The decision reads the same
+    totals, T_{j+1} + u_j(n), and takes the largest count of the highest (every count of
+    a job at -inf ties at -inf, so it takes its largest, as the fold does)."""
+    lengths = np.fromiter(map(len, utilities), dtype=np.int64, count=len(utilities))
+    if not len(lengths) or int(lengths.sum()) - len(lengths) > capacity or not lengths.all():
+        return None
+    flat = np.concatenate(utilities) if len(utilities) > 1 else np.asarray(utilities[0])
+    if not flat.max() < math.inf:  # NaN or +inf: the fold's own rules for them
+        return None
+    starts = np.cumsum(lengths) - lengths
+    highest = np.maximum.reduceat(flat, starts).tolist()
+    after = [0.0] * len(highest)  # T_{j+1}: from the last job, as the folds add them
+    total = 0.0
+    for j in range(len(highest) - 1, -1, -1):
+        after[j] = total
+        total = total + highest[j]
+    if not total < math.inf:  # a sum past the largest float: the fold's rules for inf
+        return None
+    behind = np.repeat(after, lengths)
+    best = np.repeat(np.add(after, highest), lengths)
+    at = np.where(flat + behind == best, np.arange(len(flat)), -1)
+    return (np.maximum.reduceat(at, starts) - starts).tolist()
 
 
 Layout = tuple[list[int], list[list[int]], list[float], bool]
