@@ -107,7 +107,8 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
         """Queue i on `gpus` GPUs: what it then takes, kept when it is more."""
         members = groups.get(names[i], [])
         if i in cuts:
-            cut = reclaim(algorithm, members, guarantee[i], gpus)
+            cut = reclaim(algorithm, members, guarantee[i], gpus,
+                          run(i, min(guarantee[i], gpus)))
             used = sum(cut.allocation.values())
             if used > shares[i]:
                 cuts[i], shares[i] = cut, used
@@ -125,7 +126,8 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
         taker = growing - (shares[i] > held[i]) > 0  # another queue takes GPUs back
         if (taker and held[i] > given[i] and held[i] > guarantee[i]
                 and _takes_from_running(members, run(i, given[i]))):
-            cuts[i] = reclaim(algorithm, members, guarantee[i], shares[i])
+            cuts[i] = reclaim(algorithm, members, guarantee[i], shares[i],
+                              run(i, min(guarantee[i], shares[i])))
             shares[i] = sum(cuts[i].allocation.values())
     if cuts:  # what a cut left idle goes to whoever can use it, the cut queues included
         _top_up(shares, capacity, guarantee, weight, want, keep, grow)
@@ -183,8 +185,11 @@ def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
     floor = list(base)
     for _ in range(len(shares) + 1):  # each round closes a queue, or is the last
         offered = water_fill(capacity, guarantee, weight, floor, want, keep, open_)
-        run.prefetch([(i, offered[i]) for i in range(len(shares))
-                      if open_[i] and offered[i] != floor[i]])
+        moved = [i for i in range(len(shares)) if open_[i] and offered[i] != floor[i]]
+        run.prefetch([(i, offered[i]) for i in moved])
+        # the guarantee runs the rule below asks for, together
+        run.prefetch([(i, guarantee[i]) for i in moved
+                      if not run.exact[i] and run.used(i, offered[i]) < base[i]])
         changed = False
         for i in range(len(shares)):
             if not open_[i] or offered[i] == floor[i]:
