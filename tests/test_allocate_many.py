@@ -67,12 +67,14 @@ def test_many_problems_at_once_give_what_each_gives_alone(
 @given(jobs=jobs_strategy(max_jobs=16), parts=st.integers(1, 4), seed=st.integers(0, 99),
        offers=st.lists(st.lists(st.integers(0, 40), min_size=4, max_size=4), min_size=2,
                        max_size=4))
-def test_voda_runs_kept_for_other_offers_give_what_each_gives_alone(
+def test_runs_kept_for_other_offers_give_what_each_gives_alone(
         jobs: list[Job], parts: int, seed: int, offers: list[list[int]]) -> None:
     # One store over a decision's calls: the same queues at other offers, as the quota
-    # layer's rounds make them, each call the counts of a fresh one.
+    # layer's rounds make them, each call the counts of a fresh one (Voda keeps curves,
+    # weights, utilities and fold tables; Pollux its utilities).
     queues = split(jobs, parts, seed)
-    for algorithm in (Voda(), Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0)):
+    for algorithm in (Voda(), Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0), Pollux(),
+                      Pollux(gpus_per_node=2, fairness=0.0, aligned=False)):
         memo = algorithm.memo()
         for capacities in offers:
             problems = list(zip(queues, capacities, strict=False))
@@ -95,6 +97,21 @@ def test_the_bench_queues_at_rising_offers_read_kept_runs() -> None:
             algorithm(m, c) for m, c in problems]
     assert len(memo.rows) < len(offers) * len(queues)
     assert len(memo.tables._tables) < len(offers) * 300 / 2
+
+
+def test_pollux_runs_at_rising_offers_read_kept_utilities() -> None:
+    # Pollux's jobs at rising offers with one store, offers below and past the jobs' max
+    # (caps and fair shares move with the offer): the same counts as fresh runs, and a
+    # job's utilities worked out again only at a new fair share or cap.
+    algorithm = Pollux()
+    queues = split(make_jobs(300, 3), 6, 3)
+    memo = algorithm.memo()
+    offers = (9, 12, 34, 39, 40, 41, 200)
+    for offer in offers:
+        problems = [(members, offer) for members in queues]
+        assert algorithm.allocate_many(problems, memo=memo) == [
+            algorithm(m, c) for m, c in problems]
+    assert len(memo.rows) < len(offers) * 300 / 2
 
 
 @pytest.mark.parametrize("name", ["Voda", "Pollux", "SRJF", "ElasticSRJF", "ElasticTiresias",

@@ -30,9 +30,11 @@ unknown.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import ClassVar
 
 import numpy as np
@@ -61,11 +63,14 @@ from voda.core.allocation.reasons import (
     priority_rule,
     slower_with_more,
 )
+from voda.core.allocation.run_memo import ProblemMemo
 from voda.core.estimate import EpochTimes, epoch_time_runs
 from voda.core.goodput import GoodputModel, best_goodput
 from voda.core.model import Job
 
 SPEEDUP_FLOOR = 1e-3  # added to every scaled speedup, as in Pollux (a job at 0 counts)
+
+_MAX, _GOODPUT = attrgetter("max_workers"), attrgetter("goodput")
 
 
 @dataclass(frozen=True)
@@ -96,19 +101,28 @@ class Pollux:
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
-    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]],
+                      memo: ProblemMemo | None = None) -> list[dict[str, int]]:
         """`self(jobs, capacity)` of each problem, the jobs of all of them priced together
         (utilities are per job): the same allocations, for a fraction of the calls (the
-        quota layer runs Pollux once per queue, docs/design/013-queues.md)."""
-        return allocate_many_by_priority(problems, self._allocate_classes)
+        quota layer runs Pollux once per queue, docs/design/013-queues.md).
+
+        `memo` (from `self.memo()`): the utilities earlier calls with it worked out, read
+        back for a job at the same fair share and cap (`_kept_utilities`)."""
+        return allocate_many_by_priority(
+            problems, functools.partial(self._allocate_classes, memo=memo))
+
+    def memo(self) -> ProblemMemo:
+        """A store for `allocate_many` calls on the same jobs at other capacities."""
+        return ProblemMemo()
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         """One priority class on what the classes above left (the whole cluster when all
         jobs share one priority, as in Pollux)."""
         return self._allocate_classes([(jobs, capacity)])[0]
 
-    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]]
-                          ) -> list[dict[str, int]]:
+    def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]],
+                          memo: ProblemMemo | None = None) -> list[dict[str, int]]:
         out, live = live_problems(problems, by_attained)
         if not live:
             return out
@@ -117,7 +131,8 @@ class Pollux:
         fairs = [math.ceil(capacity / len(ordered)) for _, ordered, capacity in live
                  for _ in ordered]
         capacities = [capacity for _, ordered, capacity in live for _ in ordered]
-        utilities = self._utilities(every, fairs, capacities, scale)
+        utilities = (self._utilities(every, fairs, capacities, scale) if memo is None
+                     else self._kept_utilities(memo, every, fairs, capacities, scale))
         at = 0
         for k, ordered, capacity in live:
             counts = best_counts(utilities[at:at + len(ordered)], capacity)
@@ -156,6 +171,26 @@ class Pollux:
         counts) array and the speedups of those without a goodput model from their epoch
         times in one pass (`epoch_time_runs`): the same values, to the last bit."""
         return self._utilities(jobs, [fair] * len(jobs), [capacity] * len(jobs), scale)
+
+    def _kept_utilities(self, memo: ProblemMemo, jobs: Sequence[Job], fairs: Sequence[int],
+                        capacities: Sequence[int], scale: float) -> list[np.ndarray]:
+        """`_utilities`, a job's read from `memo` where it was worked out at the same fair
+        share and cap: what its row depends on, with the capacity itself for a job with a
+        goodput model (its speedups read the nodes the capacity spans). The rows are read,
+        never written, by the count program."""
+        # a job's cap without a model is min(max, capacity) (`_utilities`: its min is at
+        # most its max)
+        caps = [capacity if capacity < most or model is not None else most
+                for capacity, most, model in zip(capacities, map(_MAX, jobs),
+                                                 map(_GOODPUT, jobs), strict=True)]
+        keys = list(zip(map(id, jobs), fairs, caps, strict=True))
+        asked = list(zip(jobs, fairs, capacities, strict=True))
+
+        def compute(todo: list[tuple[Job, int, int]]) -> list[np.ndarray]:
+            picked, fair, capacity = zip(*todo, strict=True)
+            return self._utilities(picked, fair, capacity, scale)
+
+        return memo.kept(memo.rows, keys, asked, compute)
 
     def _utilities(self, jobs: Sequence[Job], fairs: Sequence[int], capacities: Sequence[int],
                    scale: float) -> list[np.ndarray]:
