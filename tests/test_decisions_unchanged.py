@@ -39,7 +39,7 @@ from srjf_reference import shortest_first_reference
 from test_allocation_properties import jobs_strategy
 from tiresias_reference import order_reference
 
-from voda.core.allocation import ffdl, fifo, pollux, srjf, tiresias, voda
+from voda.core.allocation import ffdl, fifo, pollux, run_memo, srjf, tiresias
 from voda.core.allocation.counts import best_counts
 from voda.core.allocation.ffdl import FfDLOptimizer
 from voda.core.allocation.fifo import FIFO, ElasticFIFO
@@ -76,7 +76,7 @@ def test_pollux_and_voda_decide_as_with_the_program_over_every_column(
     algorithm = ALGORITHMS[which]
     fast = algorithm(jobs, capacity)
     with (mock.patch.object(pollux, "best_counts", best_counts_every_column),
-          mock.patch.object(voda, "best_counts", best_counts_every_column)):
+          mock.patch.object(run_memo, "best_counts", best_counts_every_column)):
         reference = algorithm(jobs, capacity)
     assert fast == reference
 

@@ -36,6 +36,10 @@ BOUND_MIN_JOBS = 100
 # a NumPy call per count costs more than the few sums.
 NARROW_COLUMNS = 12
 PYTHON_LAYOUT_JOBS = 32  # `_layout`: below this many jobs, on Python floats
+# A stored fold table reaches this many times the capacity of the call that made it (or the
+# most its jobs take, if less): a later call at an offer up to that finds it whole, and a
+# first call at a small capacity does not fold every column its jobs could take.
+TABLE_REACH = 2
 LOCAL_MIN_JOBS = 64  # `_options`, `_bands`: from this many jobs, NumPy passes beat a loop
 
 
@@ -198,9 +202,11 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
 
     `tables` with `keys` (one per job, naming its utilities): fold tables stored by
     earlier calls on the same jobs after j are read where they cover job j's band, and
-    this call's are stored, each up to the most the jobs j.. can take on any capacity
-    (so a call at a larger capacity finds it whole). A column's total is the same
-    numbers compared in the same order in any band, so the counts are the same.
+    this call's are stored, each up to the most the jobs j.. can take on any capacity or
+    TABLE_REACH times this capacity if less (so a call at up to that capacity finds it
+    whole; a stored table is read where it covers the columns the call reads). A
+    column's total is the same numbers compared in the same order in any band, so the
+    counts are the same.
 
     `bounded` (without `tables`, whose folds are kept for other capacities; None: from
     BOUND_MIN_JOBS jobs): each fold table keeps only the columns the
@@ -218,10 +224,12 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
     tops = ([min(len(u) - 1, room) for u in utilities] if len(utilities) < LOCAL_MIN_JOBS
             else np.minimum(np.fromiter(map(len, utilities), dtype=np.int64,
                                         count=len(utilities)) - 1, room).tolist())
-    bands = _bands(tops, capacity)
-    if tables is not None:  # up to the most the jobs j.. take on any capacity: kept whole
+    bands = needed = _bands(tops, capacity)
+    if tables is not None:  # up to the most the jobs j.. take, within TABLE_REACH x capacity
+        reach = TABLE_REACH * room
         most = itertools.accumulate(len(u) - 1 for u in reversed(utilities))
-        bands = [(lo, top) for (lo, _), top in zip(bands, list(most)[::-1], strict=True)]
+        bands = [(lo, min(top, max(reach, hi))) for (lo, hi), top in zip(
+            needed, list(most)[::-1], strict=True)]
     chain = tables.chain(keys) if tables is not None else []
     starts, options, values, exact_max = (
         tables.layout(chain[0], utilities) if chain else _layout(utilities))
@@ -263,7 +271,7 @@ def best_counts(utilities: Sequence[np.ndarray], capacity: int,
                 extra = min(pads[j], capacity)
         if tables is not None:
             key = (exact_max, chain[j])
-            held = tables.covering(key, lo, hi)
+            held = tables.covering(key, lo, needed[j][1])  # the columns this call reads
             if held is not None:  # (a decision reads past a table's end its last value)
                 folded.append((best, below))
                 below, best = held

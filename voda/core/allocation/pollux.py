@@ -135,7 +135,8 @@ class Pollux:
                      else self._kept_utilities(memo, every, fairs, capacities, scale))
         at = 0
         for k, ordered, capacity in live:
-            counts = best_counts(utilities[at:at + len(ordered)], capacity)
+            rows = utilities[at:at + len(ordered)]
+            counts = best_counts(rows, capacity) if memo is None else memo.counts(rows, capacity)
             at += len(ordered)
             out[k] = {job.name: n for job, n in zip(ordered, counts, strict=True)}
         return out

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from voda.core.allocation.counts import FoldTables
+from voda.core.allocation.counts import FoldTables, best_counts
 from voda.core.model import Job
 
 Curves = Callable[[Sequence[Job], Sequence[Any], Sequence[int]], list[Any]]
@@ -31,12 +31,13 @@ Floors = Callable[[Sequence[np.ndarray], Sequence[tuple[int, int]], Sequence[Seq
                   list[np.ndarray]]
 Weights = Callable[[Sequence[Job], Sequence[Any]], np.ndarray]
 _MAX, _GOODPUT = attrgetter("max_workers"), attrgetter("goodput")
+# A problem of fewer jobs is counted without the fold tables: naming its jobs' chain and
+# storing its tables cost about what folding its few jobs again at another offer does.
+TABLE_MIN_JOBS = 32
 
 
 class Priced:
     """Each step of a call worked out for every problem, the problems' jobs together."""
-
-    tables: FoldTables | None = None
 
     def curves(self, problems: Sequence[tuple[Sequence[Job], Sequence[Any], int]], node: int,
                compute: Curves) -> list[list[Any]]:
@@ -57,6 +58,10 @@ class Priced:
                        np.concatenate(weights))
         return split(flat, list(map(len, jobs)))
 
+    def counts(self, rows: Sequence[np.ndarray], capacity: int) -> list[int]:
+        """The count program's counts of one problem's utilities."""
+        return best_counts(rows, capacity)
+
     def floored(self, rows: Sequence[Sequence[np.ndarray]], floored: Sequence[Sequence[bool]],
                 compute: Floors) -> list[list[np.ndarray]]:
         """Per problem, its utilities with the floored jobs' value at no GPUs lowered."""
@@ -72,6 +77,13 @@ class ProblemMemo:
     def __init__(self) -> None:
         self.tables = FoldTables()
         self.rows: dict[Hashable, tuple[Any, list[np.ndarray]]] = {}  # utilities
+
+    def counts(self, rows: Sequence[np.ndarray], capacity: int) -> list[int]:
+        """The count program's counts, reading and storing the fold tables of a problem of
+        TABLE_MIN_JOBS jobs or more (its rows kept here, so equal rows are one object)."""
+        if len(rows) < TABLE_MIN_JOBS:
+            return best_counts(rows, capacity)
+        return best_counts(rows, capacity, self.tables, self.keys(rows))
 
     def keys(self, rows: Sequence[np.ndarray]) -> list[Hashable]:
         """The keys that name the rows in `tables`: equal rows kept here are one object."""

@@ -85,7 +85,6 @@ from voda.core.allocation.base import (
 )
 from voda.core.allocation.counts import (
     FROM_CLUSTER,
-    best_counts,
     check_gpus_per_node,
     check_seconds,
     largest_packing,
@@ -272,8 +271,7 @@ class Voda:
                        for part, (_, _, capacity) in zip(curves, live, strict=True)]
             utilities = priced.floored(utilities, floored, with_floors_many)
         for rows, (k, ordered, capacity) in zip(utilities, live, strict=True):
-            counts = (best_counts(rows, capacity) if priced.tables is None
-                      else best_counts(rows, capacity, priced.tables, priced.keys(rows)))
+            counts = priced.counts(rows, capacity)
             out[k] = {job.name: n for job, n in zip(ordered, counts, strict=True)}
         return out
 
