@@ -71,6 +71,10 @@ from voda.core.model import Job
 SPEEDUP_FLOOR = 1e-3  # added to every scaled speedup, as in Pollux (a job at 0 counts)
 
 _MAX, _GOODPUT = attrgetter("max_workers"), attrgetter("goodput")
+# A queue's problem of fewer jobs is counted without fold tables: its utilities move with
+# its fair share, so its later runs seldom read the same ones (`bench/allocate.py --queues`,
+# three seeds: 0.6-0.8 ms less a decision than tables for every problem).
+TABLE_MIN_JOBS = 32
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ class Pollux:
 
     def memo(self) -> ProblemMemo:
         """A store for `allocate_many` calls on the same jobs at other capacities."""
-        return ProblemMemo()
+        return ProblemMemo(table_min_jobs=TABLE_MIN_JOBS)
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         """One priority class on what the classes above left (the whole cluster when all

@@ -31,9 +31,6 @@ Floors = Callable[[Sequence[np.ndarray], Sequence[tuple[int, int]], Sequence[Seq
                   list[np.ndarray]]
 Weights = Callable[[Sequence[Job], Sequence[Any]], np.ndarray]
 _MAX, _GOODPUT = attrgetter("max_workers"), attrgetter("goodput")
-# A problem of fewer jobs is counted without the fold tables: naming its jobs' chain and
-# storing its tables cost about what folding its few jobs again at another offer does.
-TABLE_MIN_JOBS = 32
 
 
 class Priced:
@@ -74,14 +71,18 @@ class ProblemMemo:
     """Results kept per problem under a key, and the count program's fold tables. What it
     keeps holds the objects its keys name by id, so no id is reused meanwhile."""
 
-    def __init__(self) -> None:
+    def __init__(self, table_min_jobs: int = 0) -> None:
+        """`table_min_jobs`: a problem of fewer jobs is counted without the fold tables
+        (naming its jobs' chain and storing its tables cost more than they save where a
+        queue's later runs seldom read the same utilities)."""
+        self.table_min_jobs = table_min_jobs
         self.tables = FoldTables()
         self.rows: dict[Hashable, tuple[Any, list[np.ndarray]]] = {}  # utilities
 
     def counts(self, rows: Sequence[np.ndarray], capacity: int) -> list[int]:
         """The count program's counts, reading and storing the fold tables of a problem of
-        TABLE_MIN_JOBS jobs or more (its rows kept here, so equal rows are one object)."""
-        if len(rows) < TABLE_MIN_JOBS:
+        `table_min_jobs` jobs or more (its rows kept here, so equal rows are one object)."""
+        if len(rows) < self.table_min_jobs:
             return best_counts(rows, capacity)
         return best_counts(rows, capacity, self.tables, self.keys(rows))
 
