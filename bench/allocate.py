@@ -3,7 +3,7 @@
     .venv/bin/python bench/allocate.py [--repeats N] [--seed S]
     .venv/bin/python bench/allocate.py --scaling [--repeats N] [--seed S]
     .venv/bin/python bench/allocate.py --explanations [--repeats N] [--seed S]
-    .venv/bin/python bench/allocate.py --queues [--repeats N] [--seed S]
+    .venv/bin/python bench/allocate.py --queues [--repeats N] [--seed S | --seeds S1,S2]
     (the table and --queues also take --algorithms A,B: those built-in algorithms only)
 
 Prints, per algorithm, the median CPU seconds of one call at 100, 1,000 and 10,000
@@ -201,8 +201,8 @@ def queue_cost(repeats: int, seed: int, names: Sequence[str] = registry.BUILTIN_
     jobs, queues = team_queues(make_jobs(EXPLAIN_JOBS, seed), seed)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"CPU seconds (median) of one allocation, {EXPLAIN_JOBS} jobs on {EXPLAIN_CAPACITY} "
-          f"GPUs, without and with {QUEUE_COUNT} queues ({os.cpu_count()} CPUs, load "
-          f"average {load:.1f})")
+          f"GPUs, without and with {QUEUE_COUNT} queues, seed {seed} ({os.cpu_count()} CPUs, "
+          f"load average {load:.1f})")
     print(f"{'algorithm':<16}{'without':>10}{'queues':>10}{'added ms':>10}")
     over = 0
     for name in names:
@@ -234,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"the cost of {QUEUE_COUNT} team queues (voda.core.quotas)")
     parser.add_argument("--algorithms", default=",".join(registry.BUILTIN_NAMES),
                         help="comma-separated built-in algorithms (default: all)")
+    parser.add_argument("--seeds", default=None,
+                        help="with --queues: comma-separated seeds, each a table (default: "
+                        "--seed)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.algorithms.split(",") if n.strip()]
     unknown = [n for n in names if n not in registry.BUILTIN_NAMES]
@@ -241,7 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--algorithms: unknown {unknown}; built in: "
                      f"{', '.join(registry.BUILTIN_NAMES)}")
     if args.queues:
-        return queue_cost(args.repeats, args.seed, names)
+        try:
+            seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
+        except ValueError:
+            parser.error(f"--seeds: comma-separated integers, got {args.seeds!r}")
+        return max(queue_cost(args.repeats, seed, names) for seed in seeds)
     if args.explanations:
         return explanations(args.repeats, args.seed)
     if args.scaling:
