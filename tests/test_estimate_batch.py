@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from voda.core.allocation.afs_states import rounded_as_python
-from voda.core.estimate import amdahl_fits, epoch_time_at, epoch_time_runs, fit_speed
+from voda.core.estimate import (
+    amdahl_fits,
+    amdahl_fits_together,
+    epoch_time_at,
+    epoch_time_runs,
+    fit_speed,
+)
 from voda.core.model import Job
 
 seconds = st.sampled_from([10.0, 20.0, 35.0, 60.0, 90.0]) | st.floats(0.01, 1e5)
@@ -74,3 +80,28 @@ def test_amdahl_fits_of_many_jobs_are_fit_speed_of_each(observed: list[dict]) ->
         for mine, theirs in ((serial[j], model.serial), (parallel[j], model.parallel),
                              (slope[j], model.last_slope)):
             assert mine == theirs or (math.isnan(mine) and math.isnan(theirs))
+
+
+@settings(max_examples=400, deadline=None)
+@given(observed=st.lists(st.dictionaries(st.integers(1, 64), seconds | st.sampled_from(
+    [1e-300, 5e-324, 1e300, 1e-160, 1e160]), min_size=1, max_size=12), min_size=1, max_size=10),
+    some=st.data())
+def test_amdahl_fits_one_job_at_a_time_are_those_of_all_jobs_together(
+        observed: list[dict], some: st.DataObject) -> None:
+    # amdahl_fits works in Python floats, job by job, remembered by points; the vectorised
+    # amdahl_fits_together is the reference: the same bits (signs of zero and NaNs too).
+    points = [(j, k, t) for j, times in enumerate(observed) for k, t in sorted(times.items())]
+    job, k, t = (np.array(column, dtype=float) for column in zip(*points, strict=True))
+    job = job.astype(np.int64)
+    fitted = np.array(sorted(some.draw(st.sets(st.sampled_from(range(len(observed))),
+                                               min_size=1))), dtype=np.int64)
+    for _ in range(2):  # the second time from what was remembered
+        mine = amdahl_fits(job, k, t, fitted)
+        theirs = amdahl_fits_together(job, k, t, fitted)
+        assert [a.tobytes() for a in mine] == [b.tobytes() for b in theirs]
+
+
+def test_amdahl_fits_of_no_job() -> None:
+    empty = np.empty(0)
+    assert [len(a) for a in amdahl_fits(empty.astype(np.int64), empty, empty,
+                                         empty.astype(np.int64))] == [0, 0, 0]

@@ -25,6 +25,7 @@ See docs/design/001-allocation.md.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -124,6 +125,67 @@ def _amdahl_fit(counts: tuple[int, ...], times: tuple[float, ...]) -> tuple[floa
 
 def amdahl_fits(point_job: np.ndarray, point_k: np.ndarray, point_t: np.ndarray,
                 jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`amdahl_fits_together`'s values, one job at a time in Python floats: a decision
+    fits a few jobs, most of them with the very points they had at the last decision (so
+    each job's fit is remembered by its points), and NumPy's cost per call outweighs
+    the arithmetic."""
+    first = np.searchsorted(point_job, jobs).tolist()
+    size = np.searchsorted(point_job, jobs, side="right").tolist()
+    ks, ts = point_k.tolist(), point_t.tolist()
+    fits = [_fit_of_points(tuple(ks[lo:hi]), tuple(ts[lo:hi]))
+            for lo, hi in zip(first, size, strict=True)]
+    if not fits:
+        return np.empty(0), np.empty(0), np.empty(0)
+    serial, parallel, slope = (np.array(column, dtype=float) for column in zip(*fits, strict=True))
+    return serial, parallel, slope
+
+
+@functools.lru_cache(maxsize=8192)
+def _fit_of_points(k: tuple[float, ...], t: tuple[float, ...]) -> tuple[float, float, float]:
+    """(serial, parallel, last slope) of one job's points (counts ascending), as
+    `amdahl_fits_together` works them out; it answers where Python's arithmetic would
+    raise instead of giving an infinity or a NaN."""
+    try:
+        return _fit_in_python(k, t)
+    except ArithmeticError:
+        serial, parallel, slope = amdahl_fits_together(
+            np.zeros(len(k), dtype=np.int64), np.array(k, dtype=float),
+            np.array(t, dtype=float), np.zeros(1, dtype=np.int64))
+        return float(serial[0]), float(parallel[0]), float(slope[0])
+
+
+def _fit_in_python(k: tuple[float, ...], t: tuple[float, ...]) -> tuple[float, float, float]:
+    m = len(k)
+    if m == 1:
+        return 0.0, t[0] * k[0], math.inf
+    x = [1.0 / c for c in k]
+    mx, my = _left_sum(x) / m, _left_sum(t) / m
+    apart = [v - mx for v in x]
+    sxx = _left_sum([v ** 2 for v in apart])
+    sxy = _left_sum([v * (y - my) for v, y in zip(apart, t, strict=True)])
+    b = sxy / sxx if sxx > 0 else 0.0
+    a = my - b * mx
+    last = (1.0 / t[-1] - 1.0 / t[-2]) / (k[-1] - k[-2])
+    slope = last if last > 0.0 else 0.0
+    if b <= 0:
+        return my, 0.0, slope
+    if a < 0:
+        through_zero = (_left_sum([v * y for v, y in zip(x, t, strict=True)])
+                        / _left_sum([v * v for v in x]))
+        return 0.0, through_zero, slope
+    return a, b, slope
+
+
+def _left_sum(values: list[float] | tuple[float, ...]) -> float:
+    """The values added left to right from the first (as `in_order` adds columns)."""
+    total = values[0]
+    for v in values[1:]:
+        total += v
+    return total
+
+
+def amdahl_fits_together(point_job: np.ndarray, point_k: np.ndarray, point_t: np.ndarray,
+                         jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`fit_speed`'s serial, parallel and last slope for each of `jobs` (ascending job
     numbers, each with a point), from the points of all jobs (`point_job` ascending, then
     `point_k`; counts >= 1 and times > 0, as fit_speed keeps them): the jobs with as many

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -158,7 +159,14 @@ def completed(task: Callable[[RunRequest], T], requests: Sequence[RunRequest],
             seen.add(kind)
             warm(workload_for(replace(r, jitter=0.0)))
     workers = workers or min(len(requests), os.cpu_count() or 1)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(task, r): i for i, r in enumerate(requests)}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+    # The objects made so far (modules, throughput tables) stay out of the collector's
+    # passes while the workers run: a forked worker that walked them would write to, and
+    # so copy, the memory pages it shares with this process.
+    gc.freeze()
+    try:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(task, r): i for i, r in enumerate(requests)}
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+    finally:
+        gc.unfreeze()
