@@ -1,11 +1,15 @@
 """The batched estimates AFS-L tables before its tournament equal the one-at-a-time ones."""
 
+import dataclasses
 import math
+from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from voda.core import estimate
 from voda.core.allocation.afs_states import rounded_as_python
 from voda.core.estimate import (
     amdahl_fits,
@@ -34,19 +38,47 @@ def one_at_a_time(jobs: list[Job], first: list[int], runs: list[int]) -> list[fl
             for k in range(lo, lo + n)]
 
 
+# A few epoch times are asked of each job's model in Python (SMALL_RUNS), more all at
+# once in NumPy: each way is checked against epoch_time_at.
+WAYS = pytest.mark.parametrize("small_runs", [estimate.SMALL_RUNS, -1],
+                               ids=["one by one", "all at once"])
+
+
+@WAYS
 @settings(max_examples=300, deadline=None)
 @given(asked=asked_runs())
-def test_epoch_time_runs_are_bit_for_bit_the_epoch_times_at_each_count(asked: tuple) -> None:
+def test_epoch_time_runs_are_bit_for_bit_the_epoch_times_at_each_count(
+        small_runs: int, asked: tuple) -> None:
     jobs, first, runs = asked
-    assert epoch_time_runs(jobs, first, runs).tolist() == one_at_a_time(jobs, first, runs)
+    with mock.patch.object(estimate, "SMALL_RUNS", small_runs):
+        got = epoch_time_runs(jobs, first, runs)
+    assert got.tolist() == one_at_a_time(jobs, first, runs)
+    assert got.tobytes() == np.array(one_at_a_time(jobs, first, runs), dtype=float).tobytes()
 
 
+@WAYS
 @settings(max_examples=50, deadline=None)
 @given(asked=asked_runs(st.dictionaries(st.sampled_from([1, 2, 2**40, 2**50]), seconds,
                                         min_size=1, max_size=3)))
-def test_epoch_time_runs_with_counts_too_large_to_key_exactly(asked: tuple) -> None:
+def test_epoch_time_runs_with_counts_too_large_to_key_exactly(small_runs: int,
+                                                              asked: tuple) -> None:
     jobs, first, runs = asked
-    assert epoch_time_runs(jobs, first, runs).tolist() == one_at_a_time(jobs, first, runs)
+    with mock.patch.object(estimate, "SMALL_RUNS", small_runs):
+        got = epoch_time_runs(jobs, first, runs)
+    assert got.tolist() == one_at_a_time(jobs, first, runs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(asked=asked_runs())
+def test_epoch_time_runs_in_python_are_those_in_numpy_from_remembered_models(
+        asked: tuple) -> None:
+    jobs, first, runs = asked
+    snapshots = [dataclasses.replace(job) for job in jobs]  # read-only maps: remembered
+    for _ in range(2):
+        with mock.patch.object(estimate, "SMALL_RUNS", -1):
+            theirs = epoch_time_runs(snapshots, np.array(first), runs)
+        mine = estimate.epoch_time_runs_one_by_one(snapshots, np.array(first), np.array(runs))
+        assert mine.tobytes() == theirs.tobytes()
 
 
 near_ties = st.builds(lambda i, d, e: (i + 0.5) / 10.0**d + e, st.integers(-10**12, 10**12),
