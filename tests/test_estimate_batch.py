@@ -137,3 +137,12 @@ def test_amdahl_fits_of_no_job() -> None:
     empty = np.empty(0)
     assert [len(a) for a in amdahl_fits(empty.astype(np.int64), empty, empty,
                                          empty.astype(np.int64))] == [0, 0, 0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(observed=st.dictionaries(st.integers(-2, 64), seconds | st.sampled_from(
+    [0.0, -1.0, 1e-300, 5e-324, 1e300]), max_size=12))
+def test_kept_models_are_fit_speeds(observed: dict) -> None:
+    # The model epoch_time_runs_one_by_one keeps per map fits by the remembered points.
+    for _ in range(2):
+        assert estimate._fit_speed_of_kept_points(observed, 37.0) == fit_speed(observed, 37.0)

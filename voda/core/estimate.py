@@ -434,6 +434,19 @@ def epoch_time_runs_one_by_one(
     return np.array(out, dtype=float)
 
 
+def _fit_speed_of_kept_points(observed: Mapping[int, float],
+                              default_epoch_seconds: float) -> SpeedModel:
+    """`fit_speed(observed)` with the fit remembered by the points (`_fit_of_points`,
+    whose sums run from the first term rather than from 0: the same values)."""
+    points = sorted((k, t) for k, t in observed.items() if k >= 1 and t > 0)
+    if not points:
+        return fit_speed(observed, default_epoch_seconds)
+    counts = tuple(k for k, _ in points)
+    times = tuple(t for _, t in points)
+    serial, parallel, last_slope = _fit_of_points(counts, times)
+    return SpeedModel(counts, times, serial, parallel, known=True, last_slope=last_slope)
+
+
 def _as_list(values: Sequence[int] | np.ndarray) -> list[int]:
     return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
@@ -445,7 +458,7 @@ def _kept_model(observed: Mapping[int, float], default_epoch_seconds: float) -> 
     kept = _model_memo.get(key)
     if kept is not None and kept[0] is observed:
         return kept[1]
-    model = fit_speed(observed, default_epoch_seconds)
+    model = _fit_speed_of_kept_points(observed, default_epoch_seconds)
     if len(_model_memo) >= _MEMO_SIZE:
         _model_memo.clear()
     _model_memo[key] = (observed, model)
