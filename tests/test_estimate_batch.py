@@ -1,13 +1,23 @@
 """The batched estimates AFS-L tables before its tournament equal the one-at-a-time ones."""
 
+import dataclasses
 import math
+from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from voda.core import estimate
 from voda.core.allocation.afs_states import rounded_as_python
-from voda.core.estimate import amdahl_fits, epoch_time_at, epoch_time_runs, fit_speed
+from voda.core.estimate import (
+    amdahl_fits,
+    amdahl_fits_together,
+    epoch_time_at,
+    epoch_time_runs,
+    fit_speed,
+)
 from voda.core.model import Job
 
 seconds = st.sampled_from([10.0, 20.0, 35.0, 60.0, 90.0]) | st.floats(0.01, 1e5)
@@ -28,19 +38,47 @@ def one_at_a_time(jobs: list[Job], first: list[int], runs: list[int]) -> list[fl
             for k in range(lo, lo + n)]
 
 
+# A few epoch times are asked of each job's model in Python (SMALL_RUNS), more all at
+# once in NumPy: each way is checked against epoch_time_at.
+WAYS = pytest.mark.parametrize("small_runs", [estimate.SMALL_RUNS, -1],
+                               ids=["one by one", "all at once"])
+
+
+@WAYS
 @settings(max_examples=300, deadline=None)
 @given(asked=asked_runs())
-def test_epoch_time_runs_are_bit_for_bit_the_epoch_times_at_each_count(asked: tuple) -> None:
+def test_epoch_time_runs_are_bit_for_bit_the_epoch_times_at_each_count(
+        small_runs: int, asked: tuple) -> None:
     jobs, first, runs = asked
-    assert epoch_time_runs(jobs, first, runs).tolist() == one_at_a_time(jobs, first, runs)
+    with mock.patch.object(estimate, "SMALL_RUNS", small_runs):
+        got = epoch_time_runs(jobs, first, runs)
+    assert got.tolist() == one_at_a_time(jobs, first, runs)
+    assert got.tobytes() == np.array(one_at_a_time(jobs, first, runs), dtype=float).tobytes()
 
 
+@WAYS
 @settings(max_examples=50, deadline=None)
 @given(asked=asked_runs(st.dictionaries(st.sampled_from([1, 2, 2**40, 2**50]), seconds,
                                         min_size=1, max_size=3)))
-def test_epoch_time_runs_with_counts_too_large_to_key_exactly(asked: tuple) -> None:
+def test_epoch_time_runs_with_counts_too_large_to_key_exactly(small_runs: int,
+                                                              asked: tuple) -> None:
     jobs, first, runs = asked
-    assert epoch_time_runs(jobs, first, runs).tolist() == one_at_a_time(jobs, first, runs)
+    with mock.patch.object(estimate, "SMALL_RUNS", small_runs):
+        got = epoch_time_runs(jobs, first, runs)
+    assert got.tolist() == one_at_a_time(jobs, first, runs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(asked=asked_runs())
+def test_epoch_time_runs_in_python_are_those_in_numpy_from_remembered_models(
+        asked: tuple) -> None:
+    jobs, first, runs = asked
+    snapshots = [dataclasses.replace(job) for job in jobs]  # read-only maps: remembered
+    for _ in range(2):
+        with mock.patch.object(estimate, "SMALL_RUNS", -1):
+            theirs = epoch_time_runs(snapshots, np.array(first), runs)
+        mine = estimate.epoch_time_runs_one_by_one(snapshots, np.array(first), np.array(runs))
+        assert mine.tobytes() == theirs.tobytes()
 
 
 near_ties = st.builds(lambda i, d, e: (i + 0.5) / 10.0**d + e, st.integers(-10**12, 10**12),
@@ -74,3 +112,37 @@ def test_amdahl_fits_of_many_jobs_are_fit_speed_of_each(observed: list[dict]) ->
         for mine, theirs in ((serial[j], model.serial), (parallel[j], model.parallel),
                              (slope[j], model.last_slope)):
             assert mine == theirs or (math.isnan(mine) and math.isnan(theirs))
+
+
+@settings(max_examples=400, deadline=None)
+@given(observed=st.lists(st.dictionaries(st.integers(1, 64), seconds | st.sampled_from(
+    [1e-300, 5e-324, 1e300, 1e-160, 1e160]), min_size=1, max_size=12), min_size=1, max_size=10),
+    some=st.data())
+def test_amdahl_fits_one_job_at_a_time_are_those_of_all_jobs_together(
+        observed: list[dict], some: st.DataObject) -> None:
+    # amdahl_fits works in Python floats, job by job, remembered by points; the vectorised
+    # amdahl_fits_together is the reference: the same bits (signs of zero and NaNs too).
+    points = [(j, k, t) for j, times in enumerate(observed) for k, t in sorted(times.items())]
+    job, k, t = (np.array(column, dtype=float) for column in zip(*points, strict=True))
+    job = job.astype(np.int64)
+    fitted = np.array(sorted(some.draw(st.sets(st.sampled_from(range(len(observed))),
+                                               min_size=1))), dtype=np.int64)
+    for _ in range(2):  # the second time from what was remembered
+        mine = amdahl_fits(job, k, t, fitted)
+        theirs = amdahl_fits_together(job, k, t, fitted)
+        assert [a.tobytes() for a in mine] == [b.tobytes() for b in theirs]
+
+
+def test_amdahl_fits_of_no_job() -> None:
+    empty = np.empty(0)
+    assert [len(a) for a in amdahl_fits(empty.astype(np.int64), empty, empty,
+                                         empty.astype(np.int64))] == [0, 0, 0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(observed=st.dictionaries(st.integers(-2, 64), seconds | st.sampled_from(
+    [0.0, -1.0, 1e-300, 5e-324, 1e300]), max_size=12))
+def test_kept_models_are_fit_speeds(observed: dict) -> None:
+    # The model epoch_time_runs_one_by_one keeps per map fits by the remembered points.
+    for _ in range(2):
+        assert estimate._fit_speed_of_kept_points(observed, 37.0) == fit_speed(observed, 37.0)

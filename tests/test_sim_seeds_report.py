@@ -211,3 +211,23 @@ def test_the_eleven_built_in_algorithms_have_eleven_distinct_colours() -> None:
     assert styles(["Voda"])["Voda"] == look["Voda"]
     custom = styles(["Voda", "pkg.mod:Mine"])["pkg.mod:Mine"]
     assert custom.color not in {look[n].color for n in BUILTIN_NAMES}
+
+
+def test_remembered_run_times_alone_are_isolated_seconds() -> None:
+    # with_job_details reads each job's run times alone through a memo keyed by the spec
+    # and a token of its nodes: the same numbers as isolated_seconds, for equal node
+    # tuples built apart, and none of another cluster's.
+    from voda.sim import isolated
+    from voda.sim.cluster_file import parse_cluster
+
+    spec = JobSpec("x", 0.0, 0, 1, 8, None, 3, profile="cifar10", per_gpu_batch=128)
+    small, spread = parse_cluster("2x4").nodes, parse_cluster("4x2").nodes
+    assert isolated_seconds(spec, small, 4, 30.0) != isolated_seconds(spec, spread, 4, 30.0)
+    for nodes in (small, tuple(parse_cluster("2x4").nodes), spread):
+        token = isolated.nodes_token_of(nodes)
+        for gpus in (1, 3, 4):
+            expected = isolated_seconds(spec, nodes, gpus, 30.0)
+            for _ in range(2):
+                assert isolated.memo_isolated_seconds(spec, token, nodes, gpus, 30.0,
+                                                      "actual", 1.0) == expected
+    assert isolated.nodes_token_of(small) != isolated.nodes_token_of(spread)

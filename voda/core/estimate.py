@@ -25,6 +25,7 @@ See docs/design/001-allocation.md.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -124,6 +125,67 @@ def _amdahl_fit(counts: tuple[int, ...], times: tuple[float, ...]) -> tuple[floa
 
 def amdahl_fits(point_job: np.ndarray, point_k: np.ndarray, point_t: np.ndarray,
                 jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`amdahl_fits_together`'s values, one job at a time in Python floats: a decision
+    fits a few jobs, most of them with the very points they had at the last decision (so
+    each job's fit is remembered by its points), and NumPy's cost per call outweighs
+    the arithmetic."""
+    first = np.searchsorted(point_job, jobs).tolist()
+    size = np.searchsorted(point_job, jobs, side="right").tolist()
+    ks, ts = point_k.tolist(), point_t.tolist()
+    fits = [_fit_of_points(tuple(ks[lo:hi]), tuple(ts[lo:hi]))
+            for lo, hi in zip(first, size, strict=True)]
+    if not fits:
+        return np.empty(0), np.empty(0), np.empty(0)
+    serial, parallel, slope = (np.array(column, dtype=float) for column in zip(*fits, strict=True))
+    return serial, parallel, slope
+
+
+@functools.lru_cache(maxsize=8192)
+def _fit_of_points(k: tuple[float, ...], t: tuple[float, ...]) -> tuple[float, float, float]:
+    """(serial, parallel, last slope) of one job's points (counts ascending), as
+    `amdahl_fits_together` works them out; it answers where Python's arithmetic would
+    raise instead of giving an infinity or a NaN."""
+    try:
+        return _fit_in_python(k, t)
+    except ArithmeticError:
+        serial, parallel, slope = amdahl_fits_together(
+            np.zeros(len(k), dtype=np.int64), np.array(k, dtype=float),
+            np.array(t, dtype=float), np.zeros(1, dtype=np.int64))
+        return float(serial[0]), float(parallel[0]), float(slope[0])
+
+
+def _fit_in_python(k: tuple[float, ...], t: tuple[float, ...]) -> tuple[float, float, float]:
+    m = len(k)
+    if m == 1:
+        return 0.0, t[0] * k[0], math.inf
+    x = [1.0 / c for c in k]
+    mx, my = _left_sum(x) / m, _left_sum(t) / m
+    apart = [v - mx for v in x]
+    sxx = _left_sum([v ** 2 for v in apart])
+    sxy = _left_sum([v * (y - my) for v, y in zip(apart, t, strict=True)])
+    b = sxy / sxx if sxx > 0 else 0.0
+    a = my - b * mx
+    last = (1.0 / t[-1] - 1.0 / t[-2]) / (k[-1] - k[-2])
+    slope = last if last > 0.0 else 0.0
+    if b <= 0:
+        return my, 0.0, slope
+    if a < 0:
+        through_zero = (_left_sum([v * y for v, y in zip(x, t, strict=True)])
+                        / _left_sum([v * v for v in x]))
+        return 0.0, through_zero, slope
+    return a, b, slope
+
+
+def _left_sum(values: list[float] | tuple[float, ...]) -> float:
+    """The values added left to right from the first (as `in_order` adds columns)."""
+    total = values[0]
+    for v in values[1:]:
+        total += v
+    return total
+
+
+def amdahl_fits_together(point_job: np.ndarray, point_k: np.ndarray, point_t: np.ndarray,
+                         jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`fit_speed`'s serial, parallel and last slope for each of `jobs` (ascending job
     numbers, each with a point), from the points of all jobs (`point_job` ascending, then
     `point_k`; counts >= 1 and times > 0, as fit_speed keeps them): the jobs with as many
@@ -352,6 +414,57 @@ _OBSERVED = attrgetter("epoch_time_by_workers")
 _VALUES = MappingProxyType.values
 
 
+# Up to this many epoch times in all, `epoch_time_runs` asks each job's SpeedModel in
+# Python: NumPy's cost per call (about 0.1 ms) is more than the work for these.
+SMALL_RUNS = 256
+_model_memo: dict[tuple[int, float], tuple[Mapping[int, float], SpeedModel]] = {}
+
+
+def epoch_time_runs_one_by_one(
+    jobs: Sequence[Job], first: Sequence[int] | np.ndarray, count: Sequence[int] | np.ndarray,
+    default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
+) -> np.ndarray:
+    """`epoch_time_runs`'s values from each job's `fit_speed` model (what `epoch_time_at`
+    reads), the model kept per read-only epoch-time map as `never_slower`'s answer is."""
+    out: list[float] = []
+    for job, lo, n in zip(jobs, _as_list(first), _as_list(count), strict=True):
+        if n > 0:
+            epoch_time = _kept_model(job.epoch_time_by_workers, default_epoch_seconds).epoch_time
+            out.extend([epoch_time(k) for k in range(lo, lo + n)])
+    return np.array(out, dtype=float)
+
+
+def _fit_speed_of_kept_points(observed: Mapping[int, float],
+                              default_epoch_seconds: float) -> SpeedModel:
+    """`fit_speed(observed)` with the fit remembered by the points (`_fit_of_points`,
+    whose sums run from the first term rather than from 0: the same values)."""
+    points = sorted((k, t) for k, t in observed.items() if k >= 1 and t > 0)
+    if not points:
+        return fit_speed(observed, default_epoch_seconds)
+    counts = tuple(k for k, _ in points)
+    times = tuple(t for _, t in points)
+    serial, parallel, last_slope = _fit_of_points(counts, times)
+    return SpeedModel(counts, times, serial, parallel, known=True, last_slope=last_slope)
+
+
+def _as_list(values: Sequence[int] | np.ndarray) -> list[int]:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
+def _kept_model(observed: Mapping[int, float], default_epoch_seconds: float) -> SpeedModel:
+    if type(observed) is not MappingProxyType:  # a map that may change: fit each time
+        return fit_speed(observed, default_epoch_seconds)
+    key = (id(observed), default_epoch_seconds)
+    kept = _model_memo.get(key)
+    if kept is not None and kept[0] is observed:
+        return kept[1]
+    model = _fit_speed_of_kept_points(observed, default_epoch_seconds)
+    if len(_model_memo) >= _MEMO_SIZE:
+        _model_memo.clear()
+    _model_memo[key] = (observed, model)
+    return model
+
+
 def epoch_time_runs(
     jobs: Sequence[Job], first: Sequence[int] | np.ndarray, count: Sequence[int] | np.ndarray,
     default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
@@ -363,6 +476,8 @@ def epoch_time_runs(
     operations in the same order, done for all jobs at once. The model is fitted only
     for the jobs asked for counts outside what they observed.
     """
+    if sum(count) <= SMALL_RUNS:
+        return epoch_time_runs_one_by_one(jobs, first, count, default_epoch_seconds)
     n = len(jobs)
     asked = np.asarray(count, dtype=np.int64)
     job = np.repeat(np.arange(n), asked)

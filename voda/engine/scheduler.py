@@ -588,9 +588,13 @@ class Scheduler:
         kind = event.kind
         record = self.jobs.get(event.job) if event.job else None
         if kind is EventKind.EPOCH_REPORTED:  # by far the most frequent: tested first
+            # (a progress event: it reschedules only for an algorithm that decides on it)
             if record:
                 self._record_epoch(record, event)
-        elif kind is EventKind.JOB_COMPLETED and record and not record.status.is_terminal:
+                if getattr(self.algorithm_for(record.gpu_type), "decides_on_progress", False):
+                    self._mark(kind)
+            return
+        if kind is EventKind.JOB_COMPLETED and record and not record.status.is_terminal:
             record.completed_epochs = float(record.epochs)
             self._finish(record, JobStatus.COMPLETED, event.time)
         elif kind is EventKind.JOB_FAILED and record and not record.status.is_terminal:

@@ -69,6 +69,36 @@ def isolated_seconds(spec: JobSpec, nodes: tuple[Node, ...], gpus: int, penalty:
     return _isolated(core, nodes, gpus, penalty, layout_speed, spine)
 
 
+# isolated_seconds by (spec, token of its nodes, gpus, penalty, layout speed, spine): the
+# same job's run times are read again for every algorithm and seed of a comparison, and
+# this key hashes the spec once and no Node at all (the nodes tuple is hashed once per
+# result, for its token).
+_ALONE_MEMO: dict[tuple[JobSpec, int, int, float, str, float], float] = {}
+_NODE_TOKENS: dict[tuple[Node, ...], int] = {}
+_MEMO_SIZE = 4096
+
+
+def memo_isolated_seconds(spec: JobSpec, nodes_token: int, nodes: tuple[Node, ...],
+                          gpus: int, penalty: float, layout_speed: str, spine: float) -> float:
+    """`isolated_seconds`, remembered (`nodes_token` is `nodes_token_of(nodes)`)."""
+    key = (spec, nodes_token, gpus, penalty, layout_speed, spine)
+    seconds = _ALONE_MEMO.get(key)
+    if seconds is None:
+        if len(_ALONE_MEMO) >= _MEMO_SIZE:
+            _ALONE_MEMO.clear()
+        seconds = _ALONE_MEMO[key] = isolated_seconds(spec, nodes, gpus, penalty,
+                                                      layout_speed, spine)
+    return seconds
+
+
+def nodes_token_of(nodes: tuple[Node, ...]) -> int:
+    """A number that stands for these nodes (equal tuples, the same number)."""
+    if len(_NODE_TOKENS) >= _MEMO_SIZE:
+        _NODE_TOKENS.clear()
+        _ALONE_MEMO.clear()  # its keys hold tokens that may be handed out again
+    return _NODE_TOKENS.setdefault(nodes, len(_NODE_TOKENS))
+
+
 @functools.lru_cache(maxsize=4096)
 def _isolated(spec: JobSpec, nodes: tuple[Node, ...], gpus: int, penalty: float,
               layout_speed: str, spine: float) -> float:
@@ -162,18 +192,22 @@ def _with_job_details(result: SimResult, workload: Workload, cluster: SimCluster
     for gpu_type in by_type:  # the nodes at the start, or else those that join later
         of_type[gpu_type] = tuple(n for n in cluster.nodes if n.gpu_type == gpu_type) or tuple(
             e.node for e in cluster.events if e.kind == "join" and e.node.gpu_type == gpu_type)
+    token = {gpu_type: nodes_token_of(nodes) for gpu_type, nodes in of_type.items()}
+    capacity_of = {gpu_type: sum(n.gpus for n in nodes) for gpu_type, nodes in of_type.items()}
+    spine = cluster.spine_oversubscription
     jobs: list[JobResult] = []
     for i, j in enumerate(result.jobs):
         spec = specs[j.name]
         nodes = of_type[spec.gpu_type]
-        capacity = sum(n.gpus for n in nodes)
+        capacity = capacity_of[spec.gpu_type]
         if j.finish is None or capacity == 0 or spec.min_workers > capacity:
             jobs.append(j)
             continue
 
-        def alone_at(g: int, spec: JobSpec = spec, nodes: tuple[Node, ...] = nodes) -> float:
-            return isolated_seconds(spec, nodes, g, penalty, result.layout_speed,
-                                    cluster.spine_oversubscription)
+        def alone_at(g: int, spec: JobSpec = spec, nodes: tuple[Node, ...] = nodes,
+                     token: int = token[spec.gpu_type]) -> float:
+            return memo_isolated_seconds(spec, token, nodes, g, penalty, result.layout_speed,
+                                         spine)
 
         share = capacity / max(present[i], 1.0)
         jobs.append(replace(j, alone=alone_at(min(spec.max_workers, capacity)),
