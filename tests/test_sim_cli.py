@@ -246,22 +246,3 @@ def test_with_all_algorithms_a_knob_goes_to_those_that_take_it(small: Path) -> N
                                  "--json"])
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.stdout)["results"]) == len(BUILTIN_NAMES)
-
-
-@pytest.mark.parametrize(("tasks", "cores", "load", "workers"), [
-    (11, 2, 0.0, 2), (11, 2, 0.4, 2), (11, 2, 0.6, 1), (11, 2, 5.0, 1), (11, 8, 2.2, 6),
-    (3, 8, 0.0, 3), (1, 8, 0.0, 1), (0, 4, 0.0, 1),
-])
-def test_the_default_pool_has_one_worker_per_idle_core(tasks: int, cores: int, load: float,
-                                                       workers: int) -> None:
-    from voda.sim.compare import idle_cores
-
-    assert idle_cores(tasks, cores, load) == workers
-
-
-def test_several_algorithms_give_the_same_results_in_one_process_and_in_workers(
-        small: Path) -> None:
-    from voda.sim.compare import RunRequest, run_many
-
-    requests = [RunRequest(str(small), "2x4", name) for name in ("FIFO", "Pollux", "Voda")]
-    assert run_many(requests, workers=2) == run_many(requests, workers=1)

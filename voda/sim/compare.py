@@ -147,7 +147,7 @@ def run_many(
 def completed(task: Callable[[RunRequest], T], requests: Sequence[RunRequest],
               workers: int | None = None) -> Iterator[tuple[int, T]]:
     """(index, task(request)) for each request as it finishes, on `workers` processes
-    (default: `idle_cores`). One request or one worker: in this process, in order."""
+    (default: one per core). One request or one worker: in this process, in order."""
     if len(requests) == 1 or workers == 1:
         for i, r in enumerate(requests):
             yield i, task(r)
@@ -158,7 +158,7 @@ def completed(task: Callable[[RunRequest], T], requests: Sequence[RunRequest],
         if kind not in seen:
             seen.add(kind)
             warm(workload_for(replace(r, jitter=0.0)))
-    workers = workers or idle_cores(len(requests))
+    workers = workers or min(len(requests), os.cpu_count() or 1)
     # The objects made so far (modules, throughput tables) stay out of the collector's
     # passes while the workers run: a forked worker that walked them would write to, and
     # so copy, the memory pages it shares with this process.
@@ -170,18 +170,3 @@ def completed(task: Callable[[RunRequest], T], requests: Sequence[RunRequest],
                 yield futures[future], future.result()
     finally:
         gc.unfreeze()
-
-
-def idle_cores(tasks: int, cores: int | None = None, load: float | None = None) -> int:
-    """How many worker processes `tasks` simulations get by default: one per core that the
-    last minute's load average leaves idle (rounded), at least one, at most one per task.
-    A worker beyond the idle cores shares a core with work already running: every
-    simulation then costs more CPU time (about 10 % each with two workers on a 2-core
-    machine at load 0.6, more as the load grows) and the batch ends no sooner."""
-    cores = cores if cores is not None else (os.cpu_count() or 1)
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:  # no load average on this platform: every core counts as idle
-            load = 0.0
-    return max(1, min(tasks, cores, round(cores - load)))
