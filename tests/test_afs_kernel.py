@@ -100,3 +100,15 @@ def test_many_jobs_take_the_compiled_rounds() -> None:
     jobs = mixed_jobs(afs.KERNEL_MIN_JOBS, 1)
     with mock.patch.object(afs._Tournament, "run_interpreted", side_effect=AssertionError):
         afs.afs_l(by_submit(jobs), 40)
+
+
+def test_counts_follow_the_class_order_with_jobs_left_out() -> None:
+    """A job whose min exceeds the capacity gets 0 in its place; the others' counts
+    are the tournament's over the jobs that fit."""
+    jobs = by_submit(mixed_jobs(200, 3))
+    fit = [j for j in jobs if j.min_workers <= 3]
+    assert len(fit) < len(jobs)
+    counts = dict(zip([j.name for j in jobs], afs.afs_l(jobs, 3), strict=True))
+    assert {j.name: counts[j.name] for j in fit} == dict(
+        zip([j.name for j in fit], afs.afs_l(fit, 3), strict=True))
+    assert all(counts[j.name] == 0 for j in jobs if j.min_workers > 3)

@@ -37,7 +37,7 @@ from types import ModuleType
 import numpy as np
 
 from voda.core.allocation.afs_states import StateTables, state_at
-from voda.core.allocation.base import allocate_by_priority, by_submit, without_slowdown
+from voda.core.allocation.base import allocate_counts_by_priority, by_submit, without_slowdown
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -79,7 +79,7 @@ class AFSL:
     name: str = "AFS-L"
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        return allocate_by_priority(jobs, capacity, afs_l)
+        return allocate_counts_by_priority(jobs, capacity, afs_l)
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
@@ -115,16 +115,22 @@ def relative_gain(job: Job, x: int) -> float:
     return times(x) / after - 1.0 if after > 0 else 0.0
 
 
-def afs_l(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
-    """AFS-L on one priority class; `ordered` is in submit order. A job left out gets 0.
+def afs_l(ordered: Sequence[Job], capacity: int) -> list[int]:
+    """AFS-L on one priority class, `ordered` in submit order: each job's count, in that
+    order (0 for a job whose min exceeds the capacity).
 
     A job takes GPUs only up to where one more would slow it down (`without_slowdown`):
     the paper assumes speedups that never fall, and the rule would hand a job alone every
     GPU left whatever its gain."""
     jobs = [without_slowdown(job) for job in ordered if job.min_workers <= capacity]
     if not jobs or sum(map(_MAX, jobs)) <= capacity:  # room for all at max
-        return {job.name: job.max_workers for job in jobs}
-    return dict(zip(map(_NAME, jobs), _Tournament(jobs, capacity).run(), strict=True))
+        counts = list(map(_MAX, jobs))
+    else:
+        counts = _Tournament(jobs, capacity).run()
+    if len(jobs) == len(ordered):
+        return counts
+    taken = iter(counts)
+    return [next(taken) if job.min_workers <= capacity else 0 for job in ordered]
 
 
 class _Edges:
