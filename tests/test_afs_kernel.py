@@ -112,3 +112,11 @@ def test_counts_follow_the_class_order_with_jobs_left_out() -> None:
     assert {j.name: counts[j.name] for j in fit} == dict(
         zip([j.name for j in fit], afs.afs_l(fit, 3), strict=True))
     assert all(counts[j.name] == 0 for j in jobs if j.min_workers > 3)
+
+
+def test_without_numba_the_rounds_run_interpreted() -> None:
+    jobs = by_submit(mixed_jobs(150, 4))
+    compiled = afs.afs_l(jobs, 200)
+    with mock.patch.object(afs, "_kernel", return_value=None), \
+            mock.patch.object(afs._Tournament, "run_compiled", side_effect=AssertionError):
+        assert afs.afs_l(jobs, 200) == compiled

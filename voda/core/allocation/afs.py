@@ -20,7 +20,9 @@ takeovers before it still stand and only the part of the walk from the winner's
 position on is replayed. Each step of a replay asks for the first job after a
 position that takes over from the incumbent; `_Tournament` answers with set
 operations on bit masks of positions (bit i is job i), checking one by one only
-the jobs whose values sit in the same band as the incumbent's thresholds. See
+the jobs whose values sit in the same band as the incumbent's thresholds. With 64
+jobs or more in a class the rounds run compiled (`afs_kernel`, numba) on the same
+tables and masks; `_Tournament.run_interpreted` is the reference. See
 docs/design/001-allocation.md.
 """
 
@@ -64,10 +66,11 @@ KERNEL_MIN_JOBS = 64
 
 @cache
 def _kernel() -> ModuleType | None:
-    """`afs_kernel`, imported on first use; None without numba."""
+    """`afs_kernel`, imported on first use; None without numba (or where numba finds no
+    folder to cache the compiled kernel in, which it reports by RuntimeError)."""
     try:
         from voda.core.allocation import afs_kernel
-    except ImportError:
+    except (ImportError, RuntimeError):
         return None
     return afs_kernel
 
