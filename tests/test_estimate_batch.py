@@ -7,7 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from voda.core.allocation.afs_states import rounded_as_python
-from voda.core.estimate import amdahl_fits, epoch_time_at, epoch_time_runs, fit_speed
+from voda.core.estimate import (
+    amdahl_fits,
+    epoch_time_at,
+    epoch_time_runs,
+    fit_speed,
+    growth_limit,
+    growth_limits,
+    observation_points,
+)
 from voda.core.model import Job
 
 seconds = st.sampled_from([10.0, 20.0, 35.0, 60.0, 90.0]) | st.floats(0.01, 1e5)
@@ -74,3 +82,19 @@ def test_amdahl_fits_of_many_jobs_are_fit_speed_of_each(observed: list[dict]) ->
         for mine, theirs in ((serial[j], model.serial), (parallel[j], model.parallel),
                              (slope[j], model.last_slope)):
             assert mine == theirs or (math.isnan(mine) and math.isnan(theirs))
+
+
+@settings(max_examples=300, deadline=None)
+@given(observed=st.lists(st.dictionaries(st.integers(0, 24), seconds | st.sampled_from(
+    [0.0, -5.0]), max_size=6), max_size=10), data=st.data())
+def test_growth_limits_of_many_jobs_are_growth_limit_of_each(observed: list[dict],
+                                                             data: st.DataObject) -> None:
+    """Counts past the measured ones, below them, between; ties; counts and times a model
+    drops (0, and times not above 0); hi at, below and above lo."""
+    jobs = [Job(name=f"j{i}", epoch_time_by_workers=times) for i, times in enumerate(observed)]
+    lo = [data.draw(st.integers(1, 20)) for _ in jobs]
+    hi = [data.draw(st.integers(0, 26)) for _ in jobs]
+    limits = growth_limits(observation_points(jobs), np.array(lo, dtype=np.int64),
+                           np.array(hi, dtype=np.int64))
+    assert limits.tolist() == [growth_limit(job, a, b)
+                               for job, a, b in zip(jobs, lo, hi, strict=True)]

@@ -33,13 +33,12 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from operator import attrgetter
 from types import ModuleType
 
 import numpy as np
 
-from voda.core.allocation.afs_states import StateTables, state_at
-from voda.core.allocation.base import allocate_counts_by_priority, by_submit, without_slowdown
+from voda.core.allocation.afs_states import JobReadings, StateTables, state_at
+from voda.core.allocation.base import allocate_counts_by_priority, by_submit
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -56,7 +55,6 @@ BANDS = 32
 # Values sorted to place the band edges (about; see `_Edges`).
 SAMPLE = 2048
 
-_NAME, _MAX = attrgetter("name"), attrgetter("max_workers")
 
 # From this many jobs in a class the rounds run compiled (`afs_kernel`, where numba is
 # installed): below it the interpreted rounds cost less than a call into the kernel
@@ -125,11 +123,12 @@ def afs_l(ordered: Sequence[Job], capacity: int) -> list[int]:
     A job takes GPUs only up to where one more would slow it down (`without_slowdown`):
     the paper assumes speedups that never fall, and the rule would hand a job alone every
     GPU left whatever its gain."""
-    jobs = [without_slowdown(job) for job in ordered if job.min_workers <= capacity]
-    if not jobs or sum(map(_MAX, jobs)) <= capacity:  # room for all at max
-        counts = list(map(_MAX, jobs))
+    jobs = [job for job in ordered if job.min_workers <= capacity]
+    readings = JobReadings(jobs)  # the max of each lowered as by `without_slowdown`
+    if int(readings.top.sum()) <= capacity:  # room for all at max
+        counts = readings.top.tolist()
     else:
-        counts = _Tournament(jobs, capacity).run()
+        counts = _Tournament(jobs, capacity, readings).run()
     if len(jobs) == len(ordered):
         return counts
     taken = iter(counts)
@@ -227,11 +226,15 @@ class _Tournament:
     Masks hold jobs that left too: they are read through `running` and `waiting`.
     """
 
-    def __init__(self, jobs: Sequence[Job], capacity: int) -> None:
+    def __init__(self, jobs: Sequence[Job], capacity: int,
+                 readings: JobReadings | None = None) -> None:
+        """`jobs`: one class in submit order, each min within the capacity; each grows
+        no further than its max lowered as by `without_slowdown` (`readings`, where the
+        caller has them)."""
         self.jobs = jobs
         self.free = capacity
         n = len(jobs)
-        tables = self.tables = StateTables(jobs, capacity)
+        tables = self.tables = StateTables(jobs, capacity, readings)
         length, g, h, start = tables.length, tables.g, tables.h, tables.start
         length_edges = self.length_edges = _Edges(length)
         gain_edges = self.gain_edges = _Edges(np.concatenate([g, h]), also=[1.0])

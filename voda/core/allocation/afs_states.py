@@ -22,7 +22,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from voda.core.estimate import EpochTimes, epoch_time_runs
+from voda.core.estimate import EpochTimes, epoch_time_runs, growth_limits, observation_points
 from voda.core.model import Job
 
 _FIELDS = attrgetter("min_workers", "max_workers", "epochs", "completed_epochs")
@@ -70,6 +70,24 @@ def state_at(job: Job, times: EpochTimes, x: int) -> tuple[float, float, float]:
             round(now / after - 1.0, GAIN_DIGITS), round(1.0 - after / now, GAIN_DIGITS))
 
 
+class JobReadings:
+    """What the tables read of each job, read once: its min (`lo`), its max lowered to
+    where its epoch time first rises from min (`top`: `base.without_slowdown`'s max, from
+    `estimate.growth_limits`), its epochs left, and its measured epoch times (`points`).
+    One pass over the jobs for the four numbers: each pass reads every job again, in
+    submit order rather than memory order, and costs its cache misses."""
+
+    def __init__(self, jobs: Sequence[Job]) -> None:
+        n = len(jobs)
+        fields = np.fromiter(chain.from_iterable(map(_FIELDS, jobs)), dtype=float,
+                             count=4 * n).reshape(n, 4)
+        self.lo = fields[:, 0].astype(np.int64)
+        self.points = observation_points(jobs)
+        self.top = growth_limits(self.points, self.lo, fields[:, 1].astype(np.int64))
+        left = fields[:, 2] - fields[:, 3]
+        self.remaining = np.where(left > 0.0, left, 0.0)  # Job.remaining_epochs
+
+
 class StateTables:
     """Per job: its remaining time at min (`start`) and its states at the first sizes.
 
@@ -78,15 +96,13 @@ class StateTables:
     `end[i]` on are never asked for (the job is at max, or holds every GPU).
     """
 
-    def __init__(self, jobs: Sequence[Job], capacity: int) -> None:
+    def __init__(self, jobs: Sequence[Job], capacity: int,
+                 readings: JobReadings | None = None) -> None:
         n = len(jobs)
-        # One pass over the jobs for the four numbers (each pass reads every job again,
-        # in submit order, not in memory order: a pass costs its cache misses).
-        fields = np.fromiter(chain.from_iterable(map(_FIELDS, jobs)), dtype=float,
-                             count=4 * n).reshape(n, 4)
-        lo = fields[:, 0].astype(np.int64)
+        read = JobReadings(jobs) if readings is None else readings
+        lo = read.lo
         self.lo: list[int] = lo.tolist()
-        end = np.minimum(fields[:, 1].astype(np.int64), capacity)
+        end = np.minimum(read.top, capacity)  # a job grows no further than its top
         self.end: list[int] = end.tolist()
         tabled = end - lo
         if int(tabled.sum()) > GROWTH_TABLED * capacity + n:
@@ -102,10 +118,9 @@ class StateTables:
         self.by_min: list[int] = np.argsort(lo, kind="stable").tolist()
         # Epoch times at lo .. lo + tabled (the last one for the gain of the last state).
         counts = tabled + 1
-        times = epoch_time_runs(jobs, lo, counts)
+        times = epoch_time_runs(jobs, lo, counts, points=read.points)
         ends = np.cumsum(counts)
-        left = fields[:, 2] - fields[:, 3]
-        remaining = np.where(left > 0.0, left, 0.0)  # Job.remaining_epochs
+        remaining = read.remaining
         self.start = rounded_as_python(remaining * times[ends - counts], LENGTH_DIGITS)
         # States: every time but each job's last, paired with the time after it.
         is_now = np.ones(len(times), dtype=bool)
