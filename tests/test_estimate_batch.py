@@ -17,6 +17,9 @@ from voda.core.estimate import (
     epoch_time_at,
     epoch_time_runs,
     fit_speed,
+    growth_limit,
+    growth_limits,
+    observation_points,
 )
 from voda.core.model import Job
 
@@ -146,3 +149,19 @@ def test_kept_models_are_fit_speeds(observed: dict) -> None:
     # The model epoch_time_runs_one_by_one keeps per map fits by the remembered points.
     for _ in range(2):
         assert estimate._fit_speed_of_kept_points(observed, 37.0) == fit_speed(observed, 37.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(observed=st.lists(st.dictionaries(st.integers(0, 24), seconds | st.sampled_from(
+    [0.0, -5.0]), max_size=6), max_size=10), data=st.data())
+def test_growth_limits_of_many_jobs_are_growth_limit_of_each(observed: list[dict],
+                                                             data: st.DataObject) -> None:
+    """Counts past the measured ones, below them, between; ties; counts and times a model
+    drops (0, and times not above 0); hi at, below and above lo."""
+    jobs = [Job(name=f"j{i}", epoch_time_by_workers=times) for i, times in enumerate(observed)]
+    lo = [data.draw(st.integers(1, 20)) for _ in jobs]
+    hi = [data.draw(st.integers(0, 26)) for _ in jobs]
+    limits = growth_limits(observation_points(jobs), np.array(lo, dtype=np.int64),
+                           np.array(hi, dtype=np.int64))
+    assert limits.tolist() == [growth_limit(job, a, b)
+                               for job, a, b in zip(jobs, lo, hi, strict=True)]

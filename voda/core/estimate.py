@@ -465,12 +465,49 @@ def _kept_model(observed: Mapping[int, float], default_epoch_seconds: float) -> 
     return model
 
 
+Points = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def observation_points(jobs: Sequence[Job]) -> Points:
+    """The measured epoch times of all jobs that a model keeps (count >= 1, seconds > 0),
+    as three arrays: the job's index, the count, the seconds; job after job."""
+    observed = list(map(_OBSERVED, jobs))
+    sizes = list(map(len, observed))
+    point_k = np.fromiter(chain.from_iterable(observed), dtype=float, count=sum(sizes))
+    point_t = np.fromiter(chain.from_iterable(map(_VALUES, observed)), dtype=float,
+                          count=len(point_k))
+    point_job = np.repeat(np.arange(len(jobs)), sizes)
+    keep = (point_k >= 1) & (point_t > 0)
+    return point_job[keep], point_k[keep], point_t[keep]
+
+
+def growth_limits(points: Points, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """`growth_limit(job, lo[i], hi[i])` of every job i at once, read off its
+    `observation_points`: hi, or max(lo, hi) where hi <= lo or nothing is measured, unless
+    a measured count k > lo is slower than the measured count before it, k', while k' <
+    hi (`growth_limit_of` stops at the first count >= hi): then max(k', lo) for the first
+    such k."""
+    point_job, point_k, point_t = points
+    out = np.maximum(lo, hi)
+    order = np.lexsort((point_k, point_job))
+    job, k, t = point_job[order], point_k[order], point_t[order]
+    after = job[1:]
+    rises = np.flatnonzero((after == job[:-1]) & (t[1:] > t[:-1]) & (k[1:] > lo[after])
+                           & (k[:-1] < hi[after]) & (hi[after] > lo[after]))
+    if len(rises):
+        first = rises[np.unique(after[rises], return_index=True)[1]]  # each job's first
+        rising = after[first]
+        out[rising] = np.maximum(k[first].astype(np.int64), lo[rising])
+    return out
+
+
 def epoch_time_runs(
     jobs: Sequence[Job], first: Sequence[int] | np.ndarray, count: Sequence[int] | np.ndarray,
-    default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
+    default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS, points: Points | None = None,
 ) -> np.ndarray:
     """Epoch times of each job i at first[i], first[i] + 1, ... (count[i] worker counts,
-    first[i] >= 1), concatenated job after job.
+    first[i] >= 1), concatenated job after job (`points`: the jobs'
+    `observation_points`, where the caller has them).
 
     Each value is bit for bit `epoch_time_at(job, k)`: the same floating-point
     operations in the same order, done for all jobs at once. The model is fitted only
@@ -486,14 +523,7 @@ def epoch_time_runs(
                + np.arange(len(job))).astype(float)
     # Observations of all jobs (the ones a model keeps), keyed by (job, count) so that
     # one search finds, for every asked count, the first observation at or above it.
-    observed = list(map(_OBSERVED, jobs))
-    sizes = list(map(len, observed))
-    point_k = np.fromiter(chain.from_iterable(observed), dtype=float, count=sum(sizes))
-    point_t = np.fromiter(chain.from_iterable(map(_VALUES, observed)), dtype=float,
-                          count=len(point_k))
-    point_job = np.repeat(np.arange(n), sizes)
-    keep = (point_k >= 1) & (point_t > 0)
-    point_job, point_k, point_t = point_job[keep], point_k[keep], point_t[keep]
+    point_job, point_k, point_t = observation_points(jobs) if points is None else points
     top = max(point_k.max(initial=0.0), workers.max(initial=0.0)) + 2.0
     stride = 2.0 ** math.ceil(math.log2(top))
     if n * stride >= 2.0**52:  # keys would not be exact: one job at a time
@@ -504,17 +534,17 @@ def epoch_time_runs(
     point_k, point_t = point_k[order], point_t[order]
     above = np.searchsorted(point_key, job * stride + workers)
     below = above - 1
-    points = len(point_key)
-    has_above = above < points
+    point_count = len(point_key)
+    has_above = above < point_count
     has_above[has_above] = point_job[above[has_above]] == job[has_above]
     has_below = below >= 0
     has_below[has_below] = point_job[below[has_below]] == job[has_below]
-    above, below = np.minimum(above, points - 1), np.maximum(below, 0)
+    above, below = np.minimum(above, point_count - 1), np.maximum(below, 0)
     out = np.empty(len(workers))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         unknown = ~has_below & ~has_above
         out[unknown] = default_epoch_seconds / workers[unknown]
-        if not points:
+        if not point_count:
             return out
         k0, t0, k1, t1 = point_k[below], point_t[below], point_k[above], point_t[above]
         observed = has_above & (k1 == workers)

@@ -20,7 +20,9 @@ takeovers before it still stand and only the part of the walk from the winner's
 position on is replayed. Each step of a replay asks for the first job after a
 position that takes over from the incumbent; `_Tournament` answers with set
 operations on bit masks of positions (bit i is job i), checking one by one only
-the jobs whose values sit in the same band as the incumbent's thresholds. See
+the jobs whose values sit in the same band as the incumbent's thresholds. With 64
+jobs or more in a class the rounds run compiled (`afs_kernel`, numba) on the same
+tables and masks; `_Tournament.run_interpreted` is the reference. See
 docs/design/001-allocation.md.
 """
 
@@ -30,12 +32,13 @@ import math
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from functools import cache
+from types import ModuleType
 
 import numpy as np
 
-from voda.core.allocation.afs_states import StateTables, state_at
-from voda.core.allocation.base import allocate_by_priority, by_submit, without_slowdown
+from voda.core.allocation.afs_states import JobReadings, StateTables, state_at
+from voda.core.allocation.base import allocate_counts_by_priority, by_submit
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -49,8 +52,25 @@ from voda.core.model import Job
 # Bands per quantity: more bands leave fewer jobs to check one by one in a query, and
 # cost more mask updates when a job moves to another band.
 BANDS = 32
+# Values sorted to place the band edges (about; see `_Edges`).
+SAMPLE = 2048
 
-_NAME, _MAX = attrgetter("name"), attrgetter("max_workers")
+
+# From this many jobs in a class the rounds run compiled (`afs_kernel`, where numba is
+# installed): below it the interpreted rounds cost less than a call into the kernel
+# and numba's import.
+KERNEL_MIN_JOBS = 64
+
+
+@cache
+def _kernel() -> ModuleType | None:
+    """`afs_kernel`, imported on first use; None without numba (or where numba finds no
+    folder to cache the compiled kernel in, which it reports by RuntimeError)."""
+    try:
+        from voda.core.allocation import afs_kernel
+    except (ImportError, RuntimeError):
+        return None
+    return afs_kernel
 
 
 @dataclass(frozen=True)
@@ -60,7 +80,7 @@ class AFSL:
     name: str = "AFS-L"
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        return allocate_by_priority(jobs, capacity, afs_l)
+        return allocate_counts_by_priority(jobs, capacity, afs_l)
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
@@ -96,24 +116,35 @@ def relative_gain(job: Job, x: int) -> float:
     return times(x) / after - 1.0 if after > 0 else 0.0
 
 
-def afs_l(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
-    """AFS-L on one priority class; `ordered` is in submit order. A job left out gets 0.
+def afs_l(ordered: Sequence[Job], capacity: int) -> list[int]:
+    """AFS-L on one priority class, `ordered` in submit order: each job's count, in that
+    order (0 for a job whose min exceeds the capacity).
 
     A job takes GPUs only up to where one more would slow it down (`without_slowdown`):
     the paper assumes speedups that never fall, and the rule would hand a job alone every
     GPU left whatever its gain."""
-    jobs = [without_slowdown(job) for job in ordered if job.min_workers <= capacity]
-    if not jobs or sum(map(_MAX, jobs)) <= capacity:  # room for all at max
-        return {job.name: job.max_workers for job in jobs}
-    return dict(zip(map(_NAME, jobs), _Tournament(jobs, capacity).run(), strict=True))
+    jobs = [job for job in ordered if job.min_workers <= capacity]
+    readings = JobReadings(jobs)  # the max of each lowered as by `without_slowdown`
+    if int(readings.top.sum()) <= capacity:  # room for all at max
+        counts = readings.top.tolist()
+    else:
+        counts = _Tournament(jobs, capacity, readings).run()
+    if len(jobs) == len(ordered):
+        return counts
+    taken = iter(counts)
+    return [next(taken) if job.min_workers <= capacity else 0 for job in ordered]
 
 
 class _Edges:
     """Fixed cuts of one quantity: the band of v is the number of edges at or below v,
-    so a larger value never has a lower band. Edges at quantiles of the values met."""
+    so a larger value never has a lower band. Edges at quantiles of the values met, or of
+    every k-th of them where there are many: the bands only narrow down the jobs the rule
+    checks one by one, so any cuts give the same allocation, and these cost one sort of
+    at most 2 x SAMPLE values."""
 
     def __init__(self, values: np.ndarray, also: Sequence[float] = ()) -> None:
-        finite = np.sort(values[np.isfinite(values)])
+        finite = values[np.isfinite(values)]
+        finite = np.sort(finite[::max(1, len(finite) // SAMPLE)])
         cuts = finite[(np.arange(1, BANDS) * len(finite)) // BANDS] if len(finite) else finite
         self.edges = np.unique(np.concatenate([cuts, np.asarray(also, dtype=float)]))
         self.listed: list[float] = self.edges.tolist()
@@ -128,13 +159,13 @@ class _Edges:
         """The index of the empty mask in `at_least` (no value is in a band this high)."""
         return len(self.listed) + 1
 
-    def below(self, bands: np.ndarray) -> list[int]:
-        """below[j]: the mask of positions i with bands[i] < j, for j = 0 .. len(edges) + 1."""
-        return _masks(bands[None, :] < np.arange(len(self.listed) + 2)[:, None])
+    def below(self, bands: np.ndarray) -> np.ndarray:
+        """below[j, i]: bands[i] < j, for j = 0 .. len(edges) + 1 (one row a mask)."""
+        return bands[None, :] < np.arange(len(self.listed) + 2)[:, None]
 
-    def at_least(self, bands: np.ndarray) -> list[int]:
-        """at_least[j]: the mask of positions i with bands[i] >= j (the complement of below)."""
-        return _masks(bands[None, :] >= np.arange(len(self.listed) + 2)[:, None])
+    def at_least(self, bands: np.ndarray) -> np.ndarray:
+        """at_least[j, i]: bands[i] >= j (the complement of below)."""
+        return bands[None, :] >= np.arange(len(self.listed) + 2)[:, None]
 
 
 # g and h of one state read one ratio r = t(x)/t(x+1) two ways: g = r - 1, h = 1 - 1/r.
@@ -195,73 +226,96 @@ class _Tournament:
     Masks hold jobs that left too: they are read through `running` and `waiting`.
     """
 
-    def __init__(self, jobs: Sequence[Job], capacity: int) -> None:
+    def __init__(self, jobs: Sequence[Job], capacity: int,
+                 readings: JobReadings | None = None) -> None:
+        """`jobs`: one class in submit order, each min within the capacity; each grows
+        no further than its max lowered as by `without_slowdown` (`readings`, where the
+        caller has them)."""
         self.jobs = jobs
         self.free = capacity
         n = len(jobs)
-        tables = self.tables = StateTables(jobs, capacity)
-        self.x = [0] * n
+        tables = self.tables = StateTables(jobs, capacity, readings)
         length, g, h, start = tables.length, tables.g, tables.h, tables.start
         length_edges = self.length_edges = _Edges(length)
         gain_edges = self.gain_edges = _Edges(np.concatenate([g, h]), also=[1.0])
-        start_edges = self.start_edges = _Edges(start)
+        start_edges = _Edges(start)
         length_band, gain_band = length_edges.bands(length), gain_edges.bands(g)
         # Each job is filed under its first state (at min) while it waits.
-        first = tables.first
-        filed = np.maximum(first, 0)
+        filed = np.maximum(tables.first, 0)
         empty = np.zeros(n, dtype=np.int64)
+        # The masks, as rows of flags (row j, column i: job i is in mask j).
         self.shorter = length_edges.below(length_band[filed] if len(length) else empty)
         self.gain_from = gain_edges.at_least(gain_band[filed] if len(g) else empty)
-        start_band = start_edges.bands(start)
+        start_band = self.start_band = start_edges.bands(start)
         self.start_below = start_edges.below(start_band)
-        self.start_band: list[int] = start_band.tolist()
-        self.state: list[int] = first.tolist()
-        self.start: list[float] = start.tolist()
-        self.length: list[float] = length.tolist()
-        self.g: list[float] = g.tolist()
-        self.h: list[float] = h.tolist()
-        self.length_band: list[int] = length_band.tolist()
-        self.gain_band: list[int] = gain_band.tolist()
+        self.length_band, self.gain_band = length_band, gain_band
         # What a running incumbent in each state asks of a challenger besides its length,
         # g and h: where the masks of those that could take over from it start (shorter:
         # length band below its own; g >= own h: the g band of its h on; h > own g: the
-        # g band of `least_g_with_h_above` on). Lists of numbers rather than a tuple per
-        # state: tens of thousands of tuples kept set off garbage collections every call.
+        # g band of `least_g_with_h_above` on).
         least = least_g_with_h_above_all(g)
-        self.h_band: list[int] = gain_edges.bands(h).tolist()
-        self.least_band: list[int] = np.where(
-            least == np.inf, gain_edges.never(), gain_edges.bands(least)).tolist()
+        self.h_band = gain_edges.bands(h)
+        self.least_band = np.where(least == np.inf, gain_edges.never(), gain_edges.bands(least))
         self.strong_band = gain_edges.band(1.0)  # g >= 1 exactly when the band is this or more
-        self.end = tables.end
         self.times: dict[int, EpochTimes] = {}  # for sizes beyond the tables
-        # Jobs at 0 by min, largest last: they leave once their block cannot fit.
-        self.lows = tables.lo
-        self.by_min = tables.by_min
-        self.chain: list[int] = []  # the takeovers of the current walk, the winner last
 
     # ----- rare paths --------------------------------------------------------------------
-    def _state_index(self, i: int, x: int) -> int:
-        """Job i's state entry at x workers, computed and appended past its tabled sizes."""
-        tables = self.tables
-        k = x - tables.lo[i]
-        if k < tables.tabled[i]:
-            return tables.offset[i] + k
+    def _state_beyond(self, i: int, x: int) -> tuple[float, float, float, int, int, int, int]:
+        """Job i's state at x workers, past its tabled sizes: length, g, h, and the bands
+        of its length, g, h and `least_g_with_h_above(g)`."""
         job = self.jobs[i]
         length, g, h = state_at(job, self.times.setdefault(i, EpochTimes(job)), x)
-        self.length.append(length)
-        self.g.append(g)
-        self.h.append(h)
-        length_band = self.length_edges.band(length)
-        self.length_band.append(length_band)
         gain_edges = self.gain_edges
-        self.gain_band.append(gain_edges.band(g))
         least = least_g_with_h_above(g)
-        self.h_band.append(gain_edges.band(h))
-        self.least_band.append(gain_edges.never() if least == math.inf else gain_edges.band(least))
-        return len(self.length) - 1
+        return (length, g, h, self.length_edges.band(length), gain_edges.band(g),
+                gain_edges.band(h),
+                gain_edges.never() if least == math.inf else gain_edges.band(least))
 
     # ----- the rounds --------------------------------------------------------------------
     def run(self) -> list[int]:
+        """Hand out the GPUs; each job's count, in submit order: compiled for many jobs
+        where numba is installed (`afs_kernel`), else interpreted."""
+        kernel = _kernel() if len(self.jobs) >= KERNEL_MIN_JOBS else None
+        return self.run_interpreted() if kernel is None else self.run_compiled(kernel)
+
+    def run_compiled(self, kernel: ModuleType) -> list[int]:
+        """`run_interpreted`'s rounds in `afs_kernel.rounds`, which stops for each state
+        past the tables: it is computed here and the rounds go on."""
+        tables = self.tables
+        n, tabled = len(self.jobs), len(tables.length)
+        room = tabled + self.free + 1  # at most one state more a GPU handed out
+
+        def widened(values: np.ndarray, dtype: type) -> np.ndarray:
+            out = np.zeros(room, dtype=dtype)
+            out[:tabled] = values
+            return out
+
+        floats = [widened(v, np.float64) for v in (tables.length, tables.g, tables.h)]
+        bands = [widened(v, np.int64) for v in (
+            self.length_band, self.gain_band, self.h_band, self.least_band)]
+        reg = np.zeros(kernel.REGISTERS, dtype=np.int64)
+        reg[kernel.FREE], reg[kernel.BY_MIN], reg[kernel.WAITING] = self.free, n, n
+        reg[kernel.PENDING] = -1
+        x = np.zeros(n, dtype=np.int64)
+        state = tables.first.astype(np.int64)
+        masks = [kernel.words(flags) for flags in (self.shorter, self.gain_from,
+                                                   self.start_below)]
+        waiting = kernel.words(np.ones((1, n), dtype=bool))[0]
+        running = np.zeros_like(waiting)
+        ints = [np.asarray(v, dtype=np.int64) for v in (tables.lo, tables.end, tables.last)]
+        start_band = self.start_band.astype(np.int64)
+        chain, by_min = np.zeros(n + 1, dtype=np.int64), np.asarray(tables.by_min, dtype=np.int64)
+        while kernel.rounds(reg, x, state, *ints, tables.start, start_band, *floats, *bands,
+                            *masks, self.strong_band, waiting, running, chain, by_min):
+            i = int(reg[kernel.PENDING])
+            for column, value in zip(floats + bands, self._state_beyond(i, int(x[i])),
+                                     strict=True):
+                column[tabled] = value
+            reg[kernel.NEW_STATE] = tabled
+            tabled += 1
+        return x.tolist()
+
+    def run_interpreted(self) -> list[int]:
         """Hand out the GPUs; each job's count, in submit order.
 
         A round: (1) redo the walk after the first position that changed, keeping the
@@ -269,16 +323,30 @@ class _Tournament:
         at 0 takes its min); (3) jobs at 0 whose min no longer fits leave. The loop
         reads everything through locals: attribute reads would cost as much as the work.
         """
-        chain, x, state, start, lows = self.chain, self.x, self.state, self.start, self.lows
-        length, gain, lower = self.length, self.g, self.h
-        h_band, least_band = self.h_band, self.least_band
-        length_band, gain_band = self.length_band, self.gain_band
-        start_band = self.start_band
-        shorter, gain_from = self.shorter, self.gain_from
-        start_below, strong, by_min, end = self.start_below, self.strong_band, self.by_min, self.end
+        tables = self.tables
+        chain: list[int] = []  # the takeovers of the current walk, the winner last
+        x = [0] * len(self.jobs)
+        state: list[int] = tables.first.tolist()
+        start: list[float] = tables.start.tolist()
+        lows = tables.lo
+        # Lists of numbers rather than a tuple per state: tens of thousands of tuples
+        # kept set off garbage collections every call.
+        length: list[float] = tables.length.tolist()
+        gain: list[float] = tables.g.tolist()
+        lower: list[float] = tables.h.tolist()
+        h_band: list[int] = self.h_band.tolist()
+        least_band: list[int] = self.least_band.tolist()
+        length_band: list[int] = self.length_band.tolist()
+        gain_band: list[int] = self.gain_band.tolist()
+        columns = (length, gain, lower, length_band, gain_band, h_band, least_band)
+        start_band: list[int] = self.start_band.tolist()
+        shorter, gain_from = _masks(self.shorter), _masks(self.gain_from)
+        start_below, strong = _masks(self.start_below), self.strong_band
+        # Jobs at 0 by min, largest last: they leave once their block cannot fit.
+        by_min, end = list(tables.by_min), tables.end
         # A job's tabled states are consecutive entries: the next size is the next entry
-        # up to its last tabled one.
-        last_tabled = self.tables.last
+        # up to its last tabled one; past them, each is computed and appended.
+        last_tabled = tables.last
         free = self.free
         waiting, running = (1 << len(x)) - 1, 0
         position = 0
@@ -354,8 +422,13 @@ class _Tournament:
                     running ^= bit
                 else:
                     old = state[winner]
-                    new = state[winner] = (old + 1 if old < last_tabled[winner]
-                                           else self._state_index(winner, grown))
+                    if old < last_tabled[winner]:
+                        new = state[winner] = old + 1
+                    else:
+                        for column, value in zip(columns, self._state_beyond(winner, grown),
+                                                 strict=True):
+                            column.append(value)
+                        new = state[winner] = len(length) - 1
                     a, b = length_band[old], length_band[new]
                     if a == b + 1:  # one band down, the common move
                         shorter[a] ^= bit

@@ -17,15 +17,15 @@ prove it rounds the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from operator import attrgetter
 
 import numpy as np
 
-from voda.core.estimate import EpochTimes, epoch_time_runs
+from voda.core.estimate import EpochTimes, epoch_time_runs, growth_limits, observation_points
 from voda.core.model import Job
 
-_MIN, _MAX = attrgetter("min_workers"), attrgetter("max_workers")
-_EPOCHS, _COMPLETED = attrgetter("epochs"), attrgetter("completed_epochs")
+_FIELDS = attrgetter("min_workers", "max_workers", "epochs", "completed_epochs")
 
 LENGTH_DIGITS = 6
 GAIN_DIGITS = 12
@@ -70,6 +70,24 @@ def state_at(job: Job, times: EpochTimes, x: int) -> tuple[float, float, float]:
             round(now / after - 1.0, GAIN_DIGITS), round(1.0 - after / now, GAIN_DIGITS))
 
 
+class JobReadings:
+    """What the tables read of each job, read once: its min (`lo`), its max lowered to
+    where its epoch time first rises from min (`top`: `base.without_slowdown`'s max, from
+    `estimate.growth_limits`), its epochs left, and its measured epoch times (`points`).
+    One pass over the jobs for the four numbers: each pass reads every job again, in
+    submit order rather than memory order, and costs its cache misses."""
+
+    def __init__(self, jobs: Sequence[Job]) -> None:
+        n = len(jobs)
+        fields = np.fromiter(chain.from_iterable(map(_FIELDS, jobs)), dtype=float,
+                             count=4 * n).reshape(n, 4)
+        self.lo = fields[:, 0].astype(np.int64)
+        self.points = observation_points(jobs)
+        self.top = growth_limits(self.points, self.lo, fields[:, 1].astype(np.int64))
+        left = fields[:, 2] - fields[:, 3]
+        self.remaining = np.where(left > 0.0, left, 0.0)  # Job.remaining_epochs
+
+
 class StateTables:
     """Per job: its remaining time at min (`start`) and its states at the first sizes.
 
@@ -78,11 +96,13 @@ class StateTables:
     `end[i]` on are never asked for (the job is at max, or holds every GPU).
     """
 
-    def __init__(self, jobs: Sequence[Job], capacity: int) -> None:
+    def __init__(self, jobs: Sequence[Job], capacity: int,
+                 readings: JobReadings | None = None) -> None:
         n = len(jobs)
-        self.lo: list[int] = list(map(_MIN, jobs))
-        lo = np.array(self.lo, dtype=np.int64)
-        end = np.minimum(np.fromiter(map(_MAX, jobs), dtype=np.int64, count=n), capacity)
+        read = JobReadings(jobs) if readings is None else readings
+        lo = read.lo
+        self.lo: list[int] = lo.tolist()
+        end = np.minimum(read.top, capacity)  # a job grows no further than its top
         self.end: list[int] = end.tolist()
         tabled = end - lo
         if int(tabled.sum()) > GROWTH_TABLED * capacity + n:
@@ -98,11 +118,9 @@ class StateTables:
         self.by_min: list[int] = np.argsort(lo, kind="stable").tolist()
         # Epoch times at lo .. lo + tabled (the last one for the gain of the last state).
         counts = tabled + 1
-        times = epoch_time_runs(jobs, lo, counts)
+        times = epoch_time_runs(jobs, lo, counts, points=read.points)
         ends = np.cumsum(counts)
-        left = (np.fromiter(map(_EPOCHS, jobs), dtype=float, count=n)
-                - np.fromiter(map(_COMPLETED, jobs), dtype=float, count=n))
-        remaining = np.where(left > 0.0, left, 0.0)  # Job.remaining_epochs
+        remaining = read.remaining
         self.start = rounded_as_python(remaining * times[ends - counts], LENGTH_DIGITS)
         # States: every time but each job's last, paired with the time after it.
         is_now = np.ones(len(times), dtype=bool)

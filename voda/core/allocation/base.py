@@ -189,6 +189,25 @@ def allocate_by_priority(
     return allocation
 
 
+CountsAllocator = Callable[[Sequence[Job], int], Sequence[int]]
+
+
+def allocate_counts_by_priority(
+    jobs: Sequence[Job], capacity: int, counts_class: CountsAllocator
+) -> dict[str, int]:
+    """`allocate_by_priority` for a class allocator that gives a count per job, in the
+    order of the class it was handed: no map from it to build and read back by name (on
+    10,000 jobs, two passes over scattered names and their hashes: some 4 ms)."""
+    allocation: dict[str, int] = {}
+    free = capacity
+    for _, members in groupby(by_submit(jobs), key=_PRIORITY):
+        group = list(members)
+        gpus = counts_class(group, free)
+        allocation.update(zip(map(_NAME, group), gpus, strict=True))
+        free -= sum(gpus)
+    return allocation
+
+
 ManyAllocator = Callable[[Sequence[tuple[Sequence[Job], int]]], list[dict[str, int]]]
 
 
