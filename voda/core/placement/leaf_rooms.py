@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 # Above any request: a request is at most the GPUs of one GPU type.
-_ABOVE = np.iinfo(np.int64).max
+_ABOVE = int(np.iinfo(np.int64).max)
 # Below this many leaves a scan leaf by leaf costs less than NumPy's calls.
 MANY_LEAVES = 64
 # The table's cells at most (leaves x nodes of the largest leaf); above, callers scan.
@@ -35,12 +35,16 @@ class LeafRooms:
         """Rebuild the rows of the leaves whose version changed; `prefix_of(leaf)`: the
         running totals of its rooms, largest first."""
         now = np.fromiter(versions, dtype=np.int64, count=len(self.count))
-        for leaf in np.flatnonzero(now != self._versions).tolist():
-            prefix = prefix_of(leaf)
-            row = self.totals[leaf]
-            row[: len(prefix)] = prefix
-            row[len(prefix):] = _ABOVE
-            self.count[leaf] = len(prefix)
+        changed = np.flatnonzero(now != self._versions)
+        if len(changed):
+            width = self.totals.shape[1]
+            rows, counts = [], []
+            for leaf in changed.tolist():
+                prefix = prefix_of(leaf)
+                counts.append(len(prefix))
+                rows.append(prefix + [_ABOVE] * (width - len(prefix)))
+            self.totals[changed] = rows  # one conversion for every changed row
+            self.count[changed] = counts
         self._versions = now
 
     def parts(self, k: int, max_nodes: int | None) -> tuple[np.ndarray, np.ndarray]:
