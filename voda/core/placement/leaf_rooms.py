@@ -5,7 +5,7 @@ For a per-node cap (a node's room is its free GPUs up to the cap), row `leaf` ho
 the running totals of the leaf's rooms, largest first, then a value above any request.
 `parts(k)` is, for every leaf, how many of its largest rooms hold k GPUs: what
 Packer._leaf_parts gives for one leaf. Rows are refreshed only for the leaves whose
-free GPUs changed since the last query (FreeIndex.leaf_version).
+free GPUs changed since the last query (FreeIndex.leaf_changes).
 """
 
 from __future__ import annotations
@@ -29,23 +29,26 @@ class LeafRooms:
         width = max(leaf_sizes, default=0)
         self.totals = np.full((len(leaf_sizes), max(width, 1)), _ABOVE, dtype=np.int64)
         self.count = np.zeros(len(leaf_sizes), dtype=np.int64)  # rooms per leaf
-        self._versions = np.full(len(leaf_sizes), -1, dtype=np.int64)
+        self._seen: int | None = None  # the changes read so far (None: no row built)
 
-    def refresh(self, versions: Sequence[int], prefix_of: Callable[[int], list[int]]) -> None:
-        """Rebuild the rows of the leaves whose version changed; `prefix_of(leaf)`: the
-        running totals of its rooms, largest first."""
-        now = np.fromiter(versions, dtype=np.int64, count=len(self.count))
-        changed = np.flatnonzero(now != self._versions)
-        if len(changed):
+    def refresh(self, changes: list[int], prefix_of: Callable[[int], list[int]]) -> None:
+        """Rebuild the rows of the leaves changed since the last refresh; `changes`: the
+        ids of the leaves changed, in order, one per change, never cut (FreeIndex's
+        leaf_changes); `prefix_of(leaf)`: the running totals of its rooms, largest first."""
+        if self._seen is None:
+            changed = list(range(len(self.count)))
+        else:
+            changed = sorted(set(changes[self._seen:]))
+        self._seen = len(changes)
+        if changed:
             width = self.totals.shape[1]
             rows, counts = [], []
-            for leaf in changed.tolist():
+            for leaf in changed:
                 prefix = prefix_of(leaf)
                 counts.append(len(prefix))
                 rows.append(prefix + [_ABOVE] * (width - len(prefix)))
             self.totals[changed] = rows  # one conversion for every changed row
             self.count[changed] = counts
-        self._versions = now
 
     def parts(self, k: int, max_nodes: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Per leaf: how many of its largest rooms hold k GPUs, and whether they do

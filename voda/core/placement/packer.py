@@ -389,7 +389,7 @@ class Packer:
             if len(sizes) * max(sizes, default=0) > MAX_CELLS:
                 return None
             table = self._tables[cap] = LeafRooms(sizes)
-        table.refresh(ix.leaf_version, lambda leaf: self._room_totals(leaf, cap))
+        table.refresh(ix.leaf_changes, lambda leaf: self._room_totals(leaf, cap))
         return table
 
     # ----- consolidated and balanced ------------------------------------------------

@@ -165,6 +165,8 @@ class FreeIndex:
         self.sensitive = [0] * len(self.nodes)
         # Bumped on every change of a leaf's free GPUs, for caches keyed by leaf.
         self.leaf_version = [0] * len(self.leaf_names)
+        # Every such change, in order (its leaf id), for caches of every leaf at once.
+        self.leaf_changes: list[int] = []
 
     @classmethod
     def of(cls, nodes: Sequence[Node], topology: Topology) -> FreeIndex:
@@ -195,6 +197,7 @@ class FreeIndex:
         twin.spine_free = list(self.spine_free)
         twin.sensitive = list(self.sensitive)
         twin.leaf_version = list(self.leaf_version)
+        twin.leaf_changes = list(self.leaf_changes)
         return twin
 
     @property
@@ -214,6 +217,7 @@ class FreeIndex:
         self.spine_free = [sum(self.leaf_free[leaf] for leaf in leaves)
                            for leaves in self.spine_leaves]
         self.leaf_version = [v + 1 for v in self.leaf_version]
+        self.leaf_changes.extend(range(len(self.leaf_names)))
 
     def take(self, i: int, count: int, sensitive: bool = False) -> None:
         self._move(i, -count)
@@ -237,6 +241,7 @@ class FreeIndex:
         leaf = self.leaf[i]
         self.leaf_free[leaf] += delta
         self.leaf_version[leaf] += 1
+        self.leaf_changes.append(leaf)
         self.spine_free[self.leaf_spine[leaf]] += delta
 
     def nodes_with_free(self, at_least: int) -> Iterable[int]:
