@@ -407,25 +407,44 @@ class Packer:
         return self._multi_leaf(ask)
 
     def _best_node(self, ask: Ask) -> int | None:
-        """The best-scoring node with room for the whole request, or None."""
-        ix, k = self.ix, ask.k
+        """The best-scoring node with room for the whole request, or None.
+
+        The score is `_score`'s, worked out inline by the same operations in the same
+        order (the same floats): this runs for nearly every request."""
+        ix, k, s = self.ix, ask.k, self.s
         pool: Iterable[int]
         if ask.allowed is not None:
             pool = (i for leaf in ask.allowed for i in ix.leaf_nodes[leaf])
         else:
             near = (i for leaf in sorted(ask.near_leaves) for i in ix.leaf_nodes[leaf])
             pool = itertools.chain(self._best_fits(ask), near)
+        free_of, leaf_of, max_cap, sensitive = ix.free, ix.leaf, ix.max_cap, ask.sensitive
+        leaf_spine, leaf_free, leaf_cap, history = (
+            ix.leaf_spine, ix.leaf_free, ix.leaf_cap, self._history)
+        near_leaves, near_spines, spread = ask.near_leaves, ask.near_spines, ask.spread
+        rw, tw, uw, hw = (s.resource_weight, s.topology_weight, s.utilization_weight,
+                          s.history_weight)
         best: tuple[float, int] | None = None
         seen: set[tuple[int, int]] = set()
         for i in pool:
-            free = ix.free[i]
-            if free < k or (ask.sensitive and self.room(ask, i) < k):
+            free = free_of[i]
+            if free < k or (sensitive and self.room(ask, i) < k):
                 continue
-            leaf = ix.leaf[i]
+            leaf = leaf_of[i]
             if (leaf, free) in seen:  # the same score as a node seen before, with a lower id
                 continue
             seen.add((leaf, free))
-            key = (self._score(ask, leaf, 1.0 - (free - k) / ix.max_cap), -i)
+            fit = 1.0 - (free - k) / max_cap
+            if leaf in near_leaves:
+                alignment = 1.0
+            elif leaf_spine[leaf] in near_spines:
+                alignment = 0.5
+            else:
+                alignment = 0.0
+            utilization = 1.0 - leaf_free[leaf] / leaf_cap[leaf]
+            if spread:
+                fit, utilization = 1.0 - fit, 1.0 - utilization
+            key = (rw * fit + tw * alignment + uw * utilization + hw * history[leaf], -i)
             if best is None or key > best:
                 best = key
         return None if best is None else -best[1]
