@@ -66,7 +66,7 @@ from voda.core.placement.settings import (
 )
 from voda.core.placement.steps import FULL, IN_PLACE, MODES, NO_DEFRAGMENT, run_steps
 from voda.core.placement.topology import Topology
-from voda.core.plan import sequence_problems
+from voda.core.plan import sequence_applicable, sequence_problems
 
 # Re-exported: the public names of the parts this module was split into.
 __all__ = [
@@ -146,14 +146,14 @@ class TopologyPlacer:
                     for name, counts in placed.items()}
 
         def reachable(placed: Mapping[str, Mapping[str, int]]) -> bool:
-            return not sequence_problems(before, as_placement(placed), capacity)
+            return sequence_applicable(before, as_placement(placed), capacity)
 
         mode = FULL
         while True:
             placed, packer = run_steps(typed, allocation, nodes, topology, previous,
                                         self.settings, mode, reachable)
             result = as_placement(placed)
-            if mode == IN_PLACE or not sequence_problems(before, result, capacity):
+            if mode == IN_PLACE or sequence_applicable(before, result, capacity):
                 return result
             # Less freedom: without step 3b if it acted (and nothing else was forced).
             defragmented = packer.defragmented and not packer.released

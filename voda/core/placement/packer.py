@@ -373,11 +373,16 @@ class Packer:
 
     def _leaf_order(self, ask: Ask) -> np.ndarray:
         """`_leaves(ask)` as an array."""
+        if self._all_leaves is None:
+            self._all_leaves = np.arange(len(self.ix.leaf_names))
         if ask.allowed is None and not ask.near_leaves:
-            if self._all_leaves is None:
-                self._all_leaves = np.arange(len(self.ix.leaf_names))
             return self._all_leaves
-        return np.array(self._leaves(ask), dtype=np.int64)
+        if ask.allowed is not None:
+            return np.array(ask.allowed, dtype=np.int64)
+        near = np.array(sorted(ask.near_leaves), dtype=np.int64)
+        others = np.ones(len(self._all_leaves), dtype=bool)
+        others[near] = False
+        return np.concatenate((near, self._all_leaves[others]))
 
     def _leaf_table(self, cap: int) -> LeafRooms | None:
         """The running totals of every leaf's rooms under a per-node cap, up to date;

@@ -131,8 +131,8 @@ def _keep(
 
 
 def _named(current: Mapping[str, NodeCounts], ix: FreeIndex) -> dict[str, dict[str, int]]:
-    return {name: {ix.nodes[i].name: c for i, c in counts.items()}
-            for name, counts in current.items()}
+    names = ix.names
+    return {name: {names[i]: c for i, c in counts.items()} for name, counts in current.items()}
 
 
 def _add(packer: Packer, job: Job, k: int, have: NodeCounts, afresh: bool = True) -> NodeCounts:

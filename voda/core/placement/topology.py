@@ -125,6 +125,7 @@ class FreeIndex:
         self.nodes = tuple(nodes)
         self.topology = topology
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.names = [n.name for n in self.nodes]
         self.cap = [n.gpus for n in self.nodes]
         self.free = list(self.cap)
         self.max_cap = max(self.cap, default=0)
