@@ -29,6 +29,7 @@ class LeafRooms:
         width = max(leaf_sizes, default=0)
         self.totals = np.full((len(leaf_sizes), max(width, 1)), _ABOVE, dtype=np.int64)
         self.count = np.zeros(len(leaf_sizes), dtype=np.int64)  # rooms per leaf
+        self.room = np.zeros(len(leaf_sizes), dtype=np.int64)  # their GPUs per leaf
         self._seen: int | None = None  # the changes read so far (None: no row built)
 
     def refresh(self, changes: list[int], prefix_of: Callable[[int], list[int]]) -> None:
@@ -42,13 +43,15 @@ class LeafRooms:
         self._seen = len(changes)
         if changed:
             width = self.totals.shape[1]
-            rows, counts = [], []
+            rows, counts, rooms = [], [], []
             for leaf in changed:
                 prefix = prefix_of(leaf)
                 counts.append(len(prefix))
+                rooms.append(prefix[-1] if prefix else 0)
                 rows.append(prefix + [_ABOVE] * (width - len(prefix)))
             self.totals[changed] = rows  # one conversion for every changed row
             self.count[changed] = counts
+            self.room[changed] = rooms
 
     def parts(self, k: int, max_nodes: int | None) -> tuple[np.ndarray, np.ndarray]:
         """Per leaf: how many of its largest rooms hold k GPUs, and whether they do
@@ -56,3 +59,20 @@ class LeafRooms:
         parts = np.count_nonzero(self.totals < k, axis=1) + 1
         limit = self.count if max_nodes is None else np.minimum(self.count, max_nodes)
         return parts, parts <= limit
+
+    def fits(self, k: int, within: int, max_nodes: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """Per leaf (k >= 1): whether `parts(k, max_nodes)` says it holds k GPUs, and
+        whether it does on at most `within` of its rooms; from two columns of the table,
+        not all of it."""
+        fits = self.room >= k
+        width = self.totals.shape[1]
+        # Past a leaf's rooms a row holds a value above any request: `fits` rules it out.
+        if max_nodes is not None and max_nodes < width:
+            fits &= self.totals[:, max_nodes - 1] >= k
+        if within > width:
+            return fits, fits
+        return fits, fits & (self.totals[:, within - 1] >= k)
+
+    def parts_of(self, leaves: np.ndarray, k: int) -> np.ndarray:
+        """`parts(k, ...)[0]` of these leaves only."""
+        return np.count_nonzero(self.totals[leaves] < k, axis=1) + 1

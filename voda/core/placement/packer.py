@@ -487,18 +487,20 @@ class Packer:
         order = self._leaf_order(ask)
         if not len(order):
             return None
-        parts, fits = table.parts(k, ask.max_nodes_per_leaf)
+        fits, hits = table.fits(k, fewest, ask.max_nodes_per_leaf)
         if order is not self._all_leaves:
-            parts, fits = parts[order], fits[order]
-        # The scan ends at the `candidates`-th leaf needing no more than `fewest` nodes.
-        hits = np.flatnonzero(fits & (parts <= fewest))
-        candidates = self.s.candidates
-        end = int(hits[candidates - 1]) + 1 if len(hits) >= candidates else len(order)
-        scanned = np.flatnonzero(fits[:end])
-        if not len(scanned):
-            return None
-        parts = parts[scanned]
-        winners = order[scanned[parts == parts.min()]]
+            fits, hits = fits[order], hits[order]
+        # No leaf holds k on fewer than `fewest` nodes: when some leaf needs no more, the
+        # scan ends at the `candidates`-th such leaf and they are the winners.
+        at_fewest = np.flatnonzero(hits)
+        if len(at_fewest):
+            winners = order[at_fewest[: self.s.candidates]]
+        else:  # the scan goes through every leaf
+            scanned = order[fits]
+            if not len(scanned):
+                return None
+            parts = table.parts_of(scanned, k)
+            winners = scanned[parts == parts.min()]
         if len(winners) <= _FEW_WINNERS and self._finite_weights:
             # (an infinite weight may give NaN, which only the arrays' rule handles)
             leaf_free, leaf_cap = ix.leaf_free, ix.leaf_cap
