@@ -336,10 +336,17 @@ class Packer:
         cached = self._rooms.get((leaf, cap))
         if cached is not None and cached[0] == self.ix.leaf_version[leaf]:
             return cached[2]
-        free = self.ix.free
-        return list(itertools.accumulate(sorted(
-            [f if f < cap else cap for i in self.ix.leaf_nodes[leaf] if (f := free[i]) > 0],
-            reverse=True)))
+        ix = self.ix
+        if cap < ix.max_cap:
+            return list(itertools.accumulate(sorted(
+                [f if f < cap else cap for i in ix.leaf_nodes[leaf] if (f := ix.free[i]) > 0],
+                reverse=True)))
+        # No node has more free GPUs than the cap: the rooms are the free counts.
+        rooms = sorted(ix.leaf_free_of[leaf](ix.free), reverse=True)
+        empty = rooms.count(0)
+        if empty:
+            del rooms[len(rooms) - empty:]
+        return list(itertools.accumulate(rooms))
 
     def _leaf_parts(self, ask: Ask, leaf: int) -> int | None:
         """How many of the leaf's largest rooms hold the request (None: not all of them):

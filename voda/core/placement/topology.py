@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import bisect
 import copy
+import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -155,6 +156,8 @@ class FreeIndex:
         self.leaf_ids = leaf_ids
         self.spine_ids = spine_ids
         self.leaf_cap = [sum(self.cap[i] for i in ns) for ns in self.leaf_nodes]
+        # leaf_free_of[leaf](free): the free GPUs of the leaf's nodes, as a tuple.
+        self.leaf_free_of = [_getter(ns) for ns in self.leaf_nodes]
         self.leaf_free = list(self.leaf_cap)
         self.spine_cap = [sum(self.leaf_cap[leaf] for leaf in ls) for ls in self.spine_leaves]
         self.spine_free = list(self.spine_cap)
@@ -268,3 +271,13 @@ _templates: OrderedDict[tuple[int, ...], FreeIndex] = OrderedDict()
 _templates_lock = threading.Lock()
 # Topology.of's, by the identity of the nodes (held, as above).
 _topologies: OrderedDict[tuple[int, ...], tuple[tuple[Node, ...], Topology]] = OrderedDict()
+
+
+def _getter(items: Sequence[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
+    """The items at these positions of a sequence, as a tuple (even of one or none)."""
+    if len(items) == 1:
+        only = items[0]
+        return lambda values: (values[only],)
+    if not items:
+        return lambda values: ()
+    return operator.itemgetter(*items)
