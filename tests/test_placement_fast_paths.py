@@ -135,9 +135,7 @@ def test_the_leaf_table_picks_the_leaf_of_the_scan_and_its_columns_agree_with_it
 
 @FAST_PATH_SETTINGS
 @given(case=packers())
-def test_scores_worked_out_at_once_or_inline_are_those_of_one_leaf_at_a_time(
-    case: tuple[Packer, list[Ask]],
-) -> None:
+def test_scores_at_once_or_inline_are_those_leaf_by_leaf(case: tuple[Packer, list[Ask]]) -> None:
     packer, asks = case
     for ask in asks:
         assert packer._best_node(ask) == best_node_reference(packer, ask)
