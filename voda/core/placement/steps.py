@@ -33,11 +33,11 @@ def run_steps(
     previous: Placement,
     settings: PlacementSettings,
     mode: str,
-    reachable: Callable[[Mapping[str, Mapping[str, int]]], bool],
-) -> tuple[dict[str, dict[str, int]], Packer]:
+    reachable: Callable[[Mapping[str, NodeCounts]], bool],
+) -> tuple[dict[str, NodeCounts], Packer]:
     """Steps 1-3 of voda.core.placement.manager's doc for the jobs and nodes of one GPU type.
 
-    Returns {job: {node: workers}} and the packer, whose flags tell what it did.
+    Returns {job: {node id: workers}} and the packer, whose flags tell what it did.
     """
     packer = Packer(FreeIndex.of(nodes, topology), settings, {j.name: j for j in jobs})
     ix = packer.ix
@@ -61,7 +61,7 @@ def run_steps(
         if penalty > 0 and len(changed) >= settings.rebuild_changed_share * len(jobs):
             rebuilt = rebuild(packer, jobs, allocation, current, previous, movable, started,
                               topology)
-            if rebuilt is not None and not reachable(_named(rebuilt, ix)):
+            if rebuilt is not None and not reachable(rebuilt):
                 rebuilt = None
         if rebuilt is not None:
             current = rebuilt
@@ -71,7 +71,7 @@ def run_steps(
                 k = allocation[job.name]
                 if k <= ix.max_cap and packer.penalty(job, current[job.name]) > 0:
                     _make_room(packer, job, current, residents, movable, started, settings)
-    return _named(current, ix), packer
+    return current, packer
 
 
 def _keep(
@@ -128,11 +128,6 @@ def _keep(
     if free != ix.free:
         ix.set_free(free)
     return current, short, steady
-
-
-def _named(current: Mapping[str, NodeCounts], ix: FreeIndex) -> dict[str, dict[str, int]]:
-    names = ix.names
-    return {name: {names[i]: c for i, c in counts.items()} for name, counts in current.items()}
 
 
 def _add(packer: Packer, job: Job, k: int, have: NodeCounts, afresh: bool = True) -> NodeCounts:
