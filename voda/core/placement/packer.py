@@ -29,6 +29,7 @@ from voda.core.placement.settings import (
 from voda.core.placement.topology import FreeIndex
 
 NodeCounts = dict[int, int]  # node id in a FreeIndex -> workers
+_NOWHERE: frozenset[int] = frozenset()
 # Up to this many leaves tied on nodes, their scores are worked out one by one.
 _FEW_WINNERS = 24
 
@@ -157,28 +158,24 @@ class Packer:
         node_cap = ix.max_cap
         if self.halves(job, k + sum(own.values())):
             node_cap = half_node(ix.max_cap)
-        near_leaves = {ix.leaf[i] for i in own}
         allowed = None
         if job.preferred_domain:
+            near_leaves = {ix.leaf[i] for i in own}
             leaves = ix.domain_leaves(job.preferred_domain)
             if sum(ix.leaf_free[leaf] for leaf in leaves) >= k:
                 allowed = leaves
             near_leaves.update(leaves)
+            near, spines = frozenset(near_leaves), frozenset(ix.leaf_spine[x] for x in near_leaves)
+        elif own:
+            leaf_of, leaf_spine = ix.leaf, ix.leaf_spine
+            near = frozenset([leaf_of[i] for i in own])
+            spines = frozenset([leaf_spine[leaf] for leaf in near])
+        else:
+            near = spines = _NOWHERE
         bandwidth = job.network_bandwidth
-        return Ask(
-            job=job,
-            k=k,
-            spread=spread,
-            node_cap=node_cap,
-            sensitive=job.latency_sensitive,
-            own=own,
-            near_leaves=frozenset(near_leaves),
-            near_spines=frozenset(ix.leaf_spine[leaf] for leaf in near_leaves),
-            allowed=allowed,
-            single_leaf=bandwidth is not None and bandwidth > s.leaf_uplink_bandwidth,
-            max_nodes_per_leaf=s.max_nodes_per_leaf,
-            max_gpus_per_leaf=s.max_gpus_per_leaf,
-        )
+        return Ask(job, k, spread, node_cap, job.latency_sensitive, own, near, spines, allowed,
+                   bandwidth is not None and bandwidth > s.leaf_uplink_bandwidth,
+                   s.max_nodes_per_leaf, s.max_gpus_per_leaf)
 
     def reserve(self, job: Job, counts: NodeCounts) -> None:
         """Keep GPUs taken for the rest of the call (see steps._add), unless room runs out."""
