@@ -73,6 +73,16 @@ class LeafRooms:
             return fits, fits
         return fits, fits & (self.totals[:, within - 1] >= k)
 
-    def parts_of(self, leaves: np.ndarray, k: int) -> np.ndarray:
-        """`parts(k, ...)[0]` of these leaves only."""
-        return np.count_nonzero(self.totals[leaves] < k, axis=1) + 1
+    def fewest_parts(self, leaves: np.ndarray, k: int, start: int) -> np.ndarray | None:
+        """The leaves (a mask, each holding k GPUs: `fits`) that hold k on the fewest of
+        their rooms, at least `start` of them, in id order; None when there are none.
+        The same as the least of `parts(k, ...)[0]` over them, a column at a time."""
+        if not leaves.any():
+            return None
+        for parts in range(max(start, 1), self.totals.shape[1] + 1):
+            # A leaf holding k on fewer rooms left the loop before: past its rooms a
+            # row's value above any request does not count.
+            at = leaves & (self.totals[:, parts - 1] >= k)
+            if at.any():
+                return np.flatnonzero(at)
+        raise AssertionError("a leaf holding k GPUs holds them on at most all its rooms")

@@ -492,19 +492,21 @@ class Packer:
         if not len(order):
             return None
         fits, hits = table.fits(k, fewest, ask.max_nodes_per_leaf)
-        if order is not self._all_leaves:
-            fits, hits = fits[order], hits[order]
         # No leaf holds k on fewer than `fewest` nodes: when some leaf needs no more, the
         # scan ends at the `candidates`-th such leaf and they are the winners.
-        at_fewest = np.flatnonzero(hits)
+        if order is self._all_leaves:
+            at_fewest = np.flatnonzero(hits)
+        else:
+            at_fewest = order[np.flatnonzero(hits[order])]
+            scanned = np.zeros(len(fits), dtype=bool)
+            scanned[order] = True
+            fits = fits & scanned
         if len(at_fewest):
-            winners = order[at_fewest[: self.s.candidates]]
-        else:  # the scan goes through every leaf
-            scanned = order[fits]
-            if not len(scanned):
+            winners = at_fewest[: self.s.candidates]
+        else:  # the scan goes through every leaf: the winners need the fewest nodes
+            winners = table.fewest_parts(fits, k, fewest + 1)
+            if winners is None:
                 return None
-            parts = table.parts_of(scanned, k)
-            winners = scanned[parts == parts.min()]
         if len(winners) <= _FEW_WINNERS and self._finite_weights:
             # (an infinite weight may give NaN, which only the arrays' rule handles)
             leaf_free, leaf_cap = ix.leaf_free, ix.leaf_cap
