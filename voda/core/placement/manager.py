@@ -143,10 +143,10 @@ class TopologyPlacer:
         def reachable(placed: Mapping[str, NodeCounts]) -> bool:
             return sequence_applicable(before, _placements(placed, names, previous), capacity)
 
-        mode = FULL
+        mode, kept = FULL, None
         while True:
-            placed, packer = run_steps(typed, allocation, nodes, topology, previous,
-                                        self.settings, mode, reachable)
+            placed, packer, kept = run_steps(typed, allocation, nodes, topology, previous,
+                                              self.settings, mode, reachable, kept)
             result = _placements(placed, names, previous)
             if mode == IN_PLACE or sequence_applicable(before, result, capacity):
                 return result
