@@ -4,8 +4,10 @@ how many nodes of each leaf a request needs.
 For a per-node cap (a node's room is its free GPUs up to the cap), row `leaf` holds
 the running totals of the leaf's rooms, largest first, then a value above any request.
 `parts(k)` is, for every leaf, how many of its largest rooms hold k GPUs: what
-Packer._leaf_parts gives for one leaf. Rows are refreshed only for the leaves whose
-free GPUs changed since the last query (FreeIndex.leaf_changes).
+Packer._leaf_parts gives for one leaf; `fits` and `fewest_parts` answer what
+Packer._best_leaf asks of it from a few columns (`parts` stays as their reference).
+Rows are refreshed only for the leaves whose free GPUs changed since the last query
+(FreeIndex.leaf_changes).
 """
 
 from __future__ import annotations
