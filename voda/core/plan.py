@@ -17,7 +17,7 @@ and its reason is reported in Plan.errors; the other types go on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -114,17 +114,31 @@ def sequence_problems(
     A placer marked `applies_at_once` (the Pollux artifact's rules, for the
     simulator, which moves every job of a round at once) is not held to it.
     """
+    return list(_overflows(previous, placement, capacity, actions))
+
+
+def sequence_applicable(
+    previous: Placement, placement: Placement, capacity: Mapping[str, int]
+) -> bool:
+    """Whether `sequence_problems` is empty; stops at the first problem."""
+    return next(_overflows(previous, placement, capacity, None), None) is None
+
+
+def _overflows(
+    previous: Placement, placement: Placement, capacity: Mapping[str, int],
+    actions: Sequence[Action] | None,
+) -> Iterator[str]:
+    """sequence_problems, one at a time."""
     if actions is None:
         actions = diff(previous, placement)
     # Only a node an action takes GPUs on can go over: the use of those alone is counted.
     used = {node: 0 for action in actions for node, _ in action.new}
     if not used:
-        return []
+        return
     for shards in previous.values():
         for node, count in shards:
             if node in used:
                 used[node] += count
-    problems = []
     for action in actions:
         for node, count in action.old:
             if node in used:
@@ -132,11 +146,8 @@ def sequence_problems(
         for node, count in action.new:
             used[node] += count
             if node in capacity and used[node] > capacity[node]:
-                problems.append(
-                    f"node {node!r}: {used[node]} GPUs used of {capacity[node]} "
-                    f"after {action.kind} {action.job}"
-                )
-    return problems
+                yield (f"node {node!r}: {used[node]} GPUs used of {capacity[node]} "
+                       f"after {action.kind} {action.job}")
 
 
 def decide(

@@ -66,7 +66,7 @@ from voda.core.placement.settings import (
 )
 from voda.core.placement.steps import FULL, IN_PLACE, MODES, NO_DEFRAGMENT, run_steps
 from voda.core.placement.topology import Topology
-from voda.core.plan import sequence_problems
+from voda.core.plan import sequence_applicable, sequence_problems
 
 # Re-exported: the public names of the parts this module was split into.
 __all__ = [
@@ -102,7 +102,6 @@ class TopologyPlacer:
         previous: Placement,
     ) -> Placement:
         topology = Topology.of(cluster)
-        order = {n.name: i for i, n in enumerate(cluster.nodes)}
         by_type: dict[str, list[Job]] = {}
         for name in sorted(allocation):
             if allocation[name] > 0:
@@ -119,8 +118,7 @@ class TopologyPlacer:
                     f"allocation: jobs of GPU type {gpu_type!r} get {need} GPUs, "
                     f"the cluster has {have}"
                 )
-            result.update(self._place_type(typed, allocation, jobs, nodes, topology, order,
-                                           previous))
+            result.update(self._place_type(typed, allocation, jobs, nodes, topology, previous))
         return dict(sorted(result.items()))
 
     def _place_type(
@@ -130,7 +128,6 @@ class TopologyPlacer:
         jobs: Mapping[str, Job],
         nodes: Sequence[Node],
         topology: Topology,
-        order: Mapping[str, int],
         previous: Placement,
     ) -> dict[str, JobPlacement]:
         """One GPU type: steps 1-3, redone with less freedom until applicable (MODES)."""
@@ -141,36 +138,40 @@ class TopologyPlacer:
             if (jobs[name].gpu_type if name in jobs else DEFAULT_GPU_TYPE) == gpu_type
         }
 
-        def as_placement(placed: Mapping[str, Mapping[str, int]]) -> dict[str, JobPlacement]:
-            return {name: _job_placement(counts, order, previous.get(name))
-                    for name, counts in placed.items()}
+        names = [n.name for n in nodes]  # by node id: the nodes in cluster order
 
-        def reachable(placed: Mapping[str, Mapping[str, int]]) -> bool:
-            return not sequence_problems(before, as_placement(placed), capacity)
+        def reachable(placed: Mapping[str, NodeCounts]) -> bool:
+            return sequence_applicable(before, _placements(placed, names, previous), capacity)
 
-        mode = FULL
+        mode, kept = FULL, None
         while True:
-            placed, packer = run_steps(typed, allocation, nodes, topology, previous,
-                                        self.settings, mode, reachable)
-            result = as_placement(placed)
-            if mode == IN_PLACE or not sequence_problems(before, result, capacity):
+            placed, packer, kept = run_steps(typed, allocation, nodes, topology, previous,
+                                              self.settings, mode, reachable, kept)
+            result = _placements(placed, names, previous)
+            if mode == IN_PLACE or sequence_applicable(before, result, capacity):
                 return result
             # Less freedom: without step 3b if it acted (and nothing else was forced).
             defragmented = packer.defragmented and not packer.released
             mode = NO_DEFRAGMENT if mode == FULL and defragmented else IN_PLACE
 
 
-def _job_placement(
-    counts: Mapping[str, int], order: Mapping[str, int], before: JobPlacement | None
-) -> JobPlacement:
-    """A job's workers in cluster node order; the previous placement itself (the same
-    tuple) when it is unchanged, which tells a plan's diff so without comparing."""
-    if len(counts) == 1:
-        placed = tuple(counts.items())
-    else:
-        placed = tuple(sorted(counts.items(), key=lambda kv: order[kv[0]]))
-    return before if before is not None and type(before) is tuple and before == placed \
-        else placed
+def _placements(
+    placed: Mapping[str, NodeCounts], names: Sequence[str], previous: Placement
+) -> dict[str, JobPlacement]:
+    """Each job's workers by node name in cluster order (node ids follow it); the
+    previous placement itself (the same tuple) where it is unchanged, which tells a
+    plan's diff so without comparing."""
+    result: dict[str, JobPlacement] = {}
+    before_of = previous.get
+    for name, counts in placed.items():
+        if len(counts) == 1:
+            shards = tuple([(names[i], c) for i, c in counts.items()])
+        else:
+            shards = tuple([(names[i], counts[i]) for i in sorted(counts)])
+        before = before_of(name)
+        result[name] = before if (before is not None and type(before) is tuple
+                                  and before == shards) else shards
+    return result
 
 
 def counts_only(

@@ -214,12 +214,12 @@ def migration_plan(old: Placement, new: Placement) -> MigrationPlan:
     for job in sorted(set(old) & set(new)):
         if old[job] is new[job]:  # kept as it was (a placer hands the same tuple back)
             continue
-        before, after = dict(_merged(old[job])), dict(_merged(new[job]))
+        before, after = _merged(old[job]), _merged(new[job])
         if not before or not after:
             continue
         kept = kept_workers(before, after)
-        leaving = [(n, c - after.get(n, 0)) for n, c in _merged(old[job]) if c > after.get(n, 0)]
-        entering = [(n, c - before.get(n, 0)) for n, c in _merged(new[job]) if c > before.get(n, 0)]
+        leaving = [(n, c - after.get(n, 0)) for n, c in before.items() if c > after.get(n, 0)]
+        entering = [(n, c - before.get(n, 0)) for n, c in after.items() if c > before.get(n, 0)]
         to_move = min(sum(c for _, c in leaving), sum(c for _, c in entering))
         if kept == 0:
             restarts.append(job)
@@ -237,9 +237,10 @@ def migration_plan(old: Placement, new: Placement) -> MigrationPlan:
     return MigrationPlan(tuple(moves), tuple(restarts))
 
 
-def _merged(shards: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+def _merged(shards: Sequence[tuple[str, int]]) -> dict[str, int]:
+    """{node: workers} of a job's shards, in the order of their first shard."""
     merged: dict[str, int] = {}
     for node, count in shards:
         if count > 0:
             merged[node] = merged.get(node, 0) + count
-    return list(merged.items())
+    return merged

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,9 @@ from voda.core.placement.settings import (
 from voda.core.placement.topology import FreeIndex
 
 NodeCounts = dict[int, int]  # node id in a FreeIndex -> workers
+_NOWHERE: frozenset[int] = frozenset()
+# Up to this many leaves tied on nodes, their scores are worked out one by one.
+_FEW_WINNERS = 24
 
 
 @dataclass(slots=True)
@@ -74,6 +78,9 @@ class Packer:
         self.released = False  # whether reservations had to be given back
         self._spread_pays: dict[tuple[str, int], bool] = {}
         self._half: tuple[list[int], list[int]] | None = None
+        self._finite_weights = all(math.isfinite(w) for w in (
+            settings.resource_weight, settings.topology_weight, settings.utilization_weight,
+            settings.history_weight))
         self.defragmented = False  # whether step 3b moved a job
         self._history = [
             settings.history(name, ix.spine_names[ix.leaf_spine[leaf]])
@@ -151,28 +158,24 @@ class Packer:
         node_cap = ix.max_cap
         if self.halves(job, k + sum(own.values())):
             node_cap = half_node(ix.max_cap)
-        near_leaves = {ix.leaf[i] for i in own}
         allowed = None
         if job.preferred_domain:
+            near_leaves = {ix.leaf[i] for i in own}
             leaves = ix.domain_leaves(job.preferred_domain)
             if sum(ix.leaf_free[leaf] for leaf in leaves) >= k:
                 allowed = leaves
             near_leaves.update(leaves)
+            near, spines = frozenset(near_leaves), frozenset(ix.leaf_spine[x] for x in near_leaves)
+        elif own:
+            leaf_of, leaf_spine = ix.leaf, ix.leaf_spine
+            near = frozenset([leaf_of[i] for i in own])
+            spines = frozenset([leaf_spine[leaf] for leaf in near])
+        else:
+            near = spines = _NOWHERE
         bandwidth = job.network_bandwidth
-        return Ask(
-            job=job,
-            k=k,
-            spread=spread,
-            node_cap=node_cap,
-            sensitive=job.latency_sensitive,
-            own=own,
-            near_leaves=frozenset(near_leaves),
-            near_spines=frozenset(ix.leaf_spine[leaf] for leaf in near_leaves),
-            allowed=allowed,
-            single_leaf=bandwidth is not None and bandwidth > s.leaf_uplink_bandwidth,
-            max_nodes_per_leaf=s.max_nodes_per_leaf,
-            max_gpus_per_leaf=s.max_gpus_per_leaf,
-        )
+        return Ask(job, k, spread, node_cap, job.latency_sensitive, own, near, spines, allowed,
+                   bandwidth is not None and bandwidth > s.leaf_uplink_bandwidth,
+                   s.max_nodes_per_leaf, s.max_gpus_per_leaf)
 
     def reserve(self, job: Job, counts: NodeCounts) -> None:
         """Keep GPUs taken for the rest of the call (see steps._add), unless room runs out."""
@@ -243,9 +246,11 @@ class Packer:
             + s.history_weight * history
         )
 
-    def _scores(self, ask: Ask, leaves: np.ndarray, k: int | None) -> np.ndarray:
+    def _scores(self, ask: Ask, leaves: np.ndarray, k: int | None,
+                free: np.ndarray | None = None) -> np.ndarray:
         """`_score` of many leaves at once, with the fit of k GPUs in each leaf (None: a
-        fit of 0), by the same operations in the same order, so the same floats."""
+        fit of 0), by the same operations in the same order, so the same floats.
+        `free`: the leaves' free GPUs, where the caller has them."""
         ix, s = self.ix, self.s
         if self._leaf_arrays is None:
             self._leaf_arrays = (np.array(ix.leaf_spine, dtype=np.int64),
@@ -253,7 +258,8 @@ class Packer:
                                  np.array(self._history, dtype=np.float64))
         spines, caps, history = self._leaf_arrays
         caps = caps[leaves]
-        free = np.array(ix.leaf_free, dtype=np.int64)[leaves]
+        if free is None:
+            free = self._leaf_free(leaves)
         fit = 0.0 if k is None else 1.0 - (free - k) / caps
         alignment = np.zeros(len(leaves))
         if ask.near_spines:
@@ -274,14 +280,21 @@ class Packer:
             + s.history_weight * history[leaves]
         )
 
-    def _by_score(self, ask: Ask, leaves: Sequence[int]) -> list[int]:
-        """The leaves with free GPUs, best score (at a fit of 0) first, then the freest,
-        then the lowest id."""
-        ix = self.ix
-        free_leaves = np.array([leaf for leaf in leaves if ix.leaf_free[leaf] > 0],
-                               dtype=np.int64)
-        free = np.array([ix.leaf_free[leaf] for leaf in free_leaves.tolist()], dtype=np.int64)
-        scores = self._scores(ask, free_leaves, None)
+    def _leaf_free(self, leaves: np.ndarray) -> np.ndarray:
+        """The free GPUs of these leaves."""
+        leaf_free = self.ix.leaf_free
+        if len(leaves) < MANY_LEAVES:
+            return np.array([leaf_free[leaf] for leaf in leaves.tolist()], dtype=np.int64)
+        return np.array(leaf_free, dtype=np.int64)[leaves]
+
+    def _by_score(self, ask: Ask) -> list[int]:
+        """The leaves of `_leaves(ask)` with free GPUs, best score (at a fit of 0) first,
+        then the freest, then the lowest id."""
+        leaves = self._leaf_order(ask)
+        free = self._leaf_free(leaves)
+        with_free = free > 0
+        free_leaves, free = leaves[with_free], free[with_free]
+        scores = self._scores(ask, free_leaves, None, free)
         return free_leaves[np.lexsort((free_leaves, -free, -scores))].tolist()
 
     def _leaf_rooms(self, ask: Ask, leaf: int) -> list[tuple[int, int]]:
@@ -306,13 +319,31 @@ class Packer:
         cached = self._rooms.get(key)
         if cached is None or cached[0] != version:
             free = ix.free
+            # Nodes in id order; a stable sort on the room alone keeps ties by id.
             rooms = sorted(
-                ((r, i) for i in ix.leaf_nodes[leaf] if (r := min(free[i], cap)) > 0),
-                key=_largest_first,
+                [(r, i) for i in ix.leaf_nodes[leaf] if (r := min(free[i], cap)) > 0],
+                key=_room, reverse=True,
             )
-            cached = (version, rooms, _prefix([r for r, _ in rooms]))
+            cached = (version, rooms, _prefix(map(_room, rooms)))
             self._rooms[key] = cached
         return cached[1], cached[2]
+
+    def _room_totals(self, leaf: int, cap: int) -> list[int]:
+        """The prefix sums of `_capped_rooms(leaf, cap)`, without building its rooms."""
+        cached = self._rooms.get((leaf, cap))
+        if cached is not None and cached[0] == self.ix.leaf_version[leaf]:
+            return cached[2]
+        ix = self.ix
+        if cap < ix.max_cap:
+            return list(itertools.accumulate(sorted(
+                [f if f < cap else cap for i in ix.leaf_nodes[leaf] if (f := ix.free[i]) > 0],
+                reverse=True)))
+        # No node has more free GPUs than the cap: the rooms are the free counts.
+        rooms = sorted(ix.leaf_free_of[leaf](ix.free), reverse=True)
+        empty = rooms.count(0)
+        if empty:
+            del rooms[len(rooms) - empty:]
+        return list(itertools.accumulate(rooms))
 
     def _leaf_parts(self, ask: Ask, leaf: int) -> int | None:
         """How many of the leaf's largest rooms hold the request (None: not all of them):
@@ -346,11 +377,16 @@ class Packer:
 
     def _leaf_order(self, ask: Ask) -> np.ndarray:
         """`_leaves(ask)` as an array."""
+        if self._all_leaves is None:
+            self._all_leaves = np.arange(len(self.ix.leaf_names))
         if ask.allowed is None and not ask.near_leaves:
-            if self._all_leaves is None:
-                self._all_leaves = np.arange(len(self.ix.leaf_names))
             return self._all_leaves
-        return np.array(self._leaves(ask), dtype=np.int64)
+        if ask.allowed is not None:
+            return np.array(ask.allowed, dtype=np.int64)
+        near = np.array(sorted(ask.near_leaves), dtype=np.int64)
+        others = np.ones(len(self._all_leaves), dtype=bool)
+        others[near] = False
+        return np.concatenate((near, self._all_leaves[others]))
 
     def _leaf_table(self, cap: int) -> LeafRooms | None:
         """The running totals of every leaf's rooms under a per-node cap, up to date;
@@ -362,7 +398,7 @@ class Packer:
             if len(sizes) * max(sizes, default=0) > MAX_CELLS:
                 return None
             table = self._tables[cap] = LeafRooms(sizes)
-        table.refresh(ix.leaf_version, lambda leaf: self._capped_rooms(leaf, cap)[1])
+        table.refresh(ix.leaf_changes, lambda leaf: self._room_totals(leaf, cap))
         return table
 
     # ----- consolidated and balanced ------------------------------------------------
@@ -380,25 +416,44 @@ class Packer:
         return self._multi_leaf(ask)
 
     def _best_node(self, ask: Ask) -> int | None:
-        """The best-scoring node with room for the whole request, or None."""
-        ix, k = self.ix, ask.k
+        """The best-scoring node with room for the whole request, or None.
+
+        The score is `_score`'s, worked out inline by the same operations in the same
+        order (the same floats): this runs for nearly every request."""
+        ix, k, s = self.ix, ask.k, self.s
         pool: Iterable[int]
         if ask.allowed is not None:
             pool = (i for leaf in ask.allowed for i in ix.leaf_nodes[leaf])
         else:
             near = (i for leaf in sorted(ask.near_leaves) for i in ix.leaf_nodes[leaf])
             pool = itertools.chain(self._best_fits(ask), near)
+        free_of, leaf_of, max_cap, sensitive = ix.free, ix.leaf, ix.max_cap, ask.sensitive
+        leaf_spine, leaf_free, leaf_cap, history = (
+            ix.leaf_spine, ix.leaf_free, ix.leaf_cap, self._history)
+        near_leaves, near_spines, spread = ask.near_leaves, ask.near_spines, ask.spread
+        rw, tw, uw, hw = (s.resource_weight, s.topology_weight, s.utilization_weight,
+                          s.history_weight)
         best: tuple[float, int] | None = None
         seen: set[tuple[int, int]] = set()
         for i in pool:
-            free = ix.free[i]
-            if free < k or (ask.sensitive and self.room(ask, i) < k):
+            free = free_of[i]
+            if free < k or (sensitive and self.room(ask, i) < k):
                 continue
-            leaf = ix.leaf[i]
+            leaf = leaf_of[i]
             if (leaf, free) in seen:  # the same score as a node seen before, with a lower id
                 continue
             seen.add((leaf, free))
-            key = (self._score(ask, leaf, 1.0 - (free - k) / ix.max_cap), -i)
+            fit = 1.0 - (free - k) / max_cap
+            if leaf in near_leaves:
+                alignment = 1.0
+            elif leaf_spine[leaf] in near_spines:
+                alignment = 0.5
+            else:
+                alignment = 0.0
+            utilization = 1.0 - leaf_free[leaf] / leaf_cap[leaf]
+            if spread:
+                fit, utilization = 1.0 - fit, 1.0 - utilization
+            key = (rw * fit + tw * alignment + uw * utilization + hw * history[leaf], -i)
             if best is None or key > best:
                 best = key
         return None if best is None else -best[1]
@@ -436,17 +491,27 @@ class Packer:
         order = self._leaf_order(ask)
         if not len(order):
             return None
-        parts, fits = table.parts(k, ask.max_nodes_per_leaf)
-        parts, fits = parts[order], fits[order]
-        counted = np.cumsum(fits & (parts <= fewest))
-        end = len(order)
-        if counted[-1] >= self.s.candidates:
-            end = int(np.searchsorted(counted, self.s.candidates)) + 1
-        scanned = fits[:end]
-        if not scanned.any():
-            return None
-        leaves, parts = order[:end][scanned], parts[:end][scanned]
-        winners = leaves[parts == parts.min()]
+        fits, hits = table.fits(k, fewest, ask.max_nodes_per_leaf)
+        # No leaf holds k on fewer than `fewest` nodes: when some leaf needs no more, the
+        # scan ends at the `candidates`-th such leaf and they are the winners.
+        if order is self._all_leaves:
+            at_fewest = np.flatnonzero(hits)
+        else:
+            at_fewest = order[np.flatnonzero(hits[order])]
+            scanned = np.zeros(len(fits), dtype=bool)
+            scanned[order] = True
+            fits = fits & scanned
+        if len(at_fewest):
+            winners = at_fewest[: self.s.candidates]
+        else:  # the scan goes through every leaf: the winners need the fewest nodes
+            winners = table.fewest_parts(fits, k, fewest + 1)
+            if winners is None:
+                return None
+        if len(winners) <= _FEW_WINNERS and self._finite_weights:
+            # (an infinite weight may give NaN, which only the arrays' rule handles)
+            leaf_free, leaf_cap = ix.leaf_free, ix.leaf_cap
+            return max(winners.tolist(), key=lambda leaf: (
+                self._score(ask, leaf, 1.0 - (leaf_free[leaf] - k) / leaf_cap[leaf]), -leaf))
         scores = self._scores(ask, winners, k)
         return int(winners[scores == scores.max()].min())
 
@@ -535,19 +600,21 @@ class Packer:
     def _spread(self, ask: Ask) -> NodeCounts | None:
         """One worker per node in turn, across the emptiest leaves."""
         ix, k = self.ix, ask.k
-        leaves = self._leaves(ask)
+        candidates = len(ix.leaf_names) if ask.allowed is None else len(ask.allowed)
+        if ask.single_leaf or candidates < MANY_LEAVES:
+            leaves = self._leaves(ask)
         if ask.single_leaf:
             fitting = [leaf for leaf in leaves if self._leaf_room(ask, leaf) >= k]
             if not fitting:
                 return None
             leaves = [max(fitting, key=lambda leaf: (ix.leaf_free[leaf], -leaf))]
-        if len(leaves) < MANY_LEAVES:
+        if ask.single_leaf or candidates < MANY_LEAVES:
             ordered = sorted(
                 (leaf for leaf in leaves if ix.leaf_free[leaf] > 0),
                 key=lambda leaf: (-self._score(ask, leaf, 0.0), -ix.leaf_free[leaf], leaf),
             )
         else:  # the same order, the scores worked out at once
-            ordered = self._by_score(ask, leaves)
+            ordered = self._by_score(ask)
         columns: list[list[int]] = []
         total = 0
         for leaf in ordered:
@@ -602,28 +669,20 @@ class Packer:
         return counts
 
 
+_room = operator.itemgetter(0)
+
+
 def _largest_first(room: tuple[int, int]) -> tuple[int, int]:
     return -room[0], room[1]
 
 
-def _prefix(values: Sequence[int]) -> list[int]:
-    out, total = [], 0
-    for v in values:
-        total += v
-        out.append(total)
-    return out
+def _prefix(values: Iterable[int]) -> list[int]:
+    return list(itertools.accumulate(values))
 
 
 def _needed(prefix: Sequence[int], k: int) -> int:
     """How many of the largest domains hold k GPUs (prefix sums of capacities, descending)."""
-    lo, hi = 0, len(prefix)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if prefix[mid] >= k:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo + 1
+    return bisect.bisect_left(prefix, k) + 1
 
 
 def _split(rooms: Sequence[tuple[int, int]], k: int) -> list[tuple[int, int]] | None:

@@ -7,6 +7,7 @@ reachable. See voda.core.placement.manager for the steps.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from voda.core.model import Allocation, Job, Node, Placement
 from voda.core.placement.first_fit import shrink
@@ -33,19 +34,26 @@ def run_steps(
     previous: Placement,
     settings: PlacementSettings,
     mode: str,
-    reachable: Callable[[Mapping[str, Mapping[str, int]]], bool],
-) -> tuple[dict[str, dict[str, int]], Packer]:
+    reachable: Callable[[Mapping[str, NodeCounts]], bool],
+    kept: Kept | None = None,
+) -> tuple[dict[str, NodeCounts], Packer, Kept]:
     """Steps 1-3 of voda.core.placement.manager's doc for the jobs and nodes of one GPU type.
 
-    Returns {job: {node: workers}} and the packer, whose flags tell what it did.
+    Returns {job: {node id: workers}}, the packer, whose flags tell what it did, and
+    step 1's result, to pass back when the steps are redone in another mode.
     """
     packer = Packer(FreeIndex.of(nodes, topology), settings, {j.name: j for j in jobs})
     ix = packer.ix
     # 1. keep; `steady`: jobs whose count stays (moving them is a migration, applied
     # before any start)
-    current, short, steady = _keep(jobs, allocation, previous, ix)
-    # 2. add
-    short.sort(key=lambda j: (-(allocation[j.name] - sum(current[j.name].values())), j.sort_key))
+    if kept is None:
+        current, short, steady = _keep(jobs, allocation, previous, ix)
+        short.sort(key=lambda j: (-(allocation[j.name] - sum(current[j.name].values())),
+                                  j.sort_key))
+        kept = Kept(list(ix.free), list(ix.sensitive), dict(current), list(short), steady)
+    else:
+        current, short, steady = kept.replay(ix)
+    # 2. add, the jobs short of most workers first
     started = {j.name for j in short if not current[j.name]}
     for job in short:
         current[job.name] = _add(packer, job, allocation[job.name], current[job.name],
@@ -61,7 +69,7 @@ def run_steps(
         if penalty > 0 and len(changed) >= settings.rebuild_changed_share * len(jobs):
             rebuilt = rebuild(packer, jobs, allocation, current, previous, movable, started,
                               topology)
-            if rebuilt is not None and not reachable(_named(rebuilt, ix)):
+            if rebuilt is not None and not reachable(rebuilt):
                 rebuilt = None
         if rebuilt is not None:
             current = rebuilt
@@ -71,7 +79,28 @@ def run_steps(
                 k = allocation[job.name]
                 if k <= ix.max_cap and packer.penalty(job, current[job.name]) > 0:
                     _make_room(packer, job, current, residents, movable, started, settings)
-    return _named(current, ix), packer
+    return current, packer, kept
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """Step 1's result, the same in every mode: the index's free and latency-sensitive
+    counts after it, and what `_keep` returns (the jobs short of workers sorted for step 2).
+    Nothing changes a job's node counts in place (steps 2-3 replace them), so the
+    counts are shared."""
+
+    free: list[int]
+    sensitive: list[int]
+    current: dict[str, NodeCounts]
+    short: list[Job]
+    steady: set[str]
+
+    def replay(self, ix: FreeIndex) -> tuple[dict[str, NodeCounts], list[Job], set[str]]:
+        """Step 1 again on a fresh index of the same nodes, as `_keep` leaves it."""
+        if self.free != ix.free:
+            ix.set_free(self.free)
+        ix.sensitive[:] = self.sensitive
+        return dict(self.current), list(self.short), self.steady
 
 
 def _keep(
@@ -128,11 +157,6 @@ def _keep(
     if free != ix.free:
         ix.set_free(free)
     return current, short, steady
-
-
-def _named(current: Mapping[str, NodeCounts], ix: FreeIndex) -> dict[str, dict[str, int]]:
-    return {name: {ix.nodes[i].name: c for i, c in counts.items()}
-            for name, counts in current.items()}
 
 
 def _add(packer: Packer, job: Job, k: int, have: NodeCounts, afresh: bool = True) -> NodeCounts:

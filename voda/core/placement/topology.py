@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import bisect
 import copy
+import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -125,6 +126,7 @@ class FreeIndex:
         self.nodes = tuple(nodes)
         self.topology = topology
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.names = [n.name for n in self.nodes]
         self.cap = [n.gpus for n in self.nodes]
         self.free = list(self.cap)
         self.max_cap = max(self.cap, default=0)
@@ -154,6 +156,8 @@ class FreeIndex:
         self.leaf_ids = leaf_ids
         self.spine_ids = spine_ids
         self.leaf_cap = [sum(self.cap[i] for i in ns) for ns in self.leaf_nodes]
+        # leaf_free_of[leaf](free): the free GPUs of the leaf's nodes, as a tuple.
+        self.leaf_free_of = [_getter(ns) for ns in self.leaf_nodes]
         self.leaf_free = list(self.leaf_cap)
         self.spine_cap = [sum(self.leaf_cap[leaf] for leaf in ls) for ls in self.spine_leaves]
         self.spine_free = list(self.spine_cap)
@@ -165,6 +169,8 @@ class FreeIndex:
         self.sensitive = [0] * len(self.nodes)
         # Bumped on every change of a leaf's free GPUs, for caches keyed by leaf.
         self.leaf_version = [0] * len(self.leaf_names)
+        # Every such change, in order (its leaf id), for caches of every leaf at once.
+        self.leaf_changes: list[int] = []
 
     @classmethod
     def of(cls, nodes: Sequence[Node], topology: Topology) -> FreeIndex:
@@ -195,6 +201,7 @@ class FreeIndex:
         twin.spine_free = list(self.spine_free)
         twin.sensitive = list(self.sensitive)
         twin.leaf_version = list(self.leaf_version)
+        twin.leaf_changes = list(self.leaf_changes)
         return twin
 
     @property
@@ -214,6 +221,7 @@ class FreeIndex:
         self.spine_free = [sum(self.leaf_free[leaf] for leaf in leaves)
                            for leaves in self.spine_leaves]
         self.leaf_version = [v + 1 for v in self.leaf_version]
+        self.leaf_changes.extend(range(len(self.leaf_names)))
 
     def take(self, i: int, count: int, sensitive: bool = False) -> None:
         self._move(i, -count)
@@ -237,6 +245,7 @@ class FreeIndex:
         leaf = self.leaf[i]
         self.leaf_free[leaf] += delta
         self.leaf_version[leaf] += 1
+        self.leaf_changes.append(leaf)
         self.spine_free[self.leaf_spine[leaf]] += delta
 
     def nodes_with_free(self, at_least: int) -> Iterable[int]:
@@ -262,3 +271,13 @@ _templates: OrderedDict[tuple[int, ...], FreeIndex] = OrderedDict()
 _templates_lock = threading.Lock()
 # Topology.of's, by the identity of the nodes (held, as above).
 _topologies: OrderedDict[tuple[int, ...], tuple[tuple[Node, ...], Topology]] = OrderedDict()
+
+
+def _getter(items: Sequence[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
+    """The items at these positions of a sequence, as a tuple (even of one or none)."""
+    if len(items) == 1:
+        only = items[0]
+        return lambda values: (values[only],)
+    if not items:
+        return lambda values: ()
+    return operator.itemgetter(*items)
