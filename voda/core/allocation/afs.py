@@ -46,7 +46,7 @@ from voda.core.allocation.reasons import (
     priority_rule,
     slower_with_more,
 )
-from voda.core.estimate import EpochTimes
+from voda.core.estimate import EpochTimes, growth_limit
 from voda.core.model import Job
 
 # Bands per quantity: more bands leave fewer jobs to check one by one in a query, and
@@ -124,11 +124,18 @@ def afs_l(ordered: Sequence[Job], capacity: int) -> list[int]:
     the paper assumes speedups that never fall, and the rule would hand a job alone every
     GPU left whatever its gain."""
     jobs = [job for job in ordered if job.min_workers <= capacity]
-    readings = JobReadings(jobs)  # the max of each lowered as by `without_slowdown`
-    if int(readings.top.sum()) <= capacity:  # room for all at max
-        counts = readings.top.tolist()
+    if len(jobs) < KERNEL_MIN_JOBS:  # a few jobs: their max lowered one by one, kept per map
+        tops = [growth_limit(job, job.min_workers, job.max_workers) for job in jobs]
+        if sum(tops) <= capacity:  # room for all at max
+            counts = tops
+        else:
+            counts = _Tournament(jobs, capacity, JobReadings(jobs)).run()
     else:
-        counts = _Tournament(jobs, capacity, readings).run()
+        readings = JobReadings(jobs)  # the max of each lowered as by `without_slowdown`
+        if int(readings.top.sum()) <= capacity:  # room for all at max
+            counts = readings.top.tolist()
+        else:
+            counts = _Tournament(jobs, capacity, readings).run()
     if len(jobs) == len(ordered):
         return counts
     taken = iter(counts)
