@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -91,17 +91,32 @@ def fit_speed(
     epoch_time_by_workers: Mapping[int, float],
     default_epoch_seconds: float = DEFAULT_EPOCH_SECONDS,
 ) -> SpeedModel:
+    return _model_of_points(epoch_time_by_workers, default_epoch_seconds, _fit_and_slope)
+
+
+Fit = Callable[[tuple[int, ...], tuple[float, ...]], tuple[float, float, float]]
+
+
+def _model_of_points(epoch_time_by_workers: Mapping[int, float], default_epoch_seconds: float,
+                     fit: Fit) -> SpeedModel:
+    """The SpeedModel of the measured points a model keeps, fitted by `fit` (serial,
+    parallel, last slope)."""
     points = sorted((k, t) for k, t in epoch_time_by_workers.items() if k >= 1 and t > 0)
     if not points:
         return SpeedModel((), (), 0.0, default_epoch_seconds, known=False)
     counts = tuple(k for k, _ in points)
     times = tuple(t for _, t in points)
+    serial, parallel, last_slope = fit(counts, times)
+    return SpeedModel(counts, times, serial, parallel, known=True, last_slope=last_slope)
+
+
+def _fit_and_slope(counts: tuple[int, ...], times: tuple[float, ...]
+                   ) -> tuple[float, float, float]:
     serial, parallel = _amdahl_fit(counts, times)
     last_slope = math.inf
-    if len(points) >= 2:
-        (k0, t0), (k1, t1) = points[-2], points[-1]
-        last_slope = max(0.0, (1.0 / t1 - 1.0 / t0) / (k1 - k0))
-    return SpeedModel(counts, times, serial, parallel, known=True, last_slope=last_slope)
+    if len(counts) >= 2:
+        last_slope = max(0.0, (1.0 / times[-1] - 1.0 / times[-2]) / (counts[-1] - counts[-2]))
+    return serial, parallel, last_slope
 
 
 def _amdahl_fit(counts: tuple[int, ...], times: tuple[float, ...]) -> tuple[float, float]:
@@ -438,13 +453,7 @@ def _fit_speed_of_kept_points(observed: Mapping[int, float],
                               default_epoch_seconds: float) -> SpeedModel:
     """`fit_speed(observed)` with the fit remembered by the points (`_fit_of_points`,
     whose sums run from the first term rather than from 0: the same values)."""
-    points = sorted((k, t) for k, t in observed.items() if k >= 1 and t > 0)
-    if not points:
-        return fit_speed(observed, default_epoch_seconds)
-    counts = tuple(k for k, _ in points)
-    times = tuple(t for _, t in points)
-    serial, parallel, last_slope = _fit_of_points(counts, times)
-    return SpeedModel(counts, times, serial, parallel, known=True, last_slope=last_slope)
+    return _model_of_points(observed, default_epoch_seconds, _fit_of_points)
 
 
 def _as_list(values: Sequence[int] | np.ndarray) -> list[int]:

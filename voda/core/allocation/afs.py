@@ -124,18 +124,16 @@ def afs_l(ordered: Sequence[Job], capacity: int) -> list[int]:
     the paper assumes speedups that never fall, and the rule would hand a job alone every
     GPU left whatever its gain."""
     jobs = [job for job in ordered if job.min_workers <= capacity]
-    if len(jobs) < KERNEL_MIN_JOBS:  # a few jobs: their max lowered one by one, kept per map
-        tops = [growth_limit(job, job.min_workers, job.max_workers) for job in jobs]
-        if sum(tops) <= capacity:  # room for all at max
-            counts = tops
-        else:
-            counts = _Tournament(jobs, capacity, JobReadings(jobs)).run()
+    # Each max lowered as by `without_slowdown`: for many jobs read all at once, for a few
+    # one by one (kept per epoch-time map), which costs less than the readings.
+    readings = JobReadings(jobs) if len(jobs) >= KERNEL_MIN_JOBS else None
+    tops = (readings.top if readings is not None else np.array(
+        [growth_limit(job, job.min_workers, job.max_workers) for job in jobs], dtype=np.int64))
+    if int(tops.sum()) <= capacity:  # room for all at max
+        counts = tops.tolist()
     else:
-        readings = JobReadings(jobs)  # the max of each lowered as by `without_slowdown`
-        if int(readings.top.sum()) <= capacity:  # room for all at max
-            counts = readings.top.tolist()
-        else:
-            counts = _Tournament(jobs, capacity, readings).run()
+        counts = _Tournament(jobs, capacity,
+                             readings if readings is not None else JobReadings(jobs)).run()
     if len(jobs) == len(ordered):
         return counts
     taken = iter(counts)

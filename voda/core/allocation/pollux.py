@@ -72,8 +72,9 @@ SPEEDUP_FLOOR = 1e-3  # added to every scaled speedup, as in Pollux (a job at 0 
 
 _MAX, _GOODPUT = attrgetter("max_workers"), attrgetter("goodput")
 # A queue's problem of fewer jobs is counted without fold tables: its utilities move with
-# its fair share, so its later runs seldom read the same ones (`bench/allocate.py --queues`,
-# three seeds: 0.6-0.8 ms less a decision than tables for every problem).
+# its fair share, so its later runs seldom read the same ones (`bench/allocate.py --queues`'s
+# decision, two runs at each of three seeds: 0.0-1.9 ms less than with tables for every
+# problem, median 0.8).
 TABLE_MIN_JOBS = 32
 
 

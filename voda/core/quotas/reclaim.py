@@ -30,12 +30,11 @@ class Reclaim:
     cut: frozenset[str]  # the borrowed jobs that gave GPUs back
 
 
-def reclaim(algorithm: Allocate, jobs: Sequence[Job], guarantee: int, share: int,
-            own: Mapping[str, int] | None = None) -> Reclaim:
+def reclaim(algorithm: Allocate, jobs: Sequence[Job], share: int,
+            own: Mapping[str, int]) -> Reclaim:
     """The queue's jobs on at most `share` GPUs, the borrowed ones cut as the rule says.
-    `own`: the algorithm's allocation of the jobs on min(guarantee, share), if run already."""
-    if own is None:
-        own = checked_allocate(algorithm, jobs, min(guarantee, share)) if jobs else {}
+    `own`: the algorithm's allocation of the jobs on min(guarantee, share) (the quota
+    decision's run of the queue there)."""
     ordered = by_submit(jobs)
     counts = cut_to(ordered, own, share)
     left = share - sum(counts.values())

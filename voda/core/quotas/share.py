@@ -107,8 +107,7 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
         """Queue i on `gpus` GPUs: what it then takes, kept when it is more."""
         members = groups.get(names[i], [])
         if i in cuts:
-            cut = reclaim(algorithm, members, guarantee[i], gpus,
-                          run(i, min(guarantee[i], gpus)))
+            cut = reclaim(algorithm, members, gpus, run(i, min(guarantee[i], gpus)))
             used = sum(cut.allocation.values())
             if used > shares[i]:
                 cuts[i], shares[i] = cut, used
@@ -126,7 +125,7 @@ def share(algorithm: Allocate, jobs: Sequence[Job], capacity: int, queues: Queue
         taker = growing - (shares[i] > held[i]) > 0  # another queue takes GPUs back
         if (taker and held[i] > given[i] and held[i] > guarantee[i]
                 and _takes_from_running(members, run(i, given[i]))):
-            cuts[i] = reclaim(algorithm, members, guarantee[i], shares[i],
+            cuts[i] = reclaim(algorithm, members, shares[i],
                               run(i, min(guarantee[i], shares[i])))
             shares[i] = sum(cuts[i].allocation.values())
     if cuts:  # what a cut left idle goes to whoever can use it, the cut queues included
