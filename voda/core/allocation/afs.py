@@ -23,7 +23,8 @@ operations on bit masks of positions (bit i is job i), checking one by one only
 the jobs whose values sit in the same band as the incumbent's thresholds. With 64
 jobs or more in a class the rounds run compiled (`afs_kernel`, numba) on the same
 tables and masks; `_Tournament.run_interpreted` is the reference. See
-docs/design/001-allocation.md.
+docs/design/001-allocation.md. Several classes at once (`afs_l_many`, the quota
+layer's queues) share one pass for their tables and one set of band edges.
 """
 
 from __future__ import annotations
