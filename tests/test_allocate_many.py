@@ -14,8 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_allocation_properties import jobs_strategy
 
+from voda.core.allocation.afs import AFSL, afs_l, afs_l_many
 from voda.core.allocation.base import (
     AllocationRejected,
+    by_submit,
     checked_allocate,
     checked_allocate_many,
 )
@@ -39,7 +41,7 @@ MANY = [Voda(), Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0), Pollux(),
         ElasticSRJF(), ElasticSRJF(order="wall_time", growth="in_order"), ElasticTiresias(),
         ElasticTiresias(queue_order="queue_entry", compaction_threshold=0,
                         queue_thresholds=(5.0, 50.0)), Optimus(), Optimus(oracle=False),
-        FfDLOptimizer(), FfDLOptimizer(max_jobs=3)]
+        FfDLOptimizer(), FfDLOptimizer(max_jobs=3), AFSL()]
 
 
 def split(jobs: list[Job], parts: int, seed: int) -> list[list[Job]]:
@@ -115,7 +117,7 @@ def test_pollux_runs_at_rising_offers_read_kept_utilities() -> None:
 
 
 @pytest.mark.parametrize("name", ["Voda", "Pollux", "SRJF", "ElasticSRJF", "ElasticTiresias",
-                                  "Optimus", "FfDLOptimizer"])
+                                  "Optimus", "FfDLOptimizer", "AFS-L"])
 def test_the_bench_jobs_split_over_queues_get_the_same_counts(name: str) -> None:
     algorithm = create(name)
     jobs = make_jobs(300, 3)
@@ -125,6 +127,34 @@ def test_the_bench_jobs_split_over_queues_get_the_same_counts(name: str) -> None
     assert algorithm.allocate_many(problems) == [algorithm(m, c) for m, c in problems]
     assert checked_allocate_many(algorithm, problems) == [
         checked_allocate(algorithm, m, c) for m, c in problems]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy(max_jobs=40), parts=st.integers(1, 5), seed=st.integers(0, 99),
+       capacities=st.lists(st.integers(0, 24), min_size=5, max_size=5))
+def test_afs_l_classes_at_once_give_what_each_gives_alone(
+        jobs: list[Job], parts: int, seed: int, capacities: list[int]) -> None:
+    # Each class on its own (`afs_l`) is the reference for the classes together: their
+    # tournaments on tables and bands worked out for all of them at once.
+    classes = [(by_submit(members), capacity) for members, capacity in
+               zip(split(jobs, parts, seed), capacities, strict=False)]
+    assert afs_l_many(classes) == [afs_l(ordered, capacity) for ordered, capacity in classes]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 5])
+def test_afs_l_classes_at_once_hold_each_tournament_as_alone(seed: int) -> None:
+    # Classes of about 10 to 150 jobs (the compiled rounds from 64 where numba is
+    # installed) on capacities that leave most of them short of their jobs' max, so that
+    # each holds a tournament on tables and bands worked out for all of them together.
+    jobs = make_jobs(700, seed)
+    members = split(jobs, 9, seed)
+    classes = [(by_submit(m), c) for m, c in zip(
+        [members[0][:10], *members[1:]], [3, 20, 50, 90, 130, 7, 400, 1, 60], strict=True)]
+    assert afs_l_many(classes) == [afs_l(ordered, c) for ordered, c in classes]
+    rng = random.Random(seed)
+    for _ in range(5):  # a few classes at a time, at random capacities
+        picked = [(ordered, rng.randrange(0, 200)) for ordered, _ in rng.sample(classes, 3)]
+        assert afs_l_many(picked) == [afs_l(ordered, c) for ordered, c in picked]
 
 
 def test_optimus_with_step_oracles_on_some_jobs_gets_the_same_counts() -> None:

@@ -23,7 +23,8 @@ operations on bit masks of positions (bit i is job i), checking one by one only
 the jobs whose values sit in the same band as the incumbent's thresholds. With 64
 jobs or more in a class the rounds run compiled (`afs_kernel`, numba) on the same
 tables and masks; `_Tournament.run_interpreted` is the reference. See
-docs/design/001-allocation.md.
+docs/design/001-allocation.md. Several classes at once (`afs_l_many`, the quota
+layer's queues) share one pass for their tables and one set of band edges.
 """
 
 from __future__ import annotations
@@ -33,12 +34,17 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from operator import attrgetter
 from types import ModuleType
 
 import numpy as np
 
 from voda.core.allocation.afs_states import JobReadings, StateTables, state_at
-from voda.core.allocation.base import allocate_counts_by_priority, by_submit
+from voda.core.allocation.base import (
+    allocate_counts_by_priority,
+    allocate_many_by_priority,
+    by_submit,
+)
 from voda.core.allocation.reasons import (
     Reason,
     Terms,
@@ -48,6 +54,8 @@ from voda.core.allocation.reasons import (
 )
 from voda.core.estimate import EpochTimes, growth_limit
 from voda.core.model import Job
+
+_NAME = attrgetter("name")
 
 # Bands per quantity: more bands leave fewer jobs to check one by one in a query, and
 # cost more mask updates when a job moves to another band.
@@ -81,6 +89,12 @@ class AFSL:
 
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_counts_by_priority(jobs, capacity, afs_l)
+
+    def allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]
+                      ) -> list[dict[str, int]]:
+        """`self(jobs, capacity)` of each problem, the same allocations: the classes of a
+        rank in every problem decided together (`afs_l_many`)."""
+        return allocate_many_by_priority(problems, _classes_at_once)
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
@@ -127,13 +141,54 @@ def afs_l(ordered: Sequence[Job], capacity: int) -> list[int]:
     # Each max lowered as by `without_slowdown`: for many jobs read all at once, for a few
     # one by one (kept per epoch-time map), which costs less than the readings.
     readings = JobReadings(jobs) if len(jobs) >= KERNEL_MIN_JOBS else None
-    tops = (readings.top if readings is not None else np.array(
-        [growth_limit(job, job.min_workers, job.max_workers) for job in jobs], dtype=np.int64))
+    tops = _tops(jobs, readings)
     if int(tops.sum()) <= capacity:  # room for all at max
         counts = tops.tolist()
     else:
         counts = _Tournament(jobs, capacity,
                              readings if readings is not None else JobReadings(jobs)).run()
+    return _in_order(ordered, capacity, jobs, counts)
+
+
+def afs_l_many(classes: Sequence[tuple[Sequence[Job], int]]) -> list[list[int]]:
+    """`afs_l` of each (class, capacity): the same counts, the tables of every class that
+    holds a tournament worked out together (`StateTables.many`), which costs one pass of
+    NumPy calls instead of one a class (the quota layer's queues: tens of small classes)."""
+    fitting = [[job for job in ordered if job.min_workers <= capacity]
+               for ordered, capacity in classes]
+    readings = [JobReadings(jobs) if len(jobs) >= KERNEL_MIN_JOBS else None for jobs in fitting]
+    tops = [_tops(jobs, read) for jobs, read in zip(fitting, readings, strict=True)]
+    held = [k for k, (top, (_, capacity)) in enumerate(zip(tops, classes, strict=True))
+            if int(top.sum()) > capacity]
+    tables = StateTables.many([(fitting[k], classes[k][1]) for k in held])
+    bands = _Bands(tables) if tables else None
+    at = {k: n for n, k in enumerate(held)}
+    out = []
+    for k, (ordered, capacity) in enumerate(classes):
+        n = at.get(k)
+        counts = (tops[k].tolist() if n is None or bands is None else _Tournament(
+            fitting[k], capacity, tables=tables[n], bands=bands.part(n)).run())
+        out.append(_in_order(ordered, capacity, fitting[k], counts))
+    return out
+
+
+def _classes_at_once(classes: Sequence[tuple[Sequence[Job], int]]) -> list[dict[str, int]]:
+    counts = afs_l_many(classes)
+    return [dict(zip(map(_NAME, ordered), gpus, strict=True))
+            for (ordered, _), gpus in zip(classes, counts, strict=True)]
+
+
+def _tops(jobs: Sequence[Job], readings: JobReadings | None) -> np.ndarray:
+    """Each job's max lowered as by `without_slowdown`."""
+    if readings is not None:
+        return readings.top
+    return np.array([growth_limit(job, job.min_workers, job.max_workers) for job in jobs],
+                    dtype=np.int64)
+
+
+def _in_order(ordered: Sequence[Job], capacity: int, jobs: Sequence[Job],
+              counts: list[int]) -> list[int]:
+    """The counts of `jobs` (those of `ordered` whose min fits) for all of `ordered`."""
     if len(jobs) == len(ordered):
         return counts
     taken = iter(counts)
@@ -213,6 +268,47 @@ def _mask_of(positions: list[int], n: int) -> int:
     return _masks(flags[None, :])[0]
 
 
+@dataclass(frozen=True, slots=True)
+class _BandsOf:
+    """One class's edges (length, gain, start) and the bands of its tables' values."""
+
+    edges: tuple[_Edges, _Edges, _Edges]
+    length: np.ndarray  # per state: the band of its length, of its g, of its h, and of
+    gain: np.ndarray  # `least_g_with_h_above(g)`
+    h: np.ndarray
+    least: np.ndarray
+    start: np.ndarray  # per job: the band of its remaining time at min
+
+
+class _Bands:
+    """The bands of several classes' tables on one set of edges, placed at the values of
+    all of them: the bands only narrow down the jobs the rule checks one by one, so any
+    edges give the same allocation (`_Edges`), and one set costs one pass for all."""
+
+    def __init__(self, tables: Sequence[StateTables]) -> None:
+        length = np.concatenate([t.length for t in tables])
+        g = np.concatenate([t.g for t in tables])
+        h = np.concatenate([t.h for t in tables])
+        start = np.concatenate([t.start for t in tables])
+        length_edges, gain_edges = _Edges(length), _Edges(np.concatenate([g, h]), also=[1.0])
+        start_edges = _Edges(start)
+        self.edges = (length_edges, gain_edges, start_edges)
+        least = least_g_with_h_above_all(g)
+        self.length, self.gain = length_edges.bands(length), gain_edges.bands(g)
+        self.h = gain_edges.bands(h)
+        self.least = np.where(least == np.inf, gain_edges.never(), gain_edges.bands(least))
+        self.start = start_edges.bands(start)
+        self.states = np.cumsum([0] + [len(t.length) for t in tables]).tolist()
+        self.jobs = np.cumsum([0] + [len(t.start) for t in tables]).tolist()
+
+    def part(self, k: int) -> _BandsOf:
+        """Class k's bands."""
+        s, e = self.states[k], self.states[k + 1]
+        a, b = self.jobs[k], self.jobs[k + 1]
+        return _BandsOf(self.edges, self.length[s:e], self.gain[s:e], self.h[s:e],
+                        self.least[s:e], self.start[a:b])
+
+
 class _Tournament:
     """The jobs in submit order (bit i of every mask is job i), the walk's takeovers,
     and the index the walk queries.
@@ -232,36 +328,35 @@ class _Tournament:
     """
 
     def __init__(self, jobs: Sequence[Job], capacity: int,
-                 readings: JobReadings | None = None) -> None:
+                 readings: JobReadings | None = None,
+                 tables: StateTables | None = None, bands: _BandsOf | None = None) -> None:
         """`jobs`: one class in submit order, each min within the capacity; each grows
         no further than its max lowered as by `without_slowdown` (`readings`, where the
-        caller has them)."""
+        caller has them; or their `tables`, and the `bands` of those)."""
         self.jobs = jobs
         self.free = capacity
         n = len(jobs)
-        tables = self.tables = StateTables(jobs, capacity, readings)
-        length, g, h, start = tables.length, tables.g, tables.h, tables.start
-        length_edges = self.length_edges = _Edges(length)
-        gain_edges = self.gain_edges = _Edges(np.concatenate([g, h]), also=[1.0])
-        start_edges = _Edges(start)
-        length_band, gain_band = length_edges.bands(length), gain_edges.bands(g)
+        if tables is None:
+            tables = StateTables(jobs, capacity, readings)
+        self.tables = tables
+        if bands is None:
+            bands = _Bands([tables]).part(0)
+        self.length_edges, self.gain_edges, start_edges = bands.edges
+        length_band, gain_band = self.length_band, self.gain_band = bands.length, bands.gain
         # Each job is filed under its first state (at min) while it waits.
         filed = np.maximum(tables.first, 0)
         empty = np.zeros(n, dtype=np.int64)
         # The masks, as rows of flags (row j, column i: job i is in mask j).
-        self.shorter = length_edges.below(length_band[filed] if len(length) else empty)
-        self.gain_from = gain_edges.at_least(gain_band[filed] if len(g) else empty)
-        start_band = self.start_band = start_edges.bands(start)
-        self.start_below = start_edges.below(start_band)
-        self.length_band, self.gain_band = length_band, gain_band
+        self.shorter = self.length_edges.below(length_band[filed] if len(length_band) else empty)
+        self.gain_from = self.gain_edges.at_least(gain_band[filed] if len(gain_band) else empty)
+        self.start_band = bands.start
+        self.start_below = start_edges.below(bands.start)
         # What a running incumbent in each state asks of a challenger besides its length,
         # g and h: where the masks of those that could take over from it start (shorter:
         # length band below its own; g >= own h: the g band of its h on; h > own g: the
         # g band of `least_g_with_h_above` on).
-        least = least_g_with_h_above_all(g)
-        self.h_band = gain_edges.bands(h)
-        self.least_band = np.where(least == np.inf, gain_edges.never(), gain_edges.bands(least))
-        self.strong_band = gain_edges.band(1.0)  # g >= 1 exactly when the band is this or more
+        self.h_band, self.least_band = bands.h, bands.least
+        self.strong_band = self.gain_edges.band(1.0)  # g >= 1 exactly when the band is this or more
         self.times: dict[int, EpochTimes] = {}  # for sizes beyond the tables
 
     # ----- rare paths --------------------------------------------------------------------

@@ -96,26 +96,61 @@ class StateTables:
     `end[i]` on are never asked for (the job is at max, or holds every GPU).
     """
 
+    lo: list[int]
+    end: list[int]
+    tabled: list[int]
+    offset: list[int]
+    first: np.ndarray
+    last: list[int]
+    by_min: list[int]
+    start: np.ndarray
+    length: np.ndarray
+    g: np.ndarray
+    h: np.ndarray
+
     def __init__(self, jobs: Sequence[Job], capacity: int,
                  readings: JobReadings | None = None) -> None:
-        n = len(jobs)
+        _Columns([(jobs, capacity)], readings).fill(self, 0)
+
+    @classmethod
+    def many(cls, problems: Sequence[tuple[Sequence[Job], int]]) -> list[StateTables]:
+        """The tables of each (jobs, capacity) problem, every problem's jobs worked out
+        together (each value depends on its job and its problem's capacity alone: the
+        same tables as one by one, for one pass of NumPy calls instead of one a problem).
+        Every problem has jobs."""
+        columns = _Columns(problems)
+        out = []
+        for k in range(len(problems)):
+            tables = cls.__new__(cls)
+            columns.fill(tables, k)
+            out.append(tables)
+        return out
+
+
+class _Columns:
+    """The state tables of several problems' jobs, one after another: each job's sizes
+    tabled as its own problem's capacity allows, then one batch of epoch times."""
+
+    def __init__(self, problems: Sequence[tuple[Sequence[Job], int]],
+                 readings: JobReadings | None = None) -> None:
+        jobs = [job for members, _ in problems for job in members]
+        sizes = np.array([len(members) for members, _ in problems], dtype=np.int64)
+        caps = np.array([capacity for _, capacity in problems], dtype=np.int64)
         read = JobReadings(jobs) if readings is None else readings
-        lo = read.lo
-        self.lo: list[int] = lo.tolist()
-        end = np.minimum(read.top, capacity)  # a job grows no further than its top
-        self.end: list[int] = end.tolist()
+        lo = self.lo = read.lo
+        end = self.end = np.minimum(read.top, np.repeat(caps, sizes))  # no further than top
         tabled = end - lo
-        if int(tabled.sum()) > GROWTH_TABLED * capacity + n:
-            tabled = np.minimum(tabled, 1 + -(-GROWTH_TABLED * capacity // max(1, n)))
-        offset = np.cumsum(tabled) - tabled
-        self.tabled: list[int] = tabled.tolist()
-        self.offset: list[int] = offset.tolist()
-        # Each job's first state (at min), or -1 for a job that has none (it never runs
-        # below max); each job's last tabled state.
-        self.first = np.where(tabled > 0, offset, -1)
-        self.last: list[int] = (offset + tabled - 1).tolist()
-        # The jobs by min, stable.
-        self.by_min: list[int] = np.argsort(lo, kind="stable").tolist()
+        if len(jobs):  # a problem's sizes are cut where all of them would be too many
+            over = (np.add.reduceat(tabled, np.cumsum(sizes) - sizes)
+                    > GROWTH_TABLED * caps + sizes)
+            if over.any():
+                cut = 1 + -(-GROWTH_TABLED * caps // np.maximum(1, sizes))
+                limit = np.where(over, cut, np.iinfo(np.int64).max)
+                tabled = np.minimum(tabled, np.repeat(limit, sizes))
+        self.tabled = tabled
+        self.offset = np.cumsum(tabled) - tabled
+        self.job_bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        self.state_bounds = np.concatenate([[0], np.cumsum(tabled)])[self.job_bounds].tolist()
         # Epoch times at lo .. lo + tabled (the last one for the gain of the last state).
         counts = tabled + 1
         times = epoch_time_runs(jobs, lo, counts, points=read.points)
@@ -132,3 +167,22 @@ class StateTables:
                 np.repeat(remaining, tabled) * now, LENGTH_DIGITS)
             self.g = rounded_as_python(now / after - 1.0, GAIN_DIGITS)
             self.h = rounded_as_python(1.0 - after / now, GAIN_DIGITS)
+
+    def fill(self, tables: StateTables, k: int) -> None:
+        """Problem k's tables, its states numbered from 0."""
+        a, b = self.job_bounds[k], self.job_bounds[k + 1]
+        s, e = self.state_bounds[k], self.state_bounds[k + 1]
+        lo, tabled = self.lo[a:b], self.tabled[a:b]
+        offset = self.offset[a:b] - s
+        tables.lo = lo.tolist()
+        tables.end = self.end[a:b].tolist()
+        tables.tabled = tabled.tolist()
+        tables.offset = offset.tolist()
+        # Each job's first state (at min), or -1 for a job that has none (it never runs
+        # below max); each job's last tabled state.
+        tables.first = np.where(tabled > 0, offset, -1)
+        tables.last = (offset + tabled - 1).tolist()
+        tables.by_min = np.argsort(lo, kind="stable").tolist()  # the jobs by min, stable
+        tables.start = self.start[a:b]
+        tables.length, tables.g, tables.h = self.length[s:e], self.g[s:e], self.h[s:e]
+

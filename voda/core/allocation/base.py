@@ -218,8 +218,7 @@ def allocate_many_by_priority(problems: Sequence[tuple[Sequence[Job], int]],
     left) in, one allocation per problem out): the same allocations, for an algorithm
     whose per-call cost is worth sharing (Voda's, Pollux's; the quota layer runs one
     problem per queue)."""
-    classes = [[list(members) for _, members in groupby(by_submit(jobs), key=_PRIORITY)]
-               for jobs, _ in problems]
+    classes = list(map(_classes, (jobs for jobs, _ in problems)))
     free = [capacity for _, capacity in problems]
     out: list[dict[str, int]] = [{} for _ in problems]
     for rank in range(max(map(len, classes), default=0)):
@@ -227,10 +226,24 @@ def allocate_many_by_priority(problems: Sequence[tuple[Sequence[Job], int]],
         parts = allocate_classes([(classes[k][rank], free[k]) for k in now])
         for k, part in zip(now, parts, strict=True):
             names = list(map(_NAME, classes[k][rank]))
+            if len(classes[k]) == 1 and list(part) == names:  # its one class, every job named
+                out[k] = dict(part)
+                continue
             gpus = list(map(part.get, names, repeat(0)))
             out[k].update(zip(names, gpus, strict=True))
             free[k] -= sum(gpus)
     return out
+
+
+def _classes(jobs: Sequence[Job]) -> list[list[Job]]:
+    """The priority classes of `jobs`, each in submit order (`by_submit`): most problems
+    have one, which needs no grouping."""
+    ordered = by_submit(jobs)
+    if not ordered:
+        return []
+    if ordered[0].priority == ordered[-1].priority:  # by priority first: all the same
+        return [ordered]
+    return [list(members) for _, members in groupby(ordered, key=_PRIORITY)]
 
 
 def live_problems(problems: Sequence[tuple[Sequence[Job], int]],

@@ -79,7 +79,6 @@ import numpy as np
 from voda.core.allocation.base import (
     allocate_by_priority,
     allocate_many_by_priority,
-    by_submit,
     live_problems,
     water_level,
 )
@@ -244,7 +243,9 @@ class Voda:
 
     def _allocate_classes(self, problems: Sequence[tuple[Sequence[Job], int]],
                           memo: VodaMemo | None = None) -> list[dict[str, int]]:
-        out, live = live_problems(problems, by_submit)
+        # each class comes in submit order (`allocate_by_priority` and its many-problem
+        # twin hand it so): `by_submit` would return it as it is
+        out, live = live_problems(problems, list)
         if not live:
             return out
         node = per_node(self.gpus_per_node)
