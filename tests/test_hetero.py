@@ -9,7 +9,11 @@ import pytest
 
 from voda.core.allocation.hetero import TypeChoice, choose_types
 from voda.core.allocation.hetero_models import type_model, type_ratio, type_ratios, type_shapes
-from voda.core.allocation.hetero_voda import rank_weights_large_m, voda_choice
+from voda.core.allocation.hetero_voda import (
+    rank_weights_large_m,
+    voda_choice,
+    with_one_statistics,
+)
 from voda.core.allocation.registry import create
 from voda.core.goodput import GoodputModel, PerfParams
 from voda.core.hetero_plan import decide_hetero
@@ -274,3 +278,20 @@ def test_sia_workload_runs_on_the_heterogeneous_cluster_on_several_types(tmp_pat
     assert len(types) >= 2 and types <= {"aws", "rtx", "dgx-ext"}
     cifar = backend.jobs["cifar10-0"]  # type: ignore[attr-defined]
     assert cifar.slowdown == 1.8  # the sia preset's calibration
+
+
+def test_voda_prices_every_type_at_the_jobs_own_gradient_statistics() -> None:
+    """A young job runs on `slow`; its own statistics there (a small noise scale: large
+    batches gain little) against its category's later ones on `fast`, a type no faster,
+    made `fast` look 4x better: Voda moved it for nothing. Its statistics are its own on
+    every type, so it stays, and the category's serve only a job that has measured none."""
+    early, late = dataclasses.replace(_model(1.0), grad_var=0.01), \
+        dataclasses.replace(_model(1.0), grad_var=100.0, max_profiled_replicas=16)
+    shapes = type_shapes(Cluster((Node("s0", 4, "slow"), Node("f0", 4, "fast"))))
+    running = Job("r", 1, 4, epochs=10, gpu_types=(ANY_GPU_TYPE,), goodput=early,
+                  goodput_by_type={"slow": early, "fast": late}, category="c",
+                  gpu_type="slow", current_workers=1, running_seconds=100.0)
+    assert voda_choice([running], shapes, {"slow": 4, "fast": 4}, 30.0).types == {"r": "slow"}
+    unmeasured = dataclasses.replace(running, goodput=dataclasses.replace(
+        early, grad_sqr=0.0, grad_var=0.0), current_workers=0)
+    assert with_one_statistics(unmeasured).goodput_by_type["slow"].grad_var == 100.0

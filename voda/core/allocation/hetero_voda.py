@@ -30,6 +30,7 @@ power (docs/design/014-heterogeneous.md).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -45,6 +46,7 @@ from voda.core.allocation.hetero_models import (
 from voda.core.allocation.hetero_program import solve_rows
 from voda.core.allocation.sia import restoring, sia_configs
 from voda.core.allocation.voda import RestartCharge
+from voda.core.goodput import GoodputModel
 from voda.core.model import Job
 
 VODA_GAP = 1e-4  # relative optimality gap of the program, as Sia's
@@ -76,10 +78,37 @@ def _charged(values: np.ndarray, goodput: np.ndarray, work: float, changed: np.n
     return out
 
 
+def gradient_source(job: Job) -> GoodputModel | None:
+    """Whose gradient statistics price `job`'s batch sizes: its own once it has measured
+    them (they belong to its training, not to a GPU type), else those of its model measured
+    on the most GPUs (its category's); None when no model has any."""
+    own = job.goodput
+    if own is not None and (own.grad_sqr > 0 or own.grad_var > 0):
+        return own
+    known = [m for m in job.goodput_by_type.values() if m.grad_sqr > 0 or m.grad_var > 0]
+    return max(known, key=lambda m: m.max_profiled_replicas, default=None)
+
+
+def with_one_statistics(job: Job) -> Job:
+    """`job` with every type's model at the same gradient statistics (`gradient_source`).
+    A job's model on a type is its own report there, else its category's: without this, a
+    young job's own statistics (an early, small noise scale: large batches gain little) on
+    the type it ran on were compared with another job's later ones on the other types, and
+    it moved type after its first restart for a gain that was no more than that difference."""
+    source = gradient_source(job)
+    if source is None:
+        return job
+    models = {t: m if (m.grad_sqr, m.grad_var) == (source.grad_sqr, source.grad_var)
+              else dataclasses.replace(m, grad_sqr=source.grad_sqr, grad_var=source.grad_var)
+              for t, m in job.goodput_by_type.items()}
+    return dataclasses.replace(job, goodput_by_type=models)
+
+
 def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
                 free: Mapping[str, int], penalty: float) -> TypeChoice:
     types = sorted(shapes)
     ratios = type_ratios(flexible)
+    flexible = [with_one_statistics(job) for job in flexible]
     unknown = mean_type_speed(ratios, types)
     rows: list[tuple[int, str, int]] = []
     values: list[float] = []
