@@ -107,7 +107,9 @@ class UnreachableWatch:
         return self._any_settled_over(packer, [*had, *counts])
 
     def _count_movable(self, packer: Packer, job: Job, counts: NodeCounts) -> None:
-        if self.allocation[job.name] <= packer.ix.max_cap and packer.penalty(job, counts) > 0:
+        # (on one node a job of at most a node's GPUs has no penalty)
+        if (len(counts) > 1 and self.allocation[job.name] <= packer.ix.max_cap
+                and packer.penalty(job, counts) > 0):
             for i in counts:
                 self.movable[i] += 1
 
