@@ -23,7 +23,9 @@ migrations before starts and scale-outs, one at a time, and no node may go
 over capacity on the way (`sequence_problems`). GPUs that a resized job leaves
 stay reserved for the rest of the call, and when a result is still not
 reachable the call is redone with less freedom (MODES), down to "running jobs
-only grow in place", which always is.
+only grow in place", which always is. Once reservations had to be given back, a
+mode whose result is proven unreachable part-way stops there
+(voda.core.placement.unreachable).
 
 Packing a request of k GPUs (consolidated): one node when one has room (best
 fit: the fullest node that fits), else one leaf (fewest nodes: largest free
@@ -66,6 +68,7 @@ from voda.core.placement.settings import (
 )
 from voda.core.placement.steps import FULL, IN_PLACE, MODES, NO_DEFRAGMENT, run_steps
 from voda.core.placement.topology import Topology
+from voda.core.placement.unreachable import UnreachableWatch
 from voda.core.plan import sequence_applicable, sequence_problems
 
 # Re-exported: the public names of the parts this module was split into.
@@ -86,6 +89,11 @@ __all__ = [
     "settings_problems",
     "strategy_of",
 ]
+
+
+# Stop a mode once its result is proven unreachable (voda.core.placement.unreachable);
+# False: finish it and let the check reject it (the reference the tests compare with).
+PROVE_UNREACHABLE_EARLY = True
 
 
 class TopologyPlacer:
@@ -145,8 +153,13 @@ class TopologyPlacer:
 
         mode, kept = FULL, None
         while True:
+            watch = (UnreachableWatch(before, allocation)
+                     if PROVE_UNREACHABLE_EARLY and mode != IN_PLACE else None)
             placed, packer, kept = run_steps(typed, allocation, nodes, topology, previous,
-                                              self.settings, mode, reachable, kept)
+                                              self.settings, mode, reachable, kept, watch)
+            if placed is None:  # proven unreachable part-way, after reservations were
+                mode = IN_PLACE  # given back: a rejection would have led here too
+                continue
             result = _placements(placed, names, previous)
             if mode == IN_PLACE or sequence_applicable(before, result, capacity):
                 return result

@@ -72,6 +72,8 @@ class Packer:
         # (version, rooms, prefix sums) by (leaf, per-node cap): see _capped_rooms.
         self._rooms: dict[tuple[int, int], tuple[int, list[tuple[int, int]], list[int]]] = {}
         self._reserved: list[tuple[Job, NodeCounts]] = []
+        # Reservations held per node id (their count), for voda.core.placement.unreachable.
+        self.reservations = [0] * len(ix.nodes)
         self._tables: dict[int, LeafRooms] = {}  # by per-node cap: see _leaf_table
         self._all_leaves: np.ndarray | None = None
         self._leaf_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -181,6 +183,8 @@ class Packer:
         """Keep GPUs taken for the rest of the call (see steps._add), unless room runs out."""
         self.take(job, counts)
         self._reserved.append((job, counts))
+        for i in counts:
+            self.reservations[i] += 1
 
     def unreserve(self, job: Job, counts: NodeCounts) -> None:
         """Give back a reservation, if `place` has not given it back already."""
@@ -188,6 +192,8 @@ class Packer:
             if other is job and reserved is counts:
                 self.release(job, counts)
                 del self._reserved[pos]
+                for i in counts:
+                    self.reservations[i] -= 1
                 return
 
     def place(self, ask: Ask) -> NodeCounts:
@@ -195,6 +201,8 @@ class Packer:
         if self.ix.total_free < ask.k:
             for job, counts in self._reserved:
                 self.release(job, counts)
+                for i in counts:
+                    self.reservations[i] -= 1
             self._reserved.clear()
             self.released = True
         attempts = [ask]

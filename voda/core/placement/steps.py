@@ -15,6 +15,7 @@ from voda.core.placement.packer import NodeCounts, Packer
 from voda.core.placement.rebuild import rebuild
 from voda.core.placement.settings import DISTRIBUTED, PlacementSettings, strategy_of
 from voda.core.placement.topology import FreeIndex, Topology
+from voda.core.placement.unreachable import UnreachableWatch
 
 # How much of steps 2-3 a call may use, in this order, until the actions that lead
 # from the previous placement to the new one can be applied one by one (see
@@ -36,11 +37,14 @@ def run_steps(
     mode: str,
     reachable: Callable[[Mapping[str, NodeCounts]], bool],
     kept: Kept | None = None,
-) -> tuple[dict[str, NodeCounts], Packer, Kept]:
+    watch: UnreachableWatch | None = None,
+) -> tuple[dict[str, NodeCounts] | None, Packer, Kept]:
     """Steps 1-3 of voda.core.placement.manager's doc for the jobs and nodes of one GPU type.
 
     Returns {job: {node id: workers}}, the packer, whose flags tell what it did, and
-    step 1's result, to pass back when the steps are redone in another mode.
+    step 1's result, to pass back when the steps are redone in another mode. With a
+    `watch`, None instead of the placements when, once reservations were given back, the
+    result is proven unreachable part-way (voda.core.placement.unreachable).
     """
     packer = Packer(FreeIndex.of(nodes, topology), settings, {j.name: j for j in jobs})
     ix = packer.ix
@@ -55,10 +59,24 @@ def run_steps(
         current, short, steady = kept.replay(ix)
     # 2. add, the jobs short of most workers first
     started = {j.name for j in short if not current[j.name]}
-    for job in short:
-        current[job.name] = _add(packer, job, allocation[job.name], current[job.name],
-                                 afresh=mode != IN_PLACE)
     changed = {j.name for j in short}
+    if mode == IN_PLACE:
+        watch = None
+    for pos, job in enumerate(short):
+        had = current[job.name]
+        current[job.name] = counts = _add(packer, job, allocation[job.name], had,
+                                          afresh=mode != IN_PLACE)
+        if watch is None or not packer.released:
+            continue
+        if watch.started:
+            proven = watch.placed(packer, job, had, counts)
+        elif _watchable(jobs, settings, mode, steady, changed):
+            proven = watch.start(packer, current, short[:pos + 1], short[pos + 1:])
+        else:
+            watch = None
+            continue
+        if proven:
+            return None, packer, kept
     movable = started | (steady - changed)
     if changed and settings.defragment and mode == FULL:
         _relayout(packer, jobs, current, steady - changed)
@@ -80,6 +98,18 @@ def run_steps(
                 if k <= ix.max_cap and packer.penalty(job, current[job.name]) > 0:
                     _make_room(packer, job, current, residents, movable, started, settings)
     return current, packer, kept
+
+
+def _watchable(jobs: Sequence[Job], settings: PlacementSettings, mode: str,
+               steady: set[str], changed: set[str]) -> bool:
+    """Whether an UnreachableWatch's proof holds in this mode: no rebuild (step 3a) may
+    run and no job of unchanged size may be moved for its learned layout (step 2b)."""
+    if mode != FULL or not settings.defragment:
+        return True
+    if len(changed) >= settings.rebuild_changed_share * len(jobs):
+        return False
+    return not any(j.layout_throughput for j in jobs if j.name in steady
+                   and j.name not in changed)
 
 
 @dataclass(frozen=True, slots=True)
