@@ -40,6 +40,7 @@ from voda_testing.kube.resources import Resource
 from voda_testing.kube.selectors import field_matcher, label_matcher
 from voda_testing.kube.store import Admit, Change, Obj, Store, get_path, set_path
 
+WATCH_REQUEST = web.ResponseKey("watch_request", web.BaseRequest)  # a watch's own request
 VERB_OF = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
            "DELETE": "delete"}
 
@@ -320,7 +321,7 @@ class FakeApiServer:
         self._stalled.discard(response)
         if response.task is not None:
             response.task.cancel()
-        request = response.get("request")
+        request = response.get(WATCH_REQUEST)
         if request is not None and request.transport is not None:
             request.transport.abort()
 
@@ -767,7 +768,7 @@ class FakeApiServer:
             return response
         last_rv = rv
         self._watches.add(response)
-        response["request"] = request
+        response[WATCH_REQUEST] = request
         try:
             await response.prepare(request)
             for obj in initial:
