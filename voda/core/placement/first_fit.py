@@ -9,6 +9,7 @@ the reference (tests/test_first_fit_since_last.py compares the two call after ca
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
@@ -68,8 +69,9 @@ def forget_last_fit() -> None:
 
 
 # A job's part of the last result and what it was placed for: (its JobPlacement tuple,
-# its GPUs, its GPU type, priority and submit time: its type and place in the job order).
-_Entry = tuple[JobPlacement, int, str, int, float]
+# its GPUs, its GPU type, priority and submit time, and its sort key: its place in the job
+# order).
+_Entry = tuple[JobPlacement, int, str, int, float, tuple[int, float, str]]
 
 
 @dataclass
@@ -97,11 +99,18 @@ def _fit_of(result: dict[str, JobPlacement], allocation: Allocation,
         job = jobs.get(name)
         if job is None or job.name != name:
             return None
-        entries[name] = (placement, allocation[name], job.gpu_type, job.priority,
-                         job.submit_time)
+        entries[name] = _entry(placement, allocation[name], job)
         for node, count in placement:
+            if type(count) is not int or count <= 0 or maps.gpu_type.get(node) != job.gpu_type:
+                return None  # made of a placement in force no placer made
             free[node] -= count
+    if any(count < 0 for count in free.values()):
+        return None  # over-full, from such a placement: the plain placer goes on deciding
     return _Fit(maps, result, entries, free)
+
+
+def _entry(placement: JobPlacement, gpus: int, job: Job) -> _Entry:
+    return placement, gpus, job.gpu_type, job.priority, job.submit_time, SORT_KEY(job)
 
 
 def _since_last(last: _Fit, allocation: Allocation, jobs: Mapping[str, Job],
@@ -147,8 +156,7 @@ def _since_last(last: _Fit, allocation: Allocation, jobs: Mapping[str, Job],
         return None
     for name, placement in placed.items():
         job = jobs[name]
-        entries[name] = (placement, allocation[name], job.gpu_type, job.priority,
-                         job.submit_time)
+        entries[name] = _entry(placement, allocation[name], job)
     last.result = _in_order(last.result, kept, placed, jobs)
     return dict(last.result)  # the caller's to change
 
@@ -205,23 +213,18 @@ def _in_order(last: dict[str, JobPlacement], kept: Mapping[str, _Entry],
               ) -> dict[str, JobPlacement]:
     """The kept jobs (in `last`'s order, the job order) and the placed ones merged in job
     order, as the plain placer lists them."""
+    names = [name for name in last if name in kept]
     if not placed:
-        return {name: p for name, p in last.items() if name in kept}
-    coming = sorted(placed, key=lambda n: SORT_KEY(jobs[n]))
-    keys = [SORT_KEY(jobs[n]) for n in coming]
+        return {name: kept[name][0] for name in names}
+    keys = [kept[name][5] for name in names]
     out: dict[str, JobPlacement] = {}
-    i = 0
-    for name in last:
-        entry = kept.get(name)
-        if entry is None:
-            continue
-        key = (entry[3], entry[4], name)
-        while i < len(coming) and keys[i] < key:
-            out[coming[i]] = placed[coming[i]]
-            i += 1
-        out[name] = entry[0]
-    for name in coming[i:]:
+    start = 0
+    for name in sorted(placed, key=lambda n: SORT_KEY(jobs[n])):
+        end = bisect_left(keys, SORT_KEY(jobs[name]), start)
+        out.update((kept_name, kept[kept_name][0]) for kept_name in names[start:end])
         out[name] = placed[name]
+        start = end
+    out.update((kept_name, kept[kept_name][0]) for kept_name in names[start:])
     return out
 
 
