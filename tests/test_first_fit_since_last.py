@@ -118,3 +118,14 @@ def test_a_job_whose_priority_changes_is_placed_in_its_new_place_in_the_order() 
     jobs["c"] = dataclasses.replace(jobs["c"], priority=0, submit_time=-1.0)
     second = both({"a": 2, "b": 3, "c": 4}, jobs, cluster, dict(first))
     assert list(second) == ["c", "a", "b"]
+
+
+def test_a_result_topped_up_past_a_negative_count_in_force_is_not_worked_from() -> None:
+    """The plain placer counts a worker held at -1 GPUs as -1 and tops the job up past its
+    GPUs; the next call must shrink it back as the plain placer does, not hand it back."""
+    cluster = CLUSTERS[0]
+    jobs = {"a": Job(name="a", max_workers=8, gpu_type="v100")}
+    first = both({"a": 2}, jobs, cluster, {"a": (("n5", -1),)})
+    assert sum(count for _, count in first["a"]) == 3
+    second = both({"a": 2}, jobs, cluster, dict(first))
+    assert sum(count for _, count in second["a"]) == 2

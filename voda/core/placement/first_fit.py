@@ -100,10 +100,14 @@ def _fit_of(result: dict[str, JobPlacement], allocation: Allocation,
         if job is None or job.name != name:
             return None
         entries[name] = _entry(placement, allocation[name], job)
+        held = 0
         for node, count in placement:
             if type(count) is not int or count <= 0 or maps.gpu_type.get(node) != job.gpu_type:
                 return None  # made of a placement in force no placer made
             free[node] -= count
+            held += count
+        if held != allocation[name]:
+            return None  # topped up past a negative count in force: no placer made that
     if any(count < 0 for count in free.values()):
         return None  # over-full, from such a placement: the plain placer goes on deciding
     return _Fit(maps, result, entries, free)
