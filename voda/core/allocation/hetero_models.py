@@ -96,6 +96,7 @@ def reference_local_batch(a: GoodputModel, b: GoodputModel) -> int:
     return min(smallest(a), smallest(b))
 
 
+@functools.lru_cache(maxsize=65536)
 def step_time_ratio(source: GoodputModel, target: GoodputModel) -> float:
     """speed(target) / speed(source) as hardware: the ratio of their step times on one GPU
     at one common micro-batch (no gradient statistics, no batch choice); 0 when unknown."""
