@@ -103,7 +103,7 @@ def main() -> None:
 
     def allocate() -> None:
         choice = choose_types("voda", jobs, c)
-        typed = retyped(jobs, choice)
+        typed = retyped(jobs, choice, "voda")
         fixed = FixedCounts(choice.counts or {}, voda)
         for t in c.gpu_types():
             of_type = [j for j in typed if j.gpu_type == t]

@@ -23,7 +23,7 @@ from voda.core.allocation.hetero import (
     choose_types,
     flexible_jobs,
 )
-from voda.core.allocation.hetero_models import type_model, type_ratios
+from voda.core.allocation.hetero_models import hardware_ratios, type_model, type_ratios
 from voda.core.allocation.voda import Voda
 from voda.core.model import Cluster, Job, Placement, Plan
 from voda.core.placement.base import Placer
@@ -61,14 +61,16 @@ def held_count(job: Job, gpu_type: str) -> int:
     return 0
 
 
-def retyped(jobs: Sequence[Job], choice: TypeChoice) -> list[Job]:
+def retyped(jobs: Sequence[Job], choice: TypeChoice, policy: str = "") -> list[Job]:
     """The jobs as the per-type decision sees them: each flexible one on its chosen type,
     with its throughput model there (its own gradient statistics kept), and one whose
     restart is under way on that type held at its count (`held_count`) where the type's
-    algorithm sets the counts (a policy that sets them, Sia, holds it itself)."""
+    algorithm sets the counts (a policy that sets them, Sia, holds it itself). The types'
+    speed ratios are the `policy`'s: Voda's from step times, the others' Sia's."""
     if not choice.types:
         return list(jobs)
-    ratios = type_ratios(flexible_jobs(jobs))
+    ratios_of = hardware_ratios if policy == "voda" else type_ratios
+    ratios = ratios_of(flexible_jobs(jobs))
     out = []
     for job in jobs:
         t = choice.types.get(job.name)
@@ -111,7 +113,7 @@ def decide_hetero(
     per_type = algorithm.values() if isinstance(algorithm, Mapping) else [algorithm]
     if policy == "voda" and not all(isinstance(a, Voda) for a in per_type):
         choice = dataclasses.replace(choice, counts=None)  # the user's algorithm counts
-    typed = retyped(jobs, choice)
+    typed = retyped(jobs, choice, policy)
     types = {j.gpu_type for j in typed} | set(cluster.gpu_types())
     algorithms: dict[str, AllocationAlgorithm] = {
         t: algorithm[t] if isinstance(algorithm, Mapping) else algorithm

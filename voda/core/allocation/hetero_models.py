@@ -4,8 +4,10 @@ A job's throughput model on a GPU type is what it reported there, else its categ
 there (`Job.goodput_by_type`, kept by the engine). For a type where neither has measured,
 the model is projected from a type where it has: its step-time parameters divided by the
 ratio of the two types' speeds, the geometric mean over the categories measured on both
-(as Sia projects throughputs). A job measured nowhere runs at one unit per GPU on every
-type, scaled by the types' mean speed ratio over every category measured.
+(as Sia projects throughputs; Sia's ratios are of goodput at one GPU, `type_ratios`,
+Voda's of step times at one micro-batch, `hardware_ratios`). A job measured nowhere runs
+at one unit per GPU on every type, scaled by the types' mean speed ratio over every
+category measured.
 """
 
 from __future__ import annotations
@@ -86,6 +88,59 @@ def type_ratios(jobs: Sequence[Job]) -> dict[tuple[str, str], float]:
     return {pair: math.exp(sum(v) / len(v)) for pair, v in logs.items()}
 
 
+def reference_local_batch(a: GoodputModel, b: GoodputModel) -> int:
+    """One per-GPU micro-batch both models can run: the smaller of their smallest ones on
+    one GPU (max(M0, min-local), at most max-local)."""
+    def smallest(m: GoodputModel) -> int:
+        return max(min(max(m.init_batch, m.min_local), m.max_local), 1)
+    return min(smallest(a), smallest(b))
+
+
+@functools.lru_cache(maxsize=65536)
+def step_time_ratio(source: GoodputModel, target: GoodputModel) -> float:
+    """speed(target) / speed(source) as hardware: the ratio of their step times on one GPU
+    at one common micro-batch (no gradient statistics, no batch choice); 0 when unknown."""
+    batch = np.array([float(reference_local_batch(source, target))])
+    one, none = np.ones(1), np.zeros(1)
+    ts = float(source.step_time(one, one, batch, none)[0])
+    tt = float(target.step_time(one, one, batch, none)[0])
+    ok = all(math.isfinite(x) and x > 0 for x in (ts, tt))
+    return ts / tt if ok else 0.0
+
+
+def hardware_ratios(jobs: Sequence[Job]) -> dict[tuple[str, str], float]:
+    """speed(t) / speed(s) for each pair of types some category measured both of, from step
+    times alone (`step_time_ratio`): per category, the median over its jobs' log-ratios,
+    then the geometric mean over the categories. Unlike `type_ratios` (Sia's: the first
+    job's goodput at one GPU, i.e. two types' speeds times two jobs' or training stages'
+    statistical efficiencies), a ratio does not move when a job of the category with other
+    gradient statistics comes or goes."""
+    per_key: dict[str, dict[tuple[str, str], list[float]]] = {}
+    for job in jobs:
+        pairs = per_key.setdefault(job.category or job.name, {})
+        models = sorted((t, m) for t, m in job.goodput_by_type.items() if measured(m))
+        for s, ms in models:
+            for t, mt in models:
+                r = step_time_ratio(ms, mt) if s != t else 0.0
+                if r > 0:
+                    pairs.setdefault((s, t), []).append(math.log(r))
+    logs: dict[tuple[str, str], list[float]] = {}
+    for pairs in per_key.values():
+        for pair, values in pairs.items():
+            logs.setdefault(pair, []).append(float(np.median(values)))
+    return {pair: math.exp(sum(v) / len(v)) for pair, v in logs.items()}
+
+
+def type_speeds(ratios: Mapping[tuple[str, str], float], types: Sequence[str]
+                ) -> dict[str, float]:
+    """Each type's speed relative to the first of `types` (`type_ratio`: measured, else
+    through a type measured with both, else 1), whatever the order of the others."""
+    if not types:
+        return {}
+    anchor = types[0]
+    return {t: 1.0 if t == anchor else type_ratio(ratios, anchor, t) for t in types}
+
+
 def projected(model: GoodputModel, ratio: float) -> GoodputModel:
     """`model` on a type `ratio` times as fast: every step-time parameter divided by it
     (the step time is homogeneous of degree one in them)."""
@@ -126,7 +181,8 @@ def type_model(job: Job, gpu_type: str, ratios: Mapping[tuple[str, str], float]
 
 def mean_type_speed(ratios: Mapping[tuple[str, str], float], types: Sequence[str]
                     ) -> dict[str, float]:
-    """Each type's speed relative to the first type that has a ratio to it (1 without)."""
+    """Each type's speed relative to the first type that has a ratio to it (1 without);
+    Sia's (it depends on the order of the types: Voda uses `type_speeds`)."""
     out = {t: 1.0 for t in types}
     for t in types:
         for s in types:

@@ -40,8 +40,8 @@ from voda.core.allocation.hetero_models import (
     TypeShape,
     accepted,
     goodput_curve,
-    mean_type_speed,
-    type_ratios,
+    hardware_ratios,
+    type_speeds,
 )
 from voda.core.allocation.hetero_program import solve_rows
 from voda.core.allocation.sia import restoring, sia_configs
@@ -107,9 +107,9 @@ def with_one_statistics(job: Job) -> Job:
 def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
                 free: Mapping[str, int], penalty: float) -> TypeChoice:
     types = sorted(shapes)
-    ratios = type_ratios(flexible)
+    ratios = hardware_ratios(flexible)
     flexible = [with_one_statistics(job) for job in flexible]
-    unknown = mean_type_speed(ratios, types)
+    unknown = type_speeds(ratios, types)
     rows: list[tuple[int, str, int]] = []
     values: list[float] = []
     fixed: set[int] = set()
