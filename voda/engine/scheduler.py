@@ -305,6 +305,9 @@ def promote(record: JobRecord) -> None:
 
 def layout_key(placement: JobPlacement) -> tuple[int, int]:
     """(workers, nodes spanned) of a placement: the key of Job.layout_throughput."""
+    if len(placement) == 1:  # most jobs (an epoch report reads it): one node
+        count = placement[0][1]
+        return (count, 1) if count > 0 else (0, 0)
     counts = [c for _, c in placement if c > 0]
     return sum(counts), len(counts)
 
@@ -591,7 +594,8 @@ class Scheduler:
             # (a progress event: it reschedules only for an algorithm that decides on it)
             if record:
                 self._record_epoch(record, event)
-                if getattr(self.algorithm_for(record.gpu_type), "decides_on_progress", False):
+                algorithm = self._algorithms.get(record.gpu_type, self._default_algorithm)
+                if getattr(algorithm, "decides_on_progress", False):
                     self._mark(kind)
             return
         if kind is EventKind.JOB_COMPLETED and record and not record.status.is_terminal:
@@ -650,14 +654,15 @@ class Scheduler:
         epoch = int(data.get("epoch", record.completed_epochs + 1))
         if workers < 1 or not seconds > 0:
             return
-        if epoch > record.completed_epochs:
+        completed = record.completed_epochs
+        if epoch > completed:
             epoch_starts(record)
             # Accounting ran up to the step before the report was read: what ran since the
             # epoch ended belongs to the next one.
             since = (self._last_accounted - event.time) * self.time_scale
             if since > 0 and record.current_workers > 0:
                 account_epoch(record, since)
-        record.completed_epochs = max(record.completed_epochs, float(epoch))
+            record.completed_epochs = float(epoch)  # max(completed, epoch)
         measured = record.restore_epoch is None or epoch > record.restore_epoch
         if record.restore_workers is not None and record.restore_epoch is not None:
             if workers == record.restore_workers:
@@ -677,7 +682,9 @@ class Scheduler:
             times[workers] = new
             if record.category:
                 self.category_history.setdefault(history_key(record), {})[workers] = new
-            self._record_layout(record, event)
+            rate = data.get("samples_per_second")
+            if rate is not None:
+                self._record_layout(record, rate, workers)
         for observer in self.observers:
             observer.on_epoch(record, epoch, seconds, workers)
 
@@ -696,15 +703,16 @@ class Scheduler:
                 record.restart_cost = record.measured_restart_cost
 
     @staticmethod
-    def _record_layout(record: JobRecord, event: Event) -> None:
-        """Note the throughput of the layout the job runs on, when the report gives one."""
-        rate = event.data.get("samples_per_second")
-        if rate is None or not float(rate) > 0:
+    def _record_layout(record: JobRecord, rate: Any, workers: int) -> None:
+        """Note the throughput `rate` a report gave of the layout the job runs on."""
+        rate = float(rate)
+        if not rate > 0:
             return  # no throughput
         key = layout_key(record.placement)
-        if key[0] != int(event.data["workers"]):
+        if key[0] != workers:
             return  # the job was resized since: another layout
-        record.layout_throughput[key] = _smoothed(record.layout_throughput.get(key), float(rate))
+        throughputs = record.layout_throughput
+        throughputs[key] = _smoothed(throughputs.get(key), rate)
 
     # ----- time ------------------------------------------------------------
     def _account(self, now: float) -> None:
