@@ -3,6 +3,8 @@ SciPy's `interp1d`, the reference (`measured_step_sync_time`): the same floats."
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.interpolate import interp1d
@@ -22,7 +24,7 @@ def test_every_measured_batch_and_midpoint_gives_the_reference() -> None:
         for f, line in _lines(name):
             assert f._call is interp1d._call_linear  # the operations MeasuredLine mirrors
             xs = f.x.tolist()
-            batches = {*xs, *((a + b) / 2 for a, b in zip(xs, xs[1:], strict=False)),
+            batches = {*xs, *((a + b) / 2 for a, b in itertools.pairwise(xs)),
                        *range(int(xs[0]) - 2, int(xs[-1]) + 3)}
             for batch in batches:
                 assert line.at(batch) == measured_step_sync_time(f, batch), (name, batch)

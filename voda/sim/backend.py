@@ -623,7 +623,7 @@ class SimBackend:
             throughput = split.effective_batch / seconds  # samples_per_second(), kept step
         else:
             throughput = sim.samples_per_second()
-        data = {"epoch": sim.epoch, "epoch_seconds": 1e-9 if 1e-9 > took else took,
+        data = {"epoch": sim.epoch, "epoch_seconds": 1e-9 if took < 1e-9 else took,
                 "workers": sim.gpus}
         if throughput is not None:
             data["samples_per_second"] = throughput
@@ -650,14 +650,16 @@ class SimBackend:
         boundaries = sim.boundaries
         rates = sim.rates if sim.rates is not None else sim.rates_by_epoch()
         first = sim.epoch
+        # (rate, end of epoch) of each epoch left
+        ahead = zip(rates[first:len(boundaries) - 1], boundaries[first + 1:], strict=True)
         if self.integer_time:
-            for r, target in zip(rates[first:len(boundaries) - 1], boundaries[first + 1:]):
+            for r, target in ahead:
                 if r <= 0:
                     return math.inf
                 t += round((target - progress) / r)
                 progress = target
             return t
-        for r, target in zip(rates[first:len(boundaries) - 1], boundaries[first + 1:]):
+        for r, target in ahead:
             if r <= 0:
                 return math.inf
             need = (target - progress) / r
