@@ -305,11 +305,12 @@ def promote(record: JobRecord) -> None:
 
 def layout_key(placement: JobPlacement) -> tuple[int, int]:
     """(workers, nodes spanned) of a placement: the key of Job.layout_throughput."""
-    if len(placement) == 1:  # most jobs (an epoch report reads it): one node
-        count = placement[0][1]
-        return (count, 1) if count > 0 else (0, 0)
-    counts = [c for _, c in placement if c > 0]
-    return sum(counts), len(counts)
+    workers = nodes = 0  # (an epoch report reads it: a loop, no list, sum or len)
+    for _, count in placement:
+        if count > 0:
+            workers += count
+            nodes += 1
+    return workers, nodes
 
 
 def _smoothed(old: float | None, new: float) -> float:
@@ -678,15 +679,18 @@ class Scheduler:
                 measured = before is None or epoch > before
         if measured:
             times = record.epoch_time_by_workers
-            new = _smoothed(times.get(workers), seconds)
+            old = times.get(workers)
+            # _smoothed(old, seconds), written out: once per epoch report
+            new = seconds if old is None else old + EPOCH_TIME_SMOOTHING * (seconds - old)
             times[workers] = new
             if record.category:
                 self.category_history.setdefault(history_key(record), {})[workers] = new
             rate = data.get("samples_per_second")
             if rate is not None:
                 self._record_layout(record, rate, workers)
-        for observer in self.observers:
-            observer.on_epoch(record, epoch, seconds, workers)
+        if self.observers:
+            for observer in self.observers:
+                observer.on_epoch(record, epoch, seconds, workers)
 
     def _measure_restart(self, record: JobRecord, workers: int, at: float) -> None:
         """The job's restore epoch at `workers` ended at `at`: the time since its (re)start
