@@ -245,5 +245,5 @@ def throughput(profile: Profile, placement: tuple[int, ...], batch_size: int) ->
 def warm(workload: object) -> None:
     """Build the interpolators of every profile a workload uses (before forking workers)."""
     for name in sorted({j.profile for j in getattr(workload, "jobs", ()) if j.profile}):
-        _measured(name)
+        _measured_lines(name)  # builds `_measured` too
         _scattered(name)([1.0, 1.0, float(load_profile(name).min_local_bsz)])
