@@ -67,6 +67,29 @@ class SpeedModel:
             return 1.0 / x
         return 1.0 / self._extrapolated_throughput(i, workers)
 
+    def epoch_times(self, first: int, count: int) -> list[float]:
+        """`[self.epoch_time(k) for k in range(first, first + count)]`, the counts'
+        place among the observed ones found by walking them rather than by a search each."""
+        counts, times = self.counts, self.times
+        if not self.known or not counts or first <= 0:
+            return [self.epoch_time(k) for k in range(first, first + count)]
+        n = len(counts)
+        i = bisect.bisect_left(counts, first)
+        out: list[float] = []
+        for workers in range(first, first + count):
+            while i < n and counts[i] < workers:
+                i += 1
+            if i < n and counts[i] == workers:
+                out.append(times[i])
+            elif 0 < i < n:
+                k0, k1 = counts[i - 1], counts[i]
+                x0, x1 = 1.0 / times[i - 1], 1.0 / times[i]
+                x = x0 + (x1 - x0) * (workers - k0) / (k1 - k0)
+                out.append(1.0 / x)
+            else:
+                out.append(1.0 / self._extrapolated_throughput(i, workers))
+        return out
+
     def _extrapolated_throughput(self, i: int, workers: int) -> float:
         """Throughput at `workers` outside [counts[0], counts[-1]] (i: the bisect index)."""
         near = 0 if i == 0 else len(self.counts) - 1
@@ -444,8 +467,8 @@ def epoch_time_runs_one_by_one(
     out: list[float] = []
     for job, lo, n in zip(jobs, _as_list(first), _as_list(count), strict=True):
         if n > 0:
-            epoch_time = _kept_model(job.epoch_time_by_workers, default_epoch_seconds).epoch_time
-            out.extend([epoch_time(k) for k in range(lo, lo + n)])
+            out.extend(_kept_model(job.epoch_time_by_workers, default_epoch_seconds)
+                       .epoch_times(lo, n))
     return np.array(out, dtype=float)
 
 

@@ -305,8 +305,12 @@ def promote(record: JobRecord) -> None:
 
 def layout_key(placement: JobPlacement) -> tuple[int, int]:
     """(workers, nodes spanned) of a placement: the key of Job.layout_throughput."""
-    counts = [c for _, c in placement if c > 0]
-    return sum(counts), len(counts)
+    workers = nodes = 0  # (an epoch report reads it: a loop, no list, sum or len)
+    for _, count in placement:
+        if count > 0:
+            workers += count
+            nodes += 1
+    return workers, nodes
 
 
 def _smoothed(old: float | None, new: float) -> float:
@@ -591,7 +595,8 @@ class Scheduler:
             # (a progress event: it reschedules only for an algorithm that decides on it)
             if record:
                 self._record_epoch(record, event)
-                if getattr(self.algorithm_for(record.gpu_type), "decides_on_progress", False):
+                algorithm = self._algorithms.get(record.gpu_type, self._default_algorithm)
+                if getattr(algorithm, "decides_on_progress", False):
                     self._mark(kind)
             return
         if kind is EventKind.JOB_COMPLETED and record and not record.status.is_terminal:
@@ -650,14 +655,15 @@ class Scheduler:
         epoch = int(data.get("epoch", record.completed_epochs + 1))
         if workers < 1 or not seconds > 0:
             return
-        if epoch > record.completed_epochs:
+        completed = record.completed_epochs
+        if epoch > completed:
             epoch_starts(record)
             # Accounting ran up to the step before the report was read: what ran since the
             # epoch ended belongs to the next one.
             since = (self._last_accounted - event.time) * self.time_scale
             if since > 0 and record.current_workers > 0:
                 account_epoch(record, since)
-        record.completed_epochs = max(record.completed_epochs, float(epoch))
+            record.completed_epochs = float(epoch)  # max(completed, epoch)
         measured = record.restore_epoch is None or epoch > record.restore_epoch
         if record.restore_workers is not None and record.restore_epoch is not None:
             if workers == record.restore_workers:
@@ -673,13 +679,18 @@ class Scheduler:
                 measured = before is None or epoch > before
         if measured:
             times = record.epoch_time_by_workers
-            new = _smoothed(times.get(workers), seconds)
+            old = times.get(workers)
+            # _smoothed(old, seconds), written out: once per epoch report
+            new = seconds if old is None else old + EPOCH_TIME_SMOOTHING * (seconds - old)
             times[workers] = new
             if record.category:
                 self.category_history.setdefault(history_key(record), {})[workers] = new
-            self._record_layout(record, event)
-        for observer in self.observers:
-            observer.on_epoch(record, epoch, seconds, workers)
+            rate = data.get("samples_per_second")
+            if rate is not None:
+                self._record_layout(record, rate, workers)
+        if self.observers:
+            for observer in self.observers:
+                observer.on_epoch(record, epoch, seconds, workers)
 
     def _measure_restart(self, record: JobRecord, workers: int, at: float) -> None:
         """The job's restore epoch at `workers` ended at `at`: the time since its (re)start
@@ -696,15 +707,16 @@ class Scheduler:
                 record.restart_cost = record.measured_restart_cost
 
     @staticmethod
-    def _record_layout(record: JobRecord, event: Event) -> None:
-        """Note the throughput of the layout the job runs on, when the report gives one."""
-        rate = event.data.get("samples_per_second")
-        if rate is None or not float(rate) > 0:
+    def _record_layout(record: JobRecord, rate: Any, workers: int) -> None:
+        """Note the throughput `rate` a report gave of the layout the job runs on."""
+        rate = float(rate)
+        if not rate > 0:
             return  # no throughput
         key = layout_key(record.placement)
-        if key[0] != int(event.data["workers"]):
+        if key[0] != workers:
             return  # the job was resized since: another layout
-        record.layout_throughput[key] = _smoothed(record.layout_throughput.get(key), float(rate))
+        throughputs = record.layout_throughput
+        throughputs[key] = _smoothed(throughputs.get(key), rate)
 
     # ----- time ------------------------------------------------------------
     def _account(self, now: float) -> None:

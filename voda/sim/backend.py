@@ -335,7 +335,8 @@ class SimBackend:
                 if (sim is None or version != sim.version or sim.finished is not None
                         or not sim.counts):  # stale (see _stale)
                     continue
-                self._step(sim, max(when, sim.t))
+                t = sim.t
+                self._step(sim, t if t > when else when)  # max(when, sim.t)
                 self._schedule(sim)
         self.now = to
 
@@ -513,10 +514,16 @@ class SimBackend:
         it re-picks its batch on a configuration it has not measured)."""
         if self.integer_time or sim.finished is not None or not sim.counts:
             return
-        r = sim.rate()
+        rates = sim.rates
+        if rates is None:
+            rates = sim.rates_by_epoch()
+        epoch = sim.epoch
+        r = rates[epoch]  # sim.rate()
         if r <= 0:
             return
-        need = max((sim.boundaries[sim.epoch + 1] - sim.progress) / r, 0.0)
+        need = (sim.boundaries[epoch + 1] - sim.progress) / r
+        if need < 0.0:  # max(need, 0.0)
+            need = 0.0
         if sim.agent is not None:
             if not sim.agent.knows(self._config(sim)):
                 need = min(need, ADAPT_SECONDS)
@@ -558,8 +565,9 @@ class SimBackend:
         """Run `sim` from its own time to `to` on its current placement."""
         t = sim.t
         seconds = to - t
-        delay = min(sim.countdown, seconds)
-        sim.countdown -= delay
+        countdown = sim.countdown
+        delay = seconds if seconds < countdown else countdown  # min(countdown, seconds)
+        sim.countdown = countdown - delay
         t += delay
         seconds -= delay
         sim.t = to
@@ -569,7 +577,10 @@ class SimBackend:
         while seconds > 0 and sim.finished is None:
             if sim.agent is not None:
                 self._observe(sim, t)
-            r = sim.rate()
+            rates = sim.rates
+            if rates is None:
+                rates = sim.rates_by_epoch()
+            r = rates[sim.epoch]  # sim.rate()
             progress = sim.progress
             target = boundaries[sim.epoch + 1]
             if integer_time:
@@ -586,7 +597,9 @@ class SimBackend:
                     if sim.agent is not None:
                         self._adapt(sim)
                     return
-                delta = min(max(need, 0.0), seconds)
+                delta = 0.0 if need < 0.0 else need  # min(max(need, 0.0), seconds)
+                if seconds < delta:
+                    delta = seconds
             epoch = sim.epoch = sim.epoch + 1
             sim.progress = target
             t += delta
@@ -600,14 +613,22 @@ class SimBackend:
 
     def _report_epoch(self, sim: SimJob, t: float, took: float) -> None:
         """The job ended an epoch at `t` after `took` seconds at its current rate."""
-        if sim.spec.emulated_speed is not None:  # emulated: in its own units
-            took *= sim.spec.emulated_speed
-        data = {"epoch": sim.epoch, "epoch_seconds": max(took, 1e-9), "workers": sim.gpus}
-        throughput = sim.samples_per_second()
+        spec = sim.spec
+        split = sim.split
+        seconds = sim.step_seconds
+        if spec.emulated_speed is not None:  # emulated: in its own units
+            took *= spec.emulated_speed
+            throughput = sim.samples_per_second()
+        elif seconds is not None and split is not None and sim.profile is not None:
+            throughput = split.effective_batch / seconds  # samples_per_second(), kept step
+        else:
+            throughput = sim.samples_per_second()
+        data = {"epoch": sim.epoch, "epoch_seconds": 1e-9 if took < 1e-9 else took,
+                "workers": sim.gpus}
         if throughput is not None:
             data["samples_per_second"] = throughput
         # positional: a frozen dataclass reads keyword arguments at about twice the cost
-        self._pending.append(Event(EventKind.EPOCH_REPORTED, t, sim.spec.name, None, data))
+        self._pending.append(Event(EventKind.EPOCH_REPORTED, t, spec.name, None, data))
         self._progressed = True
 
     def _complete(self, sim: SimJob, t: float) -> None:
@@ -628,13 +649,20 @@ class SimBackend:
         progress = sim.progress
         boundaries = sim.boundaries
         rates = sim.rates if sim.rates is not None else sim.rates_by_epoch()
-        integer_time = self.integer_time
-        for epoch in range(sim.epoch, len(boundaries) - 1):
-            r = rates[epoch]
+        first = sim.epoch
+        # (rate, end of epoch) of each epoch left
+        ahead = zip(rates[first:len(boundaries) - 1], boundaries[first + 1:], strict=True)
+        if self.integer_time:
+            for r, target in ahead:
+                if r <= 0:
+                    return math.inf
+                t += round((target - progress) / r)
+                progress = target
+            return t
+        for r, target in ahead:
             if r <= 0:
                 return math.inf
-            target = boundaries[epoch + 1]
             need = (target - progress) / r
-            t += round(need) if integer_time else max(need, 0.0)
+            t += 0.0 if need < 0.0 else need  # max(need, 0.0), without the call
             progress = target
         return t
