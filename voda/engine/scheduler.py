@@ -595,8 +595,7 @@ class Scheduler:
             # (a progress event: it reschedules only for an algorithm that decides on it)
             if record:
                 self._record_epoch(record, event)
-                algorithm = self._algorithms.get(record.gpu_type, self._default_algorithm)
-                if getattr(algorithm, "decides_on_progress", False):
+                if getattr(self.algorithm_for(record.gpu_type), "decides_on_progress", False):
                     self._mark(kind)
             return
         if kind is EventKind.JOB_COMPLETED and record and not record.status.is_terminal:
@@ -679,18 +678,15 @@ class Scheduler:
                 measured = before is None or epoch > before
         if measured:
             times = record.epoch_time_by_workers
-            old = times.get(workers)
-            # _smoothed(old, seconds), written out: once per epoch report
-            new = seconds if old is None else old + EPOCH_TIME_SMOOTHING * (seconds - old)
+            new = _smoothed(times.get(workers), seconds)
             times[workers] = new
             if record.category:
                 self.category_history.setdefault(history_key(record), {})[workers] = new
             rate = data.get("samples_per_second")
             if rate is not None:
                 self._record_layout(record, rate, workers)
-        if self.observers:
-            for observer in self.observers:
-                observer.on_epoch(record, epoch, seconds, workers)
+        for observer in self.observers:
+            observer.on_epoch(record, epoch, seconds, workers)
 
     def _measure_restart(self, record: JobRecord, workers: int, at: float) -> None:
         """The job's restore epoch at `workers` ended at `at`: the time since its (re)start

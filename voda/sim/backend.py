@@ -514,14 +514,10 @@ class SimBackend:
         it re-picks its batch on a configuration it has not measured)."""
         if self.integer_time or sim.finished is not None or not sim.counts:
             return
-        rates = sim.rates
-        if rates is None:
-            rates = sim.rates_by_epoch()
-        epoch = sim.epoch
-        r = rates[epoch]  # sim.rate()
+        r = sim.rate()
         if r <= 0:
             return
-        need = (sim.boundaries[epoch + 1] - sim.progress) / r
+        need = (sim.boundaries[sim.epoch + 1] - sim.progress) / r
         if need < 0.0:  # max(need, 0.0)
             need = 0.0
         if sim.agent is not None:
@@ -577,10 +573,7 @@ class SimBackend:
         while seconds > 0 and sim.finished is None:
             if sim.agent is not None:
                 self._observe(sim, t)
-            rates = sim.rates
-            if rates is None:
-                rates = sim.rates_by_epoch()
-            r = rates[sim.epoch]  # sim.rate()
+            r = sim.rate()
             progress = sim.progress
             target = boundaries[sim.epoch + 1]
             if integer_time:
@@ -614,15 +607,9 @@ class SimBackend:
     def _report_epoch(self, sim: SimJob, t: float, took: float) -> None:
         """The job ended an epoch at `t` after `took` seconds at its current rate."""
         spec = sim.spec
-        split = sim.split
-        seconds = sim.step_seconds
         if spec.emulated_speed is not None:  # emulated: in its own units
             took *= spec.emulated_speed
-            throughput = sim.samples_per_second()
-        elif seconds is not None and split is not None and sim.profile is not None:
-            throughput = split.effective_batch / seconds  # samples_per_second(), kept step
-        else:
-            throughput = sim.samples_per_second()
+        throughput = sim.samples_per_second()
         data = {"epoch": sim.epoch, "epoch_seconds": 1e-9 if took < 1e-9 else took,
                 "workers": sim.gpus}
         if throughput is not None:
