@@ -20,6 +20,9 @@ import numpy as np
 _ABOVE = int(np.iinfo(np.int64).max)
 # Below this many leaves a scan leaf by leaf costs less than NumPy's calls.
 MANY_LEAVES = 64
+# Up to this many changed rows, each is written on its own (a few leaves change between
+# two reads; one conversion of them all costs more).
+_ROW_BY_ROW = 16
 # The table's cells at most (leaves x nodes of the largest leaf); above, callers scan.
 MAX_CELLS = 1 << 20
 
@@ -43,8 +46,15 @@ class LeafRooms:
         else:
             changed = sorted(set(changes[self._seen:]))
         self._seen = len(changes)
-        if changed:
-            width = self.totals.shape[1]
+        width = self.totals.shape[1]
+        if len(changed) <= _ROW_BY_ROW:
+            totals, count, room = self.totals, self.count, self.room
+            for leaf in changed:
+                prefix = prefix_of(leaf)
+                totals[leaf] = prefix + [_ABOVE] * (width - len(prefix))
+                count[leaf] = len(prefix)
+                room[leaf] = prefix[-1] if prefix else 0
+        else:
             rows, counts, rooms = [], [], []
             for leaf in changed:
                 prefix = prefix_of(leaf)

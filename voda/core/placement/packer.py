@@ -143,6 +143,22 @@ class Packer:
             len(leaves) - _needed(self._leaf_prefix, k)
         )
 
+    def penalty_floor(self, job: Job, k: int) -> int:
+        """A lower bound of `penalty` for any k of the free GPUs (0 where not worked out):
+        they lie on at least as many nodes as the freest nodes holding k, and on at least
+        as many leaves as the freest leaves holding k."""
+        if (strategy_of(job) != CONSOLIDATED or job.latency_sensitive
+                or self.halves(job, k)):
+            return 0
+        ix = self.ix
+        nodes = _fewest_holding(((free, len(ix.buckets[free]))
+                                 for free in range(ix.max_cap, 0, -1)), k)
+        floor = nodes - _needed(self._node_prefix, k)
+        if max(ix.leaf_free) >= k:
+            return floor + 1 - _needed(self._leaf_prefix, k)
+        leaves = _needed(_prefix(sorted(ix.leaf_free, reverse=True)), k)
+        return floor + leaves - _needed(self._leaf_prefix, k)
+
     def _half_prefixes(self) -> tuple[list[int], list[int]]:
         """Prefix sums of node and leaf capacities with every node capped at half a node."""
         if self._half is None:
@@ -157,9 +173,7 @@ class Packer:
         ix, s = self.ix, self.s
         strategy = strategy_of(job)
         spread = strategy == DISTRIBUTED or job.latency_sensitive
-        node_cap = ix.max_cap
-        if self.halves(job, k + sum(own.values())):
-            node_cap = half_node(ix.max_cap)
+        node_cap = self.node_cap(job, k + sum(own.values()))
         allowed = None
         if job.preferred_domain:
             near_leaves = {ix.leaf[i] for i in own}
@@ -178,6 +192,10 @@ class Packer:
         return Ask(job, k, spread, node_cap, job.latency_sensitive, own, near, spines, allowed,
                    bandwidth is not None and bandwidth > s.leaf_uplink_bandwidth,
                    s.max_nodes_per_leaf, s.max_gpus_per_leaf)
+
+    def node_cap(self, job: Job, total: int) -> int:
+        """The most workers per node of a job of `total` workers (an Ask's node_cap)."""
+        return half_node(self.ix.max_cap) if self.halves(job, total) else self.ix.max_cap
 
     def reserve(self, job: Job, counts: NodeCounts) -> None:
         """Keep GPUs taken for the rest of the call (see steps._add), unless room runs out."""
@@ -298,7 +316,8 @@ class Packer:
     def _by_score(self, ask: Ask) -> list[int]:
         """The leaves of `_leaves(ask)` with free GPUs, best score (at a fit of 0) first,
         then the freest, then the lowest id."""
-        leaves = self._leaf_order(ask)
+        # (the order is total: in what order the leaves come in does not matter)
+        leaves = self._every_leaf() if ask.allowed is None else self._leaf_order(ask)
         free = self._leaf_free(leaves)
         with_free = free > 0
         free_leaves, free = leaves[with_free], free[with_free]
@@ -385,16 +404,21 @@ class Packer:
 
     def _leaf_order(self, ask: Ask) -> np.ndarray:
         """`_leaves(ask)` as an array."""
-        if self._all_leaves is None:
-            self._all_leaves = np.arange(len(self.ix.leaf_names))
         if ask.allowed is None and not ask.near_leaves:
-            return self._all_leaves
+            return self._every_leaf()
         if ask.allowed is not None:
             return np.array(ask.allowed, dtype=np.int64)
         near = np.array(sorted(ask.near_leaves), dtype=np.int64)
-        others = np.ones(len(self._all_leaves), dtype=bool)
+        every = self._every_leaf()
+        others = np.ones(len(every), dtype=bool)
         others[near] = False
-        return np.concatenate((near, self._all_leaves[others]))
+        return np.concatenate((near, every[others]))
+
+    def _every_leaf(self) -> np.ndarray:
+        """Every leaf id, in order."""
+        if self._all_leaves is None:
+            self._all_leaves = np.arange(len(self.ix.leaf_names))
+        return self._all_leaves
 
     def _leaf_table(self, cap: int) -> LeafRooms | None:
         """The running totals of every leaf's rooms under a per-node cap, up to date;
@@ -430,27 +454,33 @@ class Packer:
         order (the same floats): this runs for nearly every request."""
         ix, k, s = self.ix, ask.k, self.s
         pool: Iterable[int]
+        # (a leaf with fewer than k free GPUs has no node with room)
+        leaf_nodes, leaf_free = ix.leaf_nodes, ix.leaf_free
         if ask.allowed is not None:
-            pool = (i for leaf in ask.allowed for i in ix.leaf_nodes[leaf])
+            pool = (i for leaf in ask.allowed if leaf_free[leaf] >= k for i in leaf_nodes[leaf])
         else:
-            near = (i for leaf in sorted(ask.near_leaves) for i in ix.leaf_nodes[leaf])
-            pool = itertools.chain(self._best_fits(ask), near)
+            near = (i for leaf in sorted(ask.near_leaves) if leaf_free[leaf] >= k
+                    for i in leaf_nodes[leaf])
+            fits = (self._best_fits(ask) if ask.sensitive or self.s.candidates < 1
+                    else self._tightest(k))
+            pool = itertools.chain(fits, near)
         free_of, leaf_of, max_cap, sensitive = ix.free, ix.leaf, ix.max_cap, ask.sensitive
-        leaf_spine, leaf_free, leaf_cap, history = (
-            ix.leaf_spine, ix.leaf_free, ix.leaf_cap, self._history)
+        leaf_spine, leaf_cap, history = ix.leaf_spine, ix.leaf_cap, self._history
         near_leaves, near_spines, spread = ask.near_leaves, ask.near_spines, ask.spread
         rw, tw, uw, hw = (s.resource_weight, s.topology_weight, s.utilization_weight,
                           s.history_weight)
-        best: tuple[float, int] | None = None
-        seen: set[tuple[int, int]] = set()
+        best_score, best = 0.0, -1
+        seen: set[int] = set()  # (leaf, free) as leaf * (max_cap + 1) + free
+        stride = max_cap + 1
         for i in pool:
             free = free_of[i]
             if free < k or (sensitive and self.room(ask, i) < k):
                 continue
             leaf = leaf_of[i]
-            if (leaf, free) in seen:  # the same score as a node seen before, with a lower id
+            pair = leaf * stride + free
+            if pair in seen:  # the same score as a node seen before, with a lower id
                 continue
-            seen.add((leaf, free))
+            seen.add(pair)
             fit = 1.0 - (free - k) / max_cap
             if leaf in near_leaves:
                 alignment = 1.0
@@ -461,10 +491,11 @@ class Packer:
             utilization = 1.0 - leaf_free[leaf] / leaf_cap[leaf]
             if spread:
                 fit, utilization = 1.0 - fit, 1.0 - utilization
-            key = (rw * fit + tw * alignment + uw * utilization + hw * history[leaf], -i)
-            if best is None or key > best:
-                best = key
-        return None if best is None else -best[1]
+            score = rw * fit + tw * alignment + uw * utilization + hw * history[leaf]
+            # (the highest score, then the lowest id; as comparing (score, -id) tuples)
+            if best < 0 or score > best_score or (score == best_score and i < best):
+                best_score, best = score, i
+        return None if best < 0 else best
 
     def _best_fits(self, ask: Ask) -> Iterable[int]:
         """Nodes with room, tightest first, `candidates` of them at most."""
@@ -477,6 +508,20 @@ class Packer:
                 left -= 1
                 if left == 0:
                     return
+
+    def _tightest(self, k: int) -> list[int]:
+        """The nodes with room for k, tightest first, `candidates` (>= 1) of them at most:
+        `_best_fits` of a request that is not latency-sensitive."""
+        buckets, left = self.ix.buckets, self.s.candidates
+        nodes: list[int] = []
+        for free in range(k, self.ix.max_cap + 1):
+            bucket = buckets[free]
+            if len(bucket) >= left:
+                nodes += bucket[:left]
+                break
+            nodes += bucket
+            left -= len(bucket)
+        return nodes
 
     def _best_leaf(self, ask: Ask) -> int | None:
         """The leaf holding the request on the fewest nodes, the best-scoring among
@@ -520,7 +565,8 @@ class Packer:
             leaf_free, leaf_cap = ix.leaf_free, ix.leaf_cap
             return max(winners.tolist(), key=lambda leaf: (
                 self._score(ask, leaf, 1.0 - (leaf_free[leaf] - k) / leaf_cap[leaf]), -leaf))
-        scores = self._scores(ask, winners, k)
+        # (with rooms uncapped, a leaf's room in the table is its free GPUs)
+        scores = self._scores(ask, winners, k, table.room[winners] if cap == ix.max_cap else None)
         return int(winners[scores == scores.max()].min())
 
     def _best_leaf_scan(self, ask: Ask, fewest: int) -> int | None:
@@ -625,10 +671,13 @@ class Packer:
             ordered = self._by_score(ask)
         columns: list[list[int]] = []
         total = 0
+        own = ask.own
         for leaf in ordered:
             rooms = self._leaf_rooms(ask, leaf)
-            # the job's own nodes come last, so it spreads onto new ones
-            nodes = [i for _, i in sorted(rooms, key=lambda x: (x[1] in ask.own, -x[0], x[1]))]
+            # the job's own nodes come last, so it spreads onto new ones (rooms are
+            # largest first, then by id)
+            nodes = ([i for _, i in sorted(rooms, key=lambda x: (x[1] in own, -x[0], x[1]))]
+                     if own else [i for _, i in rooms])
             if not nodes:
                 continue
             columns.append(nodes)
@@ -639,7 +688,7 @@ class Packer:
             return None
         sequence = [col[p] for p in range(max(map(len, columns))) for col in columns
                     if p < len(col)]
-        left = {i: self.room(ask, i) for i in sequence}
+        left: dict[int, int] = {}  # each node's room, worked out when first reached
         per_leaf: dict[int, int] = {}
         counts: NodeCounts = {}
         placed = 0
@@ -648,6 +697,8 @@ class Packer:
             for i in sequence:
                 leaf = ix.leaf[i]
                 limit = ask.max_gpus_per_leaf
+                if i not in left:
+                    left[i] = self.room(ask, i)
                 if left[i] == 0 or (limit is not None and per_leaf.get(leaf, 0) >= limit):
                     continue
                 counts[i] = counts.get(i, 0) + 1
@@ -691,6 +742,18 @@ def _prefix(values: Iterable[int]) -> list[int]:
 def _needed(prefix: Sequence[int], k: int) -> int:
     """How many of the largest domains hold k GPUs (prefix sums of capacities, descending)."""
     return bisect.bisect_left(prefix, k) + 1
+
+
+def _fewest_holding(sizes: Iterable[tuple[int, int]], k: int) -> int:
+    """How many domains hold k GPUs at the fewest, from (free GPUs, domains with that
+    many) largest first; one past them all when they do not."""
+    used = 0
+    for free, count in sizes:
+        if count * free >= k:
+            return used - (-k // free)
+        used += count
+        k -= count * free
+    return used + 1
 
 
 def _split(rooms: Sequence[tuple[int, int]], k: int) -> list[tuple[int, int]] | None:

@@ -25,6 +25,9 @@ from voda.core.placement.unreachable import UnreachableWatch
 # checked where it is made and dropped when it is not applicable.)
 FULL, NO_DEFRAGMENT, IN_PLACE = "full", "no-defragment", "in-place"
 MODES = (FULL, NO_DEFRAGMENT, IN_PLACE)
+# Step 2 places a job afresh only when the free GPUs allow a lower penalty than it has
+# (Packer.penalty_floor); False: it always tries (the reference the tests compare with).
+SKIP_HOPELESS_AFRESH = True
 
 
 def run_steps(
@@ -199,11 +202,13 @@ def _add(packer: Packer, job: Job, k: int, have: NodeCounts, afresh: bool = True
     counts = dict(have)
     missing = k - sum(counts.values())
     if counts and not (strategy_of(job) == DISTRIBUTED or job.latency_sensitive):
-        probe = packer.ask(job, missing, counts)
-        for i in sorted(counts, key=lambda i: (-counts[i], i)):
-            extra = min(packer.room(probe, i), missing)
+        # (a node's room: its free GPUs up to the request's per-node cap, as Packer.room)
+        node_cap = packer.node_cap(job, k)
+        free = ix.free
+        for i in (counts if len(counts) == 1 else sorted(counts, key=lambda i: (-counts[i], i))):
+            extra = min(free[i], node_cap, missing)
             if extra > 0:
-                ix.take(i, extra, job.latency_sensitive)
+                ix.take(i, extra)
                 counts[i] += extra
                 missing -= extra
     if missing > 0:
@@ -211,13 +216,15 @@ def _add(packer: Packer, job: Job, k: int, have: NodeCounts, afresh: bool = True
         packer.take(job, more)
         for i, c in more.items():
             counts[i] = counts.get(i, 0) + c
-    if afresh and have and packer.penalty(job, counts) > 0:
+    if afresh and have and (penalty := packer.penalty(job, counts)) > 0:
         packer.release(job, counts)
-        fresh = packer.place(packer.ask(job, k, {}))
-        if packer.penalty(job, fresh) < packer.penalty(job, counts):
-            left = {i: c - fresh.get(i, 0) for i, c in have.items() if c > fresh.get(i, 0)}
-            counts = fresh
-            packer.reserve(job, left)
+        # (a fresh placement can only win when the free GPUs allow a lower penalty)
+        if not SKIP_HOPELESS_AFRESH or packer.penalty_floor(job, k) < penalty:
+            fresh = packer.place(packer.ask(job, k, {}))
+            if packer.penalty(job, fresh) < penalty:
+                left = {i: c - fresh.get(i, 0) for i, c in have.items() if c > fresh.get(i, 0)}
+                counts = fresh
+                packer.reserve(job, left)
         packer.take(job, counts)
     return counts
 
