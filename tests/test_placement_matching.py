@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voda.core.model import Cluster, Job, Node
+from voda.core.placement import matching
 from voda.core.placement.matching import (
     Move,
     apply_mapping,
@@ -100,6 +105,21 @@ def test_migration_plan(old: dict, new: dict, moves: tuple, restarts: tuple) -> 
     assert plan.moves == moves
     assert plan.restarts == restarts
     assert plan.moved_workers == sum(m.workers for m in moves)
+
+
+SHARDS = st.lists(st.tuples(st.sampled_from(("a0", "a1", "b0")), st.integers(-1, 3)),
+                  min_size=1, max_size=2).map(tuple)
+PLACEMENTS = st.dictionaries(st.sampled_from(("x", "y", "z", "w")), SHARDS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(old=PLACEMENTS, new=PLACEMENTS)
+def test_a_job_on_one_node_each_time_gets_the_plan_of_the_general_way(
+    old: dict, new: dict
+) -> None:
+    with mock.patch.object(matching, "ONE_NODE_SHORTCUT", False):
+        reference = migration_plan(old, new)
+    assert migration_plan(old, new) == reference
 
 
 def test_fragmentation_counts_free_gpus_no_waiting_job_can_use() -> None:

@@ -80,6 +80,7 @@ class Packer:
         self.released = False  # whether reservations had to be given back
         self._spread_pays: dict[tuple[str, int], bool] = {}
         self._half: tuple[list[int], list[int]] | None = None
+        self._half_cap = half_node(ix.max_cap)
         self._finite_weights = all(math.isfinite(w) for w in (
             settings.resource_weight, settings.topology_weight, settings.utilization_weight,
             settings.history_weight))
@@ -171,8 +172,7 @@ class Packer:
     # ----- a request ------------------------------------------------------------
     def ask(self, job: Job, k: int, own: NodeCounts) -> Ask:
         ix, s = self.ix, self.s
-        strategy = strategy_of(job)
-        spread = strategy == DISTRIBUTED or job.latency_sensitive
+        spread = job.placement_strategy == DISTRIBUTED or job.latency_sensitive
         node_cap = self.node_cap(job, k + sum(own.values()))
         allowed = None
         if job.preferred_domain:
@@ -195,7 +195,10 @@ class Packer:
 
     def node_cap(self, job: Job, total: int) -> int:
         """The most workers per node of a job of `total` workers (an Ask's node_cap)."""
-        return half_node(self.ix.max_cap) if self.halves(job, total) else self.ix.max_cap
+        max_cap = self.ix.max_cap
+        if total <= max_cap:  # (then only a balanced job halves: see `halves`)
+            return self._half_cap if job.placement_strategy == BALANCED else max_cap
+        return self._half_cap if self.halves(job, total) else max_cap
 
     def reserve(self, job: Job, counts: NodeCounts) -> None:
         """Keep GPUs taken for the rest of the call (see steps._add), unless room runs out."""
