@@ -194,7 +194,7 @@ def test_weights_floors_and_shares_of_many_problems_are_those_of_each(
         many = algorithm._job_weights_many([(part, curves) for part, curves, _ in problems])
         memo = VodaMemo()
         for budget in (3, 0, len(jobs), 1, 2):
-            for part, curves, _ in problems:
+            for _, curves, _ in problems:
                 kept = memo.floors(curves, budget, node, voda.tail_floors)
                 assert kept == voda.tail_floors_each(curves, budget, node)
         for _, curves, capacity in problems:

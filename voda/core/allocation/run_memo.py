@@ -85,6 +85,8 @@ class ProblemMemo:
         self.table_min_jobs = table_min_jobs
         self.tables = FoldTables()
         self.rows: dict[Hashable, tuple[Any, list[np.ndarray]]] = {}  # utilities
+        # each list of jobs' priority classes (`base.allocate_many_by_priority`)
+        self.classes: dict[int, tuple[Sequence[Job], list[list[Job]]]] = {}
 
     def counts(self, rows: Sequence[np.ndarray], capacity: int) -> list[int]:
         """The count program's counts, reading and storing the fold tables of a problem of

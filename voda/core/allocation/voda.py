@@ -232,7 +232,8 @@ class Voda:
         `memo` (from `self.memo()`): what earlier calls with it worked out for the same
         jobs, read back where it does not depend on what changed (`VodaMemo`)."""
         return allocate_many_by_priority(
-            problems, functools.partial(self._allocate_classes, memo=memo))
+            problems, functools.partial(self._allocate_classes, memo=memo),
+            None if memo is None else memo.classes)
 
     def memo(self) -> VodaMemo:
         """A store for `allocate_many` calls on the same jobs at other capacities."""
