@@ -66,10 +66,15 @@ def test_many_problems_at_once_give_what_each_gives_alone(
         assert [list(a.items()) for a in together] == [list(a.items()) for a in alone]
 
 
+# Jobs split over queues, run at a few rounds of offers (as the quota layer's water fill)
+queues_at_offers = given(
+    jobs=jobs_strategy(max_jobs=16), parts=st.integers(1, 4), seed=st.integers(0, 99),
+    offers=st.lists(st.lists(st.integers(0, 40), min_size=4, max_size=4), min_size=2,
+                    max_size=4))
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(jobs=jobs_strategy(max_jobs=16), parts=st.integers(1, 4), seed=st.integers(0, 99),
-       offers=st.lists(st.lists(st.integers(0, 40), min_size=4, max_size=4), min_size=2,
-                       max_size=4))
+@queues_at_offers
 def test_runs_kept_for_other_offers_give_what_each_gives_alone(
         jobs: list[Job], parts: int, seed: int, offers: list[list[int]]) -> None:
     # One store over a decision's calls: the same queues at other offers, as the quota
@@ -216,9 +221,7 @@ def test_a_result_is_refused_for_what_the_one_pass_check_finds() -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(jobs=jobs_strategy(max_jobs=16), parts=st.integers(1, 4), seed=st.integers(0, 99),
-       offers=st.lists(st.lists(st.integers(0, 40), min_size=4, max_size=4), min_size=2,
-                       max_size=3))
+@queues_at_offers
 def test_priority_classes_kept_over_calls_are_those_worked_out_each_call(
         jobs: list[Job], parts: int, seed: int, offers: list[list[int]]) -> None:
     # The same lists of jobs at other offers, with one store for their priority classes:
