@@ -17,6 +17,7 @@ from test_allocation_properties import jobs_strategy
 from voda.core.allocation.afs import AFSL, afs_l, afs_l_many
 from voda.core.allocation.base import (
     AllocationRejected,
+    allocate_many_by_priority,
     by_submit,
     checked_allocate,
     checked_allocate_many,
@@ -65,10 +66,15 @@ def test_many_problems_at_once_give_what_each_gives_alone(
         assert [list(a.items()) for a in together] == [list(a.items()) for a in alone]
 
 
+# Jobs split over queues, run at a few rounds of offers (as the quota layer's water fill)
+queues_at_offers = given(
+    jobs=jobs_strategy(max_jobs=16), parts=st.integers(1, 4), seed=st.integers(0, 99),
+    offers=st.lists(st.lists(st.integers(0, 40), min_size=4, max_size=4), min_size=2,
+                    max_size=4))
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(jobs=jobs_strategy(max_jobs=16), parts=st.integers(1, 4), seed=st.integers(0, 99),
-       offers=st.lists(st.lists(st.integers(0, 40), min_size=4, max_size=4), min_size=2,
-                       max_size=4))
+@queues_at_offers
 def test_runs_kept_for_other_offers_give_what_each_gives_alone(
         jobs: list[Job], parts: int, seed: int, offers: list[list[int]]) -> None:
     # One store over a decision's calls: the same queues at other offers, as the quota
@@ -212,3 +218,24 @@ def test_a_result_is_refused_for_what_the_one_pass_check_finds() -> None:
         with pytest.raises(AllocationRejected, match=says):
             checked_allocate(gives(result), jobs, 1)
     assert checked_allocate(gives({names[1]: 0}), jobs, 1) == dict.fromkeys(names, 0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@queues_at_offers
+def test_priority_classes_kept_over_calls_are_those_worked_out_each_call(
+        jobs: list[Job], parts: int, seed: int, offers: list[list[int]]) -> None:
+    # The same lists of jobs at other offers, with one store for their priority classes:
+    # each call hands the algorithm the classes a call without the store does.
+    rng = random.Random(seed)
+    jobs = [dataclasses.replace(j, priority=rng.choice([0, 0, 1, 5])) for j in jobs]
+    queues = split(jobs, parts, seed)
+    kept: dict = {}
+    for capacities in offers:
+        problems = list(zip(queues, capacities, strict=False))
+        handed: list[list] = [[], []]
+        for store, seen in ((kept, handed[0]), (None, handed[1])):
+            def record(classes, seen=seen):
+                seen.append([([j.name for j in members], gpus) for members, gpus in classes])
+                return [dict.fromkeys((j.name for j in members), 0) for members, _ in classes]
+            allocate_many_by_priority(problems, record, store)
+        assert handed[0] == handed[1]

@@ -21,6 +21,7 @@ from test_allocation_properties import jobs_strategy
 from test_utility_rows import CONFIGS, same_bits, with_models
 
 from voda.core.allocation import counts, voda
+from voda.core.allocation.run_memo import VodaMemo
 from voda.core.allocation.voda import INELASTIC_SHARES, Curve
 from voda.core.model import Job
 
@@ -168,3 +169,39 @@ def test_the_shares_left_of_all_jobs_are_those_of_each(rows: list[tuple]) -> Non
     theirs = [voda.share_left(j, np.array(p), voda.EPOCH_PROGRESS)
               for j, p in zip(jobs, segments, strict=True)]
     assert same_bits(mine, np.array(theirs, dtype=float))
+
+
+@SETTINGS
+@given(jobs=jobs_strategy(max_jobs=14), cuts=st.lists(st.integers(0, 14), max_size=4),
+       capacities=st.lists(st.integers(0, 48), min_size=5, max_size=5),
+       which=st.integers(0, len(CONFIGS) - 1), seed=st.integers(0, 2**32 - 1),
+       vector_from=st.sampled_from([0, 6, 64]))
+def test_weights_floors_and_shares_of_many_problems_are_those_of_each(
+    jobs: list[Job], cuts: list[int], capacities: list[int], which: int, seed: int,
+    vector_from: int
+) -> None:
+    # The quota layer's problems of one call: their weights worked out together, their
+    # tail floors read from one store at budgets up and down, and the water shares of
+    # jobs that all fit at their caps read off the caps, against each problem on its own
+    # by the old path.
+    algorithm = CONFIGS[which]
+    jobs = with_restart_costs(with_models(jobs, seed), seed)
+    node = counts.per_node(algorithm.gpus_per_node)
+    bounds = [0, *sorted(min(c, len(jobs)) for c in cuts), len(jobs)]
+    problems = [(jobs[a:b], curves_of(jobs[a:b], capacity, which), capacity)
+                for (a, b), capacity in zip(itertools.pairwise(bounds), capacities, strict=False)]
+    with mock.patch.object(voda, "VECTOR_MIN_JOBS", vector_from):
+        many = algorithm._job_weights_many([(part, curves) for part, curves, _ in problems])
+        memo = VodaMemo()
+        for budget in (3, 0, len(jobs), 1, 2):
+            for _, curves, _ in problems:
+                kept = memo.floors(curves, budget, node, voda.tail_floors)
+                assert kept == voda.tail_floors_each(curves, budget, node)
+        for _, curves, capacity in problems:
+            caps = [max(c.cap, 0) for c in curves]
+            for share in INELASTIC_SHARES:
+                filled = voda.water_shares_filled(curves, caps, capacity, share) if caps else []
+                assert voda.water_shares_each(curves, capacity, share) == filled
+                assert voda.water_shares(curves, capacity, share).tolist() == filled
+    for (part, curves, _), mine in zip(problems, many, strict=True):
+        assert same_bits(mine, algorithm._job_weights(part, curves))

@@ -212,13 +212,19 @@ ManyAllocator = Callable[[Sequence[tuple[Sequence[Job], int]]], list[dict[str, i
 
 
 def allocate_many_by_priority(problems: Sequence[tuple[Sequence[Job], int]],
-                              allocate_classes: ManyAllocator) -> list[dict[str, int]]:
+                              allocate_classes: ManyAllocator,
+                              kept: dict[int, tuple[Sequence[Job], list[list[Job]]]] | None = None
+                              ) -> list[dict[str, int]]:
     """`allocate_by_priority` of each (jobs, capacity) problem, the classes of one rank
     in every problem handed to `allocate_classes` together (a list of (class, capacity
     left) in, one allocation per problem out): the same allocations, for an algorithm
     whose per-call cost is worth sharing (Voda's, Pollux's; the quota layer runs one
-    problem per queue)."""
-    classes = list(map(_classes, (jobs for jobs, _ in problems)))
+    problem per queue).
+
+    `kept` (a store over calls on the same, unchanged lists of jobs, as the quota layer's
+    rounds make them): each list's priority classes, worked out once."""
+    classes = ([_classes(jobs) for jobs, _ in problems] if kept is None
+               else [kept_classes(jobs, kept) for jobs, _ in problems])
     free = [capacity for _, capacity in problems]
     out: list[dict[str, int]] = [{} for _ in problems]
     for rank in range(max(map(len, classes), default=0)):
@@ -233,6 +239,16 @@ def allocate_many_by_priority(problems: Sequence[tuple[Sequence[Job], int]],
             out[k].update(zip(names, gpus, strict=True))
             free[k] -= sum(gpus)
     return out
+
+
+def kept_classes(jobs: Sequence[Job],
+                 kept: dict[int, tuple[Sequence[Job], list[list[Job]]]]) -> list[list[Job]]:
+    """`_classes(jobs)`, kept under the list's id with the list (so the id is not reused
+    while it is kept): read back for the same list, which a caller does not change."""
+    held = kept.get(id(jobs))
+    if held is None:
+        held = kept[id(jobs)] = (jobs, _classes(jobs))
+    return held[1]
 
 
 def _classes(jobs: Sequence[Job]) -> list[list[Job]]:

@@ -115,7 +115,8 @@ class Pollux:
         `memo` (from `self.memo()`): the utilities earlier calls with it worked out, read
         back for a job at the same fair share and cap (`_kept_utilities`)."""
         return allocate_many_by_priority(
-            problems, functools.partial(self._allocate_classes, memo=memo))
+            problems, functools.partial(self._allocate_classes, memo=memo),
+            None if memo is None else memo.classes)
 
     def memo(self) -> ProblemMemo:
         """A store for `allocate_many` calls on the same jobs at other capacities."""

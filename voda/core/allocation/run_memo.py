@@ -29,7 +29,8 @@ Curves = Callable[[Sequence[Job], Sequence[Any], Sequence[int]], list[Any]]
 Utilities = Callable[[Sequence[Job], Sequence[Any], np.ndarray], list[np.ndarray]]
 Floors = Callable[[Sequence[np.ndarray], Sequence[tuple[int, int]], Sequence[Sequence[bool]]],
                   list[np.ndarray]]
-Weights = Callable[[Sequence[Job], Sequence[Any]], np.ndarray]
+ManyWeights = Callable[[Sequence[tuple[Sequence[Job], Sequence[Any]]]], list[np.ndarray]]
+TailFloors = Callable[[Sequence[Any], int, int], list[bool]]
 _MAX, _GOODPUT = attrgetter("max_workers"), attrgetter("goodput")
 
 
@@ -44,9 +45,15 @@ class Priced:
                        [c for jobs, _, c in problems for _ in jobs])
         return split(flat, [len(jobs) for jobs, _, _ in problems])
 
-    def weights(self, jobs: Sequence[Job], curves: Sequence[Any],
-                compute: Weights) -> np.ndarray:
-        return compute(jobs, curves)
+    def weights_many(self, jobs: Sequence[Sequence[Job]], curves: Sequence[Sequence[Any]],
+                     compute: ManyWeights) -> list[np.ndarray]:
+        """Per problem, its jobs' weights from their curves, all problems in one call."""
+        return compute(list(zip(jobs, curves, strict=True)))
+
+    def floors(self, curves: Sequence[Any], budget: int, node: int,
+               compute: TailFloors) -> list[bool]:
+        """Per job of one problem, whether its tail floor holds (the first `budget`)."""
+        return compute(curves, budget, node)
 
     def utilities(self, jobs: Sequence[Sequence[Job]], curves: Sequence[Sequence[Any]],
                   weights: Sequence[np.ndarray], compute: Utilities) -> list[list[np.ndarray]]:
@@ -78,6 +85,8 @@ class ProblemMemo:
         self.table_min_jobs = table_min_jobs
         self.tables = FoldTables()
         self.rows: dict[Hashable, tuple[Any, list[np.ndarray]]] = {}  # utilities
+        # each list of jobs' priority classes (`base.allocate_many_by_priority`)
+        self.classes: dict[int, tuple[Sequence[Job], list[list[Job]]]] = {}
 
     def counts(self, rows: Sequence[np.ndarray], capacity: int) -> list[int]:
         """The count program's counts, reading and storing the fold tables of a problem of
@@ -116,6 +125,7 @@ class VodaMemo(ProblemMemo, Priced):
         self._curves: dict[Hashable, tuple[Any, list[Any]]] = {}
         self._weights: dict[int, tuple[Sequence[Any], np.ndarray]] = {}
         self._floored: dict[Hashable, tuple[Any, list[np.ndarray]]] = {}
+        self._floors: dict[int, tuple[Sequence[Any], list[int]]] = {}
 
     def curves(self, problems: Sequence[tuple[Sequence[Job], Sequence[Any], int]], node: int,
                compute: Curves) -> list[list[Any]]:
@@ -130,13 +140,30 @@ class VodaMemo(ProblemMemo, Priced):
         return self.kept(self._curves, keys, problems,
                           lambda todo: super(ProblemMemo, self).curves(todo, node, compute))
 
-    def weights(self, jobs: Sequence[Job], curves: Sequence[Any],
-                compute: Weights) -> np.ndarray:
-        """A copy of the weights kept for the same curves (they name the jobs)."""
-        held = self._weights.get(id(curves))
+    def weights_many(self, jobs: Sequence[Sequence[Job]], curves: Sequence[Sequence[Any]],
+                     compute: ManyWeights) -> list[np.ndarray]:
+        """Copies of the weights kept for the same curves (they name the jobs), those of
+        the curves not seen yet worked out together."""
+        todo = {id(part): (members, part) for members, part in zip(jobs, curves, strict=True)
+                if id(part) not in self._weights}
+        if todo:
+            for (key, (_, part)), made in zip(todo.items(), compute(list(todo.values())),
+                                              strict=True):
+                self._weights[key] = (part, made)
+        return [self._weights[id(part)][1].copy() for part in curves]
+
+    def floors(self, curves: Sequence[Any], budget: int, node: int,
+               compute: TailFloors) -> list[bool]:
+        """The tail floors of the same curves at another budget: the first `budget` of
+        the jobs floored on an unbounded one (`compute` floors them in order)."""
+        held = self._floors.get(id(curves))
         if held is None:
-            held = self._weights[id(curves)] = (curves, compute(jobs, curves))
-        return held[1].copy()
+            every = compute(curves, len(curves), node)
+            held = self._floors[id(curves)] = (curves, [i for i, on in enumerate(every) if on])
+        floored = [False] * len(curves)
+        for i in held[1][:max(budget, 0)]:
+            floored[i] = True
+        return floored
 
     def utilities(self, jobs: Sequence[Sequence[Job]], curves: Sequence[Sequence[Any]],
                   weights: Sequence[np.ndarray], compute: Utilities) -> list[list[np.ndarray]]:

@@ -232,7 +232,8 @@ class Voda:
         `memo` (from `self.memo()`): what earlier calls with it worked out for the same
         jobs, read back where it does not depend on what changed (`VodaMemo`)."""
         return allocate_many_by_priority(
-            problems, functools.partial(self._allocate_classes, memo=memo))
+            problems, functools.partial(self._allocate_classes, memo=memo),
+            None if memo is None else memo.classes)
 
     def memo(self) -> VodaMemo:
         """A store for `allocate_many` calls on the same jobs at other capacities."""
@@ -260,15 +261,13 @@ class Voda:
         factors = inelastic_first_many(
             [(ordered, part, capacity) for part, (_, ordered, capacity) in zip(
                 curves, live, strict=True)], self.inelastic_first, node, self.inelastic_share)
-        weights = []
-        for part, (_, ordered, _), factor in zip(curves, live, factors, strict=True):
-            weight = priced.weights(ordered, part, self._job_weights)
-            weight *= factor
-            weights.append(weight)
         jobs = [ordered for _, ordered, _ in live]
+        weights = priced.weights_many(jobs, curves, self._job_weights_many)
+        for weight, factor in zip(weights, factors, strict=True):
+            weight *= factor
         utilities = priced.utilities(jobs, curves, weights, self.utilities)
         if self.tail_floor > 0:
-            floored = [tail_floors(part, int(self.tail_floor * capacity), node)
+            floored = [priced.floors(part, int(self.tail_floor * capacity), node, tail_floors)
                        for part, (_, _, capacity) in zip(curves, live, strict=True)]
             utilities = priced.floored(utilities, floored, with_floors_many)
         for rows, (k, ordered, capacity) in zip(utilities, live, strict=True):
@@ -284,6 +283,25 @@ class Voda:
             [c.size ** -SIZE_EXPONENT if c.size > 0 else 1.0 for c in curves])
         weight *= short_start_bonus(jobs, curves, self.horizon, self.short_start)
         return weight
+
+    def _job_weights_many(self, problems: Sequence[tuple[Sequence[Job], Sequence[Curve]]]
+                          ) -> list[np.ndarray]:
+        """`_job_weights` of each (jobs, curves) problem: the aged sizes and size weights
+        of all problems' jobs at once (per job), the ranks and short starts per problem."""
+        every = [j for jobs, _ in problems for j in jobs]
+        curves = [c for _, part in problems for c in part]
+        ranked_by = aged_sizes(every, curves, self.aging, AGING_LIMIT)
+        by_size = [c.size ** -SIZE_EXPONENT if c.size > 0 else 1.0 for c in curves]
+        out = []
+        start = 0
+        for jobs, part in problems:
+            end = start + len(jobs)
+            weight = rank_weights(ranked_by[start:end], self.rank_exponent) * np.array(
+                by_size[start:end], dtype=float)
+            weight *= short_start_bonus(jobs, part, self.horizon, self.short_start)
+            out.append(weight)
+            start = end
+        return out
 
     def explain(self, jobs: Sequence[Job], capacity: int,
                 allocation: Mapping[str, int]) -> dict[str, Reason]:
@@ -745,6 +763,8 @@ def water_shares(curves: Sequence[Curve], capacity: int, share_of: str) -> np.nd
     if len(curves) < VECTOR_MIN_JOBS:
         return np.array(water_shares_each(curves, capacity, share_of), dtype=np.int64)
     caps = np.array([max(c.cap, 0) for c in curves], dtype=np.int64)
+    if int(caps.sum()) <= capacity:  # every job fits at its cap (`water_shares_each`)
+        return caps
     even = np.minimum(caps, water_level(sorted(caps.tolist()), capacity))
     if share_of == "even":
         return even
@@ -760,6 +780,16 @@ def water_shares_each(curves: Sequence[Curve], capacity: int, share_of: str) -> 
     the geometric mean as NumPy takes it, the square root of the product as a float,
     truncated."""
     caps = [max(c.cap, 0) for c in curves]
+    if sum(caps) <= capacity:  # every job fits at its cap: that is each share
+        return caps
+    return water_shares_filled(curves, caps, capacity, share_of)
+
+
+def water_shares_filled(curves: Sequence[Curve], caps: list[int], capacity: int,
+                        share_of: str) -> list[int]:
+    """`water_shares_each` from the water levels, whether or not the caps all fit (the
+    reference for the shortcut where they do: every level is then at least each cap, and
+    the square root of a square integer is exact)."""
     level = water_level(sorted(caps), capacity)
     even = [min(cap, level) for cap in caps]
     if share_of == "even":
