@@ -10,6 +10,7 @@ import pytest
 from voda.core.allocation.hetero import TypeChoice, choose_types
 from voda.core.allocation.hetero_models import type_model, type_ratio, type_ratios, type_shapes
 from voda.core.allocation.hetero_voda import (
+    calm_horizon,
     rank_weights_large_m,
     voda_choice,
     with_one_statistics,
@@ -135,6 +136,24 @@ def test_voda_stops_a_running_job_only_for_more_than_its_restart_costs() -> None
                                    current_workers=1, running_seconds=1e4, restart_cost=cost)
         choice = voda_choice([long, short], shapes, {"slow": 1, "fast": 0}, 30.0)
         assert {n for n, c in choice.counts.items() if c} == {holder}
+
+
+def test_voda_moves_a_dear_job_to_idle_gpus_only_while_no_job_waits() -> None:
+    """A long job dear to restart (250 s) runs on the slow GPU; the fast one (1.3x) is idle.
+    Charged over its cost's horizon (693 s: 36 %) the move is not worth it; while no job
+    waits, the charge is spread over the time since the last job came (its own age, 10^4 s)
+    and it moves. Once a job waits, the charge is the one before and it stays."""
+    shapes, free = type_shapes(CLUSTER), {"slow": 1, "fast": 1}
+    long = dataclasses.replace(_flexible("long", 1.3, epochs=100), gpu_type="slow",
+                               current_workers=1, running_seconds=1e4, restart_cost=250.0)
+    assert calm_horizon([long], free) == 1e4
+    assert voda_choice([long], shapes, free, 30.0).types == {"long": "fast"}
+    waiting = _flexible("new", 1.3, epochs=100, waiting_seconds=60.0)
+    assert calm_horizon([long, waiting], free) == 0.0
+    choice = voda_choice([long, waiting], shapes, free, 30.0)
+    assert (choice.types["long"], choice.counts["long"]) == ("slow", 1)
+    busy = dataclasses.replace(long, current_workers=2)  # no GPU idle
+    assert calm_horizon([busy], free) == 0.0
 
 
 def test_isolated_keeps_a_job_on_its_first_type() -> None:

@@ -127,11 +127,16 @@ def remaining_work(job: Job, best_one_gpu: float) -> float:
     return epochs * UNKNOWN_EPOCH_SECONDS * max(best_one_gpu, 1e-9)
 
 
-def move_charge(job: Job, penalty: float) -> RestartCharge:
+def move_charge(job: Job, penalty: float, calm: float = 0.0) -> RestartCharge:
     """What moving a running job to another type costs it: `penalty` (and the backend's
     rescale delay) over its remaining time there; where its own restart cost is known,
     Voda's charge for that cost (voda.core.allocation.voda.restart_charge: a horizon
-    grown with the cost, and the share of its life already lost to restarts)."""
+    grown with the cost, and the share of its life already lost to restarts). A `calm`
+    horizon longer than that cost's (hetero_voda.calm_horizon: while no job waits for
+    GPUs that sit idle) spreads the cost over it instead."""
     if job.restart_cost <= 0:
         return RestartCharge(penalty + job.rescale_delay, math.inf)
-    return restart_charge(job, penalty, VODA_HORIZON)
+    charge = restart_charge(job, penalty, VODA_HORIZON)
+    if calm > charge.horizon:
+        return RestartCharge(charge.penalty, calm, charge.lost)
+    return charge

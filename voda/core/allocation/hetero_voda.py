@@ -19,9 +19,11 @@ short ones, and spent GPUs on short jobs at little speed-up.
 A configuration other than the job's current one is a restart and keeps 1 - Voda's
 charge of its value (voda.core.allocation.hetero.move_charge: the job's restart cost
 over its remaining time there, or the horizon its cost grows, plus the share of its life
-already lost to restarts); taking every GPU from a running job costs it the same charge
-of its current value (it pays the restart when it resumes), so a job changes type or
-count, or is stopped, only for more than the restart costs it. A job whose restart is
+already lost to restarts; while no job waits and GPUs are idle, the cost is spread over
+the time since the last job came instead, if longer: `calm_horizon`); taking every GPU
+from a running job costs it the same charge of its current value (it pays the restart
+when it resumes), so a job changes type or count, or is stopped, only for more than the
+restart costs it. A job whose restart is
 under way keeps its configuration. The program, one configuration per job, no type
 given more GPUs than it has, maximising the total value, is Sia's
 (voda.core.allocation.hetero_program) with these values in place of Sia's fairness
@@ -121,6 +123,7 @@ def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
             prepared.append((i, job, options, remaining_work(job, max(o[2] for o in options))))
     fastest = np.maximum(speed.max(axis=1), 1e-12)  # its goodput on one GPU, best type
     weights = rank_weights_large_m(np.array([work / fastest[i] for i, _, _, work in prepared]))
+    calm = calm_horizon(flexible, free)
     for (i, job, options, work), weight in zip(prepared, weights.tolist(), strict=True):
         current = (job.gpu_type, job.current_workers)
         if restoring(job):  # held where it is until its restart is done
@@ -132,7 +135,7 @@ def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
         v = g * (weight / fastest[i])
         if job.current_workers > 0:  # a change, or a stop, is a restart
             v = _charged(v, g, work, np.array([o[:2] != current for o in options]),
-                         move_charge(job, penalty))
+                         move_charge(job, penalty, calm))
         for (t, n, _), value in zip(options, v.tolist(), strict=True):
             if value > 0:
                 rows.append((i, t, n))
@@ -157,6 +160,18 @@ def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
     why = {name: _why(speed[i], types, types.index(out_types[name]), full, rivals)
            for i, name in enumerate(names) if name in out_types}
     return TypeChoice(out_types, counts, why)
+
+
+def calm_horizon(flexible: Sequence[Job], free: Mapping[str, int]) -> float:
+    """How long a change made now is likely to stand before another job contends for its
+    GPUs: while no flexible job waits and some of their GPUs are idle, the time since the
+    last of them came (the youngest one's age), as an estimate of the time until the next
+    comes; 0 (the charge as before) while the cluster is contested."""
+    if not flexible or any(job.current_workers <= 0 for job in flexible):
+        return 0.0
+    if sum(job.current_workers for job in flexible) >= sum(free.values()):
+        return 0.0
+    return min(job.running_seconds + job.waiting_seconds for job in flexible)
 
 
 def _configurations(job: Job, shapes: Mapping[str, TypeShape],
