@@ -22,7 +22,7 @@ its decision (no reasons are worked out from them later).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -74,28 +74,37 @@ def _builder(draft: type | None = _Draft, into: type | None = None
                            "frozen": frozen, "EMPTY": _EMPTY, "Into": into}
     drafted = into is not None or (draft is not None and _class_change_allowed(draft))
     made = "Into" if into is not None else "Draft" if drafted else "Job"
-    lines = ["def build(r):", f"    job = new({made})"]
-    for i, name in enumerate(names):
-        value = f"r.{name}"
-        if name in MAP_FIELDS:
-            # An empty map (most jobs' most maps) is handed the shared empty view directly,
-            # an unchanged one its kept view (frozen(), inline: no call per map per job).
-            lines += [f"    s = r.{name}",
-                      f"    c = r.frozen_maps.get({name!r}) if s else None",
-                      f"    m = EMPTY if not s else c[1] if c is not None and c[0] == s "
-                      f"else frozen(r, {name!r})"]
-            value = "m"
-        if drafted:
-            lines.append(f"    job.{name} = {value}")
-        else:
-            env[f"set{i}"] = getattr(Job, name).__set__  # the slot's descriptor
-            lines.append(f"    set{i}(job, {value})")
+    lines = ["def build(r):", f"    job = new({made})",
+             *_store_lines(names, not drafted, env, "    ")]
     if drafted and into is None:
         lines.append("    job.__class__ = Job")
     lines.append("    return job")
     exec("\n".join(lines), env)  # the source is built above from Job's field names only
     build: Callable[[Snapshotable], Job] = env["build"]
     return build
+
+
+def _store_lines(names: Iterable[str], setters: bool, env: dict[str, Any],
+                 indent: str) -> list[str]:
+    """The statements that set the fields `names` of `job` from the record `r`: plain
+    stores, or (`setters`) calls of Job's slot descriptors, put in `env`."""
+    lines = []
+    for i, name in enumerate(names):
+        value = f"r.{name}"
+        if name in MAP_FIELDS:
+            # An empty map (most jobs' most maps) is handed the shared empty view directly,
+            # an unchanged one its kept view (frozen(), inline: no call per map per job).
+            lines += [f"s = r.{name}",
+                      f"c = r.frozen_maps.get({name!r}) if s else None",
+                      f"m = EMPTY if not s else c[1] if c is not None and c[0] == s "
+                      f"else frozen(r, {name!r})"]
+            value = "m"
+        if setters:
+            env[f"set{i}"] = getattr(Job, name).__set__  # the slot's descriptor
+            lines.append(f"set{i}(job, {value})")
+        else:
+            lines.append(f"job.{name} = {value}")
+    return [indent + line for line in lines]
 
 
 def _class_change_allowed(draft: type) -> bool:
@@ -157,21 +166,7 @@ REREAD_MAPS = ("layout_throughput", "goodput_by_type")
 def _refresh_lines(setters: bool, env: dict[str, Any], indent: str,
                    maps: tuple[str, ...] = MAP_FIELDS) -> list[str]:
     """The statements that set the REFRESHED fields and `maps` of `job` from `r`."""
-    lines = []
-    for i, name in enumerate((*REFRESHED, *maps)):
-        value = f"r.{name}"
-        if name in MAP_FIELDS:
-            lines += [f"s = r.{name}",
-                      f"c = r.frozen_maps.get({name!r}) if s else None",
-                      f"m = EMPTY if not s else c[1] if c is not None and c[0] == s "
-                      f"else frozen(r, {name!r})"]
-            value = "m"
-        if setters:
-            env[f"set{i}"] = getattr(Job, name).__set__
-            lines.append(f"set{i}(job, {value})")
-        else:
-            lines.append(f"job.{name} = {value}")
-    return [indent + line for line in lines]
+    return _store_lines((*REFRESHED, *maps), setters, env, indent)
 
 
 def _refresher(setters: bool = False) -> Callable[[Snapshotable, Job], Job]:
