@@ -63,7 +63,7 @@ from voda.core.quotas.algorithm import Observer
 from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete, SupportsReasons
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
 from voda.engine.hetero import adopt_types, fill_type_models
-from voda.engine.snapshots import snapshot_of, snapshot_with
+from voda.engine.snapshots import KeptSnapshots, snapshot_of, snapshot_with
 
 log = logging.getLogger(__name__)
 # The logger of a scheduler that only plays the future (voda.engine.forecast): its
@@ -423,6 +423,7 @@ class Scheduler:
         self._last_reschedule: float | None = None
         self._priority_classes: dict[str, Hashable] = {}
         self._arrivals: list[tuple[float, str]] = []  # jobs submitted for a later time
+        self._adopted_for_later = False  # a job adopted submitted for later than accounted
         self.last_plan: Plan | None = None
         # Refused decisions in force, by GPU type (ALL_GPU_TYPES when decide() raised).
         self.errors: dict[str, DecisionRefused] = {}
@@ -438,6 +439,9 @@ class Scheduler:
         self.job_reasons: dict[str, JobReason] = {}
         self._lost_on: dict[str, str] = {}  # jobs that lost workers with a node, and the node
         self._undecided: set[str] = set()  # submitted, not yet seen by a decision
+        # Each job's snapshot kept between decisions when no reasons are worked out
+        # (voda.engine.snapshots); dropped wherever a field other than its counters changes.
+        self._kept = KeptSnapshots()
 
     # ----- configuration -------------------------------------------------
     def _under_queues(self, algorithm: AllocationAlgorithm) -> AllocationAlgorithm:
@@ -517,6 +521,7 @@ class Scheduler:
         if not record.epoch_time_by_workers and known:
             record.epoch_time_by_workers = dict(known)
         self._share_category(record)
+        self._kept.forget(record.name)
         self.jobs[job.name] = record
         if not record.status.is_terminal:
             self.active[job.name] = record
@@ -533,9 +538,12 @@ class Scheduler:
         Running jobs are adopted, not restarted; the next rescheduling decides afresh.
         """
         self._share_category(record)
+        self._kept.forget(record.name)
         self.jobs[record.name] = record
         if not record.status.is_terminal:
             self.active[record.name] = record
+            if record.status is JobStatus.SUBMITTED and record.submit_time > self._last_accounted:
+                self._adopted_for_later = True  # (no arrival noted: each step looks at all)
         self._mark(EventKind.JOB_SUBMITTED)
 
     def _learn_goodput(self, record: JobRecord) -> bool:
@@ -553,6 +561,7 @@ class Scheduler:
         for other in self.active.values():
             if history_key(other) == key:
                 other.category_goodput = model
+                self._kept.forget(other.name)
         return True
 
     def _share_category(self, record: JobRecord) -> None:
@@ -566,6 +575,7 @@ class Scheduler:
             shared.setdefault(layout, seconds)
         record.layout_throughput = shared
         record.category_goodput = self.goodput_history.get(key)
+        self._kept.forget(record.name)
 
     def delete(self, name: str, now: float) -> JobRecord:
         record = self.jobs[name]
@@ -585,6 +595,7 @@ class Scheduler:
         if priority < 0:
             raise ValueError(f"priority: must not be negative (0 is highest), got {priority}")
         self.jobs[name].priority = priority
+        self._kept.forget(name)
         self._mark(EventKind.PRIORITY_CHANGED)
 
     def handle(self, event: Event) -> None:
@@ -598,6 +609,8 @@ class Scheduler:
                 if getattr(self.algorithm_for(record.gpu_type), "decides_on_progress", False):
                     self._mark(kind)
             return
+        if record is not None:
+            self._kept.forget(record.name)
         if kind is EventKind.JOB_COMPLETED and record and not record.status.is_terminal:
             record.completed_epochs = float(record.epochs)
             self._finish(record, JobStatus.COMPLETED, event.time)
@@ -680,6 +693,7 @@ class Scheduler:
             times = record.epoch_time_by_workers
             new = _smoothed(times.get(workers), seconds)
             times[workers] = new
+            self._kept.map_changed(record, "epoch_time_by_workers")
             if record.category:
                 self.category_history.setdefault(history_key(record), {})[workers] = new
             rate = data.get("samples_per_second")
@@ -701,6 +715,7 @@ class Scheduler:
             record.measured_restart_cost = _smoothed(record.measured_restart_cost or None, cost)
             if restart_costs(self.backend) is None:  # else the backend's figure is used
                 record.restart_cost = record.measured_restart_cost
+                self._kept.forget(record.name)
 
     @staticmethod
     def _record_layout(record: JobRecord, rate: Any, workers: int) -> None:
@@ -722,6 +737,11 @@ class Scheduler:
         scale = self.time_scale  # the counters are in job seconds
         step = dt * scale
         last = self._last_accounted
+        if not self._arrivals and not self._adopted_for_later:
+            # No job is submitted for later than `last`: every one counts the whole step.
+            account_all(self.active.values(), step)
+            self._last_accounted = now
+            return
         submitted = JobStatus.SUBMITTED
         # Jobs that arrived in between are counted from their arrival; one submitted for
         # later, not at all; every other job for the whole step, in one loop.
@@ -761,14 +781,18 @@ class Scheduler:
             # copy per job per step was most of the cost of long simulations.
             if promotion_due is not None and promotion_due(record):
                 promote(record)
+                self._kept.forget(name)
                 for observer in self.observers:
                     observer.on_promoted(record, now)
             cls = priority_class(record)
             classes[name] = cls
             if name not in self._priority_classes:
-                record.queue_since = now if record.queue_since is None else record.queue_since
+                if record.queue_since is None:
+                    record.queue_since = now
+                    self._kept.forget(name)
             elif self._priority_classes[name] != cls:
                 record.queue_since = now
+                self._kept.forget(name)
                 changed = True
         self._priority_classes = classes
         if changed:
@@ -845,21 +869,7 @@ class Scheduler:
         self._last_reschedule = now
         self.last_reasons = tuple(sorted(self._reasons))
         self._reasons = set()
-        delay_of = rescale_delays(self.backend)
-        if delay_of is not None:
-            for r in self.active.values():
-                r.rescale_delay = max(0.0, float(delay_of(r.name)))
-        costs = restart_costs(self.backend)
-        if costs is not None:
-            cost_of, restoring_of = costs
-            if charges_restarts(self.backend):
-                for r in self.active.values():
-                    r.restart_cost = max(0.0, float(cost_of(r.name)))
-                    r.restoring_seconds = max(0.0, float(restoring_of(r.name)))
-            else:  # what asking would give every job
-                for r in self.active.values():
-                    if r.restart_cost or r.restoring_seconds:
-                        r.restart_cost = r.restoring_seconds = 0.0
+        self._ask_backend_costs()
         records = []
         previous: Placement = {}
         submitted = JobStatus.SUBMITTED
@@ -869,13 +879,19 @@ class Scheduler:
                 previous[r.name] = r.placement
             if r.status is not submitted or r.submit_time <= now:
                 records.append(r)
-                if not confines:
+                if not confines and r.nodes is not None:
                     r.nodes = None  # the backend confines no job: each may use every node
+                    self._kept.forget(r.name)
         if confines:
             confined = backend_job_nodes(self.backend, [r.name for r in records])
             for r in records:
                 r.nodes = confined.get(r.name)
-        jobs = list(map(snapshot_of, records))
+            self._kept.clear()
+        if self.explain:  # the plan's reasons are worked out later, from its snapshots
+            self._kept.clear()
+            jobs = list(map(snapshot_of, records))
+        else:
+            jobs = self._kept.take(records)
         started = time.perf_counter()
         try:
             plan = self._decide(records, jobs, previous)
@@ -903,6 +919,29 @@ class Scheduler:
             observer.on_plan(plan, now, elapsed, decided - started)
         return plan
 
+    def _ask_backend_costs(self) -> None:
+        """Each active job's rescale delay, restart cost and restore under way, where the
+        backend tells them."""
+        delay_of = rescale_delays(self.backend)
+        if delay_of is not None:
+            for r in self.active.values():
+                r.rescale_delay = max(0.0, float(delay_of(r.name)))
+            self._kept.clear()
+        costs = restart_costs(self.backend)
+        if costs is None:
+            return
+        cost_of, restoring_of = costs
+        if charges_restarts(self.backend):
+            for r in self.active.values():
+                r.restart_cost = max(0.0, float(cost_of(r.name)))
+                r.restoring_seconds = max(0.0, float(restoring_of(r.name)))
+            self._kept.clear()
+            return
+        for r in self.active.values():  # what asking would give every job
+            if r.restart_cost or r.restoring_seconds:
+                r.restart_cost = r.restoring_seconds = 0.0
+                self._kept.forget(r.name)
+
     def _decide(self, records: list[JobRecord], jobs: list[Job], previous: Placement) -> Plan:
         """decide(), after the heterogeneity policy chose a type for each job that accepts
         several (voda.core.hetero_plan); the chosen types become the jobs' own."""
@@ -911,6 +950,7 @@ class Scheduler:
             return decide(jobs, self.cluster, previous, algorithms, self.placer,
                           explain_reasons=self.explain)
         types = self.cluster.gpu_types()
+        self._kept.clear()  # the types, models and maps chosen here change the records
         fill_type_models(records, self.goodput_history, types)
         jobs = [r.snapshot() for r in records]
         algorithms = {t: self.algorithm_for(t) for t in {*types, *(j.gpu_type for j in jobs)}}
@@ -920,6 +960,7 @@ class Scheduler:
             explain_reasons=self.explain)
         for name in adopt_types(self.active, typed, choice):
             self._share_category(self.active[name])
+        self._kept.clear()
         for name, why in choice.why.items():
             if name in self.active:
                 self.active[name].type_reason = why
@@ -989,6 +1030,7 @@ class Scheduler:
 
     def _record(self, record: JobRecord, action: Action, now: float) -> None:
         """Note in the engine's records what the backend did."""
+        self._kept.forget(record.name)
         if action.kind is ActionKind.HALT:
             record.preemptions += 1
             self._place(record, ())
@@ -1147,6 +1189,7 @@ class Scheduler:
         return bool(getattr(self.backend, "resumes_within_epoch", False))
 
     def _place(self, record: JobRecord, placement: JobPlacement) -> None:
+        self._kept.forget(record.name)
         record.placement = placement
         record.current_workers = sum(c for _, c in placement)
 
@@ -1165,6 +1208,7 @@ class Scheduler:
         if old == status:
             return
         record.status = transition(old, status)
+        self._kept.forget(record.name)
         for observer in self.observers:
             observer.on_status(record, old, status, now)
 

@@ -10,11 +10,19 @@ frozen copy is kept with the record and handed out again while the record's dict
 equals it: an epoch report or a category's new measurement makes a new copy.
 
 The result equals `Job(**fields of the record)` field for field.
+
+A replay of the engine that reads no reasons (the simulator, a forecast) keeps each job's
+snapshot from one decision to the next (`KeptSnapshots`): between two decisions a job
+that nothing happened to has only its clock-driven counters and its completed epochs
+moved, so the kept snapshot (a `LiveJob`) gets those refreshed in place and is handed out
+again; the engine tells it of an epoch time measured (`map_changed`) and drops it
+(`forget`) wherever it changes any other field. No one holds a replay's snapshots past
+its decision (no reasons are worked out from them later).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -55,36 +63,48 @@ class _Draft:
     __slots__ = Job.__slots__
 
 
-def _builder(draft: type | None = _Draft) -> Callable[[Snapshotable], Job]:
+def _builder(draft: type | None = _Draft, into: type | None = None
+             ) -> Callable[[Snapshotable], Job]:
     """`build(record) -> Job`: one line per field, no per-field loop or check. With
     `draft` None (or where Python refuses the class change), each slot is set through
-    Job's own slot descriptor instead."""
+    Job's own slot descriptor instead. `into`: a Job subclass that takes plain stores
+    (LiveJob), built as one directly."""
     names = [f.name for f in fields(Job)]
     env: dict[str, Any] = {"new": object.__new__, "Job": Job, "Draft": draft,
-                           "frozen": frozen, "EMPTY": _EMPTY}
-    drafted = draft is not None and _class_change_allowed(draft)
-    lines = ["def build(r):", f"    job = new({'Draft' if drafted else 'Job'})"]
-    for i, name in enumerate(names):
-        value = f"r.{name}"
-        if name in MAP_FIELDS:
-            # An empty map (most jobs' most maps) is handed the shared empty view directly,
-            # an unchanged one its kept view (frozen(), inline: no call per map per job).
-            lines += [f"    s = r.{name}",
-                      f"    c = r.frozen_maps.get({name!r}) if s else None",
-                      f"    m = EMPTY if not s else c[1] if c is not None and c[0] == s "
-                      f"else frozen(r, {name!r})"]
-            value = "m"
-        if drafted:
-            lines.append(f"    job.{name} = {value}")
-        else:
-            env[f"set{i}"] = getattr(Job, name).__set__  # the slot's descriptor
-            lines.append(f"    set{i}(job, {value})")
-    if drafted:
+                           "frozen": frozen, "EMPTY": _EMPTY, "Into": into}
+    drafted = into is not None or (draft is not None and _class_change_allowed(draft))
+    made = "Into" if into is not None else "Draft" if drafted else "Job"
+    lines = ["def build(r):", f"    job = new({made})",
+             *_store_lines(names, not drafted, env, "    ")]
+    if drafted and into is None:
         lines.append("    job.__class__ = Job")
     lines.append("    return job")
     exec("\n".join(lines), env)  # the source is built above from Job's field names only
     build: Callable[[Snapshotable], Job] = env["build"]
     return build
+
+
+def _store_lines(names: Iterable[str], setters: bool, env: dict[str, Any],
+                 indent: str) -> list[str]:
+    """The statements that set the fields `names` of `job` from the record `r`: plain
+    stores, or (`setters`) calls of Job's slot descriptors, put in `env`."""
+    lines = []
+    for i, name in enumerate(names):
+        value = f"r.{name}"
+        if name in MAP_FIELDS:
+            # An empty map (most jobs' most maps) is handed the shared empty view directly,
+            # an unchanged one its kept view (frozen(), inline: no call per map per job).
+            lines += [f"s = r.{name}",
+                      f"c = r.frozen_maps.get({name!r}) if s else None",
+                      f"m = EMPTY if not s else c[1] if c is not None and c[0] == s "
+                      f"else frozen(r, {name!r})"]
+            value = "m"
+        if setters:
+            env[f"set{i}"] = getattr(Job, name).__set__  # the slot's descriptor
+            lines.append(f"set{i}(job, {value})")
+        else:
+            lines.append(f"job.{name} = {value}")
+    return [indent + line for line in lines]
 
 
 def _class_change_allowed(draft: type) -> bool:
@@ -109,3 +129,128 @@ def snapshot_with(record: Snapshotable, **changes: Any) -> Job:
             raise ValueError(f"snapshot_with: {name} is a map; change it on the record")
         getattr(Job, name).__set__(job, value)
     return job
+
+
+# The fields that move without the engine saying so: the counters every step adds to, the
+# progress an epoch report or a forecast's replay writes. A kept snapshot gets these (and
+# the maps) again at each decision; a change to any other field drops it.
+REFRESHED = (
+    "completed_epochs",
+    "attained_gpu_seconds", "attained_gpu_seconds_since_start",
+    "running_seconds", "running_seconds_since_start",
+    "running_seconds_since_epoch", "attained_gpu_seconds_since_epoch",
+    "waiting_seconds", "waiting_seconds_since_start",
+    "attained_gpu_seconds_since_promotion", "running_seconds_since_promotion",
+    "waiting_seconds_since_promotion",
+)
+
+
+class LiveJob(Job):
+    """A Job whose fields take plain stores: the engine's kept snapshot (KeptSnapshots),
+    refreshed in place between decisions. (Setting a frozen Job's class back and forth to
+    store into it costs about as much as building a new one.) Read as any Job; it equals
+    only another LiveJob with the same fields, as dataclasses compare."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
+# The maps a kept snapshot reads again at each decision. The engine changes a job's
+# `epoch_time_by_workers` in place only where its epoch reports are taken in, and tells the
+# kept snapshot then (`KeptSnapshots.map_changed`); the others, a category's shared layout
+# history among them, may change behind its back (most are empty: a cheap test).
+REREAD_MAPS = ("layout_throughput", "goodput_by_type")
+
+
+def _refresh_lines(setters: bool, env: dict[str, Any], indent: str,
+                   maps: tuple[str, ...] = MAP_FIELDS) -> list[str]:
+    """The statements that set the REFRESHED fields and `maps` of `job` from `r`."""
+    return _store_lines((*REFRESHED, *maps), setters, env, indent)
+
+
+def _refresher(setters: bool = False) -> Callable[[Snapshotable, Job], Job]:
+    """`refresh(record, job) -> job`: the REFRESHED fields and the maps of `job` (an earlier
+    LiveJob of the record) set from the record, in place. `setters`: through Job's slot
+    descriptors (any Job; the reference in tests) rather than plain stores."""
+    env: dict[str, Any] = {"frozen": frozen, "EMPTY": _EMPTY}
+    lines = ["def refresh(r, job):", *_refresh_lines(setters, env, "    "), "    return job"]
+    exec("\n".join(lines), env)  # the source is built above from Job's field names only
+    refresh: Callable[[Snapshotable, Job], Job] = env["refresh"]
+    return refresh
+
+
+Kept = dict[str, tuple[Any, Job]]
+
+
+def _taker() -> Callable[[Kept, list[Any], Callable[[Any], Job]], list[Job]]:
+    """`take(kept, records, build) -> jobs`: each record's kept LiveJob refreshed (the
+    statements of `refresh_snapshot`, inline: no call per job), or a new one built and
+    kept where none is kept for that very record."""
+    env: dict[str, Any] = {"frozen": frozen, "EMPTY": _EMPTY}
+    lines = ["def take(kept, records, build):",
+             "    out = []",
+             "    append = out.append",
+             "    get = kept.get",
+             "    for r in records:",
+             "        entry = get(r.name)",
+             "        if entry is not None and entry[0] is r:",
+             "            job = entry[1]",
+             *_refresh_lines(False, env, "            ", REREAD_MAPS),
+             "        else:",
+             "            job = build(r)",
+             "            kept[r.name] = (r, job)",
+             "        append(job)",
+             "    return out"]
+    exec("\n".join(lines), env)  # the source is built above from Job's field names only
+    take: Callable[[Kept, list[Any], Callable[[Any], Job]], list[Job]] = env["take"]
+    return take
+
+
+refresh_snapshot = _refresher()
+live_snapshot_of = _builder(into=LiveJob)
+_take = _taker()
+
+
+class Named(Snapshotable, Protocol):
+    name: str
+
+
+class KeptSnapshots:
+    """Each record's snapshot, kept from one decision to the next and refreshed in place
+    (see the module's note); `forget(name)` wherever the engine changes another field."""
+
+    def __init__(self, refresh: Callable[[Snapshotable, Job], Job] = refresh_snapshot,
+                 build: Callable[[Snapshotable], Job] = live_snapshot_of) -> None:
+        self.kept: Kept = {}
+        self.refresh = refresh
+        self.build = build
+
+    def take(self, records: list[Named]) -> list[Job]:
+        """The records' snapshots, in their order (their `epoch_time_by_workers` as last
+        told: see map_changed)."""
+        if self.refresh is refresh_snapshot:
+            return _take(self.kept, records, self.build)
+        kept, refresh, build = self.kept, self.refresh, self.build
+        out = []
+        for record in records:  # the same, with another refresh (tests)
+            entry = kept.get(record.name)
+            if entry is not None and entry[0] is record:
+                out.append(refresh(record, entry[1]))
+            else:
+                job = build(record)
+                kept[record.name] = (record, job)
+                out.append(job)
+        return out
+
+    def map_changed(self, record: Named, name: str) -> None:
+        """The record's map `name` was changed in place: its kept snapshot gets a copy."""
+        entry = self.kept.get(record.name)
+        if entry is not None and entry[0] is record:
+            setattr(entry[1], name, frozen(record, name) if getattr(record, name) else _EMPTY)
+
+    def forget(self, name: str) -> None:
+        self.kept.pop(name, None)
+
+    def clear(self) -> None:
+        self.kept.clear()
