@@ -425,7 +425,11 @@ def disagreements(replay: Replay, latency: float, measured: bool = True) -> list
         tolerance = jct_tolerance(expected, changes, replay.settings, latency, period)
         if abs(job.jct - expected) > tolerance:
             out.append(f"{name}: service JCT {job.jct:.1f} s, simulated {expected:.1f} s "
-                       f"(|diff| {abs(job.jct - expected):.1f} > {tolerance:.1f})")
+                       f"(|diff| {abs(job.jct - expected):.1f} > {tolerance:.1f}); "
+                       f"submitted at {job.submit:.1f} s, the service's worker counts "
+                       f"{job.worker_counts}, {job.preemptions} preemptions, "
+                       f"{job.migrations} migrations, longest step period "
+                       f"{replay.step_period:.3f} s")
     return out
 
 
