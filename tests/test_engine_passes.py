@@ -2,8 +2,8 @@
 
 - `plan._call` hands back a copy of a placer's plain dict of non-empty tuples instead of
   rebuilding it entry by entry (the plain comprehension stays for anything else);
-- `plan.diff` passes over the jobs handed their very tuple back in C (`plain_diff` below
-  is the loop it replaced);
+- `plan.diff` passes over the jobs handed their very tuple back in C (`plain_diff` looks
+  at every job);
 - `Scheduler._apply` looks for the jobs to mark waiting among the submitted jobs the
   decision gathered, not among every active job (`arrived=None`: every active job).
 """
@@ -16,8 +16,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from voda.core.model import Action, JobStatus, Placement
-from voda.core.plan import _action_order, _call, classify, diff
+from voda.core.model import JobStatus
+from voda.core.plan import _call, diff, plain_diff
 from voda.engine import scheduler as engine
 from voda.sim.cluster_file import parse_cluster
 from voda.sim.presets import apply_preset
@@ -86,28 +86,6 @@ def test_apply_marks_the_same_jobs_waiting_from_the_arrived_ones(monkeypatch: An
     arrived = _waiting_marks(monkeypatch, every_job=False)
     assert every and arrived == every
 
-
-
-def plain_diff(old: Placement, new: Placement) -> tuple[Action, ...]:
-    """diff as it was: one Python loop over every job of each placement."""
-    actions = []
-    get = old.get
-    for job, n in new.items():
-        o = get(job, ())
-        if o is n:
-            continue
-        o, n = tuple(o), tuple(n)
-        if o == n:
-            continue
-        kind = classify(o, n)
-        if kind is not None:
-            actions.append(Action(kind, job, o, n))
-    for job, o in old.items():
-        if job not in new and o:
-            kind = classify(tuple(o), ())
-            if kind is not None:
-                actions.append(Action(kind, job, tuple(o), ()))
-    return tuple(sorted(actions, key=_action_order))
 
 
 NAMES = ("j1", "j2", "j3", "j4", "j5")

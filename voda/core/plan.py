@@ -85,12 +85,26 @@ def _action_order(action: Action) -> tuple[int, str]:
 def diff(old: Placement, new: Placement) -> tuple[Action, ...]:
     """The actions that turn `old` into `new`: frees (halt, scale-in, migrate) before
     takes (start, scale-out), by job name within a kind."""
-    actions = []
     get = old.get
-    # A placer that keeps a job's placement hands the same tuple back: those jobs are
-    # passed over in C (no Python line per job).
-    for job, n in compress(new.items(), map(is_not, map(get, new), new.values())):
-        o = get(job, ())
+    # A placer that keeps a job's placement hands the same tuple back: those jobs, and the
+    # jobs still placed, are passed over in C (no Python line per job; plain_diff: one).
+    changed = compress(new.items(), map(is_not, map(get, new), new.values()))
+    gone = compress(old.items(), map(not_, map(new.__contains__, old)))
+    return _actions(((job, get(job, ()), n) for job, n in changed), gone)
+
+
+def plain_diff(old: Placement, new: Placement) -> tuple[Action, ...]:
+    """`diff`, looking at every job (the reference in tests/test_engine_passes.py)."""
+    return _actions(((job, old.get(job, ()), n) for job, n in new.items()),
+                    ((job, o) for job, o in old.items() if job not in new))
+
+
+def _actions(changed: Iterable[tuple[str, JobPlacement, JobPlacement]],
+             gone: Iterable[tuple[str, JobPlacement]]) -> tuple[Action, ...]:
+    """The actions of the jobs whose placement went from `o` to `n` (changed) and of the
+    jobs no longer placed, in order."""
+    actions = []
+    for job, o, n in changed:
         if o is n:
             continue
         o, n = tuple(o), tuple(n)
@@ -99,8 +113,8 @@ def diff(old: Placement, new: Placement) -> tuple[Action, ...]:
         kind = classify(o, n)
         if kind is not None:
             actions.append(Action(kind, job, o, n))
-    for job, o in compress(old.items(), map(not_, map(new.__contains__, old))):
-        if o:  # held, and not in the new placement
+    for job, o in gone:
+        if o:
             kind = classify(tuple(o), ())
             if kind is not None:
                 actions.append(Action(kind, job, tuple(o), ()))
