@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 
 from voda.core.model import Job, JobStatus
 from voda.engine import scheduler as engine
+from voda.engine import snapshots
 from voda.engine.scheduler import JobRecord
 from voda.engine.snapshots import (
+    REFRESHED,
     KeptSnapshots,
     LiveJob,
     _refresher,
@@ -122,6 +124,25 @@ def test_a_kept_snapshot_is_a_job_refreshed_in_place() -> None:
     assert kept.take([other])[0].current_workers == 0
 
 
+def test_the_counters_a_job_moves_running_or_not_are_the_refreshed_ones() -> None:
+    assert set(COUNTERS) == set(REFRESHED) == set(MOVED_WHILE_RUNNING) | set(
+        MOVED_WHILE_WAITING)
+    assert set(snapshots.MOVED_WHILE_RUNNING) == MOVED_WHILE_RUNNING
+    assert set(snapshots.MOVED_WHILE_WAITING) == MOVED_WHILE_WAITING
+
+
+def test_a_kept_snapshot_of_a_job_not_running_gets_its_waiting_counters() -> None:
+    record = JobRecord("w", status=JobStatus.WAITING)
+    kept = KeptSnapshots()
+    [first] = kept.take([record])
+    engine.account_all([record], 7.0)
+    record.running_seconds_since_epoch = 0.0  # its last epoch's report, after it stopped
+    record.completed_epochs = 1.0
+    [again] = kept.take([record])
+    assert again is first
+    assert_reads_as_fresh([again], [record])
+
+
 # --- random sequences of changes -------------------------------------------------------
 NAMES = ("a", "b", "c")
 # What the engine changes without a word (the clock's counters, a forecast's progress),
@@ -133,6 +154,14 @@ COUNTERS = (
     "attained_gpu_seconds_since_promotion", "running_seconds_since_promotion",
     "waiting_seconds_since_promotion",
 )
+# Of those, the ones accounting and epoch reports move for a job that runs, and for one
+# that does not (a job's workers change only with its placement, which drops its snapshot).
+MOVED_WHILE_RUNNING = frozenset(COUNTERS) - {
+    "waiting_seconds", "waiting_seconds_since_start", "waiting_seconds_since_promotion"}
+MOVED_WHILE_WAITING = frozenset(COUNTERS) - {
+    "attained_gpu_seconds", "attained_gpu_seconds_since_start", "running_seconds",
+    "running_seconds_since_start", "attained_gpu_seconds_since_promotion",
+    "running_seconds_since_promotion"}
 FLOATS = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)
 CHANGES = st.one_of(
     st.tuples(st.just("count"), st.sampled_from(NAMES), st.sampled_from(COUNTERS), FLOATS),
@@ -153,7 +182,9 @@ def apply_change(change: tuple[Any, ...], records: dict[str, JobRecord],
     kind, name, what, value = change
     record = records.get(name)
     if kind == "count":
-        setattr(record, what, value)  # the clock or a forecast's progress: nothing said
+        moved = MOVED_WHILE_RUNNING if record.current_workers > 0 else MOVED_WHILE_WAITING
+        if what in moved:
+            setattr(record, what, value)  # the clock or a forecast's progress: nothing said
     elif kind == "epoch_map":
         record.epoch_time_by_workers[what] = value  # an epoch report, in place
         kept.map_changed(record, "epoch_time_by_workers")

@@ -442,6 +442,9 @@ class Scheduler:
         # Each job's snapshot kept between decisions when no reasons are worked out
         # (voda.engine.snapshots); dropped wherever a field other than its counters changes.
         self._kept = KeptSnapshots()
+        # Whether a record may hold a restart cost or restore that a backend which charges
+        # none must zero (_ask_backend_costs): a job taken in may bring one.
+        self._costs_to_zero = True
 
     # ----- configuration -------------------------------------------------
     def _under_queues(self, algorithm: AllocationAlgorithm) -> AllocationAlgorithm:
@@ -522,6 +525,7 @@ class Scheduler:
             record.epoch_time_by_workers = dict(known)
         self._share_category(record)
         self._kept.forget(record.name)
+        self._costs_to_zero = True
         self.jobs[job.name] = record
         if not record.status.is_terminal:
             self.active[job.name] = record
@@ -539,6 +543,7 @@ class Scheduler:
         """
         self._share_category(record)
         self._kept.forget(record.name)
+        self._costs_to_zero = True
         self.jobs[record.name] = record
         if not record.status.is_terminal:
             self.active[record.name] = record
@@ -716,6 +721,7 @@ class Scheduler:
             if restart_costs(self.backend) is None:  # else the backend's figure is used
                 record.restart_cost = record.measured_restart_cost
                 self._kept.forget(record.name)
+                self._costs_to_zero = True
 
     @staticmethod
     def _record_layout(record: JobRecord, rate: Any, workers: int) -> None:
@@ -871,6 +877,7 @@ class Scheduler:
         self._reasons = set()
         self._ask_backend_costs()
         records = []
+        arrived = []  # the jobs submitted by now and not yet started (see _apply)
         previous: Placement = {}
         submitted = JobStatus.SUBMITTED
         confines = callable(getattr(self.backend, "job_nodes", None))
@@ -879,6 +886,8 @@ class Scheduler:
                 previous[r.name] = r.placement
             if r.status is not submitted or r.submit_time <= now:
                 records.append(r)
+                if r.status is submitted:
+                    arrived.append(r)
                 if not confines and r.nodes is not None:
                     r.nodes = None  # the backend confines no job: each may use every node
                     self._kept.forget(r.name)
@@ -901,7 +910,7 @@ class Scheduler:
             self._all_refused(now)
             return None
         decided = time.perf_counter()
-        failure = self._apply(plan, now)
+        failure = self._apply(plan, now, arrived)
         reasons = dict(plan.errors)
         if failure is not None:
             reasons[ALL_GPU_TYPES] = failure
@@ -936,11 +945,15 @@ class Scheduler:
                 r.restart_cost = max(0.0, float(cost_of(r.name)))
                 r.restoring_seconds = max(0.0, float(restoring_of(r.name)))
             self._kept.clear()
+            self._costs_to_zero = True
             return
+        if not self._costs_to_zero:
+            return  # every record is at 0 since the last pass: no job taken in since
         for r in self.active.values():  # what asking would give every job
             if r.restart_cost or r.restoring_seconds:
                 r.restart_cost = r.restoring_seconds = 0.0
                 self._kept.forget(r.name)
+        self._costs_to_zero = False
 
     def _decide(self, records: list[JobRecord], jobs: list[Job], previous: Placement) -> Plan:
         """decide(), after the heterogeneity policy chose a type for each job that accepts
@@ -992,8 +1005,11 @@ class Scheduler:
         delay *= 2.0 ** min(self._refusals_in_a_row - 1, 30)
         self._retry_at = now + min(delay, RETRY_MAX_SECONDS)
 
-    def _apply(self, plan: Plan, now: float) -> str | None:
-        """Carry the actions out: the backend acts first, the records follow.
+    def _apply(self, plan: Plan, now: float, arrived: Iterable[JobRecord] | None = None
+               ) -> str | None:
+        """Carry the actions out: the backend acts first, the records follow; then the jobs
+        submitted by now that were given no GPUs wait. `arrived`: the active jobs that may
+        be among them (submitted, in the active jobs' order), where the caller has them.
 
         Returns why, when the backend failed an action: the rest is not tried and the
         records are made to say what the backend runs.
@@ -1010,8 +1026,8 @@ class Scheduler:
                 return f"backend failed to {action.kind} {action.job}: {exc}"
             self._record(record, action, now)
         submitted, allocated = JobStatus.SUBMITTED, plan.allocation.get
-        for name, record in self.active.items():
-            if record.status is submitted and allocated(name, 0) == 0 and (
+        for record in self.active.values() if arrived is None else arrived:
+            if record.status is submitted and allocated(record.name, 0) == 0 and (
                 record.submit_time <= now
             ):
                 self._set_status(record, JobStatus.WAITING, now)

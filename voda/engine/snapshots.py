@@ -145,6 +145,24 @@ REFRESHED = (
 )
 
 
+# Of REFRESHED, the fields that can move for a job that runs (current_workers > 0) and for
+# one that does not, between two decisions that keep its snapshot: accounting adds to the
+# running or the waiting counters as the job holds workers or not (account_all), and an
+# epoch report may still move either's progress and its epoch under way (a halted job's
+# last epoch ends after it stopped). Its workers change only with its placement, which
+# drops the kept snapshot.
+MOVED_WHILE_RUNNING = (
+    "completed_epochs", "running_seconds_since_epoch", "attained_gpu_seconds_since_epoch",
+    "attained_gpu_seconds", "attained_gpu_seconds_since_start",
+    "running_seconds", "running_seconds_since_start",
+    "attained_gpu_seconds_since_promotion", "running_seconds_since_promotion",
+)
+MOVED_WHILE_WAITING = (
+    "completed_epochs", "running_seconds_since_epoch", "attained_gpu_seconds_since_epoch",
+    "waiting_seconds", "waiting_seconds_since_start", "waiting_seconds_since_promotion",
+)
+
+
 class LiveJob(Job):
     """A Job whose fields take plain stores: the engine's kept snapshot (KeptSnapshots),
     refreshed in place between decisions. (Setting a frozen Job's class back and forth to
@@ -185,9 +203,11 @@ Kept = dict[str, tuple[Any, Job]]
 
 def _taker() -> Callable[[Kept, list[Any], Callable[[Any], Job]], list[Job]]:
     """`take(kept, records, build) -> jobs`: each record's kept LiveJob refreshed (the
-    statements of `refresh_snapshot`, inline: no call per job), or a new one built and
-    kept where none is kept for that very record."""
+    statements of `refresh_snapshot`, inline: no call per job; of the counters, only those
+    that move for a job running or not, as it is), or a new one built and kept where none
+    is kept for that very record."""
     env: dict[str, Any] = {"frozen": frozen, "EMPTY": _EMPTY}
+    indent = " " * 16
     lines = ["def take(kept, records, build):",
              "    out = []",
              "    append = out.append",
@@ -196,7 +216,10 @@ def _taker() -> Callable[[Kept, list[Any], Callable[[Any], Job]], list[Job]]:
              "        entry = get(r.name)",
              "        if entry is not None and entry[0] is r:",
              "            job = entry[1]",
-             *_refresh_lines(False, env, "            ", REREAD_MAPS),
+             "            if r.current_workers > 0:",
+             *_store_lines((*MOVED_WHILE_RUNNING, *REREAD_MAPS), False, env, indent),
+             "            else:",
+             *_store_lines((*MOVED_WHILE_WAITING, *REREAD_MAPS), False, env, indent),
              "        else:",
              "            job = build(r)",
              "            kept[r.name] = (r, job)",

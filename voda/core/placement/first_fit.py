@@ -69,9 +69,11 @@ def forget_last_fit() -> None:
 
 
 # A job's part of the last result and what it was placed for: (its JobPlacement tuple,
-# its GPUs, its GPU type, priority and submit time, and its sort key: its place in the job
-# order).
-_Entry = tuple[JobPlacement, int, str, int, float, tuple[int, float, str]]
+# its GPUs, its GPU type, priority and submit time, its sort key: its place in the job
+# order, and the Job itself: handed the same object again, those fields are the same, as a
+# Job's are frozen and the engine's kept snapshot, voda.engine.snapshots.LiveJob, takes new
+# values only in its counters and maps).
+_Entry = tuple[JobPlacement, int, str, int, float, tuple[int, float, str], Job]
 
 
 @dataclass
@@ -114,7 +116,7 @@ def _fit_of(result: dict[str, JobPlacement], allocation: Allocation,
 
 
 def _entry(placement: JobPlacement, gpus: int, job: Job) -> _Entry:
-    return placement, gpus, job.gpu_type, job.priority, job.submit_time, SORT_KEY(job)
+    return placement, gpus, job.gpu_type, job.priority, job.submit_time, SORT_KEY(job), job
 
 
 def _since_last(last: _Fit, allocation: Allocation, jobs: Mapping[str, Job],
@@ -142,9 +144,12 @@ def _since_last(last: _Fit, allocation: Allocation, jobs: Mapping[str, Job],
             return None  # placed without a Job: the plain placer decides
         entry = entry_of(name)
         if entry is not None and entry[0] is held(name) and entry[1] == gpus and (
+                entry[6] is job):
+            kept[name] = entry
+        elif entry is not None and entry[0] is held(name) and entry[1] == gpus and (
                 entry[2] == job.gpu_type and entry[3] == job.priority
                 and entry[4] == job.submit_time and job.name == name):
-            kept[name] = entry
+            kept[name] = entries[name] = (*entry[:6], job)  # the same, told by a new Job
         elif job.name != name:
             return None  # a Job under another name: the plain placer decides
         else:
