@@ -523,8 +523,7 @@ class Scheduler:
         known = self.category_history.get(history_key(record))
         if not record.epoch_time_by_workers and known:
             record.epoch_time_by_workers = dict(known)
-        self._share_category(record)
-        self._kept.forget(record.name)
+        self._share_category(record)  # (it drops a snapshot kept under the name)
         self._costs_to_zero = True
         self.jobs[job.name] = record
         if not record.status.is_terminal:
@@ -541,8 +540,7 @@ class Scheduler:
 
         Running jobs are adopted, not restarted; the next rescheduling decides afresh.
         """
-        self._share_category(record)
-        self._kept.forget(record.name)
+        self._share_category(record)  # (it drops a snapshot kept under the name)
         self._costs_to_zero = True
         self.jobs[record.name] = record
         if not record.status.is_terminal:
@@ -571,7 +569,9 @@ class Scheduler:
 
     def _share_category(self, record: JobRecord) -> None:
         """Point the job at its category's layout history on its GPU type, adding what it
-        brought, and show it the category's best-measured goodput model."""
+        brought, and show it the category's best-measured goodput model. A snapshot kept
+        under its name is dropped (a job taken in, or its maps changed)."""
+        self._kept.forget(record.name)
         if not record.category:
             return
         key = history_key(record)
@@ -580,7 +580,6 @@ class Scheduler:
             shared.setdefault(layout, seconds)
         record.layout_throughput = shared
         record.category_goodput = self.goodput_history.get(key)
-        self._kept.forget(record.name)
 
     def delete(self, name: str, now: float) -> JobRecord:
         record = self.jobs[name]

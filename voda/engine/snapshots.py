@@ -181,18 +181,14 @@ class LiveJob(Job):
 REREAD_MAPS = ("layout_throughput", "goodput_by_type")
 
 
-def _refresh_lines(setters: bool, env: dict[str, Any], indent: str,
-                   maps: tuple[str, ...] = MAP_FIELDS) -> list[str]:
-    """The statements that set the REFRESHED fields and `maps` of `job` from `r`."""
-    return _store_lines((*REFRESHED, *maps), setters, env, indent)
-
-
 def _refresher(setters: bool = False) -> Callable[[Snapshotable, Job], Job]:
-    """`refresh(record, job) -> job`: the REFRESHED fields and the maps of `job` (an earlier
-    LiveJob of the record) set from the record, in place. `setters`: through Job's slot
-    descriptors (any Job; the reference in tests) rather than plain stores."""
+    """`refresh(record, job) -> job`: every REFRESHED field and every map of `job` (an
+    earlier snapshot of the record) set from the record, in place: the reference for what
+    `KeptSnapshots.take` refreshes of a job as it is. `setters`: through Job's slot
+    descriptors (any Job) rather than plain stores (a LiveJob)."""
     env: dict[str, Any] = {"frozen": frozen, "EMPTY": _EMPTY}
-    lines = ["def refresh(r, job):", *_refresh_lines(setters, env, "    "), "    return job"]
+    lines = ["def refresh(r, job):", *_store_lines((*REFRESHED, *MAP_FIELDS), setters, env,
+                                                    "    "), "    return job"]
     exec("\n".join(lines), env)  # the source is built above from Job's field names only
     refresh: Callable[[Snapshotable, Job], Job] = env["refresh"]
     return refresh
@@ -202,10 +198,10 @@ Kept = dict[str, tuple[Any, Job]]
 
 
 def _taker() -> Callable[[Kept, list[Any], Callable[[Any], Job]], list[Job]]:
-    """`take(kept, records, build) -> jobs`: each record's kept LiveJob refreshed (the
-    statements of `refresh_snapshot`, inline: no call per job; of the counters, only those
-    that move for a job running or not, as it is), or a new one built and kept where none
-    is kept for that very record."""
+    """`take(kept, records, build) -> jobs`: each record's kept LiveJob refreshed (inline:
+    no call per job; of the counters, only those that move for a job running or not, as it
+    is; of the maps, REREAD_MAPS), or a new one built and kept where none is kept for that
+    very record."""
     env: dict[str, Any] = {"frozen": frozen, "EMPTY": _EMPTY}
     indent = " " * 16
     lines = ["def take(kept, records, build):",
@@ -230,7 +226,6 @@ def _taker() -> Callable[[Kept, list[Any], Callable[[Any], Job]], list[Job]]:
     return take
 
 
-refresh_snapshot = _refresher()
 live_snapshot_of = _builder(into=LiveJob)
 _take = _taker()
 
@@ -243,8 +238,10 @@ class KeptSnapshots:
     """Each record's snapshot, kept from one decision to the next and refreshed in place
     (see the module's note); `forget(name)` wherever the engine changes another field."""
 
-    def __init__(self, refresh: Callable[[Snapshotable, Job], Job] = refresh_snapshot,
+    def __init__(self, refresh: Callable[[Snapshotable, Job], Job] | None = None,
                  build: Callable[[Snapshotable], Job] = live_snapshot_of) -> None:
+        """`refresh`: a kept snapshot refreshed by it instead (tests: `_refresher`, the
+        reference)."""
         self.kept: Kept = {}
         self.refresh = refresh
         self.build = build
@@ -252,11 +249,12 @@ class KeptSnapshots:
     def take(self, records: list[Named]) -> list[Job]:
         """The records' snapshots, in their order (their `epoch_time_by_workers` as last
         told: see map_changed)."""
-        if self.refresh is refresh_snapshot:
+        refresh = self.refresh
+        if refresh is None:
             return _take(self.kept, records, self.build)
-        kept, refresh, build = self.kept, self.refresh, self.build
+        kept, build = self.kept, self.build
         out = []
-        for record in records:  # the same, with another refresh (tests)
+        for record in records:
             entry = kept.get(record.name)
             if entry is not None and entry[0] is record:
                 out.append(refresh(record, entry[1]))

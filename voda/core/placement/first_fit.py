@@ -143,17 +143,17 @@ def _since_last(last: _Fit, allocation: Allocation, jobs: Mapping[str, Job],
         if job is None:
             return None  # placed without a Job: the plain placer decides
         entry = entry_of(name)
-        if entry is not None and entry[0] is held(name) and entry[1] == gpus and (
-                entry[6] is job):
-            kept[name] = entry
-        elif entry is not None and entry[0] is held(name) and entry[1] == gpus and (
-                entry[2] == job.gpu_type and entry[3] == job.priority
-                and entry[4] == job.submit_time and job.name == name):
-            kept[name] = entries[name] = (*entry[:6], job)  # the same, told by a new Job
-        elif job.name != name:
+        if entry is not None and entry[0] is held(name) and entry[1] == gpus:
+            if entry[6] is job:
+                kept[name] = entry
+                continue
+            if (entry[2] == job.gpu_type and entry[3] == job.priority
+                    and entry[4] == job.submit_time and job.name == name):
+                kept[name] = entries[name] = (*entry[:6], job)  # the same, told by a new Job
+                continue
+        if job.name != name:
             return None  # a Job under another name: the plain placer decides
-        else:
-            changed.append(name)
+        changed.append(name)
     free = last.free
     for name in entries.keys() - kept.keys():  # changed or gone: its GPUs are given back
         for node, count in entries.pop(name)[0]:
