@@ -19,6 +19,7 @@ from voda.core.model import Job
 from voda.engine.backend import SupportsReasons
 from voda_testing.kube.cluster import WORK_ANNOTATION
 from voda_testing.kube.harness import FakeCluster, eventually
+from voda_testing.kube.patches import MERGE
 from voda_testing.kube.server import Fault
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,3 +158,22 @@ def test_the_service_has_other_jobs_named_as_people_gave_them(cluster: FakeClust
         "Shrunk from 2 to 1 GPU: 1 went to resnet.")
     assert [e["message"] for e in events(cluster, "s")] == [
         "Shrunk from 2 to 1 GPU: 1 went to resnet."]
+
+
+def test_a_conflict_with_a_stale_informer_reads_the_object_afresh(
+        cluster: FakeCluster) -> None:
+    """The informer's copy can lag behind the server for as long as its watch is silent
+    (60 s before it is taken for dead): a conflict reads the object itself, and the
+    condition is written against the operator's newer status, keeping it."""
+    backend, _ = start(cluster, "mpijob", "l")
+    assert cluster.server.stall_watches() > 0
+    written = cluster.server.store.get("mpijobs", NS, "l")["status"]["conditions"]
+    probe = {"type": "Probe", "status": "True", "reason": "Probed", "message": "newer"}
+    cluster.server.store.patch("mpijobs", NS, "l", {"status": {"conditions": [
+        *written, probe]}}, MERGE, subresource="status")
+    backend.note_reason("l", "Shared", "Holds 1 of its max 8 GPUs.", 1.0)
+    eventually(lambda: (condition(cluster, "mpijobs", "l") or {}).get("reason") == "Shared",
+               timeout=15)
+    assert backend.stats.get("reason_conflicts", 0) >= 1
+    obj = cluster.server.store.get("mpijobs", NS, "l")
+    assert {"Created", "Running", "Probe"} <= {c["type"] for c in obj["status"]["conditions"]}

@@ -118,6 +118,8 @@ from voda.spec.errors import FieldError
 log = logging.getLogger(__name__)
 Adapter = MPIJobAdapter | PyTorchJobAdapter
 _runs = itertools.count()
+# Tries of the reason's condition against a fresh read after a conflict, per reconciliation.
+CONDITION_ATTEMPTS = 3
 
 
 def is_elastic_owner(owner: str) -> bool:
@@ -751,20 +753,40 @@ class KubernetesBackend:
         if adapter is None:
             return
         try:
-            self.api.patch(adapter.kind, self.settings.namespace, meta["name"],
-                           condition_patch(obj, pending, now), MERGE_PATCH, sub="status")
+            written = self._patch_condition(adapter, obj, pending, now)
         except ApiError as exc:
-            if exc.status == 409:  # the object moved on: again, once the informer shows it
-                with self.lock:
-                    self.reasons.setdefault(job, pending)
-                return
             self._count("reason_failures")
             log.warning("job %s: could not set its condition %s: %s", job,
                         pending.event_reason, exc)
             return
+        if not written:  # the object kept moving on: again, once the informer shows it
+            with self.lock:
+                self.reasons.setdefault(job, pending)
+            return
         self._count("reason_conditions")
         with self.lock:
             self.reason_shown[job] = (uid, pending.code)
+
+    def _patch_condition(self, adapter: Adapter, obj: Obj, pending: PendingReason,
+                         now: float) -> bool:
+        """Patch the condition against the version read; on a conflict, read the object
+        afresh and patch against that (the informer's copy may lag far behind), a few
+        times. False: still conflicting, or the object is gone or replaced."""
+        meta = obj["metadata"]
+        for _ in range(CONDITION_ATTEMPTS):
+            try:
+                self.api.patch(adapter.kind, self.settings.namespace, meta["name"],
+                               condition_patch(obj, pending, now), MERGE_PATCH, sub="status")
+                return True
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                self._count("reason_conflicts")
+            fresh = self.api.try_get(adapter.kind, self.settings.namespace, meta["name"])
+            if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
+                return False
+            obj = fresh
+        return False
 
     def _delete_object(self, adapter: Adapter, obj: Obj) -> None:
         """Delete a job object (its pods first: Foreground), once per version seen."""

@@ -13,7 +13,8 @@ path, writes two things on the object of the job's run:
   string (mpi-operator's list is a map keyed by type), so the server keeps it, and both
   operators keep conditions of types they do not own when they set their own. The
   merge patch carries the object's resourceVersion: it replaces the conditions list
-  only as it was read, never over an operator's newer write (a 409 is tried again).
+  only as it was read, never over an operator's newer write (a 409 reads the
+  object afresh and is tried again against it).
 
 Other jobs a sentence mentions are said by the names people gave them (the service sets
 the backend's `said`; the engine's sentences key jobs by uid). A preempted job's object
