@@ -8,11 +8,13 @@ import dataclasses
 import random
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_allocation_properties import jobs_strategy
+from test_quota_properties import scenario
 
 from voda.core.allocation.afs import AFSL, afs_l, afs_l_many
 from voda.core.allocation.base import (
@@ -33,9 +35,11 @@ from voda.core.allocation.voda import Voda
 from voda.core.model import Job
 from voda.core.oracle import StepOracle
 from voda.core.quotas import Queue, QueueSet, with_queues
+from voda.core.quotas.runs import QueueRuns
+from voda.core.quotas.share import share
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
-from allocate import make_jobs
+from allocate import make_jobs, team_queues
 
 MANY = [Voda(), Voda(gpus_per_node=8, tail_floor=0.5, aging=0.0), Pollux(),
         Pollux(gpus_per_node=2, fairness=0.0, aligned=False), SRJF(), SRJF(order="wall_time"),
@@ -239,3 +243,39 @@ def test_priority_classes_kept_over_calls_are_those_worked_out_each_call(
                 return [dict.fromkeys((j.name for j in members), 0) for members, _ in classes]
             allocate_many_by_priority(problems, record, store)
         assert handed[0] == handed[1]
+
+
+def _decided(algorithm: object, jobs: list[Job], capacity: int, queues: QueueSet,
+             exact: bool) -> tuple:
+    decision = share(algorithm, jobs, capacity, queues, "default", exact)  # type: ignore[arg-type]
+    return list(decision.allocation.items()), decision.queues, decision.reclaimed
+
+
+def _stored_guarantee_runs(self: QueueRuns, wanted: object, keep: bool = True) -> None:
+    """The reference: every run of the layer with the algorithm's store."""
+    return _PREFETCH(self, wanted, True)
+
+
+_PREFETCH = QueueRuns.prefetch
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=scenario(), exact=st.booleans())
+def test_guarantee_runs_without_the_store_decide_as_with_it(
+        case: tuple[QueueSet, list[Job], int], exact: bool) -> None:
+    # The runs of the queues whose guarantee covers their demand keep nothing in the
+    # store (they are not offered more): the same decisions as with every run stored.
+    queues, jobs, capacity = case
+    for algorithm in MANY[:4]:
+        fast = _decided(algorithm, jobs, capacity, queues, exact)
+        with mock.patch.object(QueueRuns, "prefetch", _stored_guarantee_runs):
+            assert _decided(algorithm, jobs, capacity, queues, exact) == fast
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_bench_queues_decide_as_with_every_run_stored(seed: int) -> None:
+    jobs, queues = team_queues(make_jobs(400, seed), seed)
+    for algorithm in (Voda(), Pollux()):
+        fast = _decided(algorithm, jobs, 1_600, queues, False)
+        with mock.patch.object(QueueRuns, "prefetch", _stored_guarantee_runs):
+            assert _decided(algorithm, jobs, 1_600, queues, False) == fast

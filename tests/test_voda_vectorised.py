@@ -205,3 +205,36 @@ def test_weights_floors_and_shares_of_many_problems_are_those_of_each(
                 assert voda.water_shares(curves, capacity, share).tolist() == filled
     for (part, curves, _), mine in zip(problems, many, strict=True):
         assert same_bits(mine, algorithm._job_weights(part, curves))
+
+
+@settings(max_examples=400, deadline=None)
+@given(caps=st.lists(st.integers(-1, 40), min_size=1, max_size=40),
+       sizes=st.lists(st.sampled_from([0.5, 1.0, 1.0, 3.0, 120.0, math.inf, math.nan])
+                      | st.floats(0.0, 1e4), min_size=40, max_size=40),
+       capacity=st.integers(0, 400))
+def test_water_shares_between_match_the_filled_levels(caps: list[int], sizes: list[float],
+                                                      capacity: int) -> None:
+    # The one-pass "between" shares (and the prefix levels' pass over the rooms that fit)
+    # against the water levels worked out as before, with ties, inf and NaN among the sizes.
+    curves = [Curve(cap, np.zeros(max(cap, 0) + 1), size, None, None)
+              for cap, size in zip(caps, sizes, strict=False)]
+    rooms = [max(cap, 0) for cap in caps]
+    for share in INELASTIC_SHARES:
+        assert (voda.water_shares_each(curves, capacity, share)
+                == (rooms if sum(rooms) <= capacity
+                    else voda.water_shares_filled(curves, rooms, capacity, share)))
+    assert voda.water_shares_filled(curves, rooms, capacity, "between") == [
+        int(math.sqrt(min(room, even) * min(room, later))) for room, even, later in zip(
+            rooms, [voda.water_level(sorted(rooms), capacity)] * len(rooms),
+            _later_levels(curves, rooms, capacity), strict=True)]
+
+
+def _later_levels(curves: list[Curve], rooms: list[int], capacity: int) -> list[int]:
+    """Each job's water level over the jobs at least as long as it, one prefix at a time
+    (the reference for `prefix_water_levels`' pass over the rooms that all fit)."""
+    longest_first = sorted(range(len(curves)), key=lambda i: (curves[i].size, i))[::-1]
+    levels = [0] * len(curves)
+    for k, i in enumerate(longest_first):
+        prefix = sorted(rooms[j] for j in longest_first[:k + 1])
+        levels[i] = prefix[-1] if sum(prefix) <= capacity else voda.water_level(prefix, capacity)
+    return levels

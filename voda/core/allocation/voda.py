@@ -782,7 +782,25 @@ def water_shares_each(curves: Sequence[Curve], capacity: int, share_of: str) -> 
     caps = [max(c.cap, 0) for c in curves]
     if sum(caps) <= capacity:  # every job fits at its cap: that is each share
         return caps
-    return water_shares_filled(curves, caps, capacity, share_of)
+    sizes = [c.size for c in curves]
+    if share_of != "between" or any(size != size for size in sizes):  # NaN: the tuple sort
+        return water_shares_filled(curves, caps, capacity, share_of)
+    return water_shares_between(sizes, caps, capacity)
+
+
+def water_shares_between(sizes: list[float], caps: list[int], capacity: int) -> list[int]:
+    """`water_shares_filled`'s "between" shares of jobs whose sizes hold no NaN, in one
+    pass: a stable sort by size alone orders ties by position as the (size, position) key
+    does, and each share is the same minimum and square root of the same integers."""
+    level = water_level(sorted(caps), capacity)
+    longest_first = sorted(range(len(sizes)), key=sizes.__getitem__)[::-1]
+    levels = prefix_water_levels([caps[i] for i in longest_first], capacity)
+    shares = [0] * len(caps)
+    sqrt = math.sqrt
+    for i, later in zip(longest_first, levels, strict=True):
+        cap = caps[i]
+        shares[i] = int(sqrt((cap if cap < level else level) * (cap if cap < later else later)))
+    return shares
 
 
 def water_shares_filled(curves: Sequence[Curve], caps: list[int], capacity: int,
@@ -928,9 +946,20 @@ def prefix_water_levels(rooms: Sequence[int], free: int) -> list[int]:
     and each room crosses at most once. O(n log n) in all.
     """
     levels = []
-    under: list[int] = []  # rooms at or below the level, negated (a max-heap)
-    below, above, largest = 0, 0, 0
-    for room in rooms:
+    below = largest = fitting = 0
+    for room in rooms:  # while every room so far fits, the level is the largest of them
+        if below + room > free:
+            break
+        below += room
+        largest = room if room > largest else largest
+        levels.append(largest)
+        fitting += 1
+    else:
+        return levels
+    under = [-room for room in rooms[:fitting]]  # rooms at or below the level (a max-heap)
+    heapq.heapify(under)
+    above = 0
+    for room in rooms[fitting:]:
         largest = max(largest, room)
         heapq.heappush(under, -room)
         below += room

@@ -50,14 +50,16 @@ class QueueRuns:
         self.exact = [not jobs or g == 0 or d <= g
                       for jobs, g, d in zip(members, guarantee, self.demand, strict=True)]
         # what each queue's algorithm takes on its guarantee: exact where it wants no more
-        # than the guarantee (that run is its allocation), else the bound min(G, demand)
-        self.prefetch([(i, g) for i, g in enumerate(guarantee) if self.exact[i]])
+        # than the guarantee (that run is its allocation), else the bound min(G, demand);
+        # such a queue is not offered more, so its run keeps nothing in the store
+        self.prefetch([(i, g) for i, g in enumerate(guarantee) if self.exact[i]], keep=False)
         self.base = [self.used(i, g) if self.exact[i] else min(g, self.demand[i])
                      for i, g in enumerate(guarantee)]
 
-    def prefetch(self, wanted: Iterable[tuple[int, int]]) -> None:
+    def prefetch(self, wanted: Iterable[tuple[int, int]], keep: bool = True) -> None:
         """Run the (queue, GPUs) pairs not yet run together, where the algorithm has
-        `allocate_many` (the same allocations as one call each, for less)."""
+        `allocate_many` (the same allocations as one call each, for less); `keep=False`:
+        without the store (the queues are not run again at other offers, or seldom)."""
         if not hasattr(self.algorithm, "allocate_many"):
             return
         todo = [key for key in dict.fromkeys(wanted)
@@ -66,7 +68,7 @@ class QueueRuns:
             return
         problems = [(self.members[i], gpus) for i, gpus in todo]
         if self.trusted:
-            raws = self._allocate_many(problems)
+            raws = self._allocate_many(problems, keep)
             runs = [self._whole(jobs, raw, gpus)
                     for (jobs, gpus), raw in zip(problems, raws, strict=True)]
         else:
@@ -87,11 +89,15 @@ class QueueRuns:
                 self._runs[key] = checked_allocate(self.algorithm, jobs, gpus)
         return self._runs[key]
 
-    def _allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]]
+    def _allocate_many(self, problems: Sequence[tuple[Sequence[Job], int]], keep: bool = True
                        ) -> Sequence[Mapping[str, int]]:
-        """A built-in algorithm's `allocate_many`, with its store where it has one."""
+        """A built-in algorithm's `allocate_many`, with its store where it has one (and
+        `keep`: the store reads back only what it worked out, so a run without it has the
+        same result)."""
         many = self.algorithm.allocate_many  # type: ignore[attr-defined]
-        return many(problems) if self._memo is None else many(problems, memo=self._memo)
+        if self._memo is None or not keep:
+            return many(problems)
+        return many(problems, memo=self._memo)
 
     def _whole(self, jobs: Sequence[Job], counts: Mapping[str, int],
                gpus: int) -> Mapping[str, int]:
