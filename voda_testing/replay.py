@@ -315,7 +315,7 @@ def run_replay(settings: ReplaySettings, folder: Path) -> Replay:
 
 
 def comparable_replay(settings: ReplaySettings, folders: Callable[[], Path],
-                      latency: float, tries: int = 2) -> Replay:
+                      latency: float, tries: int = 3) -> Replay:
     """`run_replay`, once more (up to `tries` in all) while its JCTs disagree with the
     simulator's and the service met the events in another order (`event_order_flip`): on
     a busy machine that is timing, not a fault, and the next replay is compared instead. A
