@@ -1,0 +1,135 @@
+"""The packer's cheaper spread and scoring paths against the code they replaced, on
+random clusters of many leaves (hypothesis, as tests/test_placement_fast_paths.py):
+
+- the leaf order of a spread request made as it is read (Packer._spread_order) against
+  every leaf scored and sorted (the order of Packer._spread's scan);
+- Packer._spread (own nodes last by a stable partition, the first turn handed out at once)
+  against the former loop;
+- the best-scoring leaf (Packer._best_scored) against max over Packer._score;
+- a leaf's rooms (Packer._capped_rooms) against the rooms worked out node by node.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.test_placement_fast_paths import (
+    FAST_PATH_SETTINGS,
+    leaves_by_score_reference,
+    packers,
+)
+from voda.core.placement.leaf_rooms import MANY_LEAVES
+from voda.core.placement.packer import Ask, NodeCounts, Packer
+
+
+def spread_reference(packer: Packer, ask: Ask) -> NodeCounts | None:
+    """Packer._spread as it was: own nodes last by a sort, every turn walked."""
+    ix, k = packer.ix, ask.k
+    candidates = len(ix.leaf_names) if ask.allowed is None else len(ask.allowed)
+    if ask.single_leaf or candidates < MANY_LEAVES:
+        leaves = packer._leaves(ask)
+    if ask.single_leaf:
+        fitting = [leaf for leaf in leaves if packer._leaf_room(ask, leaf) >= k]
+        if not fitting:
+            return None
+        leaves = [max(fitting, key=lambda leaf: (ix.leaf_free[leaf], -leaf))]
+    if ask.single_leaf or candidates < MANY_LEAVES:
+        ordered = sorted(
+            (leaf for leaf in leaves if ix.leaf_free[leaf] > 0),
+            key=lambda leaf: (-packer._score(ask, leaf, 0.0), -ix.leaf_free[leaf], leaf),
+        )
+    else:
+        ordered = leaves_by_score_reference(packer, ask)
+    columns: list[list[int]] = []
+    total = 0
+    own = ask.own
+    for leaf in ordered:
+        rooms = packer._leaf_rooms(ask, leaf)
+        nodes = ([i for _, i in sorted(rooms, key=lambda x: (x[1] in own, -x[0], x[1]))]
+                 if own else [i for _, i in rooms])
+        if not nodes:
+            continue
+        columns.append(nodes)
+        total += min(sum(r for r, _ in rooms), ask.max_gpus_per_leaf or k)
+        if len(columns) >= k and total >= k:
+            break
+    if total < k:
+        return None
+    sequence = [col[p] for p in range(max(map(len, columns))) for col in columns
+                if p < len(col)]
+    left: dict[int, int] = {}
+    per_leaf: dict[int, int] = {}
+    counts: NodeCounts = {}
+    placed = 0
+    while placed < k:
+        progress = False
+        for i in sequence:
+            leaf = ix.leaf[i]
+            limit = ask.max_gpus_per_leaf
+            if i not in left:
+                left[i] = packer.room(ask, i)
+            if left[i] == 0 or (limit is not None and per_leaf.get(leaf, 0) >= limit):
+                continue
+            counts[i] = counts.get(i, 0) + 1
+            left[i] -= 1
+            per_leaf[leaf] = per_leaf.get(leaf, 0) + 1
+            placed += 1
+            progress = True
+            if placed == k:
+                break
+        if not progress:
+            return None
+    return counts
+
+
+def best_scored_reference(packer: Packer, ask: Ask, leaves: list[int]) -> int:
+    ix, k = packer.ix, ask.k
+    return max(leaves, key=lambda leaf: (
+        packer._score(ask, leaf, 1.0 - (ix.leaf_free[leaf] - k) / ix.leaf_cap[leaf]), -leaf))
+
+
+def rooms_reference(packer: Packer, leaf: int, cap: int) -> list[tuple[int, int]]:
+    ix = packer.ix
+    rooms = [(min(ix.free[i], cap), i) for i in ix.leaf_nodes[leaf] if min(ix.free[i], cap) > 0]
+    return sorted(rooms, key=lambda room: (-room[0], room[1]))
+
+
+@FAST_PATH_SETTINGS
+@given(case=packers(alike=True))
+def test_spread_orders_and_placements_are_those_of_the_former_code(
+    case: tuple[Packer, list[Ask]],
+) -> None:
+    packer, asks = case
+    assert packer._alike
+    for ask in asks:
+        for attempt in (ask, ask.relaxed(keep_sensitive=True)):
+            assert list(packer._spread_order(attempt)) == leaves_by_score_reference(
+                packer, attempt)
+            expected = spread_reference(packer, attempt)
+            got = packer._spread(attempt)
+            assert got == expected
+            assert got is None or list(got.items()) == list(expected.items())  # (its order)
+        counts = packer._spread(ask) if ask.spread else None
+        if counts is not None:  # the leaves change between asks
+            packer.take(ask.job, counts)
+
+
+@FAST_PATH_SETTINGS
+@given(case=packers(), seed=st.integers(0, 2**32 - 1))
+def test_the_best_scored_leaf_and_a_leaf_s_rooms_are_those_of_the_former_code(
+    case: tuple[Packer, list[Ask]], seed: int,
+) -> None:
+    packer, asks = case
+    ix = packer.ix
+    leaves = list(range(len(ix.leaf_names)))
+    for n, ask in enumerate(asks):
+        for start in range(0, len(leaves), 7 + n):
+            chosen = leaves[start:start + (seed % 30) + 1]
+            assert packer._best_scored(ask, chosen) == best_scored_reference(packer, ask, chosen)
+        for leaf in leaves:
+            for cap in {ix.max_cap, max(1, ix.max_cap // 2)}:
+                assert packer._capped_rooms(leaf, cap)[0] == rooms_reference(packer, leaf, cap)
+        node = packer._best_node(ask)
+        if node is not None:
+            packer.take(ask.job, {node: ask.k})
