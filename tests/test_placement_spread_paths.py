@@ -5,17 +5,20 @@ random clusters of many leaves (hypothesis, as tests/test_placement_fast_paths.p
   every leaf scored and sorted (the order of Packer._spread's scan);
 - Packer._spread (own nodes last by a stable partition, the first turn handed out at once)
   against the former loop;
-- the best-scoring leaf (Packer._best_scored) against max over Packer._score;
+- the best-scoring leaf (Packer._best_scored) against max over Packer._score, and on
+  leaves alike (Packer._tightest_winner) against every leaf scored at once;
 - a leaf's rooms (Packer._capped_rooms) against the rooms worked out node by node.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.test_placement_fast_paths import (
     FAST_PATH_SETTINGS,
+    fewest_nodes,
     leaves_by_score_reference,
     packers,
 )
@@ -133,3 +136,28 @@ def test_the_best_scored_leaf_and_a_leaf_s_rooms_are_those_of_the_former_code(
         node = packer._best_node(ask)
         if node is not None:
             packer.take(ask.job, {node: ask.k})
+
+
+@FAST_PATH_SETTINGS
+@given(case=packers(alike=True), seed=st.integers(0, 2**32 - 1))
+def test_the_tightest_winner_on_leaves_alike_is_the_best_scored(
+    case: tuple[Packer, list[Ask]], seed: int,
+) -> None:
+    packer, asks = case
+    assert packer._alike
+    rng = np.random.default_rng(seed)
+    leaves = len(packer.ix.leaf_names)
+    for ask in asks:
+        fresh = packer.ask(ask.job, ask.k, {})  # near no leaf (unless a preferred domain)
+        if fresh.spread or fresh.near_leaves:
+            continue
+        for _ in range(5):
+            winners = np.sort(rng.choice(leaves, int(rng.integers(1, leaves)), replace=False))
+            free = packer._leaf_free(winners)
+            scores = packer._scores(fresh, winners, fresh.k, free)
+            best = packer._tightest_winner(fresh, winners, free)
+            assert best is None or best == int(winners[scores == scores.max()].min())
+        assert packer._best_leaf(fresh) == packer._best_leaf_scan(fresh, fewest_nodes(packer, fresh))
+        leaf = packer._best_leaf(fresh)
+        if leaf is not None:  # the leaves change between asks
+            packer.take(fresh.job, packer._fill_leaf(fresh, leaf, fresh.k))

@@ -90,12 +90,13 @@ class Packer:
             settings.history(name, ix.spine_names[ix.leaf_spine[leaf]])
             for leaf, name in enumerate(ix.leaf_names)
         ]
-        # Leaves alike: one capacity and one history, and scores that cannot overflow
-        # (each term is at most its weight): see _spread_order.
+        # Leaves alike: one capacity and one history, weights that are not negative, and
+        # scores that cannot overflow (each term is at most its weight): see _spread_order.
+        weights = (settings.resource_weight, settings.topology_weight,
+                   settings.utilization_weight, settings.history_weight)
         self._alike = (len(set(ix.leaf_cap)) == 1 and len(set(self._history)) == 1
-                       and math.isfinite(settings.resource_weight + settings.topology_weight
-                                         + settings.utilization_weight + settings.history_weight
-                                         * abs(self._history[0])))
+                       and min(weights) >= 0 and math.isfinite(
+                           sum(weights[:3]) + weights[3] * abs(self._history[0])))
 
     # ----- the span a job needs and the span it has -----------------------------
     def halves(self, job: Job, total: int) -> bool:
@@ -627,8 +628,35 @@ class Packer:
             # (an infinite weight may give NaN, which only the arrays' rule handles)
             return self._best_scored(ask, winners.tolist())
         # (with rooms uncapped, a leaf's room in the table is its free GPUs)
-        scores = self._scores(ask, winners, k, table.room[winners] if cap == ix.max_cap else None)
+        free = table.room[winners] if cap == ix.max_cap else self._leaf_free(winners)
+        if not ask.spread and not ask.near_leaves and not ask.near_spines and self._alike:
+            best = self._tightest_winner(ask, winners, free)
+            if best is not None:
+                return best
+        scores = self._scores(ask, winners, k, free)
         return int(winners[scores == scores.max()].min())
+
+    def _tightest_winner(self, ask: Ask, winners: np.ndarray, free: np.ndarray) -> int | None:
+        """The best-scoring of these leaves for a request not spread, near no leaf, on
+        leaves alike (`free`: their free GPUs): a leaf's score then only falls as its free
+        GPUs grow (each of its operations is monotone), so the tightest leaves score best,
+        and the lowest id of them wins, when the next tightest scores less; None when it
+        does not (a tie of floats: every leaf must be scored)."""
+        tightest = int(free.min())
+        looser = free[free > tightest]
+        if len(looser) and self._alike_score(ask, int(looser.min())) >= self._alike_score(
+                ask, tightest):
+            return None
+        return int(winners[free == tightest].min())
+
+    def _alike_score(self, ask: Ask, free: int) -> float:
+        """`_scores`'s score of a leaf with `free` free GPUs at the fit of the request, on
+        leaves alike, for a request not spread and near no leaf (the same floats)."""
+        s, cap = self.s, self.ix.leaf_cap[0]
+        fit = 1.0 - (free - ask.k) / cap
+        utilization = 1.0 - free / cap
+        return (s.resource_weight * fit + s.topology_weight * 0.0
+                + s.utilization_weight * utilization + s.history_weight * self._history[0])
 
     def _best_leaf_scan(self, ask: Ask, fewest: int) -> int | None:
         """_best_leaf, one leaf at a time (latency-sensitive requests: a node's room
