@@ -12,6 +12,8 @@ random clusters of many leaves (hypothesis, as tests/test_placement_fast_paths.p
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,68 +24,26 @@ from tests.test_placement_fast_paths import (
     leaves_by_score_reference,
     packers,
 )
-from voda.core.placement.leaf_rooms import MANY_LEAVES
 from voda.core.placement.packer import Ask, NodeCounts, Packer
 
 
 def spread_reference(packer: Packer, ask: Ask) -> NodeCounts | None:
-    """Packer._spread as it was: own nodes last by a sort, every turn walked."""
-    ix, k = packer.ix, ask.k
-    candidates = len(ix.leaf_names) if ask.allowed is None else len(ask.allowed)
-    if ask.single_leaf or candidates < MANY_LEAVES:
-        leaves = packer._leaves(ask)
-    if ask.single_leaf:
-        fitting = [leaf for leaf in leaves if packer._leaf_room(ask, leaf) >= k]
-        if not fitting:
-            return None
-        leaves = [max(fitting, key=lambda leaf: (ix.leaf_free[leaf], -leaf))]
-    if ask.single_leaf or candidates < MANY_LEAVES:
-        ordered = sorted(
-            (leaf for leaf in leaves if ix.leaf_free[leaf] > 0),
-            key=lambda leaf: (-packer._score(ask, leaf, 0.0), -ix.leaf_free[leaf], leaf),
-        )
-    else:
-        ordered = leaves_by_score_reference(packer, ask)
+    """Packer._spread as it was: the leaves scored and sorted, own nodes last by a sort,
+    every turn walked."""
+    with mock.patch.object(Packer, "_spread_order", Packer._by_score):  # every leaf scored
+        ordered = packer._spread_leaves(ask)
     columns: list[list[int]] = []
     total = 0
-    own = ask.own
-    for leaf in ordered:
+    for leaf in ordered or ():
         rooms = packer._leaf_rooms(ask, leaf)
-        nodes = ([i for _, i in sorted(rooms, key=lambda x: (x[1] in own, -x[0], x[1]))]
-                 if own else [i for _, i in rooms])
-        if not nodes:
-            continue
-        columns.append(nodes)
-        total += min(sum(r for r, _ in rooms), ask.max_gpus_per_leaf or k)
-        if len(columns) >= k and total >= k:
+        if rooms:  # own nodes last
+            key = lambda room: (room[1] in ask.own, -room[0], room[1])  # noqa: E731
+            columns.append([i for _, i in sorted(rooms, key=key)])
+            total += min(sum(r for r, _ in rooms), ask.max_gpus_per_leaf or ask.k)
+        if len(columns) >= ask.k and total >= ask.k:
             break
-    if total < k:
-        return None
-    sequence = [col[p] for p in range(max(map(len, columns))) for col in columns
-                if p < len(col)]
-    left: dict[int, int] = {}
-    per_leaf: dict[int, int] = {}
-    counts: NodeCounts = {}
-    placed = 0
-    while placed < k:
-        progress = False
-        for i in sequence:
-            leaf = ix.leaf[i]
-            limit = ask.max_gpus_per_leaf
-            if i not in left:
-                left[i] = packer.room(ask, i)
-            if left[i] == 0 or (limit is not None and per_leaf.get(leaf, 0) >= limit):
-                continue
-            counts[i] = counts.get(i, 0) + 1
-            left[i] -= 1
-            per_leaf[leaf] = per_leaf.get(leaf, 0) + 1
-            placed += 1
-            progress = True
-            if placed == k:
-                break
-        if not progress:
-            return None
-    return counts
+    # (every turn walked, unchanged)
+    return packer._hand_out(ask, columns) if ordered is not None and total >= ask.k else None
 
 
 def best_scored_reference(packer: Packer, ask: Ask, leaves: list[int]) -> int:
@@ -157,7 +117,8 @@ def test_the_tightest_winner_on_leaves_alike_is_the_best_scored(
             scores = packer._scores(fresh, winners, fresh.k, free)
             best = packer._tightest_winner(fresh, winners, free)
             assert best is None or best == int(winners[scores == scores.max()].min())
-        assert packer._best_leaf(fresh) == packer._best_leaf_scan(fresh, fewest_nodes(packer, fresh))
+        fewest = fewest_nodes(packer, fresh)
+        assert packer._best_leaf(fresh) == packer._best_leaf_scan(fresh, fewest)
         leaf = packer._best_leaf(fresh)
         if leaf is not None:  # the leaves change between asks
             packer.take(fresh.job, packer._fill_leaf(fresh, leaf, fresh.k))

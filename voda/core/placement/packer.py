@@ -92,8 +92,8 @@ class Packer:
         ]
         # Leaves alike: one capacity and one history, weights that are not negative, and
         # scores that cannot overflow (each term is at most its weight): see _spread_order.
-        weights = (settings.resource_weight, settings.topology_weight,
-                   settings.utilization_weight, settings.history_weight)
+        self._weights = weights = (settings.resource_weight, settings.topology_weight,
+                                   settings.utilization_weight, settings.history_weight)
         self._alike = (len(set(ix.leaf_cap)) == 1 and len(set(self._history)) == 1
                        and min(weights) >= 0 and math.isfinite(
                            sum(weights[:3]) + weights[3] * abs(self._history[0])))
@@ -354,22 +354,15 @@ class Packer:
     def _spread_key(self, ask: Ask) -> Callable[[int], tuple[float, int, int]]:
         """A leaf's place in `_by_score`'s order for a spread request on leaves alike:
         (-score, -free GPUs, id), the score as `_scores` works it out (the same floats)."""
-        s, ix = self.s, self.ix
+        ix = self.ix
         cap, history = ix.leaf_cap[0], self._history[0]
         leaf_free, leaf_spine = ix.leaf_free, ix.leaf_spine
-        near_leaves, near_spines = ask.near_leaves, ask.near_spines
-        rw, tw, uw, hw = (s.resource_weight, s.topology_weight, s.utilization_weight,
-                          s.history_weight)
+        rw, tw, uw, hw = self._weights
         fit = 1.0 - 0.0  # (a fit of 0, turned for a spread request)
 
         def key(leaf: int) -> tuple[float, int, int]:
             free = leaf_free[leaf]
-            if leaf in near_leaves:
-                alignment = 1.0
-            elif leaf_spine[leaf] in near_spines:
-                alignment = 0.5
-            else:
-                alignment = 0.0
+            alignment = _alignment(ask, leaf, leaf_spine)
             utilization = 1.0 - (1.0 - free / cap)
             return -(rw * fit + tw * alignment + uw * utilization + hw * history), -free, leaf
 
@@ -652,11 +645,10 @@ class Packer:
     def _alike_score(self, ask: Ask, free: int) -> float:
         """`_scores`'s score of a leaf with `free` free GPUs at the fit of the request, on
         leaves alike, for a request not spread and near no leaf (the same floats)."""
-        s, cap = self.s, self.ix.leaf_cap[0]
+        (rw, tw, uw, hw), cap = self._weights, self.ix.leaf_cap[0]
         fit = 1.0 - (free - ask.k) / cap
         utilization = 1.0 - free / cap
-        return (s.resource_weight * fit + s.topology_weight * 0.0
-                + s.utilization_weight * utilization + s.history_weight * self._history[0])
+        return rw * fit + tw * 0.0 + uw * utilization + hw * self._history[0]
 
     def _best_leaf_scan(self, ask: Ask, fewest: int) -> int | None:
         """_best_leaf, one leaf at a time (latency-sensitive requests: a node's room
@@ -693,22 +685,15 @@ class Packer:
         """The leaf of the highest `_score` at the fit of the request's k GPUs in it, the
         lowest id on ties (as max over (score, -leaf)); the score worked out inline by the
         same operations in the same order (the same floats)."""
-        ix, s, k = self.ix, self.s, ask.k
+        ix, k, spread = self.ix, ask.k, ask.spread
         leaf_free, leaf_cap, leaf_spine, history = (ix.leaf_free, ix.leaf_cap, ix.leaf_spine,
                                                     self._history)
-        near_leaves, near_spines, spread = ask.near_leaves, ask.near_spines, ask.spread
-        rw, tw, uw, hw = (s.resource_weight, s.topology_weight, s.utilization_weight,
-                          s.history_weight)
+        rw, tw, uw, hw = self._weights
         best_score, best = 0.0, -1
         for leaf in leaves:
             free, cap = leaf_free[leaf], leaf_cap[leaf]
             fit = 1.0 - (free - k) / cap
-            if leaf in near_leaves:
-                alignment = 1.0
-            elif leaf_spine[leaf] in near_spines:
-                alignment = 0.5
-            else:
-                alignment = 0.0
+            alignment = _alignment(ask, leaf, leaf_spine)
             utilization = 1.0 - free / cap
             if spread:
                 fit, utilization = 1.0 - fit, 1.0 - utilization
@@ -769,22 +754,10 @@ class Packer:
     # ----- distributed and latency-sensitive ------------------------------------------
     def _spread(self, ask: Ask) -> NodeCounts | None:
         """One worker per node in turn, across the emptiest leaves."""
-        ix, k = self.ix, ask.k
-        candidates = len(ix.leaf_names) if ask.allowed is None else len(ask.allowed)
-        if ask.single_leaf or candidates < MANY_LEAVES:
-            leaves = self._leaves(ask)
-        if ask.single_leaf:
-            fitting = [leaf for leaf in leaves if self._leaf_room(ask, leaf) >= k]
-            if not fitting:
-                return None
-            leaves = [max(fitting, key=lambda leaf: (ix.leaf_free[leaf], -leaf))]
-        if ask.single_leaf or candidates < MANY_LEAVES:
-            ordered = sorted(
-                (leaf for leaf in leaves if ix.leaf_free[leaf] > 0),
-                key=lambda leaf: (-self._score(ask, leaf, 0.0), -ix.leaf_free[leaf], leaf),
-            )
-        else:  # the same order, the scores worked out at once or as the leaves are read
-            ordered = self._spread_order(ask)
+        k = ask.k
+        ordered = self._spread_leaves(ask)
+        if ordered is None:
+            return None
         columns: list[list[int]] = []
         total = 0
         own = ask.own
@@ -811,6 +784,31 @@ class Packer:
             first = dict.fromkeys(_first_turns(columns, k), 1)
             if len(first) == k:
                 return first
+        return self._hand_out(ask, columns)
+
+    def _spread_leaves(self, ask: Ask) -> Iterable[int] | None:
+        """The leaves `_spread` fills, in order (None: none can hold a single-leaf job)."""
+        ix, k = self.ix, ask.k
+        candidates = len(ix.leaf_names) if ask.allowed is None else len(ask.allowed)
+        if ask.single_leaf or candidates < MANY_LEAVES:
+            leaves = self._leaves(ask)
+        if ask.single_leaf:
+            fitting = [leaf for leaf in leaves if self._leaf_room(ask, leaf) >= k]
+            if not fitting:
+                return None
+            leaves = [max(fitting, key=lambda leaf: (ix.leaf_free[leaf], -leaf))]
+        if ask.single_leaf or candidates < MANY_LEAVES:
+            return sorted(
+                (leaf for leaf in leaves if ix.leaf_free[leaf] > 0),
+                key=lambda leaf: (-self._score(ask, leaf, 0.0), -ix.leaf_free[leaf], leaf),
+            )
+        # the same order, the scores worked out at once or as the leaves are read
+        return self._spread_order(ask)
+
+    def _hand_out(self, ask: Ask, columns: list[list[int]]) -> NodeCounts | None:
+        """One worker per node in turn, across the columns (a leaf's nodes each), as long
+        as nodes have room: the first of each column, then the second of each, and so on."""
+        ix, k = self.ix, ask.k
         sequence = [col[p] for p in range(max(map(len, columns))) for col in columns
                     if p < len(col)]
         left: dict[int, int] = {}  # each node's room, worked out when first reached
@@ -911,6 +909,13 @@ def _count_split(rooms: Sequence[tuple[int, int]], k: int) -> int | None:
             return count
         left -= room
     return None
+
+
+def _alignment(ask: Ask, leaf: int, leaf_spine: Sequence[int]) -> float:
+    """A leaf's alignment with the request's near leaves and spines, as in `_score`."""
+    if leaf in ask.near_leaves:
+        return 1.0
+    return 0.5 if leaf_spine[leaf] in ask.near_spines else 0.0
 
 
 def _first_turns(columns: Sequence[list[int]], k: int) -> list[int]:
