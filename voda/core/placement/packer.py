@@ -357,12 +357,14 @@ class Packer:
         ix = self.ix
         cap, history = ix.leaf_cap[0], self._history[0]
         leaf_free, leaf_spine = ix.leaf_free, ix.leaf_spine
+        near_leaves, near_spines = ask.near_leaves, ask.near_spines
         rw, tw, uw, hw = self._weights
         fit = 1.0 - 0.0  # (a fit of 0, turned for a spread request)
 
         def key(leaf: int) -> tuple[float, int, int]:
             free = leaf_free[leaf]
-            alignment = _alignment(ask, leaf, leaf_spine)
+            alignment = (1.0 if leaf in near_leaves
+                         else 0.5 if leaf_spine[leaf] in near_spines else 0.0)
             utilization = 1.0 - (1.0 - free / cap)
             return -(rw * fit + tw * alignment + uw * utilization + hw * history), -free, leaf
 
@@ -688,12 +690,14 @@ class Packer:
         ix, k, spread = self.ix, ask.k, ask.spread
         leaf_free, leaf_cap, leaf_spine, history = (ix.leaf_free, ix.leaf_cap, ix.leaf_spine,
                                                     self._history)
+        near_leaves, near_spines = ask.near_leaves, ask.near_spines
         rw, tw, uw, hw = self._weights
         best_score, best = 0.0, -1
         for leaf in leaves:
             free, cap = leaf_free[leaf], leaf_cap[leaf]
             fit = 1.0 - (free - k) / cap
-            alignment = _alignment(ask, leaf, leaf_spine)
+            alignment = (1.0 if leaf in near_leaves
+                         else 0.5 if leaf_spine[leaf] in near_spines else 0.0)
             utilization = 1.0 - free / cap
             if spread:
                 fit, utilization = 1.0 - fit, 1.0 - utilization
@@ -909,13 +913,6 @@ def _count_split(rooms: Sequence[tuple[int, int]], k: int) -> int | None:
             return count
         left -= room
     return None
-
-
-def _alignment(ask: Ask, leaf: int, leaf_spine: Sequence[int]) -> float:
-    """A leaf's alignment with the request's near leaves and spines, as in `_score`."""
-    if leaf in ask.near_leaves:
-        return 1.0
-    return 0.5 if leaf_spine[leaf] in ask.near_spines else 0.0
 
 
 def _first_turns(columns: Sequence[list[int]], k: int) -> list[int]:
