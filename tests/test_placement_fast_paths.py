@@ -31,10 +31,11 @@ STRATEGIES = ("consolidated", "consolidated", "balanced", "distributed")
 
 
 @st.composite
-def packers(draw: st.DrawFn) -> tuple[Packer, list[Ask]]:
-    """A packer on a cluster of 64 to 96 leaves, part of it taken, and asks on it."""
+def packers(draw: st.DrawFn, alike: bool = False) -> tuple[Packer, list[Ask]]:
+    """A packer on a cluster of 64 to 96 leaves, part of it taken, and asks on it.
+    `alike`: every leaf of the same capacity and history, and latency-sensitive jobs too."""
     leaves = draw(st.integers(64, 96))
-    per_leaf = draw(st.sampled_from((1, 2, 4, 16)))
+    per_leaf = draw(st.sampled_from((4, 16) if alike else (1, 2, 4, 16)))
     sizes = draw(st.sampled_from(((8,), (8, 4), (4, 8, 8, 2))))
     per_spine = per_leaf * draw(st.sampled_from((4, 16)))
     nodes = tuple(
@@ -47,7 +48,7 @@ def packers(draw: st.DrawFn) -> tuple[Packer, list[Ask]]:
         candidates=draw(st.sampled_from((1, 4, 16))),
         max_nodes_per_leaf=draw(st.sampled_from((None, None, 1, 2, 3))),
         max_gpus_per_leaf=draw(st.sampled_from((None, None, 6, 12))),
-        domain_performance={"l1": 0.9, "s0": 0.2} if draw(st.booleans()) else {},
+        domain_performance={"l1": 0.9, "s0": 0.2} if not alike and draw(st.booleans()) else {},
         resource_weight=draw(st.sampled_from((0.0, 0.4, 1.0, 0.37))),
         topology_weight=draw(st.sampled_from((0.3, 1.0, 4.0, 0.71))),
         utilization_weight=draw(st.sampled_from((0.0, 0.2, 1.0, 0.13))),
@@ -62,7 +63,8 @@ def packers(draw: st.DrawFn) -> tuple[Packer, list[Ask]]:
     asks = []
     for n in range(draw(st.integers(1, 12))):
         job = Job(f"j{n}", placement_strategy=STRATEGIES[int(rng.integers(len(STRATEGIES)))],
-                  preferred_domain="l2" if rng.random() < 0.1 else None)
+                  preferred_domain="l2" if rng.random() < 0.1 else None,
+                  latency_sensitive=alike and rng.random() < 0.2)
         own = {int(i): 1 for i in rng.choice(len(nodes), int(rng.integers(0, 3)))}
         asks.append(packer.ask(job, int(rng.integers(1, 40)), own))
     return packer, asks

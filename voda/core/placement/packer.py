@@ -8,10 +8,11 @@ consolidated, balanced and distributed layouts, relaxed step by step down to
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,6 +90,13 @@ class Packer:
             settings.history(name, ix.spine_names[ix.leaf_spine[leaf]])
             for leaf, name in enumerate(ix.leaf_names)
         ]
+        # Leaves alike: one capacity and one history, weights that are not negative, and
+        # scores that cannot overflow (each term is at most its weight): see _spread_order.
+        self._weights = weights = (settings.resource_weight, settings.topology_weight,
+                                   settings.utilization_weight, settings.history_weight)
+        self._alike = (len(set(ix.leaf_cap)) == 1 and len(set(self._history)) == 1
+                       and min(weights) >= 0 and math.isfinite(
+                           sum(weights[:3]) + weights[3] * abs(self._history[0])))
 
     # ----- the span a job needs and the span it has -----------------------------
     def halves(self, job: Job, total: int) -> bool:
@@ -226,13 +234,7 @@ class Packer:
                     self.reservations[i] -= 1
             self._reserved.clear()
             self.released = True
-        attempts = [ask]
-        if ask.allowed is not None:
-            attempts.append(_without_domain(ask))
-        if ask.sensitive:
-            attempts.append(ask.relaxed(keep_sensitive=True))
-        attempts.append(ask.relaxed())
-        for attempt in attempts:
+        for attempt in _attempts(ask):
             strategy = self._spread if attempt.spread else self._consolidate
             counts = strategy(attempt)
             if counts is not None:
@@ -327,6 +329,47 @@ class Packer:
         scores = self._scores(ask, free_leaves, None, free)
         return free_leaves[np.lexsort((free_leaves, -free, -scores))].tolist()
 
+    def _spread_order(self, ask: Ask) -> Iterable[int]:
+        """`_by_score(ask)` for a spread request, made as it is read where every leaf has
+        the same capacity and history: then, among the leaves of one alignment with the
+        job's leaves, the score grows with the free GPUs (each of its operations is
+        monotone), so each alignment's leaves come by free GPUs, then id, and the three
+        lists are merged on the scores of the leaves read only."""
+        if not (ask.spread and ask.allowed is None and self._alike):
+            return self._by_score(ask)
+        free = np.array(self.ix.leaf_free, dtype=np.int64)
+        by_free: list[int] = np.argsort(-free, kind="stable")[: np.count_nonzero(free)].tolist()
+        near_leaves, near_spines = ask.near_leaves, ask.near_spines
+        if not near_leaves and not near_spines:  # one alignment
+            return by_free
+        leaf_free, leaf_spine = self.ix.leaf_free, self.ix.leaf_spine
+        near = sorted((leaf for leaf in near_leaves if leaf_free[leaf] > 0),
+                      key=lambda leaf: (-leaf_free[leaf], leaf))
+        by_spine = (leaf for leaf in by_free
+                    if leaf_spine[leaf] in near_spines and leaf not in near_leaves)
+        others = (leaf for leaf in by_free
+                  if leaf_spine[leaf] not in near_spines and leaf not in near_leaves)
+        return heapq.merge(near, by_spine, others, key=self._spread_key(ask))
+
+    def _spread_key(self, ask: Ask) -> Callable[[int], tuple[float, int, int]]:
+        """A leaf's place in `_by_score`'s order for a spread request on leaves alike:
+        (-score, -free GPUs, id), the score as `_scores` works it out (the same floats)."""
+        ix = self.ix
+        cap, history = ix.leaf_cap[0], self._history[0]
+        leaf_free, leaf_spine = ix.leaf_free, ix.leaf_spine
+        near_leaves, near_spines = ask.near_leaves, ask.near_spines
+        rw, tw, uw, hw = self._weights
+        fit = 1.0 - 0.0  # (a fit of 0, turned for a spread request)
+
+        def key(leaf: int) -> tuple[float, int, int]:
+            free = leaf_free[leaf]
+            alignment = (1.0 if leaf in near_leaves
+                         else 0.5 if leaf_spine[leaf] in near_spines else 0.0)
+            utilization = 1.0 - (1.0 - free / cap)
+            return -(rw * fit + tw * alignment + uw * utilization + hw * history), -free, leaf
+
+        return key
+
     def _leaf_rooms(self, ask: Ask, leaf: int) -> list[tuple[int, int]]:
         """(room, node) of the leaf's nodes with room, largest first, within the limits."""
         if not ask.sensitive:
@@ -348,10 +391,12 @@ class Packer:
         version = ix.leaf_version[leaf]
         cached = self._rooms.get(key)
         if cached is None or cached[0] != version:
-            free = ix.free
-            # Nodes in id order; a stable sort on the room alone keeps ties by id.
+            frees = zip(ix.leaf_free_of[leaf](ix.free), ix.leaf_nodes[leaf], strict=True)
+            # Nodes in id order; a stable sort on the room alone keeps ties by id. (No
+            # node has more free GPUs than the largest capacity.)
             rooms = sorted(
-                [(r, i) for i in ix.leaf_nodes[leaf] if (r := min(free[i], cap)) > 0],
+                [(f, i) for f, i in frees if f] if cap >= ix.max_cap
+                else [(f if f < cap else cap, i) for f, i in frees if f],
                 key=_room, reverse=True,
             )
             cached = (version, rooms, _prefix(map(_room, rooms)))
@@ -462,11 +507,9 @@ class Packer:
         if ask.allowed is not None:
             pool = (i for leaf in ask.allowed if leaf_free[leaf] >= k for i in leaf_nodes[leaf])
         else:
-            near = (i for leaf in sorted(ask.near_leaves) if leaf_free[leaf] >= k
-                    for i in leaf_nodes[leaf])
             fits = (self._best_fits(ask) if ask.sensitive or self.s.candidates < 1
                     else self._tightest(k))
-            pool = itertools.chain(fits, near)
+            pool = itertools.chain(fits, self._near_nodes(ask)) if ask.near_leaves else fits
         free_of, leaf_of, max_cap, sensitive = ix.free, ix.leaf, ix.max_cap, ask.sensitive
         leaf_spine, leaf_cap, history = ix.leaf_spine, ix.leaf_cap, self._history
         near_leaves, near_spines, spread = ask.near_leaves, ask.near_spines, ask.spread
@@ -499,6 +542,19 @@ class Packer:
             if best < 0 or score > best_score or (score == best_score and i < best):
                 best_score, best = score, i
         return None if best < 0 else best
+
+    def _near_nodes(self, ask: Ask) -> list[int]:
+        """The nodes with k free GPUs or more in the request's near leaves, leaf by leaf
+        in id order, then by id."""
+        ix, k = self.ix, ask.k
+        leaf_free, leaf_free_of, leaf_nodes, free = (ix.leaf_free, ix.leaf_free_of,
+                                                     ix.leaf_nodes, ix.free)
+        nodes: list[int] = []
+        for leaf in sorted(ask.near_leaves):
+            if leaf_free[leaf] >= k:
+                nodes += [i for f, i in zip(leaf_free_of[leaf](free), leaf_nodes[leaf],
+                                            strict=True) if f >= k]
+        return nodes
 
     def _best_fits(self, ask: Ask) -> Iterable[int]:
         """Nodes with room, tightest first, `candidates` of them at most."""
@@ -565,12 +621,36 @@ class Packer:
                 return None
         if len(winners) <= _FEW_WINNERS and self._finite_weights:
             # (an infinite weight may give NaN, which only the arrays' rule handles)
-            leaf_free, leaf_cap = ix.leaf_free, ix.leaf_cap
-            return max(winners.tolist(), key=lambda leaf: (
-                self._score(ask, leaf, 1.0 - (leaf_free[leaf] - k) / leaf_cap[leaf]), -leaf))
+            return self._best_scored(ask, winners.tolist())
         # (with rooms uncapped, a leaf's room in the table is its free GPUs)
-        scores = self._scores(ask, winners, k, table.room[winners] if cap == ix.max_cap else None)
+        free = table.room[winners] if cap == ix.max_cap else self._leaf_free(winners)
+        if not ask.spread and not ask.near_leaves and not ask.near_spines and self._alike:
+            best = self._tightest_winner(ask, winners, free)
+            if best is not None:
+                return best
+        scores = self._scores(ask, winners, k, free)
         return int(winners[scores == scores.max()].min())
+
+    def _tightest_winner(self, ask: Ask, winners: np.ndarray, free: np.ndarray) -> int | None:
+        """The best-scoring of these leaves for a request not spread, near no leaf, on
+        leaves alike (`free`: their free GPUs): a leaf's score then only falls as its free
+        GPUs grow (each of its operations is monotone), so the tightest leaves score best,
+        and the lowest id of them wins, when the next tightest scores less; None when it
+        does not (a tie of floats: every leaf must be scored)."""
+        tightest = int(free.min())
+        looser = free[free > tightest]
+        if len(looser) and self._alike_score(ask, int(looser.min())) >= self._alike_score(
+                ask, tightest):
+            return None
+        return int(winners[free == tightest].min())
+
+    def _alike_score(self, ask: Ask, free: int) -> float:
+        """`_scores`'s score of a leaf with `free` free GPUs at the fit of the request, on
+        leaves alike, for a request not spread and near no leaf (the same floats)."""
+        (rw, tw, uw, hw), cap = self._weights, self.ix.leaf_cap[0]
+        fit = 1.0 - (free - ask.k) / cap
+        utilization = 1.0 - free / cap
+        return rw * fit + tw * 0.0 + uw * utilization + hw * self._history[0]
 
     def _best_leaf_scan(self, ask: Ask, fewest: int) -> int | None:
         """_best_leaf, one leaf at a time (latency-sensitive requests: a node's room
@@ -601,8 +681,30 @@ class Packer:
                     break
         if least is None:
             return None
-        return max(winners, key=lambda leaf: (
-            self._score(ask, leaf, 1.0 - (leaf_free[leaf] - k) / ix.leaf_cap[leaf]), -leaf))
+        return self._best_scored(ask, winners)
+
+    def _best_scored(self, ask: Ask, leaves: Sequence[int]) -> int:
+        """The leaf of the highest `_score` at the fit of the request's k GPUs in it, the
+        lowest id on ties (as max over (score, -leaf)); the score worked out inline by the
+        same operations in the same order (the same floats)."""
+        ix, k, spread = self.ix, ask.k, ask.spread
+        leaf_free, leaf_cap, leaf_spine, history = (ix.leaf_free, ix.leaf_cap, ix.leaf_spine,
+                                                    self._history)
+        near_leaves, near_spines = ask.near_leaves, ask.near_spines
+        rw, tw, uw, hw = self._weights
+        best_score, best = 0.0, -1
+        for leaf in leaves:
+            free, cap = leaf_free[leaf], leaf_cap[leaf]
+            fit = 1.0 - (free - k) / cap
+            alignment = (1.0 if leaf in near_leaves
+                         else 0.5 if leaf_spine[leaf] in near_spines else 0.0)
+            utilization = 1.0 - free / cap
+            if spread:
+                fit, utilization = 1.0 - fit, 1.0 - utilization
+            score = rw * fit + tw * alignment + uw * utilization + hw * history[leaf]
+            if best < 0 or score > best_score or (score == best_score and leaf < best):
+                best_score, best = score, leaf
+        return best
 
     def _fill_leaf(self, ask: Ask, leaf: int, amount: int) -> NodeCounts:
         parts = _split(self._leaf_rooms(ask, leaf), amount)
@@ -656,6 +758,40 @@ class Packer:
     # ----- distributed and latency-sensitive ------------------------------------------
     def _spread(self, ask: Ask) -> NodeCounts | None:
         """One worker per node in turn, across the emptiest leaves."""
+        k = ask.k
+        ordered = self._spread_leaves(ask)
+        if ordered is None:
+            return None
+        columns: list[list[int]] = []
+        total = 0
+        own = ask.own
+        for leaf in ordered:
+            rooms = self._leaf_rooms(ask, leaf)
+            if not rooms:
+                continue
+            # the job's own nodes come last, so it spreads onto new ones (rooms are
+            # largest first, then by id: a stable partition keeps that order)
+            if own:
+                nodes = ([i for _, i in rooms if i not in own]
+                         + [i for _, i in rooms if i in own])
+            else:
+                nodes = [i for _, i in rooms]
+            columns.append(nodes)
+            total += min(sum(map(_room, rooms)), ask.max_gpus_per_leaf or k)
+            if len(columns) >= k and total >= k:
+                break
+        if total < k:
+            return None
+        if ask.max_gpus_per_leaf is None:
+            # Every node in the columns has room (rooms are above 0): the first pass of
+            # the turns below gives one worker to each of the first k nodes, if there are k.
+            first = dict.fromkeys(_first_turns(columns, k), 1)
+            if len(first) == k:
+                return first
+        return self._hand_out(ask, columns)
+
+    def _spread_leaves(self, ask: Ask) -> Iterable[int] | None:
+        """The leaves `_spread` fills, in order (None: none can hold a single-leaf job)."""
         ix, k = self.ix, ask.k
         candidates = len(ix.leaf_names) if ask.allowed is None else len(ask.allowed)
         if ask.single_leaf or candidates < MANY_LEAVES:
@@ -666,29 +802,17 @@ class Packer:
                 return None
             leaves = [max(fitting, key=lambda leaf: (ix.leaf_free[leaf], -leaf))]
         if ask.single_leaf or candidates < MANY_LEAVES:
-            ordered = sorted(
+            return sorted(
                 (leaf for leaf in leaves if ix.leaf_free[leaf] > 0),
                 key=lambda leaf: (-self._score(ask, leaf, 0.0), -ix.leaf_free[leaf], leaf),
             )
-        else:  # the same order, the scores worked out at once
-            ordered = self._by_score(ask)
-        columns: list[list[int]] = []
-        total = 0
-        own = ask.own
-        for leaf in ordered:
-            rooms = self._leaf_rooms(ask, leaf)
-            # the job's own nodes come last, so it spreads onto new ones (rooms are
-            # largest first, then by id)
-            nodes = ([i for _, i in sorted(rooms, key=lambda x: (x[1] in own, -x[0], x[1]))]
-                     if own else [i for _, i in rooms])
-            if not nodes:
-                continue
-            columns.append(nodes)
-            total += min(sum(r for r, _ in rooms), ask.max_gpus_per_leaf or k)
-            if len(columns) >= k and total >= k:
-                break
-        if total < k:
-            return None
+        # the same order, the scores worked out at once or as the leaves are read
+        return self._spread_order(ask)
+
+    def _hand_out(self, ask: Ask, columns: list[list[int]]) -> NodeCounts | None:
+        """One worker per node in turn, across the columns (a leaf's nodes each), as long
+        as nodes have room: the first of each column, then the second of each, and so on."""
+        ix, k = self.ix, ask.k
         sequence = [col[p] for p in range(max(map(len, columns))) for col in columns
                     if p < len(col)]
         left: dict[int, int] = {}  # each node's room, worked out when first reached
@@ -789,6 +913,31 @@ def _count_split(rooms: Sequence[tuple[int, int]], k: int) -> int | None:
             return count
         left -= room
     return None
+
+
+def _first_turns(columns: Sequence[list[int]], k: int) -> list[int]:
+    """The first k items (fewer if there are not) taking one from each column in turn:
+    the first of each, then the second of each, and so on."""
+    turns: list[int] = []
+    depth = max(map(len, columns))
+    for p in range(depth):
+        for col in columns:
+            if p < len(col):
+                turns.append(col[p])
+                if len(turns) == k:
+                    return turns
+    return turns
+
+
+def _attempts(ask: Ask) -> Iterator[Ask]:
+    """The request, then relaxed step by step; each built only when the one before it
+    found no place."""
+    yield ask
+    if ask.allowed is not None:
+        yield _without_domain(ask)
+    if ask.sensitive:
+        yield ask.relaxed(keep_sensitive=True)
+    yield ask.relaxed()
 
 
 def _without_domain(ask: Ask) -> Ask:
