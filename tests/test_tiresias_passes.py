@@ -1,10 +1,10 @@
 """Tiresias's passes at every step and decision against the per-job reference.
 
-`promotions_and_classes` and `earliest_class_change` (one loop over the jobs) against
-`promotion_due`, `priority_class` and `seconds_until_class_change` per job; the lazy
-`fill_at_rigid_size` against `plain_fill_at_rigid_size`; a class allocated from its
-submit order against `order`; and simulations with the engine's batch paths against
-the per-job ones, job by job.
+`promotions_and_classes`, `earliest_class_change` and `priority_classes` (one loop over
+the jobs) against `promotion_due`, `priority_class` and `seconds_until_class_change` per
+job; the lazy `fill_at_rigid_size` against `plain_fill_at_rigid_size`; `order` against
+every sort; a class allocated from its submit order against `order`; and simulations
+with the engine's batch paths against the per-job ones, job by job.
 """
 
 from __future__ import annotations
@@ -84,6 +84,8 @@ def test_the_one_loop_passes_match_the_per_job_hooks(algorithm: Tiresias,
     assert algorithm.promotions_and_classes(given_jobs) == \
         per_job_promotions_and_classes(algorithm, given_jobs)
     assert algorithm.earliest_class_change(given_jobs) == per_job_earliest(algorithm, given_jobs)
+    assert algorithm.priority_classes(given_jobs) == \
+        list(map(algorithm.priority_class, given_jobs))
 
 
 def plain_order(algorithm: Tiresias, given_jobs: Sequence[Job]) -> list[Job]:

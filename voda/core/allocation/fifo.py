@@ -135,9 +135,14 @@ def fill_at_rigid_size(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
     gpus = [0] * len(ordered)
     free, full = capacity, False
     for i, job in enumerate(ordered):
-        if job.min_workers > free:
+        low = job.min_workers
+        if low > free:
             continue
-        want = rigid_size(job, capacity)
+        preferred = job.preferred_workers
+        if preferred is None or preferred <= low or capacity <= low:
+            want = low  # rigid_size's own first answer, without the call (a job that fits)
+        else:
+            want = rigid_size(job, capacity)
         if full:  # as fill_sizes once the GPUs ran out: only a size of 0 or less
             if want <= 0:
                 gpus[i] = want

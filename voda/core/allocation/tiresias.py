@@ -214,8 +214,9 @@ class Tiresias:
                   for job in jobs]
         if knob is None:
             return queues
-        for i, job in enumerate(jobs):
-            if queues[i] > 0 and job.current_workers <= 0:
+        for i in compress(range(len(queues)), queues):  # below the top queue
+            job = jobs[i]
+            if job.current_workers <= 0:
                 ran = job.running_seconds_since_promotion
                 if ran > 0 and job.waiting_seconds_since_promotion >= knob * ran:
                     queues[i] = 0
