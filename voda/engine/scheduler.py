@@ -36,6 +36,8 @@ import math
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from itertools import compress, repeat
+from operator import ne
 from typing import Any
 
 from voda.core.allocation import registry
@@ -319,6 +321,7 @@ def _smoothed(old: float | None, new: float) -> float:
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
+_ABSENT = object()  # a job with no class noted yet
 
 
 class _ByKey(dict[str, tuple[Any, ...]]):
@@ -766,12 +769,68 @@ class Scheduler:
             if name in self.active:
                 self._mark(EventKind.JOB_SUBMITTED)
 
+    def _sole_algorithm(self) -> AllocationAlgorithm | None:
+        """The algorithm of every GPU type, where one serves them all; else None."""
+        default = self._default_algorithm
+        if all(a is default for a in self._algorithms.values()):
+            return default
+        return None
+
+    def _counted_now(self, now: float) -> list[JobRecord]:
+        """The active jobs other than those submitted for later than `now`."""
+        if not self._arrivals and not self._adopted_for_later and now >= self._last_accounted:
+            # (each job submitted for later than the last accounted time is an arrival)
+            return list(self.active.values())
+        submitted = JobStatus.SUBMITTED
+        return [r for r in self.active.values()
+                if r.status is not submitted or r.submit_time <= now]
+
     def _check_priority_classes(self, now: float) -> None:
         """Apply due promotions and note jobs whose priority class (e.g. Tiresias queue)
         changed; a change reschedules."""
         if not self._any_algorithm_has("priority_class"):  # FIFO and the like: no classes
             self._priority_classes = {}
             return
+        sole = self._sole_algorithm()
+        batch = getattr(sole, "promotions_and_classes", None)
+        if batch is not None and getattr(sole, "priority_class", None) is not None:
+            self._check_priority_classes_at_once(now, batch)
+        else:
+            self._check_priority_classes_per_job(now)
+
+    def _check_priority_classes_at_once(
+        self, now: float,
+        batch: Callable[[list[JobRecord]], tuple[list[int], list[int]]],
+    ) -> None:
+        """`_check_priority_classes_per_job` where one algorithm serves every job and
+        tells the due promotions and the classes of them all in one pass (its optional
+        `promotions_and_classes(jobs)`); only the jobs whose class differs are visited."""
+        records = self._counted_now(now)
+        due, classes = batch(records)
+        for i in due:
+            record = records[i]
+            promote(record)
+            self._kept.forget(record.name)
+            for observer in self.observers:
+                observer.on_promoted(record, now)
+        names = [r.name for r in records]
+        before = list(map(self._priority_classes.get, names, repeat(_ABSENT)))
+        changed = False
+        if before != classes:
+            for i in compress(range(len(classes)), map(ne, before, classes)):
+                record = records[i]
+                if before[i] is not _ABSENT:
+                    changed = True
+                elif record.queue_since is not None:
+                    continue
+                record.queue_since = now
+                self._kept.forget(record.name)
+        self._priority_classes = dict(zip(names, classes, strict=True))
+        if changed:
+            self._mark(EventKind.QUEUE_CHANGED)
+
+    def _check_priority_classes_per_job(self, now: float) -> None:
+        """`_check_priority_classes` asking each job's algorithm about it (the reference)."""
         changed = False
         classes: dict[str, Hashable] = {}
         hooks = self._hooks_by_type("priority_class", "promotion_due")
@@ -813,6 +872,12 @@ class Scheduler:
         if self._arrivals:
             candidates.append(max(now, self._arrivals[0][0]))
         timed = self._any_algorithm_has("seconds_until_class_change")
+        earliest = getattr(self._sole_algorithm(), "earliest_class_change", None)
+        if timed and earliest is not None:
+            seconds = earliest(list(self.active.values()))
+            if seconds is not None:  # the least wake-up of those the per-job loop adds
+                candidates.append(now + max(seconds / self.time_scale, 1e-6))
+            timed = False
         hooks = self._hooks_by_type("seconds_until_class_change") if timed else {}
         for record in self.active.values() if timed else ():
             until = hooks[record.gpu_type][0]

@@ -126,7 +126,35 @@ class FIFO:
 
 
 def fill_at_rigid_size(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
-    """`fill_in_order` at each job's `rigid_size` out of `capacity`."""
+    """`fill_in_order` at each job's `rigid_size` out of `capacity`.
+
+    A job's rigid size is at least its min, so a job whose min exceeds the GPUs still
+    free gets 0 without its size being worked out (`plain_fill_at_rigid_size` works out
+    every one): most of a long queue waits behind the GPUs the first jobs took."""
+    names = list(map(_NAME, ordered))
+    gpus = [0] * len(ordered)
+    free, full = capacity, False
+    for i, job in enumerate(ordered):
+        low = job.min_workers
+        if low > free:
+            continue
+        preferred = job.preferred_workers
+        if preferred is None or preferred <= low or capacity <= low:
+            want = low  # rigid_size's own first answer, without the call (a job that fits)
+        else:
+            want = rigid_size(job, capacity)
+        if full:  # as fill_sizes once the GPUs ran out: only a size of 0 or less
+            if want <= 0:
+                gpus[i] = want
+        elif want <= free:
+            gpus[i] = want
+            free -= want
+            full = free == 0
+    return dict(zip(names, gpus, strict=True))
+
+
+def plain_fill_at_rigid_size(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
+    """`fill_at_rigid_size` with every job's size worked out (the reference)."""
     names = list(map(_NAME, ordered))
     sizes = [rigid_size(job, capacity) for job in ordered]
     return dict(zip(names, fill_sizes(sizes, capacity), strict=True))

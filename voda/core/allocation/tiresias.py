@@ -22,7 +22,7 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import compress, pairwise
 from operator import attrgetter
 from typing import Literal, NamedTuple
 
@@ -184,7 +184,12 @@ class Tiresias:
         """Jobs in the order they are served: priority class, queue, then the in-queue
         order, ties by sort_key: in sort_key order first (`by_submit`), then one stable
         sort by the rest."""
-        ordered = by_submit(jobs)
+        return self._in_queues(by_submit(jobs))
+
+    def _in_queues(self, ordered: list[Job]) -> list[Job]:
+        """`order` of jobs already in sort_key order (`by_submit`)."""
+        if not ordered:
+            return []
         queues = self.priority_classes(ordered)
         # Stable sorts from the last key to the first, one plain key each.
         if self.queue_order == "queue_entry":
@@ -198,7 +203,8 @@ class Tiresias:
         keys += [queues, list(map(_PRIORITY, ordered))]
         positions = list(range(len(ordered)))
         for key in keys:
-            positions.sort(key=key.__getitem__)
+            if key.count(key[0]) < len(key):  # one value throughout: the sort changes nothing
+                positions.sort(key=key.__getitem__)
         return [ordered[i] for i in positions]
 
     def priority_classes(self, jobs: Sequence[Job]) -> list[int]:
@@ -208,19 +214,71 @@ class Tiresias:
                   for job in jobs]
         if knob is None:
             return queues
-        for i, job in enumerate(jobs):
-            if queues[i] > 0 and job.current_workers <= 0:
+        for i in compress(range(len(queues)), queues):  # below the top queue
+            job = jobs[i]
+            if job.current_workers <= 0:
                 ran = job.running_seconds_since_promotion
                 if ran > 0 and job.waiting_seconds_since_promotion >= knob * ran:
                     queues[i] = 0
         return queues
+
+    def promotions_and_classes(self, jobs: Sequence[Job]) -> tuple[list[int], list[int]]:
+        """The engine's pass at every step, in one loop: the positions of the jobs whose
+        promotion is due (`promotion_due`) and every job's `priority_class` once those are
+        promoted (0: a promoted job's service starts over, below every threshold).
+
+        A subclass that changes `promotion_due` or `priority_class` changes this too."""
+        thresholds, knob = self.queue_thresholds, self.starvation_knob
+        queues = [bisect.bisect_right(thresholds, job.attained_gpu_seconds_since_promotion)
+                  for job in jobs]
+        due: list[int] = []
+        if knob is None:
+            return due, queues
+        for i in compress(range(len(queues)), queues):  # below the top queue
+            job = jobs[i]
+            if job.current_workers <= 0:
+                ran = job.running_seconds_since_promotion
+                if ran > 0 and job.waiting_seconds_since_promotion >= knob * ran:
+                    due.append(i)
+                    queues[i] = 0
+        return due, queues
+
+    def earliest_class_change(self, jobs: Sequence[Job]) -> float | None:
+        """The least `seconds_until_class_change` of `jobs` that is not negative (None when
+        none is), in one loop (the engine's next wake-up, at every step)."""
+        thresholds, knob = self.queue_thresholds, self.starvation_knob
+        last = len(thresholds)
+        earliest: float | None = None
+        for job in jobs:
+            attained = job.attained_gpu_seconds_since_promotion
+            queue = bisect.bisect_right(thresholds, attained)
+            workers = job.current_workers
+            if workers > 0:
+                if queue >= last:
+                    continue
+                seconds = (thresholds[queue] - attained) / workers
+            else:
+                if knob is None or queue == 0:
+                    continue
+                ran = job.running_seconds_since_promotion
+                if ran <= 0:
+                    continue
+                waited = job.waiting_seconds_since_promotion
+                if waited >= knob * ran:
+                    continue
+                seconds = knob * ran - waited
+            if seconds >= 0 and (earliest is None or seconds < earliest):
+                earliest = seconds
+        return earliest
 
     # ----- allocation ---------------------------------------------------------
     def __call__(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
         return allocate_by_priority(jobs, capacity, self._allocate_class)
 
     def _allocate_class(self, jobs: Sequence[Job], capacity: int) -> dict[str, int]:
-        return fill_at_rigid_size(self.order(jobs), capacity)
+        # allocate_by_priority hands a class over in sort_key order (job names are unique:
+        # by_submit of it is the same list)
+        return fill_at_rigid_size(self._in_queues(list(jobs)), capacity)
 
     def most_gpus(self, jobs: Sequence[Job]) -> int:
         return most_at_rigid_size(jobs)
