@@ -56,7 +56,12 @@ from voda.core.allocation.voda import RestartCharge
 from voda.core.goodput import GoodputModel
 from voda.core.model import Job
 
-VODA_GAP = 1e-4  # relative optimality gap of the program, as Sia's
+# The program's relative optimality gap: its choice is proven within 0.5 % of the best
+# value, far inside the error of the goodput estimates it weighs. Closing it to Sia's
+# 1e-4 cost HiGHS cut rounds that took a decision at 1,000 jobs from 0.2 s to 0.3-1.2 s,
+# varying with the instance; without presolve (which these one-row-per-configuration
+# programs barely shrink) it is 0.18-0.20 s (docs/design/014-heterogeneous.md).
+VODA_GAP = 5e-3
 SPEEDUP_POWER = 0.5  # heSRPT's p: the weights (rank / M)^p
 # The least weight of a job whose remaining time is above the mean, as a fraction of
 # sqrt(mean w^2), the weight whose share is the equal one for speed-ups n^0.5: sqrt(0.5),
@@ -165,7 +170,7 @@ def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
     if not rows:
         return TypeChoice({}, {}, {})
     cost = -np.array(values) / max(values)  # scaled to 1 for the solver's tolerances
-    taken = solve_rows(rows, cost, len(flexible), types, free, fixed, VODA_GAP)
+    taken = solve_rows(rows, cost, len(flexible), types, free, fixed, VODA_GAP, presolve=False)
     chosen = {flexible[i].name: (t, n) for (i, t, n), on in zip(rows, taken, strict=True) if on}
     out_types: dict[str, str] = {}
     counts: dict[str, int] = {}
