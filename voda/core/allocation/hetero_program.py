@@ -4,7 +4,12 @@ the program Sia's and Voda's heterogeneity policies solve, as a mixed-integer pr
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import contextlib
+import ctypes
+import os
+import sys
+import threading
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -13,7 +18,8 @@ from scipy.sparse import coo_matrix
 
 def solve_rows(rows: Sequence[tuple[int, str, int]], cost: np.ndarray, jobs: int,
                types: Sequence[str], free: Mapping[str, int], fixed: Collection[int] = (),
-               gap: float = 1e-4, time_limit: float = 30.0) -> np.ndarray:
+               gap: float = 1e-4, time_limit: float = 30.0, presolve: bool = True
+               ) -> np.ndarray:
     """Which rows (job index, type, GPUs) to take, at most one per job, minimising the sum of
     their `cost` with no type given more than its `free` GPUs; the rows of the jobs in
     `fixed` (held where they are) must be taken, unless no choice can take them all."""
@@ -27,11 +33,43 @@ def solve_rows(rows: Sequence[tuple[int, str, int]], cost: np.ndarray, jobs: int
     constraints = [LinearConstraint(one_each, -np.inf, 1.0),
                    LinearConstraint(gpus, -np.inf, [float(free[t]) for t in types])]
     lower = np.array([1.0 if i in fixed else 0.0 for i, _, _ in rows])
-    result = milp(cost, constraints=constraints, integrality=np.ones(len(rows)),
-                  bounds=Bounds(lower, 1),
-                  options={"mip_rel_gap": gap, "time_limit": time_limit})
+    with _solver_prints_to_stderr():
+        result = milp(cost, constraints=constraints, integrality=np.ones(len(rows)),
+                      bounds=Bounds(lower, 1),
+                      options={"mip_rel_gap": gap, "time_limit": time_limit,
+                               "presolve": presolve})
     if result.x is None:
         if fixed:  # the held jobs' GPUs are no longer there: decide without holding them
-            return solve_rows(rows, cost, jobs, types, free, (), gap, time_limit)
+            return solve_rows(rows, cost, jobs, types, free, (), gap, time_limit, presolve)
         return np.zeros(len(rows), dtype=bool)
     return np.round(result.x).astype(bool)
+
+
+_STDOUT = threading.Lock()
+
+
+@contextlib.contextmanager
+def _solver_prints_to_stderr() -> Iterator[None]:
+    """Send what the solver prints to standard error while it runs. SciPy 1.17's HiGHS
+    writes a debug line (`HighsMipSolverData::transformNewIntegerFeasibleSolution`) to the
+    C stdout on some solves, whatever its output options, which would corrupt a command's
+    JSON on standard output. Nothing is lost: the line goes to standard error."""
+    with _STDOUT:
+        sys.stdout.flush()
+        try:
+            saved = os.dup(1)
+            os.dup2(2, 1)
+        except OSError:  # no standard output or error to move between
+            yield
+            return
+        try:
+            yield
+        finally:
+            _flush_c_streams()  # the solver's buffered lines go where they were sent
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_c_streams() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
