@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -351,6 +352,17 @@ def test_the_solvers_stray_prints_never_reach_standard_output(
     rows = [(int(i), str(t), int(n)) for i, t, n in doc["rows"]]
     taken = solve_rows(rows, np.array(doc["cost"]), doc["jobs"], doc["types"], doc["free"],
                        doc["fixed"], doc["gap"])
-    out, _ = capfd.readouterr()
-    assert "Highs" not in out
+    out, err = capfd.readouterr()
+    assert "Highs" not in out and "Highs" not in err
     assert taken.sum() >= 1  # a solution, as before
+
+
+def test_what_else_reaches_standard_output_during_a_solve_is_kept(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    from voda.core.allocation import hetero_program
+
+    with hetero_program._without_solver_debug_lines():
+        print("kept line", flush=True)
+        os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution x;\nraw kept\n")
+    out, _ = capfd.readouterr()
+    assert out == "kept line\nraw kept\n"

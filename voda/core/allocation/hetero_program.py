@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import os
 import sys
+import tempfile
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
@@ -33,7 +34,7 @@ def solve_rows(rows: Sequence[tuple[int, str, int]], cost: np.ndarray, jobs: int
     constraints = [LinearConstraint(one_each, -np.inf, 1.0),
                    LinearConstraint(gpus, -np.inf, [float(free[t]) for t in types])]
     lower = np.array([1.0 if i in fixed else 0.0 for i, _, _ in rows])
-    with _solver_prints_to_stderr():
+    with _without_solver_debug_lines():
         result = milp(cost, constraints=constraints, integrality=np.ones(len(rows)),
                       bounds=Bounds(lower, 1),
                       options={"mip_rel_gap": gap, "time_limit": time_limit,
@@ -46,28 +47,36 @@ def solve_rows(rows: Sequence[tuple[int, str, int]], cost: np.ndarray, jobs: int
 
 
 _STDOUT = threading.Lock()
+_SOLVER_DEBUG_LINE = b"HighsMipSolverData::transformNewIntegerFeasibleSolution"
 
 
 @contextlib.contextmanager
-def _solver_prints_to_stderr() -> Iterator[None]:
-    """Send what the solver prints to standard error while it runs. SciPy 1.17's HiGHS
-    writes a debug line (`HighsMipSolverData::transformNewIntegerFeasibleSolution`) to the
-    C stdout on some solves, whatever its output options, which would corrupt a command's
-    JSON on standard output. Nothing is lost: the line goes to standard error."""
-    with _STDOUT:
+def _without_solver_debug_lines() -> Iterator[None]:
+    """Drop the solver's debug lines from standard output while it runs. SciPy 1.17's
+    HiGHS writes `HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();`
+    to the C stdout on some solves, whatever its output options: hundreds of lines on one
+    workload, and they corrupted `voda simulate --json`. What else reaches standard
+    output meanwhile is written out after the solve, in order."""
+    with _STDOUT, contextlib.ExitStack() as stack:
         sys.stdout.flush()
         try:
+            sink = stack.enter_context(tempfile.TemporaryFile())
             saved = os.dup(1)
-            os.dup2(2, 1)
-        except OSError:  # no standard output or error to move between
+        except OSError:  # nowhere to catch it: solve as is
             yield
             return
+        os.dup2(sink.fileno(), 1)
         try:
             yield
         finally:
-            _flush_c_streams()  # the solver's buffered lines go where they were sent
+            _flush_c_streams()
             os.dup2(saved, 1)
             os.close(saved)
+            sink.seek(0)
+            kept = b"".join(line for line in sink.read().splitlines(keepends=True)
+                            if _SOLVER_DEBUG_LINE not in line)
+            if kept:
+                os.write(1, kept)
 
 
 def _flush_c_streams() -> None:
