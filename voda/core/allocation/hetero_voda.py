@@ -142,14 +142,17 @@ def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
     fixed: set[int] = set()
     speed = np.zeros((len(flexible), len(types)))  # goodput on one GPU of each type
     prepared: list[tuple[int, Job, list[tuple[str, int, float]], float]] = []
+    at_best: list[float] = []  # each prepared job's remaining time at its best configuration
     for i, job in enumerate(flexible):
         options = _configurations(job, shapes, ratios, unknown, speed[i], types)
         if options:
-            prepared.append((i, job, options, remaining_work(job, max(o[2] for o in options))))
+            best = max(o[2] for o in options)
+            work = remaining_work(job, best)
+            prepared.append((i, job, options, work))
+            at_best.append(work / max(best, 1e-12))
     fastest = np.maximum(speed.max(axis=1), 1e-12)  # its goodput on one GPU, best type
     weights = rank_weights_large_m(np.array([work / fastest[i] for i, _, _, work in prepared]))
-    weights = floored_weights(weights, np.array([work / max(max(o[2] for o in options), 1e-12)
-                                                 for _, _, options, work in prepared]))
+    weights = floored_weights(weights, np.array(at_best))
     calm = calm_horizon(flexible, free)
     for (i, job, options, work), weight in zip(prepared, weights.tolist(), strict=True):
         current = (job.gpu_type, job.current_workers)
