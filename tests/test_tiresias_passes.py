@@ -167,3 +167,25 @@ def test_simulations_with_the_batch_passes_match_the_per_job_ones(
     assert fast == plain
     if params:
         assert plain[2], "promotions were made"
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoPromotion(Tiresias):
+    """A subclass with its own class rule (never promoted) and its own wake-up."""
+
+    def priority_class(self, job: Job) -> int:
+        return self.service_queue(job)
+
+    def seconds_until_class_change(self, job: Job) -> float | None:
+        return None
+
+
+@given(jobs())
+def test_a_subclass_s_own_hooks_are_the_ones_applied(given_jobs: list[Job]) -> None:
+    algorithm = _NoPromotion(queue_thresholds=(400.0,), starvation_knob=2.0)
+    assert algorithm.priority_classes(given_jobs) == list(map(algorithm.priority_class,
+                                                              given_jobs))
+    # the engine finds no one-loop form, and asks each job
+    assert getattr(algorithm, "promotions_and_classes", None) is None
+    assert getattr(algorithm, "earliest_class_change", None) is None
+    assert Tiresias.promotions_and_classes is not None  # Tiresias's own keep theirs

@@ -133,7 +133,7 @@ def fill_at_rigid_size(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
     every one): most of a long queue waits behind the GPUs the first jobs took."""
     names = list(map(_NAME, ordered))
     gpus = [0] * len(ordered)
-    free, full = capacity, False
+    free = capacity
     for i, job in enumerate(ordered):
         low = job.min_workers
         if low > free:
@@ -143,13 +143,9 @@ def fill_at_rigid_size(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
             want = low  # rigid_size's own first answer, without the call (a job that fits)
         else:
             want = rigid_size(job, capacity)
-        if full:  # as fill_sizes once the GPUs ran out: only a size of 0 or less
-            if want <= 0:
-                gpus[i] = want
-        elif want <= free:
+        if want <= free:
             gpus[i] = want
             free -= want
-            full = free == 0
     return dict(zip(names, gpus, strict=True))
 
 

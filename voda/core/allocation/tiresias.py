@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, pairwise
 from operator import attrgetter
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -69,6 +69,11 @@ def _stable(x: float) -> float:
     if not math.isfinite(x) or x == 0.0:
         return x
     return round(x, 11 - math.floor(math.log10(abs(x))))
+
+
+def _classes_per_job(self: Tiresias, jobs: Sequence[Job]) -> list[int]:
+    """`priority_classes` of a Tiresias whose `priority_class` is its own."""
+    return [self.priority_class(job) for job in jobs]
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,21 @@ class Tiresias:
             )
 
     # ----- queues ---------------------------------------------------------------
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that changes a per-job hook without its one-loop form has that form
+        read the hook per job (`priority_classes`) or taken away (the engine then asks each
+        job: `promotions_and_classes`, `earliest_class_change`), so its own rule is the
+        one applied."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if "priority_class" in own and "priority_classes" not in own:
+            cls.priority_classes = _classes_per_job  # type: ignore[method-assign]
+        if ({"priority_class", "promotion_due"} & own.keys()
+                and "promotions_and_classes" not in own):
+            cls.promotions_and_classes = None  # type: ignore[assignment]
+        if "seconds_until_class_change" in own and "earliest_class_change" not in own:
+            cls.earliest_class_change = None  # type: ignore[assignment]
+
     def service_queue(self, job: Job) -> int:
         """The queue the job's service since its last promotion puts it in."""
         return bisect.bisect_right(self.queue_thresholds, job.attained_gpu_seconds_since_promotion)
@@ -209,25 +229,12 @@ class Tiresias:
 
     def priority_classes(self, jobs: Sequence[Job]) -> list[int]:
         """`priority_class` of every job, in one pass."""
-        thresholds, knob = self.queue_thresholds, self.starvation_knob
-        queues = [bisect.bisect_right(thresholds, job.attained_gpu_seconds_since_promotion)
-                  for job in jobs]
-        if knob is None:
-            return queues
-        for i in compress(range(len(queues)), queues):  # below the top queue
-            job = jobs[i]
-            if job.current_workers <= 0:
-                ran = job.running_seconds_since_promotion
-                if ran > 0 and job.waiting_seconds_since_promotion >= knob * ran:
-                    queues[i] = 0
-        return queues
+        return self.promotions_and_classes(jobs)[1]
 
     def promotions_and_classes(self, jobs: Sequence[Job]) -> tuple[list[int], list[int]]:
         """The engine's pass at every step, in one loop: the positions of the jobs whose
         promotion is due (`promotion_due`) and every job's `priority_class` once those are
-        promoted (0: a promoted job's service starts over, below every threshold).
-
-        A subclass that changes `promotion_due` or `priority_class` changes this too."""
+        promoted (0: a promoted job's service starts over, below every threshold)."""
         thresholds, knob = self.queue_thresholds, self.starvation_knob
         queues = [bisect.bisect_right(thresholds, job.attained_gpu_seconds_since_promotion)
                   for job in jobs]

@@ -69,11 +69,11 @@ def forget_last_fit() -> None:
 
 
 # A job's part of the last result and what it was placed for: (its JobPlacement tuple,
-# its GPUs, its GPU type, priority and submit time, its sort key: its place in the job
-# order, and the Job itself: handed the same object again, those fields are the same, as a
-# Job's are frozen and the engine's kept snapshot, voda.engine.snapshots.LiveJob, takes new
-# values only in its counters and maps).
-_Entry = tuple[JobPlacement, int, str, int, float, tuple[int, float, str], Job]
+# its GPUs, its sort key: its place in the job order, and the Job itself: handed the same
+# object again, its type, priority and submit time are the same, as a Job's are frozen and
+# the engine's kept snapshot, voda.engine.snapshots.LiveJob, takes new values only in its
+# counters and maps).
+_Entry = tuple[JobPlacement, int, tuple[int, float, str], Job]
 
 
 @dataclass
@@ -116,7 +116,7 @@ def _fit_of(result: dict[str, JobPlacement], allocation: Allocation,
 
 
 def _entry(placement: JobPlacement, gpus: int, job: Job) -> _Entry:
-    return placement, gpus, job.gpu_type, job.priority, job.submit_time, SORT_KEY(job), job
+    return placement, gpus, SORT_KEY(job), job
 
 
 def _since_last(last: _Fit, allocation: Allocation, jobs: Mapping[str, Job],
@@ -144,12 +144,13 @@ def _since_last(last: _Fit, allocation: Allocation, jobs: Mapping[str, Job],
             return None  # placed without a Job: the plain placer decides
         entry = entry_of(name)
         if entry is not None and entry[0] is held(name) and entry[1] == gpus:
-            if entry[6] is job:
+            old = entry[3]
+            if old is job:
                 kept[name] = entry
                 continue
-            if (entry[2] == job.gpu_type and entry[3] == job.priority
-                    and entry[4] == job.submit_time and job.name == name):
-                kept[name] = entries[name] = (*entry[:6], job)  # the same, told by a new Job
+            if (old.gpu_type == job.gpu_type and old.priority == job.priority
+                    and old.submit_time == job.submit_time and job.name == name):
+                kept[name] = entries[name] = (*entry[:3], job)  # the same, told by a new Job
                 continue
         if job.name != name:
             return None  # a Job under another name: the plain placer decides
@@ -225,7 +226,7 @@ def _in_order(last: dict[str, JobPlacement], kept: Mapping[str, _Entry],
     names = [name for name in last if name in kept]
     if not placed:
         return {name: kept[name][0] for name in names}
-    keys = [kept[name][5] for name in names]
+    keys = [kept[name][2] for name in names]
     out: dict[str, JobPlacement] = {}
     start = 0
     for name in sorted(placed, key=lambda n: SORT_KEY(jobs[n])):

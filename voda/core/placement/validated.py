@@ -23,12 +23,9 @@ from voda.core.placement.base import node_maps, placement_problems
 
 # A job's part of a valid placement, and what it was valid for: (the very JobPlacement
 # tuple it was handed, all (str, int) tuples; its allocation, an int; its job's GPU type
-# and allowed nodes; the Job). Trusted again only for the same objects (an equal set of
-# allowed nodes too): an object that is the one checked cannot say anything else. The same
-# Job has the same GPU type and allowed nodes: a Job's fields are frozen, and the engine's
-# kept snapshot (voda.engine.snapshots.LiveJob) takes new values only in its counters and
-# maps.
-_Entry = tuple[JobPlacement, int, str | None, frozenset[str] | None, Job | None]
+# and allowed nodes). Trusted again only for the same objects (an equal set of allowed
+# nodes too): an object that is the one checked cannot say anything else.
+_Entry = tuple[JobPlacement, int, str | None, frozenset[str] | None]
 
 
 @dataclass
@@ -81,7 +78,6 @@ def _valid_from(last: _Valid | None, allocation: Allocation, jobs: Mapping[str, 
     used: dict[str, int] = last.used if last is not None else {}  # taken over: `last` is dropped
     entries: dict[str, _Entry] = {}
     raised: list[str] = []  # nodes whose use went up
-    renewed: set[str] = set()  # jobs valid as they were, with a new Job
     keep = True
     allocated, job_of, used_on = allocation.get, jobs.get, used.get
     for name, job_placement in placement.items():
@@ -89,13 +85,10 @@ def _valid_from(last: _Valid | None, allocation: Allocation, jobs: Mapping[str, 
         job = job_of(name)
         entry = before.get(name)
         if entry is not None and entry[0] is job_placement and entry[1] is gpus and (
-                job is not None):
-            if entry[4] is job:
+                job is not None and entry[2] is job.gpu_type):
+            allowed = job.nodes
+            if entry[3] is allowed or (type(allowed) is frozenset and entry[3] == allowed):
                 entries[name] = entry  # as it was, valid for the same things
-                continue
-            if _same_type_and_nodes(entry, job):
-                entries[name] = (*entry[:4], job)  # the same, told by a new Job
-                renewed.add(name)
                 continue
         if gpus == 0:
             return False, None  # placed but not allocated
@@ -114,12 +107,11 @@ def _valid_from(last: _Valid | None, allocation: Allocation, jobs: Mapping[str, 
         if placed != gpus:
             return False, None
         if keep and job is not None and _reusable(job_placement, gpus, gpu_type, allowed):
-            entries[name] = (job_placement, gpus, gpu_type, allowed, job)
+            entries[name] = (job_placement, gpus, gpu_type, allowed)
         else:
             keep = False
     for name, entry in before.items():
-        # Changed or gone (neither as it was nor renewed): its GPUs are given back.
-        if entries.get(name) is not entry and name not in renewed:
+        if entries.get(name) is not entry:  # changed or gone: its GPUs are given back
             for node_name, count in entry[0]:
                 used[node_name] -= count
     if any(used[node_name] > capacity[node_name] for node_name in raised):
@@ -129,14 +121,6 @@ def _valid_from(last: _Valid | None, allocation: Allocation, jobs: Mapping[str, 
     if len(allocation) - countOf(allocation.values(), 0) != len(placement):
         return False, None  # allocated but not placed
     return True, _Valid(cluster, entries, used) if keep else None
-
-
-def _same_type_and_nodes(entry: _Entry, job: Job) -> bool:
-    """Whether another Job than the entry's has the entry's GPU type and allowed nodes (the
-    same objects; allowed nodes also an equal frozenset)."""
-    allowed = job.nodes
-    return entry[2] is job.gpu_type and (
-        entry[3] is allowed or (type(allowed) is frozenset and entry[3] == allowed))
 
 
 def _reusable(job_placement: JobPlacement, gpus: object, gpu_type: object,
