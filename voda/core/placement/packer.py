@@ -15,11 +15,11 @@ import math
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from types import ModuleType
 
 import numpy as np
 
+from voda.core.compiled import compiled
 from voda.core.model import Job
 from voda.core.placement.layout import half_node, spread_pays, worth_moving
 from voda.core.placement.leaf_rooms import MANY_LEAVES, MAX_CELLS, LeafRooms
@@ -51,15 +51,9 @@ COMPILED_BEST_NODE = True
 COMPILED_SPREAD_FIRST = True
 
 
-@cache
 def _leaf_kernel() -> ModuleType | None:
-    """`leaf_kernel`, imported on first use; None without numba (or where numba finds no
-    folder to cache the compiled kernel in, which it reports by RuntimeError)."""
-    try:
-        from voda.core.placement import leaf_kernel
-    except (ImportError, RuntimeError):
-        return None
-    return leaf_kernel
+    """`leaf_kernel`, imported on first use; None without numba (voda.core.compiled)."""
+    return compiled("voda.core.placement.leaf_kernel")
 
 
 @dataclass(slots=True)
