@@ -6,7 +6,7 @@ random clusters of many leaves (hypothesis, as tests/test_placement_fast_paths.p
 - Packer._spread (own nodes last by a stable partition, the first turn handed out at once)
   against the former loop;
 - the best-scoring leaf (Packer._best_scored) against max over Packer._score, and on
-  leaves alike (Packer._tightest_winner) against every leaf scored at once;
+  leaves alike (Packer._tightest_pick) against every leaf scored at once;
 - a leaf's rooms (Packer._capped_rooms) against the rooms worked out node by node.
 """
 
@@ -24,6 +24,7 @@ from tests.test_placement_fast_paths import (
     leaves_by_score_reference,
     packers,
 )
+from voda.core.placement import packer as packer_module
 from voda.core.placement.packer import Ask, NodeCounts, Packer
 
 
@@ -115,7 +116,7 @@ def test_the_tightest_winner_on_leaves_alike_is_the_best_scored(
             winners = np.sort(rng.choice(leaves, int(rng.integers(1, leaves)), replace=False))
             free = packer._leaf_free(winners)
             scores = packer._scores(fresh, winners, fresh.k, free)
-            best = packer._tightest_winner(fresh, winners, free)
+            best = packer._tightest_pick(fresh, *packer_module._tightest_of(winners, free))
             assert best is None or best == int(winners[scores == scores.max()].min())
         fewest = fewest_nodes(packer, fresh)
         assert packer._best_leaf(fresh) == packer._best_leaf_scan(fresh, fewest)

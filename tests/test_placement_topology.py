@@ -74,7 +74,9 @@ def test_the_free_index_tracks_nodes_leaves_spines_and_buckets() -> None:
     assert index.leaf_free == [5, 0, 4]
     assert index.spine_free == [5, 4]
     assert list(index.nodes_with_free(2)) == [1, 3]
-    assert index.buckets[0] == [2] and index.sensitive[2] == 8
+    # (bucket 0 is not kept: the full nodes come from the free counts)
+    assert index.buckets[0] == [] and list(index.nodes_with_free(0)) == [2, 0, 1, 3]
+    assert index.sensitive[2] == 8
     index.release(2, 8, sensitive=True)
     assert list(index.nodes_with_free(5)) == [2]
     with pytest.raises(ValueError, match="node 'a0': 2 GPUs asked, 1 free"):

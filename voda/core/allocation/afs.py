@@ -33,7 +33,6 @@ import math
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from operator import attrgetter
 from types import ModuleType
 
@@ -52,6 +51,7 @@ from voda.core.allocation.reasons import (
     priority_rule,
     slower_with_more,
 )
+from voda.core.compiled import compiled
 from voda.core.estimate import EpochTimes, growth_limit
 from voda.core.model import Job
 
@@ -70,15 +70,9 @@ SAMPLE = 2048
 KERNEL_MIN_JOBS = 64
 
 
-@cache
 def _kernel() -> ModuleType | None:
-    """`afs_kernel`, imported on first use; None without numba (or where numba finds no
-    folder to cache the compiled kernel in, which it reports by RuntimeError)."""
-    try:
-        from voda.core.allocation import afs_kernel
-    except (ImportError, RuntimeError):
-        return None
-    return afs_kernel
+    """`afs_kernel`, imported on first use; None without numba (voda.core.compiled)."""
+    return compiled("voda.core.allocation.afs_kernel")
 
 
 @dataclass(frozen=True)

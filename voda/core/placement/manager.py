@@ -48,6 +48,7 @@ from collections.abc import Mapping, Sequence
 
 from voda.core.model import (
     DEFAULT_GPU_TYPE,
+    SORT_KEY,
     Allocation,
     Cluster,
     Job,
@@ -118,7 +119,7 @@ class TopologyPlacer:
         result: dict[str, JobPlacement] = {}
         for gpu_type in sorted(by_type):
             nodes = [n for n in cluster.nodes if n.gpu_type == gpu_type]
-            typed = sorted(by_type[gpu_type], key=lambda j: j.sort_key)
+            typed = sorted(by_type[gpu_type], key=SORT_KEY)
             need = sum(allocation[j.name] for j in typed)
             have = sum(n.gpus for n in nodes)
             if need > have:

@@ -216,9 +216,10 @@ def migration_plan(old: Placement, new: Placement) -> MigrationPlan:
     """
     moves: list[Move] = []
     restarts: list[str] = []
-    for job in sorted(set(old) & set(new)):
-        if old[job] is new[job]:  # kept as it was (a placer hands the same tuple back)
-            continue
+    # (a job kept as it was, the same tuple handed back by a placer, has nothing to move:
+    # only the others are sorted)
+    for job in sorted([job for job, after in new.items()
+                       if job in old and old[job] is not after]):
         if ONE_NODE_SHORTCUT and len(old[job]) == 1 and len(new[job]) == 1:
             _one_node_each(job, old[job][0], new[job][0], moves, restarts)
             continue

@@ -7,6 +7,7 @@ consolidated, balanced and distributed layouts, relaxed step by step down to
 
 from __future__ import annotations
 
+import array
 import bisect
 import heapq
 import itertools
@@ -14,9 +15,11 @@ import math
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
+from voda.core.compiled import compiled
 from voda.core.model import Job
 from voda.core.placement.layout import half_node, spread_pays, worth_moving
 from voda.core.placement.leaf_rooms import MANY_LEAVES, MAX_CELLS, LeafRooms
@@ -33,6 +36,24 @@ NodeCounts = dict[int, int]  # node id in a FreeIndex -> workers
 _NOWHERE: frozenset[int] = frozenset()
 # Up to this many leaves tied on nodes, their scores are worked out one by one.
 _FEW_WINNERS = 24
+# `_best_leaf` finds its tied leaves by the compiled kernel where numba is installed;
+# False: from the leaf table (the reference the tests compare with).
+COMPILED_WINNERS = True
+_NO_LEAVES = np.zeros(0, dtype=np.int64)
+# `_spread` reads only the first node of each of its first k leaves where that is all it
+# hands out (`_first_turn`); False: it builds every leaf's column (the reference).
+FIRST_TURN_TOP_NODES = True
+# `_best_node` runs compiled where numba is installed, for requests neither
+# latency-sensitive nor limited to a domain; False: in Python (the reference).
+COMPILED_BEST_NODE = True
+# `_spread` finds its first leaves by the compiled kernel where it applies
+# (`_compiled_spread_first`); False: from `_spread_order` (the reference).
+COMPILED_SPREAD_FIRST = True
+
+
+def _leaf_kernel() -> ModuleType | None:
+    """`leaf_kernel`, imported on first use; None without numba (voda.core.compiled)."""
+    return compiled("voda.core.placement.leaf_kernel")
 
 
 @dataclass(slots=True)
@@ -77,6 +98,11 @@ class Packer:
         self.reservations = [0] * len(ix.nodes)
         self._tables: dict[int, LeafRooms] = {}  # by per-node cap: see _leaf_table
         self._all_leaves: np.ndarray | None = None
+        self._winners_out: np.ndarray | None = None  # the kernel's output (a leaf each)
+        self._node_scratch: tuple[np.ndarray, ...] | None = None  # see _compiled_best_node
+        self._stamp = 0
+        self._spread_ranks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._views: tuple[array.array[int], array.array[int], np.ndarray, np.ndarray] | None = None
         self._leaf_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.released = False  # whether reservations had to be given back
         self._spread_pays: dict[tuple[str, int], bool] = {}
@@ -354,19 +380,15 @@ class Packer:
     def _spread_key(self, ask: Ask) -> Callable[[int], tuple[float, int, int]]:
         """A leaf's place in `_by_score`'s order for a spread request on leaves alike:
         (-score, -free GPUs, id), the score as `_scores` works it out (the same floats)."""
-        ix = self.ix
-        cap, history = ix.leaf_cap[0], self._history[0]
-        leaf_free, leaf_spine = ix.leaf_free, ix.leaf_spine
+        leaf_free, leaf_spine = self.ix.leaf_free, self.ix.leaf_spine
         near_leaves, near_spines = ask.near_leaves, ask.near_spines
-        rw, tw, uw, hw = self._weights
-        fit = 1.0 - 0.0  # (a fit of 0, turned for a spread request)
+        score = self._spread_score
 
         def key(leaf: int) -> tuple[float, int, int]:
             free = leaf_free[leaf]
             alignment = (1.0 if leaf in near_leaves
                          else 0.5 if leaf_spine[leaf] in near_spines else 0.0)
-            utilization = 1.0 - (1.0 - free / cap)
-            return -(rw * fit + tw * alignment + uw * utilization + hw * history), -free, leaf
+            return -score(alignment, free), -free, leaf
 
         return key
 
@@ -501,6 +523,13 @@ class Packer:
         The score is `_score`'s, worked out inline by the same operations in the same
         order (the same floats): this runs for nearly every request."""
         ix, k, s = self.ix, ask.k, self.s
+        if (COMPILED_BEST_NODE and ask.allowed is None and not ask.sensitive
+                and s.candidates >= 1 and ix.leaf_rows is not None
+                and len(ix.leaf_names) >= MANY_LEAVES and len(ask.near_leaves) <= 2
+                and len(ask.near_spines) <= 2):
+            kernel = _leaf_kernel()
+            if kernel is not None:
+                return self._compiled_best_node(kernel, ask)
         pool: Iterable[int]
         # (a leaf with fewer than k free GPUs has no node with room)
         leaf_nodes, leaf_free = ix.leaf_nodes, ix.leaf_free
@@ -542,6 +571,37 @@ class Packer:
             if best < 0 or score > best_score or (score == best_score and i < best):
                 best_score, best = score, i
         return None if best < 0 else best
+
+    def _compiled_best_node(self, kernel: ModuleType, ask: Ask) -> int | None:
+        """`_best_node` by the compiled kernel (voda.core.placement.leaf_kernel.best_node),
+        for a request with at most two near leaves and two near spines."""
+        near, spines = ask.near_leaves, ask.near_spines
+        near_a, near_b = sorted(near) if len(near) == 2 else (*near, -1, -1)[:2]
+        spine_a, spine_b = (*spines, -1, -1)[:2]
+        if self._node_scratch is None:
+            self._node_scratch = (
+                np.zeros(len(self.ix.hist), dtype=np.int64),  # `seen`
+                np.array(self._history, dtype=np.float64),
+                np.array(self._weights, dtype=np.float64),
+            )
+        seen, history, weights = self._node_scratch
+        self._stamp += 1
+        free, hist = self._kernel_arrays()
+        best = kernel.best_node(free, hist, self.ix.leaf_rows, history, weights, near_a, near_b,
+                                spine_a, spine_b, ask.k, self.s.candidates, ask.spread, seen,
+                                self._stamp)
+        return None if best < 0 else best
+
+    def _kernel_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The index's free counts and histogram as NumPy arrays (views, kept while the
+        index keeps the same arrays)."""
+        ix = self.ix
+        views = self._views
+        if views is None or views[0] is not ix.free_array or views[1] is not ix.hist:
+            views = self._views = (ix.free_array, ix.hist,
+                                   np.frombuffer(ix.free_array, dtype=np.int64),
+                                   np.frombuffer(ix.hist, dtype=np.int64))
+        return views[2], views[3]
 
     def _near_nodes(self, ask: Ask) -> list[int]:
         """The nodes with k free GPUs or more in the request's near leaves, leaf by leaf
@@ -587,19 +647,69 @@ class Packer:
         them; leaves are scanned in the order of `_leaves` until `candidates` of them
         need no more nodes than an empty cluster would.
 
-        Without latency-sensitive rules, every leaf's node count comes at once from
-        a table of running totals (LeafRooms); `_best_leaf_scan` goes leaf by leaf.
+        Without latency-sensitive rules, on many leaves, the leaves tied on nodes come
+        at once from the index's histogram by a compiled kernel (`_compiled_winners`), or
+        from a table of running totals (LeafRooms: `_table_winners`); `_best_leaf_scan`
+        goes leaf by leaf.
         """
         ix, k = self.ix, ask.k
         fewest = _needed(self._node_prefix, k) if ask.node_cap >= ix.max_cap else math.ceil(
             k / max(1, min(ask.node_cap, ix.max_cap))
         )
         cap = min(ask.node_cap, ix.max_cap)
-        table = None if ask.sensitive or len(ix.leaf_nodes) < MANY_LEAVES else self._leaf_table(cap)
-        if table is None:
+        if ask.sensitive or len(ix.leaf_nodes) < MANY_LEAVES:
             return self._best_leaf_scan(ask, fewest)
         if ask.max_gpus_per_leaf is not None and ask.max_gpus_per_leaf < k:
             return None
+        kernel = _leaf_kernel() if COMPILED_WINNERS else None
+        if kernel is not None:
+            winners = self._compiled_winners(kernel, ask, cap, fewest)
+        else:
+            table = self._leaf_table(cap)
+            if table is None:
+                return self._best_leaf_scan(ask, fewest)
+            winners = self._table_winners(table, ask, fewest)
+        if winners is None:
+            return None
+        if len(winners) <= _FEW_WINNERS and self._finite_weights:
+            # (an infinite weight may give NaN, which only the arrays' rule handles)
+            return self._best_scored(ask, winners.tolist())
+        if not ask.spread and not ask.near_leaves and not ask.near_spines and self._alike:
+            best = self._tightest_pick(ask, *(
+                _tightest_of(winners, self._leaf_free(winners)) if kernel is None
+                else kernel.tightest(self._kernel_arrays()[1], ix.max_cap + 1, winners)))
+            if best is not None:
+                return best
+        # (with rooms uncapped, a leaf's room is its free GPUs; the table's column of
+        # rooms held them, the same numbers)
+        free = self._leaf_free(winners)
+        scores = self._scores(ask, winners, k, free)
+        return int(winners[scores == scores.max()].min())
+
+    def _compiled_winners(self, kernel: ModuleType, ask: Ask, cap: int,
+                          fewest: int) -> np.ndarray | None:
+        """The leaves `_best_leaf` scores, from the index's histogram by the compiled
+        kernel (voda.core.placement.leaf_kernel); None when no leaf holds the request."""
+        ix = self.ix
+        if ask.allowed is not None:
+            first, then_rest = np.array(ask.allowed, dtype=np.int64), False
+        elif ask.near_leaves:
+            first, then_rest = np.array(sorted(ask.near_leaves), dtype=np.int64), True
+        else:
+            first, then_rest = _NO_LEAVES, True
+        if self._winners_out is None:
+            self._winners_out = np.empty(len(ix.leaf_names), dtype=np.int64)
+        out = self._winners_out
+        count = kernel.winners(
+            self._kernel_arrays()[1], ix.max_cap + 1, first, then_rest, ask.k,
+            cap, -1 if ask.max_nodes_per_leaf is None else ask.max_nodes_per_leaf, fewest,
+            self.s.candidates, out)
+        return out[:count].copy() if count else None
+
+    def _table_winners(self, table: LeafRooms, ask: Ask, fewest: int) -> np.ndarray | None:
+        """The leaves `_best_leaf` scores, from the leaf table (the reference of
+        `_compiled_winners`); None when no leaf holds the request."""
+        k = ask.k
         order = self._leaf_order(ask)
         if not len(order):
             return None
@@ -614,35 +724,21 @@ class Packer:
             scanned[order] = True
             fits = fits & scanned
         if len(at_fewest):
-            winners = at_fewest[: self.s.candidates]
-        else:  # the scan goes through every leaf: the winners need the fewest nodes
-            winners = table.fewest_parts(fits, k, fewest + 1)
-            if winners is None:
-                return None
-        if len(winners) <= _FEW_WINNERS and self._finite_weights:
-            # (an infinite weight may give NaN, which only the arrays' rule handles)
-            return self._best_scored(ask, winners.tolist())
-        # (with rooms uncapped, a leaf's room in the table is its free GPUs)
-        free = table.room[winners] if cap == ix.max_cap else self._leaf_free(winners)
-        if not ask.spread and not ask.near_leaves and not ask.near_spines and self._alike:
-            best = self._tightest_winner(ask, winners, free)
-            if best is not None:
-                return best
-        scores = self._scores(ask, winners, k, free)
-        return int(winners[scores == scores.max()].min())
+            return at_fewest[: self.s.candidates]
+        # the scan goes through every leaf: the winners need the fewest nodes
+        return table.fewest_parts(fits, k, fewest + 1)
 
-    def _tightest_winner(self, ask: Ask, winners: np.ndarray, free: np.ndarray) -> int | None:
-        """The best-scoring of these leaves for a request not spread, near no leaf, on
-        leaves alike (`free`: their free GPUs): a leaf's score then only falls as its free
-        GPUs grow (each of its operations is monotone), so the tightest leaves score best,
-        and the lowest id of them wins, when the next tightest scores less; None when it
-        does not (a tie of floats: every leaf must be scored)."""
-        tightest = int(free.min())
-        looser = free[free > tightest]
-        if len(looser) and self._alike_score(ask, int(looser.min())) >= self._alike_score(
-                ask, tightest):
+    def _tightest_pick(self, ask: Ask, tightest: int, looser: int, lowest: int) -> int | None:
+        """The best-scoring of the winning leaves for a request not spread, near no leaf, on
+        leaves alike, from the fewest free GPUs of one (`tightest`), the fewest above that
+        (`looser`, -1 where none) and the lowest id of the tightest (`_tightest_of`): a
+        leaf's score then only falls as its free GPUs grow (each of its operations is
+        monotone), so the tightest leaves score best, and the lowest id of them wins, when
+        the next tightest scores less; None when it does not (a tie of floats: every leaf
+        must be scored)."""
+        if looser >= 0 and self._alike_score(ask, looser) >= self._alike_score(ask, tightest):
             return None
-        return int(winners[free == tightest].min())
+        return lowest
 
     def _alike_score(self, ask: Ask, free: int) -> float:
         """`_scores`'s score of a leaf with `free` free GPUs at the fit of the request, on
@@ -759,6 +855,15 @@ class Packer:
     def _spread(self, ask: Ask) -> NodeCounts | None:
         """One worker per node in turn, across the emptiest leaves."""
         k = ask.k
+        if (FIRST_TURN_TOP_NODES and not ask.sensitive and ask.max_gpus_per_leaf is None
+                and ask.max_nodes_per_leaf is None):
+            firsts = self._compiled_spread_first(ask)
+            ordered = self._spread_leaves(ask) if firsts is None else firsts
+            if ordered is None:
+                return None
+            first = self._first_turn(ask, ordered)
+            if first is not None:
+                return first
         ordered = self._spread_leaves(ask)
         if ordered is None:
             return None
@@ -789,6 +894,89 @@ class Packer:
             if len(first) == k:
                 return first
         return self._hand_out(ask, columns)
+
+    def _compiled_spread_first(self, ask: Ask) -> list[int] | None:
+        """The first k leaves of `_spread_order(ask)` (fewer where fewer have free GPUs)
+        by the compiled kernel (voda.core.placement.leaf_kernel.spread_first), where it
+        applies: a spread request, leaves alike, many, no domain, at most two near leaves
+        and spines; else None."""
+        ix = self.ix
+        near, spines = ask.near_leaves, ask.near_spines
+        if not (COMPILED_SPREAD_FIRST and ask.spread and ask.allowed is None
+                and not ask.single_leaf and self._alike and len(ix.leaf_names) >= MANY_LEAVES
+                and len(near) <= 2 and len(spines) <= 2):
+            return None
+        kernel = _leaf_kernel()
+        if kernel is None:
+            return None
+        if self._spread_ranks is None:
+            self._spread_ranks = (self._spread_rank_table(),
+                                  np.array(ix.leaf_spine, dtype=np.int64),
+                                  np.empty(len(ix.leaf_names), dtype=np.int64))
+        rank, leaf_spine, out = self._spread_ranks
+        near_a, near_b = sorted(near) if len(near) == 2 else (*near, -1, -1)[:2]
+        spine_a, spine_b = (*spines, -1, -1)[:2]
+        count = kernel.spread_first(self._kernel_arrays()[1], leaf_spine, rank, near_a, near_b,
+                                    spine_a, spine_b, ask.k, out)
+        return out[:count].tolist()
+
+    def _spread_rank_table(self) -> np.ndarray:
+        """rank[alignment, free]: the place of a leaf of that alignment (0: a near leaf, 1:
+        of a near spine, 2: other) and free GPUs in `_spread_order`'s order on leaves
+        alike, before the leaf id: by `_spread_score`, then free GPUs, both descending;
+        pairs of the same score and free GPUs share a rank."""
+        cap = self.ix.leaf_cap[0]
+        keys = [(-self._spread_score(alignment, free), -free)
+                for alignment in (1.0, 0.5, 0.0) for free in range(cap + 1)]
+        distinct = {key: rank for rank, key in enumerate(sorted(set(keys)))}
+        return np.array([distinct[key] for key in keys], dtype=np.int64).reshape(3, cap + 1)
+
+    def _spread_score(self, alignment: float, free: int) -> float:
+        """`_scores`'s score of a spread request at a fit of 0 on a leaf with `free` free
+        GPUs, on leaves alike (the same floats)."""
+        rw, tw, uw, hw = self._weights
+        fit = 1.0 - 0.0  # (a fit of 0, turned for a spread request)
+        utilization = 1.0 - (1.0 - free / self.ix.leaf_cap[0])
+        return rw * fit + tw * alignment + uw * utilization + hw * self._history[0]
+
+    def _first_turn(self, ask: Ask, ordered: Iterable[int]) -> NodeCounts | None:
+        """What `_spread` gives when its first k leaves each have a node with room: the
+        first node of each leaf's column (the largest room, the lowest id on ties, the
+        job's own nodes last), one worker each; None when there are fewer such leaves.
+        (Without per-leaf limits and latency-sensitive rules: rooms are capped free GPUs.)"""
+        k, own = ask.k, ask.own
+        cap = min(ask.node_cap, self.ix.max_cap)
+        nodes: list[int] = []
+        for leaf in ordered:
+            node = self._top_node(leaf, cap, own)
+            if node is None:
+                return None
+            nodes.append(node)
+            if len(nodes) == k:
+                return dict.fromkeys(nodes, 1)
+        return None
+
+    def _top_node(self, leaf: int, cap: int, own: NodeCounts) -> int | None:
+        """The first node of `_spread`'s column for a leaf: the largest room (free GPUs up
+        to `cap`), the lowest id on ties, a node of `own` only when no other has room."""
+        ix = self.ix
+        frees, nodes = ix.leaf_free_of[leaf](ix.free), ix.leaf_nodes[leaf]
+        top = max(frees)
+        if top == 0:
+            return None
+        if top <= cap:
+            node = nodes[frees.index(top)]
+            if node not in own:
+                return node
+        best = best_room = mine = mine_room = 0
+        for pos, free in enumerate(frees):
+            room = free if free < cap else cap
+            if nodes[pos] in own:
+                if room > mine_room:
+                    mine, mine_room = nodes[pos], room
+            elif room > best_room:
+                best, best_room = nodes[pos], room
+        return best if best_room else mine
 
     def _spread_leaves(self, ask: Ask) -> Iterable[int] | None:
         """The leaves `_spread` fills, in order (None: none can hold a single-leaf job)."""
@@ -913,6 +1101,15 @@ def _count_split(rooms: Sequence[tuple[int, int]], k: int) -> int | None:
             return count
         left -= room
     return None
+
+
+def _tightest_of(leaves: np.ndarray, free: np.ndarray) -> tuple[int, int, int]:
+    """Of these leaves (`free`: their free GPUs): the fewest free GPUs of one, the fewest
+    above that (-1 where none has more) and the lowest id of those with the fewest."""
+    tightest = int(free.min())
+    looser = free[free > tightest]
+    return (tightest, int(looser.min()) if len(looser) else -1,
+            int(leaves[free == tightest].min()))
 
 
 def _first_turns(columns: Sequence[list[int]], k: int) -> list[int]:

@@ -10,6 +10,7 @@ See docs/design/003-placement.md.
 
 from __future__ import annotations
 
+import array
 import bisect
 import copy
 import operator
@@ -18,6 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+
+import numpy as np
 
 from voda.core.model import DEFAULT_GPU_TYPE, Cluster, Node
 
@@ -161,10 +164,19 @@ class FreeIndex:
         self.leaf_free = list(self.leaf_cap)
         self.spine_cap = [sum(self.leaf_cap[leaf] for leaf in ls) for ls in self.spine_leaves]
         self.spine_free = list(self.spine_cap)
-        # buckets[f]: ids of the nodes with exactly f free GPUs, ascending.
-        self.buckets: list[list[int]] = [[] for _ in range(self.max_cap + 1)]
-        for i, c in enumerate(self.cap):
-            self.buckets[c].append(i)
+        # buckets[f]: ids of the nodes with exactly f free GPUs, ascending, for f >= 1;
+        # buckets[0] stays empty (full nodes are never asked for; on a full cluster it
+        # would be the largest to keep sorted): see nodes_with_free.
+        self.buckets: list[list[int]] = _buckets(self.cap, self.max_cap)
+        # hist[leaf * (max_cap + 1) + f]: the leaf's nodes with exactly f free GPUs (for
+        # voda.core.placement.leaf_kernel); hist_at[i]: where node i's leaf row starts.
+        self.hist_at = [leaf * (self.max_cap + 1) for leaf in self.leaf]
+        self.hist = _histogram(self.free, self.hist_at, len(self.leaf_names) * (self.max_cap + 1))
+        # The free counts again, as an array (free_array[i] == free[i]), and per leaf its
+        # first node, node count, spine and capacity (rows 0-3) where every leaf holds
+        # consecutive node ids in leaf order, else None: for the compiled kernels.
+        self.free_array = array.array("q", self.free)
+        self.leaf_rows = _leaf_rows(self.leaf_nodes, self.leaf_spine, self.leaf_cap)
         # Latency-sensitive workers per node (for the "never co-located" rule).
         self.sensitive = [0] * len(self.nodes)
         # Bumped on every change of a leaf's free GPUs, for caches keyed by leaf.
@@ -197,6 +209,8 @@ class FreeIndex:
         twin = copy.copy(self)
         twin.free = list(self.free)
         twin.buckets = [list(bucket) for bucket in self.buckets]
+        twin.hist = array.array("q", self.hist)
+        twin.free_array = array.array("q", self.free_array)
         twin.leaf_free = list(self.leaf_free)
         twin.spine_free = list(self.spine_free)
         twin.sensitive = list(self.sensitive)
@@ -214,9 +228,9 @@ class FreeIndex:
                 not 0 <= f <= c for f, c in zip(free, self.cap, strict=True)):
             raise ValueError("free: one count per node, each within [0, capacity]")
         self.free = list(free)
-        self.buckets = [[] for _ in range(self.max_cap + 1)]
-        for i, f in enumerate(self.free):
-            self.buckets[f].append(i)
+        self.buckets = _buckets(self.free, self.max_cap)
+        self.hist = _histogram(self.free, self.hist_at, len(self.hist))
+        self.free_array = array.array("q", self.free)
         self.leaf_free = [sum(self.free[i] for i in nodes) for nodes in self.leaf_nodes]
         self.spine_free = [sum(self.leaf_free[leaf] for leaf in leaves)
                            for leaves in self.spine_leaves]
@@ -238,10 +252,16 @@ class FreeIndex:
         new = old + delta
         if new < 0 or new > self.cap[i]:
             raise ValueError(f"node {self.nodes[i].name!r}: {-delta} GPUs asked, {old} free")
-        bucket = self.buckets[old]
-        del bucket[bisect.bisect_left(bucket, i)]
-        bisect.insort(self.buckets[new], i)
+        if old:
+            bucket = self.buckets[old]
+            del bucket[bisect.bisect_left(bucket, i)]
+        if new:
+            bisect.insort(self.buckets[new], i)
         self.free[i] = new
+        self.free_array[i] = new
+        hist, at = self.hist, self.hist_at[i]
+        hist[at + old] -= 1
+        hist[at + new] += 1
         leaf = self.leaf[i]
         self.leaf_free[leaf] += delta
         self.leaf_version[leaf] += 1
@@ -250,7 +270,9 @@ class FreeIndex:
 
     def nodes_with_free(self, at_least: int) -> Iterable[int]:
         """Node ids with at least `at_least` free GPUs, tightest first (best fit)."""
-        for f in range(max(at_least, 0), self.max_cap + 1):
+        if at_least <= 0:
+            yield from (i for i, f in enumerate(self.free) if f == 0)
+        for f in range(max(at_least, 1), self.max_cap + 1):
             yield from self.buckets[f]
 
     def domain_leaves(self, domain: str) -> list[int]:
@@ -271,6 +293,37 @@ _templates: OrderedDict[tuple[int, ...], FreeIndex] = OrderedDict()
 _templates_lock = threading.Lock()
 # Topology.of's, by the identity of the nodes (held, as above).
 _topologies: OrderedDict[tuple[int, ...], tuple[tuple[Node, ...], Topology]] = OrderedDict()
+
+
+def _buckets(free: Sequence[int], max_cap: int) -> list[list[int]]:
+    """FreeIndex.buckets of these free counts (bucket 0 left empty)."""
+    buckets: list[list[int]] = [[] for _ in range(max_cap + 1)]
+    for i, f in enumerate(free):
+        if f:
+            buckets[f].append(i)
+    return buckets
+
+
+def _leaf_rows(leaf_nodes: Sequence[Sequence[int]], leaf_spine: Sequence[int],
+               leaf_cap: Sequence[int]) -> np.ndarray | None:
+    """FreeIndex.leaf_rows: None unless each leaf's nodes are the ids after the last
+    node of the leaf before it."""
+    first = 0
+    for nodes in leaf_nodes:
+        if list(nodes) != list(range(first, first + len(nodes))):
+            return None
+        first += len(nodes)
+    return np.array([[nodes[0] if nodes else 0 for nodes in leaf_nodes],
+                     [len(nodes) for nodes in leaf_nodes], list(leaf_spine), list(leaf_cap)],
+                    dtype=np.int64).reshape(4, len(leaf_nodes))
+
+
+def _histogram(free: Sequence[int], rows: Sequence[int], size: int) -> array.array[int]:
+    """FreeIndex.hist of these free counts (`rows`: each node's row start)."""
+    hist = array.array("q", bytes(8 * size))
+    for f, at in zip(free, rows, strict=True):
+        hist[at + f] += 1
+    return hist
 
 
 def _getter(items: Sequence[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
