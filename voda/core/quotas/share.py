@@ -200,6 +200,8 @@ def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
     for round_ in range(n + 1):  # each round closes a queue, or is the last
         if round_ == 1:
             _even_out(shares, given, open_, floor, capacity, guarantee, weight, want, keep, run)
+            if _idle(shares, keep, capacity) <= 0:
+                break
         offered = water_fill(capacity, guarantee, weight, floor, want, keep, open_)
         moved = [i for i in range(n) if open_[i] and offered[i] != floor[i]]
         run.prefetch([(i, offered[i]) for i in moved])
@@ -221,7 +223,7 @@ def _even_out(shares: list[int], given: list[int], open_: list[bool], floor: lis
     first, each up to one of its jobs above the others (rule 4's grain: its largest
     allocation, and a GPU above the level of the lowest other queue that still wants
     more), so that a few runs take it instead of a round of every open queue."""
-    idle = capacity - sum(max(s, k) for s, k in zip(shares, keep, strict=True))
+    idle = _idle(shares, keep, capacity)
     wanting = [i for i in range(len(shares)) if open_[i] and shares[i] < want[i]]
     if idle <= 0 or not wanting:
         return
@@ -263,6 +265,11 @@ def _even_out(shares: list[int], given: list[int], open_: list[bool], floor: lis
         idle -= max(used, keep[i]) - before
         if idle <= 0:
             break
+
+
+def _idle(shares: Sequence[int], keep: Sequence[int], capacity: int) -> int:
+    """The GPUs no queue takes nor keeps for itself."""
+    return capacity - sum(max(s, k) for s, k in zip(shares, keep, strict=True))
 
 
 def _take(moved: Sequence[int], offered: Sequence[int], shares: list[int], given: list[int],
@@ -308,7 +315,7 @@ def _top_up(shares: list[int], capacity: int, guarantee: Sequence[int],
             grow: Callable[[int, int], int]) -> None:
     """GPUs still idle go to the queues that can use them, lowest borrowed per weight
     first: a job whose min did not fit in its queue's share may fit in what others left."""
-    idle = capacity - sum(max(s, k) for s, k in zip(shares, keep, strict=True))
+    idle = _idle(shares, keep, capacity)
     order = sorted(range(len(shares)),
                    key=lambda i: ((shares[i] - guarantee[i]) / weight[i], i))
     for i in order:
