@@ -6,7 +6,8 @@ jobs are allocated on, by the chosen algorithm (docs/design/013-queues.md).
 2. lend and share: the GPUs no queue holds within its guarantee (less what lending limits
    keep) are shared by weight among the queues that may borrow, up to their borrowing
    limits and the sum of their jobs' max; a queue that leaves part of its share unused
-   gives it back and the rest is shared again among the others;
+   gives it back, and what the queues leave is evened out over those that want more, a
+   job's grain at a time, before any further round shares it again (`_fill`);
 3. top up: GPUs still idle go to any queue whose jobs can use them;
 4. reclaim: a queue that held borrowed GPUs beyond its new share, while another queue
    grows, gives them back by `reclaim` (shrinking first);
