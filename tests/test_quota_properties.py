@@ -131,6 +131,19 @@ def test_the_rules_hold_where_ffdl_left_gpus_idle(queues: QueueSet, jobs: list[J
     inner("FfDLOptimizer", (queues, jobs, capacity))
 
 
+def test_what_a_guarantee_leaves_is_shared_by_weight() -> None:
+    # q0's rigid jobs take 8 of its guarantee of 12, known only once it is run there; the
+    # 4 left went whole to q1 (first of the queues at level 0), 3 GPUs more per weight
+    # than q2 (weight 3) with its 1-GPU job waiting. Evened out, q2 takes its GPU first.
+    queues = QueueSet((Queue("q0", {TYPE: 12}), Queue("q1", {TYPE: 0}),
+                       Queue("q2", {TYPE: 0}, None, None, 3.0), Queue("q3", {TYPE: 0})))
+    jobs = [_job("j0", "q0", 1, 1), _job("j1", "q0", 5, 5), _job("j2", "q0", 7, 7),
+            _job("j3", "q1", 1, 1), _job("j4", "q2", 1, 1), _job("j5", "q0", 2, 2),
+            _job("j6", "q1", 3, 3)]
+    inner = test_the_queue_rules_hold_for_every_algorithm.hypothesis.inner_test
+    inner("FIFO", (queues, jobs, 12))
+
+
 def keep(queue: Queue) -> int:
     lend = queue.may_lend(TYPE)
     g = queue.guaranteed(TYPE)

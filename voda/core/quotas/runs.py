@@ -47,14 +47,15 @@ class QueueRuns:
         # a built-in algorithm's store for runs of the same jobs at other offers, if any
         memo = getattr(algorithm, "memo", None) if self.trusted else None
         self._memo = memo() if memo is not None else None
-        self.exact = [not jobs or g == 0 or d <= g
-                      for jobs, g, d in zip(members, guarantee, self.demand, strict=True)]
-        # what each queue's algorithm takes on its guarantee: exact where it wants no more
-        # than the guarantee (that run is its allocation), else the bound min(G, demand);
-        # such a queue is not offered more, so its run keeps nothing in the store
-        self.prefetch([(i, g) for i, g in enumerate(guarantee) if self.exact[i]], keep=False)
-        self.base = [self.used(i, g) if self.exact[i] else min(g, self.demand[i])
-                     for i, g in enumerate(guarantee)]
+        # a queue whose guarantee covers its demand is never offered more: its run on the
+        # guarantee is its allocation (run with the first offers, `share._fill`)
+        self.covered = [bool(jobs) and g > 0 and d <= g
+                        for jobs, g, d in zip(members, guarantee, self.demand, strict=True)]
+        self.exact = [not jobs or g == 0 for jobs, g in zip(members, guarantee, strict=True)]
+        # what each queue's algorithm takes on its guarantee: 0 where it has no jobs or no
+        # guarantee, else (until it is run there) the bound min(G, demand)
+        self.base = [0 if exact else min(g, d)
+                     for exact, g, d in zip(self.exact, guarantee, self.demand, strict=True)]
 
     def prefetch(self, wanted: Iterable[tuple[int, int]], keep: bool = True) -> None:
         """Run the (queue, GPUs) pairs not yet run together, where the algorithm has
@@ -79,8 +80,8 @@ class QueueRuns:
         key = (i, gpus)
         if key not in self._runs:
             jobs = self.members[i]
-            if not jobs:
-                self._runs[key] = {}
+            if not jobs or gpus == 0:  # every job at 0: the only allocation there is
+                self._runs[key] = dict.fromkeys(map(_NAME, jobs), 0)
             elif self._memo is not None:
                 self._runs[key] = self._whole(jobs, self._allocate_many([(jobs, gpus)])[0], gpus)
             elif self.trusted:

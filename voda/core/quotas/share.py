@@ -6,7 +6,8 @@ jobs are allocated on, by the chosen algorithm (docs/design/013-queues.md).
 2. lend and share: the GPUs no queue holds within its guarantee (less what lending limits
    keep) are shared by weight among the queues that may borrow, up to their borrowing
    limits and the sum of their jobs' max; a queue that leaves part of its share unused
-   gives it back and the rest is shared again among the others;
+   gives it back, and what the queues leave is evened out over those that want more, a
+   job's grain at a time, before any further round shares it again (`_fill`);
 3. top up: GPUs still idle go to any queue whose jobs can use them;
 4. reclaim: a queue that held borrowed GPUs beyond its new share, while another queue
    grows, gives them back by `reclaim` (shrinking first);
@@ -179,35 +180,121 @@ def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
           keep: Sequence[int], run: QueueRuns) -> None:
     """Share by weight what the guarantees leave. A queue that cannot use all it is offered
     (its jobs' sizes do not fit it) takes what it uses and the rest is shared again among
-    the others; GPUs that are left at the end go to it in the top-up (step 3)."""
-    base = run.base
-    floor = list(base)
-    for _ in range(len(shares) + 1):  # each round closes a queue, or is the last
+    the others; GPUs that are left at the end go to it in the top-up (step 3).
+
+    The first call runs the queues whose offer the level does not decide: on their
+    guarantee those it covers, on all their jobs want those the level reaches it for
+    (with every covered queue taken to use its bound, so the level only rises after).
+    The second runs the rest on the level what those took leaves; what the second's
+    queues leave is shared again, round by round."""
+    floor = list(run.base)
+    n = len(shares)
+    offered = water_fill(capacity, guarantee, weight, floor, want, keep, open_)
+    capped = [i for i in range(n) if open_[i] and offered[i] != floor[i]
+              and offered[i] >= want[i]]
+    run.prefetch([(i, guarantee[i]) for i in range(n) if run.covered[i]]
+                 + [(i, offered[i]) for i in capped], keep=False)
+    for i in range(n):
+        if run.covered[i]:
+            floor[i] = shares[i] = run.exact_base(i)
+    _take(capped, offered, shares, given, open_, floor, guarantee, run)
+    for round_ in range(n + 1):  # each round closes a queue, or is the last
+        if round_ == 1:
+            _even_out(shares, given, open_, floor, capacity, guarantee, weight, want, keep, run)
+            if _idle(shares, keep, capacity) <= 0:
+                break
         offered = water_fill(capacity, guarantee, weight, floor, want, keep, open_)
-        moved = [i for i in range(len(shares)) if open_[i] and offered[i] != floor[i]]
+        moved = [i for i in range(n) if open_[i] and offered[i] != floor[i]]
         run.prefetch([(i, offered[i]) for i in moved])
-        # the guarantee runs the rule below asks for, together
-        run.prefetch([(i, guarantee[i]) for i in moved
-                      if not run.exact[i] and run.used(i, offered[i]) < base[i]])
-        changed = False
-        for i in range(len(shares)):
-            if not open_[i] or offered[i] == floor[i]:
-                continue
-            used = run.used(i, offered[i])
-            if used < base[i] and used < run.exact_base(i):
-                # more GPUs, yet less taken: it keeps what its guarantee got
-                floor[i] = shares[i] = base[i]
-                open_[i], changed = False, True
-                continue
-            given[i], shares[i] = offered[i], used
-            floor[i] = used
-            if used < offered[i]:  # it cannot use them all: the rest is shared again
-                open_[i], changed = False, True
-        if not changed:
+        if not _take(moved, offered, shares, given, open_, floor, guarantee, run):
             break
-    for i in range(len(shares)):  # a queue left on its guarantee: that run is its allocation
+    # a queue left on its guarantee: that run is its allocation
+    run.prefetch([(i, g) for i, g in enumerate(guarantee) if given[i] == g and not run.exact[i]])
+    for i in range(n):
         if given[i] == guarantee[i]:
             shares[i] = run.exact_base(i)
+    # what a queue left of its guarantee (known only now) is evened out too
+    _even_out(shares, given, open_, floor, capacity, guarantee, weight, want, keep, run)
+
+
+def _even_out(shares: list[int], given: list[int], open_: list[bool], floor: list[int],
+              capacity: int, guarantee: Sequence[int], weight: Sequence[float],
+              want: Sequence[float], keep: Sequence[int], run: QueueRuns) -> None:
+    """What the queues left idle goes to the open queues lowest in borrowed per weight
+    first, each up to one of its jobs above the others (rule 4's grain: its largest
+    allocation, and a GPU above the level of the lowest other queue that still wants
+    more), so that a few runs take it instead of a round of every open queue."""
+    idle = _idle(shares, keep, capacity)
+    wanting = [i for i in range(len(shares)) if open_[i] and shares[i] < want[i]]
+    if idle <= 0 or not wanting:
+        return
+    order = sorted(wanting, key=lambda i: ((shares[i] - guarantee[i]) / weight[i], i))
+    # the queues that took all they were offered and want more: rule 4 holds against them
+    full = [q for q in wanting if shares[q] == given[q]]
+
+    def bound(i: int, largest: int) -> float:
+        level = min(((shares[q] - guarantee[q] + 1) / weight[q] for q in full if q != i),
+                    default=math.inf)
+        if level == math.inf:
+            return want[i]
+        return min(want[i], guarantee[i] + largest + math.floor(weight[i] * level + 1e-9))
+
+    def room(i: int, left: int) -> int:
+        top = bound(i, max(run(i, given[i]).values(), default=0))
+        return int(min(left + max(0, keep[i] - shares[i]), top - shares[i]))
+
+    planned, left = [], idle  # each taking all it is offered: one call for them all
+    for i in order:
+        r = room(i, left)
+        if r > 0:
+            planned.append((i, shares[i] + r))
+            left -= r
+        if left <= 0:
+            break
+    run.prefetch(planned)
+    for i in order:
+        r = room(i, idle)
+        if r <= 0:
+            continue
+        counts = run(i, shares[i] + r)
+        used = sum(counts.values())
+        if used <= shares[i] or used > bound(i, max(counts.values(), default=0)):
+            continue
+        before = max(shares[i], keep[i])
+        given[i], shares[i], floor[i] = shares[i] + r, used, used
+        open_[i] = used == given[i]
+        idle -= max(used, keep[i]) - before
+        if idle <= 0:
+            break
+
+
+def _idle(shares: Sequence[int], keep: Sequence[int], capacity: int) -> int:
+    """The GPUs no queue takes nor keeps for itself."""
+    return capacity - sum(max(s, k) for s, k in zip(shares, keep, strict=True))
+
+
+def _take(moved: Sequence[int], offered: Sequence[int], shares: list[int], given: list[int],
+          open_: list[bool], floor: list[int], guarantee: Sequence[int],
+          run: QueueRuns) -> bool:
+    """Queues `moved` on their offers: each takes what its algorithm uses there, and one
+    that uses less than it was offered closes. Whether one closed."""
+    base = run.base
+    # the guarantee runs the rule below asks for, together
+    run.prefetch([(i, guarantee[i]) for i in moved
+                  if not run.exact[i] and run.used(i, offered[i]) < base[i]])
+    changed = False
+    for i in moved:
+        used = run.used(i, offered[i])
+        if used < base[i] and used < run.exact_base(i):
+            # more GPUs, yet less taken: it keeps what its guarantee got
+            floor[i] = shares[i] = base[i]
+            open_[i], changed = False, True
+            continue
+        given[i], shares[i] = offered[i], used
+        floor[i] = used
+        if used < offered[i]:  # it cannot use them all: the rest is shared again
+            open_[i], changed = False, True
+    return changed
 
 
 def _covered(guarantee: list[int], weight: list[float], capacity: int) -> list[int]:
@@ -229,7 +316,7 @@ def _top_up(shares: list[int], capacity: int, guarantee: Sequence[int],
             grow: Callable[[int, int], int]) -> None:
     """GPUs still idle go to the queues that can use them, lowest borrowed per weight
     first: a job whose min did not fit in its queue's share may fit in what others left."""
-    idle = capacity - sum(max(s, k) for s, k in zip(shares, keep, strict=True))
+    idle = _idle(shares, keep, capacity)
     order = sorted(range(len(shares)),
                    key=lambda i: ((shares[i] - guarantee[i]) / weight[i], i))
     for i in order:
