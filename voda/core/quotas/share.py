@@ -175,6 +175,10 @@ def _groups(jobs: Sequence[Job], declared: Mapping[str, Queue]) -> dict[str, lis
     return groups
 
 
+# Passes of the evening out, one call each; what they leave is shared round by round.
+EVEN_OUT_PASSES = 2
+
+
 def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
           guarantee: Sequence[int], weight: Sequence[float], want: Sequence[float],
           keep: Sequence[int], run: QueueRuns) -> None:
@@ -223,49 +227,69 @@ def _even_out(shares: list[int], given: list[int], open_: list[bool], floor: lis
     """What the queues left idle goes to the open queues lowest in borrowed per weight
     first, each up to one of its jobs above the others (rule 4's grain: its largest
     allocation, and a GPU above the level of the lowest other queue that still wants
-    more), so that a few runs take it instead of a round of every open queue."""
-    idle = _idle(shares, keep, capacity)
-    wanting = [i for i in range(len(shares)) if open_[i] and shares[i] < want[i]]
-    if idle <= 0 or not wanting:
-        return
-    order = sorted(wanting, key=lambda i: ((shares[i] - guarantee[i]) / weight[i], i))
-    # the queues that took all they were offered and want more: rule 4 holds against them
-    full = [q for q in wanting if shares[q] == given[q]]
+    more), so that a few runs take it instead of a round of every open queue: in passes,
+    each offering the idle GPUs in that order as if every queue took all it is offered,
+    its runs in one call (what a queue leaves goes to the next pass)."""
+    for _ in range(EVEN_OUT_PASSES):
+        planned = _even_out_offers(shares, given, open_, capacity, guarantee, weight, want,
+                                   keep, run)
+        if not planned:
+            return
+        run.prefetch(planned)
+        moved = False
+        for i, offer in planned:
+            counts = run(i, offer)
+            used = sum(counts.values())
+            if used <= shares[i] or used > _even_bound(i, max(counts.values(), default=0),
+                                                       shares, given, open_, guarantee,
+                                                       weight, want):
+                continue
+            given[i], shares[i], floor[i] = offer, used, used
+            open_[i] = used == offer
+            moved = True
+        if not moved:
+            return
 
-    def bound(i: int, largest: int) -> float:
-        level = min(((shares[q] - guarantee[q] + 1) / weight[q] for q in full if q != i),
-                    default=math.inf)
-        if level == math.inf:
-            return want[i]
-        return min(want[i], guarantee[i] + largest + math.floor(weight[i] * level + 1e-9))
 
-    def room(i: int, left: int) -> int:
-        top = bound(i, max(run(i, given[i]).values(), default=0))
-        return int(min(left + max(0, keep[i] - shares[i]), top - shares[i]))
+def _wanting(shares: Sequence[int], open_: Sequence[bool], want: Sequence[float]) -> list[int]:
+    return [i for i in range(len(shares)) if open_[i] and shares[i] < want[i]]
 
-    planned, left = [], idle  # each taking all it is offered: one call for them all
-    for i in order:
-        r = room(i, left)
+
+def _even_bound(i: int, largest: int, shares: Sequence[int], given: Sequence[int],
+                open_: Sequence[bool], guarantee: Sequence[int], weight: Sequence[float],
+                want: Sequence[float]) -> float:
+    """The most queue i may hold in the evening out: its want, and at most its largest job
+    allocation above the level of the lowest other queue that took all it was offered and
+    wants more (rule 4's grain)."""
+    level = min(((shares[q] - guarantee[q] + 1) / weight[q]
+                 for q in _wanting(shares, open_, want) if q != i and shares[q] == given[q]),
+                default=math.inf)
+    if level == math.inf:
+        return want[i]
+    return min(want[i], guarantee[i] + largest + math.floor(weight[i] * level + 1e-9))
+
+
+def _even_out_offers(shares: Sequence[int], given: Sequence[int], open_: Sequence[bool],
+                     capacity: int, guarantee: Sequence[int], weight: Sequence[float],
+                     want: Sequence[float], keep: Sequence[int], run: QueueRuns
+                     ) -> list[tuple[int, int]]:
+    """(queue, GPUs) offers of the idle GPUs, lowest borrowed per weight first, each queue
+    up to its `_even_bound` at its largest allocation where it was last given GPUs."""
+    left = _idle(shares, keep, capacity)
+    wanting = _wanting(shares, open_, want)
+    if left <= 0 or not wanting:
+        return []
+    planned = []
+    for i in sorted(wanting, key=lambda i: ((shares[i] - guarantee[i]) / weight[i], i)):
+        top = _even_bound(i, max(run(i, given[i]).values(), default=0), shares, given,
+                          open_, guarantee, weight, want)
+        r = int(min(left + max(0, keep[i] - shares[i]), top - shares[i]))
         if r > 0:
             planned.append((i, shares[i] + r))
             left -= r
         if left <= 0:
             break
-    run.prefetch(planned)
-    for i in order:
-        r = room(i, idle)
-        if r <= 0:
-            continue
-        counts = run(i, shares[i] + r)
-        used = sum(counts.values())
-        if used <= shares[i] or used > bound(i, max(counts.values(), default=0)):
-            continue
-        before = max(shares[i], keep[i])
-        given[i], shares[i], floor[i] = shares[i] + r, used, used
-        open_[i] = used == given[i]
-        idle -= max(used, keep[i]) - before
-        if idle <= 0:
-            break
+    return planned
 
 
 def _idle(shares: Sequence[int], keep: Sequence[int], capacity: int) -> int:
