@@ -285,6 +285,53 @@ def account_all(records: Iterable[JobRecord], dt: float) -> None:
                 record.waiting_seconds_since_promotion += dt
 
 
+def account_steps(records: Iterable[JobRecord], steps: list[float]) -> None:
+    """`account_all(records, dt)` for each `dt` of `steps` in turn, in one pass over the
+    records: each counter gets the same additions in the same order (the same floats),
+    held in locals between them."""
+    if len(steps) == 1:
+        account_all(records, steps[0])
+        return
+    for record in records:
+        workers = record.current_workers
+        if workers > 0:
+            running, since_start = record.running_seconds, record.running_seconds_since_start
+            since_promotion = record.running_seconds_since_promotion
+            attained = record.attained_gpu_seconds
+            attained_since_start = record.attained_gpu_seconds_since_start
+            attained_since_promotion = record.attained_gpu_seconds_since_promotion
+            since_epoch = record.running_seconds_since_epoch
+            attained_since_epoch = record.attained_gpu_seconds_since_epoch
+            for dt in steps:
+                running += dt
+                since_start += dt
+                since_promotion += dt
+                gpu_seconds = dt * workers
+                attained += gpu_seconds
+                attained_since_start += gpu_seconds
+                attained_since_promotion += gpu_seconds
+                since_epoch += dt
+                attained_since_epoch += gpu_seconds
+            record.running_seconds, record.running_seconds_since_start = running, since_start
+            record.running_seconds_since_promotion = since_promotion
+            record.attained_gpu_seconds = attained
+            record.attained_gpu_seconds_since_start = attained_since_start
+            record.attained_gpu_seconds_since_promotion = attained_since_promotion
+            record.running_seconds_since_epoch = since_epoch
+            record.attained_gpu_seconds_since_epoch = attained_since_epoch
+        else:
+            waiting, since_start = record.waiting_seconds, record.waiting_seconds_since_start
+            for dt in steps:
+                waiting += dt
+                since_start += dt
+            record.waiting_seconds, record.waiting_seconds_since_start = waiting, since_start
+            if record.running_seconds_since_promotion > 0:  # unchanged while it waits
+                since_promotion = record.waiting_seconds_since_promotion
+                for dt in steps:
+                    since_promotion += dt
+                record.waiting_seconds_since_promotion = since_promotion
+
+
 def epoch_starts(record: JobRecord) -> None:
     """An epoch ended, or the job goes on from the last one's end: nothing of the next done."""
     record.running_seconds_since_epoch = 0.0
@@ -380,6 +427,10 @@ class DecisionRefused(RuntimeError):
 
 
 class Scheduler:
+    # Whether take_events and step may leave accounted steps to add later, in one pass
+    # (_account's `defer`); False: each is added at once (the reference).
+    defers_accounting = True
+
     def __init__(
         self,
         backend: Backend,
@@ -448,6 +499,11 @@ class Scheduler:
         # Whether a record may hold a restart cost or restore that a backend which charges
         # none must zero (_ask_backend_costs): a job taken in may bring one.
         self._costs_to_zero = True
+        # Steps accounted up to `_last_accounted` but not yet added to the active jobs'
+        # counters (_account with `defer`), and the jobs that hold the first n of them
+        # already (taken in since, or brought up to date alone): see _add_unadded.
+        self._unadded: list[float] = []
+        self._unadded_from: dict[str, int] = {}
 
     # ----- configuration -------------------------------------------------
     def _under_queues(self, algorithm: AllocationAlgorithm) -> AllocationAlgorithm:
@@ -528,6 +584,7 @@ class Scheduler:
             record.epoch_time_by_workers = dict(known)
         self._share_category(record)  # (it drops a snapshot kept under the name)
         self._costs_to_zero = True
+        self._taken_in(record.name)
         self.jobs[job.name] = record
         if not record.status.is_terminal:
             self.active[job.name] = record
@@ -545,6 +602,7 @@ class Scheduler:
         """
         self._share_category(record)  # (it drops a snapshot kept under the name)
         self._costs_to_zero = True
+        self._taken_in(record.name)
         self.jobs[record.name] = record
         if not record.status.is_terminal:
             self.active[record.name] = record
@@ -609,6 +667,11 @@ class Scheduler:
         """Apply one event to the state (accounting must be up to date)."""
         kind = event.kind
         record = self.jobs.get(event.job) if event.job else None
+        if self._unadded:  # the counters this event reads or changes, up to date
+            if record is not None:
+                self._add_unadded_to(record)
+            else:
+                self._add_unadded()
         if kind is EventKind.EPOCH_REPORTED:  # by far the most frequent: tested first
             # (a progress event: it reschedules only for an algorithm that decides on it)
             if record:
@@ -738,14 +801,25 @@ class Scheduler:
         throughputs[key] = _smoothed(throughputs.get(key), rate)
 
     # ----- time ------------------------------------------------------------
-    def _account(self, now: float) -> None:
+    def _account(self, now: float, defer: bool = False) -> None:
+        """Count the time up to `now` into the active jobs' counters. `defer`: where every
+        active job counts the whole step, note it for _add_unadded instead (which any
+        reader of the counters calls first); else the unadded steps are added first."""
         dt = now - self._last_accounted
         if dt <= 0:
+            if not defer:
+                self._add_unadded()
             return
         scale = self.time_scale  # the counters are in job seconds
         step = dt * scale
         last = self._last_accounted
-        if not self._arrivals and not self._adopted_for_later:
+        no_later_job = not self._arrivals and not self._adopted_for_later
+        if defer and no_later_job and self.defers_accounting:
+            self._unadded.append(step)
+            self._last_accounted = now
+            return
+        self._add_unadded()
+        if no_later_job:
             # No job is submitted for later than `last`: every one counts the whole step.
             account_all(self.active.values(), step)
             self._last_accounted = now
@@ -761,6 +835,45 @@ class Scheduler:
                 if record.status is submitted and last < record.submit_time < now:
                     account(record, (now - record.submit_time) * scale)
         self._last_accounted = now
+
+    def _add_unadded(self) -> None:
+        """Add the steps `_account` deferred to every active job's counters, each job the
+        ones it was active for, in order: what accounting each step at once would give."""
+        steps = self._unadded
+        if not steps:
+            return
+        joined = self._unadded_from
+        if not joined:
+            account_steps(self.active.values(), steps)
+        else:
+            account_steps([r for r in self.active.values() if r.name not in joined], steps)
+            for name, start in joined.items():
+                record = self.active.get(name)
+                if record is not None and start < len(steps):
+                    account_steps((record,), steps[start:])
+        self._unadded = []
+        self._unadded_from = {}
+
+    def _add_unadded_to(self, record: JobRecord) -> None:
+        """`_add_unadded` for one record (an event's), if active."""
+        name = record.name
+        if self.active.get(name) is not record:
+            return
+        steps = self._unadded
+        start = self._unadded_from.get(name, 0)
+        if start < len(steps):
+            account_steps((record,), steps[start:])
+        self._unadded_from[name] = len(steps)
+
+    def _taken_in(self, name: str) -> None:
+        """A job taken in (submitted, adopted) counts none of the steps accounted before."""
+        if self._unadded:
+            self._unadded_from[name] = len(self._unadded)
+
+    def settle_accounting(self) -> None:
+        """Bring every active job's counters up to the accounted time (`take_events` may
+        leave steps to add: see _account)."""
+        self._add_unadded()
 
     def _take_arrivals(self, now: float) -> None:
         """Jobs submitted for a later time call for a decision when that time comes."""
@@ -864,6 +977,7 @@ class Scheduler:
 
     def next_wakeup(self, now: float) -> float | None:
         """When `step` has work to do next without any new event, or None."""
+        self._add_unadded()
         candidates = []
         if self._dirty:
             candidates.append(self._earliest_reschedule(now))
@@ -899,7 +1013,10 @@ class Scheduler:
         `force`: decide now even if nothing changed and the rate limit would wait (a
         fixed round: progress alone can change what an algorithm decides).
         """
-        self.take_events(now)
+        try:
+            self.take_events(now)
+        finally:
+            self._add_unadded()
         self._take_arrivals(now)
         self._check_priority_classes(now)
         if self._retry_at is not None and now >= self._retry_at:
@@ -914,8 +1031,11 @@ class Scheduler:
 
     def take_events(self, now: float) -> None:
         """Advance to `now` and take in what the backend reported, without deciding: a
-        job submitted next starts from what its category measured up to then."""
-        self._account(now)
+        job submitted next starts from what its category measured up to then. The jobs'
+        counters may be left behind the accounted time until `settle_accounting` (or
+        anything else that reads them): a replay that takes events at every arrival adds
+        its steps to every job once per decision, in one pass."""
+        self._account(now, defer=True)
         for event in self.backend.events():
             self._handle_taken(event, now)
 
@@ -1302,7 +1422,9 @@ class Scheduler:
 
     @property
     def accounted_until(self) -> float:
-        """The time up to which attained service has been counted."""
+        """The time up to which attained service has been counted (every active job's
+        counters brought up to it)."""
+        self._add_unadded()
         return self._last_accounted
 
     @property
