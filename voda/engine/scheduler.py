@@ -427,8 +427,8 @@ class DecisionRefused(RuntimeError):
 
 
 class Scheduler:
-    # Whether take_events and step may leave accounted steps to add later, in one pass
-    # (_account's `defer`); False: each is added at once (the reference).
+    # Whether take_events may leave its step to add later, with the next ones in one pass
+    # (_account's `defer`); False: each step is added at once (the reference).
     defers_accounting = True
 
     def __init__(
