@@ -196,3 +196,22 @@ def test_line_numbers_count_blank_lines(tmp_path: Path) -> None:
     path = write(tmp_path, "w.csv", POLLUX_HEADER + "a,1,bert,6,384\n\nb,2,bert,-6,384\n")
     with pytest.raises(WorkloadError, match=r"w.csv:4: num_replicas"):
         load_workload(path)
+
+
+def test_a_trace_not_in_arrival_order_gets_each_job_s_place_as_a_copy_would(
+        tmp_path: Path) -> None:
+    import dataclasses
+
+    from voda.sim import workloads
+
+    path = tmp_path / "shuffled.csv"
+    path.write_text("timestamp,duration,num_gpus\n2017-10-09 07:01:55,66.0,1\n"
+                    "2017-10-09 06:13:03,2951.0,2\n2017-10-09 06:13:03,10.0,4\n"
+                    "2017-10-09 06:00:00,5.0,1\n")
+    loaded = load_workload(path).jobs
+    parsed = workloads._csv(path, path.read_text(), "elastic")
+    parsed.sort(key=lambda j: (j.submit, j.order))
+    copies = tuple(dataclasses.replace(j, order=i) for i, j in enumerate(parsed))
+    assert loaded == copies
+    assert [j.order for j in loaded] == [0, 1, 2, 3]
+    assert [j.name for j in loaded] == ["philly-4", "philly-2", "philly-3", "philly-1"]

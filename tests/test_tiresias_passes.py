@@ -118,6 +118,15 @@ def test_the_lazy_fill_matches_the_plain_one(given_jobs: list[Job], capacity: in
         plain_fill_at_rigid_size(given_jobs, capacity)
 
 
+@given(jobs(count=3), st.integers(0, 8))  # few jobs, capacities below their preferred sizes
+def test_the_fill_reading_the_memo_matches_the_plain_one(given_jobs: list[Job],
+                                                        capacity: int) -> None:
+    # the plain fill first: never_slower's memo then holds every job's map, and the lazy
+    # fill reads its answers without the call
+    plain = plain_fill_at_rigid_size(given_jobs, capacity)
+    assert fill_at_rigid_size(given_jobs, capacity) == plain
+
+
 @given(algorithms, jobs(), st.integers(0, 24))
 def test_a_class_allocated_from_submit_order_matches_the_order_of_it(
         algorithm: Tiresias, given_jobs: list[Job], capacity: int) -> None:

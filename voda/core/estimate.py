@@ -359,6 +359,9 @@ def _turning_points(job: Job, lo: int, hi: int) -> list[int]:
 # starts over when it holds _MEMO_SIZE of them.
 _MEMO_SIZE = 8192
 _never_slower_memo: dict[int, tuple[Mapping[int, float], bool]] = {}
+# Read directly by a caller that asks of many jobs in a loop (fill_at_rigid_size): a hit,
+# `kept[0] is job.epoch_time_by_workers`, is never_slower's answer without its call.
+NEVER_SLOWER_KNOWN = _never_slower_memo
 _growth_memo: dict[int, tuple[Mapping[int, float], int, int, int]] = {}
 
 

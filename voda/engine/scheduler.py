@@ -427,8 +427,8 @@ class DecisionRefused(RuntimeError):
 
 
 class Scheduler:
-    # Whether take_events and step may leave accounted steps to add later, in one pass
-    # (_account's `defer`); False: each is added at once (the reference).
+    # Whether take_events may leave its step to add later, with the next ones in one pass
+    # (_account's `defer`); False: each step is added at once (the reference).
     defers_accounting = True
 
     def __init__(
@@ -802,9 +802,9 @@ class Scheduler:
 
     # ----- time ------------------------------------------------------------
     def _account(self, now: float, defer: bool = False) -> None:
-        """Count the time up to `now` into the active jobs' counters. `defer`: where every
-        active job counts the whole step, note it for _add_unadded instead (which any
-        reader of the counters calls first); else the unadded steps are added first."""
+        """Count the time up to `now` into the active jobs' counters, with the steps left
+        to add before. `defer`: where every active job counts the whole step, leave it to
+        add too (_add_unadded, which every reader of the counters calls first)."""
         dt = now - self._last_accounted
         if dt <= 0:
             if not defer:
@@ -813,13 +813,15 @@ class Scheduler:
         scale = self.time_scale  # the counters are in job seconds
         step = dt * scale
         last = self._last_accounted
-        no_later_job = not self._arrivals and not self._adopted_for_later
-        if defer and no_later_job and self.defers_accounting:
+        if not self._arrivals and not self._adopted_for_later and self.defers_accounting:
+            # Every active job counts the whole step: with the steps left before, in one pass.
             self._unadded.append(step)
             self._last_accounted = now
+            if not defer:
+                self._add_unadded()
             return
         self._add_unadded()
-        if no_later_job:
+        if not self._arrivals and not self._adopted_for_later:
             # No job is submitted for later than `last`: every one counts the whole step.
             account_all(self.active.values(), step)
             self._last_accounted = now
@@ -1013,10 +1015,8 @@ class Scheduler:
         `force`: decide now even if nothing changed and the rate limit would wait (a
         fixed round: progress alone can change what an algorithm decides).
         """
-        try:
-            self.take_events(now)
-        finally:
-            self._add_unadded()
+        self._account(now)
+        self._handle_events(now)
         self._take_arrivals(now)
         self._check_priority_classes(now)
         if self._retry_at is not None and now >= self._retry_at:
@@ -1036,6 +1036,9 @@ class Scheduler:
         anything else that reads them): a replay that takes events at every arrival adds
         its steps to every job once per decision, in one pass."""
         self._account(now, defer=True)
+        self._handle_events(now)
+
+    def _handle_events(self, now: float) -> None:
         for event in self.backend.events():
             self._handle_taken(event, now)
 

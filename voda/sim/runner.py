@@ -173,6 +173,7 @@ def simulate(
                  arrivals_decided=s.fixed_rounds and decides_on_arrival(s, scheduler))
     with serial_blas():  # tiny linear algebra (goodput fits): threads only slow it down
         loop.run()
+    scheduler.settle_accounting()  # (the loop may end on an arrival's take_events)
     result = build_result(
         algorithm=s.algorithm, workload=workload, backend=backend, scheduler=scheduler,
         queue=loop.queue, end=clock.now(), params=s.algorithm_params,

@@ -22,7 +22,7 @@ from voda.core.allocation.base import (
     water_level,
 )
 from voda.core.allocation.reasons import Reason, Terms, explain_in_order, submit_rule
-from voda.core.estimate import growth_limit
+from voda.core.estimate import NEVER_SLOWER_KNOWN, growth_limit
 from voda.core.model import Job
 
 _NAME, _MIN = attrgetter("name"), attrgetter("min_workers")
@@ -130,10 +130,13 @@ def fill_at_rigid_size(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
 
     A job's rigid size is at least its min, so a job whose min exceeds the GPUs still
     free gets 0 without its size being worked out (`plain_fill_at_rigid_size` works out
-    every one): most of a long queue waits behind the GPUs the first jobs took."""
+    every one): most of a long queue waits behind the GPUs the first jobs took. A job
+    whose measured epoch times are known never to slow down with more workers (never_slower,
+    memoized) gets min(preferred, capacity) without the call."""
     names = list(map(_NAME, ordered))
     gpus = [0] * len(ordered)
     free = capacity
+    known = NEVER_SLOWER_KNOWN.get
     for i, job in enumerate(ordered):
         low = job.min_workers
         if low > free:
@@ -142,7 +145,13 @@ def fill_at_rigid_size(ordered: Sequence[Job], capacity: int) -> dict[str, int]:
         if preferred is None or preferred <= low or capacity <= low:
             want = low  # rigid_size's own first answer, without the call (a job that fits)
         else:
-            want = rigid_size(job, capacity)
+            observed = job.epoch_time_by_workers
+            kept = known(id(observed))
+            if kept is not None and kept[0] is observed and kept[1]:
+                # never_slower(job) as memoized: rigid_size is min(preferred, capacity)
+                want = preferred if preferred < capacity else capacity
+            else:
+                want = rigid_size(job, capacity)
         if want <= free:
             gpus[i] = want
             free -= want
