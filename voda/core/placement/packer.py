@@ -268,12 +268,22 @@ class Packer:
         return self._anywhere(ask.k)
 
     def take(self, job: Job, counts: NodeCounts) -> None:
-        for i, c in counts.items():
-            self.ix.take(i, c, job.latency_sensitive)
+        if job.latency_sensitive:
+            for i, c in counts.items():
+                self.ix.take(i, c, True)
+        else:
+            move = self.ix.move
+            for i, c in counts.items():
+                move(i, -c)
 
     def release(self, job: Job, counts: NodeCounts) -> None:
-        for i, c in counts.items():
-            self.ix.release(i, c, job.latency_sensitive)
+        if job.latency_sensitive:
+            for i, c in counts.items():
+                self.ix.release(i, c, True)
+        else:
+            move = self.ix.move
+            for i, c in counts.items():
+                move(i, c)
 
     # ----- rooms and scores -------------------------------------------------------
     def room(self, ask: Ask, i: int) -> int:
