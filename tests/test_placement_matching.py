@@ -108,7 +108,7 @@ def test_migration_plan(old: dict, new: dict, moves: tuple, restarts: tuple) -> 
 
 
 SHARDS = st.lists(st.tuples(st.sampled_from(("a0", "a1", "b0")), st.integers(-1, 3)),
-                  min_size=1, max_size=2).map(tuple)
+                  min_size=1, max_size=3).map(tuple)
 PLACEMENTS = st.dictionaries(st.sampled_from(("x", "y", "z", "w")), SHARDS)
 
 
@@ -117,6 +117,7 @@ PLACEMENTS = st.dictionaries(st.sampled_from(("x", "y", "z", "w")), SHARDS)
 def test_a_job_on_one_node_each_time_gets_the_plan_of_the_general_way(
     old: dict, new: dict
 ) -> None:
+    """Also a job on one node before and on several after (`_kept_its_node`)."""
     with mock.patch.object(matching, "ONE_NODE_SHORTCUT", False):
         reference = migration_plan(old, new)
     assert migration_plan(old, new) == reference

@@ -178,11 +178,14 @@ def _placements(
     result: dict[str, JobPlacement] = {}
     before_of = previous.get
     for name, counts in placed.items():
-        if len(counts) == 1:
-            shards = tuple([(names[i], c) for i, c in counts.items()])
-        else:
-            shards = tuple([(names[i], counts[i]) for i in sorted(counts)])
         before = before_of(name)
+        if len(counts) == 1:  # most jobs: its one shard compared without building a tuple
+            [(i, c)] = counts.items()
+            shard = (names[i], c)
+            result[name] = before if (type(before) is tuple and len(before) == 1
+                                      and before[0] == shard) else (shard,)
+            continue
+        shards = tuple([(names[i], counts[i]) for i in sorted(counts)])
         result[name] = before if (before is not None and type(before) is tuple
                                   and before == shards) else shards
     return result

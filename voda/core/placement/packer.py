@@ -268,12 +268,23 @@ class Packer:
         return self._anywhere(ask.k)
 
     def take(self, job: Job, counts: NodeCounts) -> None:
-        for i, c in counts.items():
-            self.ix.take(i, c, job.latency_sensitive)
+        self._move(job, counts, -1)
 
     def release(self, job: Job, counts: NodeCounts) -> None:
-        for i, c in counts.items():
-            self.ix.release(i, c, job.latency_sensitive)
+        self._move(job, counts, 1)
+
+    def _move(self, job: Job, counts: NodeCounts, sign: int) -> None:
+        """Every node's count freed (sign 1) or taken (-1), and a latency-sensitive job's
+        workers counted as FreeIndex.release and take do."""
+        move = self.ix.move
+        if job.latency_sensitive:
+            sensitive = self.ix.sensitive
+            for i, c in counts.items():
+                move(i, sign * c)
+                sensitive[i] -= sign * c
+        else:
+            for i, c in counts.items():
+                move(i, sign * c)
 
     # ----- rooms and scores -------------------------------------------------------
     def room(self, ask: Ask, i: int) -> int:

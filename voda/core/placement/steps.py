@@ -208,7 +208,7 @@ def _add(packer: Packer, job: Job, k: int, have: NodeCounts, afresh: bool = True
         for i in (counts if len(counts) == 1 else sorted(counts, key=lambda i: (-counts[i], i))):
             extra = min(free[i], node_cap, missing)
             if extra > 0:
-                ix.take(i, extra)
+                ix.move(i, -extra)
                 counts[i] += extra
                 missing -= extra
     if missing > 0:

@@ -238,26 +238,30 @@ class FreeIndex:
         self.leaf_changes.extend(range(len(self.leaf_names)))
 
     def take(self, i: int, count: int, sensitive: bool = False) -> None:
-        self._move(i, -count)
+        self.move(i, -count)
         if sensitive:
             self.sensitive[i] += count
 
     def release(self, i: int, count: int, sensitive: bool = False) -> None:
-        self._move(i, count)
+        self.move(i, count)
         if sensitive:
             self.sensitive[i] -= count
 
-    def _move(self, i: int, delta: int) -> None:
-        old = self.free[i]
+    def move(self, i: int, delta: int) -> None:
+        """`delta` GPUs more free on node i (fewer where negative): `take` and `release`
+        without the latency-sensitive count, for callers that moved no such job."""
+        free = self.free
+        old = free[i]
         new = old + delta
         if new < 0 or new > self.cap[i]:
             raise ValueError(f"node {self.nodes[i].name!r}: {-delta} GPUs asked, {old} free")
+        buckets = self.buckets
         if old:
-            bucket = self.buckets[old]
-            del bucket[bisect.bisect_left(bucket, i)]
+            bucket = buckets[old]
+            del bucket[_bisect_left(bucket, i)]
         if new:
-            bisect.insort(self.buckets[new], i)
-        self.free[i] = new
+            _insort(buckets[new], i)
+        free[i] = new
         self.free_array[i] = new
         hist, at = self.hist, self.hist_at[i]
         hist[at + old] -= 1
@@ -286,6 +290,7 @@ class FreeIndex:
         return []
 
 
+_bisect_left, _insort = bisect.bisect_left, bisect.insort
 # FreeIndex.of's templates: the last few built, by the identity of their nodes and
 # topology (an entry holds both, so the ids in its key are not reused while it lives).
 _TEMPLATES_KEPT = 8
