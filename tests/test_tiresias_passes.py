@@ -3,13 +3,16 @@
 `promotions_and_classes`, `earliest_class_change` and `priority_classes` (one loop over
 the jobs) against `promotion_due`, `priority_class` and `seconds_until_class_change` per
 job; the lazy `fill_at_rigid_size` against `plain_fill_at_rigid_size`; `order` against
-every sort; a class allocated from its submit order against `order`; and simulations
-with the engine's batch paths against the per-job ones, job by job.
+every sort; `by_submit` (its name sort only at a tie) against its three sorts; a class
+allocated from its submit order against `order`; and simulations with the engine's
+batch paths against the per-job ones, job by job.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from voda.core.allocation.base import allocate_by_priority, by_submit
+from voda.core.allocation.base import allocate_by_priority, by_submit, plain_by_submit
 from voda.core.allocation.fifo import fill_at_rigid_size, plain_fill_at_rigid_size
 from voda.core.allocation.tiresias import Tiresias
 from voda.core.model import Job
@@ -110,6 +113,20 @@ def test_the_order_skipping_sorts_of_one_value_matches_every_sort(
     entered = [dataclasses.replace(job, queue_since=data.draw(st.sampled_from([None, 1.0, 3.0])))
                for job in given_jobs]
     assert algorithm.order(entered) == plain_order(algorithm, entered)
+
+
+submit_times = st.one_of(st.sampled_from([0.0, -0.0, 5.0, 9.0, math.nan, math.inf]),
+                        st.floats(-1e6, 1e6))
+
+
+@given(st.lists(st.tuples(submit_times, st.integers(0, 2)), max_size=12), st.randoms())
+def test_by_submit_sorting_by_name_only_at_a_tie_matches_its_three_sorts(
+        drawn: list[tuple[float, int]], shuffle: random.Random) -> None:
+    given_jobs = [Job(name=f"j{shuffle.randrange(10**6)}-{i}", min_workers=1, max_workers=1,
+                      submit_time=submitted, priority=priority)
+                  for i, (submitted, priority) in enumerate(drawn)]
+    shuffle.shuffle(given_jobs)
+    assert by_submit(given_jobs) == plain_by_submit(given_jobs)
 
 
 @given(jobs(), st.integers(0, 24))

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from itertools import groupby, repeat
-from operator import attrgetter
+from itertools import groupby, islice, repeat
+from operator import attrgetter, lt
 from typing import Protocol, runtime_checkable
 
 from voda.core.estimate import fastest_count, growth_limit
@@ -155,9 +155,22 @@ def water_level(rooms: list[int], free: int) -> int:
 def by_submit(jobs: Sequence[Job]) -> list[Job]:
     """Jobs by priority, then submit order, then name: the order every algorithm breaks ties in.
 
-    The same order as sorting by `Job.sort_key`, got by three stable sorts from the last key
-    to the first: one key each compares about three times faster than key tuples.
+    The same order as sorting by `Job.sort_key`, got by stable sorts from the last key to
+    the first: one key each compares about three times faster than key tuples. The sort by
+    name (strings: the dearest) is made only where two submit times are not strictly
+    ordered (a tie, or a NaN); where every one is, the submit order alone decides.
     """
+    ordered = sorted(jobs, key=_SUBMIT_TIME)
+    times = list(map(_SUBMIT_TIME, ordered))
+    if not all(map(lt, times, islice(times, 1, None))):
+        ordered = plain_by_submit(jobs)
+    else:
+        ordered.sort(key=_PRIORITY)
+    return ordered
+
+
+def plain_by_submit(jobs: Sequence[Job]) -> list[Job]:
+    """`by_submit` with every sort made (the reference)."""
     ordered = sorted(jobs, key=_NAME)
     ordered.sort(key=_SUBMIT_TIME)
     ordered.sort(key=_PRIORITY)
