@@ -34,6 +34,23 @@ if os.environ.get("CI"):
 
 hide_gpus()  # local backends in CPU slots, on a GPU machine too (see voda_testing.devices)
 
+
+def _same_blas_kernels_everywhere() -> None:
+    """OpenBLAS picks its kernels by CPU (SkylakeX on one x86-64 machine, Haswell on
+    another), and the goodput fits' last bits, so the adaptive runs' decisions, follow
+    them. Its Haswell kernels (AVX2) run on every x86-64 CPU of the last decade: with them
+    the recorded digests (tests/test_decisions_unchanged.py) hold exactly wherever the
+    suite runs. Set before any test imports NumPy; an explicit OPENBLAS_CORETYPE wins."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return
+    if " avx2" in flags and " fma" in flags:
+        os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
+
+
+_same_blas_kernels_everywhere()
+
 ROOT = Path(__file__).resolve().parent.parent
 # A real Chromium for the dashboard and report tests; the fake Kubernetes API server's fixtures
 # (fake_api, namespace, kubeconfig).
