@@ -6,10 +6,12 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 
+from voda.core.allocation import hetero_voda
 from voda.core.allocation.hetero import TypeChoice, choose_types
 from voda.core.allocation.hetero_models import type_model, type_ratio, type_ratios, type_shapes
 from voda.core.allocation.hetero_voda import (
@@ -161,6 +163,52 @@ def test_voda_stops_a_running_job_only_for_more_than_its_restart_costs() -> None
                                    current_workers=1, running_seconds=1e4, restart_cost=cost)
         choice = voda_choice([long, short], shapes, {"slow": 1, "fast": 0}, 30.0)
         assert {n for n, c in choice.counts.items() if c} == {holder}
+
+
+def test_voda_charges_a_shrunk_job_the_restart_it_pays_to_grow_back() -> None:
+    """A long job holds both slow GPUs; a short one comes that can run only there. Shrunk
+    to one GPU, the long job restarts now and again when it grows back: dear to restart
+    (250 s) it keeps both for a newcomer worth less than that, where charged for one
+    restart it would have yielded one; cheap to restart (10 s) it yields one."""
+    shapes = type_shapes(Cluster((Node("s0", 2, "slow"), Node("f0", 1, "fast"))))
+    free = {"slow": 2, "fast": 0}
+    short = dataclasses.replace(_flexible("short", 1.5, epochs=5), max_workers=2)
+
+    def long_job(cost: float) -> Job:
+        return dataclasses.replace(_flexible("long", 1.0, epochs=100), max_workers=2,
+                                   gpu_type="slow", current_workers=2, running_seconds=1e4,
+                                   restart_cost=cost)
+
+    assert voda_choice([long_job(250.0), short], shapes, free, 30.0).counts == {
+        "long": 2, "short": 0}
+    charged_once = hetero_voda._charged
+
+    def one_restart(*args: object) -> np.ndarray:
+        *rest, shrunk = args
+        return charged_once(*rest, np.zeros_like(shrunk))  # type: ignore[arg-type]
+
+    with mock.patch.object(hetero_voda, "_charged", one_restart):
+        assert voda_choice([long_job(250.0), short], shapes, free, 30.0).counts == {
+            "long": 1, "short": 1}
+    assert voda_choice([long_job(10.0), short], shapes, free, 30.0).counts == {
+        "long": 1, "short": 1}
+
+
+def test_voda_leaves_idle_a_gpu_that_adds_less_than_its_price() -> None:
+    """One job on 16 idle GPUs whose goodput barely grows past 4 (its batch's statistical
+    efficiency falls as fast as its throughput rises): past 4 GPUs each adds less than
+    GPU_PRICE of one GPU's speed, and the job takes 4; with no price it took 8."""
+    models = {t: GoodputModel(PerfParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0), 1.0, 1.0, 32,
+                              32 * 64, 32, 32, max_profiled_replicas=8, epoch_samples=1e6)
+              for t in ("slow", "fast")}
+    job = Job("j", 1, 16, epochs=10, gpu_types=(ANY_GPU_TYPE,), goodput=models["slow"],
+              goodput_by_type=models, category="j")
+    shapes = type_shapes(Cluster((Node("s0", 8, "slow"), Node("f0", 8, "fast"))))
+    free = {"slow": 8, "fast": 8}
+    assert hetero_voda.GPU_PRICE == 0.05
+    assert voda_choice([job], shapes, free, 30.0).counts == {"j": 4}
+    with mock.patch.object(hetero_voda, "GPU_PRICE", 0.0):
+        assert voda_choice([job], shapes, free, 30.0).counts == {"j": 8}
 
 
 def test_voda_moves_a_dear_job_to_idle_gpus_only_while_no_job_waits() -> None:
