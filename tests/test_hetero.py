@@ -211,6 +211,26 @@ def test_voda_leaves_idle_a_gpu_that_adds_less_than_its_price() -> None:
         assert voda_choice([job], shapes, free, 30.0).counts == {"j": 8}
 
 
+def test_voda_sizes_a_job_with_no_statistics_of_its_own_on_its_categorys_early_ones() -> None:
+    """Its category's model was measured late in training, where the noise scale is large
+    and a large batch (many GPUs) pays; the category's first reports say that early on it
+    does not. A job with none of its own takes fewer GPUs on the early ones; a job with its
+    own statistics keeps to them."""
+    late = {t: GoodputModel(PerfParams(0.1, 0.01, 0.0, 0.0, 0.0, 0.0, 1.0), 1.0, 1000.0, 32,
+                            32 * 64, 32, 32, max_profiled_replicas=8, epoch_samples=1e6)
+            for t in ("slow", "fast")}
+    job = Job("new", 1, 16, epochs=10, gpu_types=(ANY_GPU_TYPE,), goodput=None,
+              goodput_by_type=late, category="c")
+    shapes = type_shapes(Cluster((Node("s0", 8, "slow"), Node("f0", 8, "fast"))))
+    free = {"slow": 8, "fast": 8}
+    on_late = voda_choice([job], shapes, free, 30.0).counts["new"]
+    early = dataclasses.replace(job, category_early_gradient=(1.0, 1.0))
+    on_early = voda_choice([early], shapes, free, 30.0).counts["new"]
+    assert on_early < on_late
+    own = dataclasses.replace(early, goodput=late["slow"])
+    assert voda_choice([own], shapes, free, 30.0).counts["new"] == on_late
+
+
 def test_voda_moves_a_dear_job_to_idle_gpus_only_while_no_job_waits() -> None:
     """A long job dear to restart (250 s) runs on the slow GPU; the fast one (1.3x) is idle.
     Charged over its cost's horizon (693 s: 36 %) the move is not worth it; while no job

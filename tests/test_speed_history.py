@@ -120,6 +120,38 @@ def test_a_category_keeps_its_best_measured_throughput_model_per_gpu_type() -> N
     assert other_type.category_goodput is None, "an A100 model says nothing of a V100"
 
 
+def test_a_category_keeps_the_mean_of_its_jobs_first_gradient_statistics() -> None:
+    """Only a job's first report with gradient statistics counts (early in its training);
+    the decision hands the mean to the category's jobs that accept several types."""
+    from voda.core.goodput import GoodputModel, PerfParams
+    from voda.engine.events import Event, EventKind
+    from voda.engine.hetero import fill_type_models
+
+    def reported(sqr: float, var: float) -> GoodputModel:
+        return GoodputModel(perf=PerfParams(0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.1),
+                            grad_sqr=sqr, grad_var=var, init_batch=128, max_batch=4096,
+                            min_local=32, max_local=256, max_profiled_replicas=2)
+
+    sched, _ = engine()
+    for name in ("a", "b", "c"):
+        sched.submit(make_job(name).workers(1, 4).category("bert").gpu_type("a100")
+                     .submitted_at(0).obj())
+    sched.submit(make_job("x").workers(1, 4).category("yolo").gpu_type("a100")
+                 .submitted_at(0).obj())
+    for time, name, sqr, var in ((10.0, "a", 0.0, 0.0), (11.0, "a", 2.0, 1.0),
+                                 (12.0, "a", 9.0, 9.0), (13.0, "b", 4.0, 3.0)):
+        sched.handle(Event(EventKind.GOODPUT_REPORTED, time, job=name,
+                           data={"goodput": reported(sqr, var)}))
+    assert sched.early_gradients.of("bert") == (3.0, 2.0), "a's first with statistics, b's"
+    assert sched.early_gradients.of("yolo") is None
+    flexible = sched.jobs["c"]
+    flexible.gpu_types = ("a100", "v100")
+    fill_type_models([flexible, sched.jobs["x"]], sched.goodput_history, ["a100", "v100"],
+                     sched.early_gradients)
+    assert flexible.snapshot().category_early_gradient == (3.0, 2.0)
+    assert sched.jobs["x"].category_early_gradient is None, "a job of one type: untouched"
+
+
 def test_an_epoch_the_old_size_finishes_after_a_resize_moves_the_restore_epoch() -> None:
     sched, backend = engine()
     sched.submit(make_job("x").workers(1, 4).epochs(10).gpu_type("a100").submitted_at(0).obj())

@@ -185,6 +185,10 @@ class Job:
     # The throughput model for each accepted GPU type that the engine knows of (its own
     # reports there, else its category's), for the heterogeneity policy.
     goodput_by_type: Mapping[str, GoodputModel] = field(default_factory=dict)
+    # Of a job that accepts several types: its category's gradient statistics (grad_sqr,
+    # grad_var) as its jobs first reported them, averaged (the engine keeps them); None
+    # when none has. A new job is early in its training, where the noise scale is small.
+    category_early_gradient: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epoch_time_by_workers", _frozen_map(self.epoch_time_by_workers))

@@ -20,15 +20,47 @@ class _Record(Protocol):
     goodput_by_type: dict[str, Any]
     reported_by_type: dict[str, Any]
     epoch_time_by_workers: dict[int, float]
+    category_early_gradient: tuple[float, float] | None
+
+
+def has_gradient(model: Any) -> bool:
+    """Whether a reported goodput model carries gradient statistics."""
+    return model is not None and (model.grad_sqr > 0 or model.grad_var > 0)
+
+
+class EarlyGradients:
+    """Per category, the mean of the gradient statistics its jobs reported first: what a
+    new job of it is likely to measure early in its training. The category's best-measured
+    model comes from a job late in its training, where the noise scale has grown: sized on
+    it, a new job took many GPUs, shrank once its own first statistics came and grew again
+    (docs/design/014-heterogeneous.md, "Early statistics")."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, tuple[float, float, int]] = {}
+
+    def add(self, category: str, model: Any) -> None:
+        """A job of `category` reported `model`, its first with gradient statistics."""
+        if not has_gradient(model):
+            return
+        sqr, var, count = self._sums.get(category, (0.0, 0.0, 0))
+        self._sums[category] = (sqr + model.grad_sqr, var + model.grad_var, count + 1)
+
+    def of(self, category: str) -> tuple[float, float] | None:
+        """(grad_sqr, grad_var) averaged over the category's first reports; None if none."""
+        sums = self._sums.get(category)
+        return None if sums is None else (sums[0] / sums[2], sums[1] / sums[2])
 
 
 def fill_type_models(records: Iterable[_Record], history: Mapping[tuple[str, str], Any],
-                     types: list[str]) -> None:
+                     types: list[str], early: EarlyGradients | None = None) -> None:
     """Each flexible job's throughput model per accepted type: its own report there, else
-    its category's best-measured one there (Scheduler.goodput_history)."""
+    its category's best-measured one there (Scheduler.goodput_history); and its category's
+    early gradient statistics (`early`)."""
     for r in records:
         if not r.gpu_types:
             continue
+        r.category_early_gradient = (
+            early.of(r.category) if early is not None and r.category else None)
         models = {}
         for t in accepted(_as_job(r), types):
             model = r.reported_by_type.get(t)

@@ -64,7 +64,7 @@ from voda.core.quotas import QueueSet, with_queues
 from voda.core.quotas.algorithm import Observer
 from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete, SupportsReasons
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
-from voda.engine.hetero import adopt_types, fill_type_models
+from voda.engine.hetero import EarlyGradients, adopt_types, fill_type_models, has_gradient
 from voda.engine.snapshots import KeptSnapshots, snapshot_of, snapshot_with
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,7 @@ class JobRecord:
     nodes: frozenset[str] | None = None  # set by each decision (backend_job_nodes)
     gpu_types: tuple[str, ...] = ()  # the GPU types it accepts (empty: only gpu_type)
     goodput_by_type: dict[str, Any] = field(default_factory=dict)  # set by each decision
+    category_early_gradient: tuple[float, float] | None = None  # set by each decision
     # Engine-only fields (not part of Job):
     placement: JobPlacement = ()
     finish_time: float | None = None
@@ -469,6 +470,8 @@ class Scheduler:
         # The throughput model (voda.core.goodput) measured on the most GPUs, per
         # (category, GPU type), from batch-adaptive jobs' reports (the service stores it).
         self.goodput_history: dict[HistoryKey, Any] = dict(goodput_history or {})
+        # Per category, the gradient statistics of its jobs' first reports (hetero Voda).
+        self.early_gradients = EarlyGradients()
         self.cluster = Cluster(tuple(backend.nodes()))
         self._algorithms: dict[str, AllocationAlgorithm] = {}
         self._build_algorithms(self.settings)
@@ -688,6 +691,8 @@ class Scheduler:
             record.failure_reason = str(event.data.get("reason", "failed"))
             self._finish(record, JobStatus.FAILED, event.time)
         elif kind is EventKind.GOODPUT_REPORTED and record:
+            if not has_gradient(record.goodput) and record.category:
+                self.early_gradients.add(record.category, event.data["goodput"])
             record.goodput = event.data["goodput"]
             record.reported_by_type[record.gpu_type] = record.goodput
             learned = self._learn_goodput(record)
@@ -1151,7 +1156,7 @@ class Scheduler:
                           explain_reasons=self.explain)
         types = self.cluster.gpu_types()
         self._kept.clear()  # the types, models and maps chosen here change the records
-        fill_type_models(records, self.goodput_history, types)
+        fill_type_models(records, self.goodput_history, types, self.early_gradients)
         jobs = [r.snapshot() for r in records]
         algorithms = {t: self.algorithm_for(t) for t in {*types, *(j.gpu_type for j in jobs)}}
         plan, choice, typed = decide_hetero(

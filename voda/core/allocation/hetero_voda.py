@@ -136,8 +136,11 @@ def with_one_statistics(job: Job) -> Job:
     source = gradient_source(job)
     if source is None:
         return job
-    models = {t: m if (m.grad_sqr, m.grad_var) == (source.grad_sqr, source.grad_var)
-              else dataclasses.replace(m, grad_sqr=source.grad_sqr, grad_var=source.grad_var)
+    stats = (source.grad_sqr, source.grad_var)
+    if source is not job.goodput and job.category_early_gradient is not None:
+        stats = job.category_early_gradient  # none of its own yet: early in its training
+    models = {t: m if (m.grad_sqr, m.grad_var) == stats
+              else dataclasses.replace(m, grad_sqr=stats[0], grad_var=stats[1])
               for t, m in job.goodput_by_type.items()}
     return dataclasses.replace(job, goodput_by_type=models)
 
