@@ -128,7 +128,9 @@ def gradient_source(job: Job) -> GoodputModel | None:
 
 
 def with_one_statistics(job: Job) -> Job:
-    """`job` with every type's model at the same gradient statistics (`gradient_source`).
+    """`job` with every type's model at the same gradient statistics (`gradient_source`;
+    where it has none of its own, its category's early ones when the engine has them:
+    `Job.category_early_gradient`).
     A job's model on a type is its own report there, else its category's: without this, a
     young job's own statistics (an early, small noise scale: large batches gain little) on
     the type it ran on were compared with another job's later ones on the other types, and
