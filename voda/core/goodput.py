@@ -154,6 +154,12 @@ class GoodputModel:
         return BatchChoice(0.0 if math.isnan(g) else g, int(atomic[0]), int(accum[0]))
 
 
+def has_gradient(model: GoodputModel | None) -> bool:
+    """Whether a reported model carries gradient statistics (a job reports none until it
+    has measured them)."""
+    return model is not None and (model.grad_sqr > 0 or model.grad_var > 0)
+
+
 def _fixed_split(model: GoodputModel, batch: np.ndarray, replicas: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     local = np.ceil(batch / replicas - TINY)

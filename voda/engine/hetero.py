@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from voda.core.allocation.hetero import TypeChoice
 from voda.core.allocation.hetero_models import accepted
+from voda.core.goodput import has_gradient
 from voda.core.model import Job
 
 
@@ -21,11 +22,6 @@ class _Record(Protocol):
     reported_by_type: dict[str, Any]
     epoch_time_by_workers: dict[int, float]
     category_early_gradient: tuple[float, float] | None
-
-
-def has_gradient(model: Any) -> bool:
-    """Whether a reported goodput model carries gradient statistics."""
-    return model is not None and (model.grad_sqr > 0 or model.grad_var > 0)
 
 
 class EarlyGradients:

@@ -44,6 +44,7 @@ from voda.core.allocation import registry
 from voda.core.allocation.base import AllocationAlgorithm
 from voda.core.allocation.hetero import DEFAULT_HETERO_POLICY
 from voda.core.allocation.reasons import Reason, ReasonCode
+from voda.core.goodput import has_gradient
 from voda.core.hetero_plan import decide_hetero
 from voda.core.model import (
     Action,
@@ -64,7 +65,7 @@ from voda.core.quotas import QueueSet, with_queues
 from voda.core.quotas.algorithm import Observer
 from voda.engine.backend import Backend, SupportsAdoption, SupportsDelete, SupportsReasons
 from voda.engine.events import PROGRESS_EVENTS, RESCHEDULING_EVENTS, Event, EventKind
-from voda.engine.hetero import EarlyGradients, adopt_types, fill_type_models, has_gradient
+from voda.engine.hetero import EarlyGradients, adopt_types, fill_type_models
 from voda.engine.snapshots import KeptSnapshots, snapshot_of, snapshot_with
 
 log = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ when it resumes), so a job changes type or count, or is stopped, only for more t
 restart costs it; a job shrunk on its type is charged the restart it pays when it grows
 back as well. Each GPU a configuration holds costs GPU_PRICE (5 %) of one GPU's speed on
 the job's fastest type, so no GPU goes to a job that gains less than that from it. A job
-whose restart is under way keeps its configuration. The program, one configuration per job, no type
-given more GPUs than it has, maximising the total value, is Sia's
+whose restart is under way keeps its configuration. The program, one configuration per
+job, no type given more GPUs than it has, maximising the total value, is Sia's
 (voda.core.allocation.hetero_program) with these values in place of Sia's fairness
 power (docs/design/014-heterogeneous.md).
 """
@@ -55,7 +55,7 @@ from voda.core.allocation.hetero_models import (
 from voda.core.allocation.hetero_program import solve_rows
 from voda.core.allocation.sia import restoring, sia_configs
 from voda.core.allocation.voda import RestartCharge
-from voda.core.goodput import GoodputModel
+from voda.core.goodput import GoodputModel, has_gradient
 from voda.core.model import Job
 
 # The program's relative optimality gap: its choice is proven within 0.5 % of the best
@@ -120,10 +120,9 @@ def gradient_source(job: Job) -> GoodputModel | None:
     """Whose gradient statistics price `job`'s batch sizes: its own once it has measured
     them (they belong to its training, not to a GPU type), else those of its model measured
     on the most GPUs (its category's); None when no model has any."""
-    own = job.goodput
-    if own is not None and (own.grad_sqr > 0 or own.grad_var > 0):
-        return own
-    known = [m for m in job.goodput_by_type.values() if m.grad_sqr > 0 or m.grad_var > 0]
+    if has_gradient(job.goodput):
+        return job.goodput
+    known = [m for m in job.goodput_by_type.values() if has_gradient(m)]
     return max(known, key=lambda m: m.max_profiled_replicas, default=None)
 
 
@@ -139,7 +138,7 @@ def with_one_statistics(job: Job) -> Job:
     if source is None:
         return job
     stats = (source.grad_sqr, source.grad_var)
-    if source is not job.goodput and job.category_early_gradient is not None:
+    if not has_gradient(job.goodput) and job.category_early_gradient is not None:
         stats = job.category_early_gradient  # none of its own yet: early in its training
     models = {t: m if (m.grad_sqr, m.grad_var) == stats
               else dataclasses.replace(m, grad_sqr=stats[0], grad_var=stats[1])
