@@ -228,14 +228,15 @@ def assert_each_read_fitted_its_newest_line(backend: LocalBackend, job: str,
                                             models: list[GoodputModel],
                                             lines: list[dict[str, Any]],
                                             max_workers: int) -> None:
-    """None of the lines refused, and each event the fit of one line, in order, ending with
-    the last: the backend fits the newest line of each read of the file, so two lines a
+    """No line refused or left unfitted, and each event the fit of one line, in order, ending
+    with the last: the backend fits the newest line of each read of the file, so two lines a
     busy machine lets pile up between reads give one event."""
-    assert "refused" not in backend.log_path(job).read_text()
+    assert "goodput report" not in backend.log_path(job).read_text()  # refused, not fitted
     fits = [model_of(report_from_values(line, max_workers), max_workers) for line in lines]
     assert models and models[-1] == fits[-1]
     at = 0
     for model in models:  # each the fit of a line after the one before it
+        assert model in fits[at:], (model, fits)
         at = fits.index(model, at) + 1
 
 
