@@ -132,7 +132,8 @@ def main() -> None:
             for policy in policies:
                 print(show(LABELS[policy], rows[(wset, n, policy)]))
             artifact = artifact_jcts(wset, n)
-            if artifact and "sia" in policies and not args.jobs:
+            whole = artifact and (not args.jobs or args.jobs >= len(artifact))
+            if whole and "sia" in policies:
                 ours = rows[(wset, n, "sia")].avg
                 theirs = statistics.fmean(artifact) / 3600
                 print(f"  Sia artifact's simulator: avg {theirs:5.2f} h  p99 "

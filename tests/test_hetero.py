@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 from unittest import mock
@@ -87,6 +88,31 @@ def test_moving_between_types_is_a_restart() -> None:
     backend.advance(1029.0)
     backend._catch_up(sim)
     assert sim.progress == pytest.approx(before)  # the restart penalty: no progress
+
+
+def test_the_profiled_speeds_are_the_artifacts_one_gpu_throughputs() -> None:
+    """Sia's artifact ranks a model's types by the largest per-GPU batch over the largest
+    step time among its one-GPU profile rows; the simulator hands Sia those."""
+    import csv
+
+    from voda.sim.hetero_profiles import profiled_type_speeds
+    from voda.sim.profiles import typed_dir
+
+    def artifacts(model: str, gpu_type: str) -> float:
+        folder = typed_dir(model, gpu_type)
+        assert folder is not None
+        with open(Path(folder) / f"placements-{gpu_type}.csv") as f:
+            rows = [r for r in csv.DictReader(f) if sum(map(int, r["placement"])) == 1]
+        return max(float(r["local_bsz"]) for r in rows) / max(float(r["step_time"]) for r in rows)
+
+    speeds = profiled_type_speeds({"cifar10": "cifar10", "yolo": "yolov3"},
+                                  ["aws", "rtx", "dgx-ext", "h100"])
+    assert set(speeds) == {"cifar10", "yolo"}
+    assert set(speeds["yolo"]) == {"aws", "rtx", "dgx-ext"}, "h100 was not measured"
+    for category, model in (("cifar10", "cifar10"), ("yolo", "yolov3")):
+        for t, v in speeds[category].items():
+            assert v == pytest.approx(artifacts(model, t))
+    assert speeds["yolo"]["rtx"] < speeds["yolo"]["aws"] < speeds["yolo"]["dgx-ext"]
 
 
 # ----- policies ------------------------------------------------------------------------------
@@ -274,6 +300,32 @@ def test_sia_gives_a_job_measured_nowhere_one_gpu() -> None:
     assert choice.counts == {"new": 1}
 
 
+@pytest.mark.parametrize("policy", ["voda", "sia"])
+def test_a_type_no_model_covers_is_projected_with_the_categorys_profiled_speeds(
+        policy: str) -> None:
+    cluster = Cluster((Node("s0", 4, "slow"), Node("f0", 4, "fast")))
+    job = Job("j", 1, 4, epochs=10, gpu_types=(ANY_GPU_TYPE,), goodput=_model(1.0),
+              goodput_by_type={"slow": _model(1.0)}, category="c", gpu_type="slow")
+    faster = dataclasses.replace(job, category_type_speeds=(("fast", 5.0), ("slow", 1.0)))
+    slower = dataclasses.replace(job, category_type_speeds=(("fast", 0.2), ("slow", 1.0)))
+    assert choose_types(policy, [faster], cluster).types == {"j": "fast"}
+    assert choose_types(policy, [slower], cluster).types == {"j": "slow"}
+    nonsense = dataclasses.replace(job, category_type_speeds=(("fast", math.inf), ("slow", 0.0)))
+    assert choose_types(policy, [nonsense], cluster) == choose_types(policy, [job], cluster)
+
+
+def test_sia_judges_a_job_only_by_the_models_it_reported_itself() -> None:
+    """As in Sia's artifact: a job whose models are all its category's (Voda's policy
+    borrows them) is measured nowhere, and starts on one GPU."""
+    cluster = Cluster((Node("s0", 4, "slow"), Node("f0", 4, "fast")))
+    own = dataclasses.replace(_flexible("j", 2.0), max_workers=4)
+    assert choose_types("sia", [own], cluster).counts == {"j": 4}
+    borrowed = dataclasses.replace(own, category_model_types=("fast", "slow"))
+    assert choose_types("sia", [borrowed], cluster).counts == {"j": 1}
+    half = dataclasses.replace(own, category_model_types=("fast",))  # its own on slow
+    assert choose_types("sia", [half], cluster).counts == {"j": 4}
+
+
 def test_a_job_measured_on_one_type_is_projected_onto_types_no_category_compared() -> None:
     only_slow = {"slow": _model(1.0)}
     jobs = [Job(f"j{i}", 1, 4, epochs=10, gpu_types=(ANY_GPU_TYPE,), goodput=_model(1.0),
@@ -391,6 +443,9 @@ def test_sia_workload_runs_on_the_heterogeneous_cluster_on_several_types(tmp_pat
     assert len(types) >= 2 and types <= {"aws", "rtx", "dgx-ext"}
     cifar = backend.jobs["cifar10-0"]  # type: ignore[attr-defined]
     assert cifar.slowdown == 1.8  # the sia preset's calibration
+    speeds = schedulers[0].settings.type_speeds  # each model's profiled speeds, for Sia
+    assert set(speeds) == {spec.category for spec in load_workload(small).jobs}
+    assert all(set(v) == {"aws", "rtx", "dgx-ext"} for v in speeds.values())
 
 
 def test_voda_prices_every_type_at_the_jobs_own_gradient_statistics() -> None:

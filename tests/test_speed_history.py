@@ -152,6 +152,36 @@ def test_a_category_keeps_the_mean_of_its_jobs_first_gradient_statistics() -> No
     assert sched.jobs["x"].category_early_gradient is None, "a job of one type: untouched"
 
 
+def test_a_decision_names_the_types_whose_model_is_the_categorys_and_its_profiled_speeds(
+) -> None:
+    """A flexible job's model on a type it reported on is its own; on another, its
+    category's (named, for Sia, which judges a job by its own only); and the category's
+    profiled speeds (SchedulerSettings.type_speeds) come with it."""
+    from voda.core.goodput import GoodputModel, PerfParams
+    from voda.engine.events import Event, EventKind
+    from voda.engine.hetero import fill_type_models
+
+    model = GoodputModel(perf=PerfParams(0.1, 0.01, 0.1, 0.01, 0.1, 0.01, 1.1),
+                         grad_sqr=1.0, grad_var=1.0, init_batch=128, max_batch=4096,
+                         min_local=32, max_local=256, max_profiled_replicas=2)
+    sched, _ = engine()
+    for name, gpu_type in (("a", "a100"), ("b", "v100")):
+        sched.submit(make_job(name).workers(1, 4).category("bert").gpu_type(gpu_type)
+                     .submitted_at(0).obj())
+    sched.handle(Event(EventKind.GOODPUT_REPORTED, 10.0, job="a", data={"goodput": model}))
+    sched.handle(Event(EventKind.GOODPUT_REPORTED, 11.0, job="b", data={"goodput": model}))
+    for record in sched.jobs.values():
+        record.gpu_types = ("a100", "v100")
+    fill_type_models(sched.jobs.values(), sched.goodput_history, ["a100", "v100"], None,
+                     {"bert": {"a100": 3.0, "v100": 1.0}, "yolo": {"a100": 9.0}})
+    a, b = sched.jobs["a"].snapshot(), sched.jobs["b"].snapshot()
+    assert sorted(a.goodput_by_type) == sorted(b.goodput_by_type) == ["a100", "v100"]
+    assert a.category_model_types == ("v100",) and b.category_model_types == ("a100",)
+    assert a.category_type_speeds == (("a100", 3.0), ("v100", 1.0)) == b.category_type_speeds
+    fill_type_models(sched.jobs.values(), sched.goodput_history, ["a100", "v100"])
+    assert sched.jobs["a"].snapshot().category_type_speeds == (), "none given: none"
+
+
 def test_an_epoch_the_old_size_finishes_after_a_resize_moves_the_restore_epoch() -> None:
     sched, backend = engine()
     sched.submit(make_job("x").workers(1, 4).epochs(10).gpu_type("a100").submitted_at(0).obj())

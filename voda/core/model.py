@@ -189,6 +189,13 @@ class Job:
     # grad_var) as its jobs first reported them, averaged (the engine keeps them); None
     # when none has. A new job is early in its training, where the noise scale is small.
     category_early_gradient: tuple[float, float] | None = None
+    # The accepted types whose goodput_by_type entry is its category's, not a report of its
+    # own there (the engine fills it; empty: every entry is its own). Sia, as its artifact,
+    # judges a job only by what the job itself measured.
+    category_model_types: tuple[str, ...] = ()
+    # Its category's speed on one GPU of each type, profiled beforehand ((type, speed) in any
+    # unit; empty: none given): the per-model ratios Sia projects a job's model with.
+    category_type_speeds: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epoch_time_by_workers", _frozen_map(self.epoch_time_by_workers))

@@ -22,6 +22,8 @@ class _Record(Protocol):
     reported_by_type: dict[str, Any]
     epoch_time_by_workers: dict[int, float]
     category_early_gradient: tuple[float, float] | None
+    category_model_types: tuple[str, ...]
+    category_type_speeds: tuple[tuple[str, float], ...]
 
 
 class EarlyGradients:
@@ -48,23 +50,31 @@ class EarlyGradients:
 
 
 def fill_type_models(records: Iterable[_Record], history: Mapping[tuple[str, str], Any],
-                     types: list[str], early: EarlyGradients | None = None) -> None:
+                     types: list[str], early: EarlyGradients | None = None,
+                     speeds: Mapping[str, Mapping[str, float]] | None = None) -> None:
     """Each flexible job's throughput model per accepted type: its own report there, else
-    its category's best-measured one there (Scheduler.goodput_history); and its category's
-    early gradient statistics (`early`)."""
+    its category's best-measured one there (Scheduler.goodput_history), with the types of
+    the latter named; its category's early gradient statistics (`early`); and its
+    category's profiled speed on each type (`speeds`, SchedulerSettings.type_speeds)."""
     for r in records:
         if not r.gpu_types:
             continue
         r.category_early_gradient = (
             early.of(r.category) if early is not None and r.category else None)
+        profiled = (speeds or {}).get(r.category, {}) if r.category else {}
+        r.category_type_speeds = tuple(sorted((t, float(v)) for t, v in profiled.items()))
         models = {}
+        borrowed = []
         for t in accepted(_as_job(r), types):
             model = r.reported_by_type.get(t)
             if model is None and r.category:
                 model = history.get((r.category, t))
+                if model is not None:
+                    borrowed.append(t)
             if model is not None:
                 models[t] = model
         r.goodput_by_type = models
+        r.category_model_types = tuple(borrowed)
 
 
 def _as_job(r: _Record) -> Job:

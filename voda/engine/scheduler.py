@@ -106,6 +106,10 @@ class SchedulerSettings:
     queues: QueueSet | None = None
     # Told every quota decision, per GPU type (the simulator counts reclaims with it).
     queue_observer: Observer | None = None
+    # Per job category, its speed on one GPU of each type as profiled beforehand
+    # ({category: {gpu_type: speed}}; the simulator gives its profiles' figures, as Sia's
+    # artifact gives its Sia): Sia (ours) projects a job's model onto types with them.
+    type_speeds: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -156,6 +160,8 @@ class JobRecord:
     gpu_types: tuple[str, ...] = ()  # the GPU types it accepts (empty: only gpu_type)
     goodput_by_type: dict[str, Any] = field(default_factory=dict)  # set by each decision
     category_early_gradient: tuple[float, float] | None = None  # set by each decision
+    category_model_types: tuple[str, ...] = ()  # set by each decision
+    category_type_speeds: tuple[tuple[str, float], ...] = ()  # set by each decision
     # Engine-only fields (not part of Job):
     placement: JobPlacement = ()
     finish_time: float | None = None
@@ -1157,7 +1163,8 @@ class Scheduler:
                           explain_reasons=self.explain)
         types = self.cluster.gpu_types()
         self._kept.clear()  # the types, models and maps chosen here change the records
-        fill_type_models(records, self.goodput_history, types, self.early_gradients)
+        fill_type_models(records, self.goodput_history, types, self.early_gradients,
+                         self.settings.type_speeds)
         jobs = [r.snapshot() for r in records]
         algorithms = {t: self.algorithm_for(t) for t in {*types, *(j.gpu_type for j in jobs)}}
         plan, choice, typed = decide_hetero(

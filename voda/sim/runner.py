@@ -31,6 +31,7 @@ from voda.engine.scheduler import (
 from voda.sim.adaptive import initial_model
 from voda.sim.backend import DEFAULT_PENALTY, SimBackend, check_layout_speed
 from voda.sim.cluster_file import SimCluster
+from voda.sim.hetero_profiles import profiled_type_speeds
 from voda.sim.oracle import step_oracle
 from voda.sim.profiles import load_profile
 from voda.sim.queue_stats import QueueStats, queue_report
@@ -160,7 +161,7 @@ def simulate(
                           rate_limit_seconds=0.0 if s.fixed_rounds else s.interval,
                           hetero_policy=check_policy(s.hetero_policy), restart_penalty=s.penalty,
                           queues=s.queues.queues if s.queues is not None else None,
-                          queue_observer=stats),
+                          queue_observer=stats, type_speeds=profiled_speeds(workload, cluster)),
         placer=placer,
         now=start,
         # No one reads the jobs' reasons in a simulation: working them out at every
@@ -185,6 +186,17 @@ def simulate(
         if job.jct is not None:
             jcts.setdefault(s.queues.queue_of(spec.columns), []).append(float(job.jct))
     return replace(result, queues=tuple(queue_report(stats, jcts)))
+
+
+def profiled_speeds(workload: Workload, cluster: SimCluster) -> dict[str, dict[str, float]]:
+    """Each job category's profiled speed on one GPU of each of the cluster's types (none
+    on a cluster of one type): what Sia's artifact gives its Sia to project with."""
+    types = cluster.cluster.gpu_types()
+    if len(types) < 2:
+        return {}
+    models = {spec.category: spec.profile for spec in workload.jobs
+              if spec.category and spec.profile}
+    return profiled_type_speeds(models, types)
 
 
 def decides_on_arrival(s: SimSettings, scheduler: Scheduler) -> bool:

@@ -88,6 +88,13 @@ def type_ratios(jobs: Sequence[Job]) -> dict[tuple[str, str], float]:
     return {pair: math.exp(sum(v) / len(v)) for pair, v in logs.items()}
 
 
+def profiled_ratios(job: Job) -> dict[tuple[str, str], float]:
+    """speed(t) / speed(s) from the job's category's profiled speeds (`category_type_speeds`),
+    for each pair of types both positive and finite."""
+    speeds = {t: v for t, v in job.category_type_speeds if math.isfinite(v) and v > 0}
+    return {(s, t): speeds[t] / speeds[s] for s in speeds for t in speeds if s != t}
+
+
 def reference_local_batch(a: GoodputModel, b: GoodputModel) -> int:
     """One per-GPU micro-batch both models can run: the smaller of their smallest ones on
     one GPU (max(M0, min-local), at most max-local)."""

@@ -5,10 +5,14 @@ in one mixed-integer program, as the paper and its artifact (siasosp23/artifacts
 Each round, for every job and every configuration (type t, n GPUs) of the artifact's
 sets (1, 2, 4 GPUs within a node, then whole nodes: multiples of 4 on 4-GPU nodes, of 8 on
 8-GPU nodes, up to 64), the job's goodput there, normalised to its smallest goodput on any
-configuration (its 1-GPU goodput on its slowest type). A job measured nowhere has
-goodput 1 on one GPU of every type and no other configuration; a type it has not run on
-is projected from the types it has, by the ratio other jobs measured (`--project_throughput`),
-and every type shares the largest replica limit (`--share_max_replicas`). A configuration
+configuration (its 1-GPU goodput on its slowest type). A job is judged only by what it
+measured itself, as in the artifact (its category's models, which Voda's policy borrows,
+are not used: `Job.category_model_types`); a job measured nowhere has goodput 1 on one GPU
+of every type and no other configuration; a type it has not run on is projected from the
+types it has (`--project_throughput`), by its category's profiled speeds where given
+(`Job.category_type_speeds`: the artifact's per-model ratios, from its profiles), else
+the ratio its category, else other jobs, measured; every type shares the largest replica
+limit (`--share_max_replicas`). A configuration
 other than the job's current one is scaled by its restart factor (what a restart leaves
 of its age, as in Pollux; 1 while the job is younger than one restart), its restart being
 the job's own cost where the backend knows it (Job.restart_cost: imagenet 250 s, bert
@@ -26,6 +30,7 @@ without GPUs), is solved by HiGHS (SciPy's milp) to a 1e-4 relative gap, as the 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 
@@ -39,6 +44,7 @@ from voda.core.allocation.hetero_models import (
     goodput_curve,
     job_cap,
     mean_type_speed,
+    profiled_ratios,
     type_model,
     type_ratios,
 )
@@ -67,12 +73,15 @@ def sia_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
                free: Mapping[str, int], penalty: float) -> TypeChoice:
     types = sorted(shapes)
     ratios = type_ratios(flexible)
+    by_category = category_ratios(flexible)
     unknown = mean_type_speed(ratios, types)
     rows: list[tuple[int, str, int, float]] = []  # (job index, type, count, A)
     fixed: set[int] = set()  # jobs restarting: their one row is taken
     for i, job in enumerate(flexible):
         options = accepted(job, types)
-        known = {t: type_model(job, t, ratios) for t in options}
+        job = own_models(job)
+        mine = {**ratios, **by_category.get(job.category, {}), **profiled_ratios(job)}
+        known = {t: type_model(job, t, mine) for t in options}
         shared = max((job_cap(job, m, shapes[t]) for t, m in known.items()), default=0)
         goodput: list[tuple[str, int, float]] = []
         for t in options:
@@ -80,7 +89,7 @@ def sia_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
                 if all(m is None for m in known.values()):
                     goodput.append((t, 1, 1.0))  # measured nowhere: one GPU anywhere
                 continue
-            curve = goodput_curve(job, t, shapes[t], ratios, unknown[t], cap=shared)
+            curve = goodput_curve(job, t, shapes[t], mine, unknown[t], cap=shared)
             for n in sia_configs(shapes[t]):
                 if job.min_workers <= n < len(curve) and curve[n] > 0:
                     goodput.append((t, n, float(curve[n])))
@@ -129,3 +138,20 @@ def restoring(job: Job) -> bool:
     """A job in the middle of a restart (checkpoint-restore under way) that holds GPUs of one
     of its types: Sia's artifact keeps its allocation until the restart is done."""
     return job.restoring_seconds > 0 and job.current_workers > 0
+
+
+def own_models(job: Job) -> Job:
+    """`job` with only the models it reported itself (none of its category's)."""
+    if not job.category_model_types:
+        return job
+    own = {t: m for t, m in job.goodput_by_type.items() if t not in job.category_model_types}
+    return dataclasses.replace(job, goodput_by_type=own)
+
+
+def category_ratios(jobs: Sequence[Job]) -> dict[str, dict[tuple[str, str], float]]:
+    """`type_ratios` per category, from its own jobs' models (its history's included)."""
+    members: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.category:
+            members.setdefault(job.category, []).append(job)
+    return {category: type_ratios(group) for category, group in members.items()}
