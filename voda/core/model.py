@@ -194,7 +194,8 @@ class Job:
     # judges a job only by what the job itself measured.
     category_model_types: tuple[str, ...] = ()
     # Its category's speed on one GPU of each type, profiled beforehand ((type, speed) in any
-    # unit; empty: none given): the per-model ratios Sia projects a job's model with.
+    # unit; empty: none given): the per-model ratios Sia (ours) and Voda's policy project a
+    # job's model onto other types with.
     category_type_speeds: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:

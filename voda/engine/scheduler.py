@@ -108,7 +108,8 @@ class SchedulerSettings:
     queue_observer: Observer | None = None
     # Per job category, its speed on one GPU of each type as profiled beforehand
     # ({category: {gpu_type: speed}}; the simulator gives its profiles' figures, as Sia's
-    # artifact gives its Sia): Sia (ours) projects a job's model onto types with them.
+    # artifact gives its Sia): Sia (ours) and Voda's policy project a job's model onto the
+    # types it has no model of with them.
     type_speeds: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
