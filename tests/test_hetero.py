@@ -314,6 +314,23 @@ def test_a_type_no_model_covers_is_projected_with_the_categorys_profiled_speeds(
     assert choose_types(policy, [nonsense], cluster) == choose_types(policy, [job], cluster)
 
 
+def test_a_projection_takes_the_profiled_speeds_over_the_measured_ratios() -> None:
+    """One mechanism for every consumer of a job's model on a type (the policies, and the
+    model the per-type decision is handed): hetero_models.type_model."""
+    from voda.core.allocation.hetero_models import one_gpu_goodput
+
+    slow = _model(1.0)
+    job = Job("j", 1, 4, goodput=slow, goodput_by_type={"slow": slow}, gpu_type="slow",
+              category_type_speeds=(("fast", 5.0), ("slow", 1.0)))
+    measured = {("slow", "fast"): 2.0}
+    fast = type_model(job, "fast", measured)
+    assert fast is not None
+    assert one_gpu_goodput(fast) == pytest.approx(5.0 * one_gpu_goodput(slow), rel=1e-6)
+    plain = type_model(dataclasses.replace(job, category_type_speeds=()), "fast", measured)
+    assert plain is not None
+    assert one_gpu_goodput(plain) == pytest.approx(2.0 * one_gpu_goodput(slow), rel=1e-6)
+
+
 def test_sia_judges_a_job_only_by_the_models_it_reported_itself() -> None:
     """As in Sia's artifact: a job whose models are all its category's (Voda's policy
     borrows them) is measured nowhere, and starts on one GPU."""

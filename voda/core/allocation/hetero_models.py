@@ -70,6 +70,12 @@ def one_gpu_goodput(model: GoodputModel) -> float:
 def type_ratios(jobs: Sequence[Job]) -> dict[tuple[str, str], float]:
     """speed(t) / speed(s) for each pair of types measured by one category: the geometric
     mean over the categories (or jobs, without one) measured on both, at one GPU."""
+    return mean_ratios(category_speeds(jobs).values())
+
+
+def category_speeds(jobs: Sequence[Job]) -> dict[str, dict[str, float]]:
+    """Per category (or job, without one), its goodput on one GPU of each type some job of
+    it has a model of (the first such job's)."""
     by_key: dict[str, dict[str, float]] = {}
     for job in jobs:
         key = job.category or job.name
@@ -79,8 +85,14 @@ def type_ratios(jobs: Sequence[Job]) -> dict[tuple[str, str], float]:
                 g = one_gpu_goodput(model)
                 if g > 0:
                     speeds[gpu_type] = g
+    return by_key
+
+
+def mean_ratios(groups: Iterable[Mapping[str, float]]) -> dict[tuple[str, str], float]:
+    """speed(t) / speed(s) for each pair of types: the geometric mean over the `groups`
+    (each a speed per type) that have both."""
     logs: dict[tuple[str, str], list[float]] = {}
-    for speeds in by_key.values():
+    for speeds in groups:
         for s, gs in speeds.items():
             for t, gt in speeds.items():
                 if s != t:
@@ -88,11 +100,13 @@ def type_ratios(jobs: Sequence[Job]) -> dict[tuple[str, str], float]:
     return {pair: math.exp(sum(v) / len(v)) for pair, v in logs.items()}
 
 
-def profiled_ratios(job: Job) -> dict[tuple[str, str], float]:
-    """speed(t) / speed(s) from the job's category's profiled speeds (`category_type_speeds`),
-    for each pair of types both positive and finite."""
-    speeds = {t: v for t, v in job.category_type_speeds if math.isfinite(v) and v > 0}
-    return {(s, t): speeds[t] / speeds[s] for s in speeds for t in speeds if s != t}
+@functools.lru_cache(maxsize=1024)
+def profiled_ratios(speeds: tuple[tuple[str, float], ...]) -> dict[tuple[str, str], float]:
+    """speed(t) / speed(s) from profiled `speeds` (Job.category_type_speeds), for each pair
+    of types both positive and finite. (Cached: every projection of a job looks it up; the
+    caller must not change the dict.)"""
+    known = {t: v for t, v in speeds if math.isfinite(v) and v > 0}
+    return {(s, t): known[t] / known[s] for s in known for t in known if s != t}
 
 
 def reference_local_batch(a: GoodputModel, b: GoodputModel) -> int:
@@ -174,13 +188,17 @@ def type_model(job: Job, gpu_type: str, ratios: Mapping[tuple[str, str], float]
                ) -> GoodputModel | None:
     """The job's model on `gpu_type`: reported there, else projected from a measured type
     (one with a measured ratio first, the fastest such source first): as Sia projects a
-    job's throughput onto every type once it has run on one; None when nothing is known."""
+    job's throughput onto every type once it has run on one; None when nothing is known.
+    Its category's profiled speeds (Job.category_type_speeds) give the ratios where they
+    cover the types, `ratios` the rest."""
     own = job.goodput_by_type.get(gpu_type)
     if measured(own):
         return own
     sources = sorted(s for s, m in job.goodput_by_type.items() if measured(m))
     if not sources:
         return None
+    if job.category_type_speeds:
+        ratios = {**ratios, **profiled_ratios(job.category_type_speeds)}
     source = max(sources, key=lambda s: ((s, gpu_type) in ratios,
                                          one_gpu_goodput(job.goodput_by_type[s])))
     return projected(job.goodput_by_type[source], type_ratio(ratios, source, gpu_type))

@@ -36,8 +36,8 @@ job, no type given more GPUs than it has, maximising the total value, is Sia's
 (voda.core.allocation.hetero_program) with these values in place of Sia's fairness
 power (docs/design/014-heterogeneous.md). A type the job has no model for (its own or its
 category's) is projected from one it has by its category's profiled speeds where given
-(`Job.category_type_speeds`, as Sia (ours) is given them), else by the step times its
-categories measured on both types (`hardware_ratios`).
+(`Job.category_type_speeds`, as Sia (ours) is given them: hetero_models.type_model), else
+by the step times its categories measured on both types (`hardware_ratios`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ from voda.core.allocation.hetero_models import (
     accepted,
     goodput_curve,
     hardware_ratios,
-    profiled_ratios,
     type_speeds,
 )
 from voda.core.allocation.hetero_program import solve_rows
@@ -163,8 +162,7 @@ def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
     prepared: list[tuple[int, Job, list[tuple[str, int, float]], float]] = []
     at_best: list[float] = []  # each prepared job's remaining time at its best configuration
     for i, job in enumerate(flexible):
-        mine = {**ratios, **profiled_ratios(job)}  # its category's profiled speeds first
-        options = _configurations(job, shapes, mine, unknown, speed[i], types)
+        options = _configurations(job, shapes, ratios, unknown, speed[i], types)
         if options:
             best = max(o[2] for o in options)
             work = remaining_work(job, best)

@@ -41,12 +41,12 @@ from voda.core.allocation.hetero_models import (
     MAX_HETERO_GPUS,
     TypeShape,
     accepted,
+    category_speeds,
     goodput_curve,
     job_cap,
+    mean_ratios,
     mean_type_speed,
-    profiled_ratios,
     type_model,
-    type_ratios,
 )
 from voda.core.allocation.hetero_program import solve_rows
 from voda.core.allocation.pollux import restart_factor
@@ -72,15 +72,16 @@ def sia_configs(shape: TypeShape) -> tuple[int, ...]:
 def sia_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
                free: Mapping[str, int], penalty: float) -> TypeChoice:
     types = sorted(shapes)
-    ratios = type_ratios(flexible)
-    by_category = category_ratios(flexible)
+    speeds = category_speeds(flexible)
+    ratios = mean_ratios(speeds.values())
+    by_category = {key: mean_ratios([group]) for key, group in speeds.items()}
     unknown = mean_type_speed(ratios, types)
     rows: list[tuple[int, str, int, float]] = []  # (job index, type, count, A)
     fixed: set[int] = set()  # jobs restarting: their one row is taken
     for i, job in enumerate(flexible):
         options = accepted(job, types)
         job = own_models(job)
-        mine = {**ratios, **by_category.get(job.category, {}), **profiled_ratios(job)}
+        mine = {**ratios, **by_category.get(job.category, {})} if job.category else ratios
         known = {t: type_model(job, t, mine) for t in options}
         shared = max((job_cap(job, m, shapes[t]) for t, m in known.items()), default=0)
         goodput: list[tuple[str, int, float]] = []
@@ -146,12 +147,3 @@ def own_models(job: Job) -> Job:
         return job
     own = {t: m for t, m in job.goodput_by_type.items() if t not in job.category_model_types}
     return dataclasses.replace(job, goodput_by_type=own)
-
-
-def category_ratios(jobs: Sequence[Job]) -> dict[str, dict[tuple[str, str], float]]:
-    """`type_ratios` per category, from its own jobs' models (its history's included)."""
-    members: dict[str, list[Job]] = {}
-    for job in jobs:
-        if job.category:
-            members.setdefault(job.category, []).append(job)
-    return {category: type_ratios(group) for category, group in members.items()}
