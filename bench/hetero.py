@@ -13,7 +13,9 @@ Sia artifact's calibration and restart penalties), batch-adaptive jobs that acce
 Printed per workload: average and p99 JCT (hours), makespan (hours), GPU-hours per job and
 restarts per job; per set, the means and the Sia paper's Table 3 figures beside them; for
 the saturn workloads, the Sia artifact's own simulator's average JCT (run here,
-voda/data/sia/published) beside our Sia's.
+voda/data/sia/published) beside our Sia's. With Voda and Sia both run, per set: by model,
+the hours Voda's JCTs save and lose against Sia's, job by job, and Voda's average had it
+finished no job later than Sia (what removing its losses alone could win).
 
 Targets: Voda's average JCT at most 0.8 x Sia's (ours) on every workload set, its p99 and
 GPU-hours per job no worse; our Sia's average JCT within 5 % of the artifact's on each
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from voda.sim.compare import RunRequest, run_many
 from voda.sim.hetero_published import PAPER, artifact_jcts
+from voda.sim.job_gaps import category_gaps, merge_gaps, no_loss_mean_jct
 from voda.sim.report import SimResult
 from voda.sim.tail import p99
 
@@ -79,6 +82,20 @@ def show(label: str, r: Row) -> str:
             f"  GPU-h/job {r.gpu_hours:5.2f}  restarts/job {r.restarts:5.2f}{left}")
 
 
+def show_gaps(pairs: list[tuple[SimResult, SimResult]]) -> None:
+    """Where Voda's average gains and loses against Sia (ours), by model, over a set's
+    workloads; and its average had it finished no job later than Sia (voda.sim.job_gaps)."""
+    print("  by model, Voda against Sia (ours), hours summed over the workloads:")
+    for g in merge_gaps([category_gaps(v.jobs, s.jobs) for v, s in pairs]):
+        print(f"    {g.category:<12} {g.jobs:4d} jobs  JCT {g.jct_hours:7.1f} / "
+              f"{g.other_jct_hours:7.1f}  saved {g.saved_hours:6.1f}  lost {g.lost_hours:5.1f}"
+              f" ({g.later_jobs} jobs later)")
+    bound = statistics.fmean(no_loss_mean_jct(v.jobs, s.jobs) for v, s in pairs) / 3600
+    sia = statistics.fmean(s.avg_jct for _, s in pairs) / 3600
+    print(f"  Voda's average had it finished no job later than Sia (ours): {bound:.2f} h, "
+          f"{bound / sia:.2f} x Sia's")
+
+
 def first_jobs(path: Path, count: int, into: Path) -> Path:
     """A copy of the workload `path` with only its first `count` jobs (by submit time)."""
     header, *lines = path.read_text().splitlines()
@@ -120,7 +137,8 @@ def main() -> None:
     results = run_many(requests, workers=args.workers)
     print(f"{len(requests)} simulations in {time.perf_counter() - started:.0f} s wall "
           f"({time.process_time() - cpu:.0f} CPU-s in this process)")
-    rows = {key: row_of(r) for key, r in zip(keys, results, strict=True)}
+    runs = dict(zip(keys, results, strict=True))
+    rows = {key: row_of(r) for key, r in runs.items()}
     verdicts = []
     for wset in sets:
         done = sorted({n for (s, n, _) in rows if s == wset})
@@ -153,6 +171,7 @@ def main() -> None:
             print(f"  Voda / Sia (ours): avg {v.avg / s.avg:.2f} (target <= 0.80), p99 "
                   f"{v.p99 / s.p99:.2f} (<= 1), GPU-h/job {v.gpu_hours / s.gpu_hours:.2f} "
                   f"(<= 1): {'met' if ok else 'NOT met'}")
+            show_gaps([(runs[(wset, n, "voda")], runs[(wset, n, "sia")]) for n in done])
     if verdicts:
         print(f"\ntarget met on {sum(verdicts)} of {len(verdicts)} workload sets")
 
