@@ -144,6 +144,23 @@ def test_what_a_guarantee_leaves_is_shared_by_weight() -> None:
     inner("FIFO", (queues, jobs, 12))
 
 
+def test_a_guarantee_its_jobs_cannot_use_is_shared_by_weight() -> None:
+    # q0's 5-GPU job does not fit its guarantee of 4: left on it, q0 takes nothing, and was
+    # still offered every idle GPU in the evening out, which it left, so the top-up gave
+    # them whole to q2 (the lowest per weight): 4 GPUs to q2 (weight 1) and 1 to q1
+    # (weight 2), whose job wanted 2. Closed like any queue that leaves part of its offer,
+    # q1 gets 2 and q2 3.
+    queues = QueueSet((Queue("q0", {TYPE: 4}), Queue("q1", {TYPE: 0}, None, None, 2.0),
+                       Queue("q2", {TYPE: 0}), Queue("q3", {TYPE: 0})))
+    jobs = [_job("j0", "q1", 1, 2), _job("j1", "q0", 5, 5), _job("j2", "q2", 1, 2),
+            _job("j3", "q2", 1, 2)]
+    decision = share(registry.create("ElasticFIFO"), jobs, 5, queues, TYPE)
+    assert decision.allocation == {"j0": 2, "j1": 0, "j2": 2, "j3": 1}
+    inner = test_the_queue_rules_hold_for_every_algorithm.hypothesis.inner_test
+    for name in ALL:
+        inner(name, (queues, jobs, 5))
+
+
 def keep(queue: Queue) -> int:
     lend = queue.may_lend(TYPE)
     g = queue.guaranteed(TYPE)

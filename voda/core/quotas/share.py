@@ -217,6 +217,8 @@ def _fill(shares: list[int], given: list[int], open_: list[bool], capacity: int,
     for i in range(n):
         if given[i] == guarantee[i]:
             shares[i] = run.exact_base(i)
+            if shares[i] < given[i]:  # it cannot use all it was offered, as in `_take`
+                floor[i], open_[i] = shares[i], False
     # what a queue left of its guarantee (known only now) is evened out too
     _even_out(shares, given, open_, floor, capacity, guarantee, weight, want, keep, run)
 
