@@ -506,3 +506,16 @@ def test_what_else_reaches_standard_output_during_a_solve_is_kept(
         os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution x;\nraw kept\n")
     out, _ = capfd.readouterr()
     assert out == "kept line\nraw kept\n"
+
+
+def test_a_long_job_older_than_its_remaining_time_weighs_at_least_the_equal_share() -> None:
+    remaining = np.array([1000.0, 900.0, 10.0, 20.0, 30.0, 40.0])
+    weights = rank_weights_large_m(remaining)
+    equal = float(np.sqrt(np.mean(weights ** 2)))
+    young, old = 100.0, 5000.0  # ages: below and above their remaining time (1000, 900)
+    floored = floored_weights(weights, remaining, np.array([young, old, 1e6, 0, 0, 0]))
+    assert floored[0] == pytest.approx(equal * LONG_JOB_FLOOR)  # young: half the share
+    assert floored[1] == pytest.approx(equal)  # starved: the whole equal share
+    assert floored[2:].tolist() == weights[2:].tolist()  # short jobs: as they were
+    assert floored_weights(weights, remaining).tolist() == floored_weights(
+        weights, remaining, np.zeros(6)).tolist()

@@ -20,6 +20,10 @@ the flexible jobs weighs at least sqrt(0.5 x mean w^2) (`LONG_JOB_FLOOR`): for s
 n^0.5 a weight's square is proportional to its share, so such a job is valued at no less
 than half the equal share 1/M. Without it the longest jobs, ranked last, waited behind
 every shorter one and made the p99; with it the p99 falls and the average rises a little.
+Once such a job is older than its remaining time at its best configuration (it has waited
+and run longer than it needs alone from now), it weighs at least sqrt(mean w^2), the
+equal share: against a steady stream of short jobs it would otherwise stay on the few GPUs
+they leave, moved and stopped as they come and go.
 
 A configuration other than the job's current one is a restart and keeps 1 - Voda's
 charge of its value (voda.core.allocation.hetero.move_charge: the job's restart cost
@@ -72,7 +76,10 @@ SPEEDUP_POWER = 0.5  # heSRPT's p: the weights (rank / M)^p
 # sqrt(mean w^2), the weight whose share is the equal one for speed-ups n^0.5: sqrt(0.5),
 # half that share. heSRPT's weights alone left the longest jobs (imagenet) starved behind
 # streams of shorter ones, and they made the p99; the whole equal share (1.0) cost the
-# average more, a quarter of it lost the p99's gain (docs/design/014-heterogeneous.md).
+# average more, a quarter of it lost the p99's gain. A long job older than its remaining
+# time at its best configuration gets the whole equal share: on newTrace's 960-job
+# workloads imagenet was otherwise kept on one or two GPUs for 40 hours and restarted
+# over a hundred times (docs/design/014-heterogeneous.md).
 LONG_JOB_FLOOR = 0.5 ** 0.5
 # What holding a GPU costs, in one GPU's speed on the job's fastest type, weighted as the
 # job's speed-up is: a configuration's value is w_j x (speed-up - GPU_PRICE x its GPUs), so
@@ -95,12 +102,18 @@ def rank_weights_large_m(remaining: np.ndarray, power: float = SPEEDUP_POWER) ->
     return (rank / max(m, 1)) ** power
 
 
-def floored_weights(weights: np.ndarray, at_best: np.ndarray) -> np.ndarray:
+def floored_weights(weights: np.ndarray, at_best: np.ndarray,
+                    ages: np.ndarray | None = None) -> np.ndarray:
     """`weights` with each job whose remaining time at its best configuration (`at_best`)
-    is above the mean over the jobs raised to at least LONG_JOB_FLOOR x sqrt(mean w^2)."""
+    is above the mean over the jobs raised to at least LONG_JOB_FLOOR x sqrt(mean w^2), or
+    to sqrt(mean w^2) itself (the equal share) once its age (`ages`) is above that
+    remaining time: it has already waited and run longer than it needs alone from now,
+    and is being starved."""
     if not len(weights):
         return weights
-    floor = float(np.sqrt(np.mean(weights ** 2))) * LONG_JOB_FLOOR
+    equal = float(np.sqrt(np.mean(weights ** 2)))
+    floor = equal * (LONG_JOB_FLOOR if ages is None
+                     else np.where(ages > at_best, 1.0, LONG_JOB_FLOOR))
     return np.where(at_best > float(at_best.mean()), np.maximum(weights, floor), weights)
 
 
@@ -170,7 +183,8 @@ def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],
             at_best.append(work / max(best, 1e-12))
     fastest = np.maximum(speed.max(axis=1), 1e-12)  # its goodput on one GPU, best type
     weights = rank_weights_large_m(np.array([work / fastest[i] for i, _, _, work in prepared]))
-    weights = floored_weights(weights, np.array(at_best))
+    ages = np.array([job.running_seconds + job.waiting_seconds for _, job, _, _ in prepared])
+    weights = floored_weights(weights, np.array(at_best), ages)
     calm = calm_horizon(flexible, free)
     for (i, job, options, work), weight in zip(prepared, weights.tolist(), strict=True):
         current = (job.gpu_type, job.current_workers)
