@@ -162,10 +162,11 @@ def test_heSRPT_weights_favour_shorter_jobs_and_leave_none_at_zero() -> None:
 def test_a_job_longer_than_the_mean_weighs_at_least_the_floor() -> None:
     weights = rank_weights_large_m(np.array([1000.0, 10.0, 20.0, 30.0, 40.0, 50.0]))
     floor = float(np.sqrt(np.mean(weights ** 2))) * LONG_JOB_FLOOR
-    floored = floored_weights(weights, np.array([1000.0, 10.0, 20.0, 30.0, 40.0, 50.0]))
+    floored = floored_weights(weights, np.array([1000.0, 10.0, 20.0, 30.0, 40.0, 50.0]),
+                              np.zeros(6))  # every job younger than its remaining time
     assert weights[0] < floor and floored[0] == floor  # above the mean (191.7): raised
     assert floored[1:].tolist() == weights[1:].tolist()  # below it: as they were
-    assert floored_weights(np.zeros(0), np.zeros(0)).tolist() == []
+    assert floored_weights(np.zeros(0), np.zeros(0), np.zeros(0)).tolist() == []
 
 
 def test_voda_gives_the_longest_job_a_gpu_rather_than_leave_it_behind_short_ones() -> None:
@@ -517,5 +518,3 @@ def test_a_long_job_older_than_its_remaining_time_weighs_at_least_the_equal_shar
     assert floored[0] == pytest.approx(equal * LONG_JOB_FLOOR)  # young: half the share
     assert floored[1] == pytest.approx(equal)  # starved: the whole equal share
     assert floored[2:].tolist() == weights[2:].tolist()  # short jobs: as they were
-    assert floored_weights(weights, remaining).tolist() == floored_weights(
-        weights, remaining, np.zeros(6)).tolist()

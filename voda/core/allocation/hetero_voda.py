@@ -102,8 +102,8 @@ def rank_weights_large_m(remaining: np.ndarray, power: float = SPEEDUP_POWER) ->
     return (rank / max(m, 1)) ** power
 
 
-def floored_weights(weights: np.ndarray, at_best: np.ndarray,
-                    ages: np.ndarray | None = None) -> np.ndarray:
+def floored_weights(weights: np.ndarray, at_best: np.ndarray, ages: np.ndarray
+                    ) -> np.ndarray:
     """`weights` with each job whose remaining time at its best configuration (`at_best`)
     is above the mean over the jobs raised to at least LONG_JOB_FLOOR x sqrt(mean w^2), or
     to sqrt(mean w^2) itself (the equal share) once its age (`ages`) is above that
@@ -112,8 +112,7 @@ def floored_weights(weights: np.ndarray, at_best: np.ndarray,
     if not len(weights):
         return weights
     equal = float(np.sqrt(np.mean(weights ** 2)))
-    floor = equal * (LONG_JOB_FLOOR if ages is None
-                     else np.where(ages > at_best, 1.0, LONG_JOB_FLOOR))
+    floor = equal * np.where(ages > at_best, 1.0, LONG_JOB_FLOOR)
     return np.where(at_best > float(at_best.mean()), np.maximum(weights, floor), weights)
 
 
