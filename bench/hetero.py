@@ -21,8 +21,15 @@ Targets: Voda's average JCT at most 0.8 x Sia's (ours) on every workload set, it
 GPU-hours per job no worse; our Sia's average JCT within 5 % of the artifact's on each
 saturn workload.
 
+Beyond Sia's setting: `--cluster physical-44` runs the paper's physical cluster (RTX, Quadro
+RTX 6000 and A100 nodes) or any cluster file instead, and `--jitter S --seed N` moves every
+arrival by up to S seconds (voda.sim.workloads.jitter_arrivals), the same for every policy:
+the samples the policy was not chosen on. The Sia paper's and the artifact's figures are
+printed only for its own cluster and arrivals.
+
 Run: nice -n 5 .venv/bin/python bench/hetero.py [--sets saturn,philly,newtrace]
      [--workloads 1,2] [--policies voda,sia,pollux,isolated] [--workers N] [--jobs N]
+     [--cluster heterogeneous-64|physical-44|FILE] [--jitter SECONDS] [--seed N]
 """
 
 from __future__ import annotations
@@ -41,7 +48,8 @@ from voda.sim.report import SimResult
 from voda.sim.tail import p99
 
 DATA = Path(__file__).resolve().parents[1] / "voda" / "data" / "sia"
-CLUSTER = str(DATA / "clusters" / "heterogeneous-64.yaml")
+SIA_CLUSTER = "heterogeneous-64"
+MAX_JITTER = 86_400.0  # a day: every workload's arrivals span less
 POLICIES = {  # label -> (per-type algorithm, heterogeneity policy)
     "voda": ("Voda", "voda"),
     "sia": ("Pollux", "sia"),
@@ -104,6 +112,12 @@ def first_jobs(path: Path, count: int, into: Path) -> Path:
     return out
 
 
+def cluster_file(name: str) -> Path:
+    """A bundled cluster by its name (voda/data/sia/clusters), else a cluster file's path."""
+    bundled = DATA / "clusters" / f"{name}.yaml"
+    return bundled if bundled.is_file() else Path(name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default="saturn,philly,newtrace")
@@ -113,9 +127,21 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=0,
                         help="run only each workload's first N jobs (a slice; 0: all)")
+    parser.add_argument("--cluster", default=SIA_CLUSTER,
+                        help="a bundled cluster's name or a cluster file (default: the paper's "
+                             "heterogeneous-64)")
+    parser.add_argument("--jitter", type=float, default=0.0,
+                        help="move each arrival by up to this many seconds (default: 0)")
+    parser.add_argument("--seed", type=int, default=0, help="the jitter's seed (default: 0)")
     args = parser.parse_args()
     if not 0 <= args.jobs <= 100_000:
         parser.error("--jobs: must be 0 to 100000")
+    if not 0 <= args.jitter <= MAX_JITTER:
+        parser.error(f"--jitter: must be 0 to {MAX_JITTER:.0f} seconds")
+    cluster = cluster_file(args.cluster)
+    if not cluster.is_file():
+        parser.error(f"--cluster: no bundled cluster or file named {args.cluster!r}")
+    sias_setting = cluster.name == f"{SIA_CLUSTER}.yaml" and not args.jitter
     sets = [s for s in args.sets.split(",") if s]
     numbers = [int(n) for n in args.workloads.split(",") if n]
     policies = [p for p in args.policies.split(",") if p]
@@ -130,13 +156,17 @@ def main() -> None:
                 path = first_jobs(path, args.jobs, slices)
             for policy in policies:
                 algorithm, hetero = POLICIES[policy]
-                requests.append(RunRequest(str(path), CLUSTER, algorithm, preset="sia",
-                                           job_model="adaptive", hetero_policy=hetero))
+                requests.append(RunRequest(str(path), str(cluster), algorithm, preset="sia",
+                                           job_model="adaptive", hetero_policy=hetero,
+                                           jitter=args.jitter, seed=args.seed))
                 keys.append((wset, n, policy))
     started, cpu = time.perf_counter(), time.process_time()
     results = run_many(requests, workers=args.workers)
     print(f"{len(requests)} simulations in {time.perf_counter() - started:.0f} s wall "
           f"({time.process_time() - cpu:.0f} CPU-s in this process)")
+    if not sias_setting:
+        print(f"cluster {cluster.stem}; arrivals moved by up to {args.jitter:.0f} s "
+              f"(seed {args.seed})")
     runs = dict(zip(keys, results, strict=True))
     rows = {key: row_of(r) for key, r in runs.items()}
     verdicts = []
@@ -149,7 +179,7 @@ def main() -> None:
             print(f" workload-{n}")
             for policy in policies:
                 print(show(LABELS[policy], rows[(wset, n, policy)]))
-            artifact = artifact_jcts(wset, n)
+            artifact = artifact_jcts(wset, n) if sias_setting else None
             whole = artifact and (not args.jobs or args.jobs >= len(artifact))
             if whole and "sia" in policies:
                 ours = rows[(wset, n, "sia")].avg
@@ -161,7 +191,7 @@ def main() -> None:
         print(" mean")
         for policy in policies:
             print(show(LABELS[policy], means[policy]))
-        for policy, figures in PAPER.get(wset, {}).items():
+        for policy, figures in (PAPER.get(wset, {}) if sias_setting else {}).items():
             print(f"  paper: {policy:<15} avg {figures.avg_jct:5.2f} h  p99 {figures.p99_jct:6.2f}"
                   f" h  makespan {figures.makespan:6.2f} h  GPU-h/job {figures.gpu_hours:5.2f}")
         if "voda" in means and "sia" in means:
