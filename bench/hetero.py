@@ -24,12 +24,15 @@ saturn workload.
 Beyond Sia's setting: `--cluster physical-44` runs the paper's physical cluster (RTX, Quadro
 RTX 6000 and A100 nodes) or any cluster file instead, and `--jitter S --seed N` moves every
 arrival by up to S seconds (voda.sim.workloads.jitter_arrivals), the same for every policy:
-the samples the policy was not chosen on. The Sia paper's and the artifact's figures are
-printed only for its own cluster and arrivals.
+the samples the policy was not chosen on. `--restart-scale X` makes every restart cost X
+times the artifact's checkpoint-restore time, for every policy (0: free restarts, what
+adapting would be worth without their cost). The Sia paper's and the artifact's figures are
+printed only for its own cluster, arrivals and restarts.
 
 Run: nice -n 5 .venv/bin/python bench/hetero.py [--sets saturn,philly,newtrace]
      [--workloads 1,2] [--policies voda,sia,pollux,isolated] [--workers N] [--jobs N]
      [--cluster heterogeneous-64|physical-44|FILE] [--jitter SECONDS] [--seed N]
+     [--restart-scale X]
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from voda.sim.compare import RunRequest, run_many
+from voda.sim.compare import MAX_RESTART_SCALE, RunRequest, run_many
 from voda.sim.hetero_published import PAPER, artifact_jcts
 from voda.sim.job_gaps import category_gaps, merge_gaps, no_loss_mean_jct
 from voda.sim.report import SimResult
@@ -133,15 +136,20 @@ def main() -> None:
     parser.add_argument("--jitter", type=float, default=0.0,
                         help="move each arrival by up to this many seconds (default: 0)")
     parser.add_argument("--seed", type=int, default=0, help="the jitter's seed (default: 0)")
+    parser.add_argument("--restart-scale", type=float, default=1.0,
+                        help="every restart costs this times the artifact's (default: 1)")
     args = parser.parse_args()
     if not 0 <= args.jobs <= 100_000:
         parser.error("--jobs: must be 0 to 100000")
     if not 0 <= args.jitter <= MAX_JITTER:
         parser.error(f"--jitter: must be 0 to {MAX_JITTER:.0f} seconds")
+    if not 0 <= args.restart_scale <= MAX_RESTART_SCALE:
+        parser.error(f"--restart-scale: must be 0 to {MAX_RESTART_SCALE:g}")
     cluster = cluster_file(args.cluster)
     if not cluster.is_file():
         parser.error(f"--cluster: no bundled cluster or file named {args.cluster!r}")
-    sias_setting = cluster.name == f"{SIA_CLUSTER}.yaml" and not args.jitter
+    sias_setting = (cluster.name == f"{SIA_CLUSTER}.yaml" and not args.jitter
+                    and args.restart_scale == 1.0)
     sets = [s for s in args.sets.split(",") if s]
     numbers = [int(n) for n in args.workloads.split(",") if n]
     policies = [p for p in args.policies.split(",") if p]
@@ -158,7 +166,8 @@ def main() -> None:
                 algorithm, hetero = POLICIES[policy]
                 requests.append(RunRequest(str(path), str(cluster), algorithm, preset="sia",
                                            job_model="adaptive", hetero_policy=hetero,
-                                           jitter=args.jitter, seed=args.seed))
+                                           jitter=args.jitter, seed=args.seed,
+                                           restart_scale=args.restart_scale))
                 keys.append((wset, n, policy))
     started, cpu = time.perf_counter(), time.process_time()
     results = run_many(requests, workers=args.workers)
@@ -166,7 +175,7 @@ def main() -> None:
           f"({time.process_time() - cpu:.0f} CPU-s in this process)")
     if not sias_setting:
         print(f"cluster {cluster.stem}; arrivals moved by up to {args.jitter:.0f} s "
-              f"(seed {args.seed})")
+              f"(seed {args.seed}); restarts at {args.restart_scale:g} x the artifact's")
     runs = dict(zip(keys, results, strict=True))
     rows = {key: row_of(r) for key, r in runs.items()}
     verdicts = []

@@ -75,9 +75,13 @@ def test_the_same_run_twice_prints_the_same_json(small: Path) -> None:
         (["--penalty", "-1"], "penalty: must not be negative"),
         (["--interval", "0"], "interval: must be positive"),
         (["--preset", "nope"], "preset: unknown 'nope'"),
+        (["--restart-scale", "-0.5"], "restart_scale: must be 0 to 10"),
+        (["--restart-scale", "11"], "restart_scale: must be 0 to 10"),
+        (["--restart-scale", "nan"], "restart_scale: must be 0 to 10"),
     ],
     ids=["missing workload", "unknown algorithm", "bad cluster", "unknown placer",
-         "negative penalty", "zero interval", "unknown preset"],
+         "negative penalty", "zero interval", "unknown preset", "negative restart scale",
+         "restart scale over 10", "restart scale not a number"],
 )
 def test_bad_options_exit_2_without_traceback(small: Path, args, message) -> None:
     base = {"--workload": str(small), "--cluster": "2x4", "--algorithm": "FIFO"}

@@ -132,6 +132,7 @@ def run_simulation(
     csv_path: str | None = None,
     hetero_policy: str | None = None,
     queues: str | None = None,
+    restart_scale: float = 1.0,
 ) -> list[SimResult]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -164,7 +165,8 @@ def run_simulation(
                                params=_knobs_of(name, knobs, len(names) > 1),
                                gpu_type=gpu_type, until=until, job_model=job_model,
                                progress_decisions=progress_decisions,
-                               hetero_policy=hetero_policy, queues=queues)
+                               hetero_policy=hetero_policy, queues=queues,
+                               restart_scale=restart_scale)
                     for name in names for k in range(count)]
         _check_every_knob_used(knobs, requests)
         if queues is not None:
@@ -311,6 +313,7 @@ def report_settings(requests: list[Any]) -> dict[str, Any]:
         "placement": effective.placement if isinstance(effective.placement, str) else
         type(effective.placement).__name__,
         "restart penalty (s)": effective.penalty,
+        "restart scale": first.restart_scale,
         "rescheduling interval (s)": effective.interval,
         "fixed rounds": effective.fixed_rounds,
         "layout speed": first.layout_speed,
@@ -413,6 +416,11 @@ def register(app: typer.Typer) -> None:
             None, "--queues",
             help="A YAML file of team queues (guarantee, borrowing_limit, lending_limit, "
                  "weight, match by workload column); docs/design/013-queues.md."),
+        restart_scale: float = typer.Option(
+            1.0, "--restart-scale",
+            help="Every restart costs this times what the preset or --penalty charges (and "
+                 "tells the policies), 0 to 10: what faster or slower checkpoint restores "
+                 "would change."),
     ) -> None:
         """Simulate a workload on a cluster with one or all allocation algorithms.
 
@@ -427,4 +435,4 @@ def register(app: typer.Typer) -> None:
         run_simulation(workload, cluster, algorithm, rigid, preset, placement, penalty, interval,
                        as_json, plot, layout_speed, jitter, seed, param, gpu_type, until,
                        report, report_job, job_model, progress_decisions, seeds, csv_path,
-                       hetero_policy, queues)
+                       hetero_policy, queues, restart_scale)

@@ -23,6 +23,7 @@ from voda.sim.throughput import warm
 from voda.sim.workloads import Workload, jitter_arrivals, load_workload, with_gpu_type
 
 T = TypeVar("T")
+MAX_RESTART_SCALE = 10.0  # RunRequest.restart_scale: ten times the restore time at most
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class RunRequest:
     arrival_decisions: bool | None = None  # SimSettings.arrival_decisions (None: the policy's)
     hetero_policy: str | None = None  # SimSettings.hetero_policy (None: its default)
     queues: str | None = None  # a queue file (voda.sim.queues); None: no team queues
+    # Every restart costs this times what the settings charge (and tell the policies): a
+    # what-if for faster or slower checkpoint restores (MAX_RESTART_SCALE at most).
+    restart_scale: float = 1.0
 
 
 def settings_for(request: RunRequest) -> SimSettings:
@@ -64,6 +68,16 @@ def settings_for(request: RunRequest) -> SimSettings:
     settings.progress_decisions = request.progress_decisions
     settings.arrival_decisions = request.arrival_decisions
     settings.queues = load_queue_file(request.queues) if request.queues else None
+    return scaled_restarts(settings, request.restart_scale)
+
+
+def scaled_restarts(settings: SimSettings, scale: float) -> SimSettings:
+    """`settings` with every restart penalty, charged or told, `scale` times as long."""
+    if scale == 1.0:
+        return settings
+    settings.penalty *= scale
+    settings.penalties = {k: v * scale for k, v in settings.penalties.items()}
+    settings.told_penalties = {k: v * scale for k, v in settings.told_penalties.items()}
     return settings
 
 
@@ -124,6 +138,9 @@ def check_request(request: RunRequest) -> None:
         check_policy(request.hetero_policy)
     if not request.jitter >= 0:
         raise ValueError(f"jitter: must be a number of seconds >= 0, got {request.jitter}")
+    if not 0 <= request.restart_scale <= MAX_RESTART_SCALE:
+        raise ValueError(f"restart_scale: must be 0 to {MAX_RESTART_SCALE:g}, got "
+                         f"{request.restart_scale}")
     if request.penalty is not None and request.penalty < 0:
         raise ValueError(f"penalty: must not be negative, got {request.penalty}")
     if request.interval is not None and request.interval <= 0:

@@ -16,7 +16,8 @@ grid is refused with a GridError that names the field:
     first_seed: 0
     jitter: 300                           # seconds (default 0; 300 with seeds > 1)
     rigid: false                          # and preset, placement, penalty, interval,
-                                          # until, layout_speed, job_model, gpu_type
+                                          # until, layout_speed, job_model, gpu_type,
+                                          # restart_scale (0 to 10, default 1)
 
 Each run is one voda.sim.compare.RunRequest; the runs of one cell differ in their seed only.
 """
@@ -30,14 +31,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from voda.sim.compare import RunRequest
+from voda.sim.compare import MAX_RESTART_SCALE, RunRequest
 from voda.sim.seeds import DEFAULT_JITTER, MAX_SEEDS, MIN_SEEDS
 
 MAX_VALUES = 100  # values of one axis (workloads, loads, clusters, algorithms, one knob)
 MAX_RUNS = 10_000  # runs in one sweep, seeds included
 LIST_FIELDS = ("workloads", "loads", "clusters", "algorithms")
 SCALAR_FIELDS = ("seeds", "first_seed", "jitter", "rigid", "preset", "placement", "penalty",
-                 "interval", "until", "layout_speed", "job_model", "gpu_type")
+                 "interval", "until", "layout_speed", "job_model", "gpu_type",
+                 "restart_scale")
 FIELDS = (*LIST_FIELDS, "knobs", *SCALAR_FIELDS)
 ALL = "all"
 
@@ -103,6 +105,10 @@ def build_grid(spec: Mapping[str, Any]) -> Grid:
     first_seed = _int(spec, "first_seed", 0, 0, 2**31 - 1)
     default_jitter = DEFAULT_JITTER if seeds > 1 else 0.0
     jitter = _number(spec, "jitter", default_jitter, 0.0)
+    restart_scale = _number(spec, "restart_scale", 1.0, 0.0)
+    if restart_scale > MAX_RESTART_SCALE:
+        raise GridError("restart_scale", f"must be at most {MAX_RESTART_SCALE:g}, "
+                                         f"got {restart_scale}")
     base = RunRequest(
         workload="", cluster="", algorithm="",
         rigid=_bool(spec, "rigid"), preset=_optional_str(spec, "preset"),
@@ -111,7 +117,8 @@ def build_grid(spec: Mapping[str, Any]) -> Grid:
         interval=_optional_number(spec, "interval", 0.0, strict=True),
         layout_speed=_optional_str(spec, "layout_speed") or "actual",
         jitter=jitter, until=_optional_number(spec, "until", 0.0, strict=True),
-        job_model=_optional_str(spec, "job_model"), gpu_type=_optional_str(spec, "gpu_type"))
+        job_model=_optional_str(spec, "job_model"), gpu_type=_optional_str(spec, "gpu_type"),
+        restart_scale=restart_scale)
     names = [_at_load(w, load) for w in workloads for load in (loads or [None])]
     combos = {a: _combos(a, knobs) for a in algorithms}
     used = {k for cs in combos.values() for c in cs for k, _ in c}
