@@ -26,13 +26,14 @@ RTX 6000 and A100 nodes) or any cluster file instead, and `--jitter S --seed N` 
 arrival by up to S seconds (voda.sim.workloads.jitter_arrivals), the same for every policy:
 the samples the policy was not chosen on. `--restart-scale X` makes every restart cost X
 times the artifact's checkpoint-restore time, for every policy (0: free restarts, what
-adapting would be worth without their cost). The Sia paper's and the artifact's figures are
-printed only for its own cluster, arrivals and restarts.
+adapting would be worth without their cost). `--load L` divides every arrival time by L
+(L = 2: jobs come twice as often). The Sia paper's and the artifact's figures are printed
+only for its own cluster, arrivals and restarts.
 
 Run: nice -n 5 .venv/bin/python bench/hetero.py [--sets saturn,philly,newtrace]
      [--workloads 1,2] [--policies voda,sia,pollux,isolated] [--workers N] [--jobs N]
      [--cluster heterogeneous-64|physical-44|FILE] [--jitter SECONDS] [--seed N]
-     [--restart-scale X]
+     [--restart-scale X] [--load L]
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from voda.sim.tail import p99
 DATA = Path(__file__).resolve().parents[1] / "voda" / "data" / "sia"
 SIA_CLUSTER = "heterogeneous-64"
 MAX_JITTER = 86_400.0  # a day: every workload's arrivals span less
+LOADS = (0.1, 10.0)  # --load: arrivals from ten times as sparse to ten times as dense
 POLICIES = {  # label -> (per-type algorithm, heterogeneity policy)
     "voda": ("Voda", "voda"),
     "sia": ("Pollux", "sia"),
@@ -115,6 +117,21 @@ def first_jobs(path: Path, count: int, into: Path) -> Path:
     return out
 
 
+def at_load(path: Path, load: float, into: Path) -> Path:
+    """A copy of the workload `path` (a CSV with a `time` column, in seconds) with every
+    arrival time divided by `load`."""
+    header, *lines = path.read_text().splitlines()
+    at = header.split(",").index("time")
+    rows = []
+    for line in lines:
+        fields = line.split(",")
+        fields[at] = f"{float(fields[at]) / load:.1f}"
+        rows.append(",".join(fields))
+    out = into / f"{path.parent.name}-{path.stem}-at-{load:g}.csv"
+    out.write_text("\n".join([header, *rows]) + "\n")
+    return out
+
+
 def cluster_file(name: str) -> Path:
     """A bundled cluster by its name (voda/data/sia/clusters), else a cluster file's path."""
     bundled = DATA / "clusters" / f"{name}.yaml"
@@ -138,6 +155,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the jitter's seed (default: 0)")
     parser.add_argument("--restart-scale", type=float, default=1.0,
                         help="every restart costs this times the artifact's (default: 1)")
+    parser.add_argument("--load", type=float, default=1.0,
+                        help="divide every arrival time by this (default: 1)")
     args = parser.parse_args()
     if not 0 <= args.jobs <= 100_000:
         parser.error("--jobs: must be 0 to 100000")
@@ -145,11 +164,13 @@ def main() -> None:
         parser.error(f"--jitter: must be 0 to {MAX_JITTER:.0f} seconds")
     if not 0 <= args.restart_scale <= MAX_RESTART_SCALE:
         parser.error(f"--restart-scale: must be 0 to {MAX_RESTART_SCALE:g}")
+    if not LOADS[0] <= args.load <= LOADS[1]:
+        parser.error(f"--load: must be {LOADS[0]:g} to {LOADS[1]:g}")
     cluster = cluster_file(args.cluster)
     if not cluster.is_file():
         parser.error(f"--cluster: no bundled cluster or file named {args.cluster!r}")
     sias_setting = (cluster.name == f"{SIA_CLUSTER}.yaml" and not args.jitter
-                    and args.restart_scale == 1.0)
+                    and args.restart_scale == 1.0 and args.load == 1.0)
     sets = [s for s in args.sets.split(",") if s]
     numbers = [int(n) for n in args.workloads.split(",") if n]
     policies = [p for p in args.policies.split(",") if p]
@@ -162,6 +183,8 @@ def main() -> None:
                 continue
             if args.jobs:
                 path = first_jobs(path, args.jobs, slices)
+            if args.load != 1.0:
+                path = at_load(path, args.load, slices)
             for policy in policies:
                 algorithm, hetero = POLICIES[policy]
                 requests.append(RunRequest(str(path), str(cluster), algorithm, preset="sia",
@@ -175,7 +198,8 @@ def main() -> None:
           f"({time.process_time() - cpu:.0f} CPU-s in this process)")
     if not sias_setting:
         print(f"cluster {cluster.stem}; arrivals moved by up to {args.jitter:.0f} s "
-              f"(seed {args.seed}); restarts at {args.restart_scale:g} x the artifact's")
+              f"(seed {args.seed}); restarts at {args.restart_scale:g} x the artifact's; "
+              f"arrivals {args.load:g} x as dense")
     runs = dict(zip(keys, results, strict=True))
     rows = {key: row_of(r) for key, r in runs.items()}
     verdicts = []
