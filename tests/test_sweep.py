@@ -157,7 +157,8 @@ def test_a_sweep_killed_mid_way_redoes_only_its_unfinished_runs(grid: Path,
     ({"jitter": -1}, "jitter: must be at least 0"),
     ({"interval": 0}, "interval: must be above 0"),
     ({"restart_scale": -1}, "restart_scale: must be at least 0"),
-    ({"restart_scale": 10.5}, "restart_scale: must be at most 10, got 10.5"),
+    ({"restart_scale": 10.5}, "restart_scale: must be 0 to 10, got 10.5"),
+    ({"job_model": "nope"}, "job_model: must be one of"),
     ({"rigid": "yes"}, "rigid: must be true or false"),
     ({"algorithms": ["all"], "seeds": 100,
       "clusters": [f"{n}x4" for n in range(1, MAX_VALUES + 1)]},
@@ -172,6 +173,8 @@ def test_a_bad_grid_is_refused_naming_the_field(grid: Path, tmp_path: Path,
     text = " ".join(result.output.split())
     assert result.exit_code == 2, text
     assert message in text and "Traceback" not in text
+    field = message.split(":", 1)[0]
+    assert f"{field}: {field}:" not in text  # the field is named once
     assert not (tmp_path / "o" / RUNS_FILE).exists()
 
 

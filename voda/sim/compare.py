@@ -73,8 +73,6 @@ def settings_for(request: RunRequest) -> SimSettings:
 
 def scaled_restarts(settings: SimSettings, scale: float) -> SimSettings:
     """`settings` with every restart penalty, charged or told, `scale` times as long."""
-    if scale == 1.0:
-        return settings
     settings.penalty *= scale
     settings.penalties = {k: v * scale for k, v in settings.penalties.items()}
     settings.told_penalties = {k: v * scale for k, v in settings.told_penalties.items()}
