@@ -232,6 +232,32 @@ def test_an_mpijob_succeeds_once_its_workers_did_the_work_and_frees_them(
     assert not sim.ledger.violations
 
 
+@pytest.mark.parametrize("plural", ["mpijobs", "pytorchjobs"])
+def test_an_operator_never_writes_its_status_over_a_newer_condition_from_a_stale_read(
+        sim: ClusterSimulator, plural: str) -> None:
+    """Both operators write status with UpdateStatus, against the version they read: a
+    condition another writer added meanwhile survives, and the stale write is redone."""
+    make = mpijob if plural == "mpijobs" else pytorchjob
+    sim.store.create(plural, "default", make("j", workers=2, work=100))
+    until(sim, lambda: get(sim, "pods", "j-worker-1") and get(sim, plural, "j").get("status"))
+    stale = get(sim, plural, "j")
+    ours = {"type": "VodaAtMax", "status": "False", "reason": "Shared", "message": "m"}
+    sim.store.patch(plural, "default", "j", {
+        "metadata": {"resourceVersion": stale["metadata"]["resourceVersion"]},
+        "status": {"conditions": [*stale["status"]["conditions"], ours]}}, MERGE,
+        subresource="status")
+    sim.add_node("a", gpus=4)
+    if plural == "mpijobs":
+        for i in range(2):
+            ungate(sim, f"j-worker-{i}", "a")
+    until(sim, lambda: phase(sim, "j-worker-1") == "Running")
+    sim.operators[f"{plural}.kubeflow.org"].reconcile(sim, stale)  # a reconcile that read early
+    assert ours in get(sim, plural, "j")["status"]["conditions"]
+    until(sim, lambda: get(sim, plural, "j")["status"].get("replicaStatuses", {}).get(
+        "Worker", {}).get("active") == 2)
+    assert ours in get(sim, plural, "j")["status"]["conditions"]
+
+
 # ----- training operator ---------------------------------------------------------------
 def test_training_operator_runs_elastic_workers_and_reports_active_replicas(
         sim: ClusterSimulator) -> None:

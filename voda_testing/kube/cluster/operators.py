@@ -198,10 +198,19 @@ class Operator:
         if {k: v for k, v in status.items() if k != "lastReconcileTime"} == {
                 k: v for k, v in (job.get("status") or {}).items() if k != "lastReconcileTime"}:
             return
-        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
-        with contextlib.suppress(ApiError):  # gone meanwhile
-            sim.store.patch(self.resource, ns, name, {"status": status}, MERGE,
-                            subresource="status")
+        meta = job["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        # As the operators' UpdateStatus: against the version read, so that a condition
+        # another writer set meanwhile (Voda's VodaAtMax) is never written over from a
+        # stale copy; a conflict requeues the job, read afresh on the next tick.
+        patch: Obj = {"status": status}
+        if meta.get("resourceVersion"):
+            patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+        try:
+            sim.store.patch(self.resource, ns, name, patch, MERGE, subresource="status")
+        except ApiError as exc:  # else: gone meanwhile
+            if exc.code == 409:
+                sim.dirty.add((self.resource, ns, name))
 
     def base_status(self, sim: ClusterSimulator, job: Obj) -> Obj:
         status = copy.deepcopy(job.get("status") or {})
