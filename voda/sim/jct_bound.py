@@ -56,14 +56,14 @@ class Config:
 
     gpu_type: str
     gpus: int
-    rate: float  # fraction of the whole job per second, at its fastest epoch
+    rate: float  # fraction of the whole job per second (job_configs: peak or mean)
 
 
 @dataclass(frozen=True)
 class JobBound:
     name: str
     submit: float
-    fastest: float  # seconds alone at its fastest configuration (peak rates)
+    fastest: float  # seconds alone at its fastest configuration, at the rates given
     completion: float  # the program's lower bound on its completion time
 
 
@@ -140,14 +140,12 @@ def job_configs(spec: JobSpec, cluster: SimCluster, calibration: Mapping[str, fl
     max, the type's GPUs)."""
     if rates not in RATES:
         raise BoundError(f"rates: must be one of {', '.join(RATES)}, got {rates!r}")
-    by_type: dict[str, list[Node]] = {}
-    for node in cluster.nodes:
-        by_type.setdefault(node.gpu_type, []).append(node)
     accepted = set(spec.gpu_types) if spec.gpu_types else {spec.gpu_type}
     configs = []
-    for gpu_type, nodes in sorted(by_type.items()):
+    for gpu_type in cluster.cluster.gpu_types():
         if ANY_GPU_TYPE not in accepted and gpu_type not in accepted:
             continue
+        nodes = cluster.cluster.of_type(gpu_type).nodes
         top = min(spec.max_workers, sum(n.gpus for n in nodes))
         points = []
         for g in range(1, top + 1):
@@ -178,9 +176,7 @@ def mean_jct_bound(workload: Workload, cluster: SimCluster, *, slot_seconds: flo
     if slots > MAX_BOUND_SLOTS:
         raise BoundError(f"slot_seconds: {slot_seconds:g} s makes {slots} slots over "
                          f"{horizon:g} s; at most {MAX_BOUND_SLOTS}")
-    capacity: dict[str, int] = {}
-    for node in cluster.nodes:
-        capacity[node.gpu_type] = capacity.get(node.gpu_type, 0) + node.gpus
+    capacity = {t: cluster.cluster.capacity(t) for t in cluster.cluster.gpu_types()}
     if len(capacity) > 1:  # as the simulator runs it (voda.sim.runner)
         workload = accepting_any_type(workload)
     specs = list(workload.jobs)
@@ -190,8 +186,7 @@ def mean_jct_bound(workload: Workload, cluster: SimCluster, *, slot_seconds: flo
     program = _Program(slots, slot_seconds, capacity)
     for index, (spec, opts) in enumerate(zip(specs, options, strict=True)):
         program.add_job(index, spec.submit, opts)
-    result = program.solve([s.submit for s in specs], fastest, gpu_seconds)
-    completions, used = result
+    completions, used = program.solve([s.submit for s in specs], fastest, gpu_seconds)
     return BoundResult(
         jobs=tuple(JobBound(s.name, s.submit, f, c)
                    for s, f, c in zip(specs, fastest, completions, strict=True)),
@@ -204,18 +199,17 @@ class _Program:
 
     def __init__(self, slots: int, slot_seconds: float, capacity: Mapping[str, int]) -> None:
         self.slots, self.dt = slots, slot_seconds
-        self.types = sorted(capacity)
-        self.capacity = capacity
+        self.type_index = {t: k for k, t in enumerate(sorted(capacity))}
         self.rows: list[int] = []
         self.cols: list[int] = []
         self.vals: list[float] = []
-        self.bounds_ub: list[float] = [float(capacity[t]) for t in self.types
+        self.bounds_ub: list[float] = [float(capacity[t]) for t in self.type_index
                                        for _ in range(slots)]  # one row per (type, slot)
         self.variables = 0
         self.per_job: list[tuple[list[int], list[float], list[float], list[float]]] = []
 
     def _capacity_row(self, gpu_type: str, slot: int) -> int:
-        return self.types.index(gpu_type) * self.slots + slot
+        return self.type_index[gpu_type] * self.slots + slot
 
     def add_job(self, index: int, submit: float, configs: Sequence[Config]) -> None:
         columns, progress, when, gpus = [], [], [], []
@@ -278,6 +272,5 @@ class _Program:
             raise BoundError(f"the program found no schedule ({result.message}): a longer "
                              "horizon, or a larger GPU-seconds cap")
         x = result.x
-        used = sum(float(np.dot(x[c], g)) for c, _, _, g in (
-            (np.array(cs, dtype=int), p, w, np.array(gs)) for cs, p, w, gs in self.per_job))
+        used = sum(float(np.dot(x[columns], gpus)) for columns, _, _, gpus in self.per_job)
         return [float(v) for v in x[nx:]], used
