@@ -355,6 +355,36 @@ def test_orphan_deletion_keeps_dependents_without_the_owner_reference(
     assert not core.read_namespaced_pod("o-worker-0", namespace).metadata.owner_references
 
 
+def test_a_dependent_created_after_its_owner_was_deleted_is_collected(
+        core: client.CoreV1Api, crds: client.CustomObjectsApi, namespace: str) -> None:
+    # A controller that read its owner just before the deletion still creates the dependent;
+    # the garbage collector deletes it, as it does any object whose owners are all gone.
+    owner = crds.create_namespaced_custom_object("kubeflow.org", "v2beta1", namespace,
+                                                 "mpijobs", mpijob("o"))
+    crds.delete_namespaced_custom_object("kubeflow.org", "v2beta1", namespace, "mpijobs", "o")
+    late = pod("o-worker-0")
+    late["metadata"]["ownerReferences"] = [{"apiVersion": "kubeflow.org/v2beta1",
+                                            "kind": "MPIJob", "name": "o",
+                                            "uid": owner["metadata"]["uid"]}]
+    core.create_namespaced_pod(namespace, late)
+    with pytest.raises(client.ApiException) as gone:
+        core.read_namespaced_pod("o-worker-0", namespace)
+    assert gone.value.status == 404
+    # One owner still there keeps it.
+    other = crds.create_namespaced_custom_object("kubeflow.org", "v2beta1", namespace,
+                                                 "mpijobs", mpijob("p"))
+    late["metadata"]["ownerReferences"].append({
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "p",
+        "uid": other["metadata"]["uid"]})
+    core.create_namespaced_pod(namespace, late)
+    kept = core.read_namespaced_pod("o-worker-0", namespace)
+    # Losing that owner too (a write that drops it) collects it.
+    kept.metadata.owner_references = kept.metadata.owner_references[:1]
+    core.replace_namespaced_pod("o-worker-0", namespace, kept)
+    with pytest.raises(client.ApiException):
+        core.read_namespaced_pod("o-worker-0", namespace)
+
+
 def test_a_bound_pod_is_deleted_gracefully(core: client.CoreV1Api, namespace: str,
                                            fake_api: FakeApiServer) -> None:
     core.create_namespaced_pod(namespace, pod("r"))

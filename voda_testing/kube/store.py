@@ -118,6 +118,7 @@ class Store:
         # uid -> (resource key, namespace, name), and owner uid -> dependents' uids
         self.uids: dict[str, tuple[str, str, str]] = {}
         self.owned: dict[str, set[str]] = {}
+        self.gone: set[str] = set()  # uids of objects removed, for the garbage collector
         # resource key -> its objects' keys in (namespace, name) order, the order etcd keeps
         # them in, and the objects in that order (built at the first list, then kept as
         # objects come, change and go): a list's snapshot is a copy of the second
@@ -173,6 +174,7 @@ class Store:
         if kind == "DELETED":
             table.pop(key, None)
             self.uids.pop(uid, None)
+            self.gone.add(uid)
             if not self.owned.get(uid):
                 self.owned.pop(uid, None)
         else:
@@ -327,6 +329,7 @@ class Store:
             if dry_run:
                 return {**new, "metadata": {**meta, "resourceVersion": str(self.rv)}}
             stored = self._commit(resource, "ADDED", new, None)
+            self._collect_if_orphaned(resource, stored)
         self._local.warnings = warnings
         return stored
 
@@ -422,7 +425,9 @@ class Store:
                           == {k: v for k, v in old["metadata"].items()
                               if k != "resourceVersion"}):
             return old  # a no-op write does not move the resourceVersion
-        return self._commit(resource, "MODIFIED", new, old)
+        stored = self._commit(resource, "MODIFIED", new, old)
+        self._collect_if_orphaned(resource, stored)
+        return stored
 
     def bind(self, namespace: str, name: str, node: str, uid: str | None = None,
              resource_version: str | None = None) -> Obj:
@@ -525,6 +530,17 @@ class Store:
                     if (obj_ns, name) in table:
                         self.delete(r, obj_ns, name, grace_seconds=0)
         return gone
+
+    def _collect_if_orphaned(self, resource: Resource, obj: Obj) -> None:
+        """The garbage collector's rule: an object whose owners are all gone is deleted in
+        the background. A controller that read its owner just before the owner was deleted
+        creates such a dependent (a ReplicaSet's pod after its Deployment's deletion).
+        Owners this store never held count as present, as fixtures name made-up ones."""
+        refs = obj["metadata"].get("ownerReferences") or []
+        meta = obj["metadata"]
+        if refs and not meta.get("deletionTimestamp") and all(
+                r.get("uid") in self.gone for r in refs):
+            self.delete(resource, meta.get("namespace", ""), meta["name"])
 
     def _dependents(self, uid: str) -> list[tuple[Resource, Obj]]:
         out = []
