@@ -381,8 +381,9 @@ def test_a_dependent_created_after_its_owner_was_deleted_is_collected(
     # Losing that owner too (a write that drops it) collects it.
     kept.metadata.owner_references = kept.metadata.owner_references[:1]
     core.replace_namespaced_pod("o-worker-0", namespace, kept)
-    with pytest.raises(client.ApiException):
+    with pytest.raises(client.ApiException) as collected:
         core.read_namespaced_pod("o-worker-0", namespace)
+    assert collected.value.status == 404
 
 
 def test_a_bound_pod_is_deleted_gracefully(core: client.CoreV1Api, namespace: str,

@@ -536,8 +536,8 @@ class Store:
         the background. A controller that read its owner just before the owner was deleted
         creates such a dependent (a ReplicaSet's pod after its Deployment's deletion).
         Owners this store never held count as present, as fixtures name made-up ones."""
-        refs = obj["metadata"].get("ownerReferences") or []
         meta = obj["metadata"]
+        refs = meta.get("ownerReferences") or []
         if refs and not meta.get("deletionTimestamp") and all(
                 r.get("uid") in self.gone for r in refs):
             self.delete(resource, meta.get("namespace", ""), meta["name"])
