@@ -1,5 +1,5 @@
 """What the Sia paper (SOSP'23, Table 3: the heterogeneous 64-GPU cluster) reports, and the
-Sia artifact's own simulator run here on the saturn workloads (voda/data/sia/README.md)."""
+Sia artifact's own simulator run here on the Sia workloads (voda/data/sia/README.md)."""
 
 from __future__ import annotations
 
@@ -31,13 +31,23 @@ def published_dir() -> Path:
     return Path(str(resources.files("voda") / "data" / "sia" / "published"))
 
 
-def artifact_jcts(workload_set: str, number: int) -> list[float] | None:
-    """The per-job JCTs (seconds) of the artifact's Sia on one workload, where it was run
-    here (saturn 1-5); None otherwise."""
-    path = published_dir() / f"sia-{workload_set}-workload-{number}.json"
+def artifact_jcts(workload_set: str, number: int, jobs: int | None = None) -> list[float] | None:
+    """The per-job JCTs (seconds) of the artifact's Sia on one workload where it was run here,
+    else None. `jobs`: the simulation ran only the workload's first `jobs` jobs, so only a run
+    of that many (the whole workload's, if it has no more; else a run of its first `jobs`,
+    `...-first-N.json`) compares with it."""
+    whole = _stored_jcts(f"sia-{workload_set}-workload-{number}.json")
+    if whole is not None and (jobs is None or jobs >= len(whole)):
+        return whole
+    if jobs is None:
+        return None
+    return _stored_jcts(f"sia-{workload_set}-workload-{number}-first-{jobs}.json")
+
+
+def _stored_jcts(name: str) -> list[float] | None:
+    path = published_dir() / name
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
-    runs = data["jcts"]
-    jcts = next(iter(runs.values()))
+    jcts = next(iter(data["jcts"].values()))
     return [float(v) for v in (jcts.values() if isinstance(jcts, dict) else jcts)]
