@@ -218,7 +218,7 @@ def main() -> None:
                 ours = rows[(wset, n, "sia")].avg
                 theirs = statistics.fmean(artifact) / 3600
                 print(f"  Sia artifact's simulator: avg {theirs:5.2f} h  p99 "
-                      f"{p99(artifact) / 3600:6.2f} h; ours / artifact {ours / theirs:.2f} "
+                      f"{p99(artifact) / 3600:6.2f} h; ours / artifact {ours / theirs:.3f} "
                       f"(target 0.95-1.05)")
         means = {p: mean_row([rows[(wset, n, p)] for n in done]) for p in policies}
         print(" mean")

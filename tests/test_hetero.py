@@ -344,6 +344,23 @@ def test_sia_judges_a_job_only_by_the_models_it_reported_itself() -> None:
     assert choose_types("sia", [half], cluster).counts == {"j": 4}
 
 
+def test_sia_prices_every_type_at_the_statistics_of_the_jobs_latest_report() -> None:
+    """As in Sia's artifact, where a job keeps a step-time fit per type and one set of
+    gradient statistics: a job that left `a` early in its training (a small noise scale:
+    more GPUs gain little) and has since measured a large one on `b` is priced on `a` at the
+    large one, so it moves back to grow there; at the stale statistics it stayed on one GPU."""
+    early, late = (dataclasses.replace(_model(1.0), grad_var=v) for v in (0.01, 100.0))
+    job = Job("j", 1, 4, epochs=10, gpu_types=(ANY_GPU_TYPE,), goodput=late,
+              goodput_by_type={"a": early, "b": late}, category="c", gpu_type="b",
+              current_workers=1, running_seconds=70.0)
+    cluster = Cluster((Node("a0", 4, "a"), Node("b0", 1, "b")))
+    choice = choose_types("sia", [job], cluster)
+    assert (choice.types, choice.counts) == ({"j": "a"}, {"j": 4})
+    stale = dataclasses.replace(job, goodput_by_type={"a": early, "b": early}, goodput=early)
+    choice = choose_types("sia", [stale], cluster)  # where the job itself is early
+    assert (choice.types, choice.counts) == ({"j": "b"}, {"j": 1})
+
+
 def test_a_job_measured_on_one_type_is_projected_onto_types_no_category_compared() -> None:
     only_slow = {"slow": _model(1.0)}
     jobs = [Job(f"j{i}", 1, 4, epochs=10, gpu_types=(ANY_GPU_TYPE,), goodput=_model(1.0),

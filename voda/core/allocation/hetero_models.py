@@ -217,6 +217,15 @@ def mean_type_speed(ratios: Mapping[tuple[str, str], float], types: Sequence[str
     return out
 
 
+def at_statistics(job: Job, stats: tuple[float, float]) -> Job:
+    """`job` with every type's model at the gradient statistics `stats` (grad_sqr,
+    grad_var): statistics belong to its training, not to the type a report came from."""
+    models = {t: m if (m.grad_sqr, m.grad_var) == stats
+              else dataclasses.replace(m, grad_sqr=stats[0], grad_var=stats[1])
+              for t, m in job.goodput_by_type.items()}
+    return dataclasses.replace(job, goodput_by_type=models)
+
+
 def job_cap(job: Job, model: GoodputModel | None, shape: TypeShape) -> int:
     """The most GPUs `job` may take on a type: its max, the type's capacity, the profiles'
     limit, and (with a model) twice the most GPUs measured and what its batch range allows."""

@@ -46,7 +46,6 @@ by the step times its categories measured on both types (`hardware_ratios`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -55,6 +54,7 @@ from voda.core.allocation.hetero import TypeChoice, move_charge, remaining_work
 from voda.core.allocation.hetero_models import (
     TypeShape,
     accepted,
+    at_statistics,
     goodput_curve,
     hardware_ratios,
     type_speeds,
@@ -155,10 +155,7 @@ def with_one_statistics(job: Job) -> Job:
     stats = (source.grad_sqr, source.grad_var)
     if not has_gradient(job.goodput) and job.category_early_gradient is not None:
         stats = job.category_early_gradient  # none of its own yet: early in its training
-    models = {t: m if (m.grad_sqr, m.grad_var) == stats
-              else dataclasses.replace(m, grad_sqr=stats[0], grad_var=stats[1])
-              for t, m in job.goodput_by_type.items()}
-    return dataclasses.replace(job, goodput_by_type=models)
+    return at_statistics(job, stats)
 
 
 def voda_choice(flexible: Sequence[Job], shapes: Mapping[str, TypeShape],

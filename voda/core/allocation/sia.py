@@ -41,6 +41,7 @@ from voda.core.allocation.hetero_models import (
     MAX_HETERO_GPUS,
     TypeShape,
     accepted,
+    at_statistics,
     category_speeds,
     goodput_curve,
     job_cap,
@@ -50,6 +51,7 @@ from voda.core.allocation.hetero_models import (
 )
 from voda.core.allocation.hetero_program import solve_rows
 from voda.core.allocation.pollux import restart_factor
+from voda.core.goodput import has_gradient
 from voda.core.model import Job
 
 SIA_P = -0.5
@@ -142,8 +144,15 @@ def restoring(job: Job) -> bool:
 
 
 def own_models(job: Job) -> Job:
-    """`job` with only the models it reported itself (none of its category's)."""
-    if not job.category_model_types:
-        return job
+    """`job` with only the models it reported itself (none of its category's), each at the
+    gradient statistics of its latest report: as in the artifact, where a job keeps a
+    step-time fit per type but one set of statistics, the latest it measured. (A report
+    from a type it left holds the statistics of that time: early in training, a small
+    noise scale priced that type's larger counts as worth little, and the job was never
+    moved back to grow there.)"""
     own = {t: m for t, m in job.goodput_by_type.items() if t not in job.category_model_types}
-    return dataclasses.replace(job, goodput_by_type=own)
+    job = dataclasses.replace(job, goodput_by_type=own)
+    latest = job.goodput
+    if latest is None or not has_gradient(latest):
+        return job
+    return at_statistics(job, (latest.grad_sqr, latest.grad_var))
