@@ -10,11 +10,13 @@ import statistics
 from pathlib import Path
 
 import pytest
+from bench_modules import load_bench
 
 from voda.sim.compare import RunRequest, run_one
 from voda.sim.hetero_published import artifact_jcts, published_dir
 
-WORKLOADS = Path(__file__).resolve().parents[1] / "voda" / "data" / "sia" / "workloads"
+bench = load_bench("hetero")
+WORKLOADS = bench.DATA / "workloads"
 RUN_NAME = re.compile(r"sia-(?P<set>\w+)-workload-(?P<n>\d+)(-first-(?P<first>\d+))?\.json")
 
 
@@ -75,10 +77,8 @@ def test_our_sia_averages_within_5_percent_of_the_artifacts_own_simulator(
     same jobs."""
     workload = WORKLOADS / workload_set / f"workload-{number}.csv"
     if first is not None:
-        header, *rows = workload.read_text().splitlines()
-        workload = tmp_path / workload.name
-        workload.write_text("\n".join([header, *rows[:first]]) + "\n")
-    cluster = WORKLOADS.parent / "clusters" / "heterogeneous-64.yaml"
+        workload = bench.first_jobs(workload, first, tmp_path)  # the bench's own slice
+    cluster = bench.cluster_file(bench.SIA_CLUSTER)
     ours = run_one(RunRequest(str(workload), str(cluster), "Pollux", preset="sia",
                               job_model="adaptive", hetero_policy="sia"))
     theirs = artifact_jcts(workload_set, number, first)

@@ -220,6 +220,8 @@ def mean_type_speed(ratios: Mapping[tuple[str, str], float], types: Sequence[str
 def at_statistics(job: Job, stats: tuple[float, float]) -> Job:
     """`job` with every type's model at the gradient statistics `stats` (grad_sqr,
     grad_var): statistics belong to its training, not to the type a report came from."""
+    if all((m.grad_sqr, m.grad_var) == stats for m in job.goodput_by_type.values()):
+        return job
     models = {t: m if (m.grad_sqr, m.grad_var) == stats
               else dataclasses.replace(m, grad_sqr=stats[0], grad_var=stats[1])
               for t, m in job.goodput_by_type.items()}

@@ -150,8 +150,10 @@ def own_models(job: Job) -> Job:
     from a type it left holds the statistics of that time: early in training, a small
     noise scale priced that type's larger counts as worth little, and the job was never
     moved back to grow there.)"""
-    own = {t: m for t, m in job.goodput_by_type.items() if t not in job.category_model_types}
-    job = dataclasses.replace(job, goodput_by_type=own)
+    if job.category_model_types:
+        own = {t: m for t, m in job.goodput_by_type.items()
+               if t not in job.category_model_types}
+        job = dataclasses.replace(job, goodput_by_type=own)
     latest = job.goodput
     if latest is None or not has_gradient(latest):
         return job
